@@ -1,0 +1,113 @@
+"""Shared pieces of the CLI: the root group, bank opening, output and error translation."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import cached_property
+from typing import Any, Callable, Sequence, TypeVar
+
+import click
+
+from ..bank import MemoryBank
+from ..config import Config
+from ..errors import MemoryBankError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+COMMAND_ENTRY_POINTS = "memlocal.commands"
+
+
+class State:
+    """Per-invocation state: the global flags, the resolved config and a lazily opened bank."""
+
+    def __init__(self, db: str | None, config_path: str | None) -> None:
+        self.db = db
+        self.config_path = config_path
+        self._bank: MemoryBank | None = None
+
+    @cached_property
+    def config(self) -> Config:
+        return Config.load(self.config_path, overrides={"store.path": self.db})
+
+    def bank(self) -> MemoryBank:
+        if self._bank is None:
+            self._bank = MemoryBank.open(config=self.config)
+        return self._bank
+
+    def close(self) -> None:
+        if self._bank is not None:
+            self._bank.close()
+            self._bank = None
+
+
+class MemlocalGroup(click.Group):
+    """Translates library errors into one stderr line and a non-zero exit (never a traceback),
+    and adds commands registered by other packages through entry points."""
+
+    def _plugins(self) -> dict[str, Any]:
+        from importlib.metadata import entry_points
+
+        return {ep.name: ep for ep in entry_points(group=COMMAND_ENTRY_POINTS)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self._plugins()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is None:
+            ep = self._plugins().get(cmd_name)
+            if ep is not None:
+                cmd = ep.load()
+        return cmd
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MemoryBankError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=MemlocalGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", type=click.Path(dir_okay=False), 
+              
+              help="SQLite database file (default: in the user data dir).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML config file (else MEMLOCAL_CONFIG, else the user config dir).")
+@click.version_option(package_name="memlocal")
+@click.pass_context
+def main(ctx: click.Context, db: str | None, config_path: str | None) -> None:
+    """memlocal: a local-first Memory Bank for AI agents."""
+    state = State(db, config_path)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+pass_state = click.make_pass_decorator(State)
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+profile_option = click.option("--profile", "-p", required=True, help="The profile whose memories to use.")
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def read_text_arg(value: str | None) -> str | None:
+    """``-`` reads standard input (for long inputs and pipes)."""
+    if value == "-":
+        return sys.stdin.read()
+    return value
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain aligned text table; cells are folded to one line."""
+    cells = [[" ".join(str(c).split()) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*row) for row in cells]
+    return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,99 @@
+"""``memlocal save|get|list|delete|stats``: the basic memory commands."""
+
+from __future__ import annotations
+
+import click
+
+from ..model import Memory
+from ._common import State, echo_json, json_option, main, pass_state, profile_option, read_text_arg, table
+
+
+def _show_memory(m: Memory) -> str:
+    d = m.to_dict()
+    width = max(len(k) for k in d)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in d.items())
+
+
+@main.command()
+@profile_option
+@click.argument("raw_input", required=False)
+@click.option("--content", help="Pre-structured content (becomes processedContent; skips the LLM).")
+@click.option("--summary", help="At most 50 characters (default: the first 50 of the content).")
+@click.option("--category", type=click.Choice(["preference", "fact", "behavior", "context", "general"]))
+@click.option("--confidence", type=float, help="In [0, 1] (default 1.0).")
+@click.option("--no-llm", is_flag=True, help="Do not call the LLM processor even if ANTHROPIC_API_KEY is set.")
+@json_option
+@pass_state
+def save(state: State, profile: str, raw_input: str | None, content: str | None, summary: str | None,
+         category: str | None, confidence: float | None, no_llm: bool, as_json: bool) -> None:
+    """Save a memory. RAW_INPUT is free text; '-' reads it from standard input."""
+    result = state.bank().save(
+        profile, read_text_arg(raw_input), content=read_text_arg(content), summary=summary,
+        category=category, confidence=confidence, use_llm=not no_llm,
+    )
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    m = result.memory
+    where = "saved and in the bucket" if result.synced else "saved locally"
+    click.echo(f"{m.id}  [{m.category}]  {m.summary}  ({where})")
+
+
+@main.command()
+@profile_option
+@click.argument("memory_id")
+@json_option
+@pass_state
+def get(state: State, profile: str, memory_id: str, as_json: bool) -> None:
+    """Show one memory with every field."""
+    memory = state.bank().get(profile, memory_id)
+    if as_json:
+        echo_json(memory.to_dict())
+    else:
+        click.echo(_show_memory(memory))
+
+
+@main.command("list")
+@profile_option
+@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--offset", default=0, show_default=True, type=int)
+@json_option
+@pass_state
+def list_cmd(state: State, profile: str, limit: int, offset: int, as_json: bool) -> None:
+    """List memories newest first (read-only: access counts are not touched)."""
+    page = state.bank().list(profile, limit=limit, offset=offset)
+    if as_json:
+        echo_json(page.to_dict())
+        return
+    rows = [(m.id, m.category, f"{m.confidence:.2f}", m.access_count, m.to_dict()["createdAt"], m.summary)
+            for m in page]
+    click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary")))
+    click.echo(f"{len(page)} of {page.total} (offset {page.offset})")
+
+
+@main.command()
+@profile_option
+@click.argument("memory_id")
+@json_option
+@pass_state
+def delete(state: State, profile: str, memory_id: str, as_json: bool) -> None:
+    """Delete one memory."""
+    memory = state.bank().delete(profile, memory_id)
+    if as_json:
+        echo_json({"deleted": memory.id})
+    else:
+        click.echo(f"deleted {memory.id}")
+
+
+@main.command()
+@json_option
+@pass_state
+def stats(state: State, as_json: bool) -> None:
+    """Memory counts: total, profiles with memory, per profile."""
+    data = state.bank().stats()
+    if as_json:
+        echo_json(data)
+        return
+    click.echo(f"{data['totalMemories']} memories in {data['profilesWithMemory']} profiles ({state.bank().path})")
+    if data["perProfile"]:
+        click.echo(table(sorted(data["perProfile"].items()), ("profile", "memories")))

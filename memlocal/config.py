@@ -1,0 +1,230 @@
+"""One registry of settings, resolved with a single precedence: flag > environment > TOML > default.
+
+Every setting is declared once in ``SETTINGS`` with its type, default, environment variable and
+help text; ``config.example.toml`` and ``memlocal config show`` are generated from (and tested
+against) this table, so a setting cannot exist in one place and not the others.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Iterator, Mapping
+
+import platformdirs
+
+from .errors import ConfigError
+
+APP_NAME: Final = "memlocal"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """A declared setting: ``key`` is ``section.name`` in TOML; ``env`` lists variables in priority order."""
+
+    key: str
+    type: type
+    default: Any
+    help: str
+    env: tuple[str, ...] = ()
+    secret: bool = False
+
+
+def default_db_path() -> Path:
+    return Path(platformdirs.user_data_dir(APP_NAME)) / "memlocal.db"
+
+
+def default_config_path() -> Path:
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+
+
+_SETTINGS: tuple[Setting, ...] = (
+    Setting("store.path", str, "", "SQLite database file; empty means the user data dir", ("MEMLOCAL_DB",)),
+    Setting("store.busy_timeout_s", float, 30.0, "how long a writer waits for another process's lock", ("MEMLOCAL_BUSY_TIMEOUT_S",)),
+    Setting("recall.limit", int, 8, "results returned by recall when no limit is given", ("MEMLOCAL_RECALL_LIMIT",)),
+    Setting("recall.min_score", float, 0.05, "lowest score recall returns", ("MEMLOCAL_RECALL_MIN_SCORE",)),
+    Setting("inject.budget_chars", int, 2000, "character budget of the whole context block", ("MEMLOCAL_INJECT_BUDGET_CHARS",)),
+    Setting("inject.relevant_limit", int, 8, "query-relevant entries in the context block", ("MEMLOCAL_INJECT_RELEVANT_LIMIT",)),
+    Setting("llm.enabled", bool, True, "use the LLM processor when ANTHROPIC_API_KEY is set", ("MEMLOCAL_LLM_ENABLED",)),
+    Setting("llm.model", str, "claude-haiku-4-5-20251001", "extraction model", ("ANTHROPIC_MEMORY_MODEL",)),
+    Setting("llm.timeout_s", float, 5.0, "deadline for one whole extraction, retries included", ("MEMLOCAL_LLM_TIMEOUT_S",)),
+)
+
+SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
+
+
+def _coerce(setting: Setting, value: Any, origin: str) -> Any:
+    """Check or convert ``value`` to the setting's type; strings from the environment are parsed."""
+    t = setting.type
+    if isinstance(value, str) and t is not str:
+        text = value.strip()
+        try:
+            if t is bool:
+                low = text.lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(text)
+            return t(text)
+        except ValueError:
+            raise ConfigError(
+                f"{origin}: {setting.key} must be a {t.__name__}, got {value!r}"
+            ) from None
+    if t is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, t) or (t is int and isinstance(value, bool)):
+        raise ConfigError(
+            f"{origin}: {setting.key} must be a {t.__name__}, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from _flatten(value, key + ".")
+        else:
+            yield key, value
+
+
+def _unknown(key: str, origin: str) -> ConfigError:
+    hint = difflib.get_close_matches(key, SETTINGS.keys(), n=1)
+    suggestion = f" (did you mean {hint[0]}?)" if hint else " (see config.example.toml for the list)"
+    return ConfigError(f"{origin}: unknown setting {key!r}{suggestion}")
+
+
+class Config:
+    """Effective settings and where each came from (``default``, ``file:<path>``, ``env:<VAR>``, ``flag``)."""
+
+    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str], file: Path | None) -> None:
+        self._values = dict(values)
+        self._sources = dict(sources)
+        self.file = file
+
+    @classmethod
+    def load(
+        cls,
+        config_path: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> "Config":
+        """Resolve every setting. ``overrides`` are flags (``None`` values mean "not given")."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {k: s.default for k, s in SETTINGS.items()}
+        sources: dict[str, str] = {k: "default" for k in SETTINGS}
+
+        path: Path | None = None
+        if config_path is not None:
+            path = Path(config_path)
+            if not path.is_file():
+                raise ConfigError(f"config file {path} does not exist")
+        elif env.get("MEMLOCAL_CONFIG"):
+            path = Path(env["MEMLOCAL_CONFIG"])
+            if not path.is_file():
+                raise ConfigError(f"MEMLOCAL_CONFIG names {path}, which does not exist")
+        elif default_config_path().is_file():
+            path = default_config_path()
+        if path is not None:
+            origin = f"file:{path}"
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+            for key, value in _flatten(data):
+                if key not in SETTINGS:
+                    raise _unknown(key, str(path))
+                values[key] = _coerce(SETTINGS[key], value, str(path))
+                sources[key] = origin
+
+        for key, setting in SETTINGS.items():
+            for var in setting.env:
+                if env.get(var, "") != "":
+                    values[key] = _coerce(setting, env[var], f"environment variable {var}")
+                    sources[key] = f"env:{var}"
+                    break
+
+        for key, value in (overrides or {}).items():
+            if value is None:
+                continue
+            if key not in SETTINGS:
+                raise _unknown(key, "flag")
+            values[key] = _coerce(SETTINGS[key], value, "flag")
+            sources[key] = "flag"
+        return cls(values, sources, path)
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise _unknown(key, "config") from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    def source(self, key: str) -> str:
+        return self._sources.get(key, "default")
+
+    def with_overrides(self, **overrides: Any) -> "Config":
+        """A copy with ``key=value`` flags applied (keys use ``__`` for ``.``)."""
+        values, sources = dict(self._values), dict(self._sources)
+        for name, value in overrides.items():
+            key = name.replace("__", ".")
+            if key not in SETTINGS:
+                raise _unknown(key, "flag")
+            values[key] = _coerce(SETTINGS[key], value, "flag")
+            sources[key] = "flag"
+        return Config(values, sources, self.file)
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self["store.path"]).expanduser() if self["store.path"] else default_db_path()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every setting with its effective value and source; secrets are masked."""
+        out = []
+        for key in sorted(SETTINGS):
+            setting = SETTINGS[key]
+            value = self._values.get(key, setting.default)
+            if key == "store.path" and not value:
+                value = str(default_db_path())
+            if setting.secret and value:
+                value = "***"
+            out.append({"key": key, "value": value, "source": self.source(key), "env": list(setting.env)})
+        return out
+
+
+def example_toml() -> str:
+    """The text of ``config.example.toml``: every setting, commented out, with its variable."""
+    lines = [
+        "# memlocal configuration. Precedence: flag > environment variable > this file > default.",
+        "# Load it with --config PATH or MEMLOCAL_CONFIG, or place it in the user config dir",
+        f"# ({default_config_path()} on this machine).",
+        "",
+    ]
+    section = None
+    for key in sorted(SETTINGS):
+        setting = SETTINGS[key]
+        sec, name = key.rsplit(".", 1)
+        if sec != section:
+            if section is not None:
+                lines.append("")
+            lines.append(f"# [{sec}]")
+            section = sec
+        env = ", ".join(setting.env) if setting.env else "no variable"
+        lines.append(f"# {setting.help} (env: {env})")
+        default = setting.default
+        if isinstance(default, bool):
+            shown = "true" if default else "false"
+        elif isinstance(default, str):
+            shown = f'"{default}"'
+        else:
+            shown = repr(default)
+        lines.append(f"# {name} = {shown}")
+    return "\n".join(lines) + "\n"

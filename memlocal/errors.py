@@ -1,0 +1,71 @@
+"""One exception hierarchy for every memlocal failure.
+
+Each boundary (CLI, REST, MCP, tools) translates these once: the ``http_status`` attribute is
+what the REST layer answers with, and ``str(err)`` is always a single human-readable line.
+"""
+
+from __future__ import annotations
+
+
+class MemoryBankError(Exception):
+    """Base class of every error memlocal raises on purpose."""
+
+    http_status: int = 500
+    code: str = "internal"
+
+    def __init__(self, message: str) -> None:
+        # Keep messages to one line: they are printed verbatim by the CLI and the API.
+        super().__init__(" ".join(str(message).split()))
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class ValidationError(MemoryBankError):
+    """Bad input from a caller: a bad profile name, id, category, confidence or argument."""
+
+    http_status = 400
+    code = "invalid_input"
+
+
+class InputTooLargeError(ValidationError):
+    """An input over its size cap (rawInput over 4096 bytes, an automation note over its cap)."""
+
+    http_status = 413
+    code = "too_large"
+
+
+class NotFoundError(MemoryBankError):
+    """The memory (or automation note) asked for does not exist in that profile."""
+
+    http_status = 404
+    code = "not_found"
+
+
+class ConfigError(MemoryBankError):
+    """A configuration file, variable or flag that cannot be used."""
+
+    http_status = 500
+    code = "config"
+
+
+class BankNotWiredError(MemoryBankError):
+    """The store could not be opened: the API answers 503 with this reason."""
+
+    http_status = 503
+    code = "not_wired"
+
+
+class StoreError(MemoryBankError):
+    """The local database failed in a way the caller cannot fix by changing its input."""
+
+    http_status = 500
+    code = "store"
+
+
+class SyncError(MemoryBankError):
+    """A sync pass could not complete (bucket unreachable, another pass holds the lock, guard)."""
+
+    http_status = 503
+    code = "sync"

@@ -1,0 +1,333 @@
+"""The memory object: fields, validation, ids, timestamps and staleness.
+
+JSON field names are camelCase everywhere (bucket, REST, tools, ``--json``). Objects written by
+another implementation of the spec (a Go service) are read as well: nanosecond timestamps, numeric
+offsets, Go's zero time for "never accessed", and fields we do not know, which are kept in
+``Memory.extra`` so that our rewrites do not drop them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Final, Mapping
+
+from .errors import InputTooLargeError, ValidationError
+
+SCHEMA_VERSION: Final = 1
+RAW_INPUT_MAX_BYTES: Final = 4096
+SUMMARY_MAX_CHARS: Final = 50
+CATEGORIES: Final = ("preference", "fact", "behavior", "context", "general")
+SOURCES: Final = ("explicit", "inferred")
+CORE_CATEGORIES: Final = ("preference", "fact")
+# Staleness tilt per category (spec, Staleness).
+CATEGORY_WEIGHTS: Final[Mapping[str, float]] = {
+    "preference": 0.5,
+    "fact": 0.7,
+    "behavior": 1.0,
+    "context": 1.5,
+    "general": 1.0,
+}
+
+_PROFILE_RE: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+_ID_RE: Final = re.compile(r"mem-[0-9a-f]{8}")
+_RFC3339_RE: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
+)
+ZERO_TIME_TEXT: Final = "0001-01-01T00:00:00Z"
+
+JSON_FIELDS: Final = (
+    "id",
+    "profileName",
+    "rawInput",
+    "processedContent",
+    "summary",
+    "category",
+    "source",
+    "confidence",
+    "createdAt",
+    "lastAccessedAt",
+    "accessCount",
+    "stalenessScore",
+    "isActive",
+    "version",
+)
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def validate_profile(name: object) -> str:
+    """Return ``name`` if it is a valid profile name, else raise ``ValidationError``.
+
+    1-64 characters of ``[A-Za-z0-9._-]``, not starting with ``.``: a profile name becomes part
+    of an object key and a file name, so nothing like ``../x`` or ``a/b`` may pass.
+    """
+    if not isinstance(name, str) or not _PROFILE_RE.fullmatch(name):
+        raise ValidationError(
+            f"invalid profile name {name!r}: use 1-64 characters of A-Z a-z 0-9 . _ -, "
+            "not starting with '.'"
+        )
+    return name
+
+
+def validate_id(memory_id: object) -> str:
+    """Return ``memory_id`` if it matches ``mem-<8 lowercase hex>``, else raise."""
+    if not isinstance(memory_id, str) or not _ID_RE.fullmatch(memory_id):
+        raise ValidationError(f"invalid memory id {memory_id!r}: expected mem- followed by 8 lowercase hex digits")
+    return memory_id
+
+
+def validate_category(category: object) -> str:
+    if category not in CATEGORIES:
+        raise ValidationError(f"unknown category {category!r}: expected one of {', '.join(CATEGORIES)}")
+    return str(category)
+
+
+def validate_confidence(confidence: object) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
+        raise ValidationError(f"confidence must be a number in [0, 1], got {confidence!r}")
+    value = float(confidence)
+    if not (0.0 <= value <= 1.0):  # also rejects NaN
+        raise ValidationError(f"confidence must be in [0, 1], got {confidence!r}")
+    return value
+
+
+def validate_text_input(text: object, what: str = "rawInput") -> str:
+    """Check a free-text input against the 4096-byte UTF-8 cap (spec: RawInput is capped at 4 KiB)."""
+    if not isinstance(text, str):
+        raise ValidationError(f"{what} must be a string")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # lone surrogates cannot be stored or sent anywhere
+        raise ValidationError(f"{what} is not valid Unicode text: {exc.reason}") from None
+    if size > RAW_INPUT_MAX_BYTES:
+        raise InputTooLargeError(
+            f"{what} is {size} bytes of UTF-8; the cap is {RAW_INPUT_MAX_BYTES} bytes"
+        )
+    if not text.strip():
+        raise ValidationError(f"{what} is empty")
+    return text
+
+
+def validate_summary(summary: object) -> str:
+    if not isinstance(summary, str):
+        raise ValidationError("summary must be a string")
+    if len(summary) > SUMMARY_MAX_CHARS:
+        raise ValidationError(
+            f"summary is {len(summary)} characters; the cap is {SUMMARY_MAX_CHARS}"
+        )
+    return summary
+
+
+def default_summary(text: str) -> str:
+    """The spec's deterministic preview: the first 50 characters, on one line."""
+    return " ".join(text.split())[:SUMMARY_MAX_CHARS]
+
+
+# --- ids and time -----------------------------------------------------------------------------
+
+
+def new_id() -> str:
+    """A fresh ``mem-<8hex>`` id from the OS CSPRNG. Callers must still check for collisions."""
+    return f"mem-{secrets.token_hex(4)}"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def parse_time(value: object) -> datetime | None:
+    """Parse an RFC 3339 timestamp into an aware UTC datetime; Go's zero time reads as ``None``.
+
+    Accepts nanoseconds (truncated to microseconds), ``Z`` or a numeric offset.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"timestamp must be an RFC 3339 string, got {value!r}")
+    m = _RFC3339_RE.fullmatch(value.strip())
+    if not m:
+        raise ValidationError(f"invalid RFC 3339 timestamp {value!r}")
+    year, month, day, hour, minute, second, frac, off = m.groups()
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    if off in ("Z", "z"):
+        tz = timezone.utc
+    else:
+        sign = 1 if off[0] == "+" else -1
+        tz = timezone(sign * timedelta(hours=int(off[1:3]), minutes=int(off[4:6])))
+    try:
+        dt = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tz)
+        dt = dt.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        if int(year) <= 1:  # Go's zero time written with an offset
+            return None
+        raise ValidationError(f"invalid RFC 3339 timestamp {value!r}") from None
+    if dt.year <= 1 and dt.month == 1 and dt.day == 1:
+        return None  # the zero time (any offset) means "never"
+    return dt
+
+
+def format_time(dt: datetime | None) -> str:
+    """Format as RFC 3339 in UTC with ``Z``; ``None`` is written as Go's zero time."""
+    if dt is None:
+        return ZERO_TIME_TEXT
+    dt = dt.astimezone(timezone.utc)
+    text = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    if dt.microsecond:
+        text += "." + f"{dt.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+# --- the object -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One memory of one profile. Immutable: changes produce a new object via ``replace``."""
+
+    id: str
+    profile_name: str
+    raw_input: str
+    processed_content: str
+    summary: str
+    category: str = "general"
+    source: str = "explicit"
+    confidence: float = 1.0
+    created_at: datetime = field(default_factory=utcnow)
+    last_accessed_at: datetime | None = None
+    access_count: int = 0
+    staleness_score: float = 0.0
+    is_active: bool = True
+    version: int = SCHEMA_VERSION
+    # Fields of the bucket object that this implementation does not know, kept verbatim.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The camelCase JSON object (unknown fields from other writers included)."""
+        out: dict[str, Any] = dict(self.extra)
+        out.update(
+            {
+                "id": self.id,
+                "profileName": self.profile_name,
+                "rawInput": self.raw_input,
+                "processedContent": self.processed_content,
+                "summary": self.summary,
+                "category": self.category,
+                "source": self.source,
+                "confidence": self.confidence,
+                "createdAt": format_time(self.created_at),
+                "lastAccessedAt": format_time(self.last_accessed_at),
+                "accessCount": self.access_count,
+                "stalenessScore": self.staleness_score,
+                "isActive": self.is_active,
+                "version": self.version,
+            }
+        )
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> "Memory":
+        """Build and validate a memory from its JSON object; raises ``ValidationError``."""
+        if not isinstance(data, dict):
+            raise ValidationError("a memory must be a JSON object")
+        for key in ("id", "profileName"):
+            if key not in data:
+                raise ValidationError(f"memory object lacks {key!r}")
+        raw = data.get("rawInput")
+        processed = data.get("processedContent")
+        if raw in (None, "") and processed in (None, ""):
+            raise ValidationError("memory object has neither rawInput nor processedContent")
+        raw = raw if raw not in (None, "") else processed
+        processed = processed if processed not in (None, "") else raw
+        validate_text_input(raw, "rawInput")
+        if not isinstance(processed, str):
+            raise ValidationError("processedContent must be a string")
+        summary = data.get("summary")
+        if summary in (None, ""):
+            summary = default_summary(processed)
+        summary = validate_summary(summary)
+        source = data.get("source") or "explicit"
+        if source not in SOURCES:
+            raise ValidationError(f"unknown source {source!r}: expected explicit or inferred")
+        access_count = data.get("accessCount", 0)
+        if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
+            raise ValidationError(f"accessCount must be a non-negative integer, got {access_count!r}")
+        staleness = data.get("stalenessScore", 0.0)
+        if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or math.isnan(staleness):
+            raise ValidationError(f"stalenessScore must be a number, got {staleness!r}")
+        is_active = data.get("isActive", True)
+        if not isinstance(is_active, bool):
+            raise ValidationError(f"isActive must be a boolean, got {is_active!r}")
+        version = data.get("version", SCHEMA_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ValidationError(f"version must be an integer, got {version!r}")
+        created = parse_time(data.get("createdAt"))
+        if created is None:
+            raise ValidationError("memory object lacks a createdAt timestamp")
+        return cls(
+            id=validate_id(data["id"]),
+            profile_name=validate_profile(data["profileName"]),
+            raw_input=raw,
+            processed_content=processed,
+            summary=summary,
+            category=validate_category(data.get("category") or "general"),
+            source=source,
+            confidence=validate_confidence(data.get("confidence", 1.0)),
+            created_at=created,
+            last_accessed_at=parse_time(data.get("lastAccessedAt")),
+            access_count=access_count,
+            staleness_score=float(staleness),
+            is_active=is_active,
+            version=version,
+            extra={k: v for k, v in data.items() if k not in JSON_FIELDS},
+        )
+
+    def with_changes(self, **changes: Any) -> "Memory":
+        return replace(self, **changes)
+
+
+def compute_staleness(
+    *,
+    category: str,
+    confidence: float,
+    access_count: int,
+    created_at: datetime,
+    last_accessed_at: datetime | None,
+    now: datetime | None = None,
+) -> float:
+    """DESIGN.md's staleness, clamped to [0, 1].
+
+    (daysSinceAccess*0.05 - log10(accessCount+1)*0.2 + (1-confidence)*0.3) * categoryWeight,
+    with daysSinceAccess counted from lastAccessedAt, or createdAt when never accessed.
+    """
+    now = now or utcnow()
+    anchor = last_accessed_at or created_at
+    days = max(0.0, (now - anchor).total_seconds() / 86400.0)
+    raw = days * 0.05 - math.log10(access_count + 1) * 0.2 + (1.0 - confidence) * 0.3
+    value = raw * CATEGORY_WEIGHTS.get(category, 1.0)
+    return min(1.0, max(0.0, value))
+
+
+def staleness_of(memory: Memory, now: datetime | None = None) -> float:
+    return compute_staleness(
+        category=memory.category,
+        confidence=memory.confidence,
+        access_count=memory.access_count,
+        created_at=memory.created_at,
+        last_accessed_at=memory.last_accessed_at,
+        now=now,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """Structure the LLM processor extracted from a rawInput (already validated and clamped)."""
+
+    processed_content: str
+    summary: str
+    category: str
+    confidence: float

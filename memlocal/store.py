@@ -1,0 +1,421 @@
+"""The local SQLite index: one file per host, shared safely by several processes.
+
+Decisions:
+- WAL journal with ``synchronous=FULL``: a commit is fsynced before ``save`` returns, and readers
+  never block the writer.
+- The connection runs in autocommit mode and every write is an explicit ``BEGIN IMMEDIATE``
+  transaction, so a writer takes the lock up front (no deadlock-prone lock upgrades) and waits
+  ``busy_timeout`` for other processes; "database is locked" past that is retried, not surfaced.
+- sqlite-utils creates the schema and the FTS5 index with its sync triggers; the hot paths are
+  plain SQL on the same connection.
+- Timestamps are integer microseconds since the epoch (exact round trip, cheap ordering);
+  ``NULL`` ``last_accessed_us`` means never accessed (Go's zero time in JSON).
+- Schema changes are numbered migrations recorded in ``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import sqlite_utils
+
+from .errors import NotFoundError, StoreError
+from .model import Memory
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_us(dt: datetime | None) -> int | None:
+    """Aware datetime -> integer microseconds since the epoch (exact, unlike float seconds)."""
+    if dt is None:
+        return None
+    delta = dt - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(us: int | None) -> datetime | None:
+    if us is None:
+        return None
+    from datetime import timedelta
+
+    return _EPOCH + timedelta(microseconds=us)
+
+
+MEMORY_COLUMNS = (
+    "id",
+    "profile",
+    "raw_input",
+    "processed_content",
+    "summary",
+    "category",
+    "source",
+    "confidence",
+    "created_us",
+    "last_accessed_us",
+    "access_count",
+    "staleness",
+    "is_active",
+    "version",
+    "extra",
+)
+_SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
+
+
+def row_to_memory(row: Sequence[Any]) -> Memory:
+    (mid, profile, raw, processed, summary, category, source, confidence, created_us,
+     last_us, access_count, staleness, is_active, version, extra) = row[:15]
+    return Memory(
+        id=mid,
+        profile_name=profile,
+        raw_input=raw,
+        processed_content=processed,
+        summary=summary,
+        category=category,
+        source=source,
+        confidence=confidence,
+        created_at=from_us(created_us),  # type: ignore[arg-type]
+        last_accessed_at=from_us(last_us),
+        access_count=access_count,
+        staleness_score=staleness,
+        is_active=bool(is_active),
+        version=version,
+        extra=json.loads(extra) if extra and extra != "{}" else {},
+    )
+
+
+def memory_to_row(m: Memory) -> tuple[Any, ...]:
+    return (
+        m.id,
+        m.profile_name,
+        m.raw_input,
+        m.processed_content,
+        m.summary,
+        m.category,
+        m.source,
+        m.confidence,
+        to_us(m.created_at),
+        to_us(m.last_accessed_at),
+        m.access_count,
+        m.staleness_score,
+        int(m.is_active),
+        m.version,
+        json.dumps(dict(m.extra), sort_keys=True, ensure_ascii=False) if m.extra else "{}",
+    )
+
+
+# --- migrations ----------------------------------------------------------------------------------
+
+
+def _migration_1(db: sqlite_utils.Database) -> None:
+    db["memories"].create(
+        {
+            "id": str,
+            "profile": str,
+            "raw_input": str,
+            "processed_content": str,
+            "summary": str,
+            "category": str,
+            "source": str,
+            "confidence": float,
+            "created_us": int,
+            "last_accessed_us": int,
+            "access_count": int,
+            "staleness": float,
+            "is_active": int,
+            "version": int,
+            "extra": str,
+            # Access bumps not yet merged into the bucket's copy (sync adds them, then zeroes this).
+            "access_delta": int,
+        },
+        pk="id",
+        not_null={"profile", "raw_input", "processed_content", "summary", "category", "source",
+                  "confidence", "created_us", "access_count", "staleness", "is_active", "version", "extra",
+                  "access_delta"},
+        defaults={"extra": "{}", "access_count": 0, "staleness": 0.0, "is_active": 1, "version": 1,
+                  "access_delta": 0},
+    )
+    db["memories"].create_index(["profile", "created_us", "id"], index_name="memories_profile_created")
+    db["memories"].enable_fts(["processed_content", "summary"], create_triggers=True, tokenize="porter unicode61")
+    db["automation_notes"].create({"automation_id": str, "note": str, "updated_us": int}, pk="automation_id")
+    db["meta"].create({"key": str, "value": str}, pk="key")
+
+
+# Numbered schema migrations, applied in order inside one transaction each.
+MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
+    1: _migration_1,
+}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of memories, newest first, with the total the page was cut from."""
+
+    memories: list[Memory]
+    total: int
+    limit: int
+    offset: int
+
+    def __iter__(self) -> Iterator[Memory]:
+        return iter(self.memories)
+
+    def __len__(self) -> int:
+        return len(self.memories)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "memories": [m.to_dict() for m in self.memories],
+            "total": self.total,
+            "limit": self.limit,
+            "offset": self.offset,
+        }
+
+
+class IdTakenError(StoreError):
+    """Raised internally when a freshly drawn id already exists; the caller draws another."""
+
+
+class Store:
+    """The SQLite file: schema, durable writes and the queries the bank needs.
+
+    One connection per ``Store``; a re-entrant lock makes it usable from the background thread
+    that marks memories accessed.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.RLock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=busy_timeout_s,
+                isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE
+                check_same_thread=False,
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from None
+        self.conn = conn
+        try:
+            self._configure()
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"cannot use database {self.path}: {exc}") from None
+        self.db = sqlite_utils.Database(conn)
+
+    def _configure(self) -> None:
+        c = self.conn
+        c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.DatabaseError(f"could not switch to WAL journal (got {mode})")
+        # FULL: in WAL mode the commit fsyncs the log, so an acknowledged save survives power loss.
+        c.execute("PRAGMA synchronous = FULL")
+        c.execute("PRAGMA foreign_keys = ON")
+
+    def _migrate(self) -> None:
+        current = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if current > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(
+                f"schema version {current} is newer than this memlocal ({SCHEMA_VERSION}); upgrade memlocal"
+            )
+        if current == SCHEMA_VERSION:
+            return
+        db = sqlite_utils.Database(self.conn)
+        for version in sorted(v for v in MIGRATIONS if v > current):
+            with self.transaction():
+                # Another process may have migrated while we waited for the write lock.
+                now = self.conn.execute("PRAGMA user_version").fetchone()[0]
+                if now >= version:
+                    continue
+                MIGRATIONS[version](db)
+                self.conn.execute(f"PRAGMA user_version = {version}")
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.conn.close()
+            except sqlite3.Error:
+                pass
+
+    # --- transactions -------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """An immediate write transaction, retried while another process holds the lock."""
+        with self._lock:
+            deadline = time.monotonic() + max(self.busy_timeout_s, 1.0) * 2
+            delay = 0.01
+            while True:
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) and "busy" not in str(exc):
+                        raise
+                    if time.monotonic() > deadline:
+                        raise StoreError(f"database {self.path} stayed locked by another process") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+            try:
+                yield self.conn
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+
+    def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    # --- memories -----------------------------------------------------------------------------
+
+    def insert(self, memory: Memory, *, on_insert: Callable[[sqlite3.Connection, Memory], None] | None = None) -> None:
+        """Insert a new memory durably; ``IdTakenError`` if its id exists (in any profile).
+
+        ``on_insert`` runs inside the same transaction (the sync hook records the outbox there).
+        """
+        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
+        try:
+            with self.transaction() as c:
+                c.execute(
+                    f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})",
+                    memory_to_row(memory),
+                )
+                if on_insert is not None:
+                    on_insert(c, memory)
+        except sqlite3.IntegrityError as exc:
+            if "memories.id" in str(exc) or "UNIQUE" in str(exc):
+                raise IdTakenError(f"id {memory.id} already exists") from None
+            raise
+
+    def upsert(self, memory: Memory) -> None:
+        """Insert or fully replace a memory (used by sync pulls and imports)."""
+        cols = ", ".join(MEMORY_COLUMNS)
+        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in MEMORY_COLUMNS if c != "id")
+        with self.transaction() as c:
+            c.execute(
+                f"INSERT INTO memories ({cols}) VALUES ({placeholders}) ON CONFLICT(id) DO UPDATE SET {updates}",
+                memory_to_row(memory),
+            )
+
+    def get(self, profile: str, memory_id: str) -> Memory:
+        rows = self.read(f"{_SELECT} WHERE id = ? AND profile = ?", (memory_id, profile))
+        if not rows:
+            raise NotFoundError(f"no memory {memory_id} in profile {profile}")
+        return row_to_memory(rows[0])
+
+    def find(self, memory_id: str) -> Memory | None:
+        """A memory by id in any profile (ids are unique across the store)."""
+        rows = self.read(f"{_SELECT} WHERE id = ?", (memory_id,))
+        return row_to_memory(rows[0]) if rows else None
+
+    def exists(self, memory_id: str) -> bool:
+        return bool(self.read("SELECT 1 FROM memories WHERE id = ?", (memory_id,)))
+
+    def list(self, profile: str, limit: int, offset: int) -> Page:
+        with self._lock:
+            total = self.conn.execute("SELECT count(*) FROM memories WHERE profile = ?", (profile,)).fetchone()[0]
+            rows = self.conn.execute(
+                f"{_SELECT} WHERE profile = ? ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
+                (profile, limit, offset),
+            ).fetchall()
+        return Page([row_to_memory(r) for r in rows], total, limit, offset)
+
+    def iter_profile(self, profile: str, *, active_only: bool = False) -> list[Memory]:
+        sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
+        return [row_to_memory(r) for r in self.read(sql, (profile,))]
+
+    def delete(
+        self,
+        profile: str,
+        memory_id: str,
+        *,
+        on_delete: Callable[[sqlite3.Connection, Memory], None] | None = None,
+    ) -> Memory:
+        """Delete durably and return what was deleted; ``NotFoundError`` if absent."""
+        with self.transaction() as c:
+            row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (memory_id, profile)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no memory {memory_id} in profile {profile}")
+            memory = row_to_memory(row)
+            c.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+            if on_delete is not None:
+                on_delete(c, memory)
+        return memory
+
+    def mark_accessed(self, profile: str, ids: Sequence[str], now: datetime) -> int:
+        """accessCount + 1, lastAccessedAt = now and staleness recomputed, in one transaction.
+
+        The bump is also added to ``access_delta`` so that the sync can merge it into the bucket
+        without losing other hosts' bumps. Returns how many memories were updated.
+        """
+        if not ids:
+            return 0
+        from .model import compute_staleness
+
+        now_us = to_us(now)
+        updated = 0
+        with self.transaction() as c:
+            for mid in dict.fromkeys(ids):
+                row = c.execute(
+                    "SELECT category, confidence, access_count, created_us, last_accessed_us FROM memories"
+                    " WHERE id = ? AND profile = ?",
+                    (mid, profile),
+                ).fetchone()
+                if row is None:
+                    continue  # deleted meanwhile: nothing to bump
+                category, confidence, count, created_us, last_us = row
+                last = max(last_us or 0, now_us or 0)
+                staleness = compute_staleness(
+                    category=category,
+                    confidence=confidence,
+                    access_count=count + 1,
+                    created_at=from_us(created_us),  # type: ignore[arg-type]
+                    last_accessed_at=from_us(last),
+                    now=now,
+                )
+                c.execute(
+                    "UPDATE memories SET access_count = access_count + 1, access_delta = access_delta + 1,"
+                    " last_accessed_us = ?, staleness = ? WHERE id = ?",
+                    (last, staleness, mid),
+                )
+                updated += 1
+        return updated
+
+    def profiles(self) -> dict[str, int]:
+        """Memory count per profile, largest first."""
+        rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")
+        return {p: n for p, n in rows}
+
+    def count(self) -> int:
+        return self.read("SELECT count(*) FROM memories")[0][0]
+
+    # --- key/value metadata -------------------------------------------------------------------
+
+    def meta_get(self, key: str) -> str | None:
+        rows = self.read("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self.transaction() as c:
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def integrity_check(self) -> str:
+        return self.read("PRAGMA integrity_check")[0][0]
