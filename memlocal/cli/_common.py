@@ -69,9 +69,8 @@ class MemlocalGroup(click.Group):
 
 
 @click.group(cls=MemlocalGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", type=click.Path(dir_okay=False), 
-              
-              help="SQLite database file (default: in the user data dir).")
+@click.option("--db", type=click.Path(dir_okay=False),
+              help="SQLite database file (env MEMLOCAL_DB; default: in the user data dir).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML config file (else MEMLOCAL_CONFIG, else the user config dir).")
 @click.version_option(package_name="memlocal")
