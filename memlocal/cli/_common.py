@@ -61,6 +61,23 @@ class MemlocalGroup(click.Group):
                 cmd = ep.load()
         return cmd
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Run the CLI, printing every error, usage errors included, as one line on stderr."""
+        kwargs.pop("standalone_mode", None)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("Error: aborted", err=True)
+            sys.exit(1)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"Error: {exc.format_message()}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"Error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

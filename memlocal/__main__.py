@@ -1,0 +1,5 @@
+"""``python -m memlocal`` runs the CLI."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,84 @@
+"""Several processes on one database, and a process killed mid-stream: nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memlocal import MemoryBank
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from memlocal import MemoryBank
+    path, worker, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with MemoryBank(path) as bank:
+        for i in range(count):
+            bank.save("shared", f"worker {worker} memory {i}", use_llm=False)
+    """
+)
+
+STREAM = textwrap.dedent(
+    """
+    import sys
+    from memlocal import MemoryBank
+    bank = MemoryBank(sys.argv[1])
+    i = 0
+    while True:
+        result = bank.save("stream", f"streamed memory {i} " + "x" * (i % 500), use_llm=False)
+        # Acknowledge only after save() returned: the line is the caller's proof of a done save.
+        sys.stdout.write(result.memory.id + "\\n")
+        sys.stdout.flush()
+        i += 1
+    """
+)
+
+
+@pytest.mark.slow
+def test_four_processes_saving_at_once(db_path: Path) -> None:
+    MemoryBank(db_path).close()  # create the schema first, as a deployed host would have it
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), str(w), "500"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in range(4)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+        assert "locked" not in err
+    with MemoryBank(db_path) as bank:
+        page = bank.list("shared", limit=1000)
+        assert page.total == 2000
+        texts = set()
+        for offset in range(0, 2000, 1000):
+            texts |= {m.raw_input for m in bank.list("shared", limit=1000, offset=offset)}
+        assert texts == {f"worker {w} memory {i}" for w in range(4) for i in range(500)}
+        assert bank.store.integrity_check() == "ok"
+
+
+@pytest.mark.slow
+def test_sigkill_mid_stream_loses_no_acknowledged_save(db_path: Path) -> None:
+    MemoryBank(db_path).close()
+    proc = subprocess.Popen([sys.executable, "-c", STREAM, str(db_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acknowledged: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        acknowledged.append(line.strip())
+        if len(acknowledged) >= 300:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    # Lines already written by the child before the kill are acknowledged too.
+    acknowledged += [line.strip() for line in proc.stdout.read().splitlines() if line.strip()]
+    with MemoryBank(db_path) as bank:
+        assert bank.store.integrity_check() == "ok"
+        present = {m.id for m in bank.store.iter_profile("stream")}
+        assert set(acknowledged) <= present
+        assert len(present) >= 300

@@ -1,0 +1,134 @@
+"""Every bad input gets a clear one-line error and leaves the store unchanged."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from click.testing import CliRunner
+
+from memlocal import InputTooLargeError, MemoryBank, NotFoundError, ValidationError
+from memlocal.cli import main
+
+
+def snapshot(path: Path) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT * FROM memories ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def seeded(bank: MemoryBank) -> MemoryBank:
+    bank.save("alice", content="Prefers dark mode", category="preference")
+    bank.save("bob", "Works on the billing service")
+    return bank
+
+
+def assert_rejected(bank: MemoryBank, call: Callable[[], Any], exc: type[Exception], *needles: str) -> None:
+    before = snapshot(bank.path)
+    with pytest.raises(exc) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and message
+    for needle in needles:
+        assert needle in message
+    assert snapshot(bank.path) == before
+
+
+def test_raw_input_over_the_cap_by_one_byte(seeded: MemoryBank) -> None:
+    assert_rejected(seeded, lambda: seeded.save("alice", "x" * 4097), InputTooLargeError, "4097", "4096")
+
+
+def test_raw_input_at_the_cap_is_accepted(seeded: MemoryBank) -> None:
+    m = seeded.save("alice", "x" * 4096).memory
+    assert len(m.raw_input.encode()) == 4096
+
+
+def test_multibyte_characters_at_the_edge(seeded: MemoryBank) -> None:
+    # 1365 three-byte characters = 4095 bytes; one more "é" (2 bytes) crosses the cap.
+    at_edge = "€" * 1365 + "a"  # 4096 bytes
+    assert seeded.save("alice", at_edge).memory.raw_input == at_edge
+    over = "€" * 1365 + "é"  # 4097 bytes though only 1366 characters
+    assert_rejected(seeded, lambda: seeded.save("alice", over), InputTooLargeError, "4097 bytes", "4096")
+
+
+def test_content_is_capped_too(seeded: MemoryBank) -> None:
+    assert_rejected(seeded, lambda: seeded.save("alice", content="y" * 5000), InputTooLargeError, "5000")
+
+
+@pytest.mark.parametrize("profile", ["../x", "a/b", "", ".hidden", "a b", "x" * 65, "naïve", "a\\b", "a\x00b"])
+def test_bad_profile_names(seeded: MemoryBank, profile: str) -> None:
+    assert_rejected(seeded, lambda: seeded.save(profile, "hello"), ValidationError, "invalid profile name")
+    assert_rejected(seeded, lambda: seeded.list(profile), ValidationError, "invalid profile name")
+
+
+@pytest.mark.parametrize("memory_id", ["mem-123", "mem-ABCDEF12", "mem-0123456789", "../mem-01234567", "", "x"])
+def test_bad_ids(seeded: MemoryBank, memory_id: str) -> None:
+    assert_rejected(seeded, lambda: seeded.get("alice", memory_id), ValidationError, "invalid memory id")
+    assert_rejected(seeded, lambda: seeded.delete("alice", memory_id), ValidationError, "invalid memory id")
+
+
+def test_unknown_category(seeded: MemoryBank) -> None:
+    assert_rejected(seeded, lambda: seeded.save("alice", "x", category="opinion"), ValidationError, "unknown category")
+
+
+@pytest.mark.parametrize("confidence", [-0.01, 1.01, float("nan"), float("inf"), "high", True])
+def test_confidence_outside_range(seeded: MemoryBank, confidence: Any) -> None:
+    assert_rejected(seeded, lambda: seeded.save("alice", "x", confidence=confidence), ValidationError, "confidence")
+
+
+def test_summary_over_fifty_characters(seeded: MemoryBank) -> None:
+    assert_rejected(seeded, lambda: seeded.save("alice", "x", summary="s" * 51), ValidationError, "50")
+
+
+def test_empty_and_missing_input(seeded: MemoryBank) -> None:
+    assert_rejected(seeded, lambda: seeded.save("alice"), ValidationError, "rawInput or content")
+    assert_rejected(seeded, lambda: seeded.save("alice", "   "), ValidationError, "empty")
+
+
+def test_missing_id_on_get_and_delete(seeded: MemoryBank) -> None:
+    assert_rejected(seeded, lambda: seeded.get("alice", "mem-00000000"), NotFoundError, "mem-00000000")
+    assert_rejected(seeded, lambda: seeded.delete("alice", "mem-00000000"), NotFoundError, "mem-00000000")
+
+
+def test_another_profiles_memory_is_not_found(seeded: MemoryBank) -> None:
+    bob_id = seeded.list("bob").memories[0].id
+    assert_rejected(seeded, lambda: seeded.get("alice", bob_id), NotFoundError)
+    assert_rejected(seeded, lambda: seeded.delete("alice", bob_id), NotFoundError)
+
+
+@pytest.mark.parametrize(("limit", "offset"), [(0, 0), (-1, 0), (10, -1), (100000, 0)])
+def test_bad_paging(seeded: MemoryBank, limit: int, offset: int) -> None:
+    assert_rejected(seeded, lambda: seeded.list("alice", limit=limit, offset=offset), ValidationError)
+
+
+# --- the same through the CLI: one line on stderr, non-zero exit, no traceback -------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["save", "--profile", "../x", "hello"],
+        ["save", "--profile", "alice", "x" * 4097],
+        ["save", "--profile", "alice", "--confidence", "2", "hi"],
+        ["save", "--profile", "alice", "--category", "opinion", "hi"],
+        ["save", "--profile", "alice"],
+        ["get", "--profile", "alice", "mem-zzzz"],
+        ["get", "--profile", "alice", "mem-00000000"],
+        ["delete", "--profile", "alice", "mem-00000000"],
+        ["list", "--profile", "a/b"],
+    ],
+)
+def test_cli_bad_input_is_one_line(seeded: MemoryBank, args: list[str]) -> None:
+    before = snapshot(seeded.path)
+    result = CliRunner().invoke(main, ["--db", str(seeded.path), *args])
+    assert result.exit_code != 0
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    assert snapshot(seeded.path) == before
