@@ -301,6 +301,34 @@ class Store:
                 raise IdTakenError(f"id {memory.id} already exists") from None
             raise
 
+    def import_batch(
+        self,
+        memories: Sequence[Memory],
+        *,
+        on_insert: Callable[[sqlite3.Connection, Memory], None] | None = None,
+    ) -> list[str]:
+        """Insert many memories in one durable transaction, never overwriting.
+
+        Returns one outcome per memory: ``imported``, ``unchanged`` (the id is already in that
+        profile) or a rejection reason (the id belongs to another profile).
+        """
+        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
+        insert = f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})"
+        outcomes: list[str] = []
+        with self.transaction() as c:
+            for memory in memories:
+                row = c.execute("SELECT profile FROM memories WHERE id = ?", (memory.id,)).fetchone()
+                if row is None:
+                    c.execute(insert, memory_to_row(memory))
+                    if on_insert is not None:
+                        on_insert(c, memory)
+                    outcomes.append("imported")
+                elif row[0] == memory.profile_name:
+                    outcomes.append("unchanged")
+                else:
+                    outcomes.append(f"id {memory.id} already belongs to a memory of profile {row[0]}")
+        return outcomes
+
     def upsert(self, memory: Memory) -> None:
         """Insert or fully replace a memory (used by sync pulls and imports)."""
         cols = ", ".join(MEMORY_COLUMNS)

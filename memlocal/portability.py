@@ -1,0 +1,121 @@
+"""JSON Lines export and import: one camelCase memory object per line.
+
+Import rules (decided here; the spec is silent):
+- every line is validated on its own; a bad line is reported with its number and reason and the
+  rest of the file is still imported;
+- ids and timestamps are kept, so exporting from one host and importing on another moves the
+  same memories, and importing the same file twice creates no duplicate: a line whose id is
+  already present in that profile is ``unchanged`` (the local copy, with any access counted
+  since, is kept: an import never overwrites);
+- a line whose id belongs to a memory of another profile is rejected with that reason;
+- ``profile`` (the CLI's ``--profile``) moves every imported memory into that profile;
+- imported memories go through the same write path as saves, so with a bucket configured they are
+  queued in the sync outbox and pushed by the next pass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import IO, Callable, Iterable, Iterator
+
+from .bank import MemoryBank
+from .errors import MemoryBankError
+from .model import Memory, validate_profile
+
+BATCH_SIZE = 500
+
+
+def export_memories(bank: MemoryBank, profile: str | None = None) -> Iterator[Memory]:
+    """Every memory of ``profile`` (or of all profiles), by profile, oldest first."""
+    profiles = [validate_profile(profile)] if profile is not None else sorted(bank.store.profiles())
+    for name in profiles:
+        memories = bank.store.iter_profile(name)
+        memories.sort(key=lambda m: (m.created_at, m.id))
+        yield from memories
+
+
+def write_jsonl(memories: Iterable[Memory], out: IO[str]) -> int:
+    count = 0
+    for memory in memories:
+        out.write(json.dumps(memory.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n")
+        count += 1
+    return count
+
+
+@dataclass
+class ImportReport:
+    """What an import did: counts, and each rejected line with its number and reason."""
+
+    imported: int = 0
+    unchanged: int = 0
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return f"imported {self.imported}, unchanged {self.unchanged}, rejected {len(self.rejected)}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "imported": self.imported,
+            "unchanged": self.unchanged,
+            "rejected": [{"line": n, "reason": r} for n, r in self.rejected],
+        }
+
+
+def _parse(line_no: int, line: str, profile: str | None) -> Memory:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise MemoryBankError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if profile is not None and isinstance(data, dict):
+        data = {**data, "profileName": profile}
+    return Memory.from_dict(data)
+
+
+def import_jsonl(
+    bank: MemoryBank,
+    lines: Iterable[str | bytes],
+    profile: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportReport:
+    """Validate and import JSON Lines; see the module docstring for the rules."""
+    if profile is not None:
+        validate_profile(profile)
+    report = ImportReport()
+    batch: list[tuple[int, Memory]] = []
+    on_insert = bank.replicator.record_save if bank.replicator else None
+
+    def flush() -> None:
+        outcomes = bank.store.import_batch([m for _, m in batch], on_insert=on_insert)
+        for (line_no, _), outcome in zip(batch, outcomes):
+            if outcome == "imported":
+                report.imported += 1
+            elif outcome == "unchanged":
+                report.unchanged += 1
+            else:
+                report.rejected.append((line_no, outcome))
+        batch.clear()
+
+    for line_no, raw in enumerate(lines, start=1):
+        if progress is not None:
+            progress(len(raw))
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.rejected.append((line_no, f"not valid UTF-8 (byte {exc.start})"))
+                continue
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            batch.append((line_no, _parse(line_no, line, profile)))
+        except MemoryBankError as exc:
+            report.rejected.append((line_no, str(exc)))
+            continue
+        if len(batch) >= BATCH_SIZE:
+            flush()
+    if batch:
+        flush()
+    report.rejected.sort()
+    return report

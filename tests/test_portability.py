@@ -1,0 +1,110 @@
+"""JSON Lines export and import: round trips, idempotence and per-line error reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from memlocal import MemoryBank
+from memlocal.cli import main
+
+
+def fill(bank: MemoryBank) -> None:
+    bank.save("alice", content="Prefers dark mode", category="preference", confidence=0.9, summary="dark mode")
+    bank.save("alice", "Deploys go out on Tuesdays")
+    bank.save("bob", content="Bob's team owns the billing service", category="fact")
+    bank.save("bob", "Übersetzungen bitte auf Deutsch — ✓ unicode survives")
+
+
+def cli(*args: str, input: str | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_export_fresh_database_import_is_equal_field_by_field(tmp_path: Path) -> None:
+    src, dst, dump = tmp_path / "src.db", tmp_path / "dst.db", tmp_path / "dump.jsonl"
+    with MemoryBank(src) as bank:
+        fill(bank)
+        before = {m.id: m for p in ("alice", "bob") for m in bank.list(p)}
+    code, _, err = cli("--db", str(src), "export", "--output", str(dump))
+    assert code == 0, err
+    lines = dump.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4 and all(json.loads(line)["id"] in before for line in lines)
+
+    code, out, err = cli("--db", str(dst), "import", str(dump))
+    assert code == 0, err
+    assert "imported 4, unchanged 0, rejected 0" in out
+    with MemoryBank(dst) as bank:
+        after = {m.id: m for p in ("alice", "bob") for m in bank.list(p)}
+    assert after == before  # every field, timestamps and ids included
+
+    code, out, _ = cli("--db", str(dst), "import", str(dump))
+    assert code == 0 and "imported 0, unchanged 4, rejected 0" in out
+    with MemoryBank(dst) as bank:
+        assert bank.stats()["totalMemories"] == 4
+
+
+def test_export_one_profile_to_stdout(tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    with MemoryBank(db) as bank:
+        fill(bank)
+    code, out, _ = cli("--db", str(db), "export", "--profile", "bob")
+    assert code == 0
+    assert {json.loads(line)["profileName"] for line in out.splitlines()} == {"bob"}
+    assert len(out.splitlines()) == 2
+
+
+def test_bad_lines_are_reported_by_number_and_the_rest_imported(tmp_path: Path) -> None:
+    good = {
+        "id": "mem-0000abcd", "profileName": "carol", "rawInput": "likes tea", "processedContent": "Carol likes tea",
+        "summary": "likes tea", "category": "preference", "source": "explicit", "confidence": 0.7,
+        "createdAt": "2026-01-02T03:04:05.123456789Z", "lastAccessedAt": "0001-01-01T00:00:00Z",
+        "accessCount": 2, "stalenessScore": 0.1, "isActive": True, "version": 1,
+    }
+    lines = [
+        json.dumps(good),                                             # 1 ok
+        "{not json",                                                  # 2 broken JSON
+        json.dumps({**good, "id": "mem-0000abce", "category": "opinion"}),   # 3 unknown category
+        "",                                                           # 4 blank: skipped silently
+        json.dumps({**good, "id": "mem-0000abcf", "confidence": 3}),  # 5 confidence out of range
+        json.dumps({**good, "id": "mem-0000abd0", "profileName": "../x"}),   # 6 bad profile
+        json.dumps({**good, "id": "bad-id"}),                         # 7 bad id
+        json.dumps({**good, "id": "mem-0000abd1", "rawInput": "x" * 5000}),  # 8 too large
+        json.dumps([1, 2]),                                           # 9 not an object
+        json.dumps({**good, "id": "mem-0000abd2", "summary": "fine"}),  # 10 ok
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode() + b'{"id": "\xff\xfe"}\n')  # 11 invalid UTF-8
+    db = tmp_path / "x.db"
+    code, out, err = cli("--db", str(db), "import", str(path))
+    assert code == 1
+    reported = {int(line.split(":")[0].split()[1]): line for line in err.splitlines()}
+    assert sorted(reported) == [2, 3, 5, 6, 7, 8, 9, 11]
+    assert "not valid JSON" in reported[2]
+    assert "unknown category" in reported[3]
+    assert "confidence" in reported[5]
+    assert "profile" in reported[6]
+    assert "memory id" in reported[7]
+    assert "4096" in reported[8]
+    assert "UTF-8" in reported[11]
+    assert "imported 2, unchanged 0, rejected 8" in out
+    with MemoryBank(db) as bank:
+        got = bank.get("carol", "mem-0000abcd")
+        assert got.access_count == 2 and got.created_at.microsecond == 123456
+        assert bank.stats()["totalMemories"] == 2
+
+
+def test_import_into_another_profile_and_id_clashes(tmp_path: Path) -> None:
+    src, dump = tmp_path / "src.db", tmp_path / "d.jsonl"
+    with MemoryBank(src) as bank:
+        fill(bank)
+    cli("--db", str(src), "export", "-p", "alice", "-o", str(dump))
+    code, out, _ = cli("--db", str(tmp_path / "new.db"), "import", str(dump), "--profile", "alice-copy", "--json")
+    assert code == 0 and json.loads(out)["imported"] == 2
+    # Into the source database under another name: the ids already belong to alice, never overwritten.
+    code, out, err = cli("--db", str(src), "import", str(dump), "--profile", "mallory")
+    assert code == 1 and "already belongs to a memory of profile alice" in err
+    with MemoryBank(src) as bank:
+        assert bank.stats()["perProfile"] == {"alice": 2, "bob": 2}
