@@ -7,12 +7,13 @@ network, and a save that returns only once it is committed durably.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from .config import Config
 from .errors import ValidationError
@@ -31,6 +32,14 @@ from .model import (
     validate_text_input,
 )
 from .store import IdTakenError, Page, Store
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+    from datetime import datetime
+
+    from .automation import AutomationNote
+    from .injection import AccessMarker, RenderedBlock
+    from .scoring import RecallIndex, ScoredMemory
 
 log = logging.getLogger("memlocal")
 
@@ -58,6 +67,15 @@ class Replicator(Protocol):
     def record_delete(self, conn: sqlite3.Connection, memory: Memory) -> None: ...
 
     def push_deleted(self, memory: Memory) -> bool: ...
+
+    def refresh_if_stale(self, profile: str, ttl: float) -> bool:
+        """Pull ``profile`` from the bucket if its last pull is older than ``ttl`` seconds."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
+        the last pass and error, skipped objects (the dashboard's sync panel)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -112,7 +130,10 @@ class MemoryBank:
         self.config = config if config is not None else Config.load()
         db_path = Path(path) if path is not None else self.config.db_path
         self.store = Store(db_path, busy_timeout_s=float(self.config["store.busy_timeout_s"]))
+        self._recall_index: RecallIndex | None = None  # built on first recall (memlocal.scoring)
+        self._access_marker: AccessMarker | None = None  # fire-and-forget access bumps
         self._extractor = extractor if extractor is not None else self._configured_extractor()
+        self._owns_extractor = extractor is None  # close only the processor we built
         if replicator is True:
             try:
                 self.replicator: Replicator | None = _load_replicator(self.config, self.store)
@@ -139,8 +160,13 @@ class MemoryBank:
         return self.store.path
 
     def close(self) -> None:
+        if self._access_marker is not None:
+            self._access_marker.close()  # drains queued access bumps first
         if self.replicator is not None:
             self.replicator.close()
+        close_extractor = getattr(self._extractor, "close", None) if self._owns_extractor else None
+        if close_extractor is not None:
+            close_extractor()  # the LLM processor's HTTP connection pool
         self.store.close()
 
     def __enter__(self) -> "MemoryBank":
@@ -232,6 +258,18 @@ class MemoryBank:
             self.replicator.push_deleted(memory)
         return memory
 
+    def refresh_if_stale(self, profile: str, ttl: float = 2.0) -> bool:
+        """Pull ``profile``'s memories from the bucket if the last pull is older than ``ttl`` s.
+
+        For readers that must see other hosts' saves promptly (the REST API). One pull at a time
+        per profile; a no-op returning ``False`` without a bucket, when fresh, or when the bucket
+        cannot be reached (the local copy is served). ``True`` when a pull completed.
+        """
+        validate_profile(profile)
+        if self.replicator is None:
+            return False
+        return self.replicator.refresh_if_stale(profile, ttl)
+
     # --- reads --------------------------------------------------------------------------------
 
     def get(self, profile: str, memory_id: str) -> Memory:
@@ -240,11 +278,50 @@ class MemoryBank:
         validate_id(memory_id)
         return self.store.get(profile, memory_id)
 
-    def list(self, profile: str, limit: int = 50, offset: int = 0) -> Page:
-        """Memories of ``profile``, newest first. Read-only: access counts do not change."""
+    def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None) -> Page:
+        """Memories of ``profile``, newest first, optionally of one ``category``. Read-only:
+        access counts do not change."""
         validate_profile(profile)
         _check_paging(limit, offset)
-        return self.store.list(profile, limit, offset)
+        if category is not None:
+            validate_category(category)
+        return self.store.list(profile, limit, offset, category=category)
+
+    def list_all(
+        self, limit: int = 50, offset: int = 0, *, q: str | None = None, category: str | None = None
+    ) -> Page:
+        """Memories of every profile, newest first, filtered by ``category`` and by ``q`` (a
+        substring of the text, case-insensitive for ASCII). Read-only, like ``list``."""
+        _check_paging(limit, offset)
+        if category is not None:
+            validate_category(category)
+        if q is not None and not isinstance(q, str):
+            raise ValidationError("q must be a string")
+        return self.store.list_all(limit, offset, q=q or None, category=category)
+
+    def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
+        """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
+        out: dict[str, list[Memory]] = {}
+        for memory in self.store.iter_all():
+            out.setdefault(memory.profile_name, []).append(memory)
+        return out
+
+    def profiles(self) -> builtins.list[dict[str, Any]]:
+        """``[{"name", "memoryCount", "lastActivityAt"}]``, newest activity first (a profile's
+        activity: its latest createdAt or lastAccessedAt). Counts are the ones ``stats`` gives."""
+        from .model import format_time
+        from .store import from_us
+
+        return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}  # type: ignore[arg-type]
+                for p, n, act in self.store.profile_activity()]
+
+    def sync_status(self) -> dict[str, Any]:
+        """The replicator's ``status()``; without a bucket, ``{"bucket": None, "localOnly": True,
+        "message": "no bucket configured (local only)"}``."""
+        if self.replicator is None:
+            return {"bucket": None, "localOnly": True, "message": "no bucket configured (local only)",
+                    "database": str(self.store.path)}
+        return {"localOnly": False, **self.replicator.status()}
 
     def stats(self) -> dict[str, Any]:
         """``{"totalMemories": N, "profilesWithMemory": K, "perProfile": {name: n}}``."""
@@ -255,9 +332,181 @@ class MemoryBank:
             "perProfile": per_profile,
         }
 
+    # --- relevance, recall and injection (memlocal.scoring, .injection, .automation) ----------
+
+    def _index(self) -> "RecallIndex":
+        if self._recall_index is None:
+            from .scoring import RecallIndex
+
+            self._recall_index = RecallIndex(self.store, int(self.config["recall.cache_profiles"]))
+        return self._recall_index
+
+    def query_with_relevance(
+        self,
+        profile: str,
+        query: str,
+        limit: int | None = None,
+        min_score: float | None = None,
+        exclude_ids: Iterable[str] = (),
+        *,
+        now: "datetime | None" = None,
+    ) -> "builtins.list[ScoredMemory]":
+        """The top ``limit`` active memories of ``profile`` for ``query``, best first, each with
+        its score breakdown. No side effects. Exactly what a full scan with the formula returns
+        (ties: newer createdAt, then id). Defaults: ``recall.limit`` (8), ``recall.min_score`` (0.05).
+        """
+        validate_profile(profile)
+        if not isinstance(query, str):
+            raise ValidationError("query must be a string")
+        limit, min_score = _check_recall_args(
+            self.config["recall.limit"] if limit is None else limit,
+            self.config["recall.min_score"] if min_score is None else min_score,
+        )
+        if isinstance(exclude_ids, str):
+            exclude_ids = (exclude_ids,)
+        exclude = [validate_id(i) for i in exclude_ids]
+        return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now)
+
+    def recall(
+        self,
+        profile: str,
+        query: str,
+        limit: int | None = None,
+        min_score: float | None = None,
+        exclude_ids: Iterable[str] = (),
+        *,
+        now: "datetime | None" = None,
+    ) -> "builtins.list[ScoredMemory]":
+        """``query_with_relevance``, then every returned memory is marked accessed (accessCount + 1,
+        lastAccessedAt = now, staleness recomputed) before this returns. The results show the
+        values the ranking used, from before the bump."""
+        results = self.query_with_relevance(profile, query, limit, min_score, exclude_ids, now=now)
+        if results:
+            self.store.mark_accessed(profile, [r.memory.id for r in results], now or utcnow())
+        return results
+
+    def mark_accessed(self, profile: str, ids: Iterable[str], *, now: "datetime | None" = None) -> "Future[int]":
+        """Mark memories accessed without waiting (fire-and-forget, on a background connection).
+
+        Returns a future of how many were updated; a failure is logged, never raised. Bad input
+        (profile name, ids) is still rejected here, synchronously.
+        """
+        validate_profile(profile)
+        checked = [validate_id(i) for i in ids]
+        if self._access_marker is None:
+            from .injection import AccessMarker
+
+            self._access_marker = AccessMarker(self.store.path, self.store.busy_timeout_s)
+        return self._access_marker.submit(profile, checked, now)
+
+    def render_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> "RenderedBlock":
+        """The memory block and the memories in it, without marking anything accessed."""
+        from .injection import build_memory_block
+
+        validate_profile(profile)
+        if not isinstance(query, str):
+            raise ValidationError("query must be a string")
+        index = self._index()
+
+        def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
+            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier)
+
+        return build_memory_block(
+            ranked,
+            budget=int(self.config["inject.budget_chars"]),
+            relevant_limit=int(self.config["inject.relevant_limit"]),
+            min_score=float(self.config["inject.min_score"]),
+        )
+
+    def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
+        """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
+        inject). The memories that made it in are marked accessed without waiting."""
+        block = self.render_context_block(profile, query, now=now)
+        if block.ids:
+            self.mark_accessed(profile, block.ids, now=now)
+        return block.text
+
+    def inject(
+        self,
+        profile: str,
+        tools: Iterable[str] | str | None,
+        prompt: str,
+        *,
+        query: str | None = None,
+        contexts: Iterable[str] = (),
+        automation_id: str | None = None,
+        now: "datetime | None" = None,
+    ) -> str:
+        """The prompt a run of ``profile`` starts with.
+
+        The memory block is added only when ``tools`` opts in (``@memory`` or a ``memory_*`` tool),
+        built for ``query`` (default: the prompt). Operator ``contexts`` go in their own block,
+        and ``automation_id``'s note in a scribe's-observation block; with none of these the
+        prompt is returned unchanged.
+        """
+        from .injection import assemble, memory_enabled, operator_block
+
+        validate_profile(profile)
+        if not isinstance(prompt, str):
+            raise ValidationError("prompt must be a string")
+        blocks = [operator_block(list(contexts))]
+        if automation_id is not None:
+            blocks.append(self.automation_note_block(automation_id))
+        if memory_enabled(tools):
+            blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
+        return assemble(blocks, prompt)
+
+    # --- automation notes ---------------------------------------------------------------------
+
+    def get_automation_note(self, automation_id: str) -> "AutomationNote | None":
+        """The note of ``automation_id``, or ``None``."""
+        from .automation import get_note
+
+        return get_note(self.store, automation_id)
+
+    def list_automation_notes(self) -> "builtins.list[AutomationNote]":
+        """Every automation's note, most recently written first."""
+        from .automation import list_notes
+
+        return list_notes(self.store)
+
+    def put_automation_note(self, automation_id: str, note: str) -> "AutomationNote | None":
+        """Replace the note (at most 4096 bytes); an empty note clears it and returns ``None``."""
+        from .automation import put_note
+
+        return put_note(self.store, automation_id, note)
+
+    def clear_automation_note(self, automation_id: str) -> bool:
+        """Remove the note; ``True`` if there was one."""
+        from .automation import clear_note
+
+        return clear_note(self.store, automation_id)
+
+    def delete_automation(self, automation_id: str) -> bool:
+        """Forget everything kept for a deleted automation (its note)."""
+        from .automation import delete_automation
+
+        return delete_automation(self.store, automation_id)
+
+    def automation_note_block(self, automation_id: str) -> str:
+        """The automation's note as a context block for its next run ("" without a note)."""
+        from .automation import note_block
+
+        note = self.get_automation_note(automation_id)
+        return note_block(note.note) if note is not None else ""
+
+
+def _check_recall_args(limit: object, min_score: object, max_limit: int = 1000) -> tuple[int, float]:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= max_limit):
+        raise ValidationError(f"limit must be an integer from 1 to {max_limit}, got {limit!r}")
+    if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not (0.0 <= min_score <= 1.0):
+        raise ValidationError(f"minScore must be a number from 0 to 1, got {min_score!r}")
+    return limit, float(min_score)
+
 
 def _check_paging(limit: object, offset: object, max_limit: int = 1000) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= max_limit):
         raise ValidationError(f"limit must be an integer from 1 to {max_limit}, got {limit!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValidationError(f"offset must be a non-negative integer, got {offset!r}")
+    # SQLite integers are 64-bit: a larger offset would overflow in the query, not just miss.
+    if isinstance(offset, bool) or not isinstance(offset, int) or not (0 <= offset < 2**63):
+        raise ValidationError(f"offset must be an integer from 0 to 2^63-1, got {offset!r}")

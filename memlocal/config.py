@@ -31,6 +31,9 @@ class Setting:
     help: str
     env: tuple[str, ...] = ()
     secret: bool = False
+    # A "friend" of another setting (the bucket's endpoint, region, keys): of its variables only
+    # the one with the same prefix as the variable that set the leader applies (DESIGN: Bucket).
+    follows: str = ""
 
 
 def default_db_path() -> Path:
@@ -48,9 +51,28 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("recall.min_score", float, 0.05, "lowest score recall returns", ("MEMLOCAL_RECALL_MIN_SCORE",)),
     Setting("inject.budget_chars", int, 2000, "character budget of the whole context block", ("MEMLOCAL_INJECT_BUDGET_CHARS",)),
     Setting("inject.relevant_limit", int, 8, "query-relevant entries in the context block", ("MEMLOCAL_INJECT_RELEVANT_LIMIT",)),
+    Setting("inject.min_score", float, 0.05, "lowest score of a query-relevant entry in the context block", ("MEMLOCAL_INJECT_MIN_SCORE",)),
+    Setting("recall.cache_profiles", int, 16, "profiles whose recall index a process keeps in memory", ("MEMLOCAL_RECALL_CACHE_PROFILES",)),
     Setting("llm.enabled", bool, True, "use the LLM processor when ANTHROPIC_API_KEY is set", ("MEMLOCAL_LLM_ENABLED",)),
     Setting("llm.model", str, "claude-haiku-4-5-20251001", "extraction model", ("ANTHROPIC_MEMORY_MODEL",)),
     Setting("llm.timeout_s", float, 5.0, "deadline for one whole extraction, retries included", ("MEMLOCAL_LLM_TIMEOUT_S",)),
+    # The bucket: INTERNAL_S3_BUCKET, else S3_BUCKET; its friends follow the prefix that was chosen.
+    Setting("bucket.name", str, "", "bucket for memory/<profile>/<id>.json; empty means local only", ("INTERNAL_S3_BUCKET", "S3_BUCKET")),
+    Setting("bucket.endpoint", str, "", "S3 endpoint URL; empty means AWS", ("INTERNAL_S3_ENDPOINT", "S3_ENDPOINT"), follows="bucket.name"),
+    Setting("bucket.region", str, "", "bucket region; empty means boto3's default chain", ("INTERNAL_S3_REGION", "S3_REGION"), follows="bucket.name"),
+    Setting("bucket.access_key_id", str, "", "access key; empty means boto3's credential chain", ("INTERNAL_S3_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID"), follows="bucket.name"),
+    Setting("bucket.secret_access_key", str, "", "secret key; empty means boto3's credential chain", ("INTERNAL_S3_SECRET_ACCESS_KEY", "S3_SECRET_ACCESS_KEY"), secret=True, follows="bucket.name"),
+    Setting("sync.interval_s", float, 30.0, "seconds between the daemon's reconciliation passes", ("MEMLOCAL_SYNC_INTERVAL_S",)),
+    Setting("sync.debounce_s", float, 1.0, "how long the daemon lets local writes settle before an early pass", ("MEMLOCAL_SYNC_DEBOUNCE_S",)),
+    Setting("sync.put_timeout_s", float, 3.0, "timeout of a save's write-through PUT (no retries: the outbox retries)", ("MEMLOCAL_SYNC_PUT_TIMEOUT_S",)),
+    Setting("sync.timeout_s", float, 10.0, "connect/read timeout of one bucket request during a pass", ("MEMLOCAL_SYNC_TIMEOUT_S",)),
+    Setting("sync.attempts", int, 5, "attempts per bucket request on throttling, 5xx and connection errors", ("MEMLOCAL_SYNC_ATTEMPTS",)),
+    Setting("sync.workers", int, 16, "concurrent bucket requests during a pass", ("MEMLOCAL_SYNC_WORKERS",)),
+    Setting("sync.mass_delete_min", int, 5, "a pass may delete this many of a profile's memories before the half-of-profile guard applies", ("MEMLOCAL_SYNC_MASS_DELETE_MIN",)),
+    Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",)),
+    Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",)),
+    Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",)),
+    Setting("serve.api_token", str, "", "when set, every REST request needs 'Authorization: Bearer <token>'", ("MEMLOCAL_API_TOKEN",), secret=True),
 )
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
@@ -143,11 +165,20 @@ class Config:
                 values[key] = _coerce(SETTINGS[key], value, str(path))
                 sources[key] = origin
 
+        env_used: dict[str, str] = {}
         for key, setting in SETTINGS.items():
-            for var in setting.env:
+            candidates = setting.env
+            if setting.follows:
+                # INTERNAL_S3_ENDPOINT goes with INTERNAL_S3_BUCKET, S3_ENDPOINT with S3_BUCKET;
+                # with no bucket variable set, the friends come from the file only.
+                leader = env_used.get(setting.follows, "")
+                prefix = leader.rsplit("_", 1)[0] + "_" if leader else None
+                candidates = tuple(v for v in candidates if prefix and v.startswith(prefix))
+            for var in candidates:
                 if env.get(var, "") != "":
                     values[key] = _coerce(setting, env[var], f"environment variable {var}")
                     sources[key] = f"env:{var}"
+                    env_used[key] = var
                     break
 
         for key, value in (overrides or {}).items():

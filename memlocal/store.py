@@ -148,9 +148,85 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     db["meta"].create({"key": str, "value": str}, pk="key")
 
 
+def _migration_2(db: sqlite_utils.Database) -> None:
+    """Change tracking for the recall index (owned by ``memlocal.scoring``; see docs/relevance.md).
+
+    ``profile_revs`` holds, per profile, a counter bumped by every insert, scoring-relevant update
+    and delete of its memories (``resets`` counts deletions and moves out), and each memory row
+    carries the ``rev`` of its last change. A process that caches a profile's recall index asks
+    one indexed row whether anything changed and then reads only the rows with a newer ``rev``;
+    triggers keep this true for every writer (other processes, the sync, the sqlite3 shell).
+    The FTS update trigger is narrowed to the indexed text columns, so that an access bump no
+    longer rewrites the full-text index.
+    """
+    c = db.conn
+    c.execute("ALTER TABLE memories ADD COLUMN rev INTEGER NOT NULL DEFAULT 0")
+    c.execute("CREATE INDEX memories_profile_rev ON memories (profile, rev)")
+    c.execute(
+        "CREATE TABLE profile_revs (profile TEXT PRIMARY KEY, rev INTEGER NOT NULL DEFAULT 0,"
+        " resets INTEGER NOT NULL DEFAULT 0)"
+    )
+    c.execute("INSERT INTO profile_revs (profile) SELECT DISTINCT profile FROM memories")
+    # Not "INSERT OR IGNORE": inside a trigger the outer statement's conflict policy wins, and
+    # an upsert's is ABORT. This form cannot conflict.
+    bump = (
+        "INSERT INTO profile_revs (profile) SELECT NEW.profile"
+        " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);"
+        " UPDATE profile_revs SET rev = rev + 1 WHERE profile = NEW.profile;"
+        " UPDATE memories SET rev = (SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
+        " WHERE id = NEW.id;"
+    )
+    c.execute(f"CREATE TRIGGER memories_rev_ai AFTER INSERT ON memories BEGIN {bump} END")
+    # Only columns that change a score, a rendering or membership; never rev itself.
+    c.execute(
+        "CREATE TRIGGER memories_rev_au AFTER UPDATE OF profile, processed_content, summary, category,"
+        " confidence, created_us, last_accessed_us, access_count, is_active ON memories BEGIN"
+        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1"
+        " WHERE profile = OLD.profile AND OLD.profile <> NEW.profile;"
+        f" {bump} END"
+    )
+    c.execute(
+        "CREATE TRIGGER memories_rev_ad AFTER DELETE ON memories BEGIN"
+        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1 WHERE profile = OLD.profile; END"
+    )
+    c.execute("DROP TRIGGER IF EXISTS memories_au")
+    c.execute(
+        "CREATE TRIGGER memories_au AFTER UPDATE OF processed_content, summary ON memories BEGIN"
+        " INSERT INTO memories_fts (memories_fts, rowid, processed_content, summary)"
+        " VALUES ('delete', old.rowid, old.processed_content, old.summary);"
+        " INSERT INTO memories_fts (rowid, processed_content, summary)"
+        " VALUES (new.rowid, new.processed_content, new.summary); END"
+    )
+
+
+def _migration_3(db: sqlite_utils.Database) -> None:
+    """The sync's state (owned by the ``sync`` package; see docs/sync.md).
+
+    ``sync_base``: per memory, what this host last synced with the bucket (the object's ETag and
+    the memory's content hash), the "base" of the three-way reconciliation. ``sync_outbox``: the
+    durable queue of saves and deletions not yet known to be in the bucket. ``sync_skipped``:
+    bucket objects that could not be used, with the reason, until they change or go away.
+    """
+    db["sync_base"].create(
+        {"id": str, "profile": str, "etag": str, "content_hash": str, "synced_us": int},
+        pk="id", not_null={"profile", "etag", "content_hash", "synced_us"},
+    )
+    db["sync_base"].create_index(["profile"], index_name="sync_base_profile")
+    db["sync_outbox"].create(
+        {"id": str, "profile": str, "op": str, "queued_us": int},
+        pk="id", not_null={"profile", "op", "queued_us"},
+    )
+    db["sync_skipped"].create(
+        {"key": str, "etag": str, "reason": str, "seen_us": int},
+        pk="key", not_null={"etag", "reason", "seen_us"},
+    )
+
+
 # Numbered schema migrations, applied in order inside one transaction each.
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migration_1,
+    2: _migration_2,
+    3: _migration_3,
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -280,6 +356,20 @@ class Store:
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
 
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every query inside sees the same committed state (WAL snapshot)."""
+        with self._lock:
+            if self.conn.in_transaction:  # already inside a transaction of this connection
+                yield self.conn
+                return
+            self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            finally:
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
+
     # --- memories -----------------------------------------------------------------------------
 
     def insert(self, memory: Memory, *, on_insert: Callable[[sqlite3.Connection, Memory], None] | None = None) -> None:
@@ -351,17 +441,58 @@ class Store:
         rows = self.read(f"{_SELECT} WHERE id = ?", (memory_id,))
         return row_to_memory(rows[0]) if rows else None
 
+    def get_many(
+        self, profile: str, ids: Sequence[str], *, conn: sqlite3.Connection | None = None
+    ) -> dict[str, Memory]:
+        """The memories of ``profile`` among ``ids`` (absent ones are left out), by id."""
+        if not ids:
+            return {}
+        # "+profile": look rows up by primary key, not by scanning the profile index
+        sql = f"{_SELECT} WHERE id IN ({', '.join('?' for _ in ids)}) AND +profile = ?"
+        if conn is not None:
+            rows = conn.execute(sql, (*ids, profile)).fetchall()
+        else:
+            rows = self.read(sql, (*ids, profile))
+        return {r[0]: row_to_memory(r) for r in rows}
+
     def exists(self, memory_id: str) -> bool:
         return bool(self.read("SELECT 1 FROM memories WHERE id = ?", (memory_id,)))
 
-    def list(self, profile: str, limit: int, offset: int) -> Page:
+    def list(self, profile: str, limit: int, offset: int, *, category: str | None = None) -> Page:
+        clause, params = ("profile = ?", [profile]) if category is None else (
+            "profile = ? AND category = ?", [profile, category])
         with self._lock:
-            total = self.conn.execute("SELECT count(*) FROM memories WHERE profile = ?", (profile,)).fetchone()[0]
+            total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
             rows = self.conn.execute(
-                f"{_SELECT} WHERE profile = ? ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
-                (profile, limit, offset),
+                f"{_SELECT} WHERE {clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
             ).fetchall()
         return Page([row_to_memory(r) for r in rows], total, limit, offset)
+
+    def list_all(self, limit: int, offset: int, *, q: str | None = None, category: str | None = None) -> Page:
+        """Memories of every profile, newest first, optionally filtered by ``category`` and by
+        ``q``: a substring of rawInput, processedContent or summary (SQLite ``lower()``, so the
+        match ignores case for ASCII letters only)."""
+        where: list[str] = []
+        params: list[Any] = []
+        if category is not None:
+            where.append("category = ?")
+            params.append(category)
+        if q:
+            where.append("(instr(lower(raw_input), lower(?)) OR instr(lower(processed_content), lower(?))"
+                         " OR instr(lower(summary), lower(?)))")
+            params += [q, q, q]
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        with self._lock:
+            total = self.conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
+            rows = self.conn.execute(
+                f"{_SELECT}{clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
+            ).fetchall()
+        return Page([row_to_memory(r) for r in rows], total, limit, offset)
+
+    def iter_all(self) -> list[Memory]:
+        """Every memory, by profile name and newest first within a profile."""
+        return [row_to_memory(r) for r in self.read(f"{_SELECT} ORDER BY profile, created_us DESC, id DESC")]
 
     def iter_profile(self, profile: str, *, active_only: bool = False) -> list[Memory]:
         sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
@@ -428,6 +559,15 @@ class Store:
         """Memory count per profile, largest first."""
         rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")
         return {p: n for p, n in rows}
+
+    def profile_activity(self) -> list[tuple[str, int, int]]:
+        """``(profile, memory count, last activity in µs)`` per profile, newest activity first;
+        a profile's activity is its latest createdAt or lastAccessedAt."""
+        rows = self.read(
+            "SELECT profile, count(*), max(max(created_us, coalesce(last_accessed_us, 0))) AS act"
+            " FROM memories GROUP BY profile ORDER BY act DESC, profile"
+        )
+        return [(p, n, act) for p, n, act in rows]
 
     def count(self) -> int:
         return self.read("SELECT count(*) FROM memories")[0][0]

@@ -65,21 +65,17 @@ class Reply:
         return Reply.text(json.dumps(data), **kw)
 
     @staticmethod
-    def tool_use(name: str, data: dict[str, Any], **kw: Any) -> "Reply":
-        """A forced tool call whose ``input`` is ``data``."""
-        block = {"type": "tool_use", "id": "toolu_fake01", "name": name, "input": data}
-        return Reply.message([block], stop_reason="tool_use", **kw)
+    def error(status: int, *, headers: dict[str, str] | None = None, **kw: Any) -> "Reply":
+        """An API error (e.g. 500 ``api_error``, 429 ``rate_limit_error``) in the API's error shape.
 
-    @staticmethod
-    def error(status: int, *, retry_after: float | None = None, **kw: Any) -> "Reply":
-        """An API error (e.g. 500 ``api_error``, 429 ``rate_limit_error``) in the API's error shape."""
+        ``headers`` adds e.g. ``retry-after`` / ``retry-after-ms`` / ``x-should-retry``.
+        """
         kinds = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                  429: "rate_limit_error", 529: "overloaded_error"}
         body = {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": f"fake {status}"}}
-        headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
-        if retry_after is not None:
-            headers += (("retry-after", f"{retry_after:g}"),)
-        return Reply(status=status, body=json.dumps(body).encode(), headers=headers, **kw)
+        extra = tuple((headers or {}).items())
+        return Reply(status=status, body=json.dumps(body).encode(),
+                     headers=(("Content-Type", "application/json"), *extra), **kw)
 
     @staticmethod
     def malformed(**kw: Any) -> "Reply":
@@ -149,13 +145,14 @@ class FakeAnthropic:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False
-        self._thread = threading.Thread(target=self.server.serve_forever, name="anthropic-fake", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, name="anthropic-fake", daemon=True
+        )
         self._thread.start()
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self.server.server_port}"
 
     def respond(self, *replies: Reply) -> None:
         """Serve ``replies`` to the next requests in order; the last one repeats."""
@@ -170,6 +167,11 @@ class FakeAnthropic:
             reply = self._replies[min(self._served, len(self._replies) - 1)]
             self._served += 1
             return reply
+
+    def clear(self) -> None:
+        """Forget the requests recorded so far (e.g. after a warm-up call)."""
+        with self._lock:
+            self._requests.clear()
 
     @property
     def requests(self) -> list[Request]:

@@ -11,7 +11,7 @@ import pytest
 from memlocal import MemoryBank
 
 # Plugin modules with fixtures for one area each (S3 server, fake Anthropic API, ...).
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["anthropic_fake", "s3server"]
 
 
 @pytest.fixture(autouse=True)

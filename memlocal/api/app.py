@@ -1,0 +1,407 @@
+"""The FastAPI application: the spec's per-profile and global endpoints, automation notes, health.
+
+Endpoints are plain ``def`` functions, so FastAPI runs them in its thread pool; the bank's SQLite
+connection is guarded by the store's lock, and no lock is held while the bank waits on the network
+(the LLM processor, the bucket), so concurrent requests are safe and do not serialise on I/O.
+
+When the store could not be opened, the app is built around the error instead of a bank: every
+``/api`` endpoint answers 503 with the reason and ``/healthz`` reports ``degraded``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Union
+
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from .. import __version__, dashboard
+from ..automation import _AUTOMATION_ID_RE
+from ..bank import MemoryBank
+from ..config import Config
+from ..errors import BankNotWiredError, ValidationError
+from ..model import CATEGORIES, CORE_CATEGORIES, _ID_RE, _PROFILE_RE
+from . import errors
+from .auth import BearerAuthMiddleware
+from .limits import BodySizeLimitMiddleware
+from .models import (
+    AutomationList,
+    AutomationNote,
+    GroupedMemories,
+    Health,
+    InjectionPreview,
+    MemoryCreateRequest,
+    MemoryPage,
+    MemoryResponse,
+    ProfileList,
+    SaveResponse,
+    SearchResponse,
+    Stats,
+    SyncStatus,
+)
+
+if TYPE_CHECKING:
+    from ..scoring import ScoredMemory
+
+log = logging.getLogger("memlocal.api")
+
+# The spec's RefreshIfStale TTL: dashboard reads see other hosts' saves within ~2 s.
+REFRESH_TTL_S = 2.0
+
+# The bank validates profile names and ids (one rule, one message, 400); these patterns only
+# document the rules in the schema, so they are taken from the validators' own expressions.
+
+
+def _profile_path() -> Any:
+    return Path(
+        description="Profile name: 1-64 characters of A-Z a-z 0-9 . _ -, not starting with '.'",
+        json_schema_extra={"pattern": f"^{_PROFILE_RE.pattern}$"},
+    )
+
+
+def _id_path() -> Any:
+    return Path(description="Memory id: mem- and 8 lowercase hex digits",
+                json_schema_extra={"pattern": f"^{_ID_RE.pattern}$"})
+
+
+def _automation_path() -> Any:
+    return Path(description="Automation id: 1-128 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit",
+                json_schema_extra={"pattern": f"^{_AUTOMATION_ID_RE.pattern}$"})
+
+
+_LIMIT_DOC = {"minimum": 1, "maximum": 1000}
+_OFFSET_DOC = {"minimum": 0}
+
+
+async def _bank(request: Request) -> MemoryBank:
+    """The wired bank, or 503 with the reason it could not be opened. (``async``: no thread hop.)"""
+    wired = request.app.state.bank
+    if isinstance(wired, BaseException):
+        raise BankNotWiredError(f"the memory bank is not wired: {wired}")
+    return wired
+
+
+BankDep = Depends(_bank)
+
+
+def _refresh(bank: MemoryBank, profiles: list[str] | None = None) -> None:
+    """The spec's RefreshIfStale before a read (a no-op without a bucket or when fresh).
+
+    ``None`` refreshes every profile this host knows of (the global endpoints).
+    """
+    if bank.replicator is None:
+        return
+    for profile in profiles if profiles is not None else list(bank.stats()["perProfile"]):
+        bank.refresh_if_stale(profile, REFRESH_TTL_S)
+
+
+router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
+
+# --- per-profile --------------------------------------------------------------------------------
+
+
+@router.get(
+    "/profiles/{name}/memories",
+    response_model=MemoryPage,
+    summary="List a profile's memories",
+    responses=errors.error_responses(400, 422),
+)
+def list_memories(
+    name: str = _profile_path(),
+    limit: int = Query(50, json_schema_extra=_LIMIT_DOC),
+    offset: int = Query(0, json_schema_extra=_OFFSET_DOC),
+    category: str | None = Query(None, description="Keep one category", json_schema_extra={"enum": list(CATEGORIES)}),
+    bank: MemoryBank = BankDep,
+) -> dict[str, Any]:
+    """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``. Read-only:
+    access counts do not change."""
+    _refresh(bank, [name])
+    return bank.list(name, limit=limit, offset=offset, category=category).to_dict()
+
+
+@router.post(
+    "/profiles/{name}/memories",
+    response_model=SaveResponse,
+    status_code=201,
+    summary="Create a memory",
+    responses=errors.error_responses(400, 413, 422),
+)
+def create_memory(
+    body: MemoryCreateRequest,
+    name: str = _profile_path(),
+    bank: MemoryBank = BankDep,
+) -> dict[str, Any]:
+    """Save a memory from ``rawInput`` (structured by the LLM processor when one is configured)
+    and/or ``content``. Returns once it is committed durably; ``synced`` says whether the bucket
+    has it yet (always false without a bucket)."""
+    result = bank.save(
+        name,
+        body.raw_input,
+        content=body.content,
+        summary=body.summary,
+        category=body.category,
+        confidence=body.confidence,
+    )
+    return result.to_dict()
+
+
+@router.get(
+    "/profiles/{name}/memories/search",
+    response_model=SearchResponse,
+    summary="Search a profile's memories by relevance",
+    responses=errors.error_responses(400, 422),
+)
+def search_memories(
+    name: str = _profile_path(),
+    q: str = Query(description="The query text"),
+    limit: int | None = Query(None, description="Default: recall.limit (8)", json_schema_extra=_LIMIT_DOC),
+    min_score: float | None = Query(
+        None, alias="minScore", description="Default: recall.min_score (0.05)",
+        json_schema_extra={"minimum": 0, "maximum": 1},
+    ),
+    bank: MemoryBank = BankDep,
+) -> dict[str, Any]:
+    """Ranked best first, each with its score breakdown. A dashboard read: unlike the
+    ``memory_recall`` tool, it does not bump ``accessCount`` or ``lastAccessedAt``."""
+    _refresh(bank, [name])
+    results = bank.query_with_relevance(name, q, limit=limit, min_score=min_score)
+    return {"results": [r.to_dict() for r in results]}
+
+
+@router.get(
+    "/profiles/{name}/injection-preview",
+    response_model=InjectionPreview,
+    summary="Preview the memory block prompt injection would add",
+    responses=errors.error_responses(400, 422),
+)
+def injection_preview(
+    name: str = _profile_path(),
+    q: str = Query(description="The query (a run's prompt)"),
+    bank: MemoryBank = BankDep,
+) -> dict[str, Any]:
+    """The exact ``--- CONTEXT FROM MEMORY ---`` block for ``q`` (as for a profile that opts in
+    to ``@memory``), its length against ``inject.budget_chars``, the entries in it and the ones
+    the budget trimmed. A dashboard read: nothing is marked accessed."""
+    _refresh(bank, [name])
+    rendered = bank.render_context_block(name, q)
+
+    def entry(scored: "ScoredMemory") -> dict[str, Any]:  # the tiers split the categories
+        return {**scored.to_dict(), "tier": "core" if scored.memory.category in CORE_CATEGORIES else "relevant"}
+
+    return {
+        "query": q,
+        "block": rendered.text,
+        "chars": len(rendered.text),
+        "budget": int(bank.config["inject.budget_chars"]),
+        "included": [entry(s) for s in (*rendered.core, *rendered.relevant)],
+        "trimmed": [entry(s) for s in rendered.trimmed],
+    }
+
+
+@router.get("/profiles", response_model=ProfileList, summary="Every profile, newest activity first")
+def list_profiles(bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """Each profile with its memory count (as in the stats) and its latest createdAt or
+    lastAccessedAt, newest activity first. Read-only."""
+    _refresh(bank)
+    return {"profiles": bank.profiles()}
+
+
+@router.get(
+    "/profiles/{name}/memories/{id}",
+    response_model=MemoryResponse,
+    summary="Get one memory",
+    responses=errors.error_responses(400, 404, 422),
+)
+def get_memory(name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """One memory of the profile (404 when absent, or in another profile). Read-only."""
+    _refresh(bank, [name])
+    return {"memory": bank.get(name, id).to_dict()}
+
+
+@router.delete(
+    "/profiles/{name}/memories/{id}",
+    status_code=204,
+    response_class=Response,
+    summary="Delete one memory",
+    responses=errors.error_responses(400, 404, 422),
+)
+def delete_memory(name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> Response:
+    """Delete one memory of the profile (and from the bucket, when one is configured)."""
+    bank.delete(name, id)
+    return Response(status_code=204)
+
+
+# --- global ---------------------------------------------------------------------------------------
+
+
+@router.get(
+    "/memory-bank",
+    response_model=Union[GroupedMemories, MemoryPage],
+    summary="All memories, grouped by profile or as a flattened page",
+    responses=errors.error_responses(400, 422),
+)
+def memory_bank(
+    limit: int | None = Query(None, description="Page size (default 50)", json_schema_extra=_LIMIT_DOC),
+    offset: int | None = Query(None, description="Default 0", json_schema_extra=_OFFSET_DOC),
+    q: str | None = Query(
+        None, description="Keep memories whose rawInput, processedContent or summary contains this text"
+    ),
+    category: str | None = Query(None, json_schema_extra={"enum": list(CATEGORIES)}),
+    bank: MemoryBank = BankDep,
+) -> dict[str, Any]:
+    """Without parameters: ``{"profiles": {name: [memories newest first]}}``. With any of
+    ``limit``, ``offset``, ``q``, ``category``: one page across profiles, newest first,
+    ``{"memories", "total", "limit", "offset"}``. Read-only."""
+    _refresh(bank)
+    if limit is None and offset is None and q is None and category is None:
+        return {"profiles": {p: [m.to_dict() for m in ms] for p, ms in bank.grouped().items()}}
+    page = bank.list_all(limit if limit is not None else 50, offset or 0, q=q, category=category)
+    return page.to_dict()
+
+
+@router.get("/memory-bank/stats", response_model=Stats, summary="Roll-up counts")
+def memory_bank_stats(bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """Total memories, profiles with memory, and per-profile counts."""
+    _refresh(bank)
+    return bank.stats()
+
+
+# --- automation notes -----------------------------------------------------------------------------
+
+_NOTE_BODY = {
+    "requestBody": {
+        "required": False,
+        "description": "The new note, as text or as {\"memory\": \"...\"}; an empty body clears it.",
+        "content": {
+            "text/plain": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"$ref": "#/components/schemas/AutomationNote"}},
+        },
+    }
+}
+
+
+def _note_from_body(body: bytes, content_type: str) -> str:
+    """The note a PUT carries: raw text, or ``{"memory": "..."}`` (a JSON string is taken too)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationError("the note is not valid UTF-8 text") from None
+    media = content_type.split(";")[0].strip().lower()
+    if not (media == "application/json" or media.endswith("+json")) or not text.strip():
+        return text
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(f"request body is not valid JSON: {exc}") from None
+    if isinstance(data, str):
+        return data
+    if isinstance(data, dict) and set(data) == {"memory"} and isinstance(data["memory"], (str, type(None))):
+        return data["memory"] or ""
+    raise ValidationError('a JSON body must be {"memory": "<text>"}')
+
+
+@router.get("/automations", response_model=AutomationList, summary="Every automation note")
+def list_automation_notes(bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """Every automation that has a note, most recently written first (an automation without a
+    note is not known to the bank)."""
+    return {"automations": [n.to_dict() for n in bank.list_automation_notes()]}
+
+
+@router.get(
+    "/automations/{id}/memory",
+    response_model=AutomationNote,
+    summary="Read an automation's note",
+    responses=errors.error_responses(400, 422),
+)
+def get_automation_note(id: str = _automation_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """The note its automation agent rewrote after the last firing ("" when it has none)."""
+    note = bank.get_automation_note(id)
+    return {"memory": note.note if note is not None else ""}
+
+
+@router.put(
+    "/automations/{id}/memory",
+    response_model=AutomationNote,
+    summary="Replace (or clear) an automation's note",
+    responses=errors.error_responses(400, 413, 422),
+    openapi_extra=_NOTE_BODY,
+)
+async def put_automation_note(
+    request: Request, id: str = _automation_path(), bank: MemoryBank = BankDep
+) -> dict[str, Any]:
+    """Replace the note with the body (text, or ``{"memory": "..."}``), trimmed, at most 4096
+    bytes of UTF-8 (else 413); an empty or blank body clears it. Answers the stored note."""
+    text = _note_from_body(await request.body(), request.headers.get("content-type", ""))
+    stored = await run_in_threadpool(bank.put_automation_note, id, text)
+    return {"memory": stored.note if stored is not None else ""}
+
+
+@router.delete(
+    "/automations/{id}",
+    status_code=204,
+    response_class=Response,
+    summary="Remove an automation (its note goes with it)",
+    responses=errors.error_responses(400, 422),
+)
+def delete_automation(id: str = _automation_path(), bank: MemoryBank = BankDep) -> Response:
+    """The schedule is gone: its note dies with it (204 whether or not it had one). The
+    memories its agents saved stay."""
+    bank.delete_automation(id)
+    return Response(status_code=204)
+
+
+# --- sync ---------------------------------------------------------------------------------------
+
+
+@router.get("/sync/status", response_model=SyncStatus, summary="The bucket sync's status")
+def sync_status(bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """What ``memlocal sync status --json`` shows: the bucket in use and where its name came
+    from, what is pending (the outbox), the last pass and its result, the last error, skipped
+    objects. Without a bucket: ``localOnly`` and the message "no bucket configured (local only)"."""
+    return bank.sync_status()
+
+
+# --- the app --------------------------------------------------------------------------------------
+
+
+def create_app(
+    bank_or_error: MemoryBank | BaseException, config: Config | None = None, *, token: str | None = None
+) -> FastAPI:
+    """Build the API around an open bank, or around the error that kept it from opening (503s).
+
+    When a token is set (``token``, else ``serve.api_token`` of ``config``, else of the bank's
+    config), every request must carry it as a bearer token. The caller owns the bank and closes it.
+    """
+    if token is None:
+        if config is None and isinstance(bank_or_error, MemoryBank):
+            config = bank_or_error.config
+        token = str(config["serve.api_token"] or "") if config is not None else ""
+    app = FastAPI(
+        title="memlocal",
+        version=__version__,
+        description="The Memory Bank REST API. See docs/rest.md. Errors are "
+        '`{"error": {"code": ..., "message": ...}}`.',
+        generate_unique_id_function=lambda route: route.name,  # operationId = the function's name
+    )
+    app.state.bank = bank_or_error
+    errors.install(app)
+    app.include_router(router)
+    dashboard.install(app)  # the web page at / (docs/dashboard.md)
+
+    @app.get("/healthz", response_model=Health, summary="Health", responses=errors.error_responses(401))
+    def healthz(request: Request) -> dict[str, Any]:
+        """``ok`` when the bank is wired, else ``degraded`` with the reason (still 200: the
+        server is up and answers every memory endpoint with 503)."""
+        wired = request.app.state.bank
+        if isinstance(wired, BaseException):
+            return {"status": "degraded", "reason": errors.one_line(wired), "version": __version__}
+        return {"status": "ok", "reason": None, "version": __version__}
+
+    # Outermost first at run time: authentication, then the body cap.
+    app.add_middleware(BodySizeLimitMiddleware)
+    if token:
+        app.add_middleware(BearerAuthMiddleware, token=token, public_paths=dashboard.PUBLIC_PATHS,
+                           public_prefixes=dashboard.PUBLIC_PREFIXES)
+    return app

@@ -1,0 +1,219 @@
+"""Pydantic models of the REST API's request and response bodies (the OpenAPI schema).
+
+JSON field names are camelCase, as everywhere in memlocal. Request models check types only;
+the values (profile names, ids, categories, the confidence range, the rawInput cap) are checked
+by :class:`memlocal.MemoryBank`, so the API, the CLI and the tools share one set of rules and
+messages. The constraints are still written into the schema, for clients and for ``/docs``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict
+
+from ..model import CATEGORIES, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS
+
+_CATEGORY_SCHEMA: JsonDict = {"enum": list(CATEGORIES)}
+_TIME: JsonDict = {"format": "date-time"}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ErrorDetail(_Model):
+    """One error: a stable machine code and a one-line human message."""
+
+    code: str = Field(description="invalid_input, too_large, not_found, unauthorized, not_wired, ...")
+    message: str
+
+
+class ErrorResponse(_Model):
+    """Every error the API answers has this body."""
+
+    error: ErrorDetail
+
+
+class MemoryOut(_Model):
+    """A memory, as stored (fields written by other implementations are passed through)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    id: str = Field(pattern=r"^mem-[0-9a-f]{8}$")
+    profile_name: str
+    raw_input: str
+    processed_content: str
+    summary: str
+    category: str = Field(json_schema_extra=_CATEGORY_SCHEMA)
+    source: str
+    confidence: float
+    created_at: str = Field(json_schema_extra=_TIME)
+    last_accessed_at: str = Field(
+        json_schema_extra=_TIME, description="0001-01-01T00:00:00Z when never accessed"
+    )
+    access_count: int
+    staleness_score: float
+    is_active: bool
+    version: int
+
+
+class MemoryPage(_Model):
+    """A page of memories, newest first, and the total it was cut from."""
+
+    memories: list[MemoryOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class MemoryCreateRequest(_Model):
+    """A new memory: ``rawInput`` (free text, structured by the LLM processor when configured)
+    or ``content`` (pre-structured), or both."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    raw_input: str | None = Field(
+        None, description=f"free text, at most {RAW_INPUT_MAX_BYTES} bytes of UTF-8 (else 413)"
+    )
+    content: str | None = Field(None, description="pre-structured content; skips the LLM processor")
+    summary: str | None = Field(None, json_schema_extra={"maxLength": SUMMARY_MAX_CHARS})
+    category: str | None = Field(None, json_schema_extra=_CATEGORY_SCHEMA)
+    confidence: Annotated[float | None, Field(strict=True)] = Field(
+        None, json_schema_extra={"minimum": 0, "maximum": 1}
+    )
+
+
+class SaveResponse(_Model):
+    """A created memory, and whether the bucket already has it (false without a bucket)."""
+
+    memory: MemoryOut
+    synced: bool
+
+
+class MemoryResponse(_Model):
+    memory: MemoryOut
+
+
+class Weights(_Model):
+    """The effective weights after the maturity redistribution."""
+
+    recency: float
+    usage: float
+    topic: float
+
+
+class Breakdown(_Model):
+    """How a score was made: score = (wR·recency + wU·usage + wT·topic) · confidenceMul."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    recency: float
+    usage: float
+    topic: float
+    confidence_mul: float
+    weights: Weights
+    maturity: float
+    score: float
+
+
+class SearchResult(_Model):
+    memory: MemoryOut
+    score: float
+    breakdown: Breakdown
+
+
+class SearchResponse(_Model):
+    """Ranked best first. A read for dashboards: access counts are not bumped."""
+
+    results: list[SearchResult]
+
+
+class GroupedMemories(_Model):
+    """Every memory, grouped by profile (newest first within each profile)."""
+
+    profiles: dict[str, list[MemoryOut]]
+
+
+class Stats(_Model):
+    total_memories: int
+    profiles_with_memory: int
+    per_profile: dict[str, int]
+
+
+class AutomationNote(_Model):
+    """An automation's note; the empty string when it has none."""
+
+    memory: str
+
+
+class Health(_Model):
+    """``ok`` when the bank is wired; ``degraded`` (with the reason) when it is not."""
+
+    status: Literal["ok", "degraded"]
+    reason: str | None = None
+    version: str
+
+
+# --- the dashboard's reads ------------------------------------------------------------------------
+
+
+class ProfileSummary(_Model):
+    """One profile: its memory count (as in the stats) and its latest createdAt or lastAccessedAt."""
+
+    name: str
+    memory_count: int
+    last_activity_at: str = Field(json_schema_extra=_TIME)
+
+
+class ProfileList(_Model):
+    """Every profile with memories, newest activity first."""
+
+    profiles: list[ProfileSummary]
+
+
+class PreviewEntry(SearchResult):
+    """A memory the context block considered, with its tier (core: preference and fact)."""
+
+    tier: Literal["core", "relevant"]
+
+
+class InjectionPreview(_Model):
+    """The exact memory block that prompt injection would prepend for ``query`` (nothing is marked
+    accessed), its size against the budget, what made it in and what the budget trimmed."""
+
+    query: str
+    block: str = Field(description="the block, first line to closing ---; empty when nothing would be injected")
+    chars: int = Field(description="the block's length in characters (Unicode code points)")
+    budget: int = Field(description="inject.budget_chars (2000 by default)")
+    included: list[PreviewEntry]
+    trimmed: list[PreviewEntry]
+
+
+class AutomationNoteEntry(_Model):
+    """An automation's note and when it was last written."""
+
+    automation_id: str
+    note: str
+    updated_at: str = Field(json_schema_extra=_TIME)
+
+
+class AutomationList(_Model):
+    """Every automation that has a note, most recently written first."""
+
+    automations: list[AutomationNoteEntry]
+
+
+class SyncStatus(_Model):
+    """``memlocal sync status --json``, or ``localOnly`` with a message when no bucket is configured."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    local_only: bool
+    bucket: dict[str, str | None] | None = Field(
+        None, description="name, source (where the name came from), endpoint, region"
+    )
+    message: str | None = None
+    database: str | None = None

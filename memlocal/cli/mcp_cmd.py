@@ -1,0 +1,23 @@
+"""``memlocal mcp``: serve one profile's memory tools to an MCP client over stdio."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from ._common import State, main, pass_state, profile_option
+
+
+@main.command("mcp")
+@profile_option
+@pass_state
+def mcp_cmd(state: State, profile: str) -> None:
+    """Run an MCP server over stdio exposing memory_save, memory_recall, memory_list and
+    memory_delete for PROFILE, and the memory_context prompt. Logs go to stderr."""
+    # stdout carries the protocol: anything else printed there would corrupt it.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    from ..mcp_server import run_stdio  # the mcp SDK is imported only for this command
+
+    run_stdio(state.bank(), profile)

@@ -1,0 +1,310 @@
+"""Prompt injection: the ``--- CONTEXT FROM MEMORY ---`` block, operator context blocks, and the
+fire-and-forget access marking that follows a rendering.
+
+The memory block (DESIGN.md, "Prompt injection")::
+
+    --- CONTEXT FROM MEMORY ---
+    Core knowledge (always apply):
+    * [preference] ...
+    Relevant to this task:
+    * [behavior] ...
+    ---
+    <user prompt here>
+
+- Core tier: every active preference and fact memory, best score first. Relevant tier: the top
+  ``inject.relevant_limit`` (8) of the other categories with score ≥ ``inject.min_score`` (0.05).
+  Core memories are never in the relevant tier, since the tiers split the categories.
+- The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
+  characters (Unicode code points): relevant entries are dropped from the lowest score up first,
+  then core entries from the lowest score up. Empty sections are omitted; no block when both are.
+- Memory text is folded onto one line, control and bidi-override characters are removed, and every
+  run of three or more hyphens becomes an em dash, so that no memory can end, restart or imitate
+  the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).
+- Operator-written contexts go in their own ``--- CONTEXT FROM OPERATOR ---`` block, labelled as
+  a human operator's words, before the memory block (spec: "Memory or context?").
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
+
+from .errors import ValidationError
+from .model import utcnow
+from .tools import MEMORY_TOOL_NAMES
+
+if TYPE_CHECKING:
+    from .scoring import ScoredMemory
+    from .store import Store
+
+log = logging.getLogger("memlocal")
+
+MEMORY_HEADER: Final = "--- CONTEXT FROM MEMORY ---"
+CORE_HEADING: Final = "Core knowledge (always apply):"
+RELEVANT_HEADING: Final = "Relevant to this task:"
+BLOCK_END: Final = "---"
+OPERATOR_HEADER: Final = "--- CONTEXT FROM OPERATOR ---"
+OPERATOR_PREAMBLE: Final = (
+    "Written by a human operator about this work, not by the agent's memory; "
+    "it carries the operator's authority."
+)
+MEMORY_CAPABILITY: Final = "@memory"
+# The shortest possible entry line ("* [fact] x") plus its newline: bounds how many can fit.
+_MIN_ENTRY_CHARS: Final = len("* [fact] x") + 1
+
+_DASH_RUN: Final = re.compile(r"-{3,}")
+# Characters that could reorder or hide text when displayed (bidi overrides and isolates).
+_BIDI: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+def memory_enabled(tools: Iterable[str] | str | None) -> bool:
+    """True when the tools list opts in: ``@memory`` or any ``memory_*`` tool by name.
+
+    A string is read as a comma-separated list (``"@default,@memory"``).
+    """
+    if tools is None:
+        return False
+    if isinstance(tools, str):
+        tools = tools.split(",")
+    for tool in tools:
+        name = str(tool).strip()
+        if name == MEMORY_CAPABILITY or name in MEMORY_TOOL_NAMES:
+            return True
+    return False
+
+
+def _clean_chars(text: str) -> str:
+    """Drop control characters (line breaks are handled by the callers) and bidi overrides."""
+    return "".join(ch for ch in text if ch not in _BIDI and unicodedata.category(ch) != "Cc")
+
+
+def one_line(text: str) -> str:
+    """Memory text as one harmless line: whitespace (every Unicode line break included) folded
+    to single spaces, control/bidi characters dropped, runs of ``---`` turned into ``—``."""
+    folded = " ".join(text.split())
+    if not folded.isprintable():  # rare: controls or bidi marks left (both are non-printable)
+        folded = " ".join(_clean_chars(folded).split())
+    return _DASH_RUN.sub("\u2014", folded)
+
+
+def safe_lines(text: str) -> list[str]:
+    """Multi-line text (an operator context, an automation note) split into lines that cannot
+    end or forge a block: the same cleaning as :func:`one_line`, but line breaks are kept."""
+    out = []
+    for line in text.splitlines():  # every Unicode line boundary, not only "\n"
+        line = _clean_chars(line.replace("\t", "    ")).rstrip()
+        out.append(_DASH_RUN.sub("\u2014", line))
+    while out and not out[-1]:
+        out.pop()
+    while out and not out[0]:
+        out.pop(0)
+    return out
+
+
+# --- the memory block ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedBlock:
+    """A rendered memory block and the memories that made it in (best first per tier).
+
+    ``trimmed``: the candidates dropped to fit the budget (relevant tier first, then core; best
+    first within each), so a preview can say what the budget cost. ``build_memory_block`` fetches
+    the core tier only as deep as could ever fit, so core memories ranked below that are not listed.
+    """
+
+    text: str
+    core: tuple["ScoredMemory", ...]
+    relevant: tuple["ScoredMemory", ...]
+    trimmed: tuple["ScoredMemory", ...] = ()
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(s.memory.id for s in (*self.core, *self.relevant))
+
+
+def entry_line(category: str, content: str) -> str:
+    return f"* [{category}] {one_line(content)}"
+
+
+def render_memory_block(
+    core: Sequence["ScoredMemory"], relevant: Sequence["ScoredMemory"], budget: int
+) -> RenderedBlock:
+    """Render the block from tiers sorted best first, trimming to ``budget`` characters."""
+    core_lines: list[str] = []
+    room = budget - len(MEMORY_HEADER) - len(CORE_HEADING) - len(BLOCK_END) - 2
+    for s in core:
+        if room < 0:
+            break  # this entry and every later one are trimmed whatever follows: skip rendering them
+        core_lines.append(entry_line(s.memory.category, s.memory.processed_content))
+        room -= len(core_lines[-1]) + 1
+    rel_lines = [entry_line(s.memory.category, s.memory.processed_content) for s in relevant]
+    n_core, n_rel = len(core_lines), len(rel_lines)
+    core_chars = sum(len(line) + 1 for line in core_lines)  # each line plus its newline
+    rel_chars = sum(len(line) + 1 for line in rel_lines)
+
+    def size() -> int:
+        total = len(MEMORY_HEADER) + 1 + len(BLOCK_END)
+        if n_core:
+            total += len(CORE_HEADING) + 1 + core_chars
+        if n_rel:
+            total += len(RELEVANT_HEADING) + 1 + rel_chars
+        return total
+
+    while (n_core or n_rel) and size() > budget:
+        if n_rel:  # relevant tier first, lowest score first
+            n_rel -= 1
+            rel_chars -= len(rel_lines[n_rel]) + 1
+        else:
+            n_core -= 1
+            core_chars -= len(core_lines[n_core]) + 1
+    trimmed = (*relevant[n_rel:], *core[n_core:])  # of the candidates given
+    if not n_core and not n_rel:
+        return RenderedBlock("", (), (), trimmed)
+    lines = [MEMORY_HEADER]
+    if n_core:
+        lines += [CORE_HEADING, *core_lines[:n_core]]
+    if n_rel:
+        lines += [RELEVANT_HEADING, *rel_lines[:n_rel]]
+    lines.append(BLOCK_END)
+    text = "\n".join(lines)
+    assert len(text) == size() <= budget
+    return RenderedBlock(text, tuple(core[:n_core]), tuple(relevant[:n_rel]), trimmed)
+
+
+def max_core_entries(budget: int) -> int:
+    """No more core entries than this can ever fit in ``budget`` characters."""
+    return max(1, budget // _MIN_ENTRY_CHARS + 1)
+
+
+Ranker = Callable[[str, int, float], Sequence["ScoredMemory"]]
+
+
+def build_memory_block(ranked: Ranker, *, budget: int, relevant_limit: int, min_score: float) -> RenderedBlock:
+    """Rank both tiers with ``ranked(tier, limit, min_score)`` and render the block.
+
+    The core tier has no minimum score and no fixed size, only the budget: its top 16 are
+    fetched first, and more (16 -> 64 -> ... up to what could ever fit) only while every one
+    fetched still fits. Each fetch is an exact top-k, so the longer list extends the shorter.
+    """
+    cap = max_core_entries(budget)
+    k = min(16, cap)
+    while True:
+        core = ranked("core", k, 0.0)
+        if len(core) < k or k >= cap or len(render_memory_block(core, (), budget).core) < k:
+            break
+        k = min(cap, k * 4)
+    relevant = ranked("other", relevant_limit, min_score) if relevant_limit > 0 else []
+    return render_memory_block(core, relevant, budget)
+
+
+# --- context blocks --------------------------------------------------------------------------
+
+
+def context_block(header: str, preamble: str, texts: Sequence[str]) -> str:
+    """A labelled block of multi-line texts (separated by a blank line), or "" when all are empty."""
+    parts = [lines for lines in (safe_lines(t) for t in texts) if lines]
+    if not parts:
+        return ""
+    lines = [header, preamble]
+    for i, part in enumerate(parts):
+        if i:
+            lines.append("")
+        lines += part
+    lines.append(BLOCK_END)
+    return "\n".join(lines)
+
+
+def operator_block(contexts: Sequence[str]) -> str:
+    """Operator-written contexts in their own block, labelled as a human operator's words."""
+    if isinstance(contexts, str):
+        contexts = (contexts,)
+    for c in contexts:
+        if not isinstance(c, str):
+            raise ValidationError("each context must be a string")
+    return context_block(OPERATOR_HEADER, OPERATOR_PREAMBLE, contexts)
+
+
+def assemble(blocks: Sequence[str], prompt: str) -> str:
+    """Blocks (empty ones skipped) followed by the prompt, one newline apart."""
+    parts = [b for b in blocks if b]
+    return "\n".join([*parts, prompt]) if parts else prompt
+
+
+# --- fire-and-forget access marking ----------------------------------------------------------
+
+
+class AccessMarker:
+    """Marks memories accessed on a background thread with its own SQLite connection.
+
+    The caller never waits and never sees a failure (it is logged): the spec calls MarkAccessed
+    best-effort. The connection commits with ``synchronous=NORMAL``: in WAL mode that keeps the
+    database consistent and skips the fsync, so a power cut may lose the last few bumps, which the
+    spec allows. ``close`` drains what is queued.
+    """
+
+    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
+        self._executor: ThreadPoolExecutor | None = None
+        self._store: "Store | None" = None
+        self._pending: set[Future[int]] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, profile: str, ids: Sequence[str], now: datetime | None = None) -> Future[int]:
+        """Queue the bump; the future resolves to the number of memories updated (0 on failure)."""
+        with self._lock:
+            if self._closed or not ids:
+                done: Future[int] = Future()
+                done.set_result(0)
+                if self._closed and ids:
+                    log.warning("bank closed: %d access marks of profile %s dropped", len(ids), profile)
+                return done
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-access")
+            future = self._executor.submit(self._run, profile, tuple(ids), now)
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: Future[int]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def _run(self, profile: str, ids: tuple[str, ...], now: datetime | None) -> int:
+        try:
+            if self._store is None:
+                from .store import Store
+
+                self._store = Store(self.path, busy_timeout_s=self.busy_timeout_s)
+                self._store.conn.execute("PRAGMA synchronous = NORMAL")
+            return self._store.mark_accessed(profile, ids, now or utcnow())
+        except Exception as exc:  # best-effort by design: log, never raise into the run
+            log.warning("could not mark %d memories of profile %s accessed: %s", len(ids), profile, exc)
+            return 0
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait for every queued mark (tests and shutdown)."""
+        with self._lock:
+            pending = list(self._pending)
+        if pending:
+            wait_futures(pending, timeout=timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        if self._store is not None:
+            self._store.close()
+            self._store = None

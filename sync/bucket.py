@@ -1,0 +1,277 @@
+"""The bucket: which one (and why), a boto3 client with bounded retries, and error translation.
+
+boto3 is imported lazily, on the first request, so opening a bank (which loads the replicator
+through its entry point) costs nothing when no request is made. The client is created once and
+shared by the pass's worker threads (boto3 clients are thread-safe; sessions are not).
+
+Throttling, 5xx and connection errors are retried by botocore's "standard" retry mode
+(exponential backoff with jitter, ``sync.attempts`` attempts in all). What is left is translated:
+``PreconditionFailed`` (412, or S3's 409 ConditionalRequestConflict), ``ObjectMissing`` (404),
+``ObjectTooLarge``, and ``BucketUnavailable`` (a ``SyncError``) for everything that means the
+bucket cannot be used right now: unreachable, no such bucket, denied, retries exhausted.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from memlocal.config import Config
+from memlocal.errors import ConfigError, SyncError
+
+from .plan import Listed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from botocore.client import BaseClient
+
+
+class PreconditionFailed(Exception):
+    """The conditional write lost: the object exists (create) or moved on (If-Match)."""
+
+
+class ObjectMissing(Exception):
+    """The object is not (or no longer) in the bucket."""
+
+
+class ObjectTooLarge(Exception):
+    """The object is over ``sync.max_object_bytes``: it is skipped, never read whole."""
+
+    def __init__(self, size: int, cap: int, etag: str = "") -> None:
+        super().__init__(f"object is {size} bytes; the cap is {cap}")
+        self.size = size
+        self.etag = etag
+
+
+class BucketUnavailable(SyncError):
+    """The bucket cannot be used right now (one line saying why)."""
+
+
+class _EmptyObject(Exception):
+    """A Range request on a 0-byte object (416 InvalidRange)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BucketSettings:
+    """The bucket in use and where its name came from (e.g. ``env:INTERNAL_S3_BUCKET``)."""
+
+    name: str
+    source: str
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> "BucketSettings | None":
+        """The configured bucket, or ``None`` when none is (local only)."""
+        name = str(config["bucket.name"]).strip()
+        if not name:
+            return None
+        key_id = config["bucket.access_key_id"] or None
+        secret = config["bucket.secret_access_key"] or None
+        if bool(key_id) != bool(secret):
+            raise ConfigError(
+                "bucket.access_key_id and bucket.secret_access_key go together: set both or neither "
+                f"(key id from {config.source('bucket.access_key_id')}, secret from {config.source('bucket.secret_access_key')})"
+            )
+        return cls(
+            name=name,
+            source=config.source("bucket.name"),
+            endpoint=config["bucket.endpoint"] or None,
+            region=config["bucket.region"] or None,
+            access_key_id=key_id,
+            secret_access_key=secret,
+        )
+
+    @property
+    def identity(self) -> str:
+        """What the base state was recorded against: another bucket means another base."""
+        return f"{self.endpoint or 'aws'}|{self.name}"
+
+    def describe(self) -> str:
+        where = f" at {self.endpoint}" if self.endpoint else ""
+        return f"{self.name}{where} (from {self.source})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "endpoint": self.endpoint, "region": self.region}
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Every object under a prefix, and how many listing pages that took."""
+
+    objects: list[Listed]
+    pages: int
+
+
+def _translate(exc: Exception, bucket: str, what: str) -> Exception:
+    """botocore's exception -> ours (returned, for the caller to raise)."""
+    from botocore import exceptions as bx
+
+    if isinstance(exc, bx.ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 412:
+            return PreconditionFailed(f"{what}: {code or status}")
+        if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+            return ObjectMissing(what)
+        if code == "InvalidRange" or status == 416:
+            return _EmptyObject(what)
+        if code == "NoSuchBucket":
+            return BucketUnavailable(f"bucket {bucket} does not exist")
+        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled") or status == 403:
+            return BucketUnavailable(f"access to bucket {bucket} denied ({code or status}) during {what}")
+        message = " ".join(str(err.get("Message", "")).split())
+        return BucketUnavailable(f"bucket {bucket} answered {status} {code} during {what}: {message}".rstrip(": "))
+    if isinstance(exc, bx.NoCredentialsError):
+        return BucketUnavailable(
+            f"no credentials for bucket {bucket}: set INTERNAL_S3_ACCESS_KEY_ID/SECRET_ACCESS_KEY "
+            "(or S3_..., or the config file), or configure boto3's credential chain"
+        )
+    if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError,
+                        bx.ConnectionClosedError, bx.ConnectionError, bx.HTTPClientError)):
+        return BucketUnavailable(f"cannot reach bucket {bucket}: {' '.join(str(exc).split())}")
+    if isinstance(exc, bx.BotoCoreError):
+        return BucketUnavailable(f"bucket {bucket}: {' '.join(str(exc).split())}")
+    return exc
+
+
+class Bucket:
+    """The operations the sync needs, each one request (plus botocore's retries)."""
+
+    def __init__(self, settings: BucketSettings, *, timeout_s: float, attempts: int, pool_size: int = 10) -> None:
+        if attempts < 1:
+            raise ConfigError(f"sync.attempts must be at least 1, got {attempts}")
+        if timeout_s <= 0:
+            raise ConfigError(f"bucket timeouts must be positive, got {timeout_s}")
+        self.settings = settings
+        self.name = settings.name
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.pool_size = max(1, pool_size)
+        self._client: BaseClient | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> "BaseClient":
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> "BaseClient":
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        s = self.settings
+        cfg = BotoConfig(
+            connect_timeout=self.timeout_s,
+            read_timeout=self.timeout_s,
+            retries={"mode": "standard", "total_max_attempts": self.attempts},
+            max_pool_connections=self.pool_size,
+            # Path-style keys work with every S3-compatible server; AWS keeps its default.
+            s3={"addressing_style": "path"} if s.endpoint else None,
+            # Newer boto3 adds CRC checksums that many S3-compatible servers reject; S3 needs
+            # them only where an operation requires them.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            user_agent_extra="memlocal-sync",
+        )
+        session = boto3.session.Session()
+        return session.client(
+            "s3",
+            endpoint_url=s.endpoint,
+            region_name=s.region,
+            aws_access_key_id=s.access_key_id,
+            aws_secret_access_key=s.secret_access_key,
+            config=cfg,
+        )
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # pragma: no cover - closing a pool must not fail a shutdown
+                pass
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(Bucket=self.name, **kwargs)
+        except Exception as exc:  # translated below; anything unknown is re-raised as is
+            raise _translate(exc, self.name, what) from None
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise ``BucketUnavailable`` unless the bucket exists and answers."""
+        self._call("HEAD bucket", self.client.head_bucket)
+
+    def iter_pages(self, prefix: str) -> Iterator[list[Listed]]:
+        """Every listing page under ``prefix`` (ListObjectsV2 continuation: no 1000-entry cap)."""
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call(f"LIST {prefix}", self.client.list_objects_v2, **kwargs)
+            yield [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    def list(self, prefix: str) -> Listing:
+        objects: list[Listed] = []
+        pages = 0
+        for page in self.iter_pages(prefix):
+            pages += 1
+            objects.extend(page)
+        return Listing(objects, pages)
+
+    def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
+        """The body and ETag of ``key``; at most ``max_bytes`` are ever read (a Range request)."""
+        try:
+            resp = self._call(f"GET {key}", self.client.get_object, Key=key, Range=f"bytes=0-{max_bytes}")
+        except _EmptyObject:
+            # An empty object has no byte 0: read it whole (it is empty).
+            resp = self._call(f"GET {key}", self.client.get_object, Key=key)
+        total = int(resp.get("ContentLength", 0))
+        content_range = resp.get("ContentRange") or ""
+        if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
+            total = int(content_range.rsplit("/", 1)[1])
+        body = resp["Body"]
+        try:
+            if total > max_bytes:
+                raise ObjectTooLarge(total, max_bytes, resp.get("ETag", ""))
+            data = body.read(max_bytes + 1)
+        except ObjectTooLarge:
+            raise
+        except Exception as exc:
+            raise _translate(exc, self.name, f"GET {key}") from None
+        finally:
+            body.close()
+        if len(data) > max_bytes:
+            raise ObjectTooLarge(len(data), max_bytes, resp.get("ETag", ""))
+        return data, resp.get("ETag", "")
+
+    def create(self, key: str, body: bytes) -> str:
+        """PUT only if ``key`` does not exist (``If-None-Match: *``); returns the new ETag."""
+        resp = self._call(f"PUT {key}", self.client.put_object, Key=key, Body=body,
+                          ContentType="application/json", IfNoneMatch="*")
+        return str(resp.get("ETag", ""))
+
+    def replace(self, key: str, body: bytes, etag: str) -> str:
+        """PUT only if ``key`` still has ``etag`` (``If-Match``); returns the new ETag."""
+        resp = self._call(f"PUT {key}", self.client.put_object, Key=key, Body=body,
+                          ContentType="application/json", IfMatch=etag)
+        return str(resp.get("ETag", ""))
+
+    def delete(self, key: str) -> None:
+        """Delete ``key`` (unconditionally: a deletion wins; deleting a missing key succeeds)."""
+        try:
+            self._call(f"DELETE {key}", self.client.delete_object, Key=key)
+        except ObjectMissing:
+            pass

@@ -1,0 +1,177 @@
+"""``memlocal sync run|daemon|status``, registered through the ``memlocal.commands`` entry point."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from memlocal.cli._common import State, echo_json, json_option, pass_state, table
+from memlocal.store import Store
+
+from .bucket import BucketSettings
+from .engine import PassReport, SyncEngine, pass_running
+from .state import META_LAST_ERROR, META_LAST_PASS, SyncState
+
+# `sync run` exits with this when the mass-delete guard held deletions back.
+EXIT_GUARDED = 3
+# A progress bar only for passes with at least this many actions, and only on a terminal.
+PROGRESS_MIN_ACTIONS = 200
+
+
+def _settings(state: State) -> BucketSettings | None:
+    return BucketSettings.from_config(state.config)
+
+
+def _engine(state: State) -> SyncEngine:
+    return SyncEngine(state.config, state.bank().store)
+
+
+class _ProgressBar:
+    """Adapts the engine's ``progress(done, total)`` to a click progress bar on stderr."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+        self.shown = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total < PROGRESS_MIN_ACTIONS:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="sync", file=sys.stderr, show_pos=True)
+            self.bar.__enter__()
+        self.bar.update(done - self.shown)
+        self.shown = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+@click.group("sync")
+def sync_group() -> None:
+    """Reconcile this host's memories with the bucket (memory/<profile>/<id>.json)."""
+
+
+@sync_group.command("run")
+@click.option("--force", is_flag=True, help="Apply local deletions that the mass-delete guard held back.")
+@click.option("--reupload", is_flag=True,
+              help="Forget what was synced: push every local memory the bucket lacks, pull the rest; deletes nothing.")
+@click.option("--profile", "-p", "profiles", multiple=True, help="Only this profile (repeatable).")
+@click.option("--wait", "wait_s", type=float, default=0.0, show_default=True,
+              help="Seconds to wait for a pass that another process is running.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@json_option
+@click.pass_context
+def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str, ...], wait_s: float,
+            progress: bool | None, as_json: bool) -> None:
+    """Run one reconciliation pass and exit: 0 when it completed, non-zero with the reason."""
+    state: State = ctx.find_object(State)
+    from memlocal.model import validate_profile
+
+    for p in profiles:
+        validate_profile(p)
+    engine = _engine(state)
+    show = (sys.stderr.isatty() and not as_json) if progress is None else progress
+    bar = _ProgressBar(show)
+    try:
+        report = engine.run_pass(force=force, reupload=reupload, profiles=list(profiles) or None,
+                                 progress=bar, lock_timeout=wait_s)
+    finally:
+        bar.close()
+        engine.close()
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(report.summary())
+        for s in report.skipped:
+            click.echo(f"  skipped {s['key']}: {s['reason']}")
+    if report.result == "guarded":
+        click.echo(f"Error: sync stopped: {report.reason}", err=True)
+        ctx.exit(EXIT_GUARDED)
+    if not report.ok:
+        raise click.ClickException(f"sync {report.result}: {report.reason}")
+
+
+@sync_group.command("daemon")
+@click.option("--interval", type=float, default=None, help="Seconds between passes (default: sync.interval_s).")
+@click.option("-v", "--verbose", is_flag=True, help="Log every wake-up.")
+@pass_state
+def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
+    """Sync every interval and soon after local writes, until SIGTERM/SIGINT (the pass in flight finishes)."""
+    from .daemon import SyncDaemon
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    config = state.config
+    if interval is not None:
+        config = config.with_overrides(sync__interval_s=interval)
+    engine = SyncEngine(config, state.bank().store)
+    try:
+        SyncDaemon(engine, interval_s=float(config["sync.interval_s"]),
+                   debounce_s=float(config["sync.debounce_s"])).run()
+    finally:
+        engine.close()
+
+
+def status_data(state: State) -> dict[str, Any]:
+    """Everything ``sync status`` shows, as JSON-ready data."""
+    return status_for(_settings(state), state.bank().store)
+
+
+def status_for(settings: BucketSettings | None, store: Store) -> dict[str, Any]:
+    """``sync status`` of ``store`` against the bucket ``settings`` (also the replicator's ``status()``)."""
+    st = SyncState(store)
+    return {
+        "bucket": settings.to_dict() if settings else None,
+        "database": str(store.path),
+        "pending": st.pending(),
+        "lastPass": st.get_json(META_LAST_PASS),
+        "lastError": st.get_json(META_LAST_ERROR),
+        "skipped": st.skipped(),
+        "passRunning": pass_running(store.path),
+    }
+
+
+@sync_group.command("status")
+@json_option
+@pass_state
+def status_cmd(state: State, as_json: bool) -> None:
+    """The bucket in use and where it came from, what is pending, the last pass, errors, skipped objects."""
+    data = status_data(state)
+    if as_json:
+        echo_json(data)
+        return
+    b = data["bucket"]
+    if b is None:
+        click.echo("bucket:      none: local only (set INTERNAL_S3_BUCKET or S3_BUCKET, or bucket.name)")
+    else:
+        where = f" at {b['endpoint']}" if b["endpoint"] else ""
+        click.echo(f"bucket:      {b['name']}{where} (from {b['source']})")
+    click.echo(f"database:    {data['database']}")
+    p = data["pending"]
+    click.echo(f"pending:     {p['total']} ({p['saves']} saves, {p['deletes']} deletions, "
+               f"{p['accessUpdates']} access updates; outbox {p['outbox']})")
+    last = data["lastPass"]
+    if last:
+        report = PassReport(result=last.get("result", "?"), pages=last.get("pages", 0),
+                            objects=last.get("objects", 0), duration_s=last.get("durationS", 0.0))
+        report.counts.update(last.get("counts", {}))
+        report.skipped = last.get("skipped", [])
+        click.echo(f"last pass:   {last.get('finishedAt')} {report.summary()}")
+        if last.get("reason"):
+            click.echo(f"             {last['reason']}")
+    else:
+        click.echo("last pass:   never")
+    err = data["lastError"]
+    click.echo(f"last error:  {err['at']} {err['message']}" if err else "last error:  none")
+    click.echo(f"pass running: {'yes' if data['passRunning'] else 'no'}")
+    if data["skipped"]:
+        click.echo(f"skipped objects: {len(data['skipped'])}")
+        click.echo(table([(s["key"], s["reason"]) for s in data["skipped"]], ("key", "reason")))

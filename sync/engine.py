@@ -1,0 +1,460 @@
+"""One reconciliation pass: snapshot, plan (``sync.plan``), then the effects.
+
+The pass holds a lock file beside the database (``<db>.sync.lock``, an OS file lock via
+``filelock``), so passes never overlap, across processes too; the kernel drops the lock when a
+process dies, so a SIGKILLed daemon never leaves a stale lock.
+
+Bucket requests run on a thread pool (``sync.workers``); each action's worker does its requests
+(a 412 read-modify-write loop included) and returns *effects*, which this thread commits in
+batches. A crash between a PUT and the commit of its effect leaves an object whose base was never
+recorded; the next pass finds it (local and remote, no base), sees the same content, and adopts it,
+so nothing is duplicated and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from filelock import FileLock, Timeout
+
+from memlocal.config import Config
+from memlocal.errors import ConfigError, SyncError
+from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
+from memlocal.store import Store
+
+from .bucket import Bucket, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
+from .objects import BadObject, content_hash, decode, encode, object_key, profile_prefix
+from .plan import Action, Local, Op, Plan, after_fetch, plan_pass
+from .state import (
+    META_LAST_ERROR,
+    META_LAST_PASS,
+    DeletedRemote,
+    DeleteLocal,
+    Effect,
+    Forget,
+    SkipObject,
+    SyncState,
+    Synced,
+    Unskip,
+)
+
+log = logging.getLogger(__name__)
+
+# Read-modify-write attempts on 412 before an access merge is left for the next pass.
+MERGE_ATTEMPTS = 8
+# Effects are committed when this many are waiting, or this many seconds after the last commit.
+BATCH_SIZE = 500
+BATCH_SECONDS = 0.5
+
+Progress = Callable[[int, int], None]
+
+
+def lock_path(db_path: Path) -> Path:
+    """The pass lock: a file beside the database (so every process using it finds the same one)."""
+    return db_path.with_name(db_path.name + ".sync.lock")
+
+
+def pass_running(db_path: Path) -> bool:
+    """Whether some process holds the pass lock of ``db_path`` right now."""
+    lock = FileLock(str(lock_path(db_path)), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
+@dataclass
+class PassReport:
+    """What one pass did. ``result``: ok, errors (some actions failed), guarded (the mass-delete
+    guard held deletions back), failed (the pass could not run: bucket unavailable, ...)."""
+
+    scope: str = "all"
+    started_at: str = ""
+    finished_at: str = ""
+    duration_s: float = 0.0
+    result: str = "ok"
+    reason: str = ""
+    pages: int = 0
+    objects: int = 0
+    planned: dict[str, int] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    guards: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.result == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope, "startedAt": self.started_at, "finishedAt": self.finished_at,
+            "durationS": round(self.duration_s, 3), "result": self.result, "reason": self.reason,
+            "pages": self.pages, "objects": self.objects, "planned": dict(self.planned),
+            "counts": dict(self.counts), "skipped": self.skipped, "guards": self.guards,
+            "errors": self.errors[:20], "errorCount": len(self.errors),
+        }
+
+    def summary(self) -> str:
+        """One line for logs and the CLI."""
+        c = self.counts
+        parts = [f"{k} {c[k]}" for k in ("pushed", "pulled", "updated", "merged", "deleted_local",
+                                         "deleted_remote", "adopted", "reid", "conflicts") if c[k]]
+        if self.skipped:
+            n = len(self.skipped)
+            parts.append(f"skipped {n} object{'' if n == 1 else 's'}")
+        done = ", ".join(parts) or "nothing to do"
+        return f"{self.result}: {done} ({self.objects} objects in {self.pages} listing pages, {self.duration_s:.2f}s)"
+
+
+class SyncEngine:
+    """Runs reconciliation passes for one database against one bucket."""
+
+    def __init__(self, config: Config, store: Store, *, bucket: Bucket | None = None,
+                 settings: BucketSettings | None = None) -> None:
+        settings = settings or (bucket.settings if bucket else BucketSettings.from_config(config))
+        if settings is None:
+            raise SyncError("no bucket configured: set INTERNAL_S3_BUCKET or S3_BUCKET (or bucket.name in the config file)")
+        self.config = config
+        self.store = store
+        self.state = SyncState(store)
+        self.settings = settings
+        self.workers = int(config["sync.workers"])
+        if self.workers < 1:
+            raise ConfigError(f"sync.workers must be at least 1, got {self.workers}")
+        self.max_object_bytes = int(config["sync.max_object_bytes"])
+        self.mass_delete_min = int(config["sync.mass_delete_min"])
+        self.bucket = bucket or Bucket(settings, timeout_s=float(config["sync.timeout_s"]),
+                                       attempts=int(config["sync.attempts"]), pool_size=self.workers + 2)
+        self._remote_ids: set[str] = set()
+
+    def close(self) -> None:
+        self.bucket.close()
+
+    # --- the pass -------------------------------------------------------------------------------
+
+    def run_pass(self, *, force: bool = False, reupload: bool = False, profiles: Sequence[str] | None = None,
+                 pull_only: bool = False, progress: Progress | None = None, lock_timeout: float = 0.0,
+                 record: bool = True) -> PassReport:
+        """One pass over every profile (or ``profiles``). Never raises for bucket trouble: the
+        report says ``failed`` and why. Raises ``SyncError`` if another pass holds the lock."""
+        lock = FileLock(str(lock_path(self.store.path)), timeout=lock_timeout)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise SyncError(f"another sync pass is running on {self.store.path}") from None
+        try:
+            report = self._pass(force=force, reupload=reupload, profiles=profiles, pull_only=pull_only,
+                                progress=progress)
+        finally:
+            lock.release()
+        if record:
+            self._record(report)
+        return report
+
+    def _record(self, report: PassReport) -> None:
+        try:
+            self.state.set_json(META_LAST_PASS, report.to_dict())
+            if report.result in ("failed", "errors"):
+                message = report.reason or (report.errors[0] if report.errors else report.result)
+                self.state.set_json(META_LAST_ERROR, {"at": report.finished_at, "message": message})
+        except Exception as exc:  # the pass's own outcome matters more than its record
+            log.warning("could not record the sync pass: %s", exc)
+
+    def _pass(self, *, force: bool, reupload: bool, profiles: Sequence[str] | None, pull_only: bool,
+              progress: Progress | None) -> PassReport:
+        t0 = time.monotonic()
+        report = PassReport(scope="all" if profiles is None else ",".join(profiles), started_at=format_time(utcnow()))
+        try:
+            if self.state.ensure_bucket(self.settings.identity):
+                log.warning("bucket changed to %s: starting from an empty base (nothing is deleted)",
+                            self.settings.describe())
+            if reupload:
+                self.state.forget_base(profiles)
+            prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
+            listing = []
+            for prefix in prefixes:
+                part = self.bucket.list(prefix)
+                listing.extend(part.objects)
+                report.pages += part.pages
+            known_bad: dict[str, tuple[str, str]] = {}
+            for prefix in prefixes:
+                known_bad.update(self.state.known_bad(prefix))
+            plan = plan_pass(
+                self.state.local_entries(profiles, hashes=not pull_only), listing, self.state.base_entries(profiles),
+                self.state.outbox_deletes(profiles), known_bad,
+                max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
+                force=force, pull_only=pull_only,
+            )
+            report.objects = plan.objects
+            report.planned = dict(plan.counts())
+            self._remote_ids = {k.key.rsplit("/", 1)[-1][:-5] for k in listing}
+            effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
+                                     if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
+            listed = {k.key for k in listing}
+            effects += [Unskip(key) for key in known_bad if key not in listed]
+            self.state.apply(effects)
+            self._execute(plan, report, pull_only=pull_only, progress=progress)
+            self._collect_skips(plan, report, prefixes)
+            if plan.guards:
+                report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
+                                  "reason": g.reason} for g in plan.guards]
+                report.result = "guarded"
+                report.reason = ("mass-delete guard: " + "; ".join(g.reason for g in plan.guards)
+                                 + "; nothing was deleted locally (run `memlocal sync run --force` to apply, or "
+                                 "`--reupload` to push local memories back)")
+            if report.errors and report.result == "ok":
+                report.result = "errors"
+                report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
+        except BucketUnavailable as exc:
+            report.result, report.reason = "failed", str(exc)
+        except SyncError as exc:
+            report.result, report.reason = "failed", str(exc)
+        finally:
+            report.duration_s = time.monotonic() - t0
+            report.finished_at = format_time(utcnow())
+        if report.result == "failed":
+            log.warning("sync pass failed: %s", report.reason)
+        else:
+            log.info("sync pass %s", report.summary())
+        return report
+
+    def _collect_skips(self, plan: Plan, report: PassReport, prefixes: list[str]) -> None:
+        seen = {s.key for s in plan.skips}
+        report.skipped = [{"key": s.key, "reason": s.reason} for s in plan.skips]
+        # Objects found bad during this pass (their bodies) are in the table now.
+        for prefix in prefixes:
+            for key, (_etag, reason) in sorted(self.state.known_bad(prefix).items()):
+                if key not in seen:
+                    report.skipped.append({"key": key, "reason": reason})
+                    seen.add(key)
+        report.counts["skipped"] = len(report.skipped)
+
+    def _execute(self, plan: Plan, report: PassReport, *, pull_only: bool, progress: Progress | None) -> None:
+        actions = plan.actions
+        total = len(actions)
+        if not total:
+            if progress:
+                progress(0, 0)
+            return
+        buffer: list[Effect] = []
+        last_flush = time.monotonic()
+        done = 0
+        failure: BucketUnavailable | None = None
+        cancelled = False
+
+        def flush() -> None:
+            nonlocal last_flush
+            if buffer:
+                self.state.apply(buffer)
+                buffer.clear()
+            last_flush = time.monotonic()
+
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="memlocal-sync") as pool:
+            pending: set[Future[tuple[list[Effect], Counter[str]]]] = set()
+            queue = iter(actions)
+            futures: dict[Future[Any], Action] = {}
+
+            def submit_more() -> None:
+                # Keep the queue bounded so a cancelled pass stops quickly.
+                while not cancelled and len(pending) < self.workers * 4:
+                    action = next(queue, None)
+                    if action is None:
+                        return
+                    fut = pool.submit(self._run_action, action, pull_only)
+                    futures[fut] = action
+                    pending.add(fut)
+
+            submit_more()
+            while pending:
+                finished, _ = wait(pending, timeout=BATCH_SECONDS, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    pending.discard(fut)
+                    action = futures.pop(fut)
+                    done += 1
+                    try:
+                        effects, counts = fut.result()
+                        buffer.extend(effects)
+                        report.counts.update(counts)
+                    except BucketUnavailable as exc:
+                        if failure is None:
+                            failure = exc
+                        cancelled = True
+                    except Exception as exc:  # one memory's trouble must not stop the others
+                        log.exception("sync %s of %s failed", action.op.value, action.id)
+                        report.errors.append(f"{action.op.value} {action.id}: {exc}")
+                if progress:
+                    progress(done, total)
+                if len(buffer) >= BATCH_SIZE or time.monotonic() - last_flush >= BATCH_SECONDS:
+                    flush()
+                submit_more()
+        flush()
+        if failure is not None:
+            raise failure
+
+    # --- one action (runs on a worker thread) ---------------------------------------------------
+
+    def _run_action(self, action: Action, pull_only: bool) -> tuple[list[Effect], Counter[str]]:
+        counts: Counter[str] = Counter()
+        op = action.op
+        if op is Op.CREATE:
+            effects = self._create(action.id, counts)
+        elif op is Op.FETCH:
+            effects = self._fetch(action.id, action.profile, action.etag, counts, pull_only=pull_only)
+        elif op is Op.UPDATE:
+            effects = self._update(action.id, action.profile, action.etag, counts)
+        elif op is Op.DELETE_REMOTE:
+            self.bucket.delete(object_key(action.profile, action.id))
+            counts["deleted_remote"] += 1
+            effects = [DeletedRemote(action.id)]
+        elif op is Op.DELETE_LOCAL:
+            counts["deleted_local"] += 1
+            effects = [DeleteLocal(action.id, action.profile)]
+        elif op is Op.FORGET:
+            effects = [Forget(action.id)]
+        elif op is Op.REID:
+            effects = self._reid(action.id, counts)
+        else:  # pragma: no cover
+            raise AssertionError(op)
+        return effects, counts
+
+    def _create(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
+        loaded = self.state.load_local(memory_id)
+        if loaded is None:
+            return []  # deleted meanwhile; its outbox entry says so
+        memory, delta = loaded
+        # A create never carries unmerged local bumps: the bucket's count must not depend on
+        # whether this PUT's base got recorded (see the adopt path). The delta merges after.
+        sent = memory.with_changes(access_count=max(0, memory.access_count - delta))
+        key = object_key(memory.profile_name, memory.id)
+        try:
+            etag = self.bucket.create(key, encode(sent))
+        except PreconditionFailed:
+            # Someone holds that key: our own earlier PUT, or another host's memory.
+            return self._fetch(memory.id, memory.profile_name, "", counts)
+        counts["pushed"] += 1
+        effects: list[Effect] = [Synced(sent, etag, content_hash(sent), 0, "local", set_staleness=False)]
+        if delta > 0:
+            effects += self._merge(memory.id, memory.profile_name, sent, etag, counts)
+        return effects
+
+    def _update(self, memory_id: str, profile: str, etag: str, counts: Counter[str]) -> list[Effect]:
+        loaded = self.state.load_local(memory_id)
+        if loaded is None:
+            return []
+        memory, delta = loaded
+        # The remote is still at the base ETag, so its count is ours minus the unmerged delta.
+        return self._push(memory, delta, etag, counts, attempt=1)
+
+    def _push(self, body: Memory, delta: int, etag: str, counts: Counter[str], *, attempt: int) -> list[Effect]:
+        """PUT ``body`` (whose count already includes ``delta``) with ``If-Match: etag``."""
+        key = object_key(body.profile_name, body.id)
+        try:
+            new_etag = self.bucket.replace(key, encode(body), etag)
+        except PreconditionFailed:
+            counts["precondition_failed"] += 1
+            if attempt >= MERGE_ATTEMPTS:
+                raise SyncError(f"{key} kept changing: gave up after {attempt} conditional writes; next pass retries") from None
+            return self._fetch(body.id, body.profile_name, "", counts, attempt=attempt + 1)
+        except ObjectMissing:
+            # Deleted on another host while we merged: the deletion wins.
+            counts["deleted_local"] += 1
+            return [DeleteLocal(body.id, body.profile_name)]
+        counts["merged"] += 1
+        return [Synced(body, new_etag, content_hash(body), delta, "local")]
+
+    def _merge(self, memory_id: str, profile: str, remote: Memory, etag: str, counts: Counter[str],
+               *, attempt: int = 1) -> list[Effect]:
+        """Merge our unmerged access delta into ``remote`` (at ``etag``) and push it."""
+        loaded = self.state.load_local(memory_id)
+        if loaded is None or loaded[1] <= 0:
+            return []
+        local, delta = loaded
+        body = _merged(remote, local, delta)
+        return self._push(body, delta, etag, counts, attempt=attempt)
+
+    def _fetch(self, memory_id: str, profile: str, listed_etag: str, counts: Counter[str], *,
+               pull_only: bool = False, attempt: int = 1) -> list[Effect]:
+        key = object_key(profile, memory_id)
+        try:
+            data, etag = self.bucket.get(key, self.max_object_bytes)
+        except ObjectMissing:
+            return []  # gone since the listing: the next pass sees the deletion
+        except ObjectTooLarge as exc:
+            counts["skipped_objects"] += 1
+            return [SkipObject(key, exc.etag or listed_etag, str(exc))]
+        try:
+            remote = decode(data, profile, memory_id)
+        except BadObject as exc:
+            counts["skipped_objects"] += 1
+            log.warning("skipping %s: %s", key, exc.reason)
+            return [SkipObject(key, etag or listed_etag, exc.reason)]
+        rhash = content_hash(remote)
+        loaded = self.state.load_local(memory_id)
+        local = Local(loaded[0].id, loaded[0].profile_name, content_hash(loaded[0]), loaded[1]) if loaded else None
+        decision = after_fetch(local, self.state.load_base(memory_id), profile, rhash, pull_only=pull_only)
+        if decision.skip:
+            return []
+        effects: list[Effect] = []
+        if decision.reid:
+            effects += self._reid(memory_id, counts)
+            local, loaded = None, None
+            decision = after_fetch(None, None, profile, rhash)
+        if decision.conflict:
+            counts["conflicts"] += 1
+            log.warning("%s changed here and in the bucket: the bucket's content wins", key)
+        if decision.content == "remote":
+            if local is None:
+                counts["pulled"] += 1
+            elif local.content_hash == rhash and self.state.load_base(memory_id) is None:
+                counts["adopted"] += 1
+            else:
+                counts["updated"] += 1
+            effects.append(Synced(remote, etag, decision.base_hash, 0, "remote"))
+        else:
+            assert loaded is not None
+            # Keep our content; take the remote's access metadata (delta is added on apply).
+            own = loaded[0].with_changes(access_count=remote.access_count, last_accessed_at=remote.last_accessed_at)
+            effects.append(Synced(own, etag, decision.base_hash, 0, "local", set_staleness=False))
+        if decision.push and loaded is not None:
+            source = remote if decision.content == "remote" else loaded[0]
+            delta = loaded[1]
+            body = _merged(remote, source, delta)
+            effects += self._push(body, delta, etag, counts, attempt=attempt)
+        return effects
+
+    def _reid(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
+        """Give our memory a fresh id (another host's memory owns ``memory_id``), then push it."""
+        for _ in range(16):
+            candidate = new_id()
+            if candidate not in self._remote_ids and not self.store.exists(candidate):
+                break
+        else:  # pragma: no cover - 2^32 ids
+            raise SyncError("could not draw an unused memory id")
+        moved = self.state.reid(memory_id, candidate)
+        if moved is None:
+            return []
+        counts["reid"] += 1
+        log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
+        return self._create(candidate, counts)
+
+
+def _merged(remote: Memory, content: Memory, delta: int) -> Memory:
+    """``content``'s content with the remote's access count plus ``delta`` and the later
+    lastAccessedAt (data, not an arbiter: a max is order-independent). Staleness recomputed."""
+    last_candidates = [t for t in (remote.last_accessed_at, content.last_accessed_at) if t is not None]
+    last = max(last_candidates) if last_candidates else None
+    count = remote.access_count + delta
+    merged = content.with_changes(access_count=count, last_accessed_at=last)
+    return merged.with_changes(staleness_score=compute_staleness(
+        category=merged.category, confidence=merged.confidence, access_count=count,
+        created_at=merged.created_at, last_accessed_at=last,
+    ))

@@ -1,0 +1,93 @@
+"""Bucket objects: the key layout, the JSON body, and the content hash. Pure: no I/O.
+
+An object lives at ``memory/<profile>/<id>.json`` and holds the memory's camelCase JSON (the
+same as ``Memory.to_dict``, unknown fields of other writers included). Decoding is strict about
+what can hurt us (invalid UTF-8, invalid JSON, NaN/Infinity, a body whose id or profile is not
+the key's) and reports each as a one-line reason, so a bad object is skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Final
+
+from memlocal.errors import ValidationError
+from memlocal.model import Memory, validate_id, validate_profile
+
+PREFIX: Final = "memory/"
+SUFFIX: Final = ".json"
+# Fields a merge may change without the memory's content changing.
+ACCESS_FIELDS: Final = frozenset({"accessCount", "lastAccessedAt", "stalenessScore"})
+
+
+class BadObject(Exception):
+    """A bucket object that is not a usable memory; ``reason`` is one line for logs and status."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def profile_prefix(profile: str | None = None) -> str:
+    """``memory/`` for every profile, ``memory/<profile>/`` for one."""
+    return PREFIX if profile is None else f"{PREFIX}{validate_profile(profile)}/"
+
+
+def object_key(profile: str, memory_id: str) -> str:
+    """``memory/<profile>/<id>.json`` (both parts validated, so no key can escape its prefix)."""
+    return f"{PREFIX}{validate_profile(profile)}/{validate_id(memory_id)}{SUFFIX}"
+
+
+def parse_key(key: str) -> tuple[str, str] | None:
+    """``(profile, id)`` of a well-formed memory key, else ``None``."""
+    if not key.startswith(PREFIX) or not key.endswith(SUFFIX):
+        return None
+    parts = key[len(PREFIX): -len(SUFFIX)].split("/")
+    if len(parts) != 2:
+        return None
+    try:
+        return validate_profile(parts[0]), validate_id(parts[1])
+    except ValidationError:
+        return None
+
+
+def encode(memory: Memory) -> bytes:
+    """The object body: compact UTF-8 JSON, as Go's encoder writes it."""
+    return json.dumps(memory.to_dict(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode(data: bytes, profile: str, memory_id: str) -> Memory:
+    """Parse and validate the body of ``memory/<profile>/<memory_id>.json``; ``BadObject`` if unusable."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadObject(f"not valid UTF-8 (byte {exc.start})") from None
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError is a ValueError, and so is NaN/Infinity
+        raise BadObject(f"not valid JSON: {' '.join(str(exc).split())}") from None
+    try:
+        memory = Memory.from_dict(obj)
+    except ValidationError as exc:
+        raise BadObject(f"not a valid memory: {exc}") from None
+    if memory.id != memory_id or memory.profile_name != profile:
+        raise BadObject(
+            f"key names {memory_id} in profile {profile} but the body is {memory.id} in profile {memory.profile_name}"
+        )
+    return memory
+
+
+def content_hash(memory: Memory) -> str:
+    """SHA-256 of the memory without its access metadata (count, last access, staleness).
+
+    Two copies with the same hash are the same memory whose only differences are mergeable.
+    Unknown fields are part of the content, so another writer's edit of them is noticed.
+    """
+    body = {k: v for k, v in memory.to_dict().items() if k not in ACCESS_FIELDS}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,292 @@
+"""The reconciliation decisions, as pure functions over snapshots: no I/O, no clock, no randomness.
+
+Three-way reconciliation per memory id, between
+
+- **local**: the memory in this host's SQLite file (its content hash and unmerged access delta),
+- **remote**: the bucket listing entry ``memory/<profile>/<id>.json`` (ETag, size), and
+- **base**: what this host last synced for that id (the object's ETag and the content hash),
+  which is how a disappearance is told apart from a creation, as rclone bisync does.
+
+=====  ======  ====  ===========================================================================
+local  remote  base  decision
+=====  ======  ====  ===========================================================================
+yes    no      no    CREATE: PUT with ``If-None-Match: *`` (a 412 means the id is taken: FETCH)
+no     yes     no    FETCH the new remote memory (DELETE_REMOTE if the outbox holds its deletion)
+yes    yes     no    FETCH: the same content is ours (adopt it); other content means another host
+                     owns the id: re-id ours (REID happens after the fetch, see ``after_fetch``)
+yes    no      yes   DELETE_LOCAL: deleted on another host (a deletion wins over access changes);
+                     subject to the mass-delete guard
+no     yes     yes   DELETE_REMOTE: deleted here
+no     no      yes   FORGET the base: deleted on both sides
+yes    yes     yes   remote ETag moved: FETCH (then merge); else local access delta or content
+                     edit: UPDATE with ``If-Match`` the base ETag; else nothing at all
+=====  ======  ====  ===========================================================================
+
+Timestamps never decide anything here. A remote object that is too large or already known to be
+bad (same ETag) is skipped: it never deletes or changes the local memory.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, Literal, Mapping
+
+from .objects import parse_key
+
+
+class Op(str, Enum):
+    """What one action does; the engine turns each into bucket requests and local writes."""
+
+    CREATE = "create"
+    FETCH = "fetch"
+    UPDATE = "update"
+    DELETE_LOCAL = "delete_local"
+    DELETE_REMOTE = "delete_remote"
+    FORGET = "forget"
+    REID = "reid"
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    """A local memory as the plan sees it."""
+
+    id: str
+    profile: str
+    content_hash: str
+    access_delta: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One entry of the bucket listing."""
+
+    key: str
+    etag: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Base:
+    """What this host last synced for one id."""
+
+    id: str
+    profile: str
+    etag: str
+    content_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One unit of work. ``etag``: the listed ETag for FETCH, the ETag to match for UPDATE."""
+
+    op: Op
+    id: str
+    profile: str
+    etag: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A bucket object left alone this pass.
+
+    ``persist``: a property of the object itself (bad key, too large, bad body), remembered with
+    its ETag until it changes; otherwise a conflict that a later pass resolves.
+    """
+
+    key: str
+    etag: str
+    reason: str
+    persist: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """Local deletions the mass-delete guard held back for one profile."""
+
+    profile: str
+    deletions: int
+    synced: int
+    reason: str
+
+
+@dataclass(slots=True)
+class Plan:
+    """The actions of one pass, the objects it leaves alone, and the deletions held back."""
+
+    actions: list[Action] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    guards: list[Guard] = field(default_factory=list)
+    objects: int = 0  # entries in the listing
+
+    def counts(self) -> Counter[str]:
+        return Counter(a.op.value for a in self.actions)
+
+
+def plan_pass(
+    local: Mapping[str, Local],
+    listing: Iterable[Listed],
+    base: Mapping[str, Base],
+    outbox_deletes: Mapping[str, str],
+    known_bad: Mapping[str, tuple[str, str]],
+    *,
+    max_object_bytes: int,
+    mass_delete_min: int,
+    force: bool = False,
+    pull_only: bool = False,
+) -> Plan:
+    """Decide one pass over the given scope (every profile, or those the caller snapshotted).
+
+    ``outbox_deletes``: id -> profile of local deletions not yet known to be in the bucket.
+    ``known_bad``: key -> (ETag, reason) of objects already found unusable. ``pull_only``: plan
+    only what changes the local side (the REST read path's refresh).
+    """
+    plan = Plan()
+    by_id: dict[str, list[tuple[str, Listed]]] = {}
+    bad: dict[str, tuple[str, Listed]] = {}  # id -> (profile, entry) of unusable objects
+    for entry in listing:
+        plan.objects += 1
+        if entry.key.endswith("/"):
+            continue  # a "folder" marker some tools create
+        parsed = parse_key(entry.key)
+        if parsed is None:
+            plan.skips.append(Skip(entry.key, entry.etag, "not a memory key (expected memory/<profile>/mem-<8 hex>.json)"))
+            continue
+        profile, mid = parsed
+        known = known_bad.get(entry.key)
+        if known is not None and known[0] == entry.etag:
+            plan.skips.append(Skip(entry.key, entry.etag, known[1]))
+            bad[mid] = (profile, entry)
+            continue
+        if entry.size > max_object_bytes:
+            plan.skips.append(Skip(entry.key, entry.etag, f"object is {entry.size} bytes; the cap is {max_object_bytes}"))
+            bad[mid] = (profile, entry)
+            continue
+        by_id.setdefault(mid, []).append((profile, entry))
+
+    deletions: Counter[str] = Counter()
+    ids = sorted(set(local) | set(by_id) | set(base) | set(outbox_deletes) | set(bad))
+    for mid in ids:
+        loc, b = local.get(mid), base.get(mid)
+        deleting = mid in outbox_deletes and loc is None
+        home = loc.profile if loc else b.profile if b else outbox_deletes.get(mid)
+        candidates = sorted(by_id.get(mid, []), key=lambda pe: pe[0])
+        bad_here = bad.get(mid)
+        if home is None:
+            home = candidates[0][0] if candidates else bad_here[0] if bad_here else None
+        remote: Listed | None = None
+        for profile, entry in candidates:
+            if profile == home and remote is None:
+                remote = entry
+            else:
+                # The same id under another profile: ids are unique across profiles here.
+                plan.skips.append(Skip(entry.key, entry.etag,
+                                       f"id {mid} is also used in profile {home}; resolved by a later pass",
+                                       persist=False))
+        foreign = bool(candidates) and remote is None
+        remote_bad = bad_here is not None and bad_here[0] == home and remote is None
+
+        def add(op: Op, etag: str = "") -> None:
+            assert home is not None
+            plan.actions.append(Action(op, mid, home, etag))
+
+        if remote_bad:
+            # An unusable object never changes or deletes the local memory; a local deletion
+            # may still remove it (a deletion wins).
+            if loc is None and (b is not None or deleting) and not pull_only:
+                add(Op.DELETE_REMOTE)
+            continue
+        if loc is not None and remote is None and b is None:
+            if foreign and not pull_only:
+                add(Op.REID)  # another host's memory holds our id under its own profile
+            elif not pull_only:
+                add(Op.CREATE)
+        elif loc is None and remote is not None and b is None:
+            if deleting:
+                if not pull_only:
+                    add(Op.DELETE_REMOTE)
+            else:
+                add(Op.FETCH, remote.etag)
+        elif loc is None and remote is None:
+            add(Op.FORGET)  # gone on both sides (or a deletion of something never pushed)
+        elif loc is not None and remote is not None and b is None:
+            if not pull_only:
+                add(Op.FETCH, remote.etag)  # adopt our own earlier PUT, or re-id on a collision
+        elif loc is not None and remote is None and b is not None:
+            add(Op.DELETE_LOCAL)
+            deletions[home or ""] += 1
+        elif loc is None and remote is not None and b is not None:
+            if not pull_only:
+                add(Op.DELETE_REMOTE)
+        elif loc is not None and remote is not None and b is not None:
+            if remote.etag != b.etag:
+                add(Op.FETCH, remote.etag)
+            elif (loc.access_delta > 0 or loc.content_hash != b.content_hash) and not pull_only:
+                add(Op.UPDATE, b.etag)
+
+    if deletions and not force:
+        synced: Counter[str] = Counter(x.profile for x in base.values())
+        held: dict[str, Guard] = {}
+        if plan.objects == 0:
+            for profile, n in deletions.items():
+                held[profile] = Guard(profile, n, synced[profile],
+                                      f"the bucket lists no objects but {sum(synced.values())} memories were synced "
+                                      "from it: an emptied or wrong bucket never deletes local memories")
+        else:
+            for profile, n in deletions.items():
+                if n > mass_delete_min and n * 2 > synced[profile]:
+                    held[profile] = Guard(profile, n, synced[profile],
+                                          f"would delete {n} of the {synced[profile]} synced memories of profile "
+                                          f"{profile} (more than half)")
+        if held:
+            plan.guards = [held[p] for p in sorted(held)]
+            plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.profile in held)]
+    return plan
+
+
+@dataclass(frozen=True, slots=True)
+class AfterFetch:
+    """What to do once a remote object has been read and validated.
+
+    ``reid``: our local memory is a different one under the same id: give ours a new id first.
+    ``skip``: leave both sides alone for now (a later full pass resolves it).
+    ``content``: whose content the local copy (and any push) carries. ``base_hash``: the content
+    hash to record with the fetched ETag. ``push``: write the merged object back with ``If-Match``.
+    """
+
+    reid: bool = False
+    skip: bool = False
+    content: Literal["remote", "local"] = "remote"
+    base_hash: str = ""
+    push: bool = False
+    conflict: bool = False
+
+
+def after_fetch(local: Local | None, base: Base | None, remote_profile: str, remote_hash: str,
+                *, pull_only: bool = False) -> AfterFetch:
+    """Decide how a fetched remote memory meets the local one (both sides' current state).
+
+    Access counts are merged by the caller (remote count + local unmerged delta, lastAccessedAt
+    the later of the two); this decides content and whether the merge must be pushed.
+    """
+    if local is None:
+        return AfterFetch(content="remote", base_hash=remote_hash)
+    if base is None:
+        if local.profile == remote_profile and local.content_hash == remote_hash:
+            # Our own object (a PUT whose base was never recorded), or an identical copy.
+            return AfterFetch(content="remote", base_hash=remote_hash,
+                              push=local.access_delta > 0 and not pull_only)
+        # A different memory under our id: ours takes a new id (not on the read-only path).
+        return AfterFetch(reid=not pull_only, skip=pull_only, content="local")
+    local_edit = local.content_hash != base.content_hash
+    remote_edit = remote_hash != base.content_hash
+    if local_edit and not remote_edit:
+        # Only our content changed: keep it, take the remote's access metadata, push the merge.
+        # The base keeps the old hash, so a pull-only refresh leaves the edit pending.
+        return AfterFetch(content="local", base_hash=base.content_hash, push=not pull_only)
+    # The remote's content wins when it changed (also on a true conflict: the bucket is the
+    # shared copy and no clock may decide); local access bumps are still merged.
+    return AfterFetch(content="remote", base_hash=remote_hash,
+                      push=local.access_delta > 0 and not pull_only,
+                      conflict=local_edit and remote_edit and local.content_hash != remote_hash)

@@ -1,0 +1,161 @@
+"""Write-through to the bucket, plugged into ``MemoryBank`` via the ``memlocal.replicators`` entry point.
+
+A save commits locally with its outbox entry in the same transaction (``record_save``), then
+PUTs the object with ``If-None-Match: *`` under a short timeout and no retries
+(``sync.put_timeout_s``): an unreachable bucket costs a save at most that long, the save still
+succeeds, and the outbox entry stays for the next pass. Deletions go the same way.
+
+``refresh_if_stale`` is the read path's pull (the REST API calls it through
+``MemoryBank.refresh_if_stale``): one profile's prefix, at most once per TTL, one at a time per
+profile, never blocking on a pass that another process is running.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from memlocal.config import Config
+from memlocal.errors import MemoryBankError, SyncError
+from memlocal.model import Memory
+from memlocal.store import Store
+
+from .bucket import Bucket, BucketSettings, BucketUnavailable, PreconditionFailed
+from .engine import SyncEngine
+from .objects import content_hash, encode, object_key
+from .state import DeletedRemote, SyncState, Synced
+
+log = logging.getLogger(__name__)
+
+_warned_local_only = False
+_warn_lock = threading.Lock()
+
+
+def factory(config: Config, store: Store) -> "S3Replicator | None":
+    """The ``memlocal.replicators`` entry point: a replicator, or ``None`` without a bucket.
+
+    Without a bucket the bank runs local only; that is said once per process, as a warning on
+    the ``sync`` logger (shown where the application configures logging: the daemon, the server).
+    """
+    global _warned_local_only
+    settings = BucketSettings.from_config(config)
+    if settings is None:
+        with _warn_lock:
+            if not _warned_local_only:
+                _warned_local_only = True
+                log.warning("no bucket configured (INTERNAL_S3_BUCKET and S3_BUCKET are unset): "
+                            "memories stay on this host only")
+        return None
+    return S3Replicator(config, store, settings)
+
+
+class S3Replicator:
+    """The bank's write-through hook for one store and one bucket."""
+
+    def __init__(self, config: Config, store: Store, settings: BucketSettings) -> None:
+        self.config = config
+        self.store = store
+        self.settings = settings
+        self.state = SyncState(store)
+        put_timeout = float(config["sync.put_timeout_s"])
+        # One attempt: the outbox is the retry, and a save must not wait on backoff.
+        self.bucket = Bucket(settings, timeout_s=put_timeout, attempts=1, pool_size=4)
+        # Reads tolerate one retry; still short, since a reader is waiting.
+        self._read_bucket = Bucket(settings, timeout_s=put_timeout, attempts=2, pool_size=int(config["sync.workers"]) + 2)
+        self._engine: SyncEngine | None = None
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._last_pull: dict[str, float] = {}
+        self._refresh_gate = threading.Lock()
+        try:
+            if self.state.ensure_bucket(settings.identity):
+                log.warning("bucket changed to %s: its base starts empty (nothing is deleted)", settings.describe())
+        except MemoryBankError as exc:  # a read-only or busy database must not stop the bank opening
+            log.warning("could not check the bucket identity: %s", exc)
+
+    # --- saves --------------------------------------------------------------------------------
+
+    def record_save(self, conn: sqlite3.Connection, memory: Memory) -> None:
+        self.state.record_outbox(conn, memory, "put")
+
+    def push_saved(self, memory: Memory) -> bool:
+        """Create the object; ``True`` once the bucket has it."""
+        key = object_key(memory.profile_name, memory.id)
+        try:
+            etag = self.bucket.create(key, encode(memory))
+        except PreconditionFailed:
+            # Another memory holds this id in the bucket: the next pass re-ids ours.
+            log.warning("%s already exists in the bucket: left in the outbox for the next pass", key)
+            return False
+        except BucketUnavailable as exc:
+            log.info("save of %s stays in the outbox: %s", memory.id, exc)
+            return False
+        except Exception as exc:  # never fail a save that is already durable locally
+            log.warning("save of %s stays in the outbox: %s", memory.id, exc)
+            return False
+        try:
+            self.state.apply([Synced(memory, etag, content_hash(memory), 0, "local", set_staleness=False)])
+        except MemoryBankError as exc:
+            # The object is in the bucket; the next pass adopts it (same content, no duplicate).
+            log.warning("could not record that %s is in the bucket: %s", memory.id, exc)
+        return True
+
+    def record_delete(self, conn: sqlite3.Connection, memory: Memory) -> None:
+        self.state.record_outbox(conn, memory, "delete")
+
+    def push_deleted(self, memory: Memory) -> bool:
+        try:
+            self.bucket.delete(object_key(memory.profile_name, memory.id))
+        except Exception as exc:
+            log.info("deletion of %s stays in the outbox: %s", memory.id, exc)
+            return False
+        try:
+            self.state.apply([DeletedRemote(memory.id)])
+        except MemoryBankError as exc:
+            log.warning("could not record the deletion of %s: %s", memory.id, exc)
+        return True
+
+    # --- the read path's pull -------------------------------------------------------------------
+
+    def refresh_if_stale(self, profile: str, ttl: float = 2.0) -> bool:
+        """Pull ``profile`` if its last pull here is older than ``ttl`` seconds.
+
+        Concurrent callers for one profile wait for the pull in progress and then find it fresh.
+        If another process's pass holds the lock, this returns at once (that pass is pulling).
+        """
+        with self._locks_guard:
+            lock = self._locks.setdefault(profile, threading.Lock())
+        with lock:
+            last = self._last_pull.get(profile)
+            if last is not None and time.monotonic() - last < ttl:
+                return False
+            try:
+                # Refreshes of other profiles in this process queue here (they are short); a pass
+                # holding the lock file (the daemon, a cron run) is not waited for: it pulls too.
+                with self._refresh_gate:
+                    report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0,
+                                                         record=False)
+            except SyncError as exc:
+                log.debug("refresh of %s skipped: %s", profile, exc)
+                return False
+            # Also after a failure, so an unreachable bucket is not asked on every read.
+            self._last_pull[profile] = time.monotonic()
+            return report.result in ("ok", "guarded")
+
+    def status(self) -> dict[str, Any]:
+        """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank)."""
+        from .cli import status_for  # the one status code; imported late (cli loads click)
+
+        return status_for(self.settings, self.store)
+
+    def _get_engine(self) -> SyncEngine:
+        if self._engine is None:
+            self._engine = SyncEngine(self.config, self.store, bucket=self._read_bucket)
+        return self._engine
+
+    def close(self) -> None:
+        self.bucket.close()
+        self._read_bucket.close()

@@ -1,0 +1,93 @@
+"""Helpers for the REST API tests: a real uvicorn server on a free 127.0.0.1 port, in a thread,
+and ``memlocal serve`` as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import httpx
+import uvicorn
+
+
+class LiveServer:
+    """Serve an ASGI app with uvicorn on a socket bound here (no port race), until closed."""
+
+    def __init__(self, app: Any) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(15)
+        self._sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServeProcess:
+    """``memlocal [--db DB] serve ...`` in a subprocess, with its stderr captured to a file."""
+
+    def __init__(self, tmp: Path, args: list[str], env: Mapping[str, str] | None = None,
+                 host: str = "127.0.0.1", serve_args: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://{host if host not in ('0.0.0.0', '::') else '127.0.0.1'}:{self.port}"
+        self.log_path = tmp / f"serve-{self.port}.log"
+        self._log = self.log_path.open("wb")
+        cmd = [sys.executable, "-m", "memlocal", *args, "serve", "--host", host, "--port", str(self.port),
+               *(serve_args or [])]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    def wait_ready(self, headers: Mapping[str, str] | None = None, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"memlocal serve exited {self.proc.returncode}: {self.log}")
+            try:
+                httpx.get(self.url + "/healthz", headers=dict(headers or {}), timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError(f"memlocal serve did not come up: {self.log}")
+
+    @property
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return int(self.proc.returncode)

@@ -1,0 +1,396 @@
+"""pytest plugin: a real S3 server (moto's standalone ``moto_server``) for the sync tests.
+
+- ``moto_server`` (session): starts ``python -m moto.server`` on a free 127.0.0.1 port as a
+  subprocess, waits until it answers, and stops it by its pid at the end.
+- ``s3`` (per test): resets the server (``POST /moto-api/reset``), creates the test bucket and
+  points this test's environment at it (``INTERNAL_S3_*``), with short timeouts.
+- ``fault_proxy`` (per test): a small HTTP proxy in front of moto_server that can answer 503
+  SlowDown, add latency, or run a hook before forwarding a request (to force races). It is a
+  real HTTP hop, not a mock: every other request reaches moto_server unchanged.
+- ``hosts``: opens "hosts" (each its own SQLite file) against the test bucket.
+
+Registered in tests/conftest.py's ``pytest_plugins``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from memlocal import Config, MemoryBank
+
+TEST_BUCKET = "memlocal-test"
+ACCESS_KEY = "testing-key"
+SECRET_KEY = "testing-secret"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening (an unreachable endpoint that fails fast)."""
+    return free_port()
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    pid: int
+
+    def reset(self) -> None:
+        req = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST", data=b"")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+
+    def client(self, endpoint: str | None = None) -> Any:
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        return boto3.session.Session().client(
+            "s3", endpoint_url=endpoint or self.endpoint, region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+            config=BotoConfig(s3={"addressing_style": "path"}, max_pool_connections=32,
+                              request_checksum_calculation="when_required",
+                              response_checksum_validation="when_required"),
+        )
+
+
+def _start_moto(log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    for _ in range(5):
+        port = free_port()
+        log = open(log_path, "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1) as resp:
+                    resp.read()
+                return proc, endpoint
+            except OSError:
+                time.sleep(0.1)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    raise RuntimeError(f"moto_server did not start; see {log_path}")
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One moto_server process for the whole session, stopped by its pid at the end."""
+    log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
+    proc, endpoint = _start_moto(log_path)
+    try:
+        yield S3Server(endpoint, proc.pid)
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@dataclass
+class S3:
+    """The per-test bucket on moto_server, plus direct access for arranging and checking."""
+
+    server: S3Server
+    bucket: str
+    client: Any
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoint
+
+    def keys(self, prefix: str = "memory/") -> list[str]:
+        out: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            out += [o["Key"] for o in page.get("Contents", [])]
+        return out
+
+    def get_json(self, key: str) -> dict[str, Any]:
+        body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return json.loads(body)
+
+    def put_raw(self, key: str, body: bytes) -> str:
+        return str(self.client.put_object(Bucket=self.bucket, Key=key, Body=body)["ETag"])
+
+    def put_json(self, key: str, data: dict[str, Any]) -> str:
+        return self.put_raw(key, json.dumps(data).encode())
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def create_bucket(self, name: str) -> None:
+        self.client.create_bucket(Bucket=name)
+
+
+@pytest.fixture
+def s3(moto_server: S3Server, monkeypatch: pytest.MonkeyPatch, _isolated_env: None) -> S3:
+    """A fresh moto_server state with the test bucket, and this test's env pointing at it."""
+    moto_server.reset()
+    client = moto_server.client()
+    client.create_bucket(Bucket=TEST_BUCKET)
+    env = {
+        "INTERNAL_S3_BUCKET": TEST_BUCKET,
+        "INTERNAL_S3_ENDPOINT": moto_server.endpoint,
+        "INTERNAL_S3_REGION": "us-east-1",
+        "INTERNAL_S3_ACCESS_KEY_ID": ACCESS_KEY,
+        "INTERNAL_S3_SECRET_ACCESS_KEY": SECRET_KEY,
+        # Keep failures fast: a test waits seconds, not minutes, for an unreachable bucket.
+        "MEMLOCAL_SYNC_ATTEMPTS": "3",
+        "MEMLOCAL_SYNC_TIMEOUT_S": "5",
+        "MEMLOCAL_SYNC_PUT_TIMEOUT_S": "2",
+        "MEMLOCAL_SYNC_WORKERS": "8",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return S3(moto_server, TEST_BUCKET, client, env)
+
+
+# --- a fault-injecting HTTP proxy in front of moto_server --------------------------------------
+
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailers", "upgrade"}
+
+
+class FaultProxy:
+    """Forwards HTTP to ``upstream``; can fail, delay, or run a hook before forwarding."""
+
+    def __init__(self, upstream: str, port: int = 0) -> None:
+        self.upstream = upstream.split("://", 1)[1]
+        self.fail_remaining = 0
+        self.fail_status = 503
+        self.fail_code = "SlowDown"
+        self.fail_when: Callable[[str, str], bool] = lambda method, path: True
+        self.delay_s = 0.0
+        self.hooks: list[Callable[[str, str, dict[str, str]], bool]] = []
+        self.requests: list[tuple[str, str, int]] = []
+        self.connections: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                with proxy.lock:
+                    proxy.connections.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy.lock:
+                    proxy.connections.discard(self.connection)
+                super().finish()
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def _handle(self) -> None:
+                body = self._body()
+                proxy._serve(self, body)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def fail(self, n: int, status: int = 503, code: str = "SlowDown",
+             when: Callable[[str, str], bool] | None = None) -> None:
+        """Answer the next ``n`` matching requests with an S3 error instead of forwarding them."""
+        with self.lock:
+            self.fail_remaining, self.fail_status, self.fail_code = n, status, code
+            self.fail_when = when or (lambda method, path: True)
+
+    def before(self, hook: Callable[[str, str, dict[str, str]], bool]) -> None:
+        """Run ``hook(method, path, headers)`` before forwarding; it stays until it returns True."""
+        with self.lock:
+            self.hooks.append(hook)
+
+    def count(self, method: str | None = None, status: int | None = None) -> int:
+        with self.lock:
+            return sum(1 for m, _p, s in self.requests
+                       if (method is None or m == method) and (status is None or s == status))
+
+    def _serve(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        method, path = handler.command, handler.path
+        headers = {k: v for k, v in handler.headers.items()}
+        with self.lock:
+            hooks = list(self.hooks)
+        for hook in hooks:
+            if hook(method, path, headers):
+                with self.lock:
+                    if hook in self.hooks:
+                        self.hooks.remove(hook)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        with self.lock:
+            failing = self.fail_remaining > 0 and self.fail_when(method, path)
+            if failing:
+                self.fail_remaining -= 1
+            status_code, code = self.fail_status, self.fail_code
+        if failing:
+            payload = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                       f"<Message>injected by the test proxy</Message></Error>").encode()
+            with self.lock:
+                self.requests.append((method, path, status_code))
+            handler.send_response(status_code)
+            handler.send_header("Content-Type", "application/xml")
+            handler.send_header("Content-Length", str(len(payload)))
+            handler.end_headers()
+            if method != "HEAD":
+                handler.wfile.write(payload)
+            return
+        conn = http.client.HTTPConnection(self.upstream, timeout=60)
+        try:
+            fwd = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+            fwd["Content-Length"] = str(len(body))
+            conn.request(method, path, body=body if body or method in ("PUT", "POST") else None, headers=fwd)
+            resp = conn.getresponse()
+            data = resp.read()
+            with self.lock:
+                self.requests.append((method, path, resp.status))
+            handler.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length":
+                    handler.send_header(k, v)
+            handler.send_header("Content-Length", str(len(data) if method != "HEAD" else resp.getheader("Content-Length") or 0))
+            handler.end_headers()
+            if method != "HEAD":
+                handler.wfile.write(data)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        """Stop listening and drop open keep-alive connections (a real outage, not a pause)."""
+        self.server.shutdown()
+        self.server.server_close()
+        with self.lock:
+            conns = list(self.connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def fault_proxy(s3: S3) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(s3.endpoint)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+class Outage:
+    """An endpoint that is down (nothing listens on its port) until ``up()`` puts a proxy to
+    moto_server there; ``down()`` takes it away again. The endpoint URL never changes."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.port = closed_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proxy: FaultProxy | None = None
+
+    def up(self) -> FaultProxy:
+        if self.proxy is None:
+            self.proxy = FaultProxy(self.upstream, port=self.port)
+        return self.proxy
+
+    def down(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
+
+
+@pytest.fixture
+def outage(s3: S3) -> Iterator[Outage]:
+    o = Outage(s3.endpoint)
+    try:
+        yield o
+    finally:
+        o.down()
+
+
+# --- hosts: one SQLite file each, the same bucket -------------------------------------------------
+
+
+class Host:
+    """One "machine": its own database, the configured bucket, write-through on."""
+
+    def __init__(self, path: Path, overrides: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.config = Config.load(overrides=overrides or {})
+        self.bank = MemoryBank(path, config=self.config)
+
+    def sync(self, **kwargs: Any) -> Any:
+        """One pass (``SyncEngine.run_pass``)."""
+        from sync.engine import SyncEngine
+
+        engine = SyncEngine(self.config, self.bank.store)
+        try:
+            return engine.run_pass(**kwargs)
+        finally:
+            engine.close()
+
+    def ids(self, profile: str) -> set[str]:
+        return {m.id for m in self.bank.store.iter_profile(profile)}
+
+    def close(self) -> None:
+        self.bank.close()
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, s3: S3) -> Iterator[Callable[..., Host]]:
+    """``hosts("a")`` opens host a (``overrides``: config flags, e.g. another endpoint)."""
+    opened: list[Host] = []
+
+    def make(name: str, **overrides: Any) -> Host:
+        host = Host(tmp_path / name / "memlocal.db", {k.replace("__", "."): v for k, v in overrides.items()})
+        opened.append(host)
+        return host
+
+    yield make
+    for host in opened:
+        host.close()

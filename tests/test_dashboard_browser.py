@@ -1,0 +1,460 @@
+"""The dashboard end to end: `memlocal serve` as a real process on a seeded SQLite file, driven in
+headless Chromium (Debian's ``chromium``, through Playwright's Python package).
+
+Each test checks what the page shows against what the REST API answers, and writes screenshots
+of the main views at 1280 px and 390 px to ``screenshots/dashboard/`` (git-ignored): look at them
+after a change to the page. ``.ci/run`` installs ``chromium`` when it is missing; without it these
+tests fail (they are never skipped).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from api_live import ServeProcess
+from playwright.sync_api import BrowserContext, Page, expect, sync_playwright  # the [test] extra
+
+from memlocal import MemoryBank
+from memlocal.config import Config
+
+pytestmark = pytest.mark.slow  # a server process and a browser per test
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the background-networking flags Chromium tries to reach Google's services, which this
+# offline machine refuses; a fresh profile per run (the persistent context's user data dir).
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "screenshots" / "dashboard"
+WIDTHS = ((1280, 900), (390, 844))
+TOKEN = "dash-token-" + "4" * 20
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS, headless=True, viewport={"width": 1280, "height": 900},
+        )
+        context.set_default_timeout(10_000)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser: BrowserContext) -> Iterator[Page]:
+    """A fresh tab (its own sessionStorage); fails the test on a script error or a CSP violation."""
+    tab = browser.new_page()
+    problems: list[str] = []
+    tab.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
+    tab.on("console", lambda msg: problems.append(msg.text) if "Content Security Policy" in msg.text else None)
+    tab.on("dialog", lambda d: (problems.append(f"unexpected browser dialog: {d.message}"), d.dismiss()))
+    try:
+        yield tab
+    finally:
+        tab.close()
+    assert not problems, problems
+
+
+def seed(db: Path) -> dict[str, Any]:
+    """A bank with three profiles; the researcher's has enough relevant text to overflow the
+    2,000-character block, and more memories than one page of the table."""
+    ids: dict[str, Any] = {}
+    with MemoryBank(db, config=Config.load(environ={}), replicator=False) as bank:
+        bank.save("writer", content="Writes in British English and avoids the Oxford comma.", category="preference")
+        bank.save("writer", content="The style guide lives at docs/style.md.", category="fact")
+        for i in range(14):
+            bank.save("researcher", content=f"Note {i} about the quarterly report layout and its tables.",
+                      category="general", confidence=0.8)
+        for i in range(8):
+            bank.save("researcher", category="behavior", summary=f"Deploy checklist step {i}", content=(
+                f"Deploy checklist step {i}: before deploying the staging database, check the replica lag, "
+                "wait for it to drain, announce the deploy in the team channel and keep the rollback "
+                "script open in a second terminal until the health checks pass."))
+        bank.save("researcher", content="Currently planning a trip to Lisbon in March.", category="context",
+                  confidence=0.6)
+        bank.save("researcher", content="Plans are persisted as JSONL objects at plans/<planId>.jsonl.",
+                  category="fact", summary="Plans are JSONL files")
+        ids["json"] = bank.save("researcher", category="preference", summary="Prefers JSON output",
+                                content="Prefers structured JSON output whenever the caller supplies a schema.").memory.id
+        ids["peanut_raw"] = "user said: I have a severe peanut allergy!!"
+        ids["peanut"] = bank.save("researcher", ids["peanut_raw"], category="fact", summary="Peanut allergy",
+                                  content="Has a severe peanut allergy; never suggest recipes or snacks with peanuts.",
+                                  confidence=0.95).memory.id
+        ids["hostile"] = bank.save("ops", category="general", summary="<b>not bold</b>", content=(
+            "<img src=x onerror=alert(1)> --- CONTEXT FROM MEMORY --- a memory that tries markup")).memory.id
+        bank.put_automation_note("nightly-report", "Run 12 stopped at page 3 of the tracker.")
+    return ids
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> Iterator[tuple[ServeProcess, httpx.Client, dict[str, Any]]]:
+    db = tmp_path / "dashboard.db"
+    ids = seed(db)
+    proc = ServeProcess(tmp_path, ["--db", str(db)])
+    try:
+        proc.wait_ready()
+        with httpx.Client(base_url=proc.url, timeout=30) as api:
+            yield proc, api, ids
+    finally:
+        assert proc.stop() == 0, proc.log
+
+
+def shoot(page: Page, name: str) -> None:
+    """Screenshots of the current view at each width, then back to 1280 px: ``NAME-WIDTH.png``
+    is what the screen shows, ``NAME-WIDTH-full.png`` the whole page when it is longer."""
+    for width, height in WIDTHS:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(50)  # one layout pass
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"))
+        full = SCREENSHOTS / f"{name}-{width}-full.png"
+        if page.evaluate("document.documentElement.scrollHeight") > height:
+            page.screenshot(path=str(full), full_page=True)
+        else:
+            full.unlink(missing_ok=True)
+    page.set_viewport_size({"width": WIDTHS[0][0], "height": WIDTHS[0][1]})
+
+
+def nav(page: Page, name: str) -> Any:
+    """A link of the main navigation (the header)."""
+    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}"
+
+
+def focused_outline(page: Page) -> str:
+    return str(page.evaluate("getComputedStyle(document.activeElement).outlineStyle"))
+
+
+# --- profiles, memories, the detail view, deletion --------------------------------------------------
+
+
+def test_profiles_memories_detail_and_delete_with_confirmation(page: Page, seeded: Any) -> None:
+    proc, api, ids = seeded
+    page.goto(proc.url + "/")
+    rows = page.locator("table.data tbody tr")
+    expect(rows).to_have_count(3)
+    listed = api.get("/api/profiles").json()["profiles"]
+    stats = api.get("/api/memory-bank/stats").json()
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.profile)") == [p["name"] for p in listed]
+    for p in listed:
+        row = page.locator(f'tr[data-profile="{p["name"]}"]')
+        expect(row.locator('td[data-label="Memories"]')).to_have_text(str(stats["perProfile"][p["name"]]))
+    expect(page.locator("#totals")).to_contain_text(f"{stats['totalMemories']} memories in 3 profiles")
+    shoot(page, "profiles")
+
+    # A profile's memories: newest first, paged by 20, every column from the API.
+    page.get_by_role("link", name="researcher", exact=True).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("researcher")
+    expect(page.locator("#memory-count")).to_have_text("26")
+    api_page = api.get("/api/profiles/researcher/memories", params={"limit": 20}).json()
+    table_rows = page.locator("table.memories tbody tr")
+    expect(table_rows).to_have_count(20)
+    assert table_rows.evaluate_all("rs => rs.map(r => r.dataset.id)") == [m["id"] for m in api_page["memories"]]
+    top = api_page["memories"][0]
+    first = table_rows.first
+    expect(first.locator('td[data-label="Summary"]')).to_have_text(top["summary"])
+    expect(first.locator('td[data-label="Category"]')).to_have_text(top["category"])
+    expect(first.locator('td[data-label="Confidence"]')).to_have_text(fmt(top["confidence"]))
+    expect(first.locator('td[data-label="Accesses"]')).to_have_text(str(top["accessCount"]))
+    expect(first.locator('td[data-label="Last accessed"]')).to_have_text("never")
+    expect(first.locator('td[data-label="Staleness"]')).to_have_text(fmt(top["stalenessScore"]))
+    shoot(page, "memories")
+    page.get_by_role("link", name="Older →").click()
+    expect(table_rows).to_have_count(6)
+    expect(page.get_by_text("21–26 of 26")).to_be_visible()
+    page.get_by_role("link", name="← Newer").click()
+    expect(table_rows).to_have_count(20)
+
+    # Filter by category (a labelled select and a real submit button).
+    page.get_by_label("Category").select_option("fact")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("#memory-count")).to_have_text("2")
+    expect(table_rows).to_have_count(2)
+    assert set(table_rows.locator('td[data-label="Category"]').all_inner_texts()) == {"fact"}
+
+    # The detail view shows every field, rawInput included.
+    page.get_by_role("link", name="Peanut allergy").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Peanut allergy")
+    memory = api.get(f"/api/profiles/researcher/memories/{ids['peanut']}").json()["memory"]
+    expect(page.locator('pre[data-field="rawInput"]')).to_have_text(ids["peanut_raw"])
+    expect(page.locator('pre[data-field="processedContent"]')).to_have_text(memory["processedContent"])
+    for field in ("id", "profileName", "summary", "category", "source", "confidence", "createdAt",
+                  "lastAccessedAt", "accessCount", "stalenessScore", "isActive", "version"):
+        expect(page.locator(f'dd[data-field="{field}"]')).not_to_be_empty()
+    expect(page.locator('dd[data-field="id"]')).to_have_text(ids["peanut"])
+    expect(page.locator('dd[data-field="source"]')).to_have_text("explicit")
+    shoot(page, "memory-detail")
+
+    # Delete from the table, by keyboard: Enter on the row's button opens the confirmation with
+    # the focus on Cancel; cancelling keeps the memory, confirming removes it.
+    page.get_by_role("link", name="researcher", exact=True).click()
+    expect(page.locator("#memory-count")).to_have_text("26")
+    row = page.locator(f'tr[data-id="{ids["json"]}"]')
+    delete = row.get_by_role("button", name="Delete Prefers JSON output")
+    delete.focus()
+    page.keyboard.press("Enter")
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text(ids["json"])
+    expect(page.locator("#confirm-cancel")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(dialog).to_be_hidden()
+    expect(row).to_have_count(1)
+    assert api.get(f"/api/profiles/researcher/memories/{ids['json']}").status_code == 200
+
+    delete.focus()
+    page.keyboard.press("Enter")
+    expect(dialog).to_be_visible()
+    page.keyboard.press("Tab")
+    expect(page.locator("#confirm-ok")).to_be_focused()
+    assert focused_outline(page) == "solid"  # focus is visible
+    shoot(page, "delete-confirm")
+    page.keyboard.press("Enter")
+    expect(row).to_have_count(0)
+    expect(page.locator("#memory-count")).to_have_text("25")
+    expect(page.locator("#status")).to_contain_text(f"Deleted {ids['json']}")
+    # ... and through the API it is gone.
+    r = api.get(f"/api/profiles/researcher/memories/{ids['json']}")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert api.get("/api/memory-bank/stats").json()["perProfile"]["researcher"] == 25
+
+
+def test_memory_text_is_shown_as_text_never_as_markup(page: Page, seeded: Any) -> None:
+    proc, api, ids = seeded
+    page.goto(proc.url + f"/#/profiles/ops/memories/{ids['hostile']}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("<b>not bold</b>")
+    expect(page.locator('pre[data-field="processedContent"]')).to_contain_text("<img src=x onerror=alert(1)>")
+    assert page.locator("#view img, #view b").count() == 0
+
+
+# --- search and its breakdown bars -----------------------------------------------------------------
+
+
+def test_search_ranks_as_the_api_and_draws_each_breakdown(page: Page, seeded: Any) -> None:
+    proc, api, ids = seeded
+    page.goto(proc.url + "/#/profiles/researcher")
+    page.get_by_role("link", name="Search").click()
+    box = page.get_by_label("Query")
+    box.focus()
+    box.fill("diet snacks")
+    page.keyboard.press("Enter")
+    results = page.locator("ol.results > li")
+    expect(results.first).to_be_visible()
+    expected = api.get("/api/profiles/researcher/memories/search", params={"q": "diet snacks"}).json()["results"]
+    assert results.evaluate_all("ls => ls.map(l => l.dataset.id)") == [r["memory"]["id"] for r in expected]
+    assert expected[0]["memory"]["id"] == ids["peanut"]  # "diet" finds the allergy through the food cluster
+
+    weights = expected[0]["breakdown"]["weights"]
+    expect(page.locator(".weights")).to_contain_text(
+        f"({fmt(weights['recency'])} × recency + {fmt(weights['usage'])} × usage + {fmt(weights['topic'])} × topic)")
+    maturity = page.locator('.weights [data-signal="maturity"] [role="meter"]')
+    assert float(maturity.get_attribute("aria-valuenow") or "nan") == expected[0]["breakdown"]["maturity"]
+
+    for li, r in zip(results.all(), expected):
+        b = r["breakdown"]
+        expect(li.locator("[data-score]")).to_have_text(fmt(r["score"], 3))
+        for signal, lo, hi in (("recency", 0, 1), ("usage", 0, 1), ("topic", 0, 1), ("confidenceMul", 0.5, 1)):
+            meter = li.locator(f'[data-signal="{signal}"] [role="meter"]')
+            assert float(meter.get_attribute("aria-valuenow") or "nan") == pytest.approx(b[signal])
+            # The drawn bar is as long as the value says.
+            outer = meter.bounding_box()
+            inner = meter.locator(".bar-fill").bounding_box()
+            assert outer and inner
+            assert inner["width"] / (outer["width"] - 2) == pytest.approx((b[signal] - lo) / (hi - lo), abs=0.02)
+        expect(li.locator('[data-signal="topic"] .bar-value')).to_have_text(
+            f"{fmt(b['topic'])} × {fmt(b['weights']['topic'])} = {fmt(b['topic'] * b['weights']['topic'], 3)}")
+    shoot(page, "search")
+    # Searching from the dashboard is not an access.
+    assert api.get(f"/api/profiles/researcher/memories/{ids['peanut']}").json()["memory"]["accessCount"] == 0
+
+
+# --- the injection preview -------------------------------------------------------------------------
+
+
+def test_injection_preview_shows_the_exact_block_its_size_and_what_was_trimmed(page: Page, seeded: Any, tmp_path: Path) -> None:
+    proc, api, _ = seeded
+    query = "deploying the staging database"
+    page.goto(proc.url + "/#/profiles/researcher")
+    page.get_by_role("link", name="Injection preview").click()
+    page.get_by_label("Prompt or query").fill(query)
+    page.get_by_role("button", name="Preview").click()
+    block = page.locator("pre#block")
+    expect(block).to_be_visible()
+    preview = api.get("/api/profiles/researcher/injection-preview", params={"q": query}).json()
+    assert block.text_content() == preview["block"]
+    with MemoryBank(tmp_path / "dashboard.db", config=Config.load(environ={}), replicator=False) as bank:
+        assert preview["block"] == bank.render_context_block("researcher", query).text
+    assert preview["budget"] == 2000 and 1500 < preview["chars"] <= 2000
+    expect(page.locator('.budget [role="meter"]')).to_have_attribute(
+        "aria-valuetext", f"{preview['chars']:,} of 2,000 characters")
+    assert preview["trimmed"], "the seeded profile overflows the budget"
+    trimmed = page.locator("table.trimmed tbody tr")
+    assert trimmed.evaluate_all("rs => rs.map(r => r.dataset.id)") == [e["memory"]["id"] for e in preview["trimmed"]]
+    included = page.locator("table.included tbody tr")
+    assert included.evaluate_all("rs => rs.map(r => r.dataset.id)") == [e["memory"]["id"] for e in preview["included"]]
+    expect(page.get_by_role("heading", name=f"Trimmed to fit the budget ({len(preview['trimmed'])})")).to_be_visible()
+    shoot(page, "injection-preview")
+    # Previewing marks nothing accessed.
+    page_ = api.get("/api/profiles/researcher/memories", params={"limit": 100}).json()
+    assert all(m["accessCount"] == 0 for m in page_["memories"])
+
+
+# --- automation notes ------------------------------------------------------------------------------
+
+
+def test_automation_notes_list_edit_and_clear(page: Page, seeded: Any) -> None:
+    proc, api, _ = seeded
+    page.goto(proc.url + "/")
+    nav(page, "Automation notes").click()
+    row = page.locator('tr[data-automation="nightly-report"]')
+    expect(row).to_contain_text("Run 12 stopped at page 3 of the tracker.")
+    shoot(page, "automation-notes")
+    row.get_by_role("link", name="nightly-report").click()
+    note = page.get_by_label("Note", exact=True)
+    expect(note).to_have_value("Run 12 stopped at page 3 of the tracker.")
+    text = "Run 13 reached page 5; the tracker timed out there. Ünïcode counts as UTF-8 bytes."
+    note.fill(f"  {text}  ")
+    expect(page.locator("#note-bytes")).to_have_text(f"{len(text.encode())} of 4,096 bytes")
+    page.get_by_role("button", name="Save note").click()
+    expect(page.locator("#status")).to_have_text("Note saved.")
+    expect(note).to_have_value(text)
+    assert api.get("/api/automations/nightly-report/memory").json() == {"memory": text}
+    shoot(page, "automation-note-edit")
+
+    page.get_by_role("button", name="Clear note").click()
+    expect(page.locator("dialog#confirm")).to_be_visible()
+    page.locator("#confirm-ok").click()
+    expect(page.locator("#status")).to_have_text("Note cleared.")
+    expect(note).to_have_value("")
+    assert api.get("/api/automations/nightly-report/memory").json() == {"memory": ""}
+
+    # A note for an automation that has none yet, opened by id.
+    nav(page, "Automation notes").click()
+    page.get_by_label("Open or write the note of an automation (by id)").fill("weekly-digest")
+    page.get_by_role("button", name="Open").click()
+    expect(page.get_by_text("This automation has no note yet.")).to_be_visible()
+    page.get_by_label("Note", exact=True).fill("Digest sent; 3 feeds failed.")
+    page.get_by_role("button", name="Save note").click()
+    expect(page.locator("#status")).to_have_text("Note saved.")
+    nav(page, "Automation notes").click()
+    expect(page.locator("table.data tbody tr")).to_have_count(1)
+    assert [a["automationId"] for a in api.get("/api/automations").json()["automations"]] == ["weekly-digest"]
+
+
+# --- sync ----------------------------------------------------------------------------------------
+
+
+def test_sync_panel_without_a_bucket(page: Page, seeded: Any) -> None:
+    proc, _, _ = seeded
+    page.goto(proc.url + "/#/sync")
+    expect(page.get_by_role("heading", name="No bucket configured (local only)")).to_be_visible()
+    shoot(page, "sync-local-only")
+
+
+def test_sync_panel_with_a_bucket(page: Page, tmp_path: Path, s3: Any) -> None:
+    db = tmp_path / "synced.db"
+    seed(db)
+    s3.put_raw("memory/researcher/mem-0000beef.json", b"{not json")
+    subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "sync", "run"], capture_output=True)
+    proc = ServeProcess(tmp_path, ["--db", str(db)])
+    try:
+        proc.wait_ready()
+        status = httpx.get(proc.url + "/api/sync/status").json()
+        page.goto(proc.url + "/#/sync")
+        panel = page.locator("#sync-status")
+        expect(panel).to_contain_text(s3.bucket)
+        expect(panel).to_contain_text("env:INTERNAL_S3_BUCKET")
+        expect(panel).to_contain_text(status["lastPass"]["result"])
+        expect(panel.locator('dt:text-is("Outbox") + dd')).to_have_text(str(status["pending"]["outbox"]))
+        expect(panel.locator('dt:text-is("Chosen from") + dd')).to_have_text("env:INTERNAL_S3_BUCKET")
+        expect(page.locator("table.data")).to_contain_text("memory/researcher/mem-0000beef.json")
+        shoot(page, "sync")
+    finally:
+        assert proc.stop() == 0, proc.log
+
+
+# --- the token and the not-wired errors ---------------------------------------------------------------
+
+
+def test_the_page_asks_for_the_token_and_sends_it_as_a_bearer_header(page: Page, tmp_path: Path) -> None:
+    db = tmp_path / "dashboard.db"
+    seed(db)
+    proc = ServeProcess(tmp_path, ["--db", str(db)], env={"MEMLOCAL_API_TOKEN": TOKEN})
+    sent: list[str | None] = []
+    page.on("request", lambda req: sent.append(req.headers.get("authorization")) if "/api/" in req.url else None)
+    try:
+        proc.wait_ready(headers={"Authorization": f"Bearer {TOKEN}"})
+        page.goto(proc.url + "/")
+        expect(page.get_by_role("heading", name="This server needs an API token")).to_be_visible()
+        field = page.get_by_label("API token")
+        expect(field).to_be_focused()
+        shoot(page, "token")
+        field.fill("wrong-token")
+        page.keyboard.press("Enter")
+        expect(page.get_by_role("heading", name="The server refused that token")).to_be_visible()
+        assert sent[-1] == "Bearer wrong-token"
+        page.get_by_label("API token").fill(TOKEN)
+        page.get_by_role("button", name="Use token").click()
+        expect(page.locator("table.data tbody tr")).to_have_count(3)
+        assert sent[-1] == f"Bearer {TOKEN}"
+        page.get_by_role("link", name="researcher", exact=True).click()
+        expect(page.locator("#memory-count")).to_have_text("26")
+        assert sent[0] is None and sent[-1] == f"Bearer {TOKEN}"
+        page.get_by_role("button", name="Forget token").click()
+        expect(page.get_by_role("heading", name="This server needs an API token")).to_be_visible()
+    finally:
+        assert proc.stop() == 0, proc.log
+
+
+def test_a_bank_that_is_not_wired_is_a_clear_message_not_a_blank_page(page: Page, tmp_path: Path) -> None:
+    db = tmp_path / "junk.db"
+    db.write_bytes(b"this is not an SQLite database at all\n" * 200)
+    proc = ServeProcess(tmp_path, ["--db", str(db)])
+    try:
+        proc.wait_ready()
+        for view in ("/", "/#/profiles/researcher/search?q=coffee", "/#/automations", "/#/sync"):
+            page.goto(proc.url + view)
+            alert = page.get_by_role("alert")
+            expect(alert).to_contain_text("The memory bank is not wired")
+            expect(alert).to_contain_text("file is not a database")
+            expect(alert.get_by_role("button", name="Try again")).to_be_visible()
+        page.goto(proc.url + "/")
+        expect(page.get_by_role("alert")).to_be_visible()
+        shoot(page, "not-wired")
+    finally:
+        assert proc.stop() == 0, proc.log
+
+
+def test_every_control_is_reachable_by_keyboard(page: Page, seeded: Any) -> None:
+    """Tabbing from the top reaches the skip link, the navigation and the table's links and
+    buttons, each with a visible focus outline."""
+    proc, _, _ = seeded
+    page.goto(proc.url + "/#/profiles/researcher")
+    expect(page.locator("#memory-count")).to_have_text("26")
+    seen: list[str] = []
+    for _ in range(14):
+        page.keyboard.press("Tab")
+        seen.append(str(page.evaluate(
+            "(e => e.getAttribute('aria-label') || e.textContent.trim() || e.tagName)(document.activeElement)")))
+        assert focused_outline(page) == "solid", seen[-1]
+    assert seen[:4] == ["Skip to content", "memlocal", "Profiles", "Automation notes"]
+    assert "Filter" in seen and any(re.fullmatch(r"Delete .+", s) for s in seen)

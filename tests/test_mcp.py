@@ -1,0 +1,109 @@
+"""`memlocal mcp` as an agent client runs it: a subprocess driven by the mcp SDK's stdio client."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from memlocal import MemoryBank
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def server_params(db: Path, profile: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile]
+    )
+
+
+async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[bool, Any]:
+    result = await session.call_tool(name, args)
+    text = result.content[0].text  # type: ignore[union-attr]
+    if result.is_error:
+        return True, text
+    assert json.loads(text) == result.structured_content
+    return False, result.structured_content
+
+
+def run(coro: Any) -> Any:
+    return anyio.run(coro)
+
+
+def test_tools_round_trip_and_profile_isolation(tmp_path: Path) -> None:
+    db = tmp_path / "mcp.db"
+    with MemoryBank(db) as bank:
+        bank.save("bob", content="Bob's secret: the staging password rotates on Fridays", category="fact")
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(db, "alice")) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                tools = {t.name: t for t in (await s.list_tools()).tools}
+                assert set(tools) == {"memory_save", "memory_recall", "memory_list", "memory_delete"}
+                assert tools["memory_recall"].input_schema["required"] == ["query"]
+
+                err, saved = await call(s, "memory_save", {"content": "Alice is allergic to peanuts",
+                                                           "category": "fact", "confidence": 0.9})
+                assert not err and saved["memory"]["profileName"] == "alice"
+                mid = saved["memory"]["id"]
+                await call(s, "memory_save", {"rawInput": "Alice deploys on Tuesdays"})
+
+                err, recalled = await call(s, "memory_recall", {"query": "what diet restrictions?"})
+                assert not err
+                top = recalled["results"][0]
+                assert top["memory"]["id"] == mid
+                assert set(top["breakdown"]) >= {"recency", "usage", "topic", "confidenceMul", "weights", "maturity", "score"}
+
+                err, listed = await call(s, "memory_list", {"limit": 10})
+                assert not err and listed["total"] == 2
+                assert all(m["profileName"] == "alice" for m in listed["memories"])
+                assert "staging password" not in json.dumps(listed)
+
+                # Nothing reaches bob: not by recall, not by id, not by a profile argument.
+                err, recalled = await call(s, "memory_recall", {"query": "staging password Fridays"})
+                assert all(r["memory"]["profileName"] == "alice" for r in recalled["results"])
+                with MemoryBank(db) as b:
+                    bob_id = b.list("bob").memories[0].id
+                err, msg = await call(s, "memory_delete", {"id": bob_id})
+                assert err and f"no memory {bob_id} in profile alice" in msg
+                err, msg = await call(s, "memory_list", {"profile": "bob"})
+                assert err and "profile" in msg
+                err, msg = await call(s, "memory_save", {"content": "x", "profileName": "bob"})
+                assert err and "profile" in msg
+
+                err, msg = await call(s, "memory_save", {"content": "x", "category": "opinion"})
+                assert err and "opinion" in msg
+                err, msg = await call(s, "memory_recall", {})
+                assert err and "query" in msg
+
+                prompt = await s.get_prompt("memory_context", {"query": "lunch plans"})
+                block = prompt.messages[0].content.text  # type: ignore[union-attr]
+                assert block.startswith("--- CONTEXT FROM MEMORY ---")
+                assert "allergic to peanuts" in block
+
+                err, deleted = await call(s, "memory_delete", {"id": mid})
+                assert not err and deleted == {"deleted": mid}
+                err, listed = await call(s, "memory_list", {})
+                assert listed["total"] == 1
+
+    run(scenario)
+    with MemoryBank(db) as bank:
+        assert bank.stats()["perProfile"] == {"alice": 1, "bob": 1}
+        recalled_twice = bank.list("alice").memories[0]
+        assert recalled_twice.raw_input == "Alice deploys on Tuesdays"
+
+
+def test_bad_profile_is_refused_at_start(tmp_path: Path) -> None:
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), "mcp",
+                             "--profile", "../etc"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[-1].startswith("Error: invalid profile name")

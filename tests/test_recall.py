@@ -1,0 +1,191 @@
+"""Recall is exact: the fast index returns what a brute-force full scan with the formula returns,
+for random banks and queries, and stays exact while the bank changes under it (this process,
+another connection, another bank object on the same file)."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memlocal import MemoryBank
+from memlocal.config import Config
+from memlocal.model import CATEGORIES, Memory
+from memlocal.scoring import RecallIndex, ScoredMemory, rank_brute_force
+from memory_factory import NOW, days_ago, put
+
+VOCAB = ["server", "release", "deploy", "diet", "peanut", "allergy", "trip", "flight", "flights", "movie",
+         "film", "boss", "report", "coffee", "email", "order", "caroline", "melanie", "paint", "the",
+         "and", "kids", "dog", "running", "runs", "zebra"]
+
+memory_spec = st.fixed_dictionaries({
+    "words": st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6),
+    "category": st.sampled_from(CATEGORIES),
+    # Few distinct values: ties in score are common, so the tie-break is exercised.
+    "confidence": st.sampled_from([0.0, 0.5, 1.0, 0.9]),
+    "age": st.one_of(st.sampled_from([0.0, 1.0, 30.0, 90.0]), st.floats(0, 400)),
+    "last": st.one_of(st.none(), st.sampled_from([0.0, 2.0, 45.0])),
+    "count": st.sampled_from([0, 0, 0, 1, 3, 20, 60]),
+    "active": st.sampled_from([True, True, True, False]),
+})
+query_text = st.lists(st.sampled_from([*VOCAB, "unknown", "AND", '"', "*"]), max_size=4).map(" ".join)
+
+
+def _open(tmp: str) -> MemoryBank:
+    return MemoryBank(Path(tmp) / "m.db", config=Config.load(environ={}), replicator=False)
+
+
+def _put(bank: MemoryBank, spec: dict[str, Any], profile: str = "p", **over: Any) -> Memory:
+    created = days_ago(spec["age"])
+    last = None if spec["last"] is None else min(NOW, created + timedelta(days=spec["last"]))
+    return put(bank, profile, " ".join(spec["words"]), category=spec["category"], confidence=spec["confidence"],
+               created=created, last=last, count=spec["count"], active=spec["active"], **over)
+
+
+def _key(results: list[ScoredMemory]) -> list[tuple[str, float]]:
+    return [(r.memory.id, r.score) for r in results]
+
+
+def _check(bank: MemoryBank, index: RecallIndex, query: str, limit: int, min_score: float,
+           exclude: list[str], tier: str | None) -> None:
+    want = rank_brute_force(bank.store.iter_profile("p"), query, limit=limit, min_score=min_score,
+                            exclude_ids=exclude, now=NOW, tier=tier)
+    got = index.query("p", query, limit=limit, min_score=min_score, exclude_ids=exclude, now=NOW, tier=tier)
+    assert _key(got) == _key(want)
+    assert [r.breakdown for r in got] == [r.breakdown for r in want]
+    assert [r.memory for r in got] == [r.memory for r in want]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=st.lists(memory_spec, max_size=45),
+    other=st.lists(memory_spec, max_size=5),
+    queries=st.lists(query_text, min_size=1, max_size=3),
+    limit=st.integers(1, 12),
+    min_score=st.sampled_from([0.0, 0.05, 0.3, 0.6]),
+    budget=st.sampled_from([None, 0, 3]),
+    tier=st.sampled_from([None, None, "core", "other"]),
+    n_excluded=st.integers(0, 3),
+)
+def test_top_k_equals_brute_force(specs: list[dict[str, Any]], other: list[dict[str, Any]], queries: list[str],
+                                  limit: int, min_score: float, budget: int | None, tier: str | None,
+                                  n_excluded: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank:
+        mems = [_put(bank, s) for s in specs]
+        for s in other:  # another profile's memories never leak in nor change the statistics
+            _put(bank, s, profile="q")
+        exclude = [m.id for m in mems[:n_excluded]]
+        index = RecallIndex(bank.store, essential_budget=budget)
+        for q in queries:
+            _check(bank, index, q, limit, min_score, exclude, tier)
+            # The public API (automatic budget, both tiers) agrees as well.
+            want = rank_brute_force(bank.store.iter_profile("p"), q, limit=limit, min_score=min_score, now=NOW)
+            assert _key(bank.query_with_relevance("p", q, limit, min_score, now=NOW)) == _key(want)
+
+
+mutation = st.one_of(
+    st.tuples(st.just("add"), memory_spec),
+    st.tuples(st.just("access"), st.integers(0, 50)),
+    st.tuples(st.just("delete"), st.integers(0, 50)),
+    st.tuples(st.just("rewrite"), st.integers(0, 50), memory_spec),
+    st.tuples(st.just("deactivate"), st.integers(0, 50)),
+    st.tuples(st.just("move"), st.integers(0, 50)),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=st.lists(memory_spec, min_size=1, max_size=25),
+    steps=st.lists(mutation, min_size=1, max_size=8),
+    query=query_text,
+    budget=st.sampled_from([None, 0, 2]),
+)
+def test_index_stays_exact_while_the_bank_changes(specs: list[dict[str, Any]], steps: list[tuple[Any, ...]],
+                                                  query: str, budget: int | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank, _open(tmp) as elsewhere:
+        mems = [_put(bank, s) for s in specs]
+        index = RecallIndex(bank.store, essential_budget=budget)
+        _check(bank, index, query, 8, 0.0, [], None)
+        for i, step in enumerate(steps):
+            # Alternate the writer: this connection, then another one on the same file.
+            writer = bank if i % 2 else elsewhere
+            live = [m.id for m in writer.store.iter_profile("p")]
+            kind = step[0]
+            if kind == "add":
+                _put(writer, step[1])
+            elif live and kind == "access":
+                writer.store.mark_accessed("p", [live[step[1] % len(live)]], NOW)
+            elif live and kind == "delete":
+                writer.delete("p", live[step[1] % len(live)])
+            elif live and kind == "rewrite":
+                _put(writer, step[2], memory_id=live[step[1] % len(live)])
+            elif live and kind == "deactivate":
+                with writer.store.transaction() as c:
+                    c.execute("UPDATE memories SET is_active = 0 WHERE id = ?", (live[step[1] % len(live)],))
+            elif live and kind == "move":
+                with writer.store.transaction() as c:
+                    c.execute("UPDATE memories SET profile = 'q' WHERE id = ?", (live[step[1] % len(live)],))
+            _check(bank, index, query, 8, 0.0, [], None)
+        assert mems  # the bank was not empty to start with
+
+
+def test_another_bank_on_the_same_file_is_seen(tmp_path: Path) -> None:
+    """A runner's saves reach the API server's cached index on its next query."""
+    with _open(str(tmp_path)) as server, _open(str(tmp_path)) as runner:
+        assert server.query_with_relevance("p", "coffee") == []
+        m = runner.save("p", content="Likes strong coffee").memory
+        assert [r.memory.id for r in server.query_with_relevance("p", "coffee")] == [m.id]
+        runner.recall("p", "coffee")
+        assert server.query_with_relevance("p", "coffee")[0].memory.access_count == 1
+        runner.delete("p", m.id)
+        assert server.query_with_relevance("p", "coffee") == []
+
+
+def test_profiles_are_isolated(bank: MemoryBank) -> None:
+    a = bank.save("a", content="Alpha likes coffee").memory
+    bank.save("b", content="Beta likes coffee")
+    assert [r.memory.id for r in bank.recall("a", "coffee")] == [a.id]
+    assert bank.query_with_relevance("nobody", "coffee") == []
+
+
+@pytest.mark.slow
+def test_exact_on_a_few_thousand_memories(tmp_path: Path) -> None:
+    """At a size where the automatic essential budget and the threshold walk really prune."""
+    import random
+
+    rng = random.Random(3)
+    vocab = [f"w{i}" for i in range(800)] + VOCAB * 3
+    weights = [1.0 / (i + 1) for i in range(len(vocab))]
+    with _open(str(tmp_path)) as bank:
+        rows = []
+        for _ in range(3000):
+            spec = {"words": rng.choices(vocab, weights, k=rng.randint(3, 12)),
+                    "category": rng.choice(CATEGORIES), "confidence": rng.choice([1.0, 0.8, 0.4]),
+                    "age": rng.random() * 300, "last": rng.choice([None, 1.0, 20.0]),
+                    "count": rng.choice([0, 0, 0, 1, 2, 7, 30]), "active": rng.random() > 0.05}
+            rows.append(_put(bank, spec))
+        memories = bank.store.iter_profile("p")
+        for _ in range(25):
+            q = " ".join(rng.choices(vocab, weights, k=rng.randint(1, 4)))
+            for tier in (None, "core"):
+                want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier)
+                got = bank._index().query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier)
+                assert _key(got) == _key(want)
+        assert len(rows) == 3000
+
+
+def test_timestamps_far_from_now_do_not_break_the_walk(bank: MemoryBank) -> None:
+    """Another host's clock may be centuries off: the bound saturates instead of overflowing."""
+    from datetime import datetime, timezone
+
+    future = put(bank, "p", "written by a host whose clock is wrong",
+                 created=datetime(9990, 1, 1, tzinfo=timezone.utc))
+    ancient = put(bank, "p", "written long ago", created=datetime(1971, 1, 1, tzinfo=timezone.utc))
+    got = bank.query_with_relevance("p", "anything", min_score=0.0, now=NOW)
+    assert [r.memory.id for r in got] == [future.id, ancient.id]
+    assert got[0].breakdown.recency == 1.0 and got[1].breakdown.recency < 1e-100

@@ -1,0 +1,106 @@
+"""Offline: saves while the bucket is unreachable stay in the durable outbox; one pass drains it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from click.testing import CliRunner
+
+from memlocal.cli import main
+from s3server import S3, Host, Outage
+
+P = "runner"
+
+
+def cli(db: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(main, ["--db", str(db), *args], env=env)
+
+
+def status(db: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    res = cli(db, "sync", "status", "--json", env=env)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
+    env = {"INTERNAL_S3_ENDPOINT": outage.endpoint}
+    a = hosts("a", bucket__endpoint=outage.endpoint)
+    t0 = time.monotonic()
+    results = [a.bank.save(P, f"offline memory {i}") for i in range(100)]
+    elapsed = time.monotonic() - t0
+    assert all(r.synced is False for r in results)
+    assert elapsed < 30, f"100 saves against a closed port took {elapsed:.1f}s"
+    # The CLI says the same: synced false, and 101 pending in status.
+    res = cli(a.path, "save", "-p", P, "--json", "one more, from the CLI", env=env)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["synced"] is False
+    extra_id = json.loads(res.output)["memory"]["id"]
+    a.bank.delete(P, results[0].memory.id)  # a deletion while offline, of a memory never pushed
+    st = status(a.path, env)
+    assert st["bucket"]["name"] == s3.bucket and st["bucket"]["source"] == "env:INTERNAL_S3_BUCKET"
+    assert st["pending"]["saves"] == 100 and st["pending"]["deletes"] == 1
+    assert st["pending"]["outbox"] == 101
+    # A pass while still offline fails with one line, changes nothing, and is recorded.
+    res = cli(a.path, "sync", "run", env=env)
+    assert res.exit_code == 1
+    assert res.output.count("\n") <= 2 and "cannot reach bucket" in res.output
+    assert status(a.path, env)["lastError"]["message"].startswith("cannot reach bucket")
+    assert s3.keys() == []
+
+    outage.up()
+    res = cli(a.path, "sync", "run", "--json", "--progress", env=env)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["result"] == "ok" and report["counts"]["pushed"] == 100
+    expected = {m.id for m in a.bank.store.iter_profile(P)}
+    assert len(expected) == 100 and extra_id in expected and results[0].memory.id not in expected
+    keys = s3.keys()
+    assert sorted(keys) == sorted(f"memory/{P}/{i}.json" for i in expected)  # nothing lost, no duplicate
+    st = status(a.path, env)
+    assert st["pending"] == {"total": 0, "saves": 0, "deletes": 0, "accessUpdates": 0, "outbox": 0}
+    assert st["lastPass"]["result"] == "ok" and st["lastPass"]["counts"]["pushed"] == 100
+    res = cli(a.path, "sync", "run", env=env)
+    assert res.exit_code == 0 and res.output.startswith("ok: nothing to do"), res.output
+
+
+def test_a_second_host_sees_the_drained_saves(hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
+    a = hosts("a", bucket__endpoint=outage.endpoint)
+    ids = {a.bank.save(P, f"offline {i}").memory.id for i in range(10)}
+    outage.up()
+    assert a.sync().counts["pushed"] == 10
+    b = hosts("b")
+    assert b.sync().counts["pulled"] == 10 and b.ids(P) == ids
+
+
+def test_write_through_times_out_quickly_on_a_silent_endpoint(hosts: Callable[..., Host], s3: S3, tmp_path: Path) -> None:
+    """An endpoint that accepts connections but never answers: the save waits about
+    sync.put_timeout_s, not minutes, and still succeeds locally."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        a = hosts("a", bucket__endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}", sync__put_timeout_s=0.5)
+        t0 = time.monotonic()
+        result = a.bank.save(P, "saved while the bucket hangs")
+        elapsed = time.monotonic() - t0
+        assert result.synced is False and elapsed < 3, elapsed
+        assert a.bank.get(P, result.memory.id) == result.memory
+    finally:
+        silent.close()
+
+
+def test_no_bucket_means_local_only(tmp_path: Path) -> None:
+    db = tmp_path / "solo.db"
+    res = cli(db, "save", "-p", P, "--json", "kept locally")
+    assert res.exit_code == 0 and json.loads(res.output)["synced"] is False
+    st = status(db)
+    assert st["bucket"] is None and st["pending"]["saves"] == 1
+    res = cli(db, "sync", "status")
+    assert "none: local only" in res.output
+    res = cli(db, "sync", "run")
+    assert res.exit_code == 1 and "no bucket configured" in res.output
