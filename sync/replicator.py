@@ -25,7 +25,7 @@ from memlocal.store import Store
 
 from .bucket import Bucket, BucketSettings, BucketUnavailable, PreconditionFailed
 from .engine import SyncEngine
-from .objects import content_hash, encode, object_key
+from .objects import content_hash, decode, encode, object_key
 from .state import DeletedRemote, SyncState, Synced
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,10 @@ class S3Replicator:
         try:
             etag = self.bucket.create(key, encode(memory))
         except PreconditionFailed:
-            # Another memory holds this id in the bucket: the next pass re-ids ours.
+            # Either a concurrent pass (the daemon, woken by this very write) pushed our memory
+            # first, or another host's memory holds this id (the next pass re-ids ours).
+            if self._bucket_has_ours(key, memory):
+                return True
             log.warning("%s already exists in the bucket: left in the outbox for the next pass", key)
             return False
         except BucketUnavailable as exc:
@@ -102,6 +105,17 @@ class S3Replicator:
             # The object is in the bucket; the next pass adopts it (same content, no duplicate).
             log.warning("could not record that %s is in the bucket: %s", memory.id, exc)
         return True
+
+    def _bucket_has_ours(self, key: str, memory: Memory) -> bool:
+        """Whether the object at ``key`` is this very memory (same content), e.g. pushed by a pass."""
+        if self.state.load_base(memory.id) is not None:
+            return True  # the pass that pushed it has recorded it already
+        try:
+            body, _etag = self.bucket.get(key, 64 * 1024)
+            theirs = decode(body, memory.profile_name, memory.id)
+        except Exception:  # unreadable or bad: let the next pass decide
+            return False
+        return content_hash(theirs) == content_hash(memory)
 
     def record_delete(self, conn: sqlite3.Connection, memory: Memory) -> None:
         self.state.record_outbox(conn, memory, "delete")

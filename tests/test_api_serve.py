@@ -86,7 +86,7 @@ def test_non_loopback_bind_without_a_token_is_refused_at_start_up(tmp_path: Path
         )
         assert r.returncode != 0
         lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and "loopback" in lines[0] and "MEMLOCAL_API_TOKEN" in lines[0], r.stderr
+        assert len(lines) == 1 and "loopback" in lines[0] and "MEMLOCAL_API_TOKEN" in lines[0], (r.returncode, r.stdout, r.stderr)
     assert not (tmp_path / "x.db").exists()  # refused before anything was opened
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -18,8 +19,8 @@ def fill(bank: MemoryBank) -> None:
     bank.save("bob", "Übersetzungen bitte auf Deutsch — ✓ unicode survives")
 
 
-def cli(*args: str, input: str | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), input=input)
+def cli(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), input=input, env=env)
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -108,3 +109,19 @@ def test_import_into_another_profile_and_id_clashes(tmp_path: Path) -> None:
     assert code == 1 and "already belongs to a memory of profile alice" in err
     with MemoryBank(src) as bank:
         assert bank.stats()["perProfile"] == {"alice": 2, "bob": 2}
+
+
+def test_imported_memories_are_queued_for_sync(tmp_path: Path, hosts: Any, s3: Any) -> None:
+    src, dump = tmp_path / "src.db", tmp_path / "d.jsonl"
+    with MemoryBank(src, replicator=False) as bank:  # another, unsynced host
+        fill(bank)
+        dump.write_text("".join(json.dumps(m.to_dict()) + "\n" for p in ("alice", "bob") for m in bank.list(p)))
+    host = hosts("importer")
+    code, out, err = cli("--db", str(host.path), "import", str(dump), env=s3.env)
+    assert code == 0, err
+    status = json.loads(cli("--db", str(host.path), "sync", "status", "--json", env=s3.env)[1])
+    assert status["pending"]["saves"] == 4
+    assert s3.keys() == []
+    code, out, err = cli("--db", str(host.path), "sync", "run", env=s3.env)
+    assert code == 0, out + err
+    assert len(s3.keys()) == 4

@@ -104,3 +104,22 @@ def test_no_bucket_means_local_only(tmp_path: Path) -> None:
     assert "none: local only" in res.output
     res = cli(db, "sync", "run")
     assert res.exit_code == 1 and "no bucket configured" in res.output
+
+
+def test_write_through_that_loses_the_race_to_a_pass_still_reports_synced(
+        hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
+    """With `serve --with-sync`, the daemon (woken by the local write) may push a new memory before
+    the save's own create-only PUT: that PUT's 412 must not make the save report "not synced"."""
+    from sync.objects import encode
+
+    a = hosts("a", bucket__endpoint=outage.endpoint)
+    saved = a.bank.save(P, "pushed by a pass before the write-through").memory
+    outage.up()
+    key = f"memory/{P}/{saved.id}.json"
+    s3.client.put_object(Bucket=s3.bucket, Key=key, Body=encode(saved))  # the pass won, unrecorded
+    assert a.bank.replicator.push_saved(saved) is True
+    # Another memory under the same id is not ours: left to the next pass (which re-ids ours).
+    assert a.bank.replicator.push_saved(saved.with_changes(processed_content="someone else's")) is False
+    assert a.sync().ok
+    assert a.bank.replicator.push_saved(saved) is True  # recorded in the base by that pass
+    assert s3.keys() == [key]
