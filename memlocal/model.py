@@ -243,7 +243,7 @@ class Memory:
             raise ValidationError("memory object has neither rawInput nor processedContent")
         raw = raw if raw not in (None, "") else processed
         processed = processed if processed not in (None, "") else raw
-        validate_text_input(raw, "rawInput")
+        raw = validate_text_input(raw, "rawInput")
         if not isinstance(processed, str):
             raise ValidationError("processedContent must be a string")
         summary = data.get("summary")

@@ -15,6 +15,7 @@ Decisions:
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import threading
@@ -115,7 +116,7 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
 
 
 def _migration_1(db: sqlite_utils.Database) -> None:
-    db["memories"].create(
+    db.table("memories").create(
         {
             "id": str,
             "profile": str,
@@ -142,10 +143,10 @@ def _migration_1(db: sqlite_utils.Database) -> None:
         defaults={"extra": "{}", "access_count": 0, "staleness": 0.0, "is_active": 1, "version": 1,
                   "access_delta": 0},
     )
-    db["memories"].create_index(["profile", "created_us", "id"], index_name="memories_profile_created")
-    db["memories"].enable_fts(["processed_content", "summary"], create_triggers=True, tokenize="porter unicode61")
-    db["automation_notes"].create({"automation_id": str, "note": str, "updated_us": int}, pk="automation_id")
-    db["meta"].create({"key": str, "value": str}, pk="key")
+    db.table("memories").create_index(["profile", "created_us", "id"], index_name="memories_profile_created")
+    db.table("memories").enable_fts(["processed_content", "summary"], create_triggers=True, tokenize="porter unicode61")
+    db.table("automation_notes").create({"automation_id": str, "note": str, "updated_us": int}, pk="automation_id")
+    db.table("meta").create({"key": str, "value": str}, pk="key")
 
 
 def _migration_2(db: sqlite_utils.Database) -> None:
@@ -207,16 +208,16 @@ def _migration_3(db: sqlite_utils.Database) -> None:
     durable queue of saves and deletions not yet known to be in the bucket. ``sync_skipped``:
     bucket objects that could not be used, with the reason, until they change or go away.
     """
-    db["sync_base"].create(
+    db.table("sync_base").create(
         {"id": str, "profile": str, "etag": str, "content_hash": str, "synced_us": int},
         pk="id", not_null={"profile", "etag", "content_hash", "synced_us"},
     )
-    db["sync_base"].create_index(["profile"], index_name="sync_base_profile")
-    db["sync_outbox"].create(
+    db.table("sync_base").create_index(["profile"], index_name="sync_base_profile")
+    db.table("sync_outbox").create(
         {"id": str, "profile": str, "op": str, "queued_us": int},
         pk="id", not_null={"profile", "op", "queued_us"},
     )
-    db["sync_skipped"].create(
+    db.table("sync_skipped").create(
         {"key": str, "etag": str, "reason": str, "seen_us": int},
         pk="key", not_null={"etag", "reason", "seen_us"},
     )
@@ -473,8 +474,8 @@ class Store:
         """Memories of every profile, newest first, optionally filtered by ``category`` and by
         ``q``: a substring of rawInput, processedContent or summary (SQLite ``lower()``, so the
         match ignores case for ASCII letters only)."""
-        where: list[str] = []
-        params: list[Any] = []
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
         if category is not None:
             where.append("category = ?")
             params.append(category)
@@ -490,11 +491,11 @@ class Store:
             ).fetchall()
         return Page([row_to_memory(r) for r in rows], total, limit, offset)
 
-    def iter_all(self) -> list[Memory]:
+    def iter_all(self) -> builtins.list[Memory]:
         """Every memory, by profile name and newest first within a profile."""
         return [row_to_memory(r) for r in self.read(f"{_SELECT} ORDER BY profile, created_us DESC, id DESC")]
 
-    def iter_profile(self, profile: str, *, active_only: bool = False) -> list[Memory]:
+    def iter_profile(self, profile: str, *, active_only: bool = False) -> builtins.list[Memory]:
         sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
         return [row_to_memory(r) for r in self.read(sql, (profile,))]
 
@@ -560,7 +561,7 @@ class Store:
         rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")
         return {p: n for p, n in rows}
 
-    def profile_activity(self) -> list[tuple[str, int, int]]:
+    def profile_activity(self) -> builtins.list[tuple[str, int, int]]:
         """``(profile, memory count, last activity in µs)`` per profile, newest activity first;
         a profile's activity is its latest createdAt or lastAccessedAt."""
         rows = self.read(

@@ -70,7 +70,8 @@ def sync_group() -> None:
 def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str, ...], wait_s: float,
             progress: bool | None, as_json: bool) -> None:
     """Run one reconciliation pass and exit: 0 when it completed, non-zero with the reason."""
-    state: State = ctx.find_object(State)
+    state = ctx.find_object(State)
+    assert state is not None  # set by the memlocal root group
     from memlocal.model import validate_profile
 
     for p in profiles:

@@ -154,8 +154,8 @@ class SyncDaemon:
             self._stop.set()
             scheduler.shutdown(wait=True)  # waits for the pass in flight
             self._scheduler = None
-            for sig, old in previous.items():
-                signal.signal(sig, old)
+            for signum, old in previous.items():
+                signal.signal(signum, old)
             if self.close_engine:
                 self.engine.close()
             log.info("sync daemon stopped after %d passes", self.passes)

@@ -65,7 +65,7 @@ class MemlocalGroup(click.Group):
         """Run the CLI, printing every error, usage errors included, as one line on stderr."""
         kwargs.pop("standalone_mode", None)
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.exceptions.Abort:
             click.echo("Error: aborted", err=True)
             sys.exit(1)
