@@ -14,59 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from memlocal import Config
-from memlocal.model import Memory, new_id, utcnow
-from memlocal.store import MEMORY_COLUMNS, Store, memory_to_row
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _benchlib import BUCKET, fill, s3_client, s3_env, start_moto, stop_moto  # noqa: E402
 
-BUCKET = "memlocal-bench"
-
-
-def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
-            return proc, endpoint
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit(f"moto_server did not start (see {log})")
-
-
-def fill(store: Store, n: int) -> None:
-    """N memories inserted in one transaction (setup, not measured)."""
-    now = utcnow()
-    rows = []
-    seen: set[str] = set()
-    while len(rows) < n:
-        mid = new_id()
-        if mid in seen:
-            continue
-        seen.add(mid)
-        text = f"benchmark memory {len(rows)}: the user prefers structured JSON output for report {mid}"
-        rows.append(memory_to_row(Memory(id=mid, profile_name="bench", raw_input=text, processed_content=text,
-                                         summary=text[:50], created_at=now)))
-    with store.transaction() as c:
-        c.executemany(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-                      f"({', '.join('?' for _ in MEMORY_COLUMNS)})", rows)
+from memlocal import Config  # noqa: E402
+from memlocal.store import Store  # noqa: E402
 
 
 def run(count: int, workers: int) -> dict[str, Any]:
@@ -75,14 +33,8 @@ def run(count: int, workers: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="memlocal-bench-"))
     proc, endpoint = start_moto(tmp / "moto.log")
     try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
-                     aws_secret_access_key="bench").create_bucket(Bucket=BUCKET)
-        env = {"INTERNAL_S3_BUCKET": BUCKET, "INTERNAL_S3_ENDPOINT": endpoint, "INTERNAL_S3_REGION": "us-east-1",
-               "INTERNAL_S3_ACCESS_KEY_ID": "bench", "INTERNAL_S3_SECRET_ACCESS_KEY": "bench",
-               "MEMLOCAL_SYNC_WORKERS": str(workers)}
-        config = Config.load(environ=env)
+        s3_client(endpoint).create_bucket(Bucket=BUCKET)
+        config = Config.load(environ=s3_env(endpoint, BUCKET, workers))
         results: dict[str, Any] = {"count": count, "workers": workers}
 
         a = Store(tmp / "a.db")
@@ -116,8 +68,7 @@ def run(count: int, workers: int) -> dict[str, Any]:
         b.close()
         return results
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+        stop_moto(proc)
 
 
 def main() -> None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty, SimpleQueue
 from typing import Any, Callable, Sequence
 
 from filelock import FileLock, Timeout
@@ -180,17 +181,30 @@ class SyncEngine:
             if reupload:
                 self.state.forget_base(profiles)
             prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
-            listing = []
-            for prefix in prefixes:
-                part = self.bucket.list(prefix)
-                listing.extend(part.objects)
-                report.pages += part.pages
+            # The local side is read *before* the listing, in one read transaction. A local
+            # change made after this snapshot (a save written through, with its base, while the
+            # listing runs) then looks like "in the bucket, unknown here", a fetch that re-reads
+            # the current row, never like "synced, then gone from the bucket", which would delete
+            # it here; and memories, base and outbox are seen at one moment.
+            hashes = not pull_only
+            with self.store.snapshot():
+                local_rows = self.state.local_rows(profiles, hashes=hashes)
+                base = self.state.base_entries(profiles)
+                outbox_deletes = self.state.outbox_deletes(profiles)
+            # The content hashes (CPU) are computed while the listing waits on the server.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-sync-local") as helper:
+                local_future = helper.submit(self.state.local_entries_from, local_rows, hashes=hashes)
+                listing = []
+                for prefix in prefixes:
+                    part = self.bucket.list(prefix)
+                    listing.extend(part.objects)
+                    report.pages += part.pages
+                local = local_future.result()
             known_bad: dict[str, tuple[str, str]] = {}
             for prefix in prefixes:
                 known_bad.update(self.state.known_bad(prefix))
             plan = plan_pass(
-                self.state.local_entries(profiles, hashes=not pull_only), listing, self.state.base_entries(profiles),
-                self.state.outbox_deletes(profiles), known_bad,
+                local, listing, base, outbox_deletes, known_bad,
                 max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
                 force=force, pull_only=pull_only,
             )
@@ -262,6 +276,9 @@ class SyncEngine:
             pending: set[Future[tuple[list[Effect], Counter[str]]]] = set()
             queue = iter(actions)
             futures: dict[Future[Any], Action] = {}
+            # Finished futures arrive here: O(1) per completion, where ``wait()`` on the pending
+            # set re-arms a waiter on every pending future each time one finishes.
+            completed: SimpleQueue[Future[Any]] = SimpleQueue()
 
             def submit_more() -> None:
                 # Keep the queue bounded so a cancelled pass stops quickly.
@@ -272,11 +289,22 @@ class SyncEngine:
                     fut = pool.submit(self._run_action, action, pull_only)
                     futures[fut] = action
                     pending.add(fut)
+                    fut.add_done_callback(completed.put)
+
+            def next_finished() -> list[Future[Any]]:
+                try:
+                    finished = [completed.get(timeout=BATCH_SECONDS)]
+                except Empty:
+                    return []
+                while True:
+                    try:
+                        finished.append(completed.get_nowait())
+                    except Empty:
+                        return finished
 
             submit_more()
             while pending:
-                finished, _ = wait(pending, timeout=BATCH_SECONDS, return_when=FIRST_COMPLETED)
-                for fut in finished:
+                for fut in next_finished():
                     pending.discard(fut)
                     action = futures.pop(fut)
                     done += 1

@@ -103,11 +103,20 @@ class SyncState:
     def local_entries(self, profiles: Sequence[str] | None = None, *, hashes: bool = True) -> dict[str, Local]:
         """The local side of the plan. ``hashes=False`` (a pull-only refresh, which never pushes
         content) reads three columns instead of every row whole."""
+        return self.local_entries_from(self.local_rows(profiles, hashes=hashes), hashes=hashes)
+
+    def local_rows(self, profiles: Sequence[str] | None = None, *, hashes: bool = True) -> list[tuple[Any, ...]]:
+        """The rows ``local_entries`` is made of (the snapshot; one read)."""
         where, params = self._scope(profiles)
         if not hashes:
-            rows = self.store.read(f"SELECT id, profile, access_delta FROM memories{where}", params)
+            return self.store.read(f"SELECT id, profile, access_delta FROM memories{where}", params)
+        return self.store.read(f"SELECT {_COLS}, access_delta FROM memories{where}", params)
+
+    @staticmethod
+    def local_entries_from(rows: Sequence[tuple[Any, ...]], *, hashes: bool = True) -> dict[str, Local]:
+        """``local_entries`` of rows read by ``local_rows`` (CPU only: the content hashes)."""
+        if not hashes:
             return {r[0]: Local(r[0], r[1], "", int(r[2])) for r in rows}
-        rows = self.store.read(f"SELECT {_COLS}, access_delta FROM memories{where}", params)
         out: dict[str, Local] = {}
         for row in rows:
             memory = row_to_memory(row)

@@ -1,0 +1,276 @@
+"""Shared pieces of the benchmark scripts (``bench.py``, ``bench_recall.py``, ``bench_sync.py``).
+
+- a synthetic profile generator (Zipf-distributed pseudo-words with the real cluster words mixed
+  in, ages over a year, Zipf access counts) and query generator;
+- the reference full scan (:class:`BruteForce`: the formula over pre-tokenised memories) and the
+  FTS5 floor query;
+- timing helpers (percentiles, a stopwatch in milliseconds);
+- a moto_server started on a free loopback port, and a fast way to fill a store.
+
+The scripts import this module by putting ``scripts/`` on ``sys.path`` (they are not a package).
+Nothing here is part of memlocal; the tests import it only to smoke-test the scripts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from memlocal import MemoryBank
+from memlocal.clusters import CLUSTER_WORDS
+from memlocal.config import Config
+from memlocal.model import Memory, new_id, staleness_of, utcnow
+from memlocal.scoring import (
+    Breakdown, ScoredMemory, _rank_key, clusters_of, confidence_mul, maturity, memory_terms, prepare_query,
+    score_parts, usage, weights_for,
+)
+from memlocal.store import MEMORY_COLUMNS, Store, memory_to_row, to_us
+
+CATEGORIES = ("preference", "fact", "behavior", "context", "general")
+PROFILE = "bench"
+BUCKET = "memlocal-bench"
+MS = 1000.0
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
+def p50(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def timed_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(milliseconds, result) of one call."""
+    t = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t) * MS, out
+
+
+def rnd(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+# --- synthetic memories ------------------------------------------------------------------------
+
+
+def vocabulary(rng: random.Random, size: int = 6000) -> list[str]:
+    """Pseudo-words with a Zipf rank order, real cluster words spread through it."""
+    syll = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zi", "pa", "do", "gre", "tra", "spi", "ble"]
+    words = {"".join(rng.choice(syll) for _ in range(rng.randint(2, 4))) for _ in range(size)}
+    vocab = sorted(words)
+    rng.shuffle(vocab)
+    real = sorted({w for text in CLUSTER_WORDS.values() for w in text.split()})
+    for w in real:
+        vocab.insert(rng.randrange(len(vocab)), w)
+    return vocab
+
+
+class Zipf:
+    """Rank sampler with P(rank i) ∝ 1 / (i + 1)^s."""
+
+    def __init__(self, n: int, s: float = 1.05) -> None:
+        weights = [1.0 / (i + 1) ** s for i in range(n)]
+        total = sum(weights)
+        acc, self.cdf = 0.0, []
+        for w in weights:
+            acc += w / total
+            self.cdf.append(acc)
+
+    def sample(self, rng: random.Random) -> int:
+        return min(bisect.bisect_left(self.cdf, rng.random()), len(self.cdf) - 1)
+
+
+class Corpus:
+    """A seeded generator of synthetic memories and queries (same seed, same data)."""
+
+    def __init__(self, seed: int = 7) -> None:
+        self.rng = random.Random(seed)
+        self.vocab = vocabulary(self.rng)
+        self.zipf = Zipf(len(self.vocab))
+
+    def memories(self, n: int, profile: str = PROFILE) -> list[Memory]:
+        rng, vocab, zipf = self.rng, self.vocab, self.zipf
+        now = utcnow()
+        out: list[Memory] = []
+        ids: set[str] = set()
+        for _ in range(n):
+            mid = new_id()
+            while mid in ids:  # 2^32 ids: a 100k profile draws a duplicate or two
+                mid = new_id()
+            ids.add(mid)
+            words = [vocab[zipf.sample(rng)] for _ in range(rng.randint(6, 22))]
+            text = " ".join(words).capitalize() + "."
+            created = now - timedelta(days=rng.random() * 365)
+            count = int(rng.paretovariate(1.3)) - 1 if rng.random() < 0.4 else 0
+            last = created + (now - created) * rng.random() if count else None
+            m = Memory(id=mid, profile_name=profile, raw_input=text, processed_content=text, summary=text[:50],
+                       category=rng.choice(CATEGORIES), confidence=rng.choice((1.0, 1.0, 0.9, 0.7, 0.5)),
+                       created_at=created, last_accessed_at=last, access_count=count)
+            out.append(m.with_changes(staleness_score=staleness_of(m, now)))
+        return out
+
+    def queries(self, count: int) -> list[str]:
+        rng, vocab, zipf = self.rng, self.vocab, self.zipf
+        out = []
+        for _ in range(count):
+            k = rng.randint(1, 5)
+            words = [vocab[zipf.sample(rng)] if rng.random() < 0.7 else rng.choice(vocab[:3000]) for _ in range(k)]
+            out.append(" ".join(words))
+        return out
+
+
+def insert_rows(store: Store, memories: Iterable[Memory]) -> None:
+    """Insert complete memories in one transaction (benchmark setup, not a measured path)."""
+    with store.transaction() as c:
+        c.executemany(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
+                      f"({', '.join('?' for _ in MEMORY_COLUMNS)})", [memory_to_row(m) for m in memories])
+
+
+def build(path: Path, n: int, corpus: Corpus) -> MemoryBank:
+    """A local-only bank at ``path`` holding ``n`` synthetic memories in profile ``bench``."""
+    bank = MemoryBank(path, config=Config.load(environ={}), replicator=False)
+    insert_rows(bank.store, corpus.memories(n))
+    return bank
+
+
+def fill(store: Store, n: int, profile: str = PROFILE) -> None:
+    """N plain memories created now, inserted in one transaction (sync benchmark setup)."""
+    now = utcnow()
+    memories: list[Memory] = []
+    seen: set[str] = set()
+    while len(memories) < n:
+        mid = new_id()
+        if mid in seen:
+            continue
+        seen.add(mid)
+        text = f"benchmark memory {len(memories)}: the user prefers structured JSON output for report {mid}"
+        memories.append(Memory(id=mid, profile_name=profile, raw_input=text, processed_content=text,
+                               summary=text[:50], created_at=now))
+    insert_rows(store, memories)
+
+
+# --- the reference and the floor ---------------------------------------------------------------
+
+
+class BruteForce:
+    """The formula over every memory, terms tokenised once up front (the reference's inner loop)."""
+
+    def __init__(self, memories: list[Memory]) -> None:
+        self.memories = [m for m in memories if m.is_active]
+        self.terms = [memory_terms(m.processed_content, m.summary) for m in self.memories]
+        self.clusters = [clusters_of(t) for t in self.terms]
+        self.df: dict[str, int] = {}
+        for ts in self.terms:
+            for t in ts:
+                self.df[t] = self.df.get(t, 0) + 1
+
+    def rank(self, query: str, limit: int, min_score: float, now_us: int) -> list[ScoredMemory]:
+        mat = maturity(sum(m.access_count for m in self.memories))
+        w = weights_for(mat)
+        pq = prepare_query(query, lambda t: self.df.get(t, 0), len(self.memories))
+        out = []
+        for m, ts, cs in zip(self.memories, self.terms, self.clusters):
+            created = to_us(m.created_at) or 0
+            anchor = max(created, to_us(m.last_accessed_at) or created)
+            use, cm = usage(m.access_count), confidence_mul(m.confidence)
+            s, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
+            if s >= min_score:
+                out.append((_rank_key(s, created, m.id), ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s))))
+        out.sort(key=lambda p: p[0])
+        return [s for _, s in out[:limit]]
+
+
+def fts_query(query: str) -> str:
+    """The query's words OR-ed as FTS5 phrases (quotes escaped), the way a bare FTS search would."""
+    from memlocal.text import words
+
+    terms = [w.replace('"', '""') for w in words(query)]
+    return " OR ".join(f'"{t}"' for t in terms) if terms else '""'
+
+
+FTS_TOP8_SQL = (
+    "SELECT m.id FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid"
+    " WHERE memories_fts MATCH ? AND m.profile = ? ORDER BY bm25(memories_fts) LIMIT 8"
+)
+
+
+# --- moto_server -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m moto.server`` on a free 127.0.0.1 port; returns (process, endpoint URL)."""
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+            return proc, endpoint
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"moto_server did not start (see {log})")
+
+
+def stop_moto(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the moto_server this script started (by its pid)."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def reset_moto(endpoint: str) -> None:
+    """Wipe every bucket of the moto_server (``POST /moto-api/reset``)."""
+    req = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST", data=b"")
+    urllib.request.urlopen(req, timeout=30).read()
+
+
+def s3_env(endpoint: str, bucket: str = BUCKET, workers: int = 16) -> dict[str, str]:
+    """The environment memlocal reads its bucket from, pointed at ``endpoint``."""
+    return {"INTERNAL_S3_BUCKET": bucket, "INTERNAL_S3_ENDPOINT": endpoint, "INTERNAL_S3_REGION": "us-east-1",
+            "INTERNAL_S3_ACCESS_KEY_ID": "bench", "INTERNAL_S3_SECRET_ACCESS_KEY": "bench",
+            "MEMLOCAL_SYNC_WORKERS": str(workers)}
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
+                        aws_secret_access_key="bench")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``), to tell whose time it was."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

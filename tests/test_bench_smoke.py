@@ -1,0 +1,133 @@
+"""Smoke tests of the benchmark scripts on tiny sizes, so that they cannot rot.
+
+They check that every section runs end to end (moto_server included) and prints the documented
+JSON keys; they measure nothing (speed is measured by running the scripts, see
+docs/benchmarks.md). The baselines' packages (the ``[bench]`` extra: rclone, rank-bm25) are not
+needed: without them the scripts report those baselines as missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_bench_script_{name}", SCRIPTS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+@pytest.mark.slow  # starts moto_server and a few short-lived interpreters
+def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench.py"), "--json", "--details", "--sizes", "200", "--queries", "8",
+         "--saves", "5", "--repeats", "1", "--sync-repeats", "1"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out: dict[str, Any] = json.loads(proc.stdout)
+    details = out.pop("details")
+    assert out.keys() == {"save", "recall", "inject", "import", "startup", "sync"}
+    assert out["save"].keys() == {"p50_ms", "bare_p50_ms"}
+    assert out["recall"].keys() == {"200"}
+    assert out["recall"]["200"].keys() == {"p50_ms", "p95_ms", "fullscan_p50_ms", "fts_floor_p50_ms"}
+    assert out["inject"].keys() == {"p50_ms"}
+    assert out["import"].keys() == {"per_s"}
+    assert out["startup"].keys() == {"open_first_recall_ms", "hydrate_ms"}
+    assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s"}
+    for section, values in out.items():
+        for key, value in (values["200"] if section == "recall" else values).items():
+            if not (section == "sync" and key == "rclone_per_s"):
+                assert isinstance(value, (int, float)) and value > 0, (section, key, value)
+    # The fast path agreed with the full scan on every query, and the push pushed everything.
+    assert details["recall"]["200"]["mismatches_vs_fullscan"] == 0
+    assert details["sync"]["objects"] == 200
+    assert details["sync"]["noop_listing_pages"] == 1
+    assert details["machine"]["cpus"]
+
+
+def _locomo_fixture(path: Path) -> None:
+    """Two tiny conversations in LoCoMo's shape, with its malformed evidence strings."""
+    conv = {
+        "speaker_a": "Ana", "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a beagle named Biscuit last week."},
+            {"speaker": "Ben", "dia_id": "D1:2", "text": "That is lovely, I went hiking in the Alps."},
+            {"speaker": "Ana", "dia_id": "D1:3", "text": "Look at this!", "blip_caption": "a photo of a red kayak"},
+        ],
+        "session_2_date_time": "10:00 am on 20 June, 2023",
+        "session_2": [
+            {"speaker": "Ben", "dia_id": "D2:1", "text": "My sister moved to Lisbon for a new job."},
+            {"speaker": "Ana", "dia_id": "D2:2", "text": "Biscuit learned to fetch the newspaper."},
+        ],
+    }
+    qa = [
+        {"question": "What is the name of Ana's beagle?", "answer": "Biscuit", "evidence": ["D1:1"], "category": 1},
+        {"question": "Where did Ben's sister move?", "answer": "Lisbon", "evidence": ["D:2:1"], "category": 2},
+        {"question": "What did Ana show in the photo?", "answer": "a kayak", "evidence": ["D1:03"], "category": 4},
+        {"question": "What tricks does the dog know?", "answer": "fetch", "evidence": ["D2:2; D1:1"], "category": 3},
+        {"question": "Unanswerable?", "adversarial_answer": "x", "evidence": ["D1:2"], "category": 5},
+        {"question": "No evidence left", "answer": "x", "evidence": ["D9:9", "D"], "category": 1},
+    ]
+    data = [{"sample_id": "conv-a", "conversation": conv, "qa": qa},
+            {"sample_id": "conv-b", "conversation": conv, "qa": qa[:2]}]
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_locomo_eval_scores_every_system_on_a_tiny_conversation(tmp_path: Path) -> None:
+    locomo = _load("locomo_eval")
+    data = tmp_path / "locomo.json"
+    _locomo_fixture(data)
+    convs = locomo.load(data)
+    assert [len(c.questions) for c in convs] == [4, 2]  # category 5 and evidence-less ones skipped
+    assert [q.evidence for q in convs[0].questions] == [
+        frozenset({"D1:1"}), frozenset({"D2:1"}), frozenset({"D1:3"}), frozenset({"D2:2", "D1:1"})]
+    assert "[image: a photo of a red kayak]" in convs[0].turns[2].text
+
+    result = locomo.evaluate(data)
+    overall = result["overall"]
+    assert overall["memlocal"]["questions"] == 6
+    # "beagle" and "Lisbon" are each in one turn only: memlocal ranks it first.
+    first = result["conversations"][1]["memlocal"]
+    assert first["recall@1"] == 1.0 and first["mrr@10"] == 1.0
+    for system, scores in overall.items():
+        if scores is None:
+            assert system == "bm25" and "rank-bm25" in result["missing"][system]
+            continue
+        assert set(scores) == {"recall@1", "recall@5", "recall@8", "recall@10", "mrr@10", "questions"}
+        assert 0.0 <= scores["recall@1"] <= scores["recall@5"] <= scores["recall@8"] <= scores["recall@10"] <= 1.0
+    assert "overall" in locomo.format_table(result)
+    assert locomo.main([str(data), "--json", "--no-dated"]) == 0
+
+
+def test_locomo_eval_reports_bm25_missing_without_the_bench_extra(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    locomo = _load("locomo_eval")
+    data = tmp_path / "locomo.json"
+    _locomo_fixture(data)
+    monkeypatch.setitem(sys.modules, "rank_bm25", None)  # as if the [bench] extra were not installed
+    result = locomo.evaluate(data, dated=False)
+    assert result["overall"]["bm25"] is None
+    assert "rank-bm25 is not installed" in result["missing"]["bm25"]
+    assert result["overall"]["memlocal"]["questions"] == 6
+    assert "not run" in locomo.format_table(result)
