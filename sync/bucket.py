@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from memlocal.config import Config
 from memlocal.errors import ConfigError, SyncError
 
 from .plan import Listed
-
-if TYPE_CHECKING:  # pragma: no cover
-    from botocore.client import BaseClient
-
 
 class PreconditionFailed(Exception):
     """The conditional write lost: the object exists (create) or moved on (If-Match)."""
@@ -157,18 +153,19 @@ class Bucket:
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.pool_size = max(1, pool_size)
-        self._client: BaseClient | None = None
+        # Any: botocore builds S3 client methods at run time, so its static type has none of them.
+        self._client: Any = None
         self._lock = threading.Lock()
 
     @property
-    def client(self) -> "BaseClient":
+    def client(self) -> Any:
         if self._client is None:
             with self._lock:
                 if self._client is None:
                     self._client = self._make_client()
         return self._client
 
-    def _make_client(self) -> "BaseClient":
+    def _make_client(self) -> Any:
         import boto3
         import botocore.session
         from botocore.config import Config as BotoConfig
