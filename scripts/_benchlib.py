@@ -198,6 +198,11 @@ class BruteForce:
         return [s for _, s in out[:limit]]
 
 
+def same_ranking(got: Sequence[ScoredMemory], want: Sequence[ScoredMemory]) -> bool:
+    """The exactness check: the same ids in the same order with the same scores."""
+    return [(r.memory.id, r.score) for r in got] == [(r.memory.id, r.score) for r in want]
+
+
 def fts_query(query: str) -> str:
     """The query's words OR-ed as FTS5 phrases (quotes escaped), the way a bare FTS search would."""
     from memlocal.text import words

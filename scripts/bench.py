@@ -49,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import (  # noqa: E402
     BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, build, cpu_seconds, fts_query, p50, pct, reset_moto,
-    rnd, s3_client, s3_env, start_moto, stop_moto,
+    rnd, s3_client, s3_env, same_ranking, start_moto, stop_moto,
 )
 
 from memlocal import MemoryBank  # noqa: E402
@@ -177,7 +177,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
                 t = time.perf_counter()
                 want = brute.rank(q, 8, 0.05, to_us(now) or 0)
                 full.append((time.perf_counter() - t) * MS)
-                if [(r.memory.id, r.score) for r in got] != [(r.memory.id, r.score) for r in want]:
+                if not same_ranking(got, want):
                     mismatches += 1
 
         # 2. recall: the ranking plus the durable access bump (and the index refresh it causes).
@@ -193,7 +193,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
             now = utcnow()
             got = bank.query_with_relevance(PROFILE, q, now=now)
             want = brute.rank(q, 8, 0.05, to_us(now) or 0)
-            if [(r.memory.id, r.score) for r in got] != [(r.memory.id, r.score) for r in want]:
+            if not same_ranking(got, want):
                 mismatches += 1
     finally:
         bank.close()

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import FTS_TOP8_SQL, BruteForce, Corpus, build, fts_query, pct  # noqa: E402
+from _benchlib import FTS_TOP8_SQL, BruteForce, Corpus, build, fts_query, pct, same_ranking  # noqa: E402
 
 from memlocal.model import utcnow  # noqa: E402
 from memlocal.store import to_us  # noqa: E402
@@ -59,7 +59,7 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
             t = time.perf_counter()
             want = brute.rank(q, 8, 0.05, to_us(now) or 0)
             brute_ms.append((time.perf_counter() - t) * ms)
-            if [(r.memory.id, r.score) for r in got] != [(r.memory.id, r.score) for r in want]:
+            if not same_ranking(got, want):
                 mismatches += 1
 
         fts = []
@@ -80,7 +80,7 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
             now = utcnow()
             got = bank.query_with_relevance("bench", q, now=now)
             want = brute.rank(q, 8, 0.05, to_us(now) or 0)
-            if [(r.memory.id, r.score) for r in got] != [(r.memory.id, r.score) for r in want]:
+            if not same_ranking(got, want):
                 mismatches += 1
 
         inj = []
