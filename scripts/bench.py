@@ -278,8 +278,8 @@ def startup_local(path: Path, queries: list[str]) -> list[dict[str, float]]:
 def hydrate(endpoint: str, bucket: str, workers: int) -> tuple[float, int]:
     """What an in-memory design does at start-up: list the prefix, GET and decode every object
     (``workers`` threads, the sync's own client settings). Returns (milliseconds, memories)."""
-    from sync.bucket import Bucket, BucketSettings
-    from sync.objects import decode, parse_key
+    from memlocal_sync.bucket import Bucket, BucketSettings
+    from memlocal_sync.objects import decode, parse_key
 
     settings = BucketSettings.from_config(Config.load(environ=s3_env(endpoint, bucket, workers)))
     assert settings is not None
@@ -354,8 +354,8 @@ def raw_listing_s(endpoint: str, bucket: str) -> tuple[float, int]:
 
 def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
     """First push, no-op passes, hydration (start-up baseline) and rclone copy on one moto_server."""
-    from sync.engine import SyncEngine
-    from sync.objects import encode
+    from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.objects import encode
 
     from memlocal.store import Store
 

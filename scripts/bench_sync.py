@@ -28,7 +28,7 @@ from memlocal.store import Store  # noqa: E402
 
 
 def run(count: int, workers: int) -> dict[str, Any]:
-    from sync.engine import SyncEngine
+    from memlocal_sync.engine import SyncEngine
 
     tmp = Path(tempfile.mkdtemp(prefix="memlocal-bench-"))
     proc, endpoint = start_moto(tmp / "moto.log")

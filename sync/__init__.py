@@ -1,5 +1,8 @@
 """The bucket side of memlocal: the S3 client, the reconciliation pass and the daemon.
 
+Installed as ``memlocal_sync`` from the repository folder ``sync/`` (pyproject.toml's
+``package-dir``), so it never shadows or is shadowed by another top-level ``sync``.
+
 This package depends on ``memlocal``; ``memlocal`` never imports it by name (it finds the
 write-through replicator through the ``memlocal.replicators`` entry point and the ``sync`` CLI
 group through ``memlocal.commands``).

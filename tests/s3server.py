@@ -366,7 +366,7 @@ class Host:
 
     def sync(self, **kwargs: Any) -> Any:
         """One pass (``SyncEngine.run_pass``)."""
-        from sync.engine import SyncEngine
+        from memlocal_sync.engine import SyncEngine
 
         engine = SyncEngine(self.config, self.bank.store)
         try:

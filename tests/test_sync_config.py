@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from memlocal import Config
 from memlocal.cli import main
 from memlocal.errors import ConfigError
-from sync.bucket import BucketSettings
+from memlocal_sync.bucket import BucketSettings
 
 
 def settings(env: dict[str, str], toml: str | None = None, tmp_path: Path | None = None) -> BucketSettings | None:

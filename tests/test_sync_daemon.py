@@ -21,7 +21,7 @@ from filelock import FileLock
 from memlocal import MemoryBank
 from memlocal.cli import main
 from s3server import S3, FaultProxy, Host
-from sync.engine import lock_path
+from memlocal_sync.engine import lock_path
 
 P = "daemon"
 

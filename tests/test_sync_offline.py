@@ -110,7 +110,7 @@ def test_write_through_that_loses_the_race_to_a_pass_still_reports_synced(
         hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
     """With `serve --with-sync`, the daemon (woken by the local write) may push a new memory before
     the save's own create-only PUT: that PUT's 412 must not make the save report "not synced"."""
-    from sync.objects import encode
+    from memlocal_sync.objects import encode
 
     a = hosts("a", bucket__endpoint=outage.endpoint)
     saved = a.bank.save(P, "pushed by a pass before the write-through").memory

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pytest
 
 from memlocal.model import Memory
-from sync.objects import BadObject, content_hash, decode, encode, object_key, parse_key
-from sync.plan import Base, Listed, Local, Op, after_fetch, plan_pass
+from memlocal_sync.objects import BadObject, content_hash, decode, encode, object_key, parse_key
+from memlocal_sync.plan import Base, Listed, Local, Op, after_fetch, plan_pass
 
 P = "prof"
 A, B, C = "mem-0000000a", "mem-0000000b", "mem-0000000c"

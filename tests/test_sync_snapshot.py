@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from s3server import S3, Host
 
-from sync.bucket import Bucket, BucketSettings, Listing
-from sync.engine import SyncEngine
+from memlocal_sync.bucket import Bucket, BucketSettings, Listing
+from memlocal_sync.engine import SyncEngine
 
 P = "prof"
 

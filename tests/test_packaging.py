@@ -1,0 +1,101 @@
+"""The wheel, as a user installs it: built from a copy of the sources, installed into a fresh
+virtual environment, and run from a folder where the repository's ``sync/`` is not on the path.
+
+The sync package's repository folder is ``sync/`` but it installs as ``memlocal_sync`` (a
+top-level ``sync`` would clash with PyPI's package of that name): this test proves the wheel holds
+every module under that name, that the entry points find it, and that nothing imports ``sync``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from s3server import S3
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = ("pyproject.toml", "README.md", "memlocal", "sync")
+
+
+def _modern_setuptools() -> bool:
+    """The project's metadata (a PEP 639 ``license`` string) needs setuptools 77 or later."""
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    return int(setuptools.__version__.split(".")[0]) >= 77
+
+
+def _build_wheel(tmp: Path) -> Path:
+    """Build from a copy, so the build's ``build/`` and ``*.egg-info`` never land in the repository."""
+    src = tmp / "src"
+    src.mkdir()
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(path, src / name)
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src)]
+    if _modern_setuptools():
+        cmd.insert(4, "--no-build-isolation")  # offline: the test extra's setuptools builds it
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp / "dist").glob("memlocal-*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
+    wheel = _build_wheel(tmp_path)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    # Every source module is in the wheel, the sync package under its installed name only.
+    expected = {f"memlocal/{p.relative_to(REPO / 'memlocal').as_posix()}" for p in (REPO / "memlocal").rglob("*.py")}
+    expected |= {f"memlocal_sync/{p.relative_to(REPO / 'sync').as_posix()}" for p in (REPO / "sync").rglob("*.py")}
+    assert expected - names == set()
+    assert not any(n.startswith("sync/") for n in names)
+    assert "memlocal/dashboard/static/index.html" in names
+
+    # A fresh environment: dependencies from the system site-packages, memlocal only from the wheel.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                   check=True, timeout=120)
+    py = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+
+    work = tmp_path / "work"  # not the repository: its sync/ folder must not be importable
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    db = str(work / "m.db")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run([str(venv / "bin" / "memlocal"), "--db", db, *args], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return res
+
+    assert run("--version").stdout.strip() == "memlocal, version 0.1.0"
+    saved = json.loads(run("save", "-p", "alice", "--content", "Alice prefers tea over coffee", "--json").stdout)
+    assert saved["synced"] is True  # the write-through replicator came through the entry point
+    recalled = json.loads(run("recall", "-p", "alice", "tea", "--json").stdout)
+    assert [r["memory"]["id"] for r in recalled["results"]] == [saved["memory"]["id"]]
+    status = run("sync", "status", "--json")
+    assert json.loads(status.stdout)["bucket"]["name"] == s3.bucket
+
+    # The commands ran from the wheel, and its entry points name memlocal_sync. (Whether some
+    # other top-level ``sync`` is importable depends on the machine's site-packages, not on us.)
+    where = subprocess.run([str(py), "-c", "import memlocal, memlocal_sync; from importlib.metadata import entry_points; "
+                            "print(memlocal.__file__); print(memlocal_sync.__file__); "
+                            "print(sorted(ep.value for g in ('memlocal.commands', 'memlocal.replicators', "
+                            "'memlocal.daemons') for ep in entry_points(group=g)))"],
+                           cwd=work, env=env, capture_output=True, text=True, check=True, timeout=60)
+    lib_file, sync_file, eps = where.stdout.split("\n")[:3]
+    assert Path(lib_file).is_relative_to(venv) and Path(sync_file).is_relative_to(venv)
+    assert eps == str(["memlocal_sync.cli:sync_group", "memlocal_sync.daemon:factory", "memlocal_sync.replicator:factory"])
