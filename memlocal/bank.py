@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
     from .automation import AutomationNote
     from .injection import AccessMarker, RenderedBlock
-    from .scoring import RecallIndex, ScoredMemory
+    from .recall import RecallIndex
+    from .scoring import ScoredMemory
 
 log = logging.getLogger("memlocal")
 
@@ -130,7 +131,7 @@ class MemoryBank:
         self.config = config if config is not None else Config.load()
         db_path = Path(path) if path is not None else self.config.db_path
         self.store = Store(db_path, busy_timeout_s=float(self.config["store.busy_timeout_s"]))
-        self._recall_index: RecallIndex | None = None  # built on first recall (memlocal.scoring)
+        self._recall_index: RecallIndex | None = None  # built on first recall (memlocal.recall)
         self._access_marker: AccessMarker | None = None  # fire-and-forget access bumps
         self._extractor = extractor if extractor is not None else self._configured_extractor()
         self._owns_extractor = extractor is None  # close only the processor we built
@@ -332,11 +333,11 @@ class MemoryBank:
             "perProfile": per_profile,
         }
 
-    # --- relevance, recall and injection (memlocal.scoring, .injection, .automation) ----------
+    # --- relevance, recall and injection (memlocal.recall, .injection, .automation) ----------
 
     def _index(self) -> "RecallIndex":
         if self._recall_index is None:
-            from .scoring import RecallIndex
+            from .recall import RecallIndex
 
             self._recall_index = RecallIndex(self.store, int(self.config["recall.cache_profiles"]))
         return self._recall_index

@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
 
 from .errors import ValidationError
-from .model import utcnow
-from .tools import MEMORY_TOOL_NAMES
+from .model import MEMORY_TOOL_NAMES, utcnow
 
 if TYPE_CHECKING:
     from .scoring import ScoredMemory

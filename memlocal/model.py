@@ -23,6 +23,10 @@ SUMMARY_MAX_CHARS: Final = 50
 CATEGORIES: Final = ("preference", "fact", "behavior", "context", "general")
 SOURCES: Final = ("explicit", "inferred")
 CORE_CATEGORIES: Final = ("preference", "fact")
+# The spec's four memory tools; a profile whose tools list names one opts in to injection.
+# Defined here, not in ``tools``, so that injection need not import the tool dispatcher (which
+# refers to the bank: bank -> injection -> tools -> bank was a circle).
+MEMORY_TOOL_NAMES: Final = ("memory_save", "memory_recall", "memory_list", "memory_delete")
 # Staleness tilt per category (spec, Staleness).
 CATEGORY_WEIGHTS: Final[Mapping[str, float]] = {
     "preference": 0.5,
@@ -138,6 +142,24 @@ def new_id() -> str:
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_us(dt: datetime | None) -> int | None:
+    """Aware datetime -> integer microseconds since the epoch (exact, unlike float seconds)."""
+    if dt is None:
+        return None
+    delta = dt - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(us: int | None) -> datetime | None:
+    """Integer microseconds since the epoch -> aware UTC datetime (the inverse of :func:`to_us`)."""
+    if us is None:
+        return None
+    return _EPOCH + timedelta(microseconds=us)
 
 
 def parse_time(value: object) -> datetime | None:

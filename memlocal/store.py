@@ -22,33 +22,14 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import sqlite_utils
 
 from .errors import NotFoundError, StoreError
-from .model import Memory
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def to_us(dt: datetime | None) -> int | None:
-    """Aware datetime -> integer microseconds since the epoch (exact, unlike float seconds)."""
-    if dt is None:
-        return None
-    delta = dt - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def from_us(us: int | None) -> datetime | None:
-    if us is None:
-        return None
-    from datetime import timedelta
-
-    return _EPOCH + timedelta(microseconds=us)
-
+from .model import Memory, from_us, to_us  # noqa: F401 (re-exported: the store's time format)
 
 MEMORY_COLUMNS = (
     "id",
@@ -150,7 +131,7 @@ def _migration_1(db: sqlite_utils.Database) -> None:
 
 
 def _migration_2(db: sqlite_utils.Database) -> None:
-    """Change tracking for the recall index (owned by ``memlocal.scoring``; see docs/relevance.md).
+    """Change tracking for the recall index (owned by ``memlocal.recall``; see docs/relevance.md).
 
     ``profile_revs`` holds, per profile, a counter bumped by every insert, scoring-relevant update
     and delete of its memories (``resets`` counts deletions and moves out), and each memory row

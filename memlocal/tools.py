@@ -13,12 +13,11 @@ import copy
 from typing import TYPE_CHECKING, Any, Final, Mapping
 
 from .errors import ValidationError
-from .model import CATEGORIES, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS, validate_profile
+from .model import CATEGORIES, MEMORY_TOOL_NAMES, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS, validate_profile
 
 if TYPE_CHECKING:
     from .bank import MemoryBank
 
-MEMORY_TOOL_NAMES: Final = ("memory_save", "memory_recall", "memory_list", "memory_delete")
 RECALL_MAX_LIMIT: Final = 50
 LIST_MAX_LIMIT: Final = 100
 LIST_DEFAULT_LIMIT: Final = 20

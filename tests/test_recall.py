@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
-from memlocal.scoring import RecallIndex, ScoredMemory, rank_brute_force
+from memlocal.recall import RecallIndex
+from memlocal.scoring import ScoredMemory, rank_brute_force
 from memory_factory import NOW, days_ago, put
 
 VOCAB = ["server", "release", "deploy", "diet", "peanut", "allergy", "trip", "flight", "flights", "movie",
