@@ -458,3 +458,48 @@ def test_every_control_is_reachable_by_keyboard(page: Page, seeded: Any) -> None
         assert focused_outline(page) == "solid", seen[-1]
     assert seen[:4] == ["Skip to content", "memlocal", "Profiles", "Automation notes"]
     assert "Filter" in seen and any(re.fullmatch(r"Delete .+", s) for s in seen)
+
+
+# --- the API docs, offline -------------------------------------------------------------------------
+
+
+def test_the_api_docs_render_offline_under_the_policy(browser: BrowserContext, tmp_path: Path) -> None:
+    """/docs (Swagger UI) renders every operation from packaged files only, with no CSP violation;
+    the screenshot goes to the test's temporary folder. /redoc renders too: ReDoc's bundle asks for
+    a logo on its vendor's CDN, which the policy blocks, so nothing leaves the machine."""
+    proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "docs.db")])
+    tab = browser.new_page()
+    problems: list[str] = []
+    requested: list[str] = []
+    finished: list[str] = []
+    tab.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
+    tab.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
+    tab.on("request", lambda req: requested.append(req.url))
+    tab.on("requestfinished", lambda req: finished.append(req.url))
+    try:
+        proc.wait_ready()
+        tab.goto(proc.url + "/docs")
+        expect(tab.locator(".swagger-ui .info .title")).to_contain_text("memlocal")
+        schema = httpx.get(proc.url + "/openapi.json").json()
+        operations = sum(len(ops) for ops in schema["paths"].values())
+        expect(tab.locator(".swagger-ui .opblock")).to_have_count(operations)
+        tab.locator(".opblock-summary", has_text="/healthz").first.click()
+        expect(tab.get_by_role("button", name="Try it out")).to_be_visible()
+        shot = tmp_path / "screenshots" / "api-docs.png"
+        shot.parent.mkdir()
+        tab.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
+        assert not problems, problems
+        assert requested and all(url.startswith(proc.url + "/") for url in requested), requested
+
+        problems.clear()
+        finished.clear()
+        tab.goto(proc.url + "/redoc")
+        expect(tab.get_by_role("heading", level=1)).to_have_text(f"memlocal ({schema['info']['version']})")
+        expect(tab.get_by_text("Search a profile's memories by relevance").first).to_be_visible()
+        tab.screenshot(path=str(shot.with_name("api-redoc.png")))
+        assert all(url.startswith((proc.url + "/", "blob:" + proc.url)) for url in finished), finished
+        assert not [p for p in problems if "script error" in p], problems
+    finally:
+        tab.close()
+        assert proc.stop() == 0, proc.log

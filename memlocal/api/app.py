@@ -25,6 +25,7 @@ from ..errors import BankNotWiredError, ValidationError
 from ..model import CATEGORIES, CORE_CATEGORIES, _ID_RE, _PROFILE_RE
 from . import errors
 from .auth import BearerAuthMiddleware
+from .head import HeadAsGetMiddleware
 from .limits import BodySizeLimitMiddleware
 from .models import (
     AutomationList,
@@ -384,6 +385,8 @@ def create_app(
         description="The Memory Bank REST API. See docs/rest.md. Errors are "
         '`{"error": {"code": ..., "message": ...}}`.',
         generate_unique_id_function=lambda route: route.name,  # operationId = the function's name
+        docs_url=None,  # /docs and /redoc come from the dashboard package, served offline
+        redoc_url=None,
     )
     app.state.bank = bank_or_error
     errors.install(app)
@@ -399,7 +402,8 @@ def create_app(
             return {"status": "degraded", "reason": errors.one_line(wired), "version": __version__}
         return {"status": "ok", "reason": None, "version": __version__}
 
-    # Outermost first at run time: authentication, then the body cap.
+    # Outermost first at run time: authentication, then the body cap, then HEAD as GET.
+    app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(BodySizeLimitMiddleware)
     if token:
         app.add_middleware(BearerAuthMiddleware, token=token, public_paths=dashboard.PUBLIC_PATHS,
