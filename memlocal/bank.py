@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
@@ -57,15 +56,11 @@ class Extractor(Protocol):
 class Replicator(Protocol):
     """Write-through to the bucket, provided by the ``sync`` package through an entry point.
 
-    ``record_*`` run inside the local transaction (so the outbox entry commits with the change);
-    ``push_*`` run after the commit and report whether the bucket now has the change.
+    The store records each change in its own change log (the outbox) inside the change's
+    transaction; ``push_*`` run after the commit and report whether the bucket now has it.
     """
 
-    def record_save(self, conn: sqlite3.Connection, memory: Memory) -> None: ...
-
     def push_saved(self, memory: Memory) -> bool: ...
-
-    def record_delete(self, conn: sqlite3.Connection, memory: Memory) -> None: ...
 
     def push_deleted(self, memory: Memory) -> bool: ...
 
@@ -237,10 +232,9 @@ class MemoryBank:
                 created_at=now, last_accessed_at=None, now=now,
             ),
         )
-        record = self.replicator.record_save if self.replicator else None
         for _ in range(16):
             try:
-                self.store.insert(memory, on_insert=record)
+                self.store.insert(memory)
                 break
             except IdTakenError:
                 memory = memory.with_changes(id=new_id())  # a collision is checked, never assumed away
@@ -253,8 +247,7 @@ class MemoryBank:
         """Delete one memory of ``profile``; ``NotFoundError`` if it is not there."""
         validate_profile(profile)
         validate_id(memory_id)
-        record = self.replicator.record_delete if self.replicator else None
-        memory = self.store.delete(profile, memory_id, on_delete=record)
+        memory = self.store.delete(profile, memory_id)
         if self.replicator is not None:
             self.replicator.push_deleted(memory)
         return memory

@@ -83,10 +83,9 @@ def import_jsonl(
         validate_profile(profile)
     report = ImportReport()
     batch: list[tuple[int, Memory]] = []
-    on_insert = bank.replicator.record_save if bank.replicator else None
 
     def flush() -> None:
-        outcomes = bank.store.import_batch([m for _, m in batch], on_insert=on_insert)
+        outcomes = bank.store.import_batch([m for _, m in batch])
         for (line_no, _), outcome in zip(batch, outcomes):
             if outcome == "imported":
                 report.imported += 1

@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterator, Sequence
 import sqlite_utils
 
 from .errors import NotFoundError, StoreError
-from .model import Memory, from_us, to_us  # noqa: F401 (re-exported: the store's time format)
+from .model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
+
 
 MEMORY_COLUMNS = (
     "id",
@@ -49,6 +50,17 @@ MEMORY_COLUMNS = (
     "extra",
 )
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
+_SELECT_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
+# What a pull replaces when the bucket's content wins (access metadata is merged, not replaced).
+_CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "source", "confidence",
+                    "created_us", "is_active", "version", "extra")
+
+
+def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """A ``WHERE profile IN (...)`` clause for ``profiles`` (``None``: every profile)."""
+    if profiles is None:
+        return "", []
+    return f" WHERE profile IN ({', '.join('?' for _ in profiles)})", list(profiles)
 
 
 def row_to_memory(row: Sequence[Any]) -> Memory:
@@ -90,6 +102,16 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
         int(m.is_active),
         m.version,
         json.dumps(dict(m.extra), sort_keys=True, ensure_ascii=False) if m.extra else "{}",
+    )
+
+
+def _record_outbox(c: sqlite3.Connection, memory_id: str, profile: str, op: str) -> None:
+    """The change log entry of a save (``put``) or deletion (``delete``); the latest op wins."""
+    c.execute(
+        "INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
+        " queued_us = excluded.queued_us",
+        (memory_id, profile, op, to_us(utcnow())),
     )
 
 
@@ -182,25 +204,16 @@ def _migration_2(db: sqlite_utils.Database) -> None:
 
 
 def _migration_3(db: sqlite_utils.Database) -> None:
-    """The sync's state (owned by the ``sync`` package; see docs/sync.md).
+    """The store's change log: ``sync_outbox``, the durable queue of saves and deletions not yet
+    known to be in the bucket, written by the store inside the transaction of each change.
 
-    ``sync_base``: per memory, what this host last synced with the bucket (the object's ETag and
-    the memory's content hash), the "base" of the three-way reconciliation. ``sync_outbox``: the
-    durable queue of saves and deletions not yet known to be in the bucket. ``sync_skipped``:
-    bucket objects that could not be used, with the reason, until they change or go away.
+    (The sync's own tables, ``sync_base`` and ``sync_skipped``, used to be created here too; the
+    sync package now creates and migrates them itself. Databases made before keep them, and the
+    sync's ``CREATE TABLE IF NOT EXISTS`` finds them in place.)
     """
-    db.table("sync_base").create(
-        {"id": str, "profile": str, "etag": str, "content_hash": str, "synced_us": int},
-        pk="id", not_null={"profile", "etag", "content_hash", "synced_us"},
-    )
-    db.table("sync_base").create_index(["profile"], index_name="sync_base_profile")
     db.table("sync_outbox").create(
         {"id": str, "profile": str, "op": str, "queued_us": int},
         pk="id", not_null={"profile", "op", "queued_us"},
-    )
-    db.table("sync_skipped").create(
-        {"key": str, "etag": str, "reason": str, "seen_us": int},
-        pk="key", not_null={"etag", "reason", "seen_us"},
     )
 
 
@@ -354,11 +367,9 @@ class Store:
 
     # --- memories -----------------------------------------------------------------------------
 
-    def insert(self, memory: Memory, *, on_insert: Callable[[sqlite3.Connection, Memory], None] | None = None) -> None:
-        """Insert a new memory durably; ``IdTakenError`` if its id exists (in any profile).
-
-        ``on_insert`` runs inside the same transaction (the sync hook records the outbox there).
-        """
+    def insert(self, memory: Memory) -> None:
+        """Insert a new memory durably, with its outbox entry in the same transaction;
+        ``IdTakenError`` if its id exists (in any profile)."""
         placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
         try:
             with self.transaction() as c:
@@ -366,19 +377,13 @@ class Store:
                     f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})",
                     memory_to_row(memory),
                 )
-                if on_insert is not None:
-                    on_insert(c, memory)
+                _record_outbox(c, memory.id, memory.profile_name, "put")
         except sqlite3.IntegrityError as exc:
             if "memories.id" in str(exc) or "UNIQUE" in str(exc):
                 raise IdTakenError(f"id {memory.id} already exists") from None
             raise
 
-    def import_batch(
-        self,
-        memories: Sequence[Memory],
-        *,
-        on_insert: Callable[[sqlite3.Connection, Memory], None] | None = None,
-    ) -> list[str]:
+    def import_batch(self, memories: Sequence[Memory]) -> list[str]:
         """Insert many memories in one durable transaction, never overwriting.
 
         Returns one outcome per memory: ``imported``, ``unchanged`` (the id is already in that
@@ -392,8 +397,7 @@ class Store:
                 row = c.execute("SELECT profile FROM memories WHERE id = ?", (memory.id,)).fetchone()
                 if row is None:
                     c.execute(insert, memory_to_row(memory))
-                    if on_insert is not None:
-                        on_insert(c, memory)
+                    _record_outbox(c, memory.id, memory.profile_name, "put")
                     outcomes.append("imported")
                 elif row[0] == memory.profile_name:
                     outcomes.append("unchanged")
@@ -402,7 +406,7 @@ class Store:
         return outcomes
 
     def upsert(self, memory: Memory) -> None:
-        """Insert or fully replace a memory (used by sync pulls and imports)."""
+        """Insert or fully replace a memory as it is, recording no change (test fixtures, tools)."""
         cols = ", ".join(MEMORY_COLUMNS)
         placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in MEMORY_COLUMNS if c != "id")
@@ -480,22 +484,16 @@ class Store:
         sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
         return [row_to_memory(r) for r in self.read(sql, (profile,))]
 
-    def delete(
-        self,
-        profile: str,
-        memory_id: str,
-        *,
-        on_delete: Callable[[sqlite3.Connection, Memory], None] | None = None,
-    ) -> Memory:
-        """Delete durably and return what was deleted; ``NotFoundError`` if absent."""
+    def delete(self, profile: str, memory_id: str) -> Memory:
+        """Delete durably, with its outbox entry, and return what was deleted; ``NotFoundError``
+        if absent."""
         with self.transaction() as c:
             row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (memory_id, profile)).fetchone()
             if row is None:
                 raise NotFoundError(f"no memory {memory_id} in profile {profile}")
             memory = row_to_memory(row)
             c.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
-            if on_delete is not None:
-                on_delete(c, memory)
+            _record_outbox(c, memory_id, profile, "delete")
         return memory
 
     def mark_accessed(self, profile: str, ids: Sequence[str], now: datetime) -> int:
@@ -553,6 +551,109 @@ class Store:
 
     def count(self) -> int:
         return self.read("SELECT count(*) FROM memories")[0][0]
+
+    # --- the change log and synced changes (the sync's narrow interface) -----------------------
+    #
+    # The sync package never writes ``memories`` itself: it reads the change log (the outbox and
+    # each row's ``access_delta``) and applies what it learnt from the bucket through these
+    # methods. Those that take ``conn`` run inside the caller's ``transaction()``, so that the
+    # sync's own tables (its base) commit in the same transaction as the change.
+
+    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:
+        """The change log: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``."""
+        where, params = _scope(profiles)
+        if op is not None:
+            where = (where + " AND" if where else " WHERE") + " op = ?"
+            params.append(op)
+        return {r[0]: (r[1], r[2]) for r in self.read(f"SELECT id, profile, op FROM sync_outbox{where}", params)}
+
+    def access_deltas(self, profiles: Sequence[str] | None = None) -> builtins.list[tuple[str, str, int]]:
+        """``(id, profile, access_delta)`` of every memory: the cheap local side of a pull."""
+        where, params = _scope(profiles)
+        return [(r[0], r[1], int(r[2])) for r in self.read(f"SELECT id, profile, access_delta FROM memories{where}", params)]
+
+    def memories_with_deltas(self, profiles: Sequence[str] | None = None) -> builtins.list[tuple[Memory, int]]:
+        """Every memory with its access bumps not yet merged into the bucket."""
+        where, params = _scope(profiles)
+        rows = self.read(f"{_SELECT_DELTA}{where}", params)
+        return [(row_to_memory(r), int(r[-1])) for r in rows]
+
+    def memory_with_delta(self, memory_id: str) -> tuple[Memory, int] | None:
+        rows = self.read(f"{_SELECT_DELTA} WHERE id = ?", (memory_id,))
+        return (row_to_memory(rows[0]), int(rows[0][-1])) if rows else None
+
+    def apply_remote(self, conn: sqlite3.Connection, memory: Memory, *, content: str = "remote",
+                     sent_delta: int = 0, set_staleness: bool = True) -> bool:
+        """Fold a memory the bucket holds into the local row, inside ``conn``'s transaction.
+
+        ``content``: ``remote`` takes the memory's content (inserting it if absent, unless its
+        deletion here is still queued); ``local`` keeps the local content (our own push). The
+        access count becomes the memory's plus whatever local delta is still unmerged
+        (``sent_delta`` of it went out with the write that produced ``memory``); lastAccessedAt
+        the later of both. The put is cleared from the outbox. ``False`` (nothing changed) if
+        the id belongs to a memory of another profile here.
+        """
+        m = memory
+        row = conn.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
+        if row is None:
+            deleted_here = conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
+            if content == "remote" and not deleted_here:
+                conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}, access_delta)"
+                             f" VALUES ({', '.join('?' for _ in range(len(MEMORY_COLUMNS) + 1))})",
+                             (*memory_to_row(m), 0))
+        elif row[2] != m.profile_name:
+            return False  # never touch a memory of another profile
+        else:
+            delta, last_us = int(row[0]), row[1]
+            remaining = max(0, delta - sent_delta)
+            remote_last = to_us(m.last_accessed_at)
+            last = max(last_us or 0, remote_last or 0) or None
+            sets = ["access_count = ?", "access_delta = ?", "last_accessed_us = ?"]
+            params: builtins.list[Any] = [m.access_count + remaining, remaining, last]
+            if set_staleness:
+                sets.append("staleness = ?")
+                params.append(m.staleness_score)
+            if content == "remote":
+                full = dict(zip(MEMORY_COLUMNS, memory_to_row(m)))
+                for col in _CONTENT_COLUMNS:
+                    sets.append(f"{col} = ?")
+                    params.append(full[col])
+            conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", (*params, m.id))
+        conn.execute("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", (m.id,))
+        return True
+
+    def delete_from_remote(self, conn: sqlite3.Connection, memory_id: str, profile: str) -> None:
+        """Another host deleted the memory: delete it here, with any queued change of it."""
+        conn.execute("DELETE FROM memories WHERE id = ? AND profile = ?", (memory_id, profile))
+        conn.execute("DELETE FROM sync_outbox WHERE id = ?", (memory_id,))
+
+    def clear_outbox(self, conn: sqlite3.Connection, memory_id: str, op: str | None = None,
+                     *, only_if_absent: bool = False) -> None:
+        """Drop the outbox entry of ``memory_id`` (of ``op`` only, if given; only when the memory
+        is gone, with ``only_if_absent``): the bucket has the change."""
+        sql = "DELETE FROM sync_outbox WHERE id = ?"
+        params: builtins.list[Any] = [memory_id]
+        if op is not None:
+            sql += " AND op = ?"
+            params.append(op)
+        if only_if_absent:
+            sql += " AND NOT EXISTS (SELECT 1 FROM memories WHERE id = ?)"
+            params.append(memory_id)
+        conn.execute(sql, params)
+
+    def reid(self, conn: sqlite3.Connection, old_id: str, new_id: str) -> bool:
+        """Move the memory ``old_id`` to ``new_id`` with its outbox entry; ``False`` if absent.
+
+        No deletion is queued for ``old_id``: the bucket's object under it is another memory.
+        """
+        cols = ", ".join(("?" if col == "id" else col) for col in MEMORY_COLUMNS)
+        cur = conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}, access_delta)"
+                           f" SELECT {cols}, access_delta FROM memories WHERE id = ?", (new_id, old_id))
+        if cur.rowcount == 0:
+            return False
+        conn.execute("DELETE FROM memories WHERE id = ?", (old_id,))
+        conn.execute("UPDATE sync_outbox SET id = ? WHERE id = ?", (new_id, old_id))
+        return True
 
     # --- key/value metadata -------------------------------------------------------------------
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 from memlocal.config import Config
 from memlocal.errors import ConfigError, SyncError
 
-from .plan import Listed
+from .objects import Listed
+
 
 class PreconditionFailed(Exception):
     """The conditional write lost: the object exists (create) or moved on (If-Match)."""
@@ -95,10 +96,52 @@ class BucketSettings:
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """Every object under a prefix, and how many listing pages that took."""
+    """Every object under a prefix, how many listing pages that took, and (for a listing with
+    a delimiter) the common prefixes one level down, e.g. ``memory/alice/``."""
 
     objects: list[Listed]
     pages: int
+    prefixes: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class BucketClient(Protocol):
+    """The bucket operations the sync needs (as litestream's ``ReplicaClient``): one request
+    each, errors translated to ``PreconditionFailed``, ``ObjectMissing``, ``ObjectTooLarge`` and
+    ``BucketUnavailable``. ``Bucket`` is the S3 implementation; the engine and the replicator
+    depend on this interface only."""
+
+    settings: BucketSettings
+
+    def check(self) -> None:
+        """Raise ``BucketUnavailable`` unless the bucket exists and answers."""
+        ...
+
+    def list(self, prefix: str, *, delimiter: str | None = None) -> Listing:
+        """Every object under ``prefix`` (with ``delimiter``, the common prefixes too)."""
+        ...
+
+    def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
+        """The body and ETag of ``key``, at most ``max_bytes`` of it (else ``ObjectTooLarge``)."""
+        ...
+
+    def create(self, key: str, body: bytes) -> str:
+        """PUT only if ``key`` does not exist; the new ETag."""
+        ...
+
+    def replace(self, key: str, body: bytes, etag: str) -> str:
+        """PUT only if ``key`` still has ``etag``; the new ETag."""
+        ...
+
+    def put(self, key: str, body: bytes) -> str:
+        """PUT unconditionally (objects only this host writes, such as snapshots); the ETag."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing key succeeds."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def _translate(exc: Exception, bucket: str, what: str) -> Exception:
@@ -222,26 +265,26 @@ class Bucket:
         """Raise ``BucketUnavailable`` unless the bucket exists and answers."""
         self._call("HEAD bucket", self.client.head_bucket)
 
-    def iter_pages(self, prefix: str) -> Iterator[list[Listed]]:
-        """Every listing page under ``prefix`` (ListObjectsV2 continuation: no 1000-entry cap)."""
+    def list(self, prefix: str, *, delimiter: str | None = None) -> Listing:
+        """Every object under ``prefix`` (ListObjectsV2 continuation: no 1000-entry cap); with
+        ``delimiter``, the common prefixes one level down as well."""
+        objects: list[Listed] = []
+        prefixes: list[str] = []
+        pages = 0
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
+            if delimiter:
+                kwargs["Delimiter"] = delimiter
             if token:
                 kwargs["ContinuationToken"] = token
             page = self._call(f"LIST {prefix}", self.client.list_objects_v2, **kwargs)
-            yield [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
+            pages += 1
+            objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
+            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
-                return
-
-    def list(self, prefix: str) -> Listing:
-        objects: list[Listed] = []
-        pages = 0
-        for page in self.iter_pages(prefix):
-            pages += 1
-            objects.extend(page)
-        return Listing(objects, pages)
+                return Listing(objects, pages, tuple(prefixes))
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``; at most ``max_bytes`` are ever read (a Range request)."""
@@ -279,6 +322,11 @@ class Bucket:
         """PUT only if ``key`` still has ``etag`` (``If-Match``); returns the new ETag."""
         resp = self._call(f"PUT {key}", self.client.put_object, Key=key, Body=body,
                           ContentType="application/json", IfMatch=etag)
+        return str(resp.get("ETag", ""))
+
+    def put(self, key: str, body: bytes) -> str:
+        """PUT unconditionally; returns the new ETag."""
+        resp = self._call(f"PUT {key}", self.client.put_object, Key=key, Body=body)
         return str(resp.get("ETag", ""))
 
     def delete(self, key: str) -> None:

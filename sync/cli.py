@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from memlocal.cli._common import State, echo_json, json_option, pass_state, table
-from memlocal.store import Store
 
 from .bucket import BucketSettings
-from .engine import PassReport, SyncEngine, pass_running
-from .state import META_LAST_ERROR, META_LAST_PASS, SyncState
+from .engine import PassReport, SyncEngine
+from .status import status_for
 
 # `sync run` exits with this when the mass-delete guard held deletions back.
 EXIT_GUARDED = 3
@@ -124,20 +123,6 @@ def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
 def status_data(state: State) -> dict[str, Any]:
     """Everything ``sync status`` shows, as JSON-ready data."""
     return status_for(_settings(state), state.bank().store)
-
-
-def status_for(settings: BucketSettings | None, store: Store) -> dict[str, Any]:
-    """``sync status`` of ``store`` against the bucket ``settings`` (also the replicator's ``status()``)."""
-    st = SyncState(store)
-    return {
-        "bucket": settings.to_dict() if settings else None,
-        "database": str(store.path),
-        "pending": st.pending(),
-        "lastPass": st.get_json(META_LAST_PASS),
-        "lastError": st.get_json(META_LAST_ERROR),
-        "skipped": st.skipped(),
-        "passRunning": pass_running(store.path),
-    }
 
 
 @sync_group.command("status")

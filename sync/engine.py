@@ -29,7 +29,7 @@ from memlocal.errors import ConfigError, SyncError
 from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
 from memlocal.store import Store
 
-from .bucket import Bucket, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
+from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
 from .objects import BadObject, content_hash, decode, encode, object_key, profile_prefix
 from .plan import Action, Local, Op, Plan, after_fetch, plan_pass
 from .state import (
@@ -119,7 +119,7 @@ class PassReport:
 class SyncEngine:
     """Runs reconciliation passes for one database against one bucket."""
 
-    def __init__(self, config: Config, store: Store, *, bucket: Bucket | None = None,
+    def __init__(self, config: Config, store: Store, *, bucket: BucketClient | None = None,
                  settings: BucketSettings | None = None) -> None:
         settings = settings or (bucket.settings if bucket else BucketSettings.from_config(config))
         if settings is None:
@@ -133,7 +133,7 @@ class SyncEngine:
             raise ConfigError(f"sync.workers must be at least 1, got {self.workers}")
         self.max_object_bytes = int(config["sync.max_object_bytes"])
         self.mass_delete_min = int(config["sync.mass_delete_min"])
-        self.bucket = bucket or Bucket(settings, timeout_s=float(config["sync.timeout_s"]),
+        self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=float(config["sync.timeout_s"]),
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2)
         self._remote_ids: set[str] = set()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Final
 
 from memlocal.errors import ValidationError
@@ -19,6 +20,15 @@ PREFIX: Final = "memory/"
 SUFFIX: Final = ".json"
 # Fields a merge may change without the memory's content changing.
 ACCESS_FIELDS: Final = frozenset({"accessCount", "lastAccessedAt", "stalenessScore"})
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One entry of a bucket listing: what the bucket client returns and the plan reads."""
+
+    key: str
+    etag: str
+    size: int
 
 
 class BadObject(Exception):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Literal, Mapping
 
-from .objects import parse_key
+from .objects import Listed, parse_key
 
 
 class Op(str, Enum):
@@ -56,15 +56,6 @@ class Local:
     profile: str
     content_hash: str
     access_delta: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """One entry of the bucket listing."""
-
-    key: str
-    etag: str
-    size: int
 
 
 @dataclass(frozen=True, slots=True)

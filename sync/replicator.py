@@ -1,6 +1,6 @@
 """Write-through to the bucket, plugged into ``MemoryBank`` via the ``memlocal.replicators`` entry point.
 
-A save commits locally with its outbox entry in the same transaction (``record_save``), then
+A save commits locally with its outbox entry in the same transaction (the store records it), then
 PUTs the object with ``If-None-Match: *`` under a short timeout and no retries
 (``sync.put_timeout_s``): an unreachable bucket costs a save at most that long, the save still
 succeeds, and the outbox entry stays for the next pass. Deletions go the same way.
@@ -13,7 +13,6 @@ profile, never blocking on a pass that another process is running.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from typing import Any
@@ -23,10 +22,11 @@ from memlocal.errors import MemoryBankError, SyncError
 from memlocal.model import Memory
 from memlocal.store import Store
 
-from .bucket import Bucket, BucketSettings, BucketUnavailable, PreconditionFailed
+from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, PreconditionFailed
 from .engine import SyncEngine
 from .objects import content_hash, decode, encode, object_key
 from .state import DeletedRemote, SyncState, Synced
+from .status import status_for
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,9 @@ class S3Replicator:
         self.state = SyncState(store)
         put_timeout = float(config["sync.put_timeout_s"])
         # One attempt: the outbox is the retry, and a save must not wait on backoff.
-        self.bucket = Bucket(settings, timeout_s=put_timeout, attempts=1, pool_size=4)
+        self.bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=1, pool_size=4)
         # Reads tolerate one retry; still short, since a reader is waiting.
-        self._read_bucket = Bucket(settings, timeout_s=put_timeout, attempts=2, pool_size=int(config["sync.workers"]) + 2)
+        self._read_bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=2, pool_size=int(config["sync.workers"]) + 2)
         self._engine: SyncEngine | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -77,9 +77,6 @@ class S3Replicator:
             log.warning("could not check the bucket identity: %s", exc)
 
     # --- saves --------------------------------------------------------------------------------
-
-    def record_save(self, conn: sqlite3.Connection, memory: Memory) -> None:
-        self.state.record_outbox(conn, memory, "put")
 
     def push_saved(self, memory: Memory) -> bool:
         """Create the object; ``True`` once the bucket has it."""
@@ -116,9 +113,6 @@ class S3Replicator:
         except Exception:  # unreadable or bad: let the next pass decide
             return False
         return content_hash(theirs) == content_hash(memory)
-
-    def record_delete(self, conn: sqlite3.Connection, memory: Memory) -> None:
-        self.state.record_outbox(conn, memory, "delete")
 
     def push_deleted(self, memory: Memory) -> bool:
         try:
@@ -161,8 +155,6 @@ class S3Replicator:
 
     def status(self) -> dict[str, Any]:
         """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank)."""
-        from .cli import status_for  # the one status code; imported late (cli loads click)
-
         return status_for(self.settings, self.store)
 
     def _get_engine(self) -> SyncEngine:

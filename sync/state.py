@@ -1,32 +1,72 @@
-"""The sync's side of the local SQLite file: base, outbox, skipped objects, pass records.
+"""The sync's side of the local SQLite file: base, skipped objects, pass records.
 
-The tables are created by migration 3 in ``memlocal.store`` (the store owns the schema). All
-writes go through ``Store.transaction`` (``BEGIN IMMEDIATE``, durable commit); the engine hands
-this module *effects* in batches so that a pass over 10k memories is a few dozen commits, not
-10k. Every effect is idempotent and re-reads the row it changes inside the transaction, so an
-access bump or a deletion that lands while a request is in flight is never lost or undone.
+The sync creates and migrates its own tables (``SCHEMA``, versioned by the ``meta`` key
+``sync.schema``); the store owns ``memories`` and its change log (the outbox and each row's
+``access_delta``), written inside the store's own transactions. This module never writes
+``memories``: synced changes go through the store's narrow methods (``apply_remote``,
+``delete_from_remote``, ``reid``, ``clear_outbox``), each inside a ``Store.transaction``
+(``BEGIN IMMEDIATE``, durable commit) together with the sync's own rows. The engine hands this
+module *effects* in batches so that a pass over 10k memories is a few dozen commits, not 10k.
+Every effect is idempotent and re-reads the row it changes inside the transaction, so an access
+bump or a deletion that lands while a request is in flight is never lost or undone.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
+import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Sequence, Union
 
-from memlocal.model import Memory, utcnow
-from memlocal.store import MEMORY_COLUMNS, Store, memory_to_row, row_to_memory, to_us
+from memlocal.errors import MemoryBankError
+from memlocal.model import Memory, format_time, utcnow
+from memlocal.store import Store, from_us, to_us
 
 from .objects import content_hash, object_key
 from .plan import Base, Local
 
+log = logging.getLogger(__name__)
+
 META_BUCKET = "sync.bucket"
 META_LAST_PASS = "sync.last_pass"
 META_LAST_ERROR = "sync.last_error"
+META_SCHEMA = "sync.schema"
 
-_COLS = ", ".join(MEMORY_COLUMNS)
-_CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "source", "confidence",
-                    "created_us", "is_active", "version", "extra")
+
+# --- the sync's own tables ------------------------------------------------------------------------
+
+
+def _schema_1(c: Any) -> None:
+    """``sync_base``: per memory, what this host last synced with the bucket (the object's ETag
+    and the memory's content hash), the "base" of the three-way reconciliation. ``sync_skipped``:
+    bucket objects that could not be used, with the reason, until they change or go away.
+    (Databases from before this module owned its tables already have both: IF NOT EXISTS.)"""
+    c.execute("CREATE TABLE IF NOT EXISTS sync_base (id TEXT PRIMARY KEY, profile TEXT NOT NULL,"
+              " etag TEXT NOT NULL, content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)")
+    c.execute("CREATE INDEX IF NOT EXISTS sync_base_profile ON sync_base (profile)")
+    c.execute("CREATE TABLE IF NOT EXISTS sync_skipped (key TEXT PRIMARY KEY, etag TEXT NOT NULL,"
+              " reason TEXT NOT NULL, seen_us INTEGER NOT NULL)")
+
+
+# Numbered migrations of the sync's tables, applied in order, each in one transaction.
+SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1}
+SCHEMA_VERSION = max(SCHEMA)
+
+
+def ensure_schema(store: Store) -> None:
+    """Create or migrate the sync's tables in ``store`` (cheap when they are current)."""
+    current = int(store.meta_get(META_SCHEMA) or 0)
+    if current >= SCHEMA_VERSION:
+        return
+    for version in sorted(v for v in SCHEMA if v > current):
+        with store.transaction() as c:
+            # Another process may have migrated while we waited for the write lock.
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA,)).fetchone()
+            if row is not None and int(row[0]) >= version:
+                continue
+            SCHEMA[version](c)
+            c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                      (META_SCHEMA, str(version)))
 
 
 # --- effects ------------------------------------------------------------------------------------
@@ -87,10 +127,14 @@ Effect = Union[Synced, DeletedRemote, DeleteLocal, Forget, SkipObject, Unskip]
 
 
 class SyncState:
-    """Reads and writes of the sync tables on one ``Store``."""
+    """Reads and writes of the sync tables on one ``Store`` (created here if missing)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        try:
+            ensure_schema(store)
+        except MemoryBankError as exc:  # a read-only or busy database must not stop the bank opening
+            log.warning("could not create the sync's tables: %s", exc)
 
     # --- snapshots for the plan ---------------------------------------------------------------
 
@@ -105,23 +149,19 @@ class SyncState:
         content) reads three columns instead of every row whole."""
         return self.local_entries_from(self.local_rows(profiles, hashes=hashes), hashes=hashes)
 
-    def local_rows(self, profiles: Sequence[str] | None = None, *, hashes: bool = True) -> list[tuple[Any, ...]]:
-        """The rows ``local_entries`` is made of (the snapshot; one read)."""
-        where, params = self._scope(profiles)
+    def local_rows(self, profiles: Sequence[str] | None = None, *, hashes: bool = True) -> list[Any]:
+        """What ``local_entries`` is made of (the snapshot; one read): ``(memory, delta)``
+        pairs, or ``(id, profile, delta)`` without ``hashes``."""
         if not hashes:
-            return self.store.read(f"SELECT id, profile, access_delta FROM memories{where}", params)
-        return self.store.read(f"SELECT {_COLS}, access_delta FROM memories{where}", params)
+            return list(self.store.access_deltas(profiles))
+        return list(self.store.memories_with_deltas(profiles))
 
     @staticmethod
-    def local_entries_from(rows: Sequence[tuple[Any, ...]], *, hashes: bool = True) -> dict[str, Local]:
+    def local_entries_from(rows: Sequence[Any], *, hashes: bool = True) -> dict[str, Local]:
         """``local_entries`` of rows read by ``local_rows`` (CPU only: the content hashes)."""
         if not hashes:
             return {r[0]: Local(r[0], r[1], "", int(r[2])) for r in rows}
-        out: dict[str, Local] = {}
-        for row in rows:
-            memory = row_to_memory(row)
-            out[memory.id] = Local(memory.id, memory.profile_name, content_hash(memory), int(row[-1]))
-        return out
+        return {m.id: Local(m.id, m.profile_name, content_hash(m), delta) for m, delta in rows}
 
     def base_entries(self, profiles: Sequence[str] | None = None) -> dict[str, Base]:
         where, params = self._scope(profiles)
@@ -129,9 +169,7 @@ class SyncState:
         return {r[0]: Base(r[0], r[1], r[2], r[3]) for r in rows}
 
     def outbox_deletes(self, profiles: Sequence[str] | None = None) -> dict[str, str]:
-        where, params = self._scope(profiles)
-        where = (where + " AND" if where else " WHERE") + " op = 'delete'"
-        return {r[0]: r[1] for r in self.store.read(f"SELECT id, profile FROM sync_outbox{where}", params)}
+        return {mid: profile for mid, (profile, _op) in self.store.outbox(profiles, op="delete").items()}
 
     def known_bad(self, prefix: str = "") -> dict[str, tuple[str, str]]:
         rows = self.store.read("SELECT key, etag, reason FROM sync_skipped WHERE substr(key, 1, ?) = ?",
@@ -139,23 +177,11 @@ class SyncState:
         return {r[0]: (r[1], r[2]) for r in rows}
 
     def load_local(self, memory_id: str) -> tuple[Memory, int] | None:
-        rows = self.store.read(f"SELECT {_COLS}, access_delta FROM memories WHERE id = ?", (memory_id,))
-        return (row_to_memory(rows[0]), int(rows[0][-1])) if rows else None
+        return self.store.memory_with_delta(memory_id)
 
     def load_base(self, memory_id: str) -> Base | None:
         rows = self.store.read("SELECT id, profile, etag, content_hash FROM sync_base WHERE id = ?", (memory_id,))
         return Base(*rows[0]) if rows else None
-
-    # --- the outbox (written inside the bank's own transactions) -------------------------------
-
-    @staticmethod
-    def record_outbox(conn: sqlite3.Connection, memory: Memory, op: Literal["put", "delete"]) -> None:
-        conn.execute(
-            "INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
-            " queued_us = excluded.queued_us",
-            (memory.id, memory.profile_name, op, to_us(utcnow())),
-        )
 
     # --- effects ----------------------------------------------------------------------------------
 
@@ -165,21 +191,30 @@ class SyncState:
         if not effects:
             return
         now_us = to_us(utcnow())
-        with self.store.transaction() as c:
+        store = self.store
+        with store.transaction() as c:
             for eff in effects:
                 if isinstance(eff, Synced):
-                    self._apply_synced(c, eff, now_us)
+                    m = eff.memory
+                    if not store.apply_remote(c, m, content=eff.content, sent_delta=eff.sent_delta,
+                                              set_staleness=eff.set_staleness):
+                        continue  # the id belongs to a memory of another profile here
+                    c.execute(
+                        "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us) VALUES (?, ?, ?, ?, ?)"
+                        " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, etag = excluded.etag,"
+                        " content_hash = excluded.content_hash, synced_us = excluded.synced_us",
+                        (m.id, m.profile_name, eff.etag, eff.base_hash, now_us),
+                    )
+                    c.execute("DELETE FROM sync_skipped WHERE key = ?", (object_key(m.profile_name, m.id),))
                 elif isinstance(eff, DeletedRemote):
                     c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
-                    c.execute("DELETE FROM sync_outbox WHERE id = ? AND op = 'delete'", (eff.id,))
+                    store.clear_outbox(c, eff.id, "delete")
                 elif isinstance(eff, DeleteLocal):
-                    c.execute("DELETE FROM memories WHERE id = ? AND profile = ?", (eff.id, eff.profile))
+                    store.delete_from_remote(c, eff.id, eff.profile)
                     c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
-                    c.execute("DELETE FROM sync_outbox WHERE id = ?", (eff.id,))
                 elif isinstance(eff, Forget):
                     c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
-                    c.execute("DELETE FROM sync_outbox WHERE id = ? AND NOT EXISTS"
-                              " (SELECT 1 FROM memories WHERE id = ?)", (eff.id, eff.id))
+                    store.clear_outbox(c, eff.id, only_if_absent=True)
                 elif isinstance(eff, SkipObject):
                     c.execute("INSERT INTO sync_skipped (key, etag, reason, seen_us) VALUES (?, ?, ?, ?)"
                               " ON CONFLICT(key) DO UPDATE SET etag = excluded.etag, reason = excluded.reason,"
@@ -189,56 +224,14 @@ class SyncState:
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
 
-    @staticmethod
-    def _apply_synced(c: sqlite3.Connection, eff: Synced, now_us: int | None) -> None:
-        m = eff.memory
-        row = c.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
-        if row is None:
-            deleted_here = c.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
-            if eff.content == "remote" and not deleted_here:
-                cols = _COLS + ", access_delta"
-                c.execute(f"INSERT INTO memories ({cols}) VALUES ({', '.join('?' for _ in range(len(MEMORY_COLUMNS) + 1))})",
-                          (*memory_to_row(m), 0))
-        elif row[2] != m.profile_name:
-            return  # the id belongs to a memory of another profile here: never touch it
-        else:
-            delta, last_us = int(row[0]), row[1]
-            remaining = max(0, delta - eff.sent_delta)
-            remote_last = to_us(m.last_accessed_at)
-            last = max(last_us or 0, remote_last or 0) or None
-            sets = ["access_count = ?", "access_delta = ?", "last_accessed_us = ?"]
-            params: list[Any] = [m.access_count + remaining, remaining, last]
-            if eff.set_staleness:
-                sets.append("staleness = ?")
-                params.append(m.staleness_score)
-            if eff.content == "remote":
-                full = dict(zip(MEMORY_COLUMNS, memory_to_row(m)))
-                for col in _CONTENT_COLUMNS:
-                    sets.append(f"{col} = ?")
-                    params.append(full[col])
-            c.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", (*params, m.id))
-        c.execute(
-            "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us) VALUES (?, ?, ?, ?, ?)"
-            " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, etag = excluded.etag,"
-            " content_hash = excluded.content_hash, synced_us = excluded.synced_us",
-            (m.id, m.profile_name, eff.etag, eff.base_hash, now_us),
-        )
-        c.execute("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", (m.id,))
-        c.execute("DELETE FROM sync_skipped WHERE key = ?", (object_key(m.profile_name, m.id),))
-
     def reid(self, old_id: str, new_id: str) -> Memory | None:
         """Move the local memory ``old_id`` to ``new_id`` (another host owns ``old_id``).
 
         No deletion is queued for ``old_id``: the bucket's object under it is not ours.
         """
         with self.store.transaction() as c:
-            cols = ", ".join(("?" if col == "id" else col) for col in MEMORY_COLUMNS)
-            cur = c.execute(f"INSERT INTO memories ({_COLS}, access_delta) SELECT {cols}, access_delta"
-                            " FROM memories WHERE id = ?", (new_id, old_id))
-            if cur.rowcount == 0:
+            if not self.store.reid(c, old_id, new_id):
                 return None
-            c.execute("DELETE FROM memories WHERE id = ?", (old_id,))
-            c.execute("UPDATE sync_outbox SET id = ? WHERE id = ?", (new_id, old_id))
             c.execute("DELETE FROM sync_base WHERE id = ?", (old_id,))
         loaded = self.load_local(new_id)
         return loaded[0] if loaded else None
@@ -279,28 +272,32 @@ class SyncState:
     def set_json(self, key: str, value: Any) -> None:
         self.store.meta_set(key, json.dumps(value, ensure_ascii=False, sort_keys=True))
 
+    def _local_vs_base(self) -> tuple[int, int]:
+        """(memories with no base, memories with a base and unmerged access bumps)."""
+        base = {r[0] for r in self.store.read("SELECT id FROM sync_base")}
+        saves = access = 0
+        for mid, _profile, delta in self.store.access_deltas():
+            if mid not in base:
+                saves += 1
+            elif delta > 0:
+                access += 1
+        return saves, access
+
     def pending(self) -> dict[str, int]:
         """What this host has that the bucket does not (yet)."""
-        saves = self.store.read("SELECT count(*) FROM memories m WHERE NOT EXISTS"
-                                " (SELECT 1 FROM sync_base b WHERE b.id = m.id)")[0][0]
-        deletes = self.store.read("SELECT count(*) FROM sync_outbox WHERE op = 'delete'")[0][0]
-        access = self.store.read("SELECT count(*) FROM memories m WHERE m.access_delta > 0 AND EXISTS"
-                                 " (SELECT 1 FROM sync_base b WHERE b.id = m.id)")[0][0]
-        outbox = self.store.read("SELECT count(*) FROM sync_outbox")[0][0]
+        saves, access = self._local_vs_base()
+        outbox = self.store.outbox()
+        deletes = sum(1 for _p, op in outbox.values() if op == "delete")
         return {"total": saves + deletes + access, "saves": saves, "deletes": deletes,
-                "accessUpdates": access, "outbox": outbox}
+                "accessUpdates": access, "outbox": len(outbox)}
 
     def has_local_work(self) -> bool:
-        """Cheap check for the daemon's wake-ups: anything to push?"""
-        return bool(
-            self.store.read("SELECT 1 FROM sync_outbox LIMIT 1")
-            or self.store.read("SELECT 1 FROM memories m WHERE m.access_delta > 0 OR NOT EXISTS"
-                               " (SELECT 1 FROM sync_base b WHERE b.id = m.id) LIMIT 1")
-        )
+        """Check for the daemon's wake-ups: anything to push?"""
+        if self.store.outbox():
+            return True
+        saves, access = self._local_vs_base()
+        return bool(saves or access)
 
     def skipped(self) -> list[dict[str, Any]]:
-        from memlocal.model import format_time
-        from memlocal.store import from_us
-
         rows = self.store.read("SELECT key, etag, reason, seen_us FROM sync_skipped ORDER BY key")
         return [{"key": k, "etag": e, "reason": r, "seenAt": format_time(from_us(s))} for k, e, r, s in rows]

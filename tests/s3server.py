@@ -188,6 +188,7 @@ class FaultProxy:
         self.fail_when: Callable[[str, str], bool] = lambda method, path: True
         self.delay_s = 0.0
         self.hooks: list[Callable[[str, str, dict[str, str]], bool]] = []
+        self.after_hooks: list[Callable[[str, str, dict[str, str]], bool]] = []
         self.requests: list[tuple[str, str, int]] = []
         self.connections: set[socket.socket] = set()
         self.lock = threading.Lock()
@@ -247,21 +248,31 @@ class FaultProxy:
         with self.lock:
             self.hooks.append(hook)
 
+    def after(self, hook: Callable[[str, str, dict[str, str]], bool]) -> None:
+        """Run ``hook(method, path, headers)`` once the server has answered, before the answer
+        is passed on (the client has not seen it yet); it stays until it returns True."""
+        with self.lock:
+            self.after_hooks.append(hook)
+
     def count(self, method: str | None = None, status: int | None = None) -> int:
         with self.lock:
             return sum(1 for m, _p, s in self.requests
                        if (method is None or m == method) and (status is None or s == status))
 
+    def _run_hooks(self, hooks: list[Callable[[str, str, dict[str, str]], bool]], method: str, path: str,
+                   headers: dict[str, str]) -> None:
+        with self.lock:
+            current = list(hooks)
+        for hook in current:
+            if hook(method, path, headers):
+                with self.lock:
+                    if hook in hooks:
+                        hooks.remove(hook)
+
     def _serve(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         method, path = handler.command, handler.path
         headers = {k: v for k, v in handler.headers.items()}
-        with self.lock:
-            hooks = list(self.hooks)
-        for hook in hooks:
-            if hook(method, path, headers):
-                with self.lock:
-                    if hook in self.hooks:
-                        self.hooks.remove(hook)
+        self._run_hooks(self.hooks, method, path, headers)
         if self.delay_s:
             time.sleep(self.delay_s)
         with self.lock:
@@ -288,6 +299,7 @@ class FaultProxy:
             conn.request(method, path, body=body if body or method in ("PUT", "POST") else None, headers=fwd)
             resp = conn.getresponse()
             data = resp.read()
+            self._run_hooks(self.after_hooks, method, path, headers)
             with self.lock:
                 self.requests.append((method, path, resp.status))
             handler.send_response(resp.status)

@@ -1,0 +1,84 @@
+"""The store–sync boundary is one-way (issue 13, item 9).
+
+The store owns ``memories`` and its change log (the outbox, access deltas) and records both
+inside its own transactions; the sync package creates its own tables and applies synced changes
+through the store's narrow methods; its bucket client is an interface, not a class to subclass.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import sqlite3
+from pathlib import Path
+
+from memlocal import MemoryBank
+from memlocal.bank import Replicator
+from memlocal.store import Store
+
+from memlocal_sync.bucket import Bucket, BucketClient, BucketSettings
+from memlocal_sync.state import SyncState
+
+SYNC = Path(__file__).resolve().parent.parent / "sync"
+
+
+def _imports(module: str) -> set[str]:
+    tree = ast.parse((SYNC / f"{module}.py").read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            out.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_no_sql_against_memories_in_the_sync_package() -> None:
+    pattern = re.compile(r"\b(FROM|INTO|UPDATE|JOIN)\s+memories\b", re.IGNORECASE)
+    offenders = [f"{p.name}: {m.group(0)}" for p in sorted(SYNC.glob("*.py")) for m in pattern.finditer(p.read_text())]
+    assert offenders == []
+
+
+def test_layering_inside_the_sync_package() -> None:
+    assert ".plan" not in _imports("bucket")  # the client knows nothing of reconciliation
+    assert ".cli" not in _imports("replicator")  # write-through does not load click
+    assert not any(i.startswith("memlocal.cli") for i in _imports("replicator"))
+
+
+def test_the_replicator_protocol_passes_no_connection() -> None:
+    for name, fn in inspect.getmembers(Replicator, inspect.isfunction):
+        assert "Connection" not in str(inspect.signature(fn)), name
+
+
+def test_the_bucket_client_is_an_interface() -> None:
+    settings = BucketSettings(name="b", source="test")
+    assert isinstance(Bucket(settings, timeout_s=1.0, attempts=1), BucketClient)
+
+
+def test_the_sync_creates_its_own_tables(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    store = Store(db)
+    tables = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "memories" in tables and "sync_outbox" in tables
+    assert not tables & {"sync_base", "sync_skipped"}  # not the store's
+    SyncState(store)
+    SyncState(store)  # idempotent
+    tables = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"sync_base", "sync_skipped"} <= tables
+    store.close()
+
+
+def test_the_store_records_its_change_log_without_a_replicator(tmp_path: Path) -> None:
+    with MemoryBank(tmp_path / "m.db", replicator=None) as bank:
+        kept = bank.save("p", content="kept").memory
+        gone = bank.save("p", content="gone").memory
+        bank.delete("p", gone.id)
+        bank.recall("p", "kept")
+        bank.close()
+    conn = sqlite3.connect(tmp_path / "m.db")
+    try:
+        assert dict(conn.execute("SELECT id, op FROM sync_outbox")) == {kept.id: "put", gone.id: "delete"}
+        assert conn.execute("SELECT access_delta FROM memories WHERE id = ?", (kept.id,)).fetchone()[0] == 1
+    finally:
+        conn.close()
