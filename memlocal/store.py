@@ -31,7 +31,6 @@ import sqlite_utils
 from .errors import NotFoundError, StoreError
 from .model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 
-
 MEMORY_COLUMNS = (
     "id",
     "profile",
