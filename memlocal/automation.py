@@ -16,6 +16,7 @@ Decisions:
 
 from __future__ import annotations
 
+import builtins
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,54 +72,62 @@ def _check_note(text: object) -> str:
     return text.strip()
 
 
-def get_note(store: Store, automation_id: str) -> AutomationNote | None:
-    """The note of ``automation_id``, or ``None`` when it has none."""
-    validate_automation_id(automation_id)
-    rows = store.read("SELECT note, updated_us FROM automation_notes WHERE automation_id = ?", (automation_id,))
-    if not rows:
-        return None
-    note, updated_us = rows[0]
-    return AutomationNote(automation_id, note, from_us(updated_us))  # type: ignore[arg-type]
+class AutomationNotes:
+    """The automation notes of one store (``MemoryBank.automations``)."""
 
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
-def list_notes(store: Store) -> list[AutomationNote]:
-    """Every automation's note, most recently written first (the dashboard's listing)."""
-    rows = store.read("SELECT automation_id, note, updated_us FROM automation_notes"
-                      " ORDER BY updated_us DESC, automation_id")
-    return [AutomationNote(a, n, from_us(u)) for a, n, u in rows]  # type: ignore[arg-type]
+    def get(self, automation_id: str) -> AutomationNote | None:
+        """The note of ``automation_id``, or ``None`` when it has none."""
+        validate_automation_id(automation_id)
+        rows = self._store.read("SELECT note, updated_us FROM automation_notes WHERE automation_id = ?",
+                                (automation_id,))
+        if not rows:
+            return None
+        note, updated_us = rows[0]
+        return AutomationNote(automation_id, note, from_us(updated_us))  # type: ignore[arg-type]
 
+    def list(self) -> builtins.list[AutomationNote]:
+        """Every automation's note, most recently written first (the dashboard's listing)."""
+        rows = self._store.read("SELECT automation_id, note, updated_us FROM automation_notes"
+                                " ORDER BY updated_us DESC, automation_id")
+        return [AutomationNote(a, n, from_us(u)) for a, n, u in rows]  # type: ignore[arg-type]
 
-def put_note(store: Store, automation_id: str, text: str, *, now: datetime | None = None) -> AutomationNote | None:
-    """Replace the note (durably); an empty or blank ``text`` clears it and returns ``None``."""
-    validate_automation_id(automation_id)
-    note = _check_note(text)
-    if not note:
-        clear_note(store, automation_id)
-        return None
-    updated = now or utcnow()
-    with store.transaction() as c:
-        c.execute(
-            "INSERT INTO automation_notes (automation_id, note, updated_us) VALUES (?, ?, ?)"
-            " ON CONFLICT(automation_id) DO UPDATE SET note = excluded.note, updated_us = excluded.updated_us",
-            (automation_id, note, to_us(updated)),
-        )
-    return AutomationNote(automation_id, note, updated)
+    def put(self, automation_id: str, text: str, *, now: datetime | None = None) -> AutomationNote | None:
+        """Replace the note (durably); an empty or blank ``text`` clears it and returns ``None``."""
+        validate_automation_id(automation_id)
+        note = _check_note(text)
+        if not note:
+            self.clear(automation_id)
+            return None
+        updated = now or utcnow()
+        with self._store.transaction() as c:
+            c.execute(
+                "INSERT INTO automation_notes (automation_id, note, updated_us) VALUES (?, ?, ?)"
+                " ON CONFLICT(automation_id) DO UPDATE SET note = excluded.note, updated_us = excluded.updated_us",
+                (automation_id, note, to_us(updated)),
+            )
+        return AutomationNote(automation_id, note, updated)
 
+    def clear(self, automation_id: str) -> bool:
+        """Remove the note; ``True`` if there was one."""
+        validate_automation_id(automation_id)
+        with self._store.transaction() as c:
+            return c.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,)).rowcount > 0
 
-def clear_note(store: Store, automation_id: str) -> bool:
-    """Remove the note; ``True`` if there was one."""
-    validate_automation_id(automation_id)
-    with store.transaction() as c:
-        return c.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,)).rowcount > 0
+    def delete(self, automation_id: str) -> bool:
+        """Forget everything kept for a deleted automation (today: its note)."""
+        return self.clear(automation_id)
 
-
-def delete_automation(store: Store, automation_id: str) -> bool:
-    """Everything the bank keeps for an automation goes with it (today: its note)."""
-    return clear_note(store, automation_id)
+    def block(self, automation_id: str) -> str:
+        """The note as a context block for the automation's next run ("" without a note)."""
+        note = self.get(automation_id)
+        return note_block(note.note) if note is not None else ""
 
 
 def note_block(note: str) -> str:
-    """The note as a context block for the automation's next run ("" for an empty note)."""
+    """A note as a context block for the automation's next run ("" for an empty note)."""
     return context_block(NOTE_HEADER, NOTE_PREAMBLE, (note,))
 
 
@@ -127,11 +136,7 @@ __all__ = [
     "NOTE_MAX_BYTES",
     "NOTE_PREAMBLE",
     "AutomationNote",
-    "clear_note",
-    "delete_automation",
-    "get_note",
-    "list_notes",
+    "AutomationNotes",
     "note_block",
-    "put_note",
     "validate_automation_id",
 ]

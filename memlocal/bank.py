@@ -12,10 +12,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from .config import Config
-from .errors import ValidationError
+from .errors import ConfigError, ValidationError
 from .model import (
     Extraction,
     Memory,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
     from datetime import datetime
 
-    from .automation import AutomationNote
+    from .automation import AutomationNotes
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
     from .scoring import ScoredMemory
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memlocal")
 
 REPLICATOR_ENTRY_POINTS = "memlocal.replicators"
+DAEMON_ENTRY_POINTS = "memlocal.daemons"
 
 
 class Extractor(Protocol):
@@ -87,24 +88,35 @@ class SaveResult:
         return {"memory": self.memory.to_dict(), "synced": self.synced}
 
 
-def _load_replicator(config: Config, store: Store) -> Replicator | None:
-    """Find the bucket replicator through the ``memlocal.replicators`` entry point group.
-
-    memlocal never imports ``sync`` by name (the daemon depends on the library, not the reverse);
-    the installed ``sync`` package registers itself here.
-    """
+def _discover(group: str) -> list[Any]:
+    """The objects registered under an entry point group (the sync package registers here, so
+    memlocal never imports it by name: the daemon depends on the library, not the reverse)."""
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group=REPLICATOR_ENTRY_POINTS):
-        factory = ep.load()
-        replicator = factory(config, store)
-        if replicator is not None:
-            return replicator
-    return None
+    return [ep.load() for ep in entry_points(group=group)]
+
+
+class SyncDaemonHandle:
+    """The sync daemon running in a background thread of this process (``memlocal serve --with-sync``)."""
+
+    def __init__(self, daemon: Any) -> None:
+        import threading
+
+        self.daemon = daemon
+        self.thread = threading.Thread(target=daemon.run, name="memlocal-sync-daemon", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the daemon; returns once the pass in flight has finished."""
+        self.daemon.stop()
+        self.thread.join()
 
 
 class MemoryBank:
     """A profile-scoped store of long-lived memories.
+
+    ``MemoryBank.open()`` finds everything from the configuration (the database, the bucket's
+    replicator, the LLM processor, the sync daemon); the constructor takes ready objects:
 
     >>> with MemoryBank.open("/tmp/demo.db") as bank:   # doctest: +SKIP
     ...     bank.save("researcher", content="Prefers JSON output", category="preference")
@@ -112,55 +124,98 @@ class MemoryBank:
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | None = None,
+        store: Store | str | os.PathLike[str],
         *,
         config: Config | None = None,
+        replicator: Replicator | None = None,
         extractor: Extractor | None = None,
-        replicator: Replicator | None | bool = True,
+        daemon_factory: Callable[[Config, Store], Any] | None = None,
+        fresh_reads: bool = False,
     ) -> None:
-        """Open (creating if needed) the bank at ``path``, else the configured or default database.
+        """A bank over ``store`` (a :class:`Store`, or the path of a database file to open).
 
-        ``extractor``: an LLM processor to use instead of the configured one. ``replicator``:
-        ``True`` discovers the configured bucket, ``False``/``None`` keeps the bank local-only.
+        Nothing is discovered here: without ``replicator`` the bank is local only, without
+        ``extractor`` saves are not structured by an LLM. ``config`` defaults to the built-in
+        defaults (no file, no environment). ``fresh_reads``: every read first pulls its profile
+        from the bucket when the last pull is older than ``sync.refresh_ttl_s`` (the spec's
+        RefreshIfStale; the REST server's bank). The bank owns, and closes, what it is given.
         """
-        self.config = config if config is not None else Config.load()
-        db_path = Path(path) if path is not None else self.config.db_path
-        self.store = Store(db_path, busy_timeout_s=float(self.config["store.busy_timeout_s"]))
+        self.config = config if config is not None else Config.defaults()
+        if not isinstance(store, Store):
+            store = Store(Path(store), busy_timeout_s=float(self.config["store.busy_timeout_s"]))
+        self.store = store
+        self.replicator = replicator
+        self._extractor = extractor
+        self._daemon_factory = daemon_factory
+        self.fresh_reads = fresh_reads
         self._recall_index: RecallIndex | None = None  # built on first recall (memlocal.recall)
         self._access_marker: AccessMarker | None = None  # fire-and-forget access bumps
-        self._extractor = extractor if extractor is not None else self._configured_extractor()
-        self._owns_extractor = extractor is None  # close only the processor we built
-        if replicator is True:
-            try:
-                self.replicator: Replicator | None = _load_replicator(self.config, self.store)
-            except Exception:
-                self.store.close()
-                raise
-        else:
-            self.replicator = replicator or None
+        self._automations: AutomationNotes | None = None
+        self._closed = False
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, config: Config | None = None) -> "MemoryBank":
-        """Open the bank at ``path`` (or the configured/default database) with the configured extras."""
-        return cls(path, config=config)
+    def open(
+        cls, path: str | os.PathLike[str] | None = None, *, config: Config | None = None, fresh_reads: bool = False
+    ) -> "MemoryBank":
+        """Open the bank at ``path`` (else the configured or default database) with what the
+        configuration asks for: the bucket's replicator and the sync daemon (from the installed
+        sync package, when a bucket is configured) and the LLM processor (when enabled and
+        ``ANTHROPIC_API_KEY`` is set). ``config`` defaults to ``Config.load()``."""
+        config = config if config is not None else Config.load()
+        store = Store(Path(path) if path is not None else config.db_path,
+                      busy_timeout_s=float(config["store.busy_timeout_s"]))
+        try:
+            replicator: Replicator | None = None
+            for factory in _discover(REPLICATOR_ENTRY_POINTS):
+                replicator = factory(config, store)
+                if replicator is not None:
+                    break
+            daemons = _discover(DAEMON_ENTRY_POINTS)
+            extractor: Extractor | None = None
+            if config["llm.enabled"] and os.environ.get("ANTHROPIC_API_KEY"):
+                from .llm import extractor_from_config  # anthropic is imported only there
 
-    def _configured_extractor(self) -> Extractor | None:
-        if not self.config["llm.enabled"] or not os.environ.get("ANTHROPIC_API_KEY"):
-            return None
-        from .llm import extractor_from_config  # anthropic is imported only there
-
-        return extractor_from_config(self.config)
+                extractor = extractor_from_config(config)
+        except Exception:
+            store.close()
+            raise
+        return cls(store, config=config, replicator=replicator, extractor=extractor,
+                   daemon_factory=daemons[0] if daemons else None, fresh_reads=fresh_reads)
 
     @property
     def path(self) -> Path:
         return self.store.path
 
+    @property
+    def automations(self) -> "AutomationNotes":
+        """The automation notes kept in this bank (get, list, put, clear, delete, block)."""
+        if self._automations is None:
+            from .automation import AutomationNotes
+
+            self._automations = AutomationNotes(self.store)
+        return self._automations
+
+    def start_sync_daemon(self) -> SyncDaemonHandle | None:
+        """Run the sync daemon in a background thread, sharing this bank's store (and its lock).
+
+        ``None`` when no bucket is configured; ``ConfigError`` when no sync package is installed.
+        Stop it with the handle's ``stop()`` before closing the bank.
+        """
+        if self._daemon_factory is None:
+            raise ConfigError(f"no sync daemon is installed (entry point group {DAEMON_ENTRY_POINTS} is empty)")
+        daemon = self._daemon_factory(self.config, self.store)
+        return SyncDaemonHandle(daemon) if daemon is not None else None
+
     def close(self) -> None:
+        """Drain queued access bumps and release everything the bank holds (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._access_marker is not None:
             self._access_marker.close()  # drains queued access bumps first
         if self.replicator is not None:
             self.replicator.close()
-        close_extractor = getattr(self._extractor, "close", None) if self._owns_extractor else None
+        close_extractor = getattr(self._extractor, "close", None)
         if close_extractor is not None:
             close_extractor()  # the LLM processor's HTTP connection pool
         self.store.close()
@@ -170,6 +225,16 @@ class MemoryBank:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- the read policy ------------------------------------------------------------------------
+
+    def _before_read(self, profiles: Iterable[str] | None = None) -> None:
+        """RefreshIfStale before a read of a ``fresh_reads`` bank (``None``: every known profile)."""
+        if not self.fresh_reads or self.replicator is None:
+            return
+        ttl = float(self.config["sync.refresh_ttl_s"])
+        for profile in profiles if profiles is not None else builtins.list(self.store.profiles()):
+            self.replicator.refresh_if_stale(profile, ttl)
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -252,17 +317,22 @@ class MemoryBank:
             self.replicator.push_deleted(memory)
         return memory
 
-    def refresh_if_stale(self, profile: str, ttl: float = 2.0) -> bool:
-        """Pull ``profile``'s memories from the bucket if the last pull is older than ``ttl`` s.
+    def import_memories(self, memories: Sequence[Memory]) -> builtins.list[str]:
+        """Insert memories written elsewhere (ids and timestamps kept) in one durable transaction,
+        never overwriting; queued for the bucket like saves. One outcome per memory: ``imported``,
+        ``unchanged`` (already in that profile) or why it was rejected (see ``memlocal.portability``)."""
+        return self.store.import_batch(memories)
 
-        For readers that must see other hosts' saves promptly (the REST API). One pull at a time
-        per profile; a no-op returning ``False`` without a bucket, when fresh, or when the bucket
-        cannot be reached (the local copy is served). ``True`` when a pull completed.
+    def refresh_if_stale(self, profile: str, ttl: float | None = None) -> bool:
+        """Pull ``profile``'s memories from the bucket if the last pull is older than ``ttl`` s
+        (default ``sync.refresh_ttl_s``). One pull at a time per profile; a no-op returning
+        ``False`` without a bucket, when fresh, or when the bucket cannot be reached (the local
+        copy is served). ``True`` when a pull completed.
         """
         validate_profile(profile)
         if self.replicator is None:
             return False
-        return self.replicator.refresh_if_stale(profile, ttl)
+        return self.replicator.refresh_if_stale(profile, float(self.config["sync.refresh_ttl_s"]) if ttl is None else ttl)
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -270,6 +340,7 @@ class MemoryBank:
         """One memory of ``profile``; ``NotFoundError`` if absent (or in another profile)."""
         validate_profile(profile)
         validate_id(memory_id)
+        self._before_read([profile])
         return self.store.get(profile, memory_id)
 
     def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None) -> Page:
@@ -279,6 +350,7 @@ class MemoryBank:
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
+        self._before_read([profile])
         return self.store.list(profile, limit, offset, category=category)
 
     def list_all(
@@ -291,10 +363,20 @@ class MemoryBank:
             validate_category(category)
         if q is not None and not isinstance(q, str):
             raise ValidationError("q must be a string")
+        self._before_read()
         return self.store.list_all(limit, offset, q=q or None, category=category)
+
+    def export(self, profile: str | None = None) -> Iterator[Memory]:
+        """Every memory of ``profile`` (or of every profile, by name), oldest first. Read-only."""
+        profiles = [validate_profile(profile)] if profile is not None else sorted(self.store.profiles())
+        for name in profiles:
+            memories = self.store.iter_profile(name)
+            memories.sort(key=lambda m: (m.created_at, m.id))
+            yield from memories
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
+        self._before_read()
         out: dict[str, list[Memory]] = {}
         for memory in self.store.iter_all():
             out.setdefault(memory.profile_name, []).append(memory)
@@ -306,6 +388,7 @@ class MemoryBank:
         from .model import format_time
         from .store import from_us
 
+        self._before_read()
         return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}  # type: ignore[arg-type]
                 for p, n, act in self.store.profile_activity()]
 
@@ -319,6 +402,7 @@ class MemoryBank:
 
     def stats(self) -> dict[str, Any]:
         """``{"totalMemories": N, "profilesWithMemory": K, "perProfile": {name: n}}``."""
+        self._before_read()
         per_profile = self.store.profiles()
         return {
             "totalMemories": sum(per_profile.values()),
@@ -359,6 +443,7 @@ class MemoryBank:
         if isinstance(exclude_ids, str):
             exclude_ids = (exclude_ids,)
         exclude = [validate_id(i) for i in exclude_ids]
+        self._before_read([profile])
         return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now)
 
     def recall(
@@ -400,6 +485,7 @@ class MemoryBank:
         validate_profile(profile)
         if not isinstance(query, str):
             raise ValidationError("query must be a string")
+        self._before_read([profile])
         index = self._index()
 
         def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
@@ -445,50 +531,10 @@ class MemoryBank:
             raise ValidationError("prompt must be a string")
         blocks = [operator_block(list(contexts))]
         if automation_id is not None:
-            blocks.append(self.automation_note_block(automation_id))
+            blocks.append(self.automations.block(automation_id))
         if memory_enabled(tools):
             blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
         return assemble(blocks, prompt)
-
-    # --- automation notes ---------------------------------------------------------------------
-
-    def get_automation_note(self, automation_id: str) -> "AutomationNote | None":
-        """The note of ``automation_id``, or ``None``."""
-        from .automation import get_note
-
-        return get_note(self.store, automation_id)
-
-    def list_automation_notes(self) -> "builtins.list[AutomationNote]":
-        """Every automation's note, most recently written first."""
-        from .automation import list_notes
-
-        return list_notes(self.store)
-
-    def put_automation_note(self, automation_id: str, note: str) -> "AutomationNote | None":
-        """Replace the note (at most 4096 bytes); an empty note clears it and returns ``None``."""
-        from .automation import put_note
-
-        return put_note(self.store, automation_id, note)
-
-    def clear_automation_note(self, automation_id: str) -> bool:
-        """Remove the note; ``True`` if there was one."""
-        from .automation import clear_note
-
-        return clear_note(self.store, automation_id)
-
-    def delete_automation(self, automation_id: str) -> bool:
-        """Forget everything kept for a deleted automation (its note)."""
-        from .automation import delete_automation
-
-        return delete_automation(self.store, automation_id)
-
-    def automation_note_block(self, automation_id: str) -> str:
-        """The automation's note as a context block for its next run ("" without a note)."""
-        from .automation import note_block
-
-        note = self.get_automation_note(automation_id)
-        return note_block(note.note) if note is not None else ""
-
 
 def _check_recall_args(limit: object, min_score: object, max_limit: int = 1000) -> tuple[int, float]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= max_limit):

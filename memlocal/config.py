@@ -8,11 +8,13 @@ against) this table, so a setting cannot exist in one place and not the others.
 from __future__ import annotations
 
 import difflib
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Iterator, Mapping
+from typing import Any, Callable, Final, Iterator, Mapping
 
 import platformdirs
 
@@ -34,6 +36,54 @@ class Setting:
     # A "friend" of another setting (the bucket's endpoint, region, keys): of its variables only
     # the one with the same prefix as the variable that set the leader applies (DESIGN: Bucket).
     follows: str = ""
+    # Limits, checked at load for every source (file, environment, flag): an inclusive range
+    # (``above`` makes the lower bound exclusive: "more than 0"), a closed list of values, or a
+    # function returning what is wrong with a value ("" or None when it is fine).
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None
+    choices: tuple[Any, ...] = ()
+    check: Callable[[Any], str | None] | None = None
+    allowed: str = ""  # how ``check`` describes the values it accepts, for the error and the docs
+
+    def limits(self) -> str:
+        """The allowed values in words (``""`` when any value of the type goes)."""
+        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[self.type]
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        if self.allowed:
+            return self.allowed
+        lo = f"more than {_num(self.above)}" if self.above is not None else (
+            f"at least {_num(self.min)}" if self.min is not None else "")
+        if lo and self.max is not None:
+            if self.min is not None:
+                return f"{kind} from {_num(self.min)} to {_num(self.max)}"
+            return f"{kind} {lo} and at most {_num(self.max)}"
+        if lo:
+            return f"{kind} {lo}"
+        if self.max is not None:
+            return f"{kind} at most {_num(self.max)}"
+        return ""
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` (already of the setting's type) is not allowed; ``None`` when it is."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return "not a finite number"
+        if self.choices and value not in self.choices:
+            return "not one of the choices"
+        if self.min is not None and value < self.min:
+            return "too small"
+        if self.above is not None and value <= self.above:
+            return "too small"
+        if self.max is not None and value > self.max:
+            return "too large"
+        if self.check is not None:
+            return self.check(value) or None
+        return None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def default_db_path() -> Path:
@@ -44,34 +94,52 @@ def default_config_path() -> Path:
     return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
 
 
+def _http_url(value: str) -> str | None:
+    return None if not value or re.fullmatch(r"https?://[^\s/]+(/\S*)?", value) else "not an http(s) URL"
+
+
+def _bucket_name(value: str) -> str | None:
+    # S3's rules (3-63 of a-z 0-9 . -) loosened for S3-compatible servers: never a slash,
+    # a space or anything else that would change the meaning of a request path.
+    return None if not value or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{1,254}", value) else "not a bucket name"
+
+
+def _non_empty(value: str) -> str | None:
+    return None if value.strip() else "empty"
+
+
+_DAY: Final = 86400.0
+
 _SETTINGS: tuple[Setting, ...] = (
     Setting("store.path", str, "", "SQLite database file; empty means the user data dir", ("MEMLOCAL_DB",)),
-    Setting("store.busy_timeout_s", float, 30.0, "how long a writer waits for another process's lock", ("MEMLOCAL_BUSY_TIMEOUT_S",)),
-    Setting("recall.limit", int, 8, "results returned by recall when no limit is given", ("MEMLOCAL_RECALL_LIMIT",)),
-    Setting("recall.min_score", float, 0.05, "lowest score recall returns", ("MEMLOCAL_RECALL_MIN_SCORE",)),
-    Setting("inject.budget_chars", int, 2000, "character budget of the whole context block", ("MEMLOCAL_INJECT_BUDGET_CHARS",)),
-    Setting("inject.relevant_limit", int, 8, "query-relevant entries in the context block", ("MEMLOCAL_INJECT_RELEVANT_LIMIT",)),
-    Setting("inject.min_score", float, 0.05, "lowest score of a query-relevant entry in the context block", ("MEMLOCAL_INJECT_MIN_SCORE",)),
-    Setting("recall.cache_profiles", int, 16, "profiles whose recall index a process keeps in memory", ("MEMLOCAL_RECALL_CACHE_PROFILES",)),
+    Setting("store.busy_timeout_s", float, 30.0, "how long a writer waits for another process's lock", ("MEMLOCAL_BUSY_TIMEOUT_S",), min=0, max=3600),
+    Setting("recall.limit", int, 8, "results returned by recall when no limit is given", ("MEMLOCAL_RECALL_LIMIT",), min=1, max=1000),
+    Setting("recall.min_score", float, 0.05, "lowest score recall returns", ("MEMLOCAL_RECALL_MIN_SCORE",), min=0, max=1),
+    Setting("inject.budget_chars", int, 2000, "character budget of the whole context block (0: no memory block)", ("MEMLOCAL_INJECT_BUDGET_CHARS",), min=0, max=1_000_000),
+    Setting("inject.relevant_limit", int, 8, "query-relevant entries in the context block", ("MEMLOCAL_INJECT_RELEVANT_LIMIT",), min=0, max=1000),
+    Setting("inject.min_score", float, 0.05, "lowest score of a query-relevant entry in the context block", ("MEMLOCAL_INJECT_MIN_SCORE",), min=0, max=1),
+    Setting("recall.cache_profiles", int, 16, "profiles whose recall index a process keeps in memory", ("MEMLOCAL_RECALL_CACHE_PROFILES",), min=1, max=100_000),
     Setting("llm.enabled", bool, True, "use the LLM processor when ANTHROPIC_API_KEY is set", ("MEMLOCAL_LLM_ENABLED",)),
-    Setting("llm.model", str, "claude-haiku-4-5-20251001", "extraction model", ("ANTHROPIC_MEMORY_MODEL",)),
-    Setting("llm.timeout_s", float, 5.0, "deadline for one whole extraction, retries included", ("MEMLOCAL_LLM_TIMEOUT_S",)),
+    Setting("llm.model", str, "claude-haiku-4-5-20251001", "extraction model", ("ANTHROPIC_MEMORY_MODEL",), check=_non_empty, allowed="a model name (not empty)"),
+    Setting("llm.timeout_s", float, 5.0, "deadline for one whole extraction, retries included", ("MEMLOCAL_LLM_TIMEOUT_S",), above=0, max=600),
     # The bucket: INTERNAL_S3_BUCKET, else S3_BUCKET; its friends follow the prefix that was chosen.
-    Setting("bucket.name", str, "", "bucket for memory/<profile>/<id>.json; empty means local only", ("INTERNAL_S3_BUCKET", "S3_BUCKET")),
-    Setting("bucket.endpoint", str, "", "S3 endpoint URL; empty means AWS", ("INTERNAL_S3_ENDPOINT", "S3_ENDPOINT"), follows="bucket.name"),
+    Setting("bucket.name", str, "", "bucket for memory/<profile>/<id>.json; empty means local only", ("INTERNAL_S3_BUCKET", "S3_BUCKET"), check=_bucket_name, allowed="empty or a bucket name (2-255 of A-Z a-z 0-9 . _ -, starting with a letter or digit)"),
+    Setting("bucket.endpoint", str, "", "S3 endpoint URL; empty means AWS", ("INTERNAL_S3_ENDPOINT", "S3_ENDPOINT"), follows="bucket.name", check=_http_url, allowed="empty or an http:// or https:// URL"),
     Setting("bucket.region", str, "", "bucket region; empty means boto3's default chain", ("INTERNAL_S3_REGION", "S3_REGION"), follows="bucket.name"),
     Setting("bucket.access_key_id", str, "", "access key; empty means boto3's credential chain", ("INTERNAL_S3_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID"), follows="bucket.name"),
     Setting("bucket.secret_access_key", str, "", "secret key; empty means boto3's credential chain", ("INTERNAL_S3_SECRET_ACCESS_KEY", "S3_SECRET_ACCESS_KEY"), secret=True, follows="bucket.name"),
-    Setting("sync.interval_s", float, 30.0, "seconds between the daemon's reconciliation passes", ("MEMLOCAL_SYNC_INTERVAL_S",)),
-    Setting("sync.debounce_s", float, 1.0, "how long the daemon lets local writes settle before an early pass", ("MEMLOCAL_SYNC_DEBOUNCE_S",)),
-    Setting("sync.put_timeout_s", float, 3.0, "timeout of a save's write-through PUT (no retries: the outbox retries)", ("MEMLOCAL_SYNC_PUT_TIMEOUT_S",)),
-    Setting("sync.timeout_s", float, 10.0, "connect/read timeout of one bucket request during a pass", ("MEMLOCAL_SYNC_TIMEOUT_S",)),
-    Setting("sync.attempts", int, 5, "attempts per bucket request on throttling, 5xx and connection errors", ("MEMLOCAL_SYNC_ATTEMPTS",)),
-    Setting("sync.workers", int, 16, "concurrent bucket requests during a pass", ("MEMLOCAL_SYNC_WORKERS",)),
-    Setting("sync.mass_delete_min", int, 5, "a pass may delete this many of a profile's memories before the half-of-profile guard applies", ("MEMLOCAL_SYNC_MASS_DELETE_MIN",)),
-    Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",)),
-    Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",)),
-    Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",)),
+    Setting("sync.interval_s", float, 30.0, "seconds between the daemon's reconciliation passes", ("MEMLOCAL_SYNC_INTERVAL_S",), above=0, max=_DAY),
+    Setting("sync.debounce_s", float, 1.0, "how long the daemon lets local writes settle before an early pass", ("MEMLOCAL_SYNC_DEBOUNCE_S",), min=0, max=3600),
+    Setting("sync.put_timeout_s", float, 3.0, "timeout of a save's write-through PUT (no retries: the outbox retries)", ("MEMLOCAL_SYNC_PUT_TIMEOUT_S",), above=0, max=600),
+    Setting("sync.timeout_s", float, 10.0, "connect/read timeout of one bucket request during a pass", ("MEMLOCAL_SYNC_TIMEOUT_S",), above=0, max=600),
+    Setting("sync.attempts", int, 5, "attempts per bucket request on throttling, 5xx and connection errors", ("MEMLOCAL_SYNC_ATTEMPTS",), min=1, max=20),
+    Setting("sync.workers", int, 16, "concurrent bucket requests during a pass", ("MEMLOCAL_SYNC_WORKERS",), min=1, max=256),
+    Setting("sync.mass_delete_min", int, 5, "a pass may delete this many of a profile's memories before the half-of-profile guard applies", ("MEMLOCAL_SYNC_MASS_DELETE_MIN",), min=0, max=1_000_000),
+    Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",), min=8192, max=1 << 30),
+    Setting("sync.list_page_size", int, 1000, "objects per bucket listing page (S3 returns at most 1000)", ("MEMLOCAL_SYNC_LIST_PAGE_SIZE",), min=1, max=1000),
+    Setting("sync.refresh_ttl_s", float, 2.0, "a read pulls its profile from the bucket when the last pull is older than this (0: every read)", ("MEMLOCAL_SYNC_REFRESH_TTL_S",), min=0, max=_DAY),
+    Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",), check=_non_empty, allowed="a host name or address (not empty)"),
+    Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",), min=0, max=65535),
     Setting("serve.api_token", str, "", "when set, every REST request needs 'Authorization: Bearer <token>'", ("MEMLOCAL_API_TOKEN",), secret=True),
 )
 
@@ -79,6 +147,18 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
 
 
 def _coerce(setting: Setting, value: Any, origin: str) -> Any:
+    """Convert ``value`` to the setting's type and check it against the setting's limits.
+
+    One error for every source, naming the setting, where the value came from and what is allowed.
+    """
+    value = _typed(setting, value, origin)
+    if setting.problem(value) is not None:
+        shown = "***" if setting.secret else repr(value)
+        raise ConfigError(f"{origin}: {setting.key} must be {setting.limits()}, got {shown}")
+    return value
+
+
+def _typed(setting: Setting, value: Any, origin: str) -> Any:
     """Check or convert ``value`` to the setting's type; strings from the environment are parsed."""
     t = setting.type
     if isinstance(value, str) and t is not str:
@@ -120,6 +200,15 @@ def _unknown(key: str, origin: str) -> ConfigError:
     return ConfigError(f"{origin}: unknown setting {key!r}{suggestion}")
 
 
+def _check_together(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Rules between settings (each setting's own limits are checked as it is read)."""
+    if bool(values["bucket.access_key_id"]) != bool(values["bucket.secret_access_key"]):
+        raise ConfigError(
+            "bucket.access_key_id and bucket.secret_access_key go together: set both or neither "
+            f"(key id from {sources['bucket.access_key_id']}, secret from {sources['bucket.secret_access_key']})"
+        )
+
+
 class Config:
     """Effective settings and where each came from (``default``, ``file:<path>``, ``env:<VAR>``, ``flag``)."""
 
@@ -127,6 +216,11 @@ class Config:
         self._values = dict(values)
         self._sources = dict(sources)
         self.file = file
+
+    @classmethod
+    def defaults(cls) -> "Config":
+        """Every setting at its default (no file, no environment)."""
+        return cls({k: s.default for k, s in SETTINGS.items()}, {k: "default" for k in SETTINGS}, None)
 
     @classmethod
     def load(
@@ -188,6 +282,7 @@ class Config:
                 raise _unknown(key, "flag")
             values[key] = _coerce(SETTINGS[key], value, "flag")
             sources[key] = "flag"
+        _check_together(values, sources)
         return cls(values, sources, path)
 
     def __getitem__(self, key: str) -> Any:
@@ -211,6 +306,7 @@ class Config:
                 raise _unknown(key, "flag")
             values[key] = _coerce(SETTINGS[key], value, "flag")
             sources[key] = "flag"
+        _check_together(values, sources)
         return Config(values, sources, self.file)
 
     @property
@@ -250,6 +346,8 @@ def example_toml() -> str:
             section = sec
         env = ", ".join(setting.env) if setting.env else "no variable"
         lines.append(f"# {setting.help} (env: {env})")
+        if setting.limits():
+            lines.append(f"# allowed: {setting.limits()}")
         default = setting.default
         if isinstance(default, bool):
             shown = "true" if default else "false"

@@ -33,6 +33,8 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
 
 from .config import Config
@@ -52,6 +54,8 @@ FALLBACK_CONFIDENCE: Final = 0.5
 MAX_TOKENS: Final = 1024
 # Retries the SDK may take within the deadline (its default); the deadline is the real bound.
 MAX_RETRIES: Final = 2
+# Extractions in flight at once (concurrent saves); more wait for a worker, within their deadline.
+WORKERS: Final = 8
 # An attempt needs at least this long to be worth starting (a request, a fast model's answer).
 MIN_ATTEMPT_S: Final = 0.05
 
@@ -229,14 +233,13 @@ class AnthropicExtractor:
     ) -> None:
         if not api_key:
             raise ConfigError("the LLM processor needs an API key (ANTHROPIC_API_KEY)")
-        if not (timeout_s > 0 and math.isfinite(timeout_s)):
-            raise ConfigError(f"llm.timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self._api_key = api_key
         self.model = model
         self.timeout_s = float(timeout_s)
         self.base_url = base_url
         self.max_retries = max_retries
         self._sdk: anthropic.Anthropic | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # never shows the key
@@ -255,10 +258,20 @@ class AnthropicExtractor:
                 )
             return self._sdk
 
-    def close(self) -> None:
-        """Release the HTTP connection pool (a later ``extract`` opens a new one)."""
+    def _workers(self) -> ThreadPoolExecutor:
         with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="memlocal-llm")
+            return self._pool
+
+    def close(self) -> None:
+        """Wait for calls in flight (each bounded by its deadline), then release the worker
+        threads and the HTTP connection pool (a later ``extract`` opens new ones)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
             sdk, self._sdk = self._sdk, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         if sdk is not None:
             sdk.close()
 
@@ -284,35 +297,26 @@ class AnthropicExtractor:
         """Send the request on a worker thread and wait for it until ``deadline`` at most.
 
         The worker also builds the client on first use, so even the SDK's import (about a second,
-        once per process) counts against the deadline instead of extending it.
+        once per process) counts against the deadline instead of extending it. A call still in
+        flight at the deadline finishes on its own: its attempt's timeout is bounded by the
+        deadline, and the middleware refuses any further attempt.
         """
-        outcome: dict[str, object] = {}
-        done = threading.Event()
 
-        def run() -> None:
-            try:
-                client = self._client().with_middleware(_DeadlineMiddleware(deadline))
-                outcome["message"] = client.messages.create(
-                    model=self.model,
-                    max_tokens=MAX_TOKENS,
-                    system=SYSTEM_PROMPT,
-                    messages=[{"role": "user", "content": f"<note>\n{raw_input}\n</note>"}],
-                    output_config={"format": {"type": "json_schema", "schema": copy.deepcopy(dict(RESPONSE_SCHEMA))}},
-                )
-            except BaseException as exc:  # handed to the caller's thread, which decides
-                outcome["error"] = exc
-            finally:
-                done.set()
+        def run() -> object:
+            client = self._client().with_middleware(_DeadlineMiddleware(deadline))
+            return client.messages.create(
+                model=self.model,
+                max_tokens=MAX_TOKENS,
+                system=SYSTEM_PROMPT,
+                messages=[{"role": "user", "content": f"<note>\n{raw_input}\n</note>"}],
+                output_config={"format": {"type": "json_schema", "schema": copy.deepcopy(dict(RESPONSE_SCHEMA))}},
+            )
 
-        # A daemon thread: if the deadline passes first it finishes on its own (its attempt's
-        # timeout is bounded by the deadline and the middleware refuses any further attempt).
-        threading.Thread(target=run, name="memlocal-llm", daemon=True).start()
-        if not done.wait(max(0.0, deadline - time.monotonic())):
-            raise DeadlineExceeded(f"no answer within {self.timeout_s:g} s")
-        error = outcome.get("error")
-        if isinstance(error, BaseException):
-            raise error
-        return outcome.get("message")
+        future = self._workers().submit(run)
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            raise DeadlineExceeded(f"no answer within {self.timeout_s:g} s") from None
 
 
 def extractor_from_config(config: Config) -> AnthropicExtractor | None:

@@ -28,11 +28,7 @@ BATCH_SIZE = 500
 
 def export_memories(bank: MemoryBank, profile: str | None = None) -> Iterator[Memory]:
     """Every memory of ``profile`` (or of all profiles), by profile, oldest first."""
-    profiles = [validate_profile(profile)] if profile is not None else sorted(bank.store.profiles())
-    for name in profiles:
-        memories = bank.store.iter_profile(name)
-        memories.sort(key=lambda m: (m.created_at, m.id))
-        yield from memories
+    return bank.export(profile)
 
 
 def write_jsonl(memories: Iterable[Memory], out: IO[str]) -> int:
@@ -85,7 +81,7 @@ def import_jsonl(
     batch: list[tuple[int, Memory]] = []
 
     def flush() -> None:
-        outcomes = bank.store.import_batch([m for _, m in batch])
+        outcomes = bank.import_memories([m for _, m in batch])
         for (line_no, _), outcome in zip(batch, outcomes):
             if outcome == "imported":
                 report.imported += 1

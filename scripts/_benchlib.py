@@ -146,7 +146,7 @@ def insert_rows(store: Store, memories: Iterable[Memory]) -> None:
 
 def build(path: Path, n: int, corpus: Corpus) -> MemoryBank:
     """A local-only bank at ``path`` holding ``n`` synthetic memories in profile ``bench``."""
-    bank = MemoryBank(path, config=Config.load(environ={}), replicator=False)
+    bank = MemoryBank(path, config=Config.load(environ={}))
     insert_rows(bank.store, corpus.memories(n))
     return bank
 

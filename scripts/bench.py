@@ -114,7 +114,7 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
 
     from memlocal.store import MEMORY_COLUMNS, memory_to_row
 
-    bank = MemoryBank(tmp / "save.db", config=local_config(), replicator=False)
+    bank = MemoryBank(tmp / "save.db", config=local_config())
     bare = sqlite3.connect(str(tmp / "save-bare.db"), isolation_level=None)
     bare.execute("PRAGMA journal_mode = WAL")
     bare.execute("PRAGMA synchronous = FULL")
@@ -210,7 +210,7 @@ def bench_inject(path: Path, plan: Plan) -> dict[str, Any]:
     """``inject`` with ``@memory`` on an existing database (warm index), one call per query."""
     corpus = Corpus(plan.seed + 1)
     qs = corpus.queries(plan.queries)
-    bank = MemoryBank(path, config=local_config(), replicator=False)
+    bank = MemoryBank(path, config=local_config())
     times = []
     try:
         memories = bank.store.count()
@@ -232,13 +232,13 @@ def bench_import(tmp: Path, source: Path, repeats: int) -> dict[str, Any]:
     """Export the source database to JSON Lines once, then import it into fresh databases."""
     from memlocal.portability import export_memories, import_jsonl, write_jsonl
 
-    with MemoryBank(source, config=local_config(), replicator=False) as bank:
+    with MemoryBank(source, config=local_config()) as bank:
         buf = io.StringIO()
         n = write_jsonl(export_memories(bank, PROFILE), buf)
     lines = buf.getvalue().splitlines(keepends=True)
     rates = []
     for i in range(repeats):
-        with MemoryBank(tmp / f"import-{i}.db", config=local_config(), replicator=False) as bank:
+        with MemoryBank(tmp / f"import-{i}.db", config=local_config()) as bank:
             t = time.perf_counter()
             report = import_jsonl(bank, lines)
             elapsed = time.perf_counter() - t
@@ -256,7 +256,7 @@ t0 = time.perf_counter()
 from memlocal import MemoryBank
 from memlocal.config import Config
 t1 = time.perf_counter()
-bank = MemoryBank(sys.argv[1], config=Config.load(environ={}), replicator=False)
+bank = MemoryBank(sys.argv[1], config=Config.load(environ={}))
 results = bank.recall(sys.argv[2], sys.argv[3])
 t2 = time.perf_counter()
 bank.close()

@@ -260,8 +260,8 @@ def evaluate(path: Path, *, dated: bool = True) -> dict[str, Any]:
     per_conv: list[dict[str, Any]] = []
     missing: list[str] = []
     with tempfile.TemporaryDirectory(prefix="memlocal-locomo-") as tmp:
-        bank = MemoryBank(Path(tmp) / "plain.db", config=Config.load(environ={}), replicator=False)
-        dated_bank = MemoryBank(Path(tmp) / "dated.db", config=Config.load(environ={}), replicator=False)
+        bank = MemoryBank(Path(tmp) / "plain.db", config=Config.load(environ={}))
+        dated_bank = MemoryBank(Path(tmp) / "dated.db", config=Config.load(environ={}))
         try:
             for conv in convs:
                 rankers: dict[str, Ranker | None] = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from memlocal.config import Config
-from memlocal.errors import ConfigError, SyncError
+from memlocal.errors import SyncError
 
 from .objects import Listed
 
@@ -65,13 +65,8 @@ class BucketSettings:
         name = str(config["bucket.name"]).strip()
         if not name:
             return None
-        key_id = config["bucket.access_key_id"] or None
+        key_id = config["bucket.access_key_id"] or None  # both or neither: checked at load
         secret = config["bucket.secret_access_key"] or None
-        if bool(key_id) != bool(secret):
-            raise ConfigError(
-                "bucket.access_key_id and bucket.secret_access_key go together: set both or neither "
-                f"(key id from {config.source('bucket.access_key_id')}, secret from {config.source('bucket.secret_access_key')})"
-            )
         return cls(
             name=name,
             source=config.source("bucket.name"),
@@ -118,8 +113,24 @@ class BucketClient(Protocol):
         ...
 
     def list(self, prefix: str, *, delimiter: str | None = None) -> Listing:
-        """Every object under ``prefix`` (with ``delimiter``, the common prefixes too)."""
-        ...
+        """Every object under ``prefix`` (boto3's ListObjectsV2 paginator: no 1000-entry cap),
+        ``sync.list_page_size`` objects a page; with ``delimiter``, the common prefixes one level
+        down as well."""
+        kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix,
+                                  "PaginationConfig": {"PageSize": self.page_size}}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        objects: list[Listed] = []
+        prefixes: list[str] = []
+        pages = 0
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
+                pages += 1
+                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
+                prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        except Exception as exc:  # raised while fetching a page; translated like every request
+            raise _translate(exc, self.name, f"LIST {prefix}") from None
+        return Listing(objects, pages, tuple(prefixes))
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``, at most ``max_bytes`` of it (else ``ObjectTooLarge``)."""
@@ -186,16 +197,15 @@ def _drop_expect_header(request: Any, **_: Any) -> None:
 class Bucket:
     """The operations the sync needs, each one request (plus botocore's retries)."""
 
-    def __init__(self, settings: BucketSettings, *, timeout_s: float, attempts: int, pool_size: int = 10) -> None:
-        if attempts < 1:
-            raise ConfigError(f"sync.attempts must be at least 1, got {attempts}")
-        if timeout_s <= 0:
-            raise ConfigError(f"bucket timeouts must be positive, got {timeout_s}")
+    def __init__(self, settings: BucketSettings, *, timeout_s: float, attempts: int, pool_size: int = 10,
+                 page_size: int = 1000) -> None:
+        # The values come from the config registry, which has checked their limits at load.
         self.settings = settings
         self.name = settings.name
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.pool_size = max(1, pool_size)
+        self.page_size = page_size
         # Any: botocore builds S3 client methods at run time, so its static type has none of them.
         self._client: Any = None
         self._lock = threading.Lock()

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from memlocal.cli._common import State, echo_json, json_option, pass_state, table
+from memlocal.cli._common import Progress, State, echo_json, json_option, pass_state, table
 
 from .bucket import BucketSettings
 from .engine import PassReport, SyncEngine
@@ -16,7 +16,7 @@ from .status import status_for
 
 # `sync run` exits with this when the mass-delete guard held deletions back.
 EXIT_GUARDED = 3
-# A progress bar only for passes with at least this many actions, and only on a terminal.
+# Without --progress, a bar only for passes with at least this many actions, and only on a terminal.
 PROGRESS_MIN_ACTIONS = 200
 
 
@@ -26,29 +26,6 @@ def _settings(state: State) -> BucketSettings | None:
 
 def _engine(state: State) -> SyncEngine:
     return SyncEngine(state.config, state.bank().store)
-
-
-class _ProgressBar:
-    """Adapts the engine's ``progress(done, total)`` to a click progress bar on stderr."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar: Any = None
-        self.shown = 0
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total < PROGRESS_MIN_ACTIONS:
-            return
-        if self.bar is None:
-            self.bar = click.progressbar(length=total, label="sync", file=sys.stderr, show_pos=True)
-            self.bar.__enter__()
-        self.bar.update(done - self.shown)
-        self.shown = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-            self.bar = None
 
 
 @click.group("sync")
@@ -76,11 +53,10 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str
     for p in profiles:
         validate_profile(p)
     engine = _engine(state)
-    show = (sys.stderr.isatty() and not as_json) if progress is None else progress
-    bar = _ProgressBar(show)
+    bar = Progress("sync", False if (progress is None and as_json) else progress, min_total=PROGRESS_MIN_ACTIONS)
     try:
         report = engine.run_pass(force=force, reupload=reupload, profiles=list(profiles) or None,
-                                 progress=bar, lock_timeout=wait_s)
+                                 progress=bar.update_to, lock_timeout=wait_s)
     finally:
         bar.close()
         engine.close()

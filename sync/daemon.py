@@ -49,8 +49,6 @@ class SyncDaemon:
 
     def __init__(self, engine: SyncEngine, *, interval_s: float, debounce_s: float = 1.0,
                  on_pass: Callable[[PassReport], None] | None = None, close_engine: bool = False) -> None:
-        if interval_s <= 0:
-            raise SyncError(f"sync.interval_s must be positive, got {interval_s}")
         self.engine = engine
         self.interval_s = interval_s
         self.debounce_s = max(0.05, debounce_s)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from filelock import FileLock, Timeout
 
 from memlocal.config import Config
-from memlocal.errors import ConfigError, SyncError
+from memlocal.errors import SyncError
 from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
 from memlocal.store import Store
 
@@ -129,12 +129,11 @@ class SyncEngine:
         self.state = SyncState(store)
         self.settings = settings
         self.workers = int(config["sync.workers"])
-        if self.workers < 1:
-            raise ConfigError(f"sync.workers must be at least 1, got {self.workers}")
         self.max_object_bytes = int(config["sync.max_object_bytes"])
         self.mass_delete_min = int(config["sync.mass_delete_min"])
         self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=float(config["sync.timeout_s"]),
-                                       attempts=int(config["sync.attempts"]), pool_size=self.workers + 2)
+                                       attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
+                                       page_size=int(config["sync.list_page_size"]))
         self._remote_ids: set[str] = set()
 
     def close(self) -> None:

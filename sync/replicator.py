@@ -64,7 +64,9 @@ class S3Replicator:
         # One attempt: the outbox is the retry, and a save must not wait on backoff.
         self.bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=1, pool_size=4)
         # Reads tolerate one retry; still short, since a reader is waiting.
-        self._read_bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=2, pool_size=int(config["sync.workers"]) + 2)
+        self._read_bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=2,
+                                                 pool_size=int(config["sync.workers"]) + 2,
+                                                 page_size=int(config["sync.list_page_size"]))
         self._engine: SyncEngine | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()

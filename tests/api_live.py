@@ -8,12 +8,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Mapping
 
 import httpx
 import uvicorn
+from support import free_port, wait_for
 
 
 class LiveServer:
@@ -30,23 +30,19 @@ class LiveServer:
 
     def __enter__(self) -> "LiveServer":
         self._thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
+
+        def started() -> bool:
+            if not self._thread.is_alive():
                 raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
+            return bool(self.server.started)
+
+        wait_for(started, 30, "uvicorn to start", interval=0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self._thread.join(15)
         self._sock.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServeProcess:
@@ -64,16 +60,16 @@ class ServeProcess:
                                      env={**os.environ, **(env or {})})
 
     def wait_ready(self, headers: Mapping[str, str] | None = None, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def up() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"memlocal serve exited {self.proc.returncode}: {self.log}")
             try:
                 httpx.get(self.url + "/healthz", headers=dict(headers or {}), timeout=1)
-                return
+                return True
             except httpx.TransportError:
-                time.sleep(0.05)
-        raise RuntimeError(f"memlocal serve did not come up: {self.log}")
+                return False
+
+        wait_for(up, timeout, f"memlocal serve to come up ({self.log_path})")
 
     @property
     def log(self) -> str:

@@ -1,17 +1,34 @@
-"""Shared fixtures. Feature-specific fixtures live in their own plugin modules listed below."""
+"""Shared fixtures. Feature-specific fixtures live in their own plugin modules listed below.
+
+- ``cli``: run ``memlocal`` against this test's database, in process (``cli(...)``) or as a real
+  process (``cli.process(...)``); ``cli.json(...)`` parses the output of a command that must pass.
+- ``make_bank``: a local-only bank on a fresh file in ``tmp_path`` with settings given as keyword
+  arguments (``make_bank(inject__budget_chars=420)``), closed after the test.
+- ``wait_for``: poll until a condition holds (``support.wait_for``).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+from support import wait_for as _wait_for
 
-from memlocal import MemoryBank
+from memlocal import Config, MemoryBank
 
 # Plugin modules with fixtures for one area each (S3 server, fake Anthropic API, ...).
 pytest_plugins: list[str] = ["anthropic_fake", "s3server"]
+
+# Hypothesis keeps no example database: nothing is written into the repository (.hypothesis/).
+hypothesis_settings.register_profile("memlocal", database=None)
+hypothesis_settings.load_profile("memlocal")
 
 
 @pytest.fixture(autouse=True)
@@ -37,3 +54,103 @@ def db_path(tmp_path: Path) -> Path:
 def bank(db_path: Path) -> Iterator[MemoryBank]:
     with MemoryBank(db_path) as b:
         yield b
+
+
+def settings_config(**settings: Any) -> Config:
+    """Defaults plus ``settings`` as flags (``inject__budget_chars=420`` or ``**{"inject.budget_chars": 420}``)."""
+    return Config.load(environ={}, overrides={k.replace("__", "."): v for k, v in settings.items()})
+
+
+@pytest.fixture
+def make_bank(tmp_path: Path) -> Iterator[Callable[..., MemoryBank]]:
+    """``make_bank(path=None, **settings)``: a local-only bank (no bucket, no LLM), closed after
+    the test. ``path`` defaults to a fresh file in ``tmp_path``."""
+    opened: list[MemoryBank] = []
+
+    def make(path: Path | None = None, **settings: Any) -> MemoryBank:
+        bank = MemoryBank(path or tmp_path / f"bank-{len(opened)}.db", config=settings_config(**settings))
+        opened.append(bank)
+        return bank
+
+    yield make
+    for b in opened:
+        b.close()
+
+
+@dataclass
+class CliResult:
+    """What a ``memlocal`` run printed, and how it exited."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def __iter__(self) -> Iterator[Any]:
+        """``code, out, err = cli(...)``."""
+        return iter((self.exit_code, self.stdout, self.stderr))
+
+    @property
+    def output(self) -> str:
+        """stdout then stderr (most assertions do not care which stream a line went to)."""
+        return self.stdout + self.stderr
+
+
+class Cli:
+    """``memlocal`` bound to one database (``db=None`` passes no ``--db``)."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+
+    def at(self, db: Path | str) -> "Cli":
+        """The same runner bound to another database (another host's file)."""
+        return Cli(Path(db))
+
+    def _argv(self, args: tuple[str, ...], db: Path | str | None | bool) -> list[str]:
+        chosen = self.db if db is True else db
+        return [*(["--db", str(chosen)] if chosen else []), *map(str, args)]
+
+    def __call__(self, *args: Any, input: str | None = None, env: Mapping[str, str] | None = None,
+                 db: Path | str | None | bool = True) -> CliResult:
+        """In process, through click's runner (fast: no interpreter start-up)."""
+        from click.testing import CliRunner
+
+        from memlocal.cli import main
+
+        r = CliRunner().invoke(main, self._argv(args, db), input=input, env=dict(env or {}))
+        if r.exception is not None and not isinstance(r.exception, SystemExit):
+            raise r.exception
+        return CliResult(r.exit_code, r.stdout, r.stderr)
+
+    def json(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a command that must succeed and parse its stdout as JSON."""
+        r = self(*args, **kwargs)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    def process(self, *args: Any, input: str | None = None, env: Mapping[str, str] | None = None,
+                db: Path | str | None | bool = True, timeout: float = 60) -> CliResult:
+        """As a real ``python -m memlocal`` process (stdin, exit codes and start-up as a user sees them)."""
+        p = subprocess.run([sys.executable, "-m", "memlocal", *self._argv(args, db)], input=input,
+                           capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+        return CliResult(p.returncode, p.stdout, p.stderr)
+
+
+@pytest.fixture
+def cli(db_path: Path) -> Cli:
+    return Cli(db_path)
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    """``wait_for(predicate, timeout=30, what=...)``: see ``support.wait_for``."""
+    return _wait_for
+
+
+@pytest.fixture(scope="session")
+def screenshots_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where browser tests write screenshots: ``$MEMLOCAL_TEST_SCREENSHOTS`` if set, else a
+    session temporary folder (never the repository). Its path is printed in the test summary."""
+    chosen = os.environ.get("MEMLOCAL_TEST_SCREENSHOTS")
+    path = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -30,18 +30,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from support import free_port
 
 from memlocal import Config, MemoryBank
 
 TEST_BUCKET = "memlocal-test"
 ACCESS_KEY = "testing-key"
 SECRET_KEY = "testing-secret"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def closed_port() -> int:
@@ -374,7 +369,7 @@ class Host:
     def __init__(self, path: Path, overrides: dict[str, Any] | None = None) -> None:
         self.path = path
         self.config = Config.load(overrides=overrides or {})
-        self.bank = MemoryBank(path, config=self.config)
+        self.bank = MemoryBank.open(path, config=self.config)
 
     def sync(self, **kwargs: Any) -> Any:
         """One pass (``SyncEngine.run_pass``)."""

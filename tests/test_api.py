@@ -154,7 +154,7 @@ def test_automation_notes(client: httpx.Client, api_bank: MemoryBank) -> None:
                    headers={"content-type": "text/plain"})
     assert r.status_code == 200 and r.json() == {"memory": "Run 12 found 3 new issues; stopped at page 2 of the tracker."}
     assert client.get(url).json() == r.json()
-    assert api_bank.get_automation_note("nightly-report").note.startswith("Run 12")  # type: ignore[union-attr]
+    assert api_bank.automations.get("nightly-report").note.startswith("Run 12")  # type: ignore[union-attr]
 
     assert client.put(url, json={"memory": "Run 13 finished the backlog."}).json() == {"memory": "Run 13 finished the backlog."}
     assert client.get(url).json() == {"memory": "Run 13 finished the backlog."}
@@ -167,7 +167,7 @@ def test_automation_notes(client: httpx.Client, api_bank: MemoryBank) -> None:
         r = client.put(url, **clear)
         assert r.status_code == 200 and r.json() == {"memory": ""}, clear
         assert client.get(url).json() == {"memory": ""}
-    assert api_bank.get_automation_note("nightly-report") is None
+    assert api_bank.automations.get("nightly-report") is None
 
     client.put(url, content="kept")
     assert_error(client.put(url, content="é" * 2049), 413, "too_large", "4096 bytes")

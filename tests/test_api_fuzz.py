@@ -34,7 +34,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with MemoryBank(tmp_path_factory.mktemp("fuzz") / "fuzz.db") as bank:
         first = bank.save("p1", content="Prefers dark roast coffee in the morning", category="preference")
         bank.save("p1", content="Deploys on Fridays", category="behavior")
-        bank.put_automation_note("auto-1", "last run stopped at page 3")
+        bank.automations.put("auto-1", "last run stopped at page 3")
         with LiveServer(create_app(bank)) as server:
             server.seed_id = first.memory.id  # type: ignore[attr-defined]
             yield server.url

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from conftest import Cli
 
-from memlocal.cli import main
 from memlocal.config import SETTINGS, Config, example_toml
 from memlocal.errors import ConfigError
 
@@ -69,22 +68,22 @@ def test_bad_environment_values_are_errors() -> None:
         Config.load(environ={"MEMLOCAL_CONFIG": "/nonexistent/c.toml"})
 
 
-def test_config_show_reports_values_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_show_reports_values_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     f = write(tmp_path / "c.toml", "[recall]\nlimit = 3\n")
     monkeypatch.setenv("MEMLOCAL_DB", str(tmp_path / "env.db"))
-    result = CliRunner().invoke(main, ["--config", str(f), "config", "show", "--json"])
+    result = cli("--config", f, "config", "show", "--json", db=None)
     assert result.exit_code == 0, result.output
-    rows = {r["key"]: r for r in json.loads(result.output)["settings"]}
+    rows = {r["key"]: r for r in json.loads(result.stdout)["settings"]}
     assert set(rows) == set(SETTINGS)
     assert rows["recall.limit"]["value"] == 3 and rows["recall.limit"]["source"] == f"file:{f}"
     assert rows["store.path"]["source"] == "env:MEMLOCAL_DB"
-    result = CliRunner().invoke(main, ["--db", str(tmp_path / "flag.db"), "config", "show"])
+    result = cli("config", "show", db=tmp_path / "flag.db")
     assert "flag.db" in result.output and "flag" in result.output
 
 
-def test_cli_reports_bad_config_in_one_line(tmp_path: Path) -> None:
+def test_cli_reports_bad_config_in_one_line(tmp_path: Path, cli: Cli) -> None:
     f = write(tmp_path / "c.toml", "[recall]\nlimt = 3\n")
-    result = CliRunner().invoke(main, ["--config", str(f), "stats"])
+    result = cli("--config", f, "stats")
     assert result.exit_code != 0
     assert result.stderr.strip().count("\n") == 0 and "recall.limit" in result.stderr
 
@@ -100,3 +99,60 @@ def test_config_example_lists_every_setting(tmp_path: Path) -> None:
     # The example, uncommented, is itself a valid config file.
     body = "\n".join(line[2:] for line in shipped.splitlines() if line.startswith("# [") or " = " in line)
     Config.load(write(tmp_path / "uncommented.toml", body), environ={})
+
+
+# --- limits (issue 14, item 3) ------------------------------------------------------------------
+
+
+def test_every_number_has_limits() -> None:
+    """A numeric setting without a range would load any value; each one declares its limits."""
+    for setting in SETTINGS.values():
+        if setting.type in (int, float):
+            assert (setting.min is not None or setting.above is not None) and setting.max is not None, setting.key
+
+
+@pytest.mark.parametrize(("var", "value", "needle"), [
+    ("MEMLOCAL_INJECT_BUDGET_CHARS", "-5", "inject.budget_chars must be an integer from 0 to 1000000, got -5"),
+    ("MEMLOCAL_LLM_TIMEOUT_S", "0", "llm.timeout_s must be a number more than 0 and at most 600, got 0.0"),
+    ("MEMLOCAL_LLM_TIMEOUT_S", "nan", "llm.timeout_s must be a number more than 0"),
+    ("MEMLOCAL_SYNC_INTERVAL_S", "inf", "sync.interval_s must be a number more than 0"),
+    ("MEMLOCAL_SERVE_PORT", "70000", "serve.port must be an integer from 0 to 65535, got 70000"),
+    ("MEMLOCAL_SYNC_ATTEMPTS", "0", "sync.attempts must be an integer from 1 to 20"),
+    ("MEMLOCAL_RECALL_MIN_SCORE", "1.5", "recall.min_score must be a number from 0 to 1"),
+    ("S3_BUCKET", "a/b", "bucket.name must be empty or a bucket name"),
+    ("ANTHROPIC_MEMORY_MODEL", "  ", "llm.model must be a model name (not empty)"),
+])
+def test_values_out_of_limits_are_one_error_naming_setting_source_and_allowed(var: str, value: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Config.load(environ={var: value})
+    assert str(err.value).startswith(f"environment variable {var}: ") and needle in str(err.value)
+
+
+def test_limits_apply_to_files_and_flags_too(tmp_path: Path) -> None:
+    f = write(tmp_path / "c.toml", "[inject]\nbudget_chars = -5\n")
+    with pytest.raises(ConfigError, match=rf"^{f}: inject.budget_chars must be an integer from 0 to 1000000, got -5$"):
+        Config.load(f)
+    with pytest.raises(ConfigError, match="^flag: serve.port must be an integer from 0 to 65535, got -1$"):
+        Config.load(environ={}, overrides={"serve.port": -1})
+    with pytest.raises(ConfigError, match="^flag: sync.debounce_s"):
+        Config.load(environ={}).with_overrides(sync__debounce_s=-1.0)
+    # The edges are allowed.
+    cfg = Config.load(environ={"MEMLOCAL_INJECT_BUDGET_CHARS": "0", "MEMLOCAL_SERVE_PORT": "65535"})
+    assert (cfg["inject.budget_chars"], cfg["serve.port"]) == (0, 65535)
+
+
+def test_a_secret_out_of_limits_is_not_echoed() -> None:
+    from memlocal.config import Setting, _coerce
+
+    secret = Setting("x.token", str, "", "a token", secret=True, check=lambda v: "too short" if len(v) < 4 else None,
+                     allowed="at least 4 characters")
+    with pytest.raises(ConfigError, match=r"x.token must be at least 4 characters, got \*\*\*$"):
+        _coerce(secret, "abc", "flag")
+
+
+def test_the_cli_rejects_a_bad_value_before_touching_the_database(tmp_path: Path, cli: Cli) -> None:
+    result = cli("inject", "-p", "ana", "hello", env={"MEMLOCAL_INJECT_BUDGET_CHARS": "-5"})
+    assert result.exit_code != 0 and result.stdout == ""
+    assert result.stderr.strip() == ("Error: environment variable MEMLOCAL_INJECT_BUDGET_CHARS: "
+                                     "inject.budget_chars must be an integer from 0 to 1000000, got -5")
+    assert not cli.db.exists()

@@ -26,14 +26,9 @@ from memlocal.model import utcnow
 TOKEN = "dash-" + "7" * 24
 
 
-def _bank(path: Path, **overrides: Any) -> MemoryBank:
-    return MemoryBank(path, config=Config.load(environ={}, overrides={k.replace("__", "."): v for k, v in overrides.items()}),
-                      replicator=False)
-
-
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[MemoryBank, httpx.Client]]:
-    with _bank(tmp_path / "d.db") as bank, LiveServer(create_app(bank)) as server:
+def served(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> Iterator[tuple[MemoryBank, httpx.Client]]:
+    with make_bank(tmp_path / "d.db") as bank, LiveServer(create_app(bank)) as server:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             yield bank, client
 
@@ -69,8 +64,8 @@ def test_a_profile_list_filters_by_category(served: Any) -> None:
     assert r.status_code == 400 and "category" in r.json()["error"]["message"]
 
 
-def test_the_injection_preview_is_the_exact_block_and_names_what_the_budget_trimmed(tmp_path: Path) -> None:
-    with _bank(tmp_path / "d.db", inject__budget_chars=420) as bank, LiveServer(create_app(bank)) as server:
+def test_the_injection_preview_is_the_exact_block_and_names_what_the_budget_trimmed(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
+    with make_bank(tmp_path / "d.db", inject__budget_chars=420) as bank, LiveServer(create_app(bank)) as server:
         core = [bank.save("p1", content=f"Core fact {i}: the staging database lives in region eu-west-{i}.",
                           category="fact").memory for i in range(3)]
         relevant = [bank.save("p1", content=f"When deploying the staging database, step {i} is to check the "
@@ -112,8 +107,8 @@ def test_the_injection_preview_of_an_empty_profile_is_an_empty_block(served: Any
 def test_automation_notes_are_listed_most_recently_written_first(served: Any) -> None:
     bank, c = served
     assert c.get("/api/automations").json() == {"automations": []}
-    bank.put_automation_note("nightly", "stopped at page 3")
-    bank.put_automation_note("weekly", "all done")
+    bank.automations.put("nightly", "stopped at page 3")
+    bank.automations.put("weekly", "all done")
     listed = c.get("/api/automations").json()["automations"]
     assert [(a["automationId"], a["note"]) for a in listed] == [("weekly", "all done"), ("nightly", "stopped at page 3")]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", a["updatedAt"]) for a in listed)
@@ -151,8 +146,8 @@ def test_sync_status_with_a_bucket_is_what_sync_status_shows(tmp_path: Path, hos
 # --- the page -------------------------------------------------------------------------------------
 
 
-def test_the_page_and_its_assets_load_without_the_token_and_the_api_still_needs_it(tmp_path: Path) -> None:
-    with _bank(tmp_path / "d.db") as bank, LiveServer(create_app(bank, token=TOKEN)) as server:
+def test_the_page_and_its_assets_load_without_the_token_and_the_api_still_needs_it(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
+    with make_bank(tmp_path / "d.db") as bank, LiveServer(create_app(bank, token=TOKEN)) as server:
         bank.save("p1", content="secret-ish memory text")
         with httpx.Client(base_url=server.url) as c:
             page = c.get("/")

@@ -2,8 +2,9 @@
 headless Chromium (Debian's ``chromium``, through Playwright's Python package).
 
 Each test checks what the page shows against what the REST API answers, and writes screenshots
-of the main views at 1280 px and 390 px to ``screenshots/dashboard/`` (git-ignored): look at them
-after a change to the page. ``.ci/run`` installs ``chromium`` when it is missing; without it these
+of the main views at 1280 px and 390 px to ``dashboard/`` in the ``screenshots_dir`` fixture's
+folder (``MEMLOCAL_TEST_SCREENSHOTS``, else a temporary folder): look at them after a change to
+the page. ``.ci/run`` installs ``chromium`` when it is missing; without it these
 tests fail (they are never skipped).
 """
 
@@ -32,7 +33,7 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "screenshots" / "dashboard"
+SCREENSHOTS = Path()  # set by the ``browser`` fixture: dashboard/ in the screenshots_dir fixture's folder
 WIDTHS = ((1280, 900), (390, 844))
 TOKEN = "dash-token-" + "4" * 20
 
@@ -41,9 +42,11 @@ TOKEN = "dash-token-" + "4" * 20
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+def browser(tmp_path_factory: pytest.TempPathFactory, screenshots_dir: Path) -> Iterator[BrowserContext]:
+    global SCREENSHOTS
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
+    SCREENSHOTS = screenshots_dir / "dashboard"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
@@ -76,7 +79,7 @@ def seed(db: Path) -> dict[str, Any]:
     """A bank with three profiles; the researcher's has enough relevant text to overflow the
     2,000-character block, and more memories than one page of the table."""
     ids: dict[str, Any] = {}
-    with MemoryBank(db, config=Config.load(environ={}), replicator=False) as bank:
+    with MemoryBank(db, config=Config.load(environ={})) as bank:
         bank.save("writer", content="Writes in British English and avoids the Oxford comma.", category="preference")
         bank.save("writer", content="The style guide lives at docs/style.md.", category="fact")
         for i in range(14):
@@ -99,7 +102,7 @@ def seed(db: Path) -> dict[str, Any]:
                                   confidence=0.95).memory.id
         ids["hostile"] = bank.save("ops", category="general", summary="<b>not bold</b>", content=(
             "<img src=x onerror=alert(1)> --- CONTEXT FROM MEMORY --- a memory that tries markup")).memory.id
-        bank.put_automation_note("nightly-report", "Run 12 stopped at page 3 of the tracker.")
+        bank.automations.put("nightly-report", "Run 12 stopped at page 3 of the tracker.")
     return ids
 
 
@@ -301,7 +304,7 @@ def test_injection_preview_shows_the_exact_block_its_size_and_what_was_trimmed(p
     expect(block).to_be_visible()
     preview = api.get("/api/profiles/researcher/injection-preview", params={"q": query}).json()
     assert block.text_content() == preview["block"]
-    with MemoryBank(tmp_path / "dashboard.db", config=Config.load(environ={}), replicator=False) as bank:
+    with MemoryBank(tmp_path / "dashboard.db", config=Config.load(environ={})) as bank:
         assert preview["block"] == bank.render_context_block("researcher", query).text
     assert preview["budget"] == 2000 and 1500 < preview["chars"] <= 2000
     expect(page.locator('.budget [role="meter"]')).to_have_attribute(

@@ -8,14 +8,15 @@ import sqlite3
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import settings_config
+
 from memlocal import MemoryBank, ValidationError
-from memlocal.config import Config
 from memlocal.injection import (
     BLOCK_END,
     CORE_HEADING,
@@ -29,14 +30,9 @@ from memlocal.injection import (
 from memory_factory import NOW, days_ago, put
 
 
-def _bank(path: Path, **settings_: Any) -> MemoryBank:
-    return MemoryBank(path, config=Config.load(environ={}, overrides=settings_), replicator=False)
-
-
 @pytest.fixture
-def lbank(tmp_path: Path) -> Iterator[MemoryBank]:
-    with _bank(tmp_path / "m.db") as b:
-        yield b
+def lbank(make_bank: Callable[..., MemoryBank]) -> MemoryBank:
+    return make_bank()
 
 
 def _count(db: Path, memory_id: str) -> int:
@@ -149,9 +145,9 @@ def test_trim_order_relevant_first_then_core_lowest_score_first(lbank: MemoryBan
     assert seen == states
 
 
-def test_budget_and_relevant_limit_come_from_config(tmp_path: Path) -> None:
+def test_budget_and_relevant_limit_come_from_config(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
     for budget, expected in ((150, 2), (120, 1)):
-        with _bank(tmp_path / f"{budget}.db", **{"inject.budget_chars": budget, "inject.relevant_limit": 2}) as bank:
+        with make_bank(tmp_path / f"{budget}.db", inject__budget_chars=budget, inject__relevant_limit=2) as bank:
             for i in range(5):
                 put(bank, "p", f"note {i} about the release train", category="context", created=days_ago(i))
             block = bank.build_context_block("p", "release", now=NOW)
@@ -173,7 +169,7 @@ memory_spec = st.fixed_dictionaries({
 @given(specs=st.lists(memory_spec, max_size=30), budget=st.integers(0, 2500),
        query=st.lists(words, max_size=3).map(" ".join))
 def test_budget_is_never_exceeded(specs: list[dict[str, Any]], budget: int, query: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp, _bank(Path(tmp) / "m.db", **{"inject.budget_chars": budget}) as bank:
+    with tempfile.TemporaryDirectory() as tmp, MemoryBank(Path(tmp) / "m.db", config=settings_config(inject__budget_chars=budget)) as bank:
         for s in specs:
             put(bank, "p", s["text"], category=s["category"], created=days_ago(s["age"]), confidence=s["confidence"])
         rendered = bank.render_context_block("p", query, now=NOW)
@@ -195,9 +191,10 @@ def test_budget_is_never_exceeded(specs: list[dict[str, Any]], budget: int, quer
         assert len(lines) == 2 + n_entries + bool(rendered.core) + bool(rendered.relevant)
 
 
-def test_accessed_ids_updated_after_render_without_the_caller_waiting(tmp_path: Path) -> None:
+def test_accessed_ids_updated_after_render_without_the_caller_waiting(
+        tmp_path: Path, make_bank: Callable[..., MemoryBank], wait_for: Callable[..., Any]) -> None:
     db = tmp_path / "m.db"
-    with _bank(db) as bank:
+    with make_bank(db) as bank:
         core = put(bank, "p", "Prefers concise answers", category="preference")
         rel = put(bank, "p", "Deploys happen from the release branch", category="behavior")
         cold = put(bank, "p", "Unrelated and very old", category="general", created=days_ago(400))
@@ -211,17 +208,16 @@ def test_accessed_ids_updated_after_render_without_the_caller_waiting(tmp_path: 
         assert _count(db, core.id) == 0 and _count(db, rel.id) == 0
         blocker.execute("COMMIT")
         blocker.close()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (_count(db, core.id), _count(db, rel.id)) != (1, 1):
-            time.sleep(0.02)
+        wait_for(lambda: (_count(db, core.id), _count(db, rel.id)) == (1, 1), what="the access bumps")
         assert (_count(db, core.id), _count(db, rel.id), _count(db, cold.id)) == (1, 1, 0)
         after = bank.get("p", core.id)
         assert after.last_accessed_at is not None and after.access_count == 1
 
 
-def test_a_failed_access_bump_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_access_bump_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                   make_bank: Callable[..., MemoryBank]) -> None:
     db = tmp_path / "m.db"
-    bank = _bank(db, **{"store.busy_timeout_s": 0.05})
+    bank = make_bank(db, store__busy_timeout_s=0.05)
     put(bank, "p", "Prefers concise answers", category="preference")
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
+from conftest import Cli
 
 from memlocal import MemoryBank
-from memlocal.cli import main
 
 
 def fill(bank: MemoryBank) -> None:
@@ -19,45 +18,40 @@ def fill(bank: MemoryBank) -> None:
     bank.save("bob", "Übersetzungen bitte auf Deutsch — ✓ unicode survives")
 
 
-def cli(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), input=input, env=env)
-    return result.exit_code, result.stdout, result.stderr
-
-
-def test_export_fresh_database_import_is_equal_field_by_field(tmp_path: Path) -> None:
+def test_export_fresh_database_import_is_equal_field_by_field(tmp_path: Path, cli: Cli) -> None:
     src, dst, dump = tmp_path / "src.db", tmp_path / "dst.db", tmp_path / "dump.jsonl"
     with MemoryBank(src) as bank:
         fill(bank)
         before = {m.id: m for p in ("alice", "bob") for m in bank.list(p)}
-    code, _, err = cli("--db", str(src), "export", "--output", str(dump))
+    code, _, err = cli("export", "--output", dump, db=src)
     assert code == 0, err
     lines = dump.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4 and all(json.loads(line)["id"] in before for line in lines)
 
-    code, out, err = cli("--db", str(dst), "import", str(dump))
+    code, out, err = cli("import", dump, db=dst)
     assert code == 0, err
     assert "imported 4, unchanged 0, rejected 0" in out
     with MemoryBank(dst) as bank:
         after = {m.id: m for p in ("alice", "bob") for m in bank.list(p)}
     assert after == before  # every field, timestamps and ids included
 
-    code, out, _ = cli("--db", str(dst), "import", str(dump))
+    code, out, _ = cli("import", dump, db=dst)
     assert code == 0 and "imported 0, unchanged 4, rejected 0" in out
     with MemoryBank(dst) as bank:
         assert bank.stats()["totalMemories"] == 4
 
 
-def test_export_one_profile_to_stdout(tmp_path: Path) -> None:
+def test_export_one_profile_to_stdout(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "x.db"
     with MemoryBank(db) as bank:
         fill(bank)
-    code, out, _ = cli("--db", str(db), "export", "--profile", "bob")
+    code, out, _ = cli("export", "--profile", "bob", db=db)
     assert code == 0
     assert {json.loads(line)["profileName"] for line in out.splitlines()} == {"bob"}
     assert len(out.splitlines()) == 2
 
 
-def test_bad_lines_are_reported_by_number_and_the_rest_imported(tmp_path: Path) -> None:
+def test_bad_lines_are_reported_by_number_and_the_rest_imported(tmp_path: Path, cli: Cli) -> None:
     good = {
         "id": "mem-0000abcd", "profileName": "carol", "rawInput": "likes tea", "processedContent": "Carol likes tea",
         "summary": "likes tea", "category": "preference", "source": "explicit", "confidence": 0.7,
@@ -79,7 +73,7 @@ def test_bad_lines_are_reported_by_number_and_the_rest_imported(tmp_path: Path) 
     path = tmp_path / "in.jsonl"
     path.write_bytes(("\n".join(lines) + "\n").encode() + b'{"id": "\xff\xfe"}\n')  # 11 invalid UTF-8
     db = tmp_path / "x.db"
-    code, out, err = cli("--db", str(db), "import", str(path))
+    code, out, err = cli("import", path, db=db)
     assert code == 1
     reported = {int(line.split(":")[0].split()[1]): line for line in err.splitlines()}
     assert sorted(reported) == [2, 3, 5, 6, 7, 8, 9, 11]
@@ -97,31 +91,31 @@ def test_bad_lines_are_reported_by_number_and_the_rest_imported(tmp_path: Path) 
         assert bank.stats()["totalMemories"] == 2
 
 
-def test_import_into_another_profile_and_id_clashes(tmp_path: Path) -> None:
+def test_import_into_another_profile_and_id_clashes(tmp_path: Path, cli: Cli) -> None:
     src, dump = tmp_path / "src.db", tmp_path / "d.jsonl"
     with MemoryBank(src) as bank:
         fill(bank)
-    cli("--db", str(src), "export", "-p", "alice", "-o", str(dump))
-    code, out, _ = cli("--db", str(tmp_path / "new.db"), "import", str(dump), "--profile", "alice-copy", "--json")
+    cli("export", "-p", "alice", "-o", dump, db=src)
+    code, out, _ = cli("import", dump, "--profile", "alice-copy", "--json", db=tmp_path / "new.db")
     assert code == 0 and json.loads(out)["imported"] == 2
     # Into the source database under another name: the ids already belong to alice, never overwritten.
-    code, out, err = cli("--db", str(src), "import", str(dump), "--profile", "mallory")
+    code, out, err = cli("import", dump, "--profile", "mallory", db=src)
     assert code == 1 and "already belongs to a memory of profile alice" in err
     with MemoryBank(src) as bank:
         assert bank.stats()["perProfile"] == {"alice": 2, "bob": 2}
 
 
-def test_imported_memories_are_queued_for_sync(tmp_path: Path, hosts: Any, s3: Any) -> None:
+def test_imported_memories_are_queued_for_sync(tmp_path: Path, hosts: Any, s3: Any, cli: Cli) -> None:
     src, dump = tmp_path / "src.db", tmp_path / "d.jsonl"
-    with MemoryBank(src, replicator=False) as bank:  # another, unsynced host
+    with MemoryBank(src) as bank:  # another, unsynced host
         fill(bank)
         dump.write_text("".join(json.dumps(m.to_dict()) + "\n" for p in ("alice", "bob") for m in bank.list(p)))
     host = hosts("importer")
-    code, out, err = cli("--db", str(host.path), "import", str(dump), env=s3.env)
+    code, out, err = cli("import", dump, db=host.path, env=s3.env)
     assert code == 0, err
-    status = json.loads(cli("--db", str(host.path), "sync", "status", "--json", env=s3.env)[1])
+    status = cli.json("sync", "status", "--json", db=host.path, env=s3.env)
     assert status["pending"]["saves"] == 4
     assert s3.keys() == []
-    code, out, err = cli("--db", str(host.path), "sync", "run", env=s3.env)
+    code, out, err = cli("sync", "run", db=host.path, env=s3.env)
     assert code == 0, out + err
     assert len(s3.keys()) == 4

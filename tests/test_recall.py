@@ -38,7 +38,7 @@ query_text = st.lists(st.sampled_from([*VOCAB, "unknown", "AND", '"', "*"]), max
 
 
 def _open(tmp: str) -> MemoryBank:
-    return MemoryBank(Path(tmp) / "m.db", config=Config.load(environ={}), replicator=False)
+    return MemoryBank(Path(tmp) / "m.db", config=Config.load(environ={}))
 
 
 def _put(bank: MemoryBank, spec: dict[str, Any], profile: str = "p", **over: Any) -> Memory:

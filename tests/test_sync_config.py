@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from memlocal import Config
-from memlocal.cli import main
+from conftest import Cli
 from memlocal.errors import ConfigError
 from memlocal_sync.bucket import BucketSettings
 
@@ -62,18 +61,17 @@ def test_half_a_key_pair_is_a_config_error() -> None:
 
 
 def test_config_show_and_sync_status_say_where_the_bucket_came_from(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     monkeypatch.setenv("INTERNAL_S3_BUCKET", "orca-internal")
     monkeypatch.setenv("INTERNAL_S3_SECRET_ACCESS_KEY", "hush")
     monkeypatch.setenv("INTERNAL_S3_ACCESS_KEY_ID", "key")
     monkeypatch.setenv("S3_BUCKET", "tenant")
-    runner = CliRunner()
-    res = runner.invoke(main, ["--db", str(tmp_path / "m.db"), "config", "show", "--json"])
+    res = cli("config", "show", "--json")
     rows = {r["key"]: r for r in json.loads(res.stdout)["settings"]}
     assert rows["bucket.name"]["value"] == "orca-internal"
     assert rows["bucket.name"]["source"] == "env:INTERNAL_S3_BUCKET"
     assert rows["bucket.secret_access_key"]["value"] == "***"
-    res = runner.invoke(main, ["--db", str(tmp_path / "m.db"), "sync", "status"])
+    res = cli("sync", "status")
     assert res.exit_code == 0, res.output
     assert "bucket:      orca-internal (from env:INTERNAL_S3_BUCKET)" in res.output
     assert "hush" not in res.output

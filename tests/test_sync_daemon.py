@@ -15,25 +15,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from click.testing import CliRunner
+from conftest import Cli
 from filelock import FileLock
+from s3server import S3, FaultProxy, Host
+from support import wait_for
 
 from memlocal import MemoryBank
-from memlocal.cli import main
-from s3server import S3, FaultProxy, Host
 from memlocal_sync.engine import lock_path
 
 P = "daemon"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def query(db: Path, sql: str) -> Any:
@@ -46,7 +36,7 @@ def query(db: Path, sql: str) -> Any:
 
 def local_saves(db: Path, n: int, prefix: str = "memory") -> set[str]:
     """``n`` memories saved with no replicator (as a host would before a bucket existed)."""
-    with MemoryBank(db, replicator=False) as bank:
+    with MemoryBank(db) as bank:
         return {bank.save(P, f"{prefix} {i}").memory.id for i in range(n)}
 
 
@@ -149,18 +139,18 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
     assert host.sync().summary().startswith("ok: nothing to do")
 
 
-def test_passes_never_overlap_across_processes(s3: S3, tmp_path: Path, hosts: Callable[..., Host]) -> None:
+def test_passes_never_overlap_across_processes(s3: S3, hosts: Callable[..., Host], cli: Cli) -> None:
     a = hosts("a")
     a.bank.save(P, "one")
     held = FileLock(str(lock_path(a.path)), thread_local=False)  # released from a timer thread
     held.acquire()
     try:
-        res = CliRunner().invoke(main, ["--db", str(a.path), "sync", "run"])
+        res = cli("sync", "run", db=a.path)
         assert res.exit_code == 1 and "another sync pass is running" in res.output
-        res = CliRunner().invoke(main, ["--db", str(a.path), "sync", "status", "--json"])
+        res = cli("sync", "status", "--json", db=a.path)
         assert json.loads(res.stdout)["passRunning"] is True
         threading.Timer(0.5, held.release).start()
-        res = CliRunner().invoke(main, ["--db", str(a.path), "sync", "run", "--wait", "10"])
+        res = cli("sync", "run", "--wait", "10", db=a.path)
         assert res.exit_code == 0, res.output
     finally:
         if held.is_locked:
@@ -182,6 +172,6 @@ def test_passes_never_overlap_across_processes(s3: S3, tmp_path: Path, hosts: Ca
     assert a.sync().ok   # the kernel released the dead holder's lock
 
 
-def test_the_daemon_needs_a_bucket(tmp_path: Path) -> None:
-    res = CliRunner().invoke(main, ["--db", str(tmp_path / "x.db"), "sync", "daemon"])
+def test_the_daemon_needs_a_bucket(cli: Cli) -> None:
+    res = cli("sync", "daemon")
     assert res.exit_code == 1 and "no bucket configured" in res.output

@@ -9,16 +9,15 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from click.testing import CliRunner
+from conftest import Cli
 
-from memlocal.cli import main
 from memlocal.model import utcnow
 from s3server import S3, FaultProxy, Host
 
 P = "prof"
 
 
-def test_bad_objects_are_skipped_reported_and_never_touch_local(hosts: Callable[..., Host], s3: S3) -> None:
+def test_bad_objects_are_skipped_reported_and_never_touch_local(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a")
     kept = [a.bank.save(P, f"good memory {i}").memory for i in range(3)]
     victim = kept[0]
@@ -54,7 +53,7 @@ def test_bad_objects_are_skipped_reported_and_never_touch_local(hosts: Callable[
     assert {k: v for k, v in after.items() if k != "mem-00000001"} == before
     assert after["mem-00000001"].raw_input == "from elsewhere"
     # Reported by status, with keys and reasons; the next pass does not fetch them again.
-    res = CliRunner().invoke(main, ["--db", str(a.path), "sync", "status", "--json"])
+    res = cli("sync", "status", "--json", db=a.path)
     st = json.loads(res.stdout)
     assert {s["key"] for s in st["skipped"]} == set(bad)
     again = a.sync()
@@ -66,7 +65,7 @@ def test_bad_objects_are_skipped_reported_and_never_touch_local(hosts: Callable[
     assert fixed.counts["pulled"] == 1 and len(fixed.skipped) == len(bad) - 2
 
 
-def test_an_emptied_bucket_never_deletes_local_memories(hosts: Callable[..., Host], s3: S3, tmp_path: Path) -> None:
+def test_an_emptied_bucket_never_deletes_local_memories(hosts: Callable[..., Host], s3: S3, tmp_path: Path, cli: Cli) -> None:
     a = hosts("a")
     ids = {a.bank.save(P, f"memory {i}").memory.id for i in range(3)}
     for key in s3.keys():
@@ -74,7 +73,7 @@ def test_an_emptied_bucket_never_deletes_local_memories(hosts: Callable[..., Hos
     report = a.sync()
     assert report.result == "guarded" and "lists no objects" in report.reason
     assert a.ids(P) == ids
-    res = CliRunner().invoke(main, ["--db", str(a.path), "sync", "run"])
+    res = cli("sync", "run", db=a.path)
     assert res.exit_code == 3 and "sync stopped" in res.stderr
     assert a.ids(P) == ids
     # --reupload puts them back; nothing was deleted on either side.
@@ -163,9 +162,9 @@ def test_retries_are_bounded(hosts: Callable[..., Host], s3: S3, fault_proxy: Fa
     assert fault_proxy.count(status=503) == 3      # sync.attempts in the test environment
 
 
-@pytest.mark.slow
-def test_a_listing_of_2500_objects_is_pulled_whole(hosts: Callable[..., Host], s3: S3) -> None:
-    """2,500 objects in one profile: three listing pages (1000 + 1000 + 500), all pulled."""
+def test_a_listing_of_many_pages_is_pulled_whole(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
+    """25 objects listed 10 a page (``sync.list_page_size``; S3's own cap is 1000): three
+    listing pages (10 + 10 + 5), all pulled."""
     template = dict(GO_OBJECT)
     template.pop("embeddingModel")
 
@@ -175,15 +174,16 @@ def test_a_listing_of_2500_objects_is_pulled_whole(hosts: Callable[..., Host], s
         s3.client.put_object(Bucket=s3.bucket, Key=f"memory/{P}/mem-{i:08x}.json", Body=json.dumps(obj).encode())
 
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(put, range(2500)))
-    a = hosts("a")
-    res = CliRunner().invoke(main, ["--db", str(a.path), "sync", "run", "--json", "--progress"])
+        list(pool.map(put, range(25)))
+    a = hosts("a", sync__list_page_size=10)
+    page_size = {"MEMLOCAL_SYNC_LIST_PAGE_SIZE": "10"}
+    res = cli("sync", "run", "--json", "--progress", db=a.path, env=page_size)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report["pages"] == 3 and report["objects"] == 2500 and report["counts"]["pulled"] == 2500
+    assert report["pages"] == 3 and report["objects"] == 25 and report["counts"]["pulled"] == 25
     assert "sync" in res.stderr  # the progress bar's label
-    assert a.bank.stats()["perProfile"] == {P: 2500}
-    assert len(a.ids(P)) == 2500
+    assert a.bank.stats()["perProfile"] == {P: 25}
+    assert len(a.ids(P)) == 25
     noop = a.sync()
     assert noop.ok and noop.planned == {} and noop.pages == 3
 

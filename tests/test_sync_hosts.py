@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from conftest import Cli
+
 from memlocal.model import utcnow
 from memlocal.store import Store
 from s3server import S3, FaultProxy, Host, Outage
@@ -226,15 +228,8 @@ def test_refresh_if_stale_pulls_one_profile_at_most_once_per_ttl(hosts: Callable
     assert local_only.bank.refresh_if_stale(P) is False
 
 
-def test_save_json_reports_synced(hosts: Callable[..., Host], s3: S3, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from click.testing import CliRunner
-
-    from memlocal.cli import main
-
-    runner = CliRunner()
-    res = runner.invoke(main, ["--db", str(tmp_path / "cli.db"), "save", "-p", P, "--json", "from the CLI"])
-    assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["synced"] is True
+def test_save_json_reports_synced(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
+    assert cli.json("save", "-p", P, "--json", "from the CLI")["synced"] is True
 
 
 def test_an_id_used_under_another_profile_converges_in_two_passes(

@@ -7,25 +7,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from click.testing import CliRunner
-
-from memlocal.cli import main
+from conftest import Cli
 from s3server import S3, Host, Outage
 
 P = "runner"
 
 
-def cli(db: Path, *args: str, env: dict[str, str] | None = None) -> Any:
-    return CliRunner().invoke(main, ["--db", str(db), *args], env=env)
+def status(cli: Cli, env: dict[str, str] | None = None) -> dict[str, Any]:
+    return cli.json("sync", "status", "--json", env=env)  # type: ignore[no-any-return]
 
 
-def status(db: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    res = cli(db, "sync", "status", "--json", env=env)
-    assert res.exit_code == 0, res.output
-    return json.loads(res.output)
-
-
-def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
+def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host], s3: S3, outage: Outage, cli: Cli) -> None:
     env = {"INTERNAL_S3_ENDPOINT": outage.endpoint}
     a = hosts("a", bucket__endpoint=outage.endpoint)
     t0 = time.monotonic()
@@ -34,24 +26,24 @@ def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host
     assert all(r.synced is False for r in results)
     assert elapsed < 30, f"100 saves against a closed port took {elapsed:.1f}s"
     # The CLI says the same: synced false, and 101 pending in status.
-    res = cli(a.path, "save", "-p", P, "--json", "one more, from the CLI", env=env)
+    res = cli.at(a.path)("save", "-p", P, "--json", "one more, from the CLI", env=env)
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["synced"] is False
-    extra_id = json.loads(res.output)["memory"]["id"]
+    assert json.loads(res.stdout)["synced"] is False
+    extra_id = json.loads(res.stdout)["memory"]["id"]
     a.bank.delete(P, results[0].memory.id)  # a deletion while offline, of a memory never pushed
-    st = status(a.path, env)
+    st = status(cli.at(a.path), env)
     assert st["bucket"]["name"] == s3.bucket and st["bucket"]["source"] == "env:INTERNAL_S3_BUCKET"
     assert st["pending"]["saves"] == 100 and st["pending"]["deletes"] == 1
     assert st["pending"]["outbox"] == 101
     # A pass while still offline fails with one line, changes nothing, and is recorded.
-    res = cli(a.path, "sync", "run", env=env)
+    res = cli.at(a.path)("sync", "run", env=env)
     assert res.exit_code == 1
     assert res.output.count("\n") <= 2 and "cannot reach bucket" in res.output
-    assert status(a.path, env)["lastError"]["message"].startswith("cannot reach bucket")
+    assert status(cli.at(a.path), env)["lastError"]["message"].startswith("cannot reach bucket")
     assert s3.keys() == []
 
     outage.up()
-    res = cli(a.path, "sync", "run", "--json", "--progress", env=env)
+    res = cli.at(a.path)("sync", "run", "--json", "--progress", env=env)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["result"] == "ok" and report["counts"]["pushed"] == 100
@@ -59,10 +51,10 @@ def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host
     assert len(expected) == 100 and extra_id in expected and results[0].memory.id not in expected
     keys = s3.keys()
     assert sorted(keys) == sorted(f"memory/{P}/{i}.json" for i in expected)  # nothing lost, no duplicate
-    st = status(a.path, env)
+    st = status(cli.at(a.path), env)
     assert st["pending"] == {"total": 0, "saves": 0, "deletes": 0, "accessUpdates": 0, "outbox": 0}
     assert st["lastPass"]["result"] == "ok" and st["lastPass"]["counts"]["pushed"] == 100
-    res = cli(a.path, "sync", "run", env=env)
+    res = cli.at(a.path)("sync", "run", env=env)
     assert res.exit_code == 0 and res.output.startswith("ok: nothing to do"), res.output
 
 
@@ -94,15 +86,15 @@ def test_write_through_times_out_quickly_on_a_silent_endpoint(hosts: Callable[..
         silent.close()
 
 
-def test_no_bucket_means_local_only(tmp_path: Path) -> None:
+def test_no_bucket_means_local_only(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "solo.db"
-    res = cli(db, "save", "-p", P, "--json", "kept locally")
-    assert res.exit_code == 0 and json.loads(res.output)["synced"] is False
-    st = status(db)
+    res = cli.at(db)("save", "-p", P, "--json", "kept locally")
+    assert res.exit_code == 0 and json.loads(res.stdout)["synced"] is False
+    st = status(cli.at(db))
     assert st["bucket"] is None and st["pending"]["saves"] == 1
-    res = cli(db, "sync", "status")
+    res = cli.at(db)("sync", "status")
     assert "none: local only" in res.output
-    res = cli(db, "sync", "run")
+    res = cli.at(db)("sync", "run")
     assert res.exit_code == 1 and "no bucket configured" in res.output
 
 

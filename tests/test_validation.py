@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from click.testing import CliRunner
 
 from memlocal import InputTooLargeError, MemoryBank, NotFoundError, ValidationError
-from memlocal.cli import main
+from conftest import Cli
 
 
 def snapshot(path: Path) -> list[tuple[Any, ...]]:
@@ -123,11 +122,10 @@ def test_bad_paging(seeded: MemoryBank, limit: int, offset: int) -> None:
         ["list", "--profile", "a/b"],
     ],
 )
-def test_cli_bad_input_is_one_line(seeded: MemoryBank, args: list[str]) -> None:
+def test_cli_bad_input_is_one_line(seeded: MemoryBank, args: list[str], cli: Cli) -> None:
     before = snapshot(seeded.path)
-    result = CliRunner().invoke(main, ["--db", str(seeded.path), *args])
+    result = cli(*args, db=seeded.path)
     assert result.exit_code != 0
-    assert result.exception is None or isinstance(result.exception, SystemExit)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert "Traceback" not in result.output + result.stderr

@@ -48,9 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memlocal.api")
 
-# The spec's RefreshIfStale TTL: dashboard reads see other hosts' saves within ~2 s.
-REFRESH_TTL_S = 2.0
-
 # The bank validates profile names and ids (one rule, one message, 400); these patterns only
 # document the rules in the schema, so they are taken from the validators' own expressions.
 
@@ -87,17 +84,6 @@ async def _bank(request: Request) -> MemoryBank:
 BankDep = Depends(_bank)
 
 
-def _refresh(bank: MemoryBank, profiles: list[str] | None = None) -> None:
-    """The spec's RefreshIfStale before a read (a no-op without a bucket or when fresh).
-
-    ``None`` refreshes every profile this host knows of (the global endpoints).
-    """
-    if bank.replicator is None:
-        return
-    for profile in profiles if profiles is not None else list(bank.stats()["perProfile"]):
-        bank.refresh_if_stale(profile, REFRESH_TTL_S)
-
-
 router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
 
 # --- per-profile --------------------------------------------------------------------------------
@@ -118,7 +104,6 @@ def list_memories(
 ) -> dict[str, Any]:
     """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``. Read-only:
     access counts do not change."""
-    _refresh(bank, [name])
     return bank.list(name, limit=limit, offset=offset, category=category).to_dict()
 
 
@@ -166,7 +151,6 @@ def search_memories(
 ) -> dict[str, Any]:
     """Ranked best first, each with its score breakdown. A dashboard read: unlike the
     ``memory_recall`` tool, it does not bump ``accessCount`` or ``lastAccessedAt``."""
-    _refresh(bank, [name])
     results = bank.query_with_relevance(name, q, limit=limit, min_score=min_score)
     return {"results": [r.to_dict() for r in results]}
 
@@ -185,7 +169,6 @@ def injection_preview(
     """The exact ``--- CONTEXT FROM MEMORY ---`` block for ``q`` (as for a profile that opts in
     to ``@memory``), its length against ``inject.budget_chars``, the entries in it and the ones
     the budget trimmed. A dashboard read: nothing is marked accessed."""
-    _refresh(bank, [name])
     rendered = bank.render_context_block(name, q)
 
     def entry(scored: "ScoredMemory") -> dict[str, Any]:  # the tiers split the categories
@@ -205,7 +188,6 @@ def injection_preview(
 def list_profiles(bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Each profile with its memory count (as in the stats) and its latest createdAt or
     lastAccessedAt, newest activity first. Read-only."""
-    _refresh(bank)
     return {"profiles": bank.profiles()}
 
 
@@ -217,7 +199,6 @@ def list_profiles(bank: MemoryBank = BankDep) -> dict[str, Any]:
 )
 def get_memory(name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
     """One memory of the profile (404 when absent, or in another profile). Read-only."""
-    _refresh(bank, [name])
     return {"memory": bank.get(name, id).to_dict()}
 
 
@@ -255,7 +236,6 @@ def memory_bank(
     """Without parameters: ``{"profiles": {name: [memories newest first]}}``. With any of
     ``limit``, ``offset``, ``q``, ``category``: one page across profiles, newest first,
     ``{"memories", "total", "limit", "offset"}``. Read-only."""
-    _refresh(bank)
     if limit is None and offset is None and q is None and category is None:
         return {"profiles": {p: [m.to_dict() for m in ms] for p, ms in bank.grouped().items()}}
     page = bank.list_all(limit if limit is not None else 50, offset or 0, q=q, category=category)
@@ -265,7 +245,6 @@ def memory_bank(
 @router.get("/memory-bank/stats", response_model=Stats, summary="Roll-up counts")
 def memory_bank_stats(bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Total memories, profiles with memory, and per-profile counts."""
-    _refresh(bank)
     return bank.stats()
 
 
@@ -307,7 +286,7 @@ def _note_from_body(body: bytes, content_type: str) -> str:
 def list_automation_notes(bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Every automation that has a note, most recently written first (an automation without a
     note is not known to the bank)."""
-    return {"automations": [n.to_dict() for n in bank.list_automation_notes()]}
+    return {"automations": [n.to_dict() for n in bank.automations.list()]}
 
 
 @router.get(
@@ -318,7 +297,7 @@ def list_automation_notes(bank: MemoryBank = BankDep) -> dict[str, Any]:
 )
 def get_automation_note(id: str = _automation_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
     """The note its automation agent rewrote after the last firing ("" when it has none)."""
-    note = bank.get_automation_note(id)
+    note = bank.automations.get(id)
     return {"memory": note.note if note is not None else ""}
 
 
@@ -335,7 +314,7 @@ async def put_automation_note(
     """Replace the note with the body (text, or ``{"memory": "..."}``), trimmed, at most 4096
     bytes of UTF-8 (else 413); an empty or blank body clears it. Answers the stored note."""
     text = _note_from_body(await request.body(), request.headers.get("content-type", ""))
-    stored = await run_in_threadpool(bank.put_automation_note, id, text)
+    stored = await run_in_threadpool(bank.automations.put, id, text)
     return {"memory": stored.note if stored is not None else ""}
 
 
@@ -349,7 +328,7 @@ async def put_automation_note(
 def delete_automation(id: str = _automation_path(), bank: MemoryBank = BankDep) -> Response:
     """The schedule is gone: its note dies with it (204 whether or not it had one). The
     memories its agents saved stay."""
-    bank.delete_automation(id)
+    bank.automations.delete(id)
     return Response(status_code=204)
 
 

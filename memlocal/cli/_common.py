@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from functools import cached_property
 from typing import Any, Callable, Sequence, TypeVar
@@ -114,6 +115,53 @@ def read_text_arg(value: str | None) -> str | None:
     if value == "-":
         return sys.stdin.read()
     return value
+
+
+class Progress:
+    """The CLI's one progress bar: click's, on stderr, opened on the first update.
+
+    ``enabled=None`` shows it when stderr is a terminal (and not under CI) and the work has at
+    least ``min_total`` steps; ``True`` always shows it, ``False`` never. Feed it relative steps
+    (``advance``) or absolute ones (``update_to``, the sync engine's ``progress(done, total)``).
+    """
+
+    def __init__(self, label: str, enabled: bool | None = None, *, total: int = 0, min_total: int = 1) -> None:
+        if enabled is None:
+            enabled = sys.stderr.isatty() and not os.environ.get("CI")
+            self.min_total = min_total
+        else:
+            self.min_total = 1 if enabled else 0
+        self.label = label
+        self.enabled = enabled
+        self.total = total
+        self.done = 0
+        self._bar: Any = None
+
+    def _open(self) -> bool:
+        if self._bar is None and self.enabled and self.total >= self.min_total:
+            self._bar = click.progressbar(length=self.total, label=self.label, file=sys.stderr, show_pos=True)
+            self._bar.__enter__()
+        return self._bar is not None
+
+    def advance(self, steps: int = 1) -> None:
+        self.update_to(self.done + steps, self.total)
+
+    def update_to(self, done: int, total: int) -> None:
+        self.total = total
+        if self._open():
+            self._bar.update(done - self.done)
+        self.done = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

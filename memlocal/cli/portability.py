@@ -9,22 +9,9 @@ from typing import IO, Iterator
 
 import click
 
+from ..model import Memory
 from ..portability import export_memories, import_jsonl, write_jsonl
-from ._common import State, echo_json, json_option, main, pass_state
-
-
-def _interactive() -> bool:
-    return sys.stderr.isatty() and not os.environ.get("CI")
-
-
-@contextlib.contextmanager
-def _progress(total: int, label: str) -> Iterator[object]:
-    """A progress bar on stderr when it is a terminal; a silent stand-in otherwise."""
-    if _interactive() and total > 0:
-        with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
-            yield bar
-    else:
-        yield None
+from ._common import Progress, State, echo_json, json_option, main, pass_state
 
 
 @main.command("export")
@@ -38,15 +25,14 @@ def export_cmd(state: State, profile: str | None, output: str | None) -> None:
     out: IO[str]
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(open(output, "w", encoding="utf-8")) if output else sys.stdout
-        bar = stack.enter_context(_progress(total, "exporting"))
+        bar = stack.enter_context(Progress("exporting", total=total))
 
-        def counted() -> Iterator[object]:
+        def counted() -> Iterator[Memory]:
             for memory in export_memories(bank, profile):
-                if bar is not None:
-                    bar.update(1)  # type: ignore[attr-defined]
+                bar.advance()
                 yield memory
 
-        count = write_jsonl(counted(), out)  # type: ignore[arg-type]
+        count = write_jsonl(counted(), out)
     if output:
         click.echo(f"exported {count} memories to {output}", err=True)
 
@@ -67,9 +53,8 @@ def import_cmd(state: State, file: str, profile: str | None, as_json: bool) -> N
     with contextlib.ExitStack() as stack:
         # Bytes, so that a line of invalid UTF-8 is reported by number like any other bad line.
         handle = sys.stdin.buffer if file == "-" else stack.enter_context(open(file, "rb"))
-        bar = stack.enter_context(_progress(size, "importing"))
-        progress = (lambda n: bar.update(n)) if bar is not None else None  # type: ignore[attr-defined]
-        report = import_jsonl(bank, handle, profile=profile, progress=progress)
+        bar = stack.enter_context(Progress("importing", total=size))
+        report = import_jsonl(bank, handle, profile=profile, progress=bar.advance)
     if as_json:
         echo_json(report.to_dict())
     else:

@@ -67,7 +67,7 @@ def automation() -> None:
 @pass_state
 def automation_get(state: State, automation_id: str, as_json: bool) -> None:
     """Print the note (nothing, and exit 0, when there is none)."""
-    note = state.bank().get_automation_note(automation_id)
+    note = state.bank().automations.get(automation_id)
     if as_json:
         echo_json(note.to_dict() if note else {"automationId": automation_id, "note": None, "updatedAt": None})
     elif note is not None:
@@ -81,7 +81,7 @@ def automation_get(state: State, automation_id: str, as_json: bool) -> None:
 @pass_state
 def automation_set(state: State, automation_id: str, text: str, as_json: bool) -> None:
     """Replace the note with TEXT ('-' reads stdin; an empty TEXT clears the note)."""
-    note = state.bank().put_automation_note(automation_id, read_text_arg(text) or "")
+    note = state.bank().automations.put(automation_id, read_text_arg(text) or "")
     if as_json:
         echo_json(note.to_dict() if note else {"automationId": automation_id, "note": None, "updatedAt": None})
     elif note is None:
@@ -96,7 +96,7 @@ def automation_set(state: State, automation_id: str, text: str, as_json: bool) -
 @pass_state
 def automation_clear(state: State, automation_id: str, as_json: bool) -> None:
     """Remove the note."""
-    existed = state.bank().clear_automation_note(automation_id)
+    existed = state.bank().automations.clear(automation_id)
     if as_json:
         echo_json({"automationId": automation_id, "cleared": existed})
     else:

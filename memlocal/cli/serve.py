@@ -5,56 +5,17 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import threading
-from typing import Any
 
 import click
 
-from ..bank import MemoryBank
-from ..config import Config
-from ..errors import ConfigError, MemoryBankError
-from ..store import Store
+from ..bank import MemoryBank, SyncDaemonHandle
+from ..errors import MemoryBankError
 from ._common import State, main, pass_state
-
-DAEMON_ENTRY_POINTS = "memlocal.daemons"
-
-
-class _DaemonThread:
-    """The sync daemon, run in a background thread of this process."""
-
-    def __init__(self, daemon: Any) -> None:
-        self.daemon = daemon
-        self.thread = threading.Thread(target=daemon.run, name="memlocal-sync-daemon", daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.daemon.stop()
-        self.thread.join()  # the pass in flight finishes first
-
-
-def _start_daemon(config: Config, store: Store) -> _DaemonThread | None:
-    """Start the sync daemon found through the ``memlocal.daemons`` entry point group.
-
-    memlocal never imports ``sync`` by name: the installed ``sync`` package registers a factory
-    ``factory(config, store) -> daemon | None`` (``None`` when no bucket is configured). The
-    daemon's ``run()`` blocks until ``stop()`` is called, finishing the pass in flight and
-    releasing what it opened; it shares this process's store (and its lock) with the API.
-    """
-    from importlib.metadata import entry_points
-
-    eps = list(entry_points(group=DAEMON_ENTRY_POINTS))
-    if not eps:
-        raise ConfigError("--with-sync: no sync daemon is installed (entry point group memlocal.daemons is empty)")
-    daemon = eps[0].load()(config, store)
-    if daemon is None:
-        click.echo("Warning: --with-sync: no bucket is configured, so there is nothing to sync", err=True)
-        return None
-    return _DaemonThread(daemon)
 
 
 @main.command()
 @click.option("--host", help="Address to bind (default: serve.host, 127.0.0.1). Non-loopback needs MEMLOCAL_API_TOKEN.")
-@click.option("--port", type=click.IntRange(0, 65535), help="Port (default: serve.port, 8765).")
+@click.option("--port", type=int, help="Port (default: serve.port, 8765).")
 @click.option("--with-sync", is_flag=True, help="Also run the sync daemon in this process.")
 @pass_state
 def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> None:
@@ -75,13 +36,12 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     flags = {"serve.host": host, "serve.port": port}
     config = state.config.with_overrides(**{k.replace(".", "__"): v for k, v in flags.items() if v is not None})
     host, port = str(config["serve.host"]), int(config["serve.port"])
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"serve.port must be from 0 to 65535, got {port}")
     check_bind(host, str(config["serve.api_token"] or ""))
 
     bank: MemoryBank | MemoryBankError
     try:
-        bank = MemoryBank.open(config=config)
+        # The dashboard must see other hosts' saves promptly: reads pull first when stale.
+        bank = MemoryBank.open(config=config, fresh_reads=True)
     except MemoryBankError as exc:
         bank = exc
         click.echo(f"Warning: the memory bank is not wired ({exc}); memory endpoints answer 503", err=True)
@@ -93,11 +53,13 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     # bank) still runs and the command exits 0.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
-    daemon: _DaemonThread | None = None
+    daemon: SyncDaemonHandle | None = None
     server = uvicorn.Server(uvicorn.Config(create_app(bank, config), host=host, port=port, log_level="info"))
     try:
         if with_sync and isinstance(bank, MemoryBank):
-            daemon = _start_daemon(config, bank.store)
+            daemon = bank.start_sync_daemon()
+            if daemon is None:
+                click.echo("Warning: --with-sync: no bucket is configured, so there is nothing to sync", err=True)
         server.run()
     finally:
         if daemon is not None:
