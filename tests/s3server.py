@@ -217,10 +217,17 @@ class FaultProxy:
                         chunks.append(self.rfile.read(size))
                         self.rfile.readline()
                 n = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(n) if n else b""
+                body = self.rfile.read(n) if n else b""
+                if len(body) < n:  # the client died mid-body: a real server stores nothing
+                    raise ConnectionError(f"request body cut off at {len(body)} of {n} bytes")
+                return body
 
             def _handle(self) -> None:
-                body = self._body()
+                try:
+                    body = self._body()
+                except ConnectionError:
+                    self.close_connection = True
+                    return
                 proxy._serve(self, body)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle

@@ -156,3 +156,11 @@ def test_the_cli_rejects_a_bad_value_before_touching_the_database(tmp_path: Path
     assert result.stderr.strip() == ("Error: environment variable MEMLOCAL_INJECT_BUDGET_CHARS: "
                                      "inject.budget_chars must be an integer from 0 to 1000000, got -5")
     assert not cli.db.exists()
+
+
+def test_docs_list_every_setting_with_its_limits() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for key, setting in SETTINGS.items():
+        row = next((line for line in doc.splitlines() if line.startswith(f"| `{key}` |")), None)
+        assert row is not None, f"{key} is missing from docs/configuration.md"
+        assert (setting.limits() or "any string") in row, key
