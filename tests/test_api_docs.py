@@ -54,7 +54,7 @@ def _refs(html: str) -> _Refs:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[MemoryBank, httpx.Client]]:
-    with MemoryBank(tmp_path / "d.db", config=Config.load(environ={}), replicator=False) as bank, \
+    with MemoryBank(tmp_path / "d.db", config=Config.load(environ={})) as bank, \
             LiveServer(create_app(bank)) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         yield bank, client
 
@@ -98,7 +98,7 @@ def test_fastapis_cdn_pages_are_off(served: Any) -> None:
 
 
 def test_the_docs_need_the_token_like_the_schema(tmp_path: Path) -> None:
-    with MemoryBank(tmp_path / "d.db", config=Config.load(environ={}), replicator=False) as bank, \
+    with MemoryBank(tmp_path / "d.db", config=Config.load(environ={})) as bank, \
             LiveServer(create_app(bank, token=TOKEN)) as server, httpx.Client(base_url=server.url) as c:
         for path in ("/docs", "/redoc", "/openapi.json"):
             assert c.get(path).status_code == 401
@@ -112,7 +112,7 @@ def _concrete(path: str, memory_id: str) -> str:
 def test_head_answers_every_get_route_like_get_without_a_body(served: Any) -> None:
     bank, c = served
     memory_id = bank.save("ana", content="Ana prefers tea").memory.id
-    bank.put_automation_note("nightly", "stopped at page 3")
+    bank.automations.put("nightly", "stopped at page 3")
     gets = [path for path, ops in c.get("/openapi.json").json()["paths"].items() if "get" in ops]
     assert "/healthz" in gets and len(gets) >= 10
     for path in [*gets, "/", "/docs", "/redoc", "/openapi.json", "/dashboard/app.js", "/docs-assets/swagger-ui.css"]:
