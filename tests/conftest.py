@@ -26,8 +26,9 @@ from memlocal import Config, MemoryBank
 # Plugin modules with fixtures for one area each (S3 server, fake Anthropic API, ...).
 pytest_plugins: list[str] = ["anthropic_fake", "s3server"]
 
-# Hypothesis keeps no example database: nothing is written into the repository (.hypothesis/).
-hypothesis_settings.register_profile("memlocal", database=None)
+# Hypothesis keeps no example database: nothing is written into the repository (.hypothesis/);
+# and no per-example deadline, a wall-clock bound that a loaded machine breaks.
+hypothesis_settings.register_profile("memlocal", database=None, deadline=None)
 hypothesis_settings.load_profile("memlocal")
 
 
