@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-import pytest
 from conftest import Cli
 
 from memlocal.model import utcnow
