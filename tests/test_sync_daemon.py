@@ -78,10 +78,10 @@ def test_the_daemon_wakes_on_local_writes_and_exits_on_sigterm(
     db = tmp_path / "host" / "memlocal.db"
     first = local_saves(db, 2)
     d = daemons(db, tmp_path / "daemon.log")
-    wait_for(lambda: len(s3.keys()) == 2, 20, "the first pass")
+    wait_for(lambda: len(s3.keys()) == 2, 120, "the first pass")
     # The interval is 60 s: only the watchfiles wake-up can push this one promptly.
     (late,) = local_saves(db, 1, "late")
-    wait_for(lambda: f"memory/{P}/{late}.json" in s3.keys(), 15, "a pass woken by the local write")
+    wait_for(lambda: f"memory/{P}/{late}.json" in s3.keys(), 120, "a pass woken by the local write")
     assert d.stop() == 0, d.output()
     out = d.output()
     assert "sync daemon stopped after" in out and "Traceback" not in out
@@ -95,7 +95,7 @@ def test_sigterm_finishes_the_pass_in_flight(s3: S3, tmp_path: Path, fault_proxy
     ids = local_saves(db, 200)
     fault_proxy.delay_s = 0.02
     d = daemons(db, tmp_path / "daemon.log", INTERNAL_S3_ENDPOINT=fault_proxy.endpoint, MEMLOCAL_SYNC_WORKERS="2")
-    wait_for(lambda: len(s3.keys()) >= 20, 30, "the pass to be under way")
+    wait_for(lambda: len(s3.keys()) >= 20, 120, "the pass to be under way")
     assert len(s3.keys()) < 200, "the pass finished before the signal: the test proves nothing"
     assert d.stop() == 0, d.output()
     assert sorted(s3.keys()) == sorted(f"memory/{P}/{i}.json" for i in ids)
@@ -117,7 +117,7 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
         # Some PUTs done whose base is not recorded yet.
         return len(s3.keys()) >= 40 and len(s3.keys()) - query(db, "SELECT count(*) FROM sync_base") >= 5
 
-    wait_for(mid_pass, 30, "PUTs ahead of their recorded base")
+    wait_for(mid_pass, 120, "PUTs ahead of their recorded base")
     d.stop(signal.SIGKILL)
     # The proxy still delivers requests that were in flight when the daemon died: let them land.
     time.sleep(0.5)
