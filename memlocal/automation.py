@@ -28,7 +28,8 @@ from .model import format_time, utcnow
 from .store import Store, from_us, to_us
 
 NOTE_MAX_BYTES: Final = 4096
-_AUTOMATION_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+AUTOMATION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+_AUTOMATION_ID_RE: Final = re.compile(AUTOMATION_ID_PATTERN)
 
 NOTE_HEADER: Final = "--- AUTOMATION NOTE FROM THE PREVIOUS RUN ---"
 NOTE_PREAMBLE: Final = (
@@ -136,6 +137,7 @@ __all__ = [
     "NOTE_MAX_BYTES",
     "NOTE_PREAMBLE",
     "AutomationNote",
+    "AUTOMATION_ID_PATTERN",
     "AutomationNotes",
     "note_block",
     "validate_automation_id",

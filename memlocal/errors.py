@@ -7,6 +7,13 @@ what the REST layer answers with, and ``str(err)`` is always a single human-read
 from __future__ import annotations
 
 
+def fold_whitespace(text: object) -> str:
+    """``text`` on one line: every run of whitespace (line breaks included) becomes one space,
+    and the ends are trimmed. The one whitespace folding of memlocal (messages, summaries, table
+    cells, memory text in context blocks)."""
+    return " ".join(str(text).split())
+
+
 class MemoryBankError(Exception):
     """Base class of every error memlocal raises on purpose."""
 
@@ -15,7 +22,7 @@ class MemoryBankError(Exception):
 
     def __init__(self, message: str) -> None:
         # Keep messages to one line: they are printed verbatim by the CLI and the API.
-        super().__init__(" ".join(str(message).split()))
+        super().__init__(fold_whitespace(message))
 
     @property
     def message(self) -> str:

@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
 
-from .errors import ValidationError
+from .errors import ValidationError, fold_whitespace
 from .model import MEMORY_TOOL_NAMES, utcnow
 
 if TYPE_CHECKING:
@@ -88,9 +88,9 @@ def _clean_chars(text: str) -> str:
 def one_line(text: str) -> str:
     """Memory text as one harmless line: whitespace (every Unicode line break included) folded
     to single spaces, control/bidi characters dropped, runs of ``---`` turned into ``—``."""
-    folded = " ".join(text.split())
+    folded = fold_whitespace(text)
     if not folded.isprintable():  # rare: controls or bidi marks left (both are non-printable)
-        folded = " ".join(_clean_chars(folded).split())
+        folded = fold_whitespace(_clean_chars(folded))
     return _DASH_RUN.sub("\u2014", folded)
 
 

@@ -38,7 +38,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Callable, Final, Mapping
 
 from .config import Config
-from .errors import ConfigError, ValidationError
+from .errors import ConfigError, ValidationError, fold_whitespace
 from .model import CATEGORIES, SUMMARY_MAX_CHARS, Extraction, default_summary, validate_text_input
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the SDK is imported on first use
@@ -140,7 +140,7 @@ def parse_answer(text: str) -> Extraction | None:
         validate_text_input(processed, "processedContent")  # non-empty, same 4 KiB cap as rawInput
     except ValidationError:
         return None
-    summary = " ".join(summary.split())[:SUMMARY_MAX_CHARS].rstrip() or default_summary(processed)
+    summary = fold_whitespace(summary)[:SUMMARY_MAX_CHARS].rstrip() or default_summary(processed)
     folded = category.strip().lower()
     return Extraction(
         processed_content=processed,
@@ -281,7 +281,7 @@ class AnthropicExtractor:
         try:
             message = self._call(raw_input, deadline)
         except Exception as exc:  # any failure of the call means "skip extraction" (spec)
-            log.warning("LLM extraction skipped: %s: %s", type(exc).__name__, " ".join(str(exc).split())[:200])
+            log.warning("LLM extraction skipped: %s: %s", type(exc).__name__, fold_whitespace(exc)[:200])
             return None
         text = answer_text(message)
         if text is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Mapping
 
-from .errors import InputTooLargeError, ValidationError
+from .errors import InputTooLargeError, ValidationError, fold_whitespace
 
 SCHEMA_VERSION: Final = 1
 RAW_INPUT_MAX_BYTES: Final = 4096
@@ -36,11 +36,14 @@ CATEGORY_WEIGHTS: Final[Mapping[str, float]] = {
     "general": 1.0,
 }
 
-_PROFILE_RE: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
-_ID_RE: Final = re.compile(r"mem-[0-9a-f]{8}")
-_RFC3339_RE: Final = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
-)
+# The one declaration of each name rule: validators, JSON Schemas (tools, REST, MCP) and docs
+# take these (anchored, as JSON Schema's "pattern" needs).
+PROFILE_PATTERN: Final = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"
+ID_PATTERN: Final = r"^mem-[0-9a-f]{8}$"
+_PROFILE_RE: Final = re.compile(PROFILE_PATTERN)
+_ID_RE: Final = re.compile(ID_PATTERN)
+# What RFC 3339 accepts (``datetime.fromisoformat`` parses; this keeps out ISO-only forms).
+_RFC3339_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 ZERO_TIME_TEXT: Final = "0001-01-01T00:00:00Z"
 
 JSON_FIELDS: Final = (
@@ -129,7 +132,7 @@ def validate_summary(summary: object) -> str:
 
 def default_summary(text: str) -> str:
     """The spec's deterministic preview: the first 50 characters, on one line."""
-    return " ".join(text.split())[:SUMMARY_MAX_CHARS]
+    return fold_whitespace(text)[:SUMMARY_MAX_CHARS]
 
 
 # --- ids and time -----------------------------------------------------------------------------
@@ -165,32 +168,27 @@ def from_us(us: int | None) -> datetime | None:
 def parse_time(value: object) -> datetime | None:
     """Parse an RFC 3339 timestamp into an aware UTC datetime; Go's zero time reads as ``None``.
 
-    Accepts nanoseconds (truncated to microseconds), ``Z`` or a numeric offset.
+    Accepts nanoseconds (truncated to microseconds), ``Z`` or a numeric offset. The parsing is
+    ``datetime.fromisoformat``'s; the pattern only keeps out what ISO 8601 allows and RFC 3339
+    does not (a date alone, week dates, a time without an offset).
     """
     if value is None:
         return None
     if not isinstance(value, str):
         raise ValidationError(f"timestamp must be an RFC 3339 string, got {value!r}")
-    m = _RFC3339_RE.fullmatch(value.strip())
-    if not m:
+    text = value.strip()
+    if not _RFC3339_RE.fullmatch(text):
         raise ValidationError(f"invalid RFC 3339 timestamp {value!r}")
-    year, month, day, hour, minute, second, frac, off = m.groups()
-    micro = int((frac or "0")[:6].ljust(6, "0"))
-    if off in ("Z", "z"):
-        tz = timezone.utc
-    else:
-        sign = 1 if off[0] == "+" else -1
-        tz = timezone(sign * timedelta(hours=int(off[1:3]), minutes=int(off[4:6])))
     try:
-        dt = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tz)
-        dt = dt.astimezone(timezone.utc)
-    except (ValueError, OverflowError):
-        if int(year) <= 1:  # Go's zero time written with an offset
-            return None
+        dt = datetime.fromisoformat(text.upper())  # RFC 3339 allows a lowercase t and z
+    except ValueError:
         raise ValidationError(f"invalid RFC 3339 timestamp {value!r}") from None
     if dt.year <= 1 and dt.month == 1 and dt.day == 1:
         return None  # the zero time (any offset) means "never"
-    return dt
+    try:
+        return dt.astimezone(timezone.utc)
+    except OverflowError:  # pragma: no cover - the first hours of year 1 with a negative offset
+        raise ValidationError(f"invalid RFC 3339 timestamp {value!r}") from None
 
 
 def format_time(dt: datetime | None) -> str:

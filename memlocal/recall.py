@@ -28,7 +28,7 @@ from .scoring import (
     Breakdown,
     PreparedQuery,
     ScoredMemory,
-    _rank_key,
+    rank_key,
     confidence_mul,
     maturity,
     memory_terms,
@@ -238,7 +238,7 @@ class ProfileIndex:
                 visit(entries[ys[py][1]])
             else:
                 visit(entries[xs[px][1]])
-        scored.sort(key=lambda r: _rank_key(r[1], r[0].created_us, r[0].id))
+        scored.sort(key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))
         return scored[:limit]
 
 

@@ -220,7 +220,7 @@ class ScoredMemory:
         return {"memory": self.memory.to_dict(), "score": self.score, "breakdown": self.breakdown.to_dict()}
 
 
-def _rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int, str]:
+def rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int, str]:
     """Sort key, best first: higher score, then newer createdAt, then smaller id."""
     return (-score, -created_us, memory_id)
 
@@ -272,6 +272,6 @@ def rank_brute_force(
         score, rec, top = score_parts(anchor, now_us, use, cm, ts, clusters_of(ts), pq, w)
         if score >= min_score:
             breakdown = Breakdown(rec, use, top, cm, w, mat, score)
-            out.append((_rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
+            out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
     out.sort(key=lambda pair: pair[0])
     return [s for _, s in out[:limit]]

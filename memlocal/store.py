@@ -5,7 +5,8 @@ Decisions:
   never block the writer.
 - The connection runs in autocommit mode and every write is an explicit ``BEGIN IMMEDIATE``
   transaction, so a writer takes the lock up front (no deadlock-prone lock upgrades) and waits
-  ``busy_timeout`` for other processes; "database is locked" past that is retried, not surfaced.
+  ``busy_timeout`` (``store.busy_timeout_s``) for other processes; past that the write fails
+  with one line saying so.
 - sqlite-utils creates the schema and the FTS5 index with its sync triggers; the hot paths are
   plain SQL on the same connection.
 - Timestamps are integer microseconds since the epoch (exact round trip, cheap ordering);
@@ -19,7 +20,6 @@ import builtins
 import json
 import sqlite3
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -322,21 +322,19 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """An immediate write transaction, retried while another process holds the lock."""
+        """An immediate write transaction. SQLite's ``busy_timeout`` is the one wait for another
+        process's lock; past it the write fails with ``StoreError`` (no retry loop on top, which
+        would make a writer wait a multiple of the setting)."""
         with self._lock:
-            deadline = time.monotonic() + max(self.busy_timeout_s, 1.0) * 2
-            delay = 0.01
-            while True:
-                try:
-                    self.conn.execute("BEGIN IMMEDIATE")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) and "busy" not in str(exc):
-                        raise
-                    if time.monotonic() > deadline:
-                        raise StoreError(f"database {self.path} stayed locked by another process") from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.5)
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                raise StoreError(
+                    f"database {self.path} stayed locked by another process for store.busy_timeout_s "
+                    f"({self.busy_timeout_s:g} s)"
+                ) from None
             try:
                 yield self.conn
             except BaseException:

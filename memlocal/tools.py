@@ -13,7 +13,7 @@ import copy
 from typing import TYPE_CHECKING, Any, Final, Mapping
 
 from .errors import ValidationError
-from .model import CATEGORIES, MEMORY_TOOL_NAMES, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS, validate_profile
+from .model import CATEGORIES, ID_PATTERN, MEMORY_TOOL_NAMES, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS, validate_profile
 
 if TYPE_CHECKING:
     from .bank import MemoryBank
@@ -93,7 +93,7 @@ TOOLS: Final[tuple[dict[str, Any], ...]] = (
         "inputSchema": {
             "type": "object",
             "properties": {
-                "id": {"type": "string", "pattern": "^mem-[0-9a-f]{8}$", "description": "The memory id (mem-<8 hex>)."},
+                "id": {"type": "string", "pattern": ID_PATTERN, "description": "The memory id (mem-<8 hex>)."},
             },
             "required": ["id"],
             "additionalProperties": False,

@@ -33,7 +33,7 @@ from memlocal.clusters import CLUSTER_WORDS
 from memlocal.config import Config
 from memlocal.model import Memory, new_id, staleness_of, utcnow
 from memlocal.scoring import (
-    Breakdown, ScoredMemory, _rank_key, clusters_of, confidence_mul, maturity, memory_terms, prepare_query,
+    Breakdown, ScoredMemory, rank_key, clusters_of, confidence_mul, maturity, memory_terms, prepare_query,
     score_parts, usage, weights_for,
 )
 from memlocal.store import MEMORY_COLUMNS, Store, memory_to_row, to_us
@@ -193,7 +193,7 @@ class BruteForce:
             use, cm = usage(m.access_count), confidence_mul(m.confidence)
             s, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
             if s >= min_score:
-                out.append((_rank_key(s, created, m.id), ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s))))
+                out.append((rank_key(s, created, m.id), ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s))))
         out.sort(key=lambda p: p[0])
         return [s for _, s in out[:limit]]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from memlocal.config import Config
-from memlocal.errors import SyncError
+from memlocal.errors import SyncError, fold_whitespace
 
 from .objects import Listed
 
@@ -173,7 +173,7 @@ def _translate(exc: Exception, bucket: str, what: str) -> Exception:
             return BucketUnavailable(f"bucket {bucket} does not exist")
         if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled") or status == 403:
             return BucketUnavailable(f"access to bucket {bucket} denied ({code or status}) during {what}")
-        message = " ".join(str(err.get("Message", "")).split())
+        message = fold_whitespace(err.get("Message", ""))
         return BucketUnavailable(f"bucket {bucket} answered {status} {code} during {what}: {message}".rstrip(": "))
     if isinstance(exc, bx.NoCredentialsError):
         return BucketUnavailable(
@@ -182,9 +182,9 @@ def _translate(exc: Exception, bucket: str, what: str) -> Exception:
         )
     if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError,
                         bx.ConnectionClosedError, bx.ConnectionError, bx.HTTPClientError)):
-        return BucketUnavailable(f"cannot reach bucket {bucket}: {' '.join(str(exc).split())}")
+        return BucketUnavailable(f"cannot reach bucket {bucket}: {fold_whitespace(exc)}")
     if isinstance(exc, bx.BotoCoreError):
-        return BucketUnavailable(f"bucket {bucket}: {' '.join(str(exc).split())}")
+        return BucketUnavailable(f"bucket {bucket}: {fold_whitespace(exc)}")
     return exc
 
 

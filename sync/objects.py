@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from memlocal.errors import ValidationError
+from memlocal.errors import ValidationError, fold_whitespace
 from memlocal.model import Memory, validate_id, validate_profile
 
 PREFIX: Final = "memory/"
@@ -80,7 +80,7 @@ def decode(data: bytes, profile: str, memory_id: str) -> Memory:
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:  # JSONDecodeError is a ValueError, and so is NaN/Infinity
-        raise BadObject(f"not valid JSON: {' '.join(str(exc).split())}") from None
+        raise BadObject(f"not valid JSON: {fold_whitespace(exc)}") from None
     try:
         memory = Memory.from_dict(obj)
     except ValidationError as exc:

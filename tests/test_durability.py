@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, StoreError
 
 WRITER = textwrap.dedent(
     """
@@ -82,3 +85,21 @@ def test_sigkill_mid_stream_loses_no_acknowledged_save(db_path: Path) -> None:
         present = {m.id for m in bank.store.iter_profile("stream")}
         assert set(acknowledged) <= present
         assert len(present) >= 300
+
+
+def test_a_writer_waits_the_busy_timeout_once_then_fails_in_one_line(
+        db_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
+    """SQLite's busy_timeout is the one wait (no retry loop on top that multiplies it)."""
+    bank = make_bank(db_path, store__busy_timeout_s=0.5)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match=r"stayed locked by another process for store.busy_timeout_s \(0.5 s\)"):
+            bank.save("p", content="blocked")
+        elapsed = time.monotonic() - started
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert 0.4 <= elapsed < 1.5, elapsed  # the old loop waited max(timeout, 1 s) x 2 on top of it
+    assert bank.save("p", content="free again").memory.processed_content == "free again"

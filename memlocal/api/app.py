@@ -18,11 +18,11 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__, dashboard
-from ..automation import _AUTOMATION_ID_RE
+from ..automation import AUTOMATION_ID_PATTERN
 from ..bank import MemoryBank
 from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
-from ..model import CATEGORIES, CORE_CATEGORIES, _ID_RE, _PROFILE_RE
+from ..model import CATEGORIES, CORE_CATEGORIES, ID_PATTERN, PROFILE_PATTERN
 from . import errors
 from .auth import BearerAuthMiddleware
 from .head import HeadAsGetMiddleware
@@ -55,18 +55,18 @@ log = logging.getLogger("memlocal.api")
 def _profile_path() -> Any:
     return Path(
         description="Profile name: 1-64 characters of A-Z a-z 0-9 . _ -, not starting with '.'",
-        json_schema_extra={"pattern": f"^{_PROFILE_RE.pattern}$"},
+        json_schema_extra={"pattern": PROFILE_PATTERN},
     )
 
 
 def _id_path() -> Any:
     return Path(description="Memory id: mem- and 8 lowercase hex digits",
-                json_schema_extra={"pattern": f"^{_ID_RE.pattern}$"})
+                json_schema_extra={"pattern": ID_PATTERN})
 
 
 def _automation_path() -> Any:
     return Path(description="Automation id: 1-128 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit",
-                json_schema_extra={"pattern": f"^{_AUTOMATION_ID_RE.pattern}$"})
+                json_schema_extra={"pattern": AUTOMATION_ID_PATTERN})
 
 
 _LIMIT_DOC = {"minimum": 1, "maximum": 1000}

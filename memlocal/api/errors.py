@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import MemoryBankError
+from ..errors import MemoryBankError, fold_whitespace
 from .models import ErrorResponse
 
 log = logging.getLogger("memlocal.api")
@@ -34,8 +34,7 @@ _HTTP_CODES = {
 }
 
 
-def one_line(text: object) -> str:
-    return " ".join(str(text).split())
+one_line = fold_whitespace  # the API's name for it
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

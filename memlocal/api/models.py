@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
 
-from ..model import CATEGORIES, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS
+from ..model import CATEGORIES, ID_PATTERN, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS
 
 _CATEGORY_SCHEMA: JsonDict = {"enum": list(CATEGORIES)}
 _TIME: JsonDict = {"format": "date-time"}
@@ -42,7 +42,7 @@ class MemoryOut(_Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
-    id: str = Field(pattern=r"^mem-[0-9a-f]{8}$")
+    id: str = Field(pattern=ID_PATTERN)
     profile_name: str
     raw_input: str
     processed_content: str

@@ -12,7 +12,7 @@ import click
 
 from ..bank import MemoryBank
 from ..config import Config
-from ..errors import MemoryBankError
+from ..errors import MemoryBankError, fold_whitespace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -166,7 +166,7 @@ class Progress:
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     """A plain aligned text table; cells are folded to one line."""
-    cells = [[" ".join(str(c).split()) for c in row] for row in rows]
+    cells = [[fold_whitespace(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
