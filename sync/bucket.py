@@ -113,24 +113,8 @@ class BucketClient(Protocol):
         ...
 
     def list(self, prefix: str, *, delimiter: str | None = None) -> Listing:
-        """Every object under ``prefix`` (boto3's ListObjectsV2 paginator: no 1000-entry cap),
-        ``sync.list_page_size`` objects a page; with ``delimiter``, the common prefixes one level
-        down as well."""
-        kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix,
-                                  "PaginationConfig": {"PageSize": self.page_size}}
-        if delimiter:
-            kwargs["Delimiter"] = delimiter
-        objects: list[Listed] = []
-        prefixes: list[str] = []
-        pages = 0
-        try:
-            for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
-                pages += 1
-                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
-                prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
-        except Exception as exc:  # raised while fetching a page; translated like every request
-            raise _translate(exc, self.name, f"LIST {prefix}") from None
-        return Listing(objects, pages, tuple(prefixes))
+        """Every object under ``prefix`` (with ``delimiter``, the common prefixes too)."""
+        ...
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``, at most ``max_bytes`` of it (else ``ObjectTooLarge``)."""
@@ -276,25 +260,24 @@ class Bucket:
         self._call("HEAD bucket", self.client.head_bucket)
 
     def list(self, prefix: str, *, delimiter: str | None = None) -> Listing:
-        """Every object under ``prefix`` (ListObjectsV2 continuation: no 1000-entry cap); with
-        ``delimiter``, the common prefixes one level down as well."""
+        """Every object under ``prefix`` (boto3's ListObjectsV2 paginator: no 1000-entry cap),
+        ``sync.list_page_size`` objects a page; with ``delimiter``, the common prefixes one level
+        down as well."""
+        kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix,
+                                  "PaginationConfig": {"PageSize": self.page_size}}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
         objects: list[Listed] = []
         prefixes: list[str] = []
         pages = 0
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
-            if delimiter:
-                kwargs["Delimiter"] = delimiter
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = self._call(f"LIST {prefix}", self.client.list_objects_v2, **kwargs)
-            pages += 1
-            objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
-            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
-                return Listing(objects, pages, tuple(prefixes))
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
+                pages += 1
+                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
+                prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        except Exception as exc:  # raised while fetching a page; translated like every request
+            raise _translate(exc, self.name, f"LIST {prefix}") from None
+        return Listing(objects, pages, tuple(prefixes))
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``; at most ``max_bytes`` are ever read (a Range request)."""
