@@ -68,6 +68,12 @@ class Replicator(Protocol):
         """Pull ``profile`` from the bucket if its last pull is older than ``ttl`` seconds."""
         ...
 
+    def request_refresh(self, profile: str | None, ttl: float) -> float | None:
+        """Queue a background pull of ``profile`` (``None``: every profile the bucket holds) if
+        its last attempt is older than ``ttl`` s, without waiting; the local data's age in
+        seconds (``None`` before the first pull)."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
         the last pass and error, skipped objects (the dashboard's sync panel)."""
@@ -263,6 +269,19 @@ class MemoryBank:
         if self.replicator is None:
             return False
         return self.replicator.refresh_if_stale(profile, ttl)
+
+    def refresh_for_read(self, profile: str | None = None) -> float | None:
+        """The read path's refresh policy: before answering a read of ``profile`` (``None``: a
+        read of every profile), ask for a background pull from the bucket if the last one is
+        older than ``sync.refresh_ttl_s``, and answer at once from the local index: a read never
+        waits on the bucket. Returns the age in seconds of the local copy of ``profile``'s data
+        (of the oldest profile for ``None``); ``None`` without a bucket or before a first pull.
+        """
+        if profile is not None:
+            validate_profile(profile)
+        if self.replicator is None:
+            return None
+        return self.replicator.request_refresh(profile, float(self.config["sync.refresh_ttl_s"]))
 
     # --- reads --------------------------------------------------------------------------------
 

@@ -1,20 +1,35 @@
-"""The REST API with a bucket (a real moto_server): reads refresh from the bucket (2 s TTL), and
+"""The REST API with a bucket (a real moto_server): reads answer from the local index at once and
+ask for background pulls (``sync.refresh_ttl_s``), profiles are discovered from the bucket, and
 writes go through to it."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import httpx
 from api_live import LiveServer, ServeProcess
+from s3server import FaultProxy
 
 from memlocal.api import create_app
 
 
-def test_reads_see_other_hosts_saves_after_the_refresh_ttl(hosts: Callable[..., Any], s3: Any) -> None:
-    served, runner = hosts("dashboard"), hosts("runner")
+def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def ids(page: httpx.Response) -> set[str]:
+    assert page.status_code == 200, page.text
+    return {m["id"] for m in page.json()["memories"]}
+
+
+def test_reads_see_other_hosts_saves_soon_and_never_wait_for_them(hosts: Callable[..., Any], s3: Any) -> None:
+    served, runner = hosts("dashboard", sync__refresh_ttl_s=0.2), hosts("runner")
     assert served.bank.replicator is not None
     with LiveServer(create_app(served.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
         # A save through the API is written through to the bucket.
@@ -22,31 +37,77 @@ def test_reads_see_other_hosts_saves_after_the_refresh_ttl(hosts: Callable[..., 
         assert r.status_code == 201 and r.json()["synced"] is True
         assert f"memory/p1/{r.json()['memory']['id']}.json" in s3.keys()
 
-        # The first read of the profile pulls from the bucket.
+        # A read answers from the local index and asks for a background pull: another host's
+        # save shows up on a later read, and the answer says how old its data is (``Age``).
         first = runner.bank.save("p1", content="saved on the runner").memory
-        page = c.get("/api/profiles/p1/memories").json()
-        assert first.id in {m["id"] for m in page["memories"]}
+        eventually(lambda: first.id in ids(c.get("/api/profiles/p1/memories")), what="the runner's save")
+        assert int(c.get("/api/profiles/p1/memories").headers["age"]) >= 0
         assert c.get(f"/api/profiles/p1/memories/{first.id}").status_code == 200
-
-        # Within the TTL a read is served locally (no bucket round trip per request); after it,
-        # the next read pulls again.
         second = runner.bank.save("p1", content="another runner save about coffee").memory
-        assert second.id not in {m["id"] for m in c.get("/api/profiles/p1/memories").json()["memories"]}
-        time.sleep(2.1)
-        assert second.id in {m["id"] for m in c.get("/api/profiles/p1/memories").json()["memories"]}
-        results = c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"]
-        assert results[0]["memory"]["id"] == second.id
+        eventually(lambda: c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"]
+                   and c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"][0]
+                   ["memory"]["id"] == second.id, what="search to see the second save")
 
-        # Global reads refresh every profile this host knows.
-        third = runner.bank.save("p1", content="a third runner save").memory
-        time.sleep(2.1)
-        assert c.get("/api/memory-bank/stats").json()["perProfile"]["p1"] == 4
+        # Global reads discover profiles from the bucket (a delimiter listing of memory/): one
+        # that this host has never seen appears without any pass.
+        only = runner.bank.save("only-remote", content="a profile only the bucket knows").memory
+        eventually(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,
+                   what="the bucket-only profile in the stats")
+        assert "only-remote" in {p["name"] for p in c.get("/api/profiles").json()["profiles"]}
         flat = c.get("/api/memory-bank", params={"limit": 10}).json()
-        assert third.id in {m["id"] for m in flat["memories"]}
+        assert only.id in {m["id"] for m in flat["memories"]}
 
         # A deletion through the API goes to the bucket too.
         assert c.delete(f"/api/profiles/p1/memories/{first.id}").status_code == 204
         assert f"memory/p1/{first.id}.json" not in s3.keys()
+
+
+def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., Any], s3: Any,
+                                                          fault_proxy: FaultProxy) -> None:
+    host = hosts("conductor", bucket__endpoint=fault_proxy.endpoint, sync__refresh_ttl_s=0.0)
+    for p in ("p1", "p2", "p3", "p4"):
+        assert host.bank.save(p, content=f"a memory of {p}").synced
+    # The endpoint now accepts connections and never answers (within any timeout used here).
+    fault_proxy.delay_s = 120.0
+    paths = ["/api/memory-bank/stats", "/api/profiles", "/api/memory-bank", "/api/profiles/p1/memories"]
+    took: list[float] = []
+    with LiveServer(create_app(host.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+        for path in paths * 5:
+            t0 = time.perf_counter()
+            r = c.get(path)
+            took.append(time.perf_counter() - t0)
+            assert r.status_code == 200, r.text
+        assert c.get("/api/memory-bank/stats").json()["totalMemories"] == 4
+    # A request that waited on the bucket would take the read timeout (2 s here) or more; the
+    # target is under 100 ms (docs/benchmarks.md). The bound leaves room for a loaded machine.
+    assert max(took) < 1.0, took
+    assert sorted(took)[len(took) // 2] < 0.1, took
+
+
+def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path, hosts: Callable[..., Any],
+                                                                s3: Any) -> None:
+    runner = hosts("runner")
+    saved = runner.bank.save("only-remote", content="pulled at start-up").memory
+    db = tmp_path / "served.db"
+    proc = ServeProcess(tmp_path, ["--db", str(db)])
+    try:
+        proc.wait_ready()  # /healthz only: no read that would ask for a refresh
+
+        def pulled() -> bool:
+            conn = sqlite3.connect(db, timeout=10)
+            try:
+                return conn.execute("SELECT count(*) FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == 1
+            except sqlite3.OperationalError:  # not created yet
+                return False
+            finally:
+                conn.close()
+
+        eventually(pulled, what="the start-up pull")
+        with httpx.Client(base_url=proc.url, timeout=10) as c:
+            assert c.get(f"/api/profiles/only-remote/memories/{saved.id}").status_code == 200
+    finally:
+        code = proc.stop()
+    assert code == 0, proc.log
 
 
 def test_serve_with_sync_runs_the_daemon_in_process(tmp_path: Path, hosts: Callable[..., Any], s3: Any) -> None:
@@ -55,8 +116,8 @@ def test_serve_with_sync_runs_the_daemon_in_process(tmp_path: Path, hosts: Calla
                         serve_args=["--with-sync"])
     try:
         proc.wait_ready()
-        # A profile that exists only in the bucket: the global endpoints refresh only the profiles
-        # this host knows, so seeing it proves the in-process daemon pulled it.
+        # A profile that exists only in the bucket (the daemon's pass or the read path's
+        # background pull brings it in, whichever is first).
         saved = runner.bank.save("only-remote", content="pulled by the daemon").memory
         deadline = time.monotonic() + 30
         with httpx.Client(base_url=proc.url, timeout=10) as c:

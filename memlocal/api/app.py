@@ -48,9 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memlocal.api")
 
-# The spec's RefreshIfStale TTL: dashboard reads see other hosts' saves within ~2 s.
-REFRESH_TTL_S = 2.0
-
 # The bank validates profile names and ids (one rule, one message, 400); these patterns only
 # document the rules in the schema, so they are taken from the validators' own expressions.
 
@@ -87,15 +84,13 @@ async def _bank(request: Request) -> MemoryBank:
 BankDep = Depends(_bank)
 
 
-def _refresh(bank: MemoryBank, profiles: list[str] | None = None) -> None:
-    """The spec's RefreshIfStale before a read (a no-op without a bucket or when fresh).
-
-    ``None`` refreshes every profile this host knows of (the global endpoints).
-    """
-    if bank.replicator is None:
-        return
-    for profile in profiles if profiles is not None else list(bank.stats()["perProfile"]):
-        bank.refresh_if_stale(profile, REFRESH_TTL_S)
+def _refresh(bank: MemoryBank, response: Response, profile: str | None = None) -> None:
+    """The bank's refresh-before-read policy (``MemoryBank.refresh_for_read``): a background pull
+    is asked for, the request is answered from the local index at once, and the local data's
+    age in seconds goes into the standard ``Age`` header when it is known."""
+    age = bank.refresh_for_read(profile)
+    if age is not None:
+        response.headers["Age"] = str(int(age))
 
 
 router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
@@ -110,6 +105,7 @@ router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
     responses=errors.error_responses(400, 422),
 )
 def list_memories(
+    response: Response,
     name: str = _profile_path(),
     limit: int = Query(50, json_schema_extra=_LIMIT_DOC),
     offset: int = Query(0, json_schema_extra=_OFFSET_DOC),
@@ -118,7 +114,7 @@ def list_memories(
 ) -> dict[str, Any]:
     """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``. Read-only:
     access counts do not change."""
-    _refresh(bank, [name])
+    _refresh(bank, response, name)
     return bank.list(name, limit=limit, offset=offset, category=category).to_dict()
 
 
@@ -155,6 +151,7 @@ def create_memory(
     responses=errors.error_responses(400, 422),
 )
 def search_memories(
+    response: Response,
     name: str = _profile_path(),
     q: str = Query(description="The query text"),
     limit: int | None = Query(None, description="Default: recall.limit (8)", json_schema_extra=_LIMIT_DOC),
@@ -166,7 +163,7 @@ def search_memories(
 ) -> dict[str, Any]:
     """Ranked best first, each with its score breakdown. A dashboard read: unlike the
     ``memory_recall`` tool, it does not bump ``accessCount`` or ``lastAccessedAt``."""
-    _refresh(bank, [name])
+    _refresh(bank, response, name)
     results = bank.query_with_relevance(name, q, limit=limit, min_score=min_score)
     return {"results": [r.to_dict() for r in results]}
 
@@ -178,6 +175,7 @@ def search_memories(
     responses=errors.error_responses(400, 422),
 )
 def injection_preview(
+    response: Response,
     name: str = _profile_path(),
     q: str = Query(description="The query (a run's prompt)"),
     bank: MemoryBank = BankDep,
@@ -185,7 +183,7 @@ def injection_preview(
     """The exact ``--- CONTEXT FROM MEMORY ---`` block for ``q`` (as for a profile that opts in
     to ``@memory``), its length against ``inject.budget_chars``, the entries in it and the ones
     the budget trimmed. A dashboard read: nothing is marked accessed."""
-    _refresh(bank, [name])
+    _refresh(bank, response, name)
     rendered = bank.render_context_block(name, q)
 
     def entry(scored: "ScoredMemory") -> dict[str, Any]:  # the tiers split the categories
@@ -202,10 +200,10 @@ def injection_preview(
 
 
 @router.get("/profiles", response_model=ProfileList, summary="Every profile, newest activity first")
-def list_profiles(bank: MemoryBank = BankDep) -> dict[str, Any]:
+def list_profiles(response: Response, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Each profile with its memory count (as in the stats) and its latest createdAt or
     lastAccessedAt, newest activity first. Read-only."""
-    _refresh(bank)
+    _refresh(bank, response)
     return {"profiles": bank.profiles()}
 
 
@@ -215,9 +213,9 @@ def list_profiles(bank: MemoryBank = BankDep) -> dict[str, Any]:
     summary="Get one memory",
     responses=errors.error_responses(400, 404, 422),
 )
-def get_memory(name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
+def get_memory(response: Response, name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
     """One memory of the profile (404 when absent, or in another profile). Read-only."""
-    _refresh(bank, [name])
+    _refresh(bank, response, name)
     return {"memory": bank.get(name, id).to_dict()}
 
 
@@ -244,6 +242,7 @@ def delete_memory(name: str = _profile_path(), id: str = _id_path(), bank: Memor
     responses=errors.error_responses(400, 422),
 )
 def memory_bank(
+    response: Response,
     limit: int | None = Query(None, description="Page size (default 50)", json_schema_extra=_LIMIT_DOC),
     offset: int | None = Query(None, description="Default 0", json_schema_extra=_OFFSET_DOC),
     q: str | None = Query(
@@ -255,7 +254,7 @@ def memory_bank(
     """Without parameters: ``{"profiles": {name: [memories newest first]}}``. With any of
     ``limit``, ``offset``, ``q``, ``category``: one page across profiles, newest first,
     ``{"memories", "total", "limit", "offset"}``. Read-only."""
-    _refresh(bank)
+    _refresh(bank, response)
     if limit is None and offset is None and q is None and category is None:
         return {"profiles": {p: [m.to_dict() for m in ms] for p, ms in bank.grouped().items()}}
     page = bank.list_all(limit if limit is not None else 50, offset or 0, q=q, category=category)
@@ -263,9 +262,9 @@ def memory_bank(
 
 
 @router.get("/memory-bank/stats", response_model=Stats, summary="Roll-up counts")
-def memory_bank_stats(bank: MemoryBank = BankDep) -> dict[str, Any]:
+def memory_bank_stats(response: Response, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Total memories, profiles with memory, and per-profile counts."""
-    _refresh(bank)
+    _refresh(bank, response)
     return bank.stats()
 
 

@@ -96,6 +96,11 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     daemon: _DaemonThread | None = None
     server = uvicorn.Server(uvicorn.Config(create_app(bank, config), host=host, port=port, log_level="info"))
     try:
+        if isinstance(bank, MemoryBank):
+            # One pull of every profile the bucket holds, in the background, with or without
+            # --with-sync: the first reads answer from the local index at once, and a profile
+            # that exists only in the bucket shows up as soon as that pull lands.
+            bank.refresh_for_read(None)
         if with_sync and isinstance(bank, MemoryBank):
             daemon = _start_daemon(config, bank.store)
         server.run()
