@@ -64,7 +64,9 @@ def test_reads_see_other_hosts_saves_soon_and_never_wait_for_them(hosts: Callabl
 
 def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., Any], s3: Any,
                                                           fault_proxy: FaultProxy) -> None:
-    host = hosts("conductor", bucket__endpoint=fault_proxy.endpoint, sync__refresh_ttl_s=0.0)
+    # Long bucket timeouts: a request that waited on the bucket would take 30 s or more.
+    host = hosts("conductor", bucket__endpoint=fault_proxy.endpoint, sync__refresh_ttl_s=0.0,
+                 sync__put_timeout_s=30.0, sync__timeout_s=30.0)
     for p in ("p1", "p2", "p3", "p4"):
         assert host.bank.save(p, content=f"a memory of {p}").synced
     # The endpoint now accepts connections and never answers (within any timeout used here).
@@ -78,10 +80,10 @@ def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., A
             took.append(time.perf_counter() - t0)
             assert r.status_code == 200, r.text
         assert c.get("/api/memory-bank/stats").json()["totalMemories"] == 4
-    # A request that waited on the bucket would take the read timeout (2 s here) or more; the
-    # target is under 100 ms (docs/benchmarks.md). The bound leaves room for a loaded machine.
-    assert max(took) < 1.0, took
-    assert sorted(took)[len(took) // 2] < 0.1, took
+    # None waited on the bucket (that is 30 s or more). The target, under 100 ms each, is met on
+    # a quiet machine (docs/benchmarks.md); the bounds here leave room for a loaded one.
+    assert max(took) < 10.0, took
+    assert sorted(took)[len(took) // 2] < 1.0, took
 
 
 def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path, hosts: Callable[..., Any],
