@@ -26,6 +26,7 @@ from filelock import FileLock, Timeout
 
 from memlocal.config import Config
 from memlocal.errors import ConfigError, SyncError
+from memlocal.humanize import plural
 from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
 from memlocal.store import Store
 
@@ -105,15 +106,28 @@ class PassReport:
         }
 
     def summary(self) -> str:
-        """One line for logs and the CLI."""
+        """One line for logs and the CLI, in the user's words (``pushed 2, deleted 1 here``)."""
         c = self.counts
-        parts = [f"{k} {c[k]}" for k in ("pushed", "pulled", "updated", "merged", "deleted_local",
-                                         "deleted_remote", "adopted", "reid", "conflicts") if c[k]]
+        parts = [_COUNT_WORDS[k](c[k]) for k in _COUNT_WORDS if c[k]]
         if self.skipped:
-            n = len(self.skipped)
-            parts.append(f"skipped {n} object{'' if n == 1 else 's'}")
-        done = ", ".join(parts) or "nothing to do"
-        return f"{self.result}: {done} ({self.objects} objects in {self.pages} listing pages, {self.duration_s:.2f}s)"
+            parts.append(f"skipped {plural(len(self.skipped), 'object')}")
+        done = ", ".join(parts) or ("nothing to do" if self.result in ("ok", "guarded") else "nothing done")
+        return (f"{self.result}: {done} ({plural(self.objects, 'object')} in "
+                f"{plural(self.pages, 'listing page')}, {self.duration_s:.2f}s)")
+
+
+# The pass's counters as a person would say them, in the order the summary lists them.
+_COUNT_WORDS: dict[str, Callable[[int], str]] = {
+    "pushed": lambda n: f"pushed {n}",
+    "pulled": lambda n: f"pulled {n}",
+    "updated": lambda n: f"updated {n}",
+    "merged": lambda n: f"merged the access counts of {n}",
+    "deleted_local": lambda n: f"deleted {n} here",
+    "deleted_remote": lambda n: f"deleted {n} in the bucket",
+    "adopted": lambda n: f"adopted {n} already in the bucket",
+    "reid": lambda n: f"gave {n} a new id",
+    "conflicts": lambda n: plural(n, "conflict"),
+}
 
 
 class SyncEngine:

@@ -6,15 +6,17 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..bank import MemoryBank
 from ..config import Config
 from ..errors import ConfigError, MemoryBankError
-from ..store import Store
-from ._common import State, main, pass_state
+from ._common import State, dim, main, pass_state, warn
+
+if TYPE_CHECKING:
+    from ..bank import MemoryBank
+    from ..store import Store
 
 DAEMON_ENTRY_POINTS = "memlocal.daemons"
 
@@ -52,6 +54,33 @@ def _start_daemon(config: Config, store: Store) -> _DaemonThread | None:
     return _DaemonThread(daemon)
 
 
+def _banner(config: Config, bank: MemoryBank | MemoryBankError, host: str, port: int) -> None:
+    """What is being served, before uvicorn's own lines: the database, the bucket, the URLs."""
+    from .. import __version__
+
+    shown_host = f"[{host}]" if ":" in host else host
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else '[::1]' if host == '::' else shown_host}:{port}"
+    if isinstance(bank, MemoryBankError):
+        database = f"{config['store.path'] or '(default)'} {warn('(not wired: memory endpoints answer 503)')}"
+        bucket = dim("unknown (the bank is not wired)")
+    else:
+        database = str(bank.path)
+        status = bank.sync_status()
+        b = status.get("bucket")
+        if not b:
+            bucket = "none: local only " + dim("(set INTERNAL_S3_BUCKET or S3_BUCKET to sync)")
+        else:
+            where = f" at {b['endpoint']}" if b.get("endpoint") else ""
+            bucket = f"{b['name']}{where} " + dim(f"(from {b['source']})")
+    lines = [f"memlocal {__version__} serving", f"  database:   {database}", f"  bucket:     {bucket}"]
+    if port:
+        lines += [f"  dashboard:  {base}/", f"  API docs:   {base}/docs  {dim('(and /redoc)')}"]
+    else:
+        lines.append(dim("  dashboard:  the port is chosen at start-up: see uvicorn's line below"))
+    for line in lines:
+        click.echo(line, err=True)
+
+
 @main.command()
 @click.option("--host", help="Address to bind (default: serve.host, 127.0.0.1). Non-loopback needs MEMLOCAL_API_TOKEN.")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default: serve.port, 8765).")
@@ -66,6 +95,7 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     import uvicorn  # the web stack is loaded only by this command
 
     from ..api import create_app
+    from ..bank import MemoryBank
     from ..api.auth import check_bind
 
     # uvicorn configures its own loggers; this shows memlocal's and the sync daemon's beside them.
@@ -86,6 +116,7 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
         bank = exc
         click.echo(f"Warning: the memory bank is not wired ({exc}); memory endpoints answer 503", err=True)
 
+    _banner(config, bank, host, port)
     if with_sync and not isinstance(bank, MemoryBank):
         click.echo("Warning: --with-sync: the sync daemon is not started, the bank is not wired", err=True)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; these
