@@ -32,7 +32,8 @@ class Setting:
     env: tuple[str, ...] = ()
     secret: bool = False
     # A "friend" of another setting (the bucket's endpoint, region, keys): of its variables only
-    # the one with the same prefix as the variable that set the leader applies (DESIGN: Bucket).
+    # the one with the same prefix as the variable that set the leader applies
+    # (docs/spec.md, "Bucket and configuration").
     follows: str = ""
 
 

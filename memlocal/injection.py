@@ -1,7 +1,7 @@
 """Prompt injection: the ``--- CONTEXT FROM MEMORY ---`` block, operator context blocks, and the
 fire-and-forget access marking that follows a rendering.
 
-The memory block (DESIGN.md, "Prompt injection")::
+The memory block (docs/spec.md, "Prompt injection")::
 
     --- CONTEXT FROM MEMORY ---
     Core knowledge (always apply):
@@ -21,7 +21,7 @@ The memory block (DESIGN.md, "Prompt injection")::
   run of three or more hyphens becomes an em dash, so that no memory can end, restart or imitate
   the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).
 - Operator-written contexts go in their own ``--- CONTEXT FROM OPERATOR ---`` block, labelled as
-  a human operator's words, before the memory block (spec: "Memory or context?").
+  a human operator's words, before the memory block (docs/spec.md, "Memory or context").
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ CORE_CATEGORIES: Final = ("preference", "fact")
 # Defined here, not in ``tools``, so that injection need not import the tool dispatcher (which
 # refers to the bank: bank -> injection -> tools -> bank was a circle).
 MEMORY_TOOL_NAMES: Final = ("memory_save", "memory_recall", "memory_list", "memory_delete")
-# Staleness tilt per category (spec, Staleness).
+# Staleness tilt per category (docs/spec.md, "Staleness").
 CATEGORY_WEIGHTS: Final[Mapping[str, float]] = {
     "preference": 0.5,
     "fact": 0.7,
@@ -101,7 +101,7 @@ def validate_confidence(confidence: object) -> float:
 
 
 def validate_text_input(text: object, what: str = "rawInput") -> str:
-    """Check a free-text input against the 4096-byte UTF-8 cap (spec: RawInput is capped at 4 KiB)."""
+    """Check a free-text input against the 4096-byte UTF-8 cap (docs/spec.md, "The memory object")."""
     if not isinstance(text, str):
         raise ValidationError(f"{what} must be a string")
     try:
@@ -321,7 +321,7 @@ def compute_staleness(
     last_accessed_at: datetime | None,
     now: datetime | None = None,
 ) -> float:
-    """DESIGN.md's staleness, clamped to [0, 1].
+    """The staleness of docs/spec.md, "Staleness", clamped to [0, 1].
 
     (daysSinceAccess*0.05 - log10(accessCount+1)*0.2 + (1-confidence)*0.3) * categoryWeight,
     with daysSinceAccess counted from lastAccessedAt, or createdAt when never accessed.

@@ -1,6 +1,6 @@
 """Relevance: the composite score, its signals, and the reference full scan. Pure: no store.
 
-score = (wR·recency + wU·usage + wT·topic) · confidenceMul        (DESIGN.md, "Relevance")
+score = (wR·recency + wU·usage + wT·topic) · confidenceMul        (docs/spec.md, "Relevance")
 
 - recency  = 0.5 ** (age_days / 30), age from max(createdAt, lastAccessedAt), never negative.
 - usage    = 1 − 0.4 / (1 + log10(1 + accessCount)): 0.6 never accessed, 0.8 at 9, 0.867 at 99,

@@ -8,9 +8,9 @@ intersection. Decisions:
   case-folded, and Latin diacritics are stripped (``café`` matches ``cafe``).
 - Stopwords are the Snowball English list (plus apostrophe-less contractions): data, below.
   One-letter words are dropped; numbers are kept (``2023`` is a useful term).
-- Stemming is the Snowball English ("Porter2") stemmer from PyStemmer, a C extension: DESIGN.md
-  measured stemming to help on LoCoMo (coverage 0.576 with, 0.538 without), and the C stemmer
-  keeps tokenising a 10k-memory profile cheap.
+- Stemming is the Snowball English ("Porter2") stemmer from PyStemmer, a C extension: the design's
+  measurements (docs/spec.md, "Relevance") found stemming to help on LoCoMo (coverage 0.576 with,
+  0.538 without), and the C stemmer keeps tokenising a 10k-memory profile cheap.
 
 ``TERMS_VERSION`` changes whenever anything here (or the cluster vocabulary) would turn the same
 text into different terms, so caches of terms built by an older version are not reused.

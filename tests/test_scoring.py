@@ -1,4 +1,4 @@
-"""The relevance formula against hand-computed values (DESIGN.md, "Relevance")."""
+"""The relevance formula against hand-computed values (docs/spec.md, "Relevance")."""
 
 from __future__ import annotations
 
