@@ -126,6 +126,19 @@ def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
         engine.close()
 
 
+def _when(stamp: str | None) -> str:
+    """A recorded time as "5 min ago", with the exact time dim beside it."""
+    from memlocal.errors import ValidationError
+    from memlocal.humanize import ago
+    from memlocal.model import parse_time
+
+    try:
+        when = parse_time(stamp)
+    except ValidationError:  # a record written by another version: show it as it is
+        return str(stamp)
+    return f"{ago(when)} {dim(f'({stamp})')}" if when else "never"
+
+
 def status_data(state: State) -> dict[str, Any]:
     """Everything ``sync status`` shows, as JSON-ready data."""
     from .status import status_for
@@ -161,13 +174,13 @@ def status_cmd(state: State, as_json: bool) -> None:
                             objects=last.get("objects", 0), duration_s=last.get("durationS", 0.0))
         report.counts.update(last.get("counts", {}))
         report.skipped = last.get("skipped", [])
-        click.echo(f"last pass:   {last.get('finishedAt')} {report.summary()}")
+        click.echo(f"last pass:   {_when(last.get('finishedAt'))} {report.summary()}")
         if last.get("reason"):
             click.echo(f"             {last['reason']}")
     else:
         click.echo("last pass:   never")
     err = data["lastError"]
-    click.echo(f"last error:  {err['at']} {err['message']}" if err else "last error:  none")
+    click.echo(f"last error:  {_when(err['at'])} {err['message']}" if err else "last error:  none")
     click.echo(f"pass running: {'yes' if data['passRunning'] else 'no'}")
     if data["skipped"]:
         click.echo(f"skipped:     {plural(len(data['skipped']), 'object')}")

@@ -35,7 +35,7 @@ def test_recall_table_and_json(tmp_path: Path) -> None:
     assert lines[0].split() == ["id", "score", "recency", "usage", "topic", "confMul", "category", "summary"]
     assert lines[2].startswith(allergy)
     assert "Bob" not in human.output
-    assert lines[-1].startswith("weights: recency 0.")
+    assert lines[-2].startswith("weights: recency 0.") and "maturity" in lines[-2]
 
     data = json.loads(cli(db, "recall", "-p", "ana", "diet", "--json", "--limit", "1").output)
     [hit] = data["results"]

@@ -145,10 +145,6 @@ def good(text: str) -> str:
     return click.style(text, fg="green")
 
 
-def bad(text: str) -> str:
-    return click.style(text, fg="red", bold=True)
-
-
 def warn(text: str) -> str:
     return click.style(text, fg="yellow")
 

@@ -12,20 +12,18 @@ from ._common import State, dim, echo_json, empty_state, json_option, main, pass
 if TYPE_CHECKING:
     from ..scoring import Breakdown
 
-# The spec's weights once a profile is mature; the maturity ramp is in docs/relevance.md.
-_MATURE_AFTER = 50
-
-
 def weights_line(b: Breakdown) -> str:
     """The weights in force and why: usage weighs in as the profile's memories get used."""
+    from ..scoring import MATURITY_ACCESSES as mature_after  # the ramp: docs/relevance.md, "Maturity"
+
     w = b.weights
     line = f"weights: recency {w.recency:.2f}, usage {w.usage:.2f}, topic {w.topic:.2f}"
     if b.maturity >= 1:
         return line + dim("  (maturity 1.00: a well-used profile, the spec's 0.35 / 0.30 / 0.35)")
-    uses = round(b.maturity * _MATURE_AFTER)
-    return (line + dim(f"  (maturity {b.maturity:.2f}: {uses} of {_MATURE_AFTER} recorded uses)") + "\n"
+    uses = round(b.maturity * mature_after)
+    return (line + dim(f"  (maturity {b.maturity:.2f}: {uses} of {mature_after} recorded uses)") + "\n"
             + dim("usage weighs in as the profile's memories are recalled, reaching 0.35 / 0.30 / 0.35 "
-                  f"after {_MATURE_AFTER} uses"))
+                  f"after {mature_after} uses"))
 
 
 @main.command()
