@@ -138,3 +138,23 @@ def test_every_module_is_in_the_architecture_map() -> None:
         if f"`{rel}`" not in text:
             missing.append(f"docs/architecture.md: add `{rel}` to the module map (its layer and what it does)")
     assert not missing, "\n".join(missing)
+
+
+def test_storage_md_names_the_full_text_tables_a_database_has(tmp_path: Path) -> None:
+    """docs/storage.md says which FTS5 tables exist and who reads them: a schema change that adds
+    or drops one fails here until the page says so."""
+    from memlocal.store import Store
+
+    store = Store(tmp_path / "fresh.db")
+    try:
+        rows = store.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%USING fts5%'").fetchall()
+    finally:
+        store.close()
+    tables = {name for (name,) in rows}
+    text = (DOCS / "storage.md").read_text(encoding="utf-8")
+    missing = [f"docs/storage.md: describe the FTS5 table `{t}` (what it indexes, and what reads it)"
+               for t in sorted(tables) if f"`{t}`" not in text]
+    gone = [f"docs/storage.md names `{t}`, which a new database no longer has: update the page"
+            for t in sorted(set(re.findall(r"`(\w+_fts\w*)`", text)) - tables)]
+    assert not missing + gone, "\n".join(missing + gone)
