@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
     from .scoring import ScoredMemory
+    from .semantic import SemanticIndex
 
 log = logging.getLogger("memlocal")
 
@@ -134,6 +135,7 @@ class MemoryBank:
         self.store = Store(db_path, busy_timeout_s=float(self.config["store.busy_timeout_s"]))
         self._recall_index: RecallIndex | None = None  # built on first recall (memlocal.recall)
         self._access_marker: AccessMarker | None = None  # fire-and-forget access bumps
+        self._semantic: SemanticIndex | None = None  # with semantic.enabled and the extra installed
         self._extractor = extractor if extractor is not None else self._configured_extractor()
         self._owns_extractor = extractor is None  # close only the processor we built
         if replicator is True:
@@ -238,6 +240,8 @@ class MemoryBank:
                 created_at=now, last_accessed_at=None, now=now,
             ),
         )
+        semantic = self.semantic
+        vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
         for _ in range(16):
             try:
                 self.store.insert(memory)
@@ -246,6 +250,8 @@ class MemoryBank:
                 memory = memory.with_changes(id=new_id())  # a collision is checked, never assumed away
         else:  # pragma: no cover - 16 collisions in a 2^32 space means the CSPRNG is broken
             raise ValidationError("could not draw an unused memory id")
+        if semantic is not None and vector is not None:
+            semantic.store_vector(memory.id, vector)
         synced = self.replicator.push_saved(memory) if self.replicator else False
         return SaveResult(memory, synced)
 
@@ -353,6 +359,17 @@ class MemoryBank:
 
             self._recall_index = RecallIndex(self.store, int(self.config["recall.cache_profiles"]))
         return self._recall_index
+
+    @property
+    def semantic(self) -> "SemanticIndex | None":
+        """The semantic signal's vectors and similarity queries (``memlocal.semantic``), when the
+        ``semantic`` extra is installed and ``semantic.enabled`` is set; otherwise ``None``."""
+        if self._semantic is None and self.config["semantic.enabled"]:
+            from .semantic import SemanticIndex, available
+
+            if available():
+                self._semantic = SemanticIndex(self.store)
+        return self._semantic
 
     def query_with_relevance(
         self,

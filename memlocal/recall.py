@@ -20,7 +20,8 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Final, Iterable, Sequence
 
-from .clusters import clusters_of
+from .features import features_of
+from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
     HALF_LIFE_DAYS,
@@ -31,7 +32,6 @@ from .scoring import (
     _rank_key,
     confidence_mul,
     maturity,
-    memory_terms,
     prepare_query,
     score_parts,
     usage,
@@ -48,11 +48,10 @@ _LN2_PER_US: Final = math.log(2.0) / (HALF_LIFE_DAYS * US_PER_DAY)
 class _Entry:
     """What the index keeps of one active memory."""
 
-    __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters",
-                 "text_key", "kx", "y")
+    __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters", "kx", "y")
 
-    def __init__(self, row: Sequence[Any], t0_us: int, terms: frozenset[str] | None = None) -> None:
-        (mid, created_us, last_us, count, confidence, category, processed, summary) = row[:8]
+    def __init__(self, row: Sequence[Any], t0_us: int) -> None:
+        (mid, created_us, last_us, count, confidence, category, features, _active, processed, summary) = row[:10]
         self.id: str = mid
         self.created_us: int = created_us
         self.anchor_us: int = max(created_us, last_us or created_us)
@@ -60,18 +59,22 @@ class _Entry:
         self.cm: float = confidence_mul(confidence)
         self.use: float = usage(count)
         self.tier: str = "core" if category in CORE_CATEGORIES else "other"
-        self.text_key = (processed, summary)
-        self.terms: frozenset[str] = terms if terms is not None else memory_terms(processed, summary)
-        self.clusters: frozenset[str] = clusters_of(self.terms)
+        # The stored features (memlocal.features); a row written without them is tokenised here.
+        self.terms: frozenset[str]
+        self.clusters: frozenset[str]
+        self.terms, self.clusters = parse_features(features if features is not None
+                                                   else features_of(processed, summary))
         # Static sort keys: cm·recency = exp(kx − ln2·(now − t0)/halflife) for every ``now``,
         # so ordering by kx orders by cm·recency at any time; y = cm·usage does not move.
         self.kx: float = math.log(self.cm) + (self.anchor_us - t0_us) * _LN2_PER_US
         self.y: float = self.cm * self.use
 
 
+# The text is read only for a row without stored features (``NULL``: derived lazily).
 _ROW_SQL: Final = (
-    "SELECT id, created_us, last_accessed_us, access_count, confidence, category, processed_content,"
-    " summary, is_active FROM memories WHERE profile = ?"
+    "SELECT id, created_us, last_accessed_us, access_count, confidence, category, features, is_active,"
+    " CASE WHEN features IS NULL THEN processed_content END, CASE WHEN features IS NULL THEN summary END"
+    " FROM memories WHERE profile = ?"
 )
 
 
@@ -131,11 +134,10 @@ class ProfileIndex:
 
     def apply(self, row: Sequence[Any]) -> None:
         """Bring one changed row (as selected by ``_ROW_SQL``) into the index."""
-        old = self.remove(row[0])
-        if not row[8]:  # inactive: not ranked
+        self.remove(row[0])
+        if row[7] != 1:  # inactive: not ranked
             return
-        terms = old.terms if old is not None and old.text_key == (row[6], row[7]) else None
-        self.add(_Entry(row, self.t0_us, terms))
+        self.add(_Entry(row, self.t0_us))
 
     def finish_bulk(self) -> None:
         for lists in (self.by_x, self.by_y):
@@ -242,6 +244,7 @@ class ProfileIndex:
         return scored[:limit]
 
 
+
 class RecallIndex:
     """Per-bank cache of :class:`ProfileIndex` objects, one per recently used profile.
 
@@ -301,6 +304,8 @@ class RecallIndex:
         """The exact top ``limit`` of ``profile`` for ``query`` (no side effects)."""
         now_us = to_us(now or utcnow())
         assert now_us is not None
+        # Rows written without features (raw SQL) get them now; one indexed probe when none.
+        self.store.derive_stale_features(profile)
         with self._lock, self.store.snapshot() as conn:
             idx = self._refresh(conn, profile)
             pq = idx.prepare(query)

@@ -36,7 +36,7 @@ from memlocal.scoring import (
     Breakdown, ScoredMemory, _rank_key, clusters_of, confidence_mul, maturity, memory_terms, prepare_query,
     score_parts, usage, weights_for,
 )
-from memlocal.store import MEMORY_COLUMNS, Store, memory_to_row, to_us
+from memlocal.store import WRITE_COLUMNS, Store, to_us, write_row
 
 CATEGORIES = ("preference", "fact", "behavior", "context", "general")
 PROFILE = "bench"
@@ -140,15 +140,25 @@ class Corpus:
 def insert_rows(store: Store, memories: Iterable[Memory]) -> None:
     """Insert complete memories in one transaction (benchmark setup, not a measured path)."""
     with store.transaction() as c:
-        c.executemany(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-                      f"({', '.join('?' for _ in MEMORY_COLUMNS)})", [memory_to_row(m) for m in memories])
+        c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES "
+                      f"({', '.join('?' for _ in WRITE_COLUMNS)})", [write_row(m) for m in memories])
 
 
 def build(path: Path, n: int, corpus: Corpus) -> MemoryBank:
     """A local-only bank at ``path`` holding ``n`` synthetic memories in profile ``bench``."""
     bank = MemoryBank(path, config=Config.load(environ={}), replicator=False)
     insert_rows(bank.store, corpus.memories(n))
+    add_fts_floor(bank.store)
     return bank
+
+
+def add_fts_floor(store: Store) -> None:
+    """The baseline's own full-text index: FTS5 ``porter unicode61`` over the memories' text
+    (memlocal's store indexes the formula's features instead, docs/storage.md). Setup only."""
+    with store.transaction() as c:
+        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS bench_fts USING fts5(processed_content, summary,"
+                  " content='memories', tokenize='porter unicode61')")
+        c.execute("INSERT INTO bench_fts (bench_fts) VALUES ('rebuild')")
 
 
 def fill(store: Store, n: int, profile: str = PROFILE) -> None:
@@ -212,8 +222,8 @@ def fts_query(query: str) -> str:
 
 
 FTS_TOP8_SQL = (
-    "SELECT m.id FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid"
-    " WHERE memories_fts MATCH ? AND m.profile = ? ORDER BY bm25(memories_fts) LIMIT 8"
+    "SELECT m.id FROM bench_fts JOIN memories m ON m.rowid = bench_fts.rowid"
+    " WHERE bench_fts MATCH ? AND m.profile = ? ORDER BY bm25(bench_fts) LIMIT 8"
 )
 
 

@@ -20,8 +20,12 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 - sync:    the first push of those 10k memories to moto_server (objects/s) vs ``rclone copy`` of the
            same 10k JSON bodies to the same server; and a no-op pass over the 10k objects.
 
+- cold:    ``recall.cold.<n>_ms``: a fresh interpreter opens the <n> database and answers one recall
+           (median over processes; ``import memlocal`` not counted); ``cli.recall_ms``: a whole
+           ``memlocal recall`` process at the start-up size (10k), wall clock.
+
 ``--json`` prints exactly: save.{p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
-fullscan_p50_ms, fts_floor_p50_ms}, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
+fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
 hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s}; ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
@@ -87,6 +91,9 @@ TARGETS = {
     <= 3 * r["recall"]["100000"]["fts_floor_p50_ms"],
     "recall p50 at 100k ≥ 10× faster than the full scan": lambda r: 10 * r["recall"]["100000"]["p50_ms"]
     <= r["recall"]["100000"]["fullscan_p50_ms"],
+    "cold open + first recall at 10k ≤ 100 ms": lambda r: r["recall"]["cold"]["10000_ms"] <= 100,
+    "cold open + first recall at 100k ≤ 300 ms": lambda r: r["recall"]["cold"]["100000_ms"] <= 300,
+    "warm recall p50 at 10k ≤ 3 ms": lambda r: r["recall"]["10000"]["p50_ms"] <= 3,
     "save p50 ≤ 1.5× the bare insert": lambda r: r["save"]["p50_ms"] <= 1.5 * r["save"]["bare_p50_ms"],
     "inject p50 at 10k ≤ 10 ms": lambda r: r["inject"]["p50_ms"] <= 10,
     "import ≥ 5,000 memories/s": lambda r: r["import"]["per_s"] >= 5000,
@@ -272,6 +279,26 @@ def startup_local(path: Path, queries: list[str]) -> list[dict[str, float]]:
         out = subprocess.run([sys.executable, "-c", _STARTUP_CHILD, str(path), PROFILE, q],
                              capture_output=True, text=True, check=True)
         runs.append(json.loads(out.stdout))
+    return runs
+
+
+def cold_recall(path: Path, queries: list[str]) -> list[float]:
+    """``recall.cold.<n>_ms``: per query a fresh interpreter opens the database and answers one
+    recall (``import memlocal`` not counted: the start-up child above); milliseconds each."""
+    return [r["open_first_recall_ms"] for r in startup_local(path, queries)]
+
+
+def cli_recall(path: Path, queries: list[str]) -> list[float]:
+    """``cli.recall_ms``: a whole ``memlocal recall`` process (interpreter start, imports, open,
+    recall, output) per query, wall-clock milliseconds each."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMLOCAL_", "S3_", "INTERNAL_S3_"))}
+    env["XDG_CONFIG_HOME"] = str(path.parent)  # no user config file (platformdirs looks there)
+    runs = []
+    for q in queries:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "memlocal", "--db", str(path), "recall", "--profile", PROFILE, q],
+                       capture_output=True, text=True, check=True, env=env)
+        runs.append((time.perf_counter() - t) * MS)
     return runs
 
 
@@ -494,12 +521,23 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
             log(f"recall: {n} memories, {plan.queries} queries")
             res, path = bench_recall(tmp, n, plan)
             out["recall"][str(n)] = res
+            cold_qs = Corpus(plan.seed + 2).queries(plan.startup_repeats)
+            log(f"  cold recall: {len(cold_qs)} fresh processes at {n}")
+            runs = cold_recall(path, cold_qs)
+            cold = out["recall"].setdefault("cold", {"_details": {}})
+            cold[f"{n}_ms"] = p50(runs)
+            cold["_details"][f"{n}_runs_ms"] = runs
+            if n == plan.startup_size:
+                log(f"  memlocal recall CLI: {len(cold_qs)} processes at {n}")
+                cli = cli_recall(path, cold_qs)
+                out["cli"] = {"recall_ms": p50(cli), "_details": {"memories": n, "runs_ms": cli}}
             if n == plan.startup_size or (startup_db is None and n == big):
                 startup_db = path
             elif path != startup_db:
                 path.unlink()
         if "recall" not in sections:
             del out["recall"]
+            out.pop("cli", None)
     assert startup_db is not None or not (sections & {"inject", "import", "startup", "sync"})
     if "inject" in sections and startup_db is not None:
         log("inject: 10k memories")
@@ -559,10 +597,17 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         lines.append(f"save p50            {f(s['p50_ms'], '.3f')} ms   bare INSERT+COMMIT {f(s['bare_p50_ms'], '.3f')} ms"
                      f"   ({s['p50_ms'] / s['bare_p50_ms']:.2f}×)")
     for n, r in results.get("recall", {}).items():
+        if n == "cold":
+            continue
         dd = d["recall"][n]
         lines.append(f"recall {int(n):>7,}    p50 {f(r['p50_ms'], '.3f')} ms  p95 {f(r['p95_ms'], '.3f')} ms   "
                      f"full scan {f(r['fullscan_p50_ms'], '.1f')} ms   FTS5 floor {f(r['fts_floor_p50_ms'], '.3f')} ms   "
                      f"exactness mismatches {dd['mismatches_vs_fullscan']}")
+    for key, ms in results.get("recall", {}).get("cold", {}).items():
+        if not key.startswith("_"):
+            lines.append(f"cold recall {int(key[:-3]):>7,}  a fresh process: open + first recall {f(ms, '.1f')} ms")
+    if "cli" in results:
+        lines.append(f"memlocal recall     a whole CLI process {f(results['cli']['recall_ms'], '.1f')} ms")
     if "inject" in results:
         lines.append(f"inject p50          {f(results['inject']['p50_ms'], '.3f')} ms   "
                      f"({d['inject']['memories']:,} memories)")
@@ -640,7 +685,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, default=str))
     else:
         print(report_text(results, targets, elapsed))
-    mismatches = sum(r["_details"]["mismatches_vs_fullscan"] for r in results.get("recall", {}).values())
+    mismatches = sum(r["_details"]["mismatches_vs_fullscan"] for n, r in results.get("recall", {}).items()
+                     if n != "cold")
     return 1 if mismatches else 0
 
 

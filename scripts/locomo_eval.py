@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.model import Memory, default_summary
-from memlocal.store import MEMORY_COLUMNS, memory_to_row
+from memlocal.store import WRITE_COLUMNS, write_row
 from memlocal.text import stem, words
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo-dev.json"
@@ -185,10 +185,10 @@ def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ran
         created = (t.when or last) if dated else IMPORTED_AT
         m = Memory(id=mid, profile_name=profile, raw_input=t.text, processed_content=t.text,
                    summary=default_summary(t.text), category="general", confidence=1.0, created_at=created)
-        rows.append(memory_to_row(m))
+        rows.append(write_row(m))
     with bank.store.transaction() as c:
-        c.executemany(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-                      f"({', '.join('?' for _ in MEMORY_COLUMNS)})", rows)
+        c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES "
+                      f"({', '.join('?' for _ in WRITE_COLUMNS)})", rows)
     now = (last if dated else IMPORTED_AT) + timedelta(days=1)
 
     def rank(query: str) -> list[str]:

@@ -46,9 +46,11 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out: dict[str, Any] = json.loads(proc.stdout)
     details = out.pop("details")
-    assert out.keys() == {"save", "recall", "inject", "import", "startup", "sync"}
+    assert out.keys() == {"save", "recall", "cli", "inject", "import", "startup", "sync"}
     assert out["save"].keys() == {"p50_ms", "bare_p50_ms"}
-    assert out["recall"].keys() == {"200"}
+    assert out["recall"].keys() == {"200", "cold"}
+    assert out["recall"]["cold"].keys() == {"200_ms"}
+    assert out["cli"].keys() == {"recall_ms"}
     assert out["recall"]["200"].keys() == {"p50_ms", "p95_ms", "fullscan_p50_ms", "fts_floor_p50_ms"}
     assert out["inject"].keys() == {"p50_ms"}
     assert out["import"].keys() == {"per_s"}
