@@ -72,6 +72,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("sync.workers", int, 16, "concurrent bucket requests during a pass", ("MEMLOCAL_SYNC_WORKERS",)),
     Setting("sync.mass_delete_min", int, 5, "a pass may delete this many of a profile's memories before the half-of-profile guard applies", ("MEMLOCAL_SYNC_MASS_DELETE_MIN",)),
     Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",)),
+    Setting("sync.snapshot_min_objects", int, 100, "profiles with at least this many objects get a snapshot object (memlocal/snapshots/) that fresh hosts read instead of every object; 0 turns snapshots off", ("MEMLOCAL_SYNC_SNAPSHOT_MIN_OBJECTS",)),
     Setting("sync.refresh_ttl_s", float, 2.0, "a read asks for a background pull of its profile when the last one is older than this", ("MEMLOCAL_SYNC_REFRESH_TTL_S",)),
     Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",)),
     Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",)),

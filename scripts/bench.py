@@ -26,7 +26,7 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 
 ``--json`` prints exactly: save.{p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
 fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
-hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s}; ``--details`` adds a ``details`` object
+hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, hydrate_s, hydrate_per_object_s}; ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
 """
@@ -101,6 +101,8 @@ TARGETS = {
     <= r["startup"]["hydrate_ms"],
     "first push ≥ rclone copy's objects/s": lambda r: r["sync"]["push_per_s"] >= r["sync"]["rclone_per_s"],
     "no-op pass over 10k objects ≤ 1 s": lambda r: r["sync"]["noop_pass_s"] <= 1.0,
+    "fresh host ≥ 10× faster than fetching object by object": lambda r: 10 * r["sync"]["hydrate_s"]
+    <= r["sync"]["hydrate_per_object_s"],
 }
 
 
@@ -390,6 +392,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     proc, endpoint = start_moto(tmp / "moto.log")
     rclone = rclone_binary()
     push_rates, rclone_rates, hydrate_ms, noop_s, noop_cpu, listing_s = [], [], [], [], [], []
+    hydrate_s, hydrate_per_object_s = [], []  # a fresh host's first pass, with and without snapshots
     push_server_cpu, rclone_server_cpu = [], []  # moto_server's CPU seconds per object
     rclone_head_rates: list[float] = []
     pages = 0
@@ -436,6 +439,24 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
             finally:
                 engine.close()
                 store.close()
+            if rep == 0:
+                # The no-op passes above found the profile settled and wrote its snapshot.
+                for snapshots, runs in ((config, hydrate_s),
+                                        (config.with_overrides(sync__snapshot_min_objects=0), hydrate_per_object_s)):
+                    for h in range(plan.noop_repeats):
+                        log(f"  sync: a fresh host hydrating {count} memories"
+                            f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{plan.noop_repeats})")
+                        fresh = Store(tmp / f"fresh-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db")
+                        engine = SyncEngine(snapshots, fresh)
+                        try:
+                            t = time.perf_counter()
+                            report = engine.run_pass()
+                            runs.append(time.perf_counter() - t)
+                        finally:
+                            engine.close()
+                            fresh.close()
+                        if not report.ok or report.counts["pulled"] != count:
+                            raise SystemExit(f"hydration: {report.summary()}")
             log("  start-up baseline: hydrating from the bucket")
             ms, n = hydrate(endpoint, BUCKET, plan.workers)
             if n != count:
@@ -467,7 +488,9 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
         "push_per_s": p50(push_rates),
         "rclone_per_s": p50(rclone_rates) if rclone_rates else None,
         "noop_pass_s": p50(noop_s),
-        "_details": {"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
+        "hydrate_s": p50(hydrate_s),
+        "hydrate_per_object_s": p50(hydrate_per_object_s),
+        "_details": {"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
                      "rclone_runs_per_s": rclone_rates, "rclone": rclone or "not installed (pip install -e '.[bench]')",
                      "rclone_with_head_per_s": p50(rclone_head_rates) if rclone_head_rates else None,
                      "noop_runs_s": noop_s, "noop_cpu_s": p50(noop_cpu), "noop_listing_pages": pages,
@@ -626,6 +649,9 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
                                                                   if head else ""))
         lines.append(f"sync no-op pass     {f(s['noop_pass_s'], '.2f')} s  ({sd['noop_listing_pages']} listing pages; "
                      f"the server's plain listing alone {f(sd['server_listing_s'], '.2f')} s; our CPU {f(sd['noop_cpu_s'], '.2f')} s)")
+        if s.get("hydrate_s") and s.get("hydrate_per_object_s"):
+            lines.append(f"sync fresh host     {f(s['hydrate_s'], '.2f')} s from the snapshot   object by object "
+                         f"{f(s['hydrate_per_object_s'], '.2f')} s   ({s['hydrate_per_object_s'] / s['hydrate_s']:.1f}×)")
     lines.append("")
     for name, ok in targets.items():
         mark = "met" if ok else ("not measured" if ok is None else "MISSED")

@@ -55,7 +55,7 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     assert out["inject"].keys() == {"p50_ms"}
     assert out["import"].keys() == {"per_s"}
     assert out["startup"].keys() == {"open_first_recall_ms", "hydrate_ms"}
-    assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s"}
+    assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s", "hydrate_s", "hydrate_per_object_s"}
     for section, values in out.items():
         for key, value in (values["200"] if section == "recall" else values).items():
             if not (section == "sync" and key == "rclone_per_s"):
