@@ -235,11 +235,11 @@ class SyncEngine:
             listed = {k.key for k in listing}
             effects += [Unskip(key) for key in known_bad if key not in listed]
             self.state.apply(effects)
-            self._read_snapshots(plan, snapshots, report)
+            # Profiles this pass changes are written by a later pass that finds them settled.
+            busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
+            self._read_snapshots(plan, snapshots, report, set(local) | set(base))
             self._execute(plan, report, pull_only=pull_only, progress=progress)
             if not pull_only and not report.errors:
-                # Profiles this pass changed are written by a later pass that finds them settled.
-                busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
                 self._write_snapshots(listing, local_rows, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
             if plan.guards:
@@ -278,9 +278,13 @@ class SyncEngine:
                 out.setdefault(parsed[0], []).append(obj.key)
         return out
 
-    def _read_snapshots(self, plan: Plan, snapshots: dict[str, list[str]], report: PassReport) -> None:
+    def _read_snapshots(self, plan: Plan, snapshots: dict[str, list[str]], report: PassReport,
+                        known: set[str]) -> None:
         """For each profile with many objects to fetch, take their bodies from its snapshot where
-        the snapshot's ETag is the listing's (the listing is the truth); the rest are fetched."""
+        the snapshot's ETag is the listing's (the listing is the truth); the rest are fetched.
+
+        A memory new to this host (no local row, no base: a fresh host's case) is pulled here
+        at once, in batches; the others go through the usual fetch, with the body in hand."""
         self._from_snapshot = {}
         if self.snapshot_min <= 0:
             return
@@ -306,6 +310,30 @@ class SyncEngine:
                         used += 1
                 report.counts["from_snapshot"] += used
                 break
+        if not self._from_snapshot:
+            return
+        effects: list[Effect] = []
+        remaining: list[Action] = []
+        for action in plan.actions:
+            key = object_key(action.profile, action.id) if action.op is Op.FETCH else ""
+            body = self._from_snapshot.get(key) if key else None
+            if body is None or action.id in known:
+                remaining.append(action)
+                continue
+            del self._from_snapshot[key]
+            try:
+                remote = decode(body, action.profile, action.id)
+            except BadObject as exc:
+                report.counts["skipped_objects"] += 1
+                effects.append(SkipObject(key, action.etag, exc.reason))
+                continue
+            report.counts["pulled"] += 1
+            effects.append(Synced(remote, action.etag, content_hash(remote), 0, "remote"))
+            if len(effects) >= BATCH_SIZE * 4:
+                self.state.apply(effects)
+                effects = []
+        self.state.apply(effects)
+        plan.actions = remaining
 
     def _write_snapshots(self, listing: list[Listed], local_rows: Sequence[Any], base: dict[str, Any],
                          snapshots: dict[str, list[str]], report: PassReport, busy: set[str]) -> None:
