@@ -24,8 +24,9 @@ from datetime import datetime
 from typing import Any, Callable, Final, Iterable
 
 from . import text
+from .text import memory_terms
 from .clusters import clusters_of
-from .model import CORE_CATEGORIES, Memory, default_summary, to_us, utcnow
+from .model import CORE_CATEGORIES, Memory, to_us, utcnow
 
 HALF_LIFE_DAYS: Final = 30.0
 BASE_WEIGHTS: Final = (0.35, 0.30, 0.35)  # recency, usage, topic
@@ -89,17 +90,6 @@ def combine(rec: float, use: float, topic: float, cmul: float, w: Weights) -> fl
 def idf(df: int, n: int) -> float:
     """BM25's smoothed inverse document frequency: always > 0, larger for rarer terms."""
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-
-
-def memory_terms(processed_content: str, summary: str) -> frozenset[str]:
-    """The terms a memory is matched on: its processedContent and summary.
-
-    A summary that is a prefix of the content, or its default preview (the first 50 characters,
-    whitespace folded), adds nothing but a word cut in half, so it is left out.
-    """
-    if processed_content.startswith(summary) or summary == default_summary(processed_content):
-        return text.terms(processed_content)
-    return text.terms_of((processed_content, summary))
 
 
 @dataclass(frozen=True, slots=True)

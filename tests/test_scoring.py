@@ -7,7 +7,7 @@ import math
 import pytest
 
 from memlocal import MemoryBank, ValidationError
-from memlocal.clusters import CLUSTER_NAMES, CLUSTER_TERMS, clusters_of
+from memlocal.clusters import CLUSTER_NAMES, CLUSTER_TERMS, CLUSTER_WORDS, clusters_of
 from memlocal.model import compute_staleness
 from memlocal.scoring import (
     confidence_mul,
@@ -19,7 +19,7 @@ from memlocal.scoring import (
     weights_for,
 )
 from memlocal.store import to_us
-from memlocal.text import terms
+from memlocal.text import STOPWORDS, stem, terms, words
 from memory_factory import NOW, days_ago, put
 
 US_PER_DAY = 86_400_000_000
@@ -128,9 +128,11 @@ def test_topic_hand_computed() -> None:
 def test_diet_recalls_peanut_allergy_through_food() -> None:
     assert {"food"} <= clusters_of(terms("diet")) & clusters_of(terms("peanut allergy"))
     texts = ["I have a peanut allergy", "The quarterly report is due"]
-    # No shared word; diet and the memory share food and health: 2c / (idf + 2c) with
-    # c = idf/4, that is (idf/2) / (1.5 idf) = 1/3.
-    assert _topic("diet", texts, 0) == pytest.approx(1 / 3)
+    # "allergy" yields its broader word "diet" (memlocal.vocab), so the query is fully covered.
+    assert _topic("diet", texts, 0) == pytest.approx(1.0)
+    # A cluster-only bridge: "restaurant" and "peanut" share food and nothing else:
+    # c / (idf + c) with c = idf/4, that is 1/5.
+    assert _topic("restaurant", texts, 0) == pytest.approx(1 / 5)
 
 
 def test_no_shared_word_or_cluster_gives_zero() -> None:
@@ -157,7 +159,9 @@ def test_stemming_matches_word_forms() -> None:
         ("trip", "flight"),
         ("release", "server"),
         ("film", "movie"),
-        ("boss", "report"),
+        ("boss", "deadline"),
+        ("restaurant", "shellfish"),
+        ("vim", "docker"),
     ],
 )
 def test_everyday_paraphrases_bridge(query: str, memory: str) -> None:
@@ -169,6 +173,58 @@ def test_clusters_are_data() -> None:
     assert set(CLUSTER_NAMES) == {"food", "health", "work", "tech", "travel", "entertainment",
                                   "communication", "shopping"}
     assert all(len(v) >= 40 for v in CLUSTER_TERMS.values())
+
+
+GENERIC = ("order store deal pay call show thread train map test build model memory report review "
+           "project text present use make work customer customs presentation ill").split()
+
+
+def test_cluster_words_are_clean() -> None:
+    """Every listed word is one live term (no stopword, not split by the tokenizer) in exactly
+    one cluster, no word is listed twice, and generic words are not listed at all."""
+    owner: dict[str, str] = {}
+    for name, vocab in CLUSTER_WORDS.items():
+        listed = vocab.split()
+        assert len(listed) == len(set(listed)), f"{name} lists a word twice"
+        for word in listed:
+            assert word not in STOPWORDS, f"{name}: {word!r} is a stopword"
+            assert len(words(word)) == 1, f"{name}: {word!r} is split by the tokenizer"
+            term = stem(word)
+            assert term is not None and term in terms(word), f"{name}: {word!r} does not survive tokenization"
+            assert owner.setdefault(term, name) == name, f"{word!r} ({term}) is in {owner[term]} and {name}"
+            assert stem(word) not in {stem(g) for g in GENERIC}, f"{name}: generic word {word!r}"
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("time zone", "timezone"), ("time-zone", "timezone"), ("time zones", "timezones"),
+        ("e-mail", "email"), ("E-Mails", "emails"), ("set up", "setup"), ("set-up", "setup"),
+        ("sci-fi", "scifi"), ("log in", "login"), ("code base", "codebase"), ("VS Code", "vscode"),
+        ("colour", "color"), ("organise", "organize"), ("favourite", "favorite"), ("k8s", "kubernetes"),
+        ("tz", "timezone"), ("repo", "repository"),
+    ],
+)
+def test_compounds_and_spelling_variants_give_the_same_terms(a: str, b: str) -> None:
+    assert terms(a) == terms(b)
+
+
+@pytest.mark.parametrize(
+    ("specific", "broader"),
+    [("pytest", "test framework"), ("Jest", "test"), ("neovim", "editor"), ("indentation", "format"),
+     ("prettier", "format"), ("rollout", "deploy"), ("Europe/Lisbon", "timezone"), ("CET", "timezone"),
+     ("vegetarian", "diet food"), ("allergic", "diet"), ("Mondays", "schedule"), ("hometown", "location")],
+)
+def test_specific_words_yield_their_broader_word(specific: str, broader: str) -> None:
+    assert terms(broader) <= terms(specific)
+
+
+def test_time_zone_query_finds_the_timezone_memory() -> None:
+    texts = ["Lives in Lisbon, timezone Europe/Lisbon", "Prefers pytest over unittest",
+             "Deploys go out on Tuesdays"]
+    q = "what time zone is the user in?"
+    assert _topic(q, texts, 0) > 0 and _topic(q, texts, 1) == _topic(q, texts, 2) == 0
+    assert _topic("which test framework?", texts, 1) == pytest.approx(1.0)
 
 
 # --- the composite score through the bank -------------------------------------------------------
