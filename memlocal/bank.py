@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .automation import AutomationNote
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
-    from .scoring import ScoredMemory
+    from .scoring import Ranking, ScoredMemory
     from .semantic import SemanticIndex
 
 log = logging.getLogger("memlocal")
@@ -371,6 +371,19 @@ class MemoryBank:
                 self._semantic = SemanticIndex(self.store)
         return self._semantic
 
+    def ranking(self) -> "Ranking":
+        """The configured ranking (``ranking.mode``, ``ranking.evidence_ratio``)."""
+        from .errors import ConfigError
+        from .scoring import MODES, Ranking
+
+        mode = str(self.config["ranking.mode"])
+        ratio = float(self.config["ranking.evidence_ratio"])
+        if mode not in MODES:
+            raise ConfigError(f"ranking.mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"ranking.evidence_ratio must be from 0 to 1, got {ratio!r}")
+        return Ranking(mode, ratio)
+
     def query_with_relevance(
         self,
         profile: str,
@@ -382,8 +395,10 @@ class MemoryBank:
         now: "datetime | None" = None,
     ) -> "builtins.list[ScoredMemory]":
         """The top ``limit`` active memories of ``profile`` for ``query``, best first, each with
-        its score breakdown. No side effects. Exactly what a full scan with the formula returns
-        (ties: newer createdAt, then id). Defaults: ``recall.limit`` (8), ``recall.min_score`` (0.05).
+        its score breakdown and (evidence mode) the evidence it passed the gate on. No side
+        effects. Exactly what a full scan under the configured ranking returns (ties: newer
+        createdAt, then id). Defaults: ``recall.limit`` (8), ``recall.min_score`` (0.05). In
+        evidence mode (the default), a query with no usable words returns nothing.
         """
         validate_profile(profile)
         if not isinstance(query, str):
@@ -395,7 +410,8 @@ class MemoryBank:
         if isinstance(exclude_ids, str):
             exclude_ids = (exclude_ids,)
         exclude = [validate_id(i) for i in exclude_ids]
-        return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now)
+        return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now,
+                                   ranking=self.ranking())
 
     def recall(
         self,
@@ -409,7 +425,8 @@ class MemoryBank:
     ) -> "builtins.list[ScoredMemory]":
         """``query_with_relevance``, then every returned memory is marked accessed (accessCount + 1,
         lastAccessedAt = now, staleness recomputed) before this returns. The results show the
-        values the ranking used, from before the bump."""
+        values the ranking used, from before the bump. In evidence mode only memories that
+        passed the gate are returned, so only they count as used (no feedback loop)."""
         results = self.query_with_relevance(profile, query, limit, min_score, exclude_ids, now=now)
         if results:
             self.store.mark_accessed(profile, [r.memory.id for r in results], now or utcnow())
@@ -436,10 +453,15 @@ class MemoryBank:
         validate_profile(profile)
         if not isinstance(query, str):
             raise ValidationError("query must be a string")
+        from .scoring import SPEC
+
         index = self._index()
+        ranking = self.ranking()
 
         def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
-            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier)
+            # The core tier always applies (the spec's rule); the relevant tier needs evidence.
+            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier,
+                               ranking=SPEC if tier == "core" else ranking)
 
         return build_memory_block(
             ranked,
@@ -450,10 +472,12 @@ class MemoryBank:
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
-        inject). The memories that made it in are marked accessed without waiting."""
+        inject). The memories that made it in are marked accessed without waiting; in evidence
+        mode only those the query gave evidence for (core entries without any are not counted)."""
         block = self.render_context_block(profile, query, now=now)
-        if block.ids:
-            self.mark_accessed(profile, block.ids, now=now)
+        ids = block.evidence_ids if self.ranking().gated else block.ids
+        if ids:
+            self.mark_accessed(profile, ids, now=now)
         return block.text
 
     def inject(

@@ -54,6 +54,8 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("inject.relevant_limit", int, 8, "query-relevant entries in the context block", ("MEMLOCAL_INJECT_RELEVANT_LIMIT",)),
     Setting("inject.min_score", float, 0.05, "lowest score of a query-relevant entry in the context block", ("MEMLOCAL_INJECT_MIN_SCORE",)),
     Setting("semantic.enabled", bool, False, "add the semantic signal (needs the memlocal[semantic] extra)", ("MEMLOCAL_SEMANTIC_ENABLED",)),
+    Setting("ranking.mode", str, "evidence", "'evidence': only memories the query gives evidence for, ordered by the spec's score; 'spec': the spec's literal top-k by score", ("MEMLOCAL_RANKING_MODE",)),
+    Setting("ranking.evidence_ratio", float, 0.3, "evidence mode: a result's topic must be at least this share of the best match's topic", ("MEMLOCAL_RANKING_EVIDENCE_RATIO",)),
     Setting("recall.cache_profiles", int, 16, "profiles whose recall index a process keeps in memory", ("MEMLOCAL_RECALL_CACHE_PROFILES",)),
     Setting("llm.enabled", bool, True, "use the LLM processor when ANTHROPIC_API_KEY is set", ("MEMLOCAL_LLM_ENABLED",)),
     Setting("llm.model", str, "claude-haiku-4-5-20251001", "extraction model", ("ANTHROPIC_MEMORY_MODEL",)),

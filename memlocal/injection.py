@@ -129,6 +129,13 @@ class RenderedBlock:
     def ids(self) -> tuple[str, ...]:
         return tuple(s.memory.id for s in (*self.core, *self.relevant))
 
+    @property
+    def evidence_ids(self) -> tuple[str, ...]:
+        """The ids in the block that the query gave evidence for (topic > 0): every relevant
+        entry (the gate let it in) and the core entries that match. Evidence mode counts only
+        these as used, so an always-injected core memory does not gain use from every prompt."""
+        return tuple(s.memory.id for s in (*self.core, *self.relevant) if s.breakdown.topic > 0.0)
+
 
 def entry_line(category: str, content: str) -> str:
     return f"* [{category}] {one_line(content)}"

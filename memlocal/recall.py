@@ -28,9 +28,13 @@ from .scoring import (
     US_PER_DAY,
     Breakdown,
     PreparedQuery,
+    Ranking,
+    Row,
     ScoredMemory,
     _rank_key,
     confidence_mul,
+    evidence_of,
+    gate_select,
     maturity,
     prepare_query,
     score_parts,
@@ -244,6 +248,75 @@ class ProfileIndex:
         return scored[:limit]
 
 
+    def top_k_gated(
+        self,
+        pq: PreparedQuery,
+        *,
+        now_us: int,
+        limit: int,
+        min_score: float,
+        ratio: float,
+        exclude_ids: Iterable[str] = (),
+        tier: str | None = None,
+        essential_budget: int | None = None,
+    ) -> tuple[list[tuple[_Entry, float, float, float]], float]:
+        """The evidence-gated top ``limit`` (see :class:`Ranking`) and the best topic, exactly as
+        :func:`gate_select` over every memory holding a query feature would give them.
+
+        Only memories holding a query term or cluster can pass, so only posting lists are read.
+        Selective features (short lists) are scored first; the common ones bound the topic a
+        memory holding only those can reach (``rest``). When the gate already keeps ``limit``
+        memories whose topic is above that bound, no other memory can displace them, and the
+        common lists are skipped; otherwise they are scored too.
+        """
+        if pq.empty:
+            return [], 0.0
+        w = weights_for(maturity(self.total_accesses))
+        entries = self.entries
+        seen: set[str] = set(exclude_ids)
+        rows: list[Row] = []
+
+        def visit_all(ids: set[str]) -> None:
+            for mid in ids:
+                if mid not in seen:
+                    seen.add(mid)
+                    e = entries[mid]
+                    if tier is None or e.tier == tier:
+                        s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
+                        rows.append((e, s, rec, top))
+
+        feats: list[tuple[int, float, set[str]]] = []
+        for t, wt in zip(pq.terms, pq.weights):
+            ids = self.postings.get(t)
+            if ids:
+                feats.append((len(ids), wt, ids))
+        for c in pq.clusters:
+            ids = self.cluster_postings.get(c)
+            if ids:
+                feats.append((len(ids), pq.cluster_weight, ids))
+        feats.sort(key=lambda f: f[0])
+        budget = max(256, len(entries) // 16) if essential_budget is None else essential_budget
+        spent, rest, common = 0, 0.0, []
+        for size, wt, ids in feats:
+            if spent + size <= budget:
+                spent += size
+                visit_all(ids)
+            else:
+                rest += wt
+                common.append(ids)
+
+        def ident(e: _Entry) -> tuple[int, str]:
+            return e.created_us, e.id
+
+        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+        if common:
+            bound = min(1.0, rest / pq.denominator)
+            if len(kept) < limit or min(r[3] for r in kept) <= bound + _EPS:
+                for ids in common:
+                    visit_all(ids)
+                kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+        return kept, best  # type: ignore[return-value]
+
 
 class RecallIndex:
     """Per-bank cache of :class:`ProfileIndex` objects, one per recently used profile.
@@ -300,8 +373,9 @@ class RecallIndex:
         exclude_ids: Iterable[str] = (),
         now: datetime | None = None,
         tier: str | None = None,
+        ranking: Ranking = Ranking(),
     ) -> list[ScoredMemory]:
-        """The exact top ``limit`` of ``profile`` for ``query`` (no side effects)."""
+        """The exact top ``limit`` of ``profile`` for ``query`` under ``ranking`` (no side effects)."""
         now_us = to_us(now or utcnow())
         assert now_us is not None
         # Rows written without features (raw SQL) get them now; one indexed probe when none.
@@ -311,11 +385,18 @@ class RecallIndex:
             pq = idx.prepare(query)
             mat = maturity(idx.total_accesses)
             w = weights_for(mat)
-            top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
-                            exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
+            best = 0.0
+            if ranking.gated:
+                top, best = idx.top_k_gated(pq, now_us=now_us, limit=limit, min_score=min_score, ratio=ranking.ratio,
+                                            exclude_ids=exclude_ids, tier=tier,
+                                            essential_budget=self.essential_budget)
+            else:
+                top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
+                                exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
             memories = self.store.get_many(profile, [e.id for e, *_ in top], conn=conn)
         return [
-            ScoredMemory(memories[e.id], s, Breakdown(rec, e.use, t, e.cm, w, mat, s))
+            ScoredMemory(memories[e.id], s, Breakdown(rec, e.use, t, e.cm, w, mat, s),
+                         evidence_of(pq, e.terms, e.clusters, t, best) if ranking.gated else None)
             for e, s, rec, t in top
             if e.id in memories
         ]

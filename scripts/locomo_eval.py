@@ -171,8 +171,9 @@ def _memory_id(conv: str, dia_id: str) -> str:
     return "mem-" + hashlib.sha256(f"{conv}/{dia_id}".encode()).hexdigest()[:8]
 
 
-def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ranker:
-    """Load the turns as memories of one profile and rank through ``query_with_relevance``."""
+def load_turns(bank: MemoryBank, conv: Conversation, *, dated: bool) -> tuple[str, dict[str, str], datetime]:
+    """Load the turns as memories of one profile: (profile, memory id -> dia id, the "now" to
+    rank at: the day after the last session when ``dated``, else the day after the import)."""
     profile = re.sub(r"[^A-Za-z0-9._-]", "-", conv.name) or "conv"
     by_id: dict[str, str] = {}
     rows = []
@@ -189,7 +190,12 @@ def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ran
     with bank.store.transaction() as c:
         c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES "
                       f"({', '.join('?' for _ in WRITE_COLUMNS)})", rows)
-    now = (last if dated else IMPORTED_AT) + timedelta(days=1)
+    return profile, by_id, (last if dated else IMPORTED_AT) + timedelta(days=1)
+
+
+def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ranker:
+    """Load the turns as memories of one profile and rank through ``query_with_relevance``."""
+    profile, by_id, now = load_turns(bank, conv, dated=dated)
 
     def rank(query: str) -> list[str]:
         results = bank.query_with_relevance(profile, query, limit=DEPTH, min_score=0.0, now=now)
@@ -298,6 +304,59 @@ def evaluate(path: Path, *, dated: bool = True) -> dict[str, Any]:
     }
 
 
+# --- the living bank -------------------------------------------------------------------------
+
+PHASES = ("fresh", "use", "after")
+
+
+def evaluate_living(path: Path, modes: Sequence[str] = ("evidence", "spec")) -> dict[str, Any]:
+    """A bank that has lived: each turn created at its session's date, "now" the day after the
+    last session, through the public API. Phases, in order, per conversation:
+
+    - ``fresh``: every question through ``query_with_relevance`` (read-only);
+    - ``use``: every question once through ``recall``, which marks what it returns accessed
+      (accessCount + 1, lastAccessedAt = now), so later questions see the earlier ones' use;
+    - ``after``: every question again, read-only, on the used bank.
+
+    ``padding``: the share of returned results without query evidence (topic 0).
+    """
+    convs = load(path)
+    out: dict[str, Any] = {"data": str(path), "modes": {}}
+    for mode in modes:
+        phases = {p: Scores() for p in PHASES}
+        returned = {p: 0 for p in PHASES}
+        padded = {p: 0 for p in PHASES}
+        with tempfile.TemporaryDirectory(prefix="memlocal-locomo-living-") as tmp:
+            config = Config.load(environ={}, overrides={"ranking.mode": mode})
+            with MemoryBank(Path(tmp) / "living.db", config=config, replicator=False) as bank:
+                for conv in convs:
+                    profile, by_id, now = load_turns(bank, conv, dated=True)
+                    for phase in PHASES:
+                        ask = bank.recall if phase == "use" else bank.query_with_relevance
+                        for q in conv.questions:
+                            results = ask(profile, q.text, limit=DEPTH, min_score=0.0, now=now)
+                            returned[phase] += len(results)
+                            padded[phase] += sum(1 for r in results if r.breakdown.topic <= 0.0)
+                            phases[phase].add([by_id[r.memory.id] for r in results], q.evidence)
+        out["modes"][mode] = {
+            p: {**phases[p].to_dict(), "padding": round(padded[p] / max(1, returned[p]), 4),
+                "returned_per_question": round(returned[p] / max(1, phases[p].n), 2)}
+            for p in PHASES
+        }
+    return out
+
+
+def format_living(result: dict[str, Any]) -> str:
+    lines = [f"LoCoMo living bank (dated turns, now = the day after the last session): {result['data']}", ""]
+    head = f"{'mode':<10}{'phase':<8}" + "".join(f"{f'R@{k}':>8}" for k in KS) + f"{'MRR@10':>8}{'padding':>9}{'per q':>7}"
+    lines += [head, "-" * len(head)]
+    for mode, phases in result["modes"].items():
+        for i, (phase, v) in enumerate(phases.items()):
+            lines.append(f"{mode if i == 0 else '':<10}{phase:<8}" + "".join(f"{v[f'recall@{k}']:>8.3f}" for k in KS)
+                         + f"{v['mrr@10']:>8.3f}{v['padding']:>9.3f}{v['returned_per_question']:>7.2f}")
+    return "\n".join(lines)
+
+
 def format_table(result: dict[str, Any]) -> str:
     systems = [s for s in result["overall"]]
     lines = [f"LoCoMo retrieval: {result['data']}", ""]
@@ -335,11 +394,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="LoCoMo JSON (default: ../shared/data/locomo/locomo-dev.json beside the repo)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--no-dated", action="store_true", help="skip the memlocal-dated row")
+    ap.add_argument("--living", action="store_true",
+                    help="the living-bank benchmark: dated turns; phases fresh, use (recall), after")
+    ap.add_argument("--mode", action="append", choices=("evidence", "spec"),
+                    help="with --living: the ranking modes to run (default: both)")
     args = ap.parse_args(argv)
     path = args.path.resolve()
     if not path.is_file():
         print(f"error: no LoCoMo file at {path}", file=sys.stderr)
         return 2
+    if args.living:
+        living = evaluate_living(path, args.mode or ("evidence", "spec"))
+        print(json.dumps(living, indent=2) if args.json else format_living(living))
+        return 0
     result = evaluate(path, dated=not args.no_dated)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from memlocal import MemoryBank, ValidationError
+from memlocal.config import Config
 from memlocal.clusters import CLUSTER_NAMES, CLUSTER_TERMS, CLUSTER_WORDS, clusters_of
 from memlocal.model import compute_staleness
 from memlocal.scoring import (
@@ -246,7 +248,7 @@ def test_composite_score_hand_computed(bank: MemoryBank) -> None:
 def test_mature_profile_uses_full_usage_weight(bank: MemoryBank) -> None:
     put(bank, "p", "Uses tabs for indentation", created=days_ago(60), last=days_ago(30), count=9)
     put(bank, "p", "Old inactive memory", count=100, active=False)  # not counted
-    [r] = bank.query_with_relevance("p", "unrelated", min_score=0.0, now=NOW)
+    [r] = bank.query_with_relevance("p", "tabs", min_score=0.0, now=NOW)
     assert r.breakdown.maturity == pytest.approx(9 / 50)
     put(bank, "p", "Another heavily used memory", count=41)
     r = bank.query_with_relevance("p", "indentation tabs", min_score=0.0, now=NOW)[0]
@@ -255,12 +257,25 @@ def test_mature_profile_uses_full_usage_weight(bank: MemoryBank) -> None:
     assert r.score == pytest.approx(0.35 * 0.5 + 0.30 * 0.8 + 0.35 * 1.0)
 
 
-def test_memories_without_topic_still_rank_by_recency(bank: MemoryBank) -> None:
-    old = put(bank, "p", "Paint the fence", created=days_ago(90))
-    new = put(bank, "p", "Water the plants", created=days_ago(1))
-    got = bank.query_with_relevance("p", "quantum chromodynamics", now=NOW)
-    assert [r.memory.id for r in got] == [new.id, old.id]
-    assert all(r.breakdown.topic == 0.0 for r in got)
+def _spec_bank(path: Path) -> MemoryBank:
+    return MemoryBank(path, config=Config.load(environ={}, overrides={"ranking.mode": "spec"}), replicator=False)
+
+
+def test_spec_mode_ranks_memories_without_topic_by_recency(tmp_path: Path) -> None:
+    with _spec_bank(tmp_path / "m.db") as bank:
+        old = put(bank, "p", "Paint the fence", created=days_ago(90))
+        new = put(bank, "p", "Water the plants", created=days_ago(1))
+        got = bank.query_with_relevance("p", "quantum chromodynamics", now=NOW)
+        assert [r.memory.id for r in got] == [new.id, old.id]
+        assert all(r.breakdown.topic == 0.0 and r.evidence is None for r in got)
+
+
+def test_evidence_mode_returns_nothing_without_evidence(bank: MemoryBank) -> None:
+    put(bank, "p", "Paint the fence", created=days_ago(90))
+    put(bank, "p", "Water the plants", created=days_ago(1))
+    assert bank.query_with_relevance("p", "quantum chromodynamics lattice gauge", now=NOW) == []
+    assert bank.query_with_relevance("p", "the of and", now=NOW) == []  # no usable words
+    assert bank.query_with_relevance("p", "", now=NOW) == []
 
 
 def test_ties_break_by_newer_created_then_id(bank: MemoryBank) -> None:

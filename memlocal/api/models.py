@@ -119,10 +119,23 @@ class Breakdown(_Model):
     score: float
 
 
+class Evidence(_Model):
+    """Why a result passed the evidence gate (``ranking.mode = "evidence"``): the query terms
+    (stems) and clusters it shares with the query, its topic value, and the best topic value of
+    any candidate (it passed with ``strength ≥ ranking.evidence_ratio · best``)."""
+
+    terms: list[str]
+    clusters: list[str]
+    strength: float
+    best: float
+
+
 class SearchResult(_Model):
     memory: MemoryOut
     score: float
     breakdown: Breakdown
+    evidence: Evidence | None = Field(
+        default=None, description="why it passed the gate; null in spec mode and for the core tier")
 
 
 class SearchResponse(_Model):
