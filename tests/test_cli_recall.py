@@ -39,7 +39,7 @@ def test_recall_table_and_json(tmp_path: Path) -> None:
 
     data = json.loads(cli(db, "recall", "-p", "ana", "diet", "--json", "--limit", "1").output)
     [hit] = data["results"]
-    assert set(hit) == {"memory", "score", "breakdown"}
+    assert set(hit) == {"memory", "score", "breakdown", "evidence"}
     assert hit["memory"]["id"] == allergy
     assert hit["memory"]["accessCount"] == 1  # the human recall above counted as a use
     assert set(hit["breakdown"]["weights"]) == {"recency", "usage", "topic"}
