@@ -33,8 +33,8 @@ from memlocal.clusters import CLUSTER_WORDS
 from memlocal.config import Config
 from memlocal.model import Memory, new_id, staleness_of, utcnow
 from memlocal.scoring import (
-    Breakdown, ScoredMemory, _rank_key, clusters_of, confidence_mul, maturity, memory_terms, prepare_query,
-    score_parts, usage, weights_for,
+    Breakdown, Ranking, ScoredMemory, _rank_key, clusters_of, confidence_mul, evidence_of, gate_select, maturity,
+    memory_terms, prepare_query, score_parts, usage, weights_for,
 )
 from memlocal.store import WRITE_COLUMNS, Store, to_us, write_row
 
@@ -192,18 +192,29 @@ class BruteForce:
             for t in ts:
                 self.df[t] = self.df.get(t, 0) + 1
 
-    def rank(self, query: str, limit: int, min_score: float, now_us: int) -> list[ScoredMemory]:
+    def rank(self, query: str, limit: int, min_score: float, now_us: int,
+             ranking: Ranking = Ranking()) -> list[ScoredMemory]:
+        """The reference answer under ``ranking`` (the default: the evidence gate, as the bank)."""
         mat = maturity(sum(m.access_count for m in self.memories))
         w = weights_for(mat)
         pq = prepare_query(query, lambda t: self.df.get(t, 0), len(self.memories))
         out = []
+        rows = []
         for m, ts, cs in zip(self.memories, self.terms, self.clusters):
             created = to_us(m.created_at) or 0
             anchor = max(created, to_us(m.last_accessed_at) or created)
             use, cm = usage(m.access_count), confidence_mul(m.confidence)
             s, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
-            if s >= min_score:
+            if ranking.gated:
+                if top > 0.0:  # only memories with evidence can pass the gate
+                    rows.append(((m, created, use, cm, ts, cs), s, rec, top))
+            elif s >= min_score:
                 out.append((_rank_key(s, created, m.id), ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s))))
+        if ranking.gated:
+            kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
+                                     ident=lambda item: (item[1], item[0].id))
+            return [ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s), evidence_of(pq, ts, cs, top, best))
+                    for (m, _, use, cm, ts, cs), s, rec, top in kept]
         out.sort(key=lambda p: p[0])
         return [s for _, s in out[:limit]]
 
