@@ -208,17 +208,24 @@ class Evidence:
 
     ``terms``: the query terms (stems) the memory contains; ``clusters``: the clusters both touch;
     ``strength``: its topic value; ``best``: the best topic value of any candidate for the query
-    (the gate lets a memory through when ``strength ≥ ratio · best``).
+    (the gate lets a memory through when ``strength ≥ ratio · best``). ``semantic``: the third
+    kind of evidence, the cosine similarity of query and memory when the optional semantic
+    signal is enabled and contributed to the topic (``None`` otherwise, and left out of
+    ``to_dict``): a signal that adds to the topic is evidence like a shared term.
     """
 
     terms: tuple[str, ...]
     clusters: tuple[str, ...]
     strength: float
     best: float
+    semantic: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"terms": list(self.terms), "clusters": list(self.clusters), "strength": self.strength,
-                "best": self.best}
+        out: dict[str, Any] = {"terms": list(self.terms), "clusters": list(self.clusters),
+                               "strength": self.strength, "best": self.best}
+        if self.semantic is not None:
+            out["semantic"] = self.semantic
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,10 +243,11 @@ class ScoredMemory:
 
 
 def evidence_of(pq: PreparedQuery, terms: frozenset[str], clusters: frozenset[str], strength: float,
-                best: float) -> Evidence:
-    """The :class:`Evidence` record of one memory that passed the gate."""
+                best: float, semantic: float | None = None) -> Evidence:
+    """The :class:`Evidence` record of one memory that passed the gate (``semantic``: its cosine
+    similarity, when the semantic signal contributed to ``strength``)."""
     return Evidence(tuple(t for t in pq.terms if t in terms), tuple(c for c in pq.clusters if c in clusters),
-                    strength, best)
+                    strength, best, semantic)
 
 
 # --- ranking modes ---------------------------------------------------------------------------

@@ -27,6 +27,11 @@ malformed upstream: ``D8:6; D9:17`` is split, ``D:11:26`` repaired, zero-padded 
 numbers, and ids of turns that do not exist dropped.
 
     python scripts/locomo_eval.py [PATH] [--json]      # PATH: ../shared/data/locomo/locomo-dev.json
+    python scripts/locomo_eval.py [PATH] --living [--mode evidence|spec] [--ratio R] [--json]
+
+``--living`` is the living-bank benchmark (:func:`evaluate_living`): dated turns, and three
+phases through the public API: fresh, every question once through ``recall`` (which counts what
+it returns as used), and again read-only on the used bank; with the padding rate.
 """
 
 from __future__ import annotations
@@ -309,7 +314,7 @@ def evaluate(path: Path, *, dated: bool = True) -> dict[str, Any]:
 PHASES = ("fresh", "use", "after")
 
 
-def evaluate_living(path: Path, modes: Sequence[str] = ("evidence", "spec")) -> dict[str, Any]:
+def evaluate_living(path: Path, modes: Sequence[str] = ("evidence", "spec"), ratio: float | None = None) -> dict[str, Any]:
     """A bank that has lived: each turn created at its session's date, "now" the day after the
     last session, through the public API. Phases, in order, per conversation:
 
@@ -321,13 +326,16 @@ def evaluate_living(path: Path, modes: Sequence[str] = ("evidence", "spec")) -> 
     ``padding``: the share of returned results without query evidence (topic 0).
     """
     convs = load(path)
-    out: dict[str, Any] = {"data": str(path), "modes": {}}
+    out: dict[str, Any] = {"data": str(path), "modes": {}, "evidence_ratio": ratio}
     for mode in modes:
         phases = {p: Scores() for p in PHASES}
         returned = {p: 0 for p in PHASES}
         padded = {p: 0 for p in PHASES}
         with tempfile.TemporaryDirectory(prefix="memlocal-locomo-living-") as tmp:
-            config = Config.load(environ={}, overrides={"ranking.mode": mode})
+            overrides: dict[str, Any] = {"ranking.mode": mode}
+            if ratio is not None:
+                overrides["ranking.evidence_ratio"] = ratio
+            config = Config.load(environ={}, overrides=overrides)
             with MemoryBank(Path(tmp) / "living.db", config=config, replicator=False) as bank:
                 for conv in convs:
                     profile, by_id, now = load_turns(bank, conv, dated=True)
@@ -398,13 +406,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the living-bank benchmark: dated turns; phases fresh, use (recall), after")
     ap.add_argument("--mode", action="append", choices=("evidence", "spec"),
                     help="with --living: the ranking modes to run (default: both)")
+    ap.add_argument("--ratio", type=float, help="with --living: ranking.evidence_ratio (default: the setting's default)")
     args = ap.parse_args(argv)
     path = args.path.resolve()
     if not path.is_file():
         print(f"error: no LoCoMo file at {path}", file=sys.stderr)
         return 2
     if args.living:
-        living = evaluate_living(path, args.mode or ("evidence", "spec"))
+        living = evaluate_living(path, args.mode or ("evidence", "spec"), args.ratio)
         print(json.dumps(living, indent=2) if args.json else format_living(living))
         return 0
     result = evaluate(path, dated=not args.no_dated)

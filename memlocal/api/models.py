@@ -128,6 +128,7 @@ class Evidence(_Model):
     clusters: list[str]
     strength: float
     best: float
+    semantic: float | None = Field(default=None, description="cosine similarity, when the semantic signal is on")
 
 
 class SearchResult(_Model):
