@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from .errors import InputTooLargeError, ValidationError
 from .injection import context_block
-from .model import format_time, utcnow
+from .model import check_text, format_time, utcnow
 from .store import Store, from_us, to_us
 
 NOTE_MAX_BYTES: Final = 4096
@@ -60,12 +60,7 @@ class AutomationNote:
 
 
 def _check_note(text: object) -> str:
-    if not isinstance(text, str):
-        raise ValidationError("an automation note must be a string")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ValidationError(f"automation note is not valid Unicode text: {exc.reason}") from None
+    size = len(check_text(text, "automation note").encode("utf-8"))
     if size > NOTE_MAX_BYTES:
         raise InputTooLargeError(f"automation note is {size} bytes of UTF-8; the cap is {NOTE_MAX_BYTES} bytes")
     return text.strip()

@@ -19,6 +19,7 @@ from .errors import ValidationError
 from .model import (
     Extraction,
     Memory,
+    check_text,
     compute_staleness,
     default_summary,
     new_id,
@@ -314,8 +315,8 @@ class MemoryBank:
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
-        if q is not None and not isinstance(q, str):
-            raise ValidationError("q must be a string")
+        if q is not None:
+            check_text(q, "q")
         return self.store.list_all(limit, offset, q=q or None, category=category)
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
@@ -401,8 +402,7 @@ class MemoryBank:
         evidence mode (the default), a query with no usable words returns nothing.
         """
         validate_profile(profile)
-        if not isinstance(query, str):
-            raise ValidationError("query must be a string")
+        check_text(query, "query")
         limit, min_score = _check_recall_args(
             self.config["recall.limit"] if limit is None else limit,
             self.config["recall.min_score"] if min_score is None else min_score,
@@ -451,8 +451,7 @@ class MemoryBank:
         from .injection import build_memory_block
 
         validate_profile(profile)
-        if not isinstance(query, str):
-            raise ValidationError("query must be a string")
+        check_text(query, "query")
         from .scoring import SPEC
 
         index = self._index()
@@ -501,8 +500,9 @@ class MemoryBank:
         from .injection import assemble, memory_enabled, operator_block
 
         validate_profile(profile)
-        if not isinstance(prompt, str):
-            raise ValidationError("prompt must be a string")
+        check_text(prompt, "prompt")
+        if query is not None:
+            check_text(query, "query")
         blocks = [operator_block(list(contexts))]
         if automation_id is not None:
             blocks.append(self.automation_note_block(automation_id))

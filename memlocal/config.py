@@ -79,6 +79,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",)),
     Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",)),
     Setting("serve.api_token", str, "", "when set, every REST request needs 'Authorization: Bearer <token>'", ("MEMLOCAL_API_TOKEN",), secret=True),
+    Setting("serve.allowed_hosts", str, "", "comma-separated Host names the server answers besides loopback ones; with a token and no list, any", ("MEMLOCAL_ALLOWED_HOSTS",)),
 )
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}

@@ -14,8 +14,12 @@ class MemoryBankError(Exception):
     code: str = "internal"
 
     def __init__(self, message: str) -> None:
-        # Keep messages to one line: they are printed verbatim by the CLI and the API.
-        super().__init__(" ".join(str(message).split()))
+        # Keep messages to one line: they are printed verbatim by the CLI and the API. A message
+        # that quotes bad input must itself stay valid text (a lone surrogate is escaped).
+        text = " ".join(str(message).split())
+        if not text.isascii():
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        super().__init__(text)
 
     @property
     def message(self) -> str:

@@ -33,12 +33,13 @@ import unicodedata
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
 
 from .errors import ValidationError
-from .model import MEMORY_TOOL_NAMES, utcnow
+from .model import CATEGORIES, MEMORY_TOOL_NAMES, check_text, utcnow
 
 if TYPE_CHECKING:
     from .scoring import ScoredMemory
@@ -59,9 +60,13 @@ MEMORY_CAPABILITY: Final = "@memory"
 # The shortest possible entry line ("* [fact] x") plus its newline: bounds how many can fit.
 _MIN_ENTRY_CHARS: Final = len("* [fact] x") + 1
 
-_DASH_RUN: Final = re.compile(r"-{3,}")
-# Characters that could reorder or hide text when displayed (bidi overrides and isolates).
-_BIDI: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+# Dashes that look like "-": hyphens, figure/en/em dashes, the horizontal bar, minus signs and
+# their small and fullwidth forms. Runs of three or more (any mix) are rendered as one em dash.
+DASH_LOOKALIKES: Final = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2043\u2e3a\u2e3b\ufe58\ufe63\uff0d"
+_DASH_TO_HYPHEN: Final = str.maketrans({c: "-" for c in DASH_LOOKALIKES})
+_DASH_RUN: Final = re.compile(f"[{DASH_LOOKALIKES}]{{3,}}")
+# The prefix that quotes a context line which would otherwise pose as a block's structure.
+QUOTE: Final = "> "
 
 
 def memory_enabled(tools: Iterable[str] | str | None) -> bool:
@@ -81,26 +86,69 @@ def memory_enabled(tools: Iterable[str] | str | None) -> bool:
 
 
 def _clean_chars(text: str) -> str:
-    """Drop control characters (line breaks are handled by the callers) and bidi overrides."""
-    return "".join(ch for ch in text if ch not in _BIDI and unicodedata.category(ch) != "Cc")
+    """Drop control characters (line breaks are handled by the callers) and format characters:
+    zero-width spaces and joiners, word joiners, the BOM, bidi marks, overrides and isolates
+    (U+061C included), soft hyphens, tag characters. All are invisible (category Cf), so they can
+    only hide or reorder text, never carry meaning the reader can see."""
+    return "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf"))
+
+
+def _fold_dashes(text: str) -> str:
+    return text.translate(_DASH_TO_HYPHEN)
+
+
+def skeleton(line: str) -> str:
+    """What a line *looks like*, for matching against block delimiters and headers: invisible
+    characters dropped, NFKC (fullwidth letters and dashes become ASCII), every dash look-alike
+    made ``-``, case folded and whitespace collapsed."""
+    text = unicodedata.normalize("NFKC", _clean_chars(line))
+    return " ".join(_fold_dashes(_clean_chars(text)).casefold().split())
+
+
+@lru_cache(maxsize=1)
+def _protected_prefixes() -> tuple[str, ...]:
+    """The starts of every header, heading and preamble of every block (the first four words)."""
+    from .automation import NOTE_HEADER, NOTE_PREAMBLE  # automation builds on this module
+
+    phrases = (MEMORY_HEADER, OPERATOR_HEADER, NOTE_HEADER, CORE_HEADING, RELEVANT_HEADING,
+               OPERATOR_PREAMBLE, NOTE_PREAMBLE)
+    return tuple(" ".join(skeleton(p).strip("- ").split()[:4]) for p in phrases)
+
+
+_ENTRY_RE: Final = re.compile(r"\* ?\[ ?(?:" + "|".join(CATEGORIES) + r") ?\]")
+
+
+def poses_as_structure(line: str) -> bool:
+    """True when ``line`` could be read as a block's delimiter, header, heading, preamble or
+    memory entry: it is only dashes, starts with two or more dashes, or (after any leading dashes)
+    starts with the first words of a header or preamble, once look-alikes and invisible
+    characters are normalised away (:func:`skeleton`)."""
+    s = skeleton(line)
+    if not s:
+        return False
+    body = s.lstrip("- ")
+    if s[0] == "-" and (not body or s.replace(" ", "").startswith("--")):
+        return True
+    return body.startswith(_protected_prefixes()) or bool(_ENTRY_RE.match(body))
 
 
 def one_line(text: str) -> str:
     """Memory text as one harmless line: whitespace (every Unicode line break included) folded
-    to single spaces, control/bidi characters dropped, runs of ``---`` turned into ``—``."""
+    to single spaces, control/format characters dropped, runs of ``---`` turned into ``—``."""
     folded = " ".join(text.split())
-    if not folded.isprintable():  # rare: controls or bidi marks left (both are non-printable)
+    if not folded.isprintable():  # rare: controls, bidi or zero-width marks left (non-printable)
         folded = " ".join(_clean_chars(folded).split())
     return _DASH_RUN.sub("\u2014", folded)
 
 
 def safe_lines(text: str) -> list[str]:
     """Multi-line text (an operator context, an automation note) split into lines that cannot
-    end or forge a block: the same cleaning as :func:`one_line`, but line breaks are kept."""
+    end or forge a block: the same cleaning as :func:`one_line`, but line breaks are kept, and a
+    line that poses as structure (:func:`poses_as_structure`) is quoted with ``QUOTE``."""
     out = []
     for line in text.splitlines():  # every Unicode line boundary, not only "\n"
-        line = _clean_chars(line.replace("\t", "    ")).rstrip()
-        out.append(_DASH_RUN.sub("\u2014", line))
+        line = _DASH_RUN.sub("\u2014", _clean_chars(line.replace("\t", "    ")).rstrip())
+        out.append(QUOTE + line if poses_as_structure(line) else line)
     while out and not out[-1]:
         out.pop()
     while out and not out[0]:
@@ -234,8 +282,7 @@ def operator_block(contexts: Sequence[str]) -> str:
     if isinstance(contexts, str):
         contexts = (contexts,)
     for c in contexts:
-        if not isinstance(c, str):
-            raise ValidationError("each context must be a string")
+        check_text(c, "context")
     return context_block(OPERATOR_HEADER, OPERATOR_PREAMBLE, contexts)
 
 

@@ -24,7 +24,7 @@ from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
 from ..model import CATEGORIES, CORE_CATEGORIES, _ID_RE, _PROFILE_RE
 from . import errors
-from .auth import BearerAuthMiddleware
+from .auth import BearerAuthMiddleware, HostOriginMiddleware, parse_host_list
 from .head import HeadAsGetMiddleware
 from .limits import BodySizeLimitMiddleware
 from .models import (
@@ -374,10 +374,11 @@ def create_app(
     When a token is set (``token``, else ``serve.api_token`` of ``config``, else of the bank's
     config), every request must carry it as a bearer token. The caller owns the bank and closes it.
     """
+    if config is None and isinstance(bank_or_error, MemoryBank):
+        config = bank_or_error.config
     if token is None:
-        if config is None and isinstance(bank_or_error, MemoryBank):
-            config = bank_or_error.config
         token = str(config["serve.api_token"] or "") if config is not None else ""
+    allowed_hosts = parse_host_list(str(config["serve.allowed_hosts"] or "")) if config is not None else ()
     app = FastAPI(
         title="memlocal",
         version=__version__,
@@ -401,10 +402,12 @@ def create_app(
             return {"status": "degraded", "reason": errors.one_line(wired), "version": __version__}
         return {"status": "ok", "reason": None, "version": __version__}
 
-    # Outermost first at run time: authentication, then the body cap, then HEAD as GET.
+    # Outermost first at run time: Host and Origin (DNS rebinding, cross-site writes), then
+    # authentication, then the body cap, then HEAD as GET.
     app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(BodySizeLimitMiddleware)
     if token:
         app.add_middleware(BearerAuthMiddleware, token=token, public_paths=dashboard.PUBLIC_PATHS,
                            public_prefixes=dashboard.PUBLIC_PREFIXES)
+    app.add_middleware(HostOriginMiddleware, allowed_hosts=allowed_hosts, any_host=bool(token) and not allowed_hosts)
     return app

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 import click
 
 from ..config import Config
-from ..errors import MemoryBankError
+from ..errors import MemoryBankError, ValidationError
 from ..humanize import ellipsize, round_floats
 
 if TYPE_CHECKING:
@@ -157,7 +157,11 @@ def empty_state(message: str) -> None:
 def read_text_arg(value: str | None) -> str | None:
     """``-`` reads standard input (for long inputs and pipes)."""
     if value == "-":
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValidationError(f"standard input is not valid UTF-8 text (byte {exc.start})") from None
     return value
 
 
