@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from .config import Config
-from .errors import ValidationError
+from .errors import InputTooLargeError, SecretFoundError, ValidationError
 from .model import (
+    RAW_INPUT_MAX_BYTES,
+    SUMMARY_MAX_CHARS,
     Extraction,
     Memory,
     check_text,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
     from datetime import datetime
 
+    from .audit import Injection
     from .automation import AutomationNote
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
@@ -86,13 +89,18 @@ class Replicator(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SaveResult:
-    """What a save returns: the stored memory, and whether the bucket has it yet."""
+    """What a save returns: the stored memory, whether the bucket has it yet, whether it was an
+    existing memory (a duplicate: nothing new stored), and the kinds of credentials that were
+    redacted from it (``aws-key``, ``private-key``, ...; never their values)."""
 
     memory: Memory
     synced: bool
+    deduplicated: bool = False
+    redacted: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"memory": self.memory.to_dict(), "synced": self.synced}
+        return {"memory": self.memory.to_dict(), "synced": self.synced, "deduplicated": self.deduplicated,
+                "redacted": list(self.redacted)}
 
 
 def _load_replicator(config: Config, store: Store) -> Replicator | None:
@@ -213,6 +221,9 @@ class MemoryBank:
             validate_category(category)
         if confidence is not None:
             confidence = validate_confidence(confidence)
+        # Credentials go before anything is stored or sent (the LLM processor included); the
+        # caps above applied to the input as given.
+        raw_input, content, summary, redacted = self.redact_secrets(raw_input, content, summary)
 
         extraction: Extraction | None = None
         if raw_input is not None and content is None and use_llm and self._extractor is not None:
@@ -254,7 +265,36 @@ class MemoryBank:
         if semantic is not None and vector is not None:
             semantic.store_vector(memory.id, vector)
         synced = self.replicator.push_saved(memory) if self.replicator else False
-        return SaveResult(memory, synced)
+        return SaveResult(memory, synced, redacted=redacted)
+
+    def redact_secrets(
+        self, raw_input: str | None, content: str | None, summary: str | None
+    ) -> tuple[str | None, str | None, str | None, tuple[str, ...]]:
+        """``secrets.mode`` applied to a save's (or an import's) text: credentials replaced by
+        ``[REDACTED:<kind>]`` (``redact``) or the save refused (``reject``, ``SecretFoundError``).
+        Returns the three texts and the kinds found (docs/hygiene.md, "Secrets")."""
+        from .redact import check_mode, merge_kinds, redact
+
+        mode = check_mode(self.config["secrets.mode"])
+        found = {name: redact(text) for name, text in
+                 (("rawInput", raw_input), ("content", content), ("summary", summary)) if text is not None}
+        kinds = merge_kinds(r.kinds for r in found.values())
+        if not kinds:
+            return raw_input, content, summary, ()
+        if mode == "reject":
+            fields = ", ".join(name for name, r in found.items() if r.kinds)
+            raise SecretFoundError(f"{fields} holds a credential ({', '.join(kinds)}); nothing was saved "
+                                   "(secrets.mode = reject)")
+        for name in ("rawInput", "content"):
+            if name in found and found[name].kinds:
+                size = len(found[name].text.encode("utf-8"))
+                if size > RAW_INPUT_MAX_BYTES:  # only a near-cap input whose short secrets grew
+                    raise InputTooLargeError(f"{name} is {size} bytes of UTF-8 once its credentials are "
+                                             f"redacted; the cap is {RAW_INPUT_MAX_BYTES} bytes")
+        text = {name: r.text for name, r in found.items()}
+        if "summary" in text:
+            text["summary"] = text["summary"][:SUMMARY_MAX_CHARS]  # a preview: a grown marker may be cut
+        return text.get("rawInput"), text.get("content"), text.get("summary"), kinds
 
     def delete(self, profile: str, memory_id: str) -> Memory:
         """Delete one memory of ``profile``; ``NotFoundError`` if it is not there."""
@@ -440,11 +480,19 @@ class MemoryBank:
         """
         validate_profile(profile)
         checked = [validate_id(i) for i in ids]
+        return self._background().submit(profile, checked, now)
+
+    def _background(self) -> "AccessMarker":
         if self._access_marker is None:
             from .injection import AccessMarker
 
             self._access_marker = AccessMarker(self.store.path, self.store.busy_timeout_s)
-        return self._access_marker.submit(profile, checked, now)
+        return self._access_marker
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait until the queued access marks and audit rows are written (tests, shutdown)."""
+        if self._access_marker is not None:
+            self._access_marker.drain(timeout)
 
     def render_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> "RenderedBlock":
         """The memory block and the memories in it, without marking anything accessed."""
@@ -471,13 +519,30 @@ class MemoryBank:
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
-        inject). The memories that made it in are marked accessed without waiting; in evidence
-        mode only those the query gave evidence for (core entries without any are not counted)."""
+        inject), as a run receives it. Without waiting, the memories that made it in are marked
+        accessed (in evidence mode only those the query gave evidence for: core entries without any
+        are not counted) and the block is recorded in the audit trail (``memlocal.audit``)."""
         block = self.render_context_block(profile, query, now=now)
         ids = block.evidence_ids if self.ranking().gated else block.ids
         if ids:
             self.mark_accessed(profile, ids, now=now)
+        if self.config["audit.enabled"]:
+            from .audit import InjectionRecord, query_hash
+
+            record = InjectionRecord(now or utcnow(), profile, query_hash(query), len(block.text),
+                                     tuple(s.memory.id for s in block.core), tuple(s.memory.id for s in block.relevant))
+            self._background().submit_audit(record, max_rows=int(self.config["audit.max_rows"]),
+                                            retention_days=float(self.config["audit.retention_days"]))
         return block.text
+
+    def injections(self, profile: str, *, memory_id: str | None = None, limit: int = 20) -> "builtins.list[Injection]":
+        """The audit trail: the blocks rendered for ``profile``'s runs, newest first, each with
+        the memory ids of each tier, its size and its query's hash; with ``memory_id``, only the
+        runs that saw that memory. Rows still queued by the background writer are not shown yet."""
+        from .audit import injections
+
+        _check_paging(limit, 0)
+        return injections(self.store, profile, memory_id=memory_id, limit=limit)
 
     def inject(
         self,

@@ -40,6 +40,13 @@ class InputTooLargeError(ValidationError):
     code = "too_large"
 
 
+class SecretFoundError(ValidationError):
+    """A credential in a save while ``secrets.mode`` is ``reject``: nothing was stored."""
+
+    http_status = 422
+    code = "secret_found"
+
+
 class NotFoundError(MemoryBankError):
     """The memory (or automation note) asked for does not exist in that profile."""
 

@@ -42,6 +42,7 @@ from .errors import ValidationError
 from .model import CATEGORIES, MEMORY_TOOL_NAMES, check_text, utcnow
 
 if TYPE_CHECKING:
+    from .audit import InjectionRecord
     from .scoring import ScoredMemory
     from .store import Store
 
@@ -186,7 +187,11 @@ class RenderedBlock:
 
 
 def entry_line(category: str, content: str) -> str:
-    return f"* [{category}] {one_line(content)}"
+    """One memory's line. Credentials are redacted here too: a memory another host wrote (pulled
+    from the bucket) never went through this host's save."""
+    from .redact import redact
+
+    return f"* [{category}] {one_line(redact(content).text)}"
 
 
 def render_memory_block(
@@ -295,13 +300,22 @@ def assemble(blocks: Sequence[str], prompt: str) -> str:
 # --- fire-and-forget access marking ----------------------------------------------------------
 
 
+def _done(value: int) -> "Future[int]":
+    future: Future[int] = Future()
+    future.set_result(value)
+    return future
+
+
+
 class AccessMarker:
-    """Marks memories accessed on a background thread with its own SQLite connection.
+    """Marks memories accessed, and records injection audit rows, on a background thread with
+    its own SQLite connection.
 
     The caller never waits and never sees a failure (it is logged): the spec calls MarkAccessed
-    best-effort. The connection commits with ``synchronous=NORMAL``: in WAL mode that keeps the
-    database consistent and skips the fsync, so a power cut may lose the last few bumps, which the
-    spec allows. ``close`` drains what is queued.
+    best-effort, and the audit trail is a record, not a gate. The connection commits with
+    ``synchronous=NORMAL``: in WAL mode that keeps the database consistent and skips the fsync, so
+    a power cut may lose the last few bumps or audit rows, which the spec allows. ``close`` drains
+    what is queued.
     """
 
     def __init__(self, path: Path, busy_timeout_s: float) -> None:
@@ -315,16 +329,23 @@ class AccessMarker:
 
     def submit(self, profile: str, ids: Sequence[str], now: datetime | None = None) -> Future[int]:
         """Queue the bump; the future resolves to the number of memories updated (0 on failure)."""
+        if not ids:
+            return _done(0)
+        return self._queue(self._run, f"{len(ids)} access marks of profile {profile}", profile, tuple(ids), now)
+
+    def submit_audit(self, record: "InjectionRecord", *, max_rows: int, retention_days: float) -> Future[int]:
+        """Queue an injection audit row (``memlocal.audit.record``); resolves to its id (0 on failure)."""
+        return self._queue(self._run_audit, f"the audit row of a block of profile {record.profile}",
+                           record, max_rows, retention_days)
+
+    def _queue(self, fn: Callable[..., int], what: str, *args: object) -> Future[int]:
         with self._lock:
-            if self._closed or not ids:
-                done: Future[int] = Future()
-                done.set_result(0)
-                if self._closed and ids:
-                    log.warning("bank closed: %d access marks of profile %s dropped", len(ids), profile)
-                return done
+            if self._closed:
+                log.warning("bank closed: %s dropped", what)
+                return _done(0)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-access")
-            future = self._executor.submit(self._run, profile, tuple(ids), now)
+            future = self._executor.submit(fn, *args)
             self._pending.add(future)
         future.add_done_callback(self._forget)
         return future
@@ -333,16 +354,28 @@ class AccessMarker:
         with self._lock:
             self._pending.discard(future)
 
+    def _open(self) -> "Store":
+        if self._store is None:
+            from .store import Store
+
+            self._store = Store(self.path, busy_timeout_s=self.busy_timeout_s)
+            self._store.conn.execute("PRAGMA synchronous = NORMAL")
+        return self._store
+
     def _run(self, profile: str, ids: tuple[str, ...], now: datetime | None) -> int:
         try:
-            if self._store is None:
-                from .store import Store
-
-                self._store = Store(self.path, busy_timeout_s=self.busy_timeout_s)
-                self._store.conn.execute("PRAGMA synchronous = NORMAL")
-            return self._store.mark_accessed(profile, ids, now or utcnow())
+            return self._open().mark_accessed(profile, ids, now or utcnow())
         except Exception as exc:  # best-effort by design: log, never raise into the run
             log.warning("could not mark %d memories of profile %s accessed: %s", len(ids), profile, exc)
+            return 0
+
+    def _run_audit(self, record: "InjectionRecord", max_rows: int, retention_days: float) -> int:
+        from .audit import record as write_record
+
+        try:
+            return write_record(self._open(), record, max_rows=max_rows, retention_days=retention_days)
+        except Exception as exc:  # a record, not a gate: log, never raise into the run
+            log.warning("could not record the injection audit row of profile %s: %s", record.profile, exc)
             return 0
 
     def drain(self, timeout: float | None = None) -> None:

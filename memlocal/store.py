@@ -348,6 +348,30 @@ def _migration_5(db: sqlite_utils.Database) -> None:
               " DELETE FROM memory_vectors WHERE id = OLD.id; END")
 
 
+def _migration_6(db: sqlite_utils.Database) -> None:
+    """The injection audit trail (owned by ``memlocal.audit``; see docs/hygiene.md).
+
+    One ``injections`` row per rendered memory block: when, which profile, the block's size and
+    a hash of the query (never its text); ``injection_memories`` holds which memories were in it
+    and in which tier, indexed by memory id so "which runs saw this memory?" is one lookup. Rows
+    are capped and expire (``audit.max_rows``, ``audit.retention_days``); the memories of a
+    pruned row go with it (``ON DELETE CASCADE``; the store runs with foreign keys on).
+    """
+    c = db.conn
+    c.execute(
+        "CREATE TABLE injections (id INTEGER PRIMARY KEY AUTOINCREMENT, at_us INTEGER NOT NULL,"
+        " profile TEXT NOT NULL, query_hash TEXT NOT NULL, chars INTEGER NOT NULL)"
+    )
+    c.execute("CREATE INDEX injections_profile ON injections (profile, id)")
+    c.execute("CREATE INDEX injections_at ON injections (at_us)")
+    c.execute(
+        "CREATE TABLE injection_memories (injection_id INTEGER NOT NULL REFERENCES injections (id)"
+        " ON DELETE CASCADE, memory_id TEXT NOT NULL, tier TEXT NOT NULL, rank INTEGER NOT NULL,"
+        " PRIMARY KEY (injection_id, memory_id)) WITHOUT ROWID"
+    )
+    c.execute("CREATE INDEX injection_memories_memory ON injection_memories (memory_id, injection_id)")
+
+
 # Numbered schema migrations, applied in order inside one transaction each.
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migration_1,
@@ -355,6 +379,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     3: _migration_3,
     4: _migration_4,
     5: _migration_5,
+    6: _migration_6,
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 

@@ -155,7 +155,7 @@ def dispatch(
 ) -> dict[str, Any]:
     """Run one memory tool for the session's profile and return its JSON-ready result.
 
-    - ``memory_save`` -> ``{"memory": {...}, "synced": bool}``
+    - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds]}``
     - ``memory_recall`` -> ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}, "evidence": {...}}]}``
       (marks every returned memory accessed)
     - ``memory_list`` -> ``{"memories": [...], "total": n, "limit": l, "offset": o}``

@@ -151,7 +151,31 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
         bank.close()
         bare.close()
     return {"p50_ms": p50(ours), "bare_p50_ms": p50(base),
-            "_details": {"saves": n, "p95_ms": pct(ours, 95), "bare_p95_ms": pct(base, 95)}}
+            "_details": {"saves": n, "p95_ms": pct(ours, 95), "bare_p95_ms": pct(base, 95),
+                         **bench_secret_scan(n)}}
+
+
+def bench_secret_scan(n: int) -> dict[str, float]:
+    """What the secret check inside every save costs (docs/hygiene.md, "Secrets"), uncached: on
+    the save benchmark's prose, and on text with a URL and a long token (the slow path: the
+    patterns run), both already inside ``save.p50_ms`` above for the prose case."""
+    from memlocal.redact import redact
+
+    texts = {
+        "secrets_prose_p50_ms": "The user prefers structured JSON output whenever report {} has a schema",
+        "secrets_url_token_p50_ms": "Deploy notes {}: see https://ci.example.com/builds/latest/artifacts and "
+                                    "use build token Zk3Jq9Lm2Xp8Rt5Vw1Yb6Nc4Hd7Gf0Ae for the upload",
+    }
+    out = {}
+    for key, template in texts.items():
+        times = []
+        for i in range(n):
+            text = template.format(i)
+            t = time.perf_counter()
+            redact.__wrapped__(text)  # the uncached function: every save sees a new text
+            times.append((time.perf_counter() - t) * MS)
+        out[key] = p50(times)
+    return out
 
 
 # --- recall and inject ---------------------------------------------------------------------------

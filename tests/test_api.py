@@ -59,7 +59,7 @@ def test_create_returns_201_with_the_memory_and_synced(client: httpx.Client) -> 
                           "confidence": 0.8})
     assert r.status_code == 201
     body = r.json()
-    assert set(body) == {"memory", "synced"} and body["synced"] is False
+    assert set(body) == {"memory", "synced", "deduplicated", "redacted"} and body["synced"] is False
     m = body["memory"]
     assert set(m) == set(JSON_FIELDS)
     assert (m["profileName"], m["processedContent"], m["summary"], m["category"], m["confidence"]) == (

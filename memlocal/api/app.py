@@ -32,6 +32,7 @@ from .models import (
     AutomationNote,
     GroupedMemories,
     Health,
+    InjectionList,
     InjectionPreview,
     MemoryCreateRequest,
     MemoryPage,
@@ -259,6 +260,25 @@ def memory_bank(
         return {"profiles": {p: [m.to_dict() for m in ms] for p, ms in bank.grouped().items()}}
     page = bank.list_all(limit if limit is not None else 50, offset or 0, q=q, category=category)
     return page.to_dict()
+
+
+@router.get(
+    "/memory-bank/{name}/injections",
+    response_model=InjectionList,
+    summary="The injection audit trail of a profile",
+    responses=errors.error_responses(400, 422),
+)
+def profile_injections(
+    name: str = _profile_path(),
+    memory_id: str | None = Query(None, alias="memoryId", description="Only the runs that saw this memory",
+                                  json_schema_extra={"pattern": f"^{_ID_RE.pattern}$"}),
+    limit: int = Query(20, json_schema_extra=_LIMIT_DOC),
+    bank: MemoryBank = BankDep,
+) -> dict[str, Any]:
+    """The memory blocks rendered for the profile's runs, newest first: when, the memory ids of
+    each tier, the block's size and a hash of the query (never its text). The first entry is
+    what the last run saw; with ``memoryId``, the runs that saw that memory. Local to this host."""
+    return {"injections": [i.to_dict() for i in bank.injections(name, memory_id=memory_id, limit=limit)]}
 
 
 @router.get("/memory-bank/stats", response_model=Stats, summary="Roll-up counts")

@@ -72,7 +72,8 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
         echo_json(result.to_dict())
         return
     where = good("(saved and in the bucket)") if result.synced else dim("(saved locally)")
-    click.echo(f"{memory_line(result.memory)}  {where}")
+    redacted = f"  (redacted: {', '.join(result.redacted)})" if result.redacted else ""
+    click.echo(f"{memory_line(result.memory)}  {where}{redacted}")
 
 
 @main.command()
