@@ -23,13 +23,10 @@ import hashlib
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Sequence
+from typing import Any, Sequence
 
 from .model import format_time, validate_id, validate_profile
 from .store import Store, from_us, to_us
-
-TIERS: Final = ("core", "relevant")
-
 
 def query_hash(query: str) -> str:
     """The audit's stand-in for a query: 16 hex digits of SHA-256."""

@@ -38,7 +38,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
 
-from .errors import ValidationError
 from .model import CATEGORIES, MEMORY_TOOL_NAMES, check_text, utcnow
 
 if TYPE_CHECKING:

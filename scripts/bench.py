@@ -643,6 +643,9 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         s = results["save"]
         lines.append(f"save p50            {f(s['p50_ms'], '.3f')} ms   bare INSERT+COMMIT {f(s['bare_p50_ms'], '.3f')} ms"
                      f"   ({s['p50_ms'] / s['bare_p50_ms']:.2f}×)")
+        ds = d["save"]
+        lines.append(f"  secret check p50  {f(ds['secrets_prose_p50_ms'] * 1000, '.1f')} µs prose, "
+                     f"{f(ds['secrets_url_token_p50_ms'] * 1000, '.1f')} µs with a URL and a token (inside the save)")
     for n, r in results.get("recall", {}).items():
         if n == "cold":
             continue
