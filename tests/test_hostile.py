@@ -334,3 +334,14 @@ def test_mcp_answers_every_generated_call(mcp: RawMcp, field: str, text: str) ->
     else:
         result = mcp.call("memory_save", {"content": "c", field: text})
     assert result["content"]  # an answer, error or not
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(("rawInput", "processedContent", "summary", "category", "profileName", "id",
+                              "createdAt", "extraField")), text=hostile_text)
+def test_import_reports_every_generated_line(bank: MemoryBank, field: str, text: str) -> None:
+    line = {"id": "mem-0000000c", "profileName": "lim", "rawInput": "r", "createdAt": "2024-01-01T00:00:00Z",
+            field: text}
+    report = import_jsonl(bank, [json.dumps(line)])  # ensure_ascii: lone surrogates as \\udXXX escapes
+    assert report.imported + report.unchanged + len(report.rejected) == 1
+    json.dumps(report.to_dict(), ensure_ascii=False).encode("utf-8")  # the report itself is valid text
