@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from .config import Config
-from .errors import ConfigError, ValidationError
+from .errors import ConfigError, InputTooLargeError, SecretFoundError, ValidationError
 from .model import (
+    RAW_INPUT_MAX_BYTES,
+    SUMMARY_MAX_CHARS,
     Extraction,
     Memory,
+    check_text,
     compute_staleness,
     default_summary,
     new_id,
@@ -36,10 +39,12 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
     from datetime import datetime
 
+    from .audit import Injection
     from .automation import AutomationNotes
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
-    from .scoring import ScoredMemory
+    from .scoring import Ranking, ScoredMemory
+    from .semantic import SemanticIndex
 
 log = logging.getLogger("memlocal")
 
@@ -69,6 +74,12 @@ class Replicator(Protocol):
         """Pull ``profile`` from the bucket if its last pull is older than ``ttl`` seconds."""
         ...
 
+    def request_refresh(self, profile: str | None, ttl: float) -> float | None:
+        """Queue a background pull of ``profile`` (``None``: every profile the bucket holds) if
+        its last attempt is older than ``ttl`` s, without waiting; the local data's age in
+        seconds (``None`` before the first pull)."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
         the last pass and error, skipped objects (the dashboard's sync panel)."""
@@ -79,13 +90,18 @@ class Replicator(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SaveResult:
-    """What a save returns: the stored memory, and whether the bucket has it yet."""
+    """What a save returns: the stored memory, whether the bucket has it yet, whether it was an
+    existing memory (a duplicate: nothing new stored), and the kinds of credentials that were
+    redacted from it (``aws-key``, ``private-key``, ...; never their values)."""
 
     memory: Memory
     synced: bool
+    deduplicated: bool = False
+    redacted: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"memory": self.memory.to_dict(), "synced": self.synced}
+        return {"memory": self.memory.to_dict(), "synced": self.synced, "deduplicated": self.deduplicated,
+                "redacted": list(self.redacted)}
 
 
 def _discover(group: str) -> list[Any]:
@@ -130,15 +146,12 @@ class MemoryBank:
         replicator: Replicator | None = None,
         extractor: Extractor | None = None,
         daemon_factory: Callable[[Config, Store], Any] | None = None,
-        fresh_reads: bool = False,
     ) -> None:
         """A bank over ``store`` (a :class:`Store`, or the path of a database file to open).
 
         Nothing is discovered here: without ``replicator`` the bank is local only, without
         ``extractor`` saves are not structured by an LLM. ``config`` defaults to the built-in
-        defaults (no file, no environment). ``fresh_reads``: every read first pulls its profile
-        from the bucket when the last pull is older than ``sync.refresh_ttl_s`` (the spec's
-        RefreshIfStale; the REST server's bank). The bank owns, and closes, what it is given.
+        defaults (no file, no environment). The bank owns, and closes, what it is given.
         """
         self.config = config if config is not None else Config.defaults()
         if not isinstance(store, Store):
@@ -147,15 +160,15 @@ class MemoryBank:
         self.replicator = replicator
         self._extractor = extractor
         self._daemon_factory = daemon_factory
-        self.fresh_reads = fresh_reads
         self._recall_index: RecallIndex | None = None  # built on first recall (memlocal.recall)
         self._access_marker: AccessMarker | None = None  # fire-and-forget access bumps
+        self._semantic: SemanticIndex | None = None  # with semantic.enabled and the extra installed
         self._automations: AutomationNotes | None = None
         self._closed = False
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str] | None = None, *, config: Config | None = None, fresh_reads: bool = False
+        cls, path: str | os.PathLike[str] | None = None, *, config: Config | None = None
     ) -> "MemoryBank":
         """Open the bank at ``path`` (else the configured or default database) with what the
         configuration asks for: the bucket's replicator and the sync daemon (from the installed
@@ -180,7 +193,7 @@ class MemoryBank:
             store.close()
             raise
         return cls(store, config=config, replicator=replicator, extractor=extractor,
-                   daemon_factory=daemons[0] if daemons else None, fresh_reads=fresh_reads)
+                   daemon_factory=daemons[0] if daemons else None)
 
     @property
     def path(self) -> Path:
@@ -226,16 +239,6 @@ class MemoryBank:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- the read policy ------------------------------------------------------------------------
-
-    def _before_read(self, profiles: Iterable[str] | None = None) -> None:
-        """RefreshIfStale before a read of a ``fresh_reads`` bank (``None``: every known profile)."""
-        if not self.fresh_reads or self.replicator is None:
-            return
-        ttl = float(self.config["sync.refresh_ttl_s"])
-        for profile in profiles if profiles is not None else builtins.list(self.store.profiles()):
-            self.replicator.refresh_if_stale(profile, ttl)
-
     # --- writes -------------------------------------------------------------------------------
 
     def save(
@@ -269,6 +272,9 @@ class MemoryBank:
             validate_category(category)
         if confidence is not None:
             confidence = validate_confidence(confidence)
+        # Credentials go before anything is stored or sent (the LLM processor included); the
+        # caps above applied to the input as given.
+        raw_input, content, summary, redacted = self.redact_secrets(raw_input, content, summary)
 
         extraction: Extraction | None = None
         if raw_input is not None and content is None and use_llm and self._extractor is not None:
@@ -297,6 +303,8 @@ class MemoryBank:
                 created_at=now, last_accessed_at=None, now=now,
             ),
         )
+        semantic = self.semantic
+        vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
         for _ in range(16):
             try:
                 self.store.insert(memory)
@@ -305,8 +313,39 @@ class MemoryBank:
                 memory = memory.with_changes(id=new_id())  # a collision is checked, never assumed away
         else:  # pragma: no cover - 16 collisions in a 2^32 space means the CSPRNG is broken
             raise ValidationError("could not draw an unused memory id")
+        if semantic is not None and vector is not None:
+            semantic.store_vector(memory.id, vector)
         synced = self.replicator.push_saved(memory) if self.replicator else False
-        return SaveResult(memory, synced)
+        return SaveResult(memory, synced, redacted=redacted)
+
+    def redact_secrets(
+        self, raw_input: str | None, content: str | None, summary: str | None
+    ) -> tuple[str | None, str | None, str | None, tuple[str, ...]]:
+        """``secrets.mode`` applied to a save's (or an import's) text: credentials replaced by
+        ``[REDACTED:<kind>]`` (``redact``) or the save refused (``reject``, ``SecretFoundError``).
+        Returns the three texts and the kinds found (docs/hygiene.md, "Secrets")."""
+        from .redact import check_mode, merge_kinds, redact
+
+        mode = check_mode(self.config["secrets.mode"])
+        found = {name: redact(text) for name, text in
+                 (("rawInput", raw_input), ("content", content), ("summary", summary)) if text is not None}
+        kinds = merge_kinds(r.kinds for r in found.values())
+        if not kinds:
+            return raw_input, content, summary, ()
+        if mode == "reject":
+            fields = ", ".join(name for name, r in found.items() if r.kinds)
+            raise SecretFoundError(f"{fields} holds a credential ({', '.join(kinds)}); nothing was saved "
+                                   "(secrets.mode = reject)")
+        for name in ("rawInput", "content"):
+            if name in found and found[name].kinds:
+                size = len(found[name].text.encode("utf-8"))
+                if size > RAW_INPUT_MAX_BYTES:  # only a near-cap input whose short secrets grew
+                    raise InputTooLargeError(f"{name} is {size} bytes of UTF-8 once its credentials are "
+                                             f"redacted; the cap is {RAW_INPUT_MAX_BYTES} bytes")
+        text = {name: r.text for name, r in found.items()}
+        if "summary" in text:
+            text["summary"] = text["summary"][:SUMMARY_MAX_CHARS]  # a preview: a grown marker may be cut
+        return text.get("rawInput"), text.get("content"), text.get("summary"), kinds
 
     def delete(self, profile: str, memory_id: str) -> Memory:
         """Delete one memory of ``profile``; ``NotFoundError`` if it is not there."""
@@ -334,13 +373,25 @@ class MemoryBank:
             return False
         return self.replicator.refresh_if_stale(profile, float(self.config["sync.refresh_ttl_s"]) if ttl is None else ttl)
 
+    def refresh_for_read(self, profile: str | None = None) -> float | None:
+        """The read path's refresh policy: before answering a read of ``profile`` (``None``: a
+        read of every profile), ask for a background pull from the bucket if the last one is
+        older than ``sync.refresh_ttl_s``, and answer at once from the local index: a read never
+        waits on the bucket. Returns the age in seconds of the local copy of ``profile``'s data
+        (of the oldest profile for ``None``); ``None`` without a bucket or before a first pull.
+        """
+        if profile is not None:
+            validate_profile(profile)
+        if self.replicator is None:
+            return None
+        return self.replicator.request_refresh(profile, float(self.config["sync.refresh_ttl_s"]))
+
     # --- reads --------------------------------------------------------------------------------
 
     def get(self, profile: str, memory_id: str) -> Memory:
         """One memory of ``profile``; ``NotFoundError`` if absent (or in another profile)."""
         validate_profile(profile)
         validate_id(memory_id)
-        self._before_read([profile])
         return self.store.get(profile, memory_id)
 
     def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None) -> Page:
@@ -350,7 +401,6 @@ class MemoryBank:
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
-        self._before_read([profile])
         return self.store.list(profile, limit, offset, category=category)
 
     def list_all(
@@ -361,9 +411,8 @@ class MemoryBank:
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
-        if q is not None and not isinstance(q, str):
-            raise ValidationError("q must be a string")
-        self._before_read()
+        if q is not None:
+            check_text(q, "q")
         return self.store.list_all(limit, offset, q=q or None, category=category)
 
     def export(self, profile: str | None = None) -> Iterator[Memory]:
@@ -376,7 +425,6 @@ class MemoryBank:
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
-        self._before_read()
         out: dict[str, list[Memory]] = {}
         for memory in self.store.iter_all():
             out.setdefault(memory.profile_name, []).append(memory)
@@ -388,7 +436,6 @@ class MemoryBank:
         from .model import format_time
         from .store import from_us
 
-        self._before_read()
         return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}  # type: ignore[arg-type]
                 for p, n, act in self.store.profile_activity()]
 
@@ -402,7 +449,6 @@ class MemoryBank:
 
     def stats(self) -> dict[str, Any]:
         """``{"totalMemories": N, "profilesWithMemory": K, "perProfile": {name: n}}``."""
-        self._before_read()
         per_profile = self.store.profiles()
         return {
             "totalMemories": sum(per_profile.values()),
@@ -419,6 +465,30 @@ class MemoryBank:
             self._recall_index = RecallIndex(self.store, int(self.config["recall.cache_profiles"]))
         return self._recall_index
 
+    @property
+    def semantic(self) -> "SemanticIndex | None":
+        """The semantic signal's vectors and similarity queries (``memlocal.semantic``), when the
+        ``semantic`` extra is installed and ``semantic.enabled`` is set; otherwise ``None``."""
+        if self._semantic is None and self.config["semantic.enabled"]:
+            from .semantic import SemanticIndex, available
+
+            if available():
+                self._semantic = SemanticIndex(self.store)
+        return self._semantic
+
+    def ranking(self) -> "Ranking":
+        """The configured ranking (``ranking.mode``, ``ranking.evidence_ratio``)."""
+        from .errors import ConfigError
+        from .scoring import MODES, Ranking
+
+        mode = str(self.config["ranking.mode"])
+        ratio = float(self.config["ranking.evidence_ratio"])
+        if mode not in MODES:
+            raise ConfigError(f"ranking.mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"ranking.evidence_ratio must be from 0 to 1, got {ratio!r}")
+        return Ranking(mode, ratio)
+
     def query_with_relevance(
         self,
         profile: str,
@@ -430,12 +500,13 @@ class MemoryBank:
         now: "datetime | None" = None,
     ) -> "builtins.list[ScoredMemory]":
         """The top ``limit`` active memories of ``profile`` for ``query``, best first, each with
-        its score breakdown. No side effects. Exactly what a full scan with the formula returns
-        (ties: newer createdAt, then id). Defaults: ``recall.limit`` (8), ``recall.min_score`` (0.05).
+        its score breakdown and (evidence mode) the evidence it passed the gate on. No side
+        effects. Exactly what a full scan under the configured ranking returns (ties: newer
+        createdAt, then id). Defaults: ``recall.limit`` (8), ``recall.min_score`` (0.05). In
+        evidence mode (the default), a query with no usable words returns nothing.
         """
         validate_profile(profile)
-        if not isinstance(query, str):
-            raise ValidationError("query must be a string")
+        check_text(query, "query")
         limit, min_score = _check_recall_args(
             self.config["recall.limit"] if limit is None else limit,
             self.config["recall.min_score"] if min_score is None else min_score,
@@ -443,8 +514,8 @@ class MemoryBank:
         if isinstance(exclude_ids, str):
             exclude_ids = (exclude_ids,)
         exclude = [validate_id(i) for i in exclude_ids]
-        self._before_read([profile])
-        return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now)
+        return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now,
+                                   ranking=self.ranking())
 
     def recall(
         self,
@@ -458,7 +529,8 @@ class MemoryBank:
     ) -> "builtins.list[ScoredMemory]":
         """``query_with_relevance``, then every returned memory is marked accessed (accessCount + 1,
         lastAccessedAt = now, staleness recomputed) before this returns. The results show the
-        values the ranking used, from before the bump."""
+        values the ranking used, from before the bump. In evidence mode only memories that
+        passed the gate are returned, so only they count as used (no feedback loop)."""
         results = self.query_with_relevance(profile, query, limit, min_score, exclude_ids, now=now)
         if results:
             self.store.mark_accessed(profile, [r.memory.id for r in results], now or utcnow())
@@ -472,24 +544,35 @@ class MemoryBank:
         """
         validate_profile(profile)
         checked = [validate_id(i) for i in ids]
+        return self._background().submit(profile, checked, now)
+
+    def _background(self) -> "AccessMarker":
         if self._access_marker is None:
             from .injection import AccessMarker
 
             self._access_marker = AccessMarker(self.store.path, self.store.busy_timeout_s)
-        return self._access_marker.submit(profile, checked, now)
+        return self._access_marker
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait until the queued access marks and audit rows are written (tests, shutdown)."""
+        if self._access_marker is not None:
+            self._access_marker.drain(timeout)
 
     def render_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> "RenderedBlock":
         """The memory block and the memories in it, without marking anything accessed."""
         from .injection import build_memory_block
 
         validate_profile(profile)
-        if not isinstance(query, str):
-            raise ValidationError("query must be a string")
-        self._before_read([profile])
+        check_text(query, "query")
+        from .scoring import SPEC
+
         index = self._index()
+        ranking = self.ranking()
 
         def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
-            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier)
+            # The core tier always applies (the spec's rule); the relevant tier needs evidence.
+            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier,
+                               ranking=SPEC if tier == "core" else ranking)
 
         return build_memory_block(
             ranked,
@@ -500,11 +583,30 @@ class MemoryBank:
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
-        inject). The memories that made it in are marked accessed without waiting."""
+        inject), as a run receives it. Without waiting, the memories that made it in are marked
+        accessed (in evidence mode only those the query gave evidence for: core entries without any
+        are not counted) and the block is recorded in the audit trail (``memlocal.audit``)."""
         block = self.render_context_block(profile, query, now=now)
-        if block.ids:
-            self.mark_accessed(profile, block.ids, now=now)
+        ids = block.evidence_ids if self.ranking().gated else block.ids
+        if ids:
+            self.mark_accessed(profile, ids, now=now)
+        if self.config["audit.enabled"]:
+            from .audit import InjectionRecord, query_hash
+
+            record = InjectionRecord(now or utcnow(), profile, query_hash(query), len(block.text),
+                                     tuple(s.memory.id for s in block.core), tuple(s.memory.id for s in block.relevant))
+            self._background().submit_audit(record, max_rows=int(self.config["audit.max_rows"]),
+                                            retention_days=float(self.config["audit.retention_days"]))
         return block.text
+
+    def injections(self, profile: str, *, memory_id: str | None = None, limit: int = 20) -> "builtins.list[Injection]":
+        """The audit trail: the blocks rendered for ``profile``'s runs, newest first, each with
+        the memory ids of each tier, its size and its query's hash; with ``memory_id``, only the
+        runs that saw that memory. Rows still queued by the background writer are not shown yet."""
+        from .audit import injections
+
+        _check_paging(limit, 0)
+        return injections(self.store, profile, memory_id=memory_id, limit=limit)
 
     def inject(
         self,
@@ -527,8 +629,9 @@ class MemoryBank:
         from .injection import assemble, memory_enabled, operator_block
 
         validate_profile(profile)
-        if not isinstance(prompt, str):
-            raise ValidationError("prompt must be a string")
+        check_text(prompt, "prompt")
+        if query is not None:
+            check_text(query, "query")
         blocks = [operator_block(list(contexts))]
         if automation_id is not None:
             blocks.append(self.automations.block(automation_id))

@@ -34,7 +34,8 @@ class Setting:
     env: tuple[str, ...] = ()
     secret: bool = False
     # A "friend" of another setting (the bucket's endpoint, region, keys): of its variables only
-    # the one with the same prefix as the variable that set the leader applies (DESIGN: Bucket).
+    # the one with the same prefix as the variable that set the leader applies
+    # (docs/spec.md, "Bucket and configuration").
     follows: str = ""
     # Limits, checked at load for every source (file, environment, flag): an inclusive range
     # (``above`` makes the lower bound exclusive: "more than 0"), a closed list of values, or a
@@ -118,6 +119,9 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("inject.budget_chars", int, 2000, "character budget of the whole context block (0: no memory block)", ("MEMLOCAL_INJECT_BUDGET_CHARS",), min=0, max=1_000_000),
     Setting("inject.relevant_limit", int, 8, "query-relevant entries in the context block", ("MEMLOCAL_INJECT_RELEVANT_LIMIT",), min=0, max=1000),
     Setting("inject.min_score", float, 0.05, "lowest score of a query-relevant entry in the context block", ("MEMLOCAL_INJECT_MIN_SCORE",), min=0, max=1),
+    Setting("semantic.enabled", bool, False, "add the semantic signal (needs the memlocal[semantic] extra)", ("MEMLOCAL_SEMANTIC_ENABLED",)),
+    Setting("ranking.mode", str, "evidence", "'evidence': only memories the query gives evidence for, ordered by the spec's score; 'spec': the spec's literal top-k by score", ("MEMLOCAL_RANKING_MODE",), choices=("evidence", "spec")),
+    Setting("ranking.evidence_ratio", float, 0.3, "evidence mode: a result's topic must be at least this share of the best match's topic", ("MEMLOCAL_RANKING_EVIDENCE_RATIO",), min=0, max=1),
     Setting("recall.cache_profiles", int, 16, "profiles whose recall index a process keeps in memory", ("MEMLOCAL_RECALL_CACHE_PROFILES",), min=1, max=100_000),
     Setting("llm.enabled", bool, True, "use the LLM processor when ANTHROPIC_API_KEY is set", ("MEMLOCAL_LLM_ENABLED",)),
     Setting("llm.model", str, "claude-haiku-4-5-20251001", "extraction model", ("ANTHROPIC_MEMORY_MODEL",), check=_non_empty, allowed="a model name (not empty)"),
@@ -137,10 +141,16 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("sync.mass_delete_min", int, 5, "a pass may delete this many of a profile's memories before the half-of-profile guard applies", ("MEMLOCAL_SYNC_MASS_DELETE_MIN",), min=0, max=1_000_000),
     Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",), min=8192, max=1 << 30),
     Setting("sync.list_page_size", int, 1000, "objects per bucket listing page (S3 returns at most 1000)", ("MEMLOCAL_SYNC_LIST_PAGE_SIZE",), min=1, max=1000),
-    Setting("sync.refresh_ttl_s", float, 2.0, "a read pulls its profile from the bucket when the last pull is older than this (0: every read)", ("MEMLOCAL_SYNC_REFRESH_TTL_S",), min=0, max=_DAY),
+    Setting("sync.snapshot_min_objects", int, 100, "profiles with at least this many objects get a snapshot object (memlocal/snapshots/) that fresh hosts read instead of every object; 0 turns snapshots off", ("MEMLOCAL_SYNC_SNAPSHOT_MIN_OBJECTS",), min=0, max=10_000_000),
+    Setting("sync.refresh_ttl_s", float, 2.0, "a read asks for a background pull of its profile when the last one is older than this", ("MEMLOCAL_SYNC_REFRESH_TTL_S",), min=0, max=_DAY),
+    Setting("audit.enabled", bool, True, "record each rendered memory block (when, profile, memory ids per tier, size, query hash)", ("MEMLOCAL_AUDIT_ENABLED",)),
+    Setting("audit.max_rows", int, 10000, "injection audit rows kept (the newest); 0 means no cap", ("MEMLOCAL_AUDIT_MAX_ROWS",), min=0, max=100_000_000),
+    Setting("audit.retention_days", float, 30.0, "injection audit rows older than this are deleted; 0 keeps them until the cap", ("MEMLOCAL_AUDIT_RETENTION_DAYS",), min=0, max=36_500),
+    Setting("secrets.mode", str, "redact", "credentials found in a save: 'redact' them to [REDACTED:<kind>], or 'reject' the save", ("MEMLOCAL_SECRETS_MODE",), choices=("redact", "reject")),
     Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",), check=_non_empty, allowed="a host name or address (not empty)"),
     Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",), min=0, max=65535),
     Setting("serve.api_token", str, "", "when set, every REST request needs 'Authorization: Bearer <token>'", ("MEMLOCAL_API_TOKEN",), secret=True),
+    Setting("serve.allowed_hosts", str, "", "comma-separated Host names the server answers besides loopback ones; with a token and no list, any", ("MEMLOCAL_ALLOWED_HOSTS",)),
 )
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}

@@ -21,8 +21,12 @@ class MemoryBankError(Exception):
     code: str = "internal"
 
     def __init__(self, message: str) -> None:
-        # Keep messages to one line: they are printed verbatim by the CLI and the API.
-        super().__init__(fold_whitespace(message))
+        # Keep messages to one line: they are printed verbatim by the CLI and the API. A message
+        # that quotes bad input must itself stay valid text (a lone surrogate is escaped).
+        text = fold_whitespace(message)
+        if not text.isascii():
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        super().__init__(text)
 
     @property
     def message(self) -> str:
@@ -41,6 +45,13 @@ class InputTooLargeError(ValidationError):
 
     http_status = 413
     code = "too_large"
+
+
+class SecretFoundError(ValidationError):
+    """A credential in a save while ``secrets.mode`` is ``reject``: nothing was stored."""
+
+    http_status = 422
+    code = "secret_found"
 
 
 class NotFoundError(MemoryBankError):

@@ -8,19 +8,22 @@ client can inject it. This is the only module that imports the ``mcp`` SDK.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-from typing import Any
+import sys
+from typing import Any, AsyncIterator
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 from . import __version__
 from .bank import MemoryBank
 from .errors import MemoryBankError
-from .model import validate_profile
+from .model import check_text, validate_profile
 from .tools import dispatch, tool_definitions
 
 log = logging.getLogger("memlocal.mcp")
@@ -96,12 +99,95 @@ def build_server(bank: MemoryBank, profile: str) -> Server[Any]:
     )
 
 
+def _invalid_text(value: Any, where: str = "arguments") -> str | None:
+    """The one-line reason ``value`` (parsed JSON) holds text that is not valid Unicode, if it does."""
+    if isinstance(value, str):
+        try:
+            check_text(value, where)
+        except MemoryBankError as exc:
+            return str(exc)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            reason = _invalid_text(key, where) or _invalid_text(item, f"{where}.{key}" if where != "arguments"
+                                                                else str(key))
+            if reason:
+                return reason
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            reason = _invalid_text(item, f"{where}[{i}]")
+            if reason:
+                return reason
+    return None
+
+
+def _answer_unparsable(line: str) -> SessionMessage | None:
+    """An answer to a request the SDK cannot parse because its JSON escapes a lone surrogate.
+
+    The SDK's parser rejects such a line without answering, so the client would wait forever;
+    Python's own JSON reader accepts it, which gives us the id to answer. A ``tools/call`` gets
+    an error result like any other bad tool input, other requests a JSON-RPC invalid-params error.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or "method" not in data:
+        return None
+    request_id = data.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (int, str)) or _invalid_text(request_id):
+        return None  # a notification, or an id we could not echo back
+    params = data.get("params")
+    if data.get("method") == "tools/call" and isinstance(params, dict):
+        name = params.get("name") if isinstance(params.get("name"), str) and not _invalid_text(params["name"]) else "tool"
+        reason = f"{name}: {_invalid_text(params.get('arguments')) or _invalid_text(params, 'params')}"
+        result = types.CallToolResult(
+            content=[types.TextContent(type="text", text=f"error: {reason}")],
+            structured_content={"error": {"code": "invalid_input", "message": reason}},
+            is_error=True,
+        )
+        return SessionMessage(types.JSONRPCResponse(
+            jsonrpc="2.0", id=request_id, result=result.model_dump(by_alias=True, exclude_none=True)))
+    reason = _invalid_text(params, "params") or "the request is not valid JSON-RPC"
+    return SessionMessage(types.JSONRPCError(
+        jsonrpc="2.0", id=request_id, error=types.ErrorData(code=types.INVALID_PARAMS, message=reason)))
+
+
+class _GuardedLines:
+    """Standard input as the SDK's reader consumes it (an async iterator of lines), answering
+    the requests it could not parse (:func:`_answer_unparsable`) on the server's write stream."""
+
+    def __init__(self, lines: Any) -> None:
+        self._lines = lines
+        self._reply: Any = None
+        self._ready = anyio.Event()
+
+    def attach(self, write_stream: Any) -> None:
+        self._reply = write_stream
+        self._ready.set()
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for line in self._lines:
+            if "\\u" in line:  # only a JSON escape can smuggle in a lone surrogate
+                try:
+                    types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except Exception:
+                    answer = _answer_unparsable(line)
+                    if answer is not None:
+                        await self._ready.wait()
+                        await self._reply.send(answer)
+                        continue
+            yield line
+
+
 def run_stdio(bank: MemoryBank, profile: str) -> None:
     """Serve ``profile``'s memory over stdin/stdout until the client closes the stream."""
     server = build_server(bank, profile)
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        # Undecodable bytes become U+FFFD, as in the SDK's own reader.
+        stdin = _GuardedLines(anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")))
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+            stdin.attach(write_stream)
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(main)

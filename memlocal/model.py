@@ -8,6 +8,7 @@ offsets, Go's zero time for "never accessed", and fields we do not know, which a
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import secrets
@@ -27,7 +28,7 @@ CORE_CATEGORIES: Final = ("preference", "fact")
 # Defined here, not in ``tools``, so that injection need not import the tool dispatcher (which
 # refers to the bank: bank -> injection -> tools -> bank was a circle).
 MEMORY_TOOL_NAMES: Final = ("memory_save", "memory_recall", "memory_list", "memory_delete")
-# Staleness tilt per category (spec, Staleness).
+# Staleness tilt per category (docs/spec.md, "Staleness").
 CATEGORY_WEIGHTS: Final[Mapping[str, float]] = {
     "preference": 0.5,
     "fact": 0.7,
@@ -103,14 +104,30 @@ def validate_confidence(confidence: object) -> float:
     return value
 
 
-def validate_text_input(text: object, what: str = "rawInput") -> str:
-    """Check a free-text input against the 4096-byte UTF-8 cap (spec: RawInput is capped at 4 KiB)."""
+def check_text(text: object, what: str) -> str:
+    """The one rule for every text field of every face (library, CLI, REST, tools, MCP, import):
+    a ``str`` that is valid Unicode, i.e. encodable as UTF-8 (no lone surrogates, which Python
+    lets through from ``\\udXXX`` JSON escapes and from undecodable command-line bytes, and
+    which SQLite, JSON output and the bucket cannot take). Control, bidi and zero-width
+    characters are kept as given; the block renderer neutralises them (``memlocal.injection``).
+    """
     if not isinstance(text, str):
         raise ValidationError(f"{what} must be a string")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError as exc:  # lone surrogates cannot be stored or sent anywhere
-        raise ValidationError(f"{what} is not valid Unicode text: {exc.reason}") from None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValidationError(
+                f"{what} is not valid Unicode text ({exc.reason} U+{ord(text[exc.start]):04X} at "
+                f"character {exc.start})"
+            ) from None
+    return text
+
+
+def validate_text_input(text: object, what: str = "rawInput") -> str:
+    """Check a free-text input against the 4096-byte UTF-8 cap (docs/spec.md, "The memory object")."""
+    text = check_text(text, what)
+    size = len(text.encode("utf-8"))
     if size > RAW_INPUT_MAX_BYTES:
         raise InputTooLargeError(
             f"{what} is {size} bytes of UTF-8; the cap is {RAW_INPUT_MAX_BYTES} bytes"
@@ -121,8 +138,7 @@ def validate_text_input(text: object, what: str = "rawInput") -> str:
 
 
 def validate_summary(summary: object) -> str:
-    if not isinstance(summary, str):
-        raise ValidationError("summary must be a string")
+    summary = check_text(summary, "summary")
     if len(summary) > SUMMARY_MAX_CHARS:
         raise ValidationError(
             f"summary is {len(summary)} characters; the cap is {SUMMARY_MAX_CHARS}"
@@ -264,8 +280,7 @@ class Memory:
         raw = raw if raw not in (None, "") else processed
         processed = processed if processed not in (None, "") else raw
         raw = validate_text_input(raw, "rawInput")
-        if not isinstance(processed, str):
-            raise ValidationError("processedContent must be a string")
+        processed = check_text(processed, "processedContent")
         summary = data.get("summary")
         if summary in (None, ""):
             summary = default_summary(processed)
@@ -288,6 +303,9 @@ class Memory:
         created = parse_time(data.get("createdAt"))
         if created is None:
             raise ValidationError("memory object lacks a createdAt timestamp")
+        extra = {k: v for k, v in data.items() if k not in JSON_FIELDS}
+        if extra:  # unknown fields are stored and re-sent verbatim: they must be valid text too
+            check_text(json.dumps(extra, ensure_ascii=False, default=str), "an unknown field")
         return cls(
             id=validate_id(data["id"]),
             profile_name=validate_profile(data["profileName"]),
@@ -303,7 +321,7 @@ class Memory:
             staleness_score=float(staleness),
             is_active=is_active,
             version=version,
-            extra={k: v for k, v in data.items() if k not in JSON_FIELDS},
+            extra=extra,
         )
 
     def with_changes(self, **changes: Any) -> "Memory":
@@ -319,7 +337,7 @@ def compute_staleness(
     last_accessed_at: datetime | None,
     now: datetime | None = None,
 ) -> float:
-    """DESIGN.md's staleness, clamped to [0, 1].
+    """The staleness of docs/spec.md, "Staleness", clamped to [0, 1].
 
     (daysSinceAccess*0.05 - log10(accessCount+1)*0.2 + (1-confidence)*0.3) * categoryWeight,
     with daysSinceAccess counted from lastAccessedAt, or createdAt when never accessed.

@@ -10,7 +10,9 @@ Import rules (decided here; the spec is silent):
 - a line whose id belongs to a memory of another profile is rejected with that reason;
 - ``profile`` (the CLI's ``--profile``) moves every imported memory into that profile;
 - imported memories go through the same write path as saves, so with a bucket configured they are
-  queued in the sync outbox and pushed by the next pass.
+  queued in the sync outbox and pushed by the next pass;
+- credentials are handled as in a save (``secrets.mode``): redacted (the line is imported and
+  listed with the kinds found) or, in reject mode, the line is rejected.
 """
 
 from __future__ import annotations
@@ -46,15 +48,18 @@ class ImportReport:
     imported: int = 0
     unchanged: int = 0
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    redacted: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
 
     def summary(self) -> str:
-        return f"imported {self.imported}, unchanged {self.unchanged}, rejected {len(self.rejected)}"
+        text = f"imported {self.imported}, unchanged {self.unchanged}, rejected {len(self.rejected)}"
+        return text + (f", redacted credentials in {len(self.redacted)}" if self.redacted else "")
 
     def to_dict(self) -> dict[str, object]:
         return {
             "imported": self.imported,
             "unchanged": self.unchanged,
             "rejected": [{"line": n, "reason": r} for n, r in self.rejected],
+            "redacted": [{"line": n, "kinds": list(k)} for n, k in self.redacted],
         }
 
 
@@ -104,7 +109,13 @@ def import_jsonl(
         if not line:
             continue
         try:
-            batch.append((line_no, _parse(line_no, line, profile)))
+            memory = _parse(line_no, line, profile)
+            raw, processed, summary, kinds = bank.redact_secrets(memory.raw_input, memory.processed_content,
+                                                                 memory.summary)
+            if kinds:
+                memory = memory.with_changes(raw_input=raw, processed_content=processed, summary=summary)
+                report.redacted.append((line_no, kinds))
+            batch.append((line_no, memory))
         except MemoryBankError as exc:
             report.rejected.append((line_no, str(exc)))
             continue

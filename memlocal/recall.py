@@ -20,18 +20,22 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Final, Iterable, Sequence
 
-from .clusters import clusters_of
+from .features import features_of
+from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
     HALF_LIFE_DAYS,
     US_PER_DAY,
     Breakdown,
     PreparedQuery,
+    Ranking,
+    Row,
     ScoredMemory,
     rank_key,
     confidence_mul,
+    evidence_of,
+    gate_select,
     maturity,
-    memory_terms,
     prepare_query,
     score_parts,
     usage,
@@ -48,11 +52,10 @@ _LN2_PER_US: Final = math.log(2.0) / (HALF_LIFE_DAYS * US_PER_DAY)
 class _Entry:
     """What the index keeps of one active memory."""
 
-    __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters",
-                 "text_key", "kx", "y")
+    __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters", "kx", "y")
 
-    def __init__(self, row: Sequence[Any], t0_us: int, terms: frozenset[str] | None = None) -> None:
-        (mid, created_us, last_us, count, confidence, category, processed, summary) = row[:8]
+    def __init__(self, row: Sequence[Any], t0_us: int) -> None:
+        (mid, created_us, last_us, count, confidence, category, features, _active, processed, summary) = row[:10]
         self.id: str = mid
         self.created_us: int = created_us
         self.anchor_us: int = max(created_us, last_us or created_us)
@@ -60,18 +63,22 @@ class _Entry:
         self.cm: float = confidence_mul(confidence)
         self.use: float = usage(count)
         self.tier: str = "core" if category in CORE_CATEGORIES else "other"
-        self.text_key = (processed, summary)
-        self.terms: frozenset[str] = terms if terms is not None else memory_terms(processed, summary)
-        self.clusters: frozenset[str] = clusters_of(self.terms)
+        # The stored features (memlocal.features); a row written without them is tokenised here.
+        self.terms: frozenset[str]
+        self.clusters: frozenset[str]
+        self.terms, self.clusters = parse_features(features if features is not None
+                                                   else features_of(processed, summary))
         # Static sort keys: cm·recency = exp(kx − ln2·(now − t0)/halflife) for every ``now``,
         # so ordering by kx orders by cm·recency at any time; y = cm·usage does not move.
         self.kx: float = math.log(self.cm) + (self.anchor_us - t0_us) * _LN2_PER_US
         self.y: float = self.cm * self.use
 
 
+# The text is read only for a row without stored features (``NULL``: derived lazily).
 _ROW_SQL: Final = (
-    "SELECT id, created_us, last_accessed_us, access_count, confidence, category, processed_content,"
-    " summary, is_active FROM memories WHERE profile = ?"
+    "SELECT id, created_us, last_accessed_us, access_count, confidence, category, features, is_active,"
+    " CASE WHEN features IS NULL THEN processed_content END, CASE WHEN features IS NULL THEN summary END"
+    " FROM memories WHERE profile = ?"
 )
 
 
@@ -131,11 +138,10 @@ class ProfileIndex:
 
     def apply(self, row: Sequence[Any]) -> None:
         """Bring one changed row (as selected by ``_ROW_SQL``) into the index."""
-        old = self.remove(row[0])
-        if not row[8]:  # inactive: not ranked
+        self.remove(row[0])
+        if row[7] != 1:  # inactive: not ranked
             return
-        terms = old.terms if old is not None and old.text_key == (row[6], row[7]) else None
-        self.add(_Entry(row, self.t0_us, terms))
+        self.add(_Entry(row, self.t0_us))
 
     def finish_bulk(self) -> None:
         for lists in (self.by_x, self.by_y):
@@ -242,6 +248,76 @@ class ProfileIndex:
         return scored[:limit]
 
 
+    def top_k_gated(
+        self,
+        pq: PreparedQuery,
+        *,
+        now_us: int,
+        limit: int,
+        min_score: float,
+        ratio: float,
+        exclude_ids: Iterable[str] = (),
+        tier: str | None = None,
+        essential_budget: int | None = None,
+    ) -> tuple[list[tuple[_Entry, float, float, float]], float]:
+        """The evidence-gated top ``limit`` (see :class:`Ranking`) and the best topic, exactly as
+        :func:`gate_select` over every memory holding a query feature would give them.
+
+        Only memories holding a query term or cluster can pass, so only posting lists are read.
+        Selective features (short lists) are scored first; the common ones bound the topic a
+        memory holding only those can reach (``rest``). When the gate already keeps ``limit``
+        memories whose topic is above that bound, no other memory can displace them, and the
+        common lists are skipped; otherwise they are scored too.
+        """
+        if pq.empty:
+            return [], 0.0
+        w = weights_for(maturity(self.total_accesses))
+        entries = self.entries
+        seen: set[str] = set(exclude_ids)
+        rows: list[Row] = []
+
+        def visit_all(ids: set[str]) -> None:
+            for mid in ids:
+                if mid not in seen:
+                    seen.add(mid)
+                    e = entries[mid]
+                    if tier is None or e.tier == tier:
+                        s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
+                        rows.append((e, s, rec, top))
+
+        feats: list[tuple[int, float, set[str]]] = []
+        for t, wt in zip(pq.terms, pq.weights):
+            ids = self.postings.get(t)
+            if ids:
+                feats.append((len(ids), wt, ids))
+        for c in pq.clusters:
+            ids = self.cluster_postings.get(c)
+            if ids:
+                feats.append((len(ids), pq.cluster_weight, ids))
+        feats.sort(key=lambda f: f[0])
+        budget = max(256, len(entries) // 16) if essential_budget is None else essential_budget
+        spent, rest, common = 0, 0.0, []
+        for size, wt, ids in feats:
+            if spent + size <= budget:
+                spent += size
+                visit_all(ids)
+            else:
+                rest += wt
+                common.append(ids)
+
+        def ident(e: _Entry) -> tuple[int, str]:
+            return e.created_us, e.id
+
+        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+        if common:
+            bound = min(1.0, rest / pq.denominator)
+            if len(kept) < limit or min(r[3] for r in kept) <= bound + _EPS:
+                for ids in common:
+                    visit_all(ids)
+                kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+        return kept, best  # type: ignore[return-value]
+
+
 class RecallIndex:
     """Per-bank cache of :class:`ProfileIndex` objects, one per recently used profile.
 
@@ -297,20 +373,30 @@ class RecallIndex:
         exclude_ids: Iterable[str] = (),
         now: datetime | None = None,
         tier: str | None = None,
+        ranking: Ranking = Ranking(),
     ) -> list[ScoredMemory]:
-        """The exact top ``limit`` of ``profile`` for ``query`` (no side effects)."""
+        """The exact top ``limit`` of ``profile`` for ``query`` under ``ranking`` (no side effects)."""
         now_us = to_us(now or utcnow())
         assert now_us is not None
+        # Rows written without features (raw SQL) get them now; one indexed probe when none.
+        self.store.derive_stale_features(profile)
         with self._lock, self.store.snapshot() as conn:
             idx = self._refresh(conn, profile)
             pq = idx.prepare(query)
             mat = maturity(idx.total_accesses)
             w = weights_for(mat)
-            top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
-                            exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
+            best = 0.0
+            if ranking.gated:
+                top, best = idx.top_k_gated(pq, now_us=now_us, limit=limit, min_score=min_score, ratio=ranking.ratio,
+                                            exclude_ids=exclude_ids, tier=tier,
+                                            essential_budget=self.essential_budget)
+            else:
+                top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
+                                exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
             memories = self.store.get_many(profile, [e.id for e, *_ in top], conn=conn)
         return [
-            ScoredMemory(memories[e.id], s, Breakdown(rec, e.use, t, e.cm, w, mat, s))
+            ScoredMemory(memories[e.id], s, Breakdown(rec, e.use, t, e.cm, w, mat, s),
+                         evidence_of(pq, e.terms, e.clusters, t, best) if ranking.gated else None)
             for e, s, rec, t in top
             if e.id in memories
         ]

@@ -1,6 +1,6 @@
 """Relevance: the composite score, its signals, and the reference full scan. Pure: no store.
 
-score = (wR·recency + wU·usage + wT·topic) · confidenceMul        (DESIGN.md, "Relevance")
+score = (wR·recency + wU·usage + wT·topic) · confidenceMul        (docs/spec.md, "Relevance")
 
 - recency  = 0.5 ** (age_days / 30), age from max(createdAt, lastAccessedAt), never negative.
 - usage    = 1 − 0.4 / (1 + log10(1 + accessCount)): 0.6 never accessed, 0.8 at 9, 0.867 at 99,
@@ -9,6 +9,10 @@ score = (wR·recency + wU·usage + wT·topic) · confidenceMul        (DESIGN.md
   slack 0.30·(1 − m) goes to recency and topic in proportion to their 0.35 / 0.35 (half each).
 - topic    = IDF-weighted query coverage plus shared clusters (see :func:`prepare_query`).
 - confidenceMul = 0.5 + 0.5·confidence.
+
+Ranking modes (:class:`Ranking`): ``evidence`` (default) returns only memories the query gives
+evidence for, strong enough relative to the best match (:func:`gate_select`), ordered by the
+score; ``spec`` is the spec's literal top-k by score.
 
 Exactness: :func:`rank_brute_force` is the reference (a full scan with the formula). The
 recall index (:mod:`memlocal.recall`) answers the same top-k much faster; both paths score a
@@ -21,11 +25,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Final, Iterable
+from typing import Any, Callable, Final, Iterable, Sequence
 
 from . import text
 from .clusters import clusters_of
-from .model import CORE_CATEGORIES, Memory, default_summary, to_us, utcnow
+from .model import CORE_CATEGORIES, Memory, to_us, utcnow
+from .text import memory_terms
 
 HALF_LIFE_DAYS: Final = 30.0
 BASE_WEIGHTS: Final = (0.35, 0.30, 0.35)  # recency, usage, topic
@@ -89,17 +94,6 @@ def combine(rec: float, use: float, topic: float, cmul: float, w: Weights) -> fl
 def idf(df: int, n: int) -> float:
     """BM25's smoothed inverse document frequency: always > 0, larger for rarer terms."""
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-
-
-def memory_terms(processed_content: str, summary: str) -> frozenset[str]:
-    """The terms a memory is matched on: its processedContent and summary.
-
-    A summary that is a prefix of the content, or its default preview (the first 50 characters,
-    whitespace folded), adds nothing but a word cut in half, so it is left out.
-    """
-    if processed_content.startswith(summary) or summary == default_summary(processed_content):
-        return text.terms(processed_content)
-    return text.terms_of((processed_content, summary))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,15 +203,79 @@ class Breakdown:
 
 
 @dataclass(frozen=True, slots=True)
+class Evidence:
+    """Why a memory passed the evidence gate: what it shares with the query, and how strongly.
+
+    ``terms``: the query terms (stems) the memory contains; ``clusters``: the clusters both touch;
+    ``strength``: its topic value; ``best``: the best topic value of any candidate for the query
+    (the gate lets a memory through when ``strength ≥ ratio · best``). ``semantic``: the third
+    kind of evidence, the cosine similarity of query and memory when the optional semantic
+    signal is enabled and contributed to the topic (``None`` otherwise, and left out of
+    ``to_dict``): a signal that adds to the topic is evidence like a shared term.
+    """
+
+    terms: tuple[str, ...]
+    clusters: tuple[str, ...]
+    strength: float
+    best: float
+    semantic: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"terms": list(self.terms), "clusters": list(self.clusters),
+                               "strength": self.strength, "best": self.best}
+        if self.semantic is not None:
+            out["semantic"] = self.semantic
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class ScoredMemory:
-    """One recall result."""
+    """One recall result. ``evidence`` is ``None`` in spec mode (no gate) and for the core tier."""
 
     memory: Memory
     score: float
     breakdown: Breakdown
+    evidence: Evidence | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"memory": self.memory.to_dict(), "score": self.score, "breakdown": self.breakdown.to_dict()}
+        return {"memory": self.memory.to_dict(), "score": self.score, "breakdown": self.breakdown.to_dict(),
+                "evidence": self.evidence.to_dict() if self.evidence is not None else None}
+
+
+def evidence_of(pq: PreparedQuery, terms: frozenset[str], clusters: frozenset[str], strength: float,
+                best: float, semantic: float | None = None) -> Evidence:
+    """The :class:`Evidence` record of one memory that passed the gate (``semantic``: its cosine
+    similarity, when the semantic signal contributed to ``strength``)."""
+    return Evidence(tuple(t for t in pq.terms if t in terms), tuple(c for c in pq.clusters if c in clusters),
+                    strength, best, semantic)
+
+
+# --- ranking modes ---------------------------------------------------------------------------
+
+MODES: Final = ("evidence", "spec")
+DEFAULT_EVIDENCE_RATIO: Final = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """How a query's results are chosen (settings ``ranking.mode``, ``ranking.evidence_ratio``).
+
+    ``evidence`` (default): a memory is a result only with evidence from the query, a topic > 0
+    (a shared term or a shared cluster), at least ``ratio`` times the best topic of any
+    candidate; of those, the ``limit`` with the most evidence (ties: higher score) are kept, and
+    the composite score orders them. ``spec``: the spec's literal rule, the top ``limit`` by
+    score over every memory (no gate).
+    """
+
+    mode: str = "evidence"
+    ratio: float = DEFAULT_EVIDENCE_RATIO
+
+    @property
+    def gated(self) -> bool:
+        return self.mode == "evidence"
+
+
+SPEC: Final = Ranking("spec")
 
 
 def rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int, str]:
@@ -229,6 +287,36 @@ def _in_tier(category: str, tier: str | None) -> bool:
     if tier is None:
         return True
     return (category in CORE_CATEGORIES) == (tier == "core")
+
+
+Row = tuple[Any, float, float, float]  # (item, score, recency, topic)
+
+
+def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: float,
+                ident: Callable[[Any], tuple[int, str]]) -> tuple[list[Row], float]:
+    """The evidence gate: of ``rows`` (every candidate with topic > 0 that could pass, including
+    the best one), keep those with topic ≥ ``ratio``·best and score ≥ ``min_score``, at most
+    ``limit`` of them, most evidence first (ties: higher score, newer createdAt, smaller id).
+
+    Returns them ordered by the composite rank key, and the best topic. ``ident(item)`` gives
+    (createdAt µs, id). Both ranking paths (the index and the full scan) select through this
+    function, so they agree exactly.
+    """
+    rows = [r for r in rows if r[3] > 0.0]
+    if not rows:
+        return [], 0.0
+    best = max(r[3] for r in rows)
+    floor = ratio * best
+    passing = [r for r in rows if r[3] >= floor and r[1] >= min_score]
+
+    def by_evidence(r: Row) -> tuple[float, float, int, str]:
+        created, mid = ident(r[0])
+        return (-r[3], -r[1], -created, mid)
+
+    passing.sort(key=by_evidence)
+    kept = passing[:limit]
+    kept.sort(key=lambda r: rank_key(r[1], *ident(r[0])))
+    return kept, best
 
 
 # --- the reference: a full scan ---------------------------------------------------------------
@@ -243,8 +331,10 @@ def rank_brute_force(
     exclude_ids: Iterable[str] = (),
     now: datetime | None = None,
     tier: str | None = None,
+    ranking: Ranking = Ranking(),
 ) -> list[ScoredMemory]:
-    """Score every active memory with the formula and return the top ``limit`` (reference path).
+    """Score every active memory with the formula and return the top ``limit`` (reference path),
+    under ``ranking`` (evidence gate or the spec's rule).
 
     ``memories`` are one profile's memories; statistics (IDF, maturity) are over its active ones.
     """
@@ -261,6 +351,7 @@ def rank_brute_force(
     pq = prepare_query(query, lambda t: df.get(t, 0), len(active))
     excluded = set(exclude_ids)
     out = []
+    rows: list[Row] = []
     for m, ts in zip(active, mterms):
         if m.id in excluded or not _in_tier(m.category, tier):
             continue
@@ -269,9 +360,18 @@ def rank_brute_force(
         anchor = max(created, to_us(m.last_accessed_at) or created)
         use = usage(m.access_count)
         cm = confidence_mul(m.confidence)
-        score, rec, top = score_parts(anchor, now_us, use, cm, ts, clusters_of(ts), pq, w)
-        if score >= min_score:
+        cs = clusters_of(ts)
+        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
+        if ranking.gated:
+            rows.append(((m, created, use, cm, ts, cs), score, rec, top))
+        elif score >= min_score:
             breakdown = Breakdown(rec, use, top, cm, w, mat, score)
             out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
+    if ranking.gated:
+        kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
+                                 ident=lambda item: (item[1], item[0].id))
+        return [ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
+                             evidence_of(pq, ts, cs, top, best))
+                for (m, _, use, cm, ts, cs), score, rec, top in kept]
     out.sort(key=lambda pair: pair[0])
     return [s for _, s in out[:limit]]

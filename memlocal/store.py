@@ -114,6 +114,41 @@ def _record_outbox(c: sqlite3.Connection, memory_id: str, profile: str, op: str)
     )
 
 
+# --- the persisted features (the recall index's tokens; memlocal.features) ---------------------
+
+# What the store writes for a memory: its columns plus its derived features.
+WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
+
+
+def write_row(m: Memory) -> tuple[Any, ...]:
+    """``memory_to_row(m)`` plus the memory's features (for an INSERT of ``WRITE_COLUMNS``)."""
+    from .features import features_of
+
+    return (*memory_to_row(m), features_of(m.processed_content, m.summary))
+
+
+def derive_features(conn: sqlite3.Connection, profile: str | None = None) -> int:
+    """Derive the features of every memory (of ``profile``) that has none yet; inside the
+    caller's write transaction. Returns how many rows were derived."""
+    from .features import features_of
+
+    sql = "SELECT rowid, processed_content, summary FROM memories WHERE features IS NULL"
+    rows = conn.execute(sql + (" AND profile = ?" if profile is not None else ""),
+                        (profile,) if profile is not None else ()).fetchall()
+    conn.executemany("UPDATE memories SET features = ? WHERE rowid = ?",
+                     [(features_of(pc, sm), rid) for rid, pc, sm in rows])
+    if profile is None:
+        _stamp_features(conn)
+    return len(rows)
+
+
+def _stamp_features(conn: sqlite3.Connection) -> None:
+    from .features import FEATURES_META_KEY, fingerprint
+
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                 (FEATURES_META_KEY, fingerprint()))
+
+
 # --- migrations ----------------------------------------------------------------------------------
 
 
@@ -216,11 +251,135 @@ def _migration_3(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_4(db: sqlite_utils.Database) -> None:
+    """The persisted recall index (owned by ``memlocal.recall``; see docs/storage.md).
+
+    - ``memories.features``: the formula's own tokens of the memory (its stemmed terms and its
+      clusters, :mod:`memlocal.features`), written by the store in the same transaction as the
+      memory; ``NULL`` means "not derived yet" (a row written by raw SQL, or whose text changed
+      under a writer that does not derive them), found through a partial index and derived
+      lazily by the next recall of that profile.
+    - ``memory_features``: a contentless FTS5 table (``detail=none``) of the active memories'
+      features plus a profile scope token, kept by triggers from that column. A fresh process
+      finds a query's candidates and their document frequencies there, without tokenising the
+      bank. It replaces the FTS5 index over the raw text, which nothing read.
+    - ``profile_revs.active`` / ``.accesses``: per profile, the number of active memories and
+      the sum of their accessCount (the IDF's N and the maturity), kept by triggers.
+
+    Every existing memory's features are derived here (back-fill), stamped with
+    ``features.fingerprint()`` in ``meta``.
+    """
+    from .features import FTS_TOKENIZE
+
+    c = db.conn
+    for name in ("memories_ai", "memories_ad", "memories_au"):
+        c.execute(f"DROP TRIGGER IF EXISTS {name}")
+    c.execute("DROP TABLE IF EXISTS memories_fts")
+    c.execute("ALTER TABLE memories ADD COLUMN features TEXT")
+    c.execute("CREATE INDEX memories_features_stale ON memories (profile) WHERE features IS NULL")
+    # What is indexed, row by row: the FTS5 table reads its documents from here (external
+    # content), and its own triggers forget exactly what they indexed, whatever order the
+    # memories' triggers run in. Plain SQL keeps this table, so no write can desynchronise it.
+    c.execute("CREATE TABLE memory_features_docs (rowid INTEGER PRIMARY KEY, features TEXT NOT NULL)")
+    c.execute(
+        "CREATE VIRTUAL TABLE memory_features USING fts5(features, content='memory_features_docs',"
+        f" content_rowid='rowid', detail=none, columnsize=0, tokenize=\"{FTS_TOKENIZE}\")"
+    )
+    fts_add = "INSERT INTO memory_features (rowid, features) VALUES (NEW.rowid, NEW.features);"
+    fts_drop = ("INSERT INTO memory_features (memory_features, rowid, features)"
+                " VALUES ('delete', OLD.rowid, OLD.features);")
+    c.execute(f"CREATE TRIGGER memory_features_docs_ai AFTER INSERT ON memory_features_docs BEGIN {fts_add} END")
+    c.execute(f"CREATE TRIGGER memory_features_docs_ad AFTER DELETE ON memory_features_docs BEGIN {fts_drop} END")
+    c.execute(f"CREATE TRIGGER memory_features_docs_au AFTER UPDATE ON memory_features_docs BEGIN {fts_drop}"
+              f" {fts_add} END")
+    # The document of an active memory with features: its profile's scope token, then its features.
+    doc = "INSERT INTO memory_features_docs (rowid, features) SELECT NEW.rowid, '=' || hex(NEW.profile) || ' ' || NEW.features WHERE NEW.is_active = 1 AND NEW.features IS NOT NULL"
+    c.execute(f"CREATE TRIGGER memories_features_ai AFTER INSERT ON memories BEGIN {doc}; END")
+    c.execute("CREATE TRIGGER memories_features_ad AFTER DELETE ON memories BEGIN"
+              " DELETE FROM memory_features_docs WHERE rowid = OLD.rowid; END")
+    # When the text changed but the writer left the features as they were (a raw SQL update,
+    # the sync's), they are stale: the row leaves the index and its features are cleared.
+    text_changed = "(OLD.processed_content IS NOT NEW.processed_content OR OLD.summary IS NOT NEW.summary)"
+    stale = f"{text_changed} AND NEW.features IS OLD.features"
+    c.execute(
+        "CREATE TRIGGER memories_features_au AFTER UPDATE OF profile, features, is_active, processed_content,"
+        " summary ON memories WHEN OLD.profile IS NOT NEW.profile OR OLD.features IS NOT NEW.features"
+        f" OR OLD.is_active IS NOT NEW.is_active OR {text_changed} BEGIN"
+        " DELETE FROM memory_features_docs WHERE rowid = OLD.rowid;"
+        f" {doc} AND NOT ({stale});"
+        f" UPDATE memories SET features = NULL WHERE rowid = NEW.rowid AND NEW.features IS NOT NULL AND {stale};"
+        " END"
+    )
+    c.execute("ALTER TABLE profile_revs ADD COLUMN active INTEGER NOT NULL DEFAULT 0")
+    c.execute("ALTER TABLE profile_revs ADD COLUMN accesses INTEGER NOT NULL DEFAULT 0")
+    c.execute("INSERT INTO profile_revs (profile) SELECT DISTINCT profile FROM memories"
+              " WHERE profile NOT IN (SELECT profile FROM profile_revs)")
+    c.execute(
+        "UPDATE profile_revs SET active = (SELECT count(*) FROM memories m WHERE m.profile = profile_revs.profile"
+        " AND m.is_active = 1), accesses = (SELECT coalesce(sum(access_count), 0) FROM memories m"
+        " WHERE m.profile = profile_revs.profile AND m.is_active = 1)"
+    )
+    ensure = ("INSERT INTO profile_revs (profile) SELECT NEW.profile"
+              " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);")
+    plus = ("UPDATE profile_revs SET active = active + 1, accesses = accesses + NEW.access_count"
+            " WHERE profile = NEW.profile AND NEW.is_active = 1;")
+    minus = ("UPDATE profile_revs SET active = active - 1, accesses = accesses - OLD.access_count"
+             " WHERE profile = OLD.profile AND OLD.is_active = 1;")
+    c.execute(f"CREATE TRIGGER memories_counts_ai AFTER INSERT ON memories BEGIN {ensure} {plus} END")
+    c.execute(f"CREATE TRIGGER memories_counts_ad AFTER DELETE ON memories BEGIN {minus} END")
+    c.execute(f"CREATE TRIGGER memories_counts_au AFTER UPDATE OF profile, is_active, access_count ON memories"
+              f" BEGIN {minus} {ensure} {plus} END")
+    derive_features(c)
+
+
+def _migration_5(db: sqlite_utils.Database) -> None:
+    """Vectors of the optional semantic signal (owned by ``memlocal.semantic``; docs/relevance.md).
+
+    ``memory_vectors``: one unit vector per memory (float32 bytes) and the model that made it.
+    Written on save when ``semantic.enabled``, back-filled lazily otherwise; a trigger drops a
+    memory's vector when its text changes, and deleting the memory deletes it.
+    """
+    c = db.conn
+    c.execute("CREATE TABLE memory_vectors (id TEXT PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)")
+    c.execute("CREATE TRIGGER memories_vectors_ad AFTER DELETE ON memories BEGIN"
+              " DELETE FROM memory_vectors WHERE id = OLD.id; END")
+    c.execute("CREATE TRIGGER memories_vectors_au AFTER UPDATE OF id, processed_content ON memories"
+              " WHEN OLD.id IS NOT NEW.id OR OLD.processed_content IS NOT NEW.processed_content BEGIN"
+              " DELETE FROM memory_vectors WHERE id = OLD.id; END")
+
+
+def _migration_6(db: sqlite_utils.Database) -> None:
+    """The injection audit trail (owned by ``memlocal.audit``; see docs/hygiene.md).
+
+    One ``injections`` row per rendered memory block: when, which profile, the block's size and
+    a hash of the query (never its text); ``injection_memories`` holds which memories were in it
+    and in which tier, indexed by memory id so "which runs saw this memory?" is one lookup. Rows
+    are capped and expire (``audit.max_rows``, ``audit.retention_days``); the memories of a
+    pruned row go with it (``ON DELETE CASCADE``; the store runs with foreign keys on).
+    """
+    c = db.conn
+    c.execute(
+        "CREATE TABLE injections (id INTEGER PRIMARY KEY AUTOINCREMENT, at_us INTEGER NOT NULL,"
+        " profile TEXT NOT NULL, query_hash TEXT NOT NULL, chars INTEGER NOT NULL)"
+    )
+    c.execute("CREATE INDEX injections_profile ON injections (profile, id)")
+    c.execute("CREATE INDEX injections_at ON injections (at_us)")
+    c.execute(
+        "CREATE TABLE injection_memories (injection_id INTEGER NOT NULL REFERENCES injections (id)"
+        " ON DELETE CASCADE, memory_id TEXT NOT NULL, tier TEXT NOT NULL, rank INTEGER NOT NULL,"
+        " PRIMARY KEY (injection_id, memory_id)) WITHOUT ROWID"
+    )
+    c.execute("CREATE INDEX injection_memories_memory ON injection_memories (memory_id, injection_id)")
+
+
 # Numbered schema migrations, applied in order inside one transaction each.
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migration_1,
     2: _migration_2,
     3: _migration_3,
+    4: _migration_4,
+    5: _migration_5,
+    6: _migration_6,
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -278,6 +437,7 @@ class Store:
         try:
             self._configure()
             self._migrate()
+            self._check_features()
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(f"cannot use database {self.path}: {exc}") from None
@@ -310,6 +470,36 @@ class Store:
                     continue
                 MIGRATIONS[version](db)
                 self.conn.execute(f"PRAGMA user_version = {version}")
+
+    def _check_features(self) -> None:
+        """Re-derive every memory's features when they were made by another tokenizer (the
+        stamp in ``meta`` differs from this code's fingerprint): once, on open."""
+        from .features import FEATURES_META_KEY, fingerprint
+
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
+        if row is not None and row[0] == fingerprint():
+            return
+        with self.transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
+            if row is not None and row[0] == fingerprint():
+                return  # another process re-derived them while we waited for the lock
+            # Clearing first lets the triggers remove each old document with the values it was
+            # indexed with; deriving then indexes the new ones.
+            c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
+            derive_features(c)
+
+    def derive_stale_features(self, profile: str) -> int:
+        """Derive the features that ``profile``'s memories lack (rows written without them);
+        best effort: returns how many were derived, 0 when the database cannot be written now."""
+        with self._lock:
+            if not self.conn.execute("SELECT 1 FROM memories WHERE profile = ? AND features IS NULL LIMIT 1",
+                                     (profile,)).fetchone():
+                return 0
+            try:
+                with self.transaction() as c:
+                    return derive_features(c, profile)
+            except (sqlite3.Error, StoreError):
+                return 0  # read-only file, or locked for too long: the query derives them in memory
 
     def close(self) -> None:
         with self._lock:
@@ -367,13 +557,11 @@ class Store:
     def insert(self, memory: Memory) -> None:
         """Insert a new memory durably, with its outbox entry in the same transaction;
         ``IdTakenError`` if its id exists (in any profile)."""
-        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
+        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
+        row = write_row(memory)  # tokenised before the write lock is taken
         try:
             with self.transaction() as c:
-                c.execute(
-                    f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})",
-                    memory_to_row(memory),
-                )
+                c.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})", row)
                 _record_outbox(c, memory.id, memory.profile_name, "put")
         except sqlite3.IntegrityError as exc:
             if "memories.id" in str(exc) or "UNIQUE" in str(exc):
@@ -386,14 +574,15 @@ class Store:
         Returns one outcome per memory: ``imported``, ``unchanged`` (the id is already in that
         profile) or a rejection reason (the id belongs to another profile).
         """
-        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
-        insert = f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})"
+        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
+        insert = f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})"
         outcomes: list[str] = []
+        rows = [write_row(m) for m in memories]  # tokenised before the write lock is taken
         with self.transaction() as c:
-            for memory in memories:
+            for memory, write in zip(memories, rows):
                 row = c.execute("SELECT profile FROM memories WHERE id = ?", (memory.id,)).fetchone()
                 if row is None:
-                    c.execute(insert, memory_to_row(memory))
+                    c.execute(insert, write)
                     _record_outbox(c, memory.id, memory.profile_name, "put")
                     outcomes.append("imported")
                 elif row[0] == memory.profile_name:
@@ -404,13 +593,14 @@ class Store:
 
     def upsert(self, memory: Memory) -> None:
         """Insert or fully replace a memory as it is, recording no change (test fixtures, tools)."""
-        cols = ", ".join(MEMORY_COLUMNS)
-        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
-        updates = ", ".join(f"{c} = excluded.{c}" for c in MEMORY_COLUMNS if c != "id")
+        cols = ", ".join(WRITE_COLUMNS)
+        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in WRITE_COLUMNS if c != "id")
+        row = write_row(memory)
         with self.transaction() as c:
             c.execute(
                 f"INSERT INTO memories ({cols}) VALUES ({placeholders}) ON CONFLICT(id) DO UPDATE SET {updates}",
-                memory_to_row(memory),
+                row,
             )
 
     def get(self, profile: str, memory_id: str) -> Memory:
@@ -595,9 +785,9 @@ class Store:
         if row is None:
             deleted_here = conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
             if content == "remote" and not deleted_here:
-                conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}, access_delta)"
-                             f" VALUES ({', '.join('?' for _ in range(len(MEMORY_COLUMNS) + 1))})",
-                             (*memory_to_row(m), 0))
+                conn.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
+                             f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})",
+                             (*write_row(m), 0))
         elif row[2] != m.profile_name:
             return False  # never touch a memory of another profile
         else:
@@ -611,8 +801,8 @@ class Store:
                 sets.append("staleness = ?")
                 params.append(m.staleness_score)
             if content == "remote":
-                full = dict(zip(MEMORY_COLUMNS, memory_to_row(m)))
-                for col in _CONTENT_COLUMNS:
+                full = dict(zip(WRITE_COLUMNS, write_row(m)))
+                for col in (*_CONTENT_COLUMNS, "features"):
                     sets.append(f"{col} = ?")
                     params.append(full[col])
             conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", (*params, m.id))
@@ -643,8 +833,8 @@ class Store:
 
         No deletion is queued for ``old_id``: the bucket's object under it is another memory.
         """
-        cols = ", ".join(("?" if col == "id" else col) for col in MEMORY_COLUMNS)
-        cur = conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}, access_delta)"
+        cols = ", ".join(("?" if col == "id" else col) for col in WRITE_COLUMNS)
+        cur = conn.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
                            f" SELECT {cols}, access_delta FROM memories WHERE id = ?", (new_id, old_id))
         if cur.rowcount == 0:
             return False

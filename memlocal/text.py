@@ -8,12 +8,21 @@ intersection. Decisions:
   case-folded, and Latin diacritics are stripped (``café`` matches ``cafe``).
 - Stopwords are the Snowball English list (plus apostrophe-less contractions): data, below.
   One-letter words are dropped; numbers are kept (``2023`` is a useful term).
-- Stemming is the Snowball English ("Porter2") stemmer from PyStemmer, a C extension: DESIGN.md
-  measured stemming to help on LoCoMo (coverage 0.576 with, 0.538 without), and the C stemmer
-  keeps tokenising a 10k-memory profile cheap.
+- Stemming is the Snowball English ("Porter2") stemmer from PyStemmer, a C extension: the design's
+  measurements (docs/spec.md, "Relevance") found stemming to help on LoCoMo (coverage 0.576 with,
+  0.538 without), and the C stemmer keeps tokenising a 10k-memory profile cheap.
 
-``TERMS_VERSION`` changes whenever anything here (or the cluster vocabulary) would turn the same
-text into different terms, so caches of terms built by an older version are not reused.
+- Vocabulary bridging (:mod:`memlocal.vocab`, data): two-word compounds are joined before
+  stopwords are removed ("time zone", "time-zone" -> ``timezone``; "set up" -> ``setup``), spelling
+  variants and abbreviations are mapped to one form ("colour" -> ``color``, "k8s" ->
+  ``kubernetes``), and a specific word also yields its broader word ("pytest" -> ``test``,
+  ``framework``); an IANA zone name ("Europe/Lisbon") yields ``timezone``.
+
+:func:`memory_terms` is *the* function that turns a stored memory into terms, and :func:`terms`
+the one for a query: a persisted copy of a memory's terms must be made with ``memory_terms`` and
+tagged with ``TERMS_VERSION``, which changes whenever anything here or in :mod:`memlocal.vocab`
+would turn the same text into different terms (cluster membership is derived from terms at query
+time, so editing :mod:`memlocal.clusters` does not change it).
 """
 
 from __future__ import annotations
@@ -21,11 +30,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+from itertools import chain
 from typing import Final, Iterable
 
 import Stemmer  # PyStemmer
 
-TERMS_VERSION: Final = 1
+from .model import default_summary
+from .vocab import BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
+
+TERMS_VERSION: Final = 2
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic.
@@ -55,6 +68,8 @@ _ASCII_WORD_RE: Final = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")  # the same, for
 _APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 _stemmer = Stemmer.Stemmer("english")
+_COMPOUND_FIRSTS: Final = frozenset(first for first, _ in COMPOUNDS)
+_ZONE_RE: Final = re.compile(r"\b(?:%s)/[a-z_]+" % "|".join(ZONE_REGIONS))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -80,6 +95,35 @@ def _fold(text: str) -> str:
     )
 
 
+@lru_cache(maxsize=1 << 16)
+def _word_terms(word: str) -> tuple[str, ...]:
+    """Every term one lowercased word yields: its own (variant applied), then its broader words."""
+    word = VARIANTS.get(word, word)
+    out: list[str] = []
+    for w in (word, *BROADER.get(word, ())):
+        t = _term(w)
+        if t is not None and t not in out:
+            out.append(t)
+    return tuple(out)
+
+
+def _join_compounds(ws: list[str]) -> list[str]:
+    """Replace each two-word compound ("time", "zone") by its joined word ("timezone")."""
+    out: list[str] = []
+    i, n = 0, len(ws)
+    while i < n:
+        w = ws[i]
+        if w in _COMPOUND_FIRSTS and i + 1 < n:
+            joined = COMPOUNDS.get((w, ws[i + 1]))
+            if joined is not None:
+                out.append(joined)
+                i += 2
+                continue
+        out.append(w)
+        i += 1
+    return out
+
+
 def words(text: str) -> list[str]:
     """The lowercased words of ``text`` (no stopword removal, no stemming)."""
     if text.isascii():  # the common case, several times faster
@@ -88,10 +132,15 @@ def words(text: str) -> list[str]:
 
 
 def terms(text: str) -> frozenset[str]:
-    """The set of stemmed, non-stopword terms of ``text``."""
-    out = set(map(_term, words(text)))
-    out.discard(None)
-    return frozenset(out)  # type: ignore[arg-type]
+    """The set of stemmed, non-stopword terms of ``text`` (compounds joined, variants unified,
+    broader words added): the terms of a query, and of each text of a memory."""
+    ws = words(text)
+    if not _COMPOUND_FIRSTS.isdisjoint(ws):
+        ws = _join_compounds(ws)
+    out = frozenset(chain.from_iterable(map(_word_terms, ws)))
+    if "/" in text and _ZONE_RE.search(text.lower()):
+        out = out | _TIMEZONE
+    return out
 
 
 def terms_of(texts: Iterable[str]) -> frozenset[str]:
@@ -103,5 +152,21 @@ def terms_of(texts: Iterable[str]) -> frozenset[str]:
 
 
 def stem(word: str) -> str | None:
-    """The term one word maps to (``None`` for a stopword); used to stem the cluster vocabulary."""
-    return _term(_fold(word).strip())
+    """The term one word maps to (``None`` for a stopword), its spelling variant unified; used
+    to stem the cluster vocabulary."""
+    w = _fold(word).strip()
+    return _term(VARIANTS.get(w, w))
+
+
+_TIMEZONE: Final = frozenset({stem("timezone") or "timezon"})
+
+
+def memory_terms(processed_content: str, summary: str) -> frozenset[str]:
+    """The terms a memory is matched on: its processedContent and summary.
+
+    A summary that is a prefix of the content, or its default preview (the first 50 characters,
+    whitespace folded), adds nothing but a word cut in half, so it is left out.
+    """
+    if processed_content.startswith(summary) or summary == default_summary(processed_content):
+        return terms(processed_content)
+    return terms_of((processed_content, summary))

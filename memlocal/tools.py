@@ -58,8 +58,9 @@ TOOLS: Final[tuple[dict[str, Any], ...]] = (
     {
         "name": "memory_recall",
         "description": (
-            "Search this profile's memories by topic. Returns ranked results with the relevance "
-            "breakdown (recency, usage, topic, confidence). Counts as a use of every memory returned."
+            "Search this profile's memories by topic. Returns only memories the query gives evidence "
+            "for (shared words or topics), ranked, each with the relevance breakdown (recency, usage, "
+            "topic, confidence) and the evidence it matched on. Counts as a use of every memory returned."
         ),
         "inputSchema": {
             "type": "object",
@@ -154,8 +155,8 @@ def dispatch(
 ) -> dict[str, Any]:
     """Run one memory tool for the session's profile and return its JSON-ready result.
 
-    - ``memory_save`` -> ``{"memory": {...}, "synced": bool}``
-    - ``memory_recall`` -> ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}}]}``
+    - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds]}``
+    - ``memory_recall`` -> ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}, "evidence": {...}}]}``
       (marks every returned memory accessed)
     - ``memory_list`` -> ``{"memories": [...], "total": n, "limit": l, "offset": o}``
     - ``memory_delete`` -> ``{"deleted": id}`` (``NotFoundError`` if the session's profile has no such id)

@@ -33,10 +33,10 @@ from memlocal.clusters import CLUSTER_WORDS
 from memlocal.config import Config
 from memlocal.model import Memory, new_id, staleness_of, utcnow
 from memlocal.scoring import (
-    Breakdown, ScoredMemory, rank_key, clusters_of, confidence_mul, maturity, memory_terms, prepare_query,
-    score_parts, usage, weights_for,
+    Breakdown, Ranking, ScoredMemory, rank_key, clusters_of, confidence_mul, evidence_of, gate_select, maturity,
+    memory_terms, prepare_query, score_parts, usage, weights_for,
 )
-from memlocal.store import MEMORY_COLUMNS, Store, memory_to_row, to_us
+from memlocal.store import WRITE_COLUMNS, Store, to_us, write_row
 
 CATEGORIES = ("preference", "fact", "behavior", "context", "general")
 PROFILE = "bench"
@@ -140,15 +140,25 @@ class Corpus:
 def insert_rows(store: Store, memories: Iterable[Memory]) -> None:
     """Insert complete memories in one transaction (benchmark setup, not a measured path)."""
     with store.transaction() as c:
-        c.executemany(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-                      f"({', '.join('?' for _ in MEMORY_COLUMNS)})", [memory_to_row(m) for m in memories])
+        c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES "
+                      f"({', '.join('?' for _ in WRITE_COLUMNS)})", [write_row(m) for m in memories])
 
 
 def build(path: Path, n: int, corpus: Corpus) -> MemoryBank:
     """A local-only bank at ``path`` holding ``n`` synthetic memories in profile ``bench``."""
     bank = MemoryBank(path, config=Config.load(environ={}))
     insert_rows(bank.store, corpus.memories(n))
+    add_fts_floor(bank.store)
     return bank
+
+
+def add_fts_floor(store: Store) -> None:
+    """The baseline's own full-text index: FTS5 ``porter unicode61`` over the memories' text
+    (memlocal's store indexes the formula's features instead, docs/storage.md). Setup only."""
+    with store.transaction() as c:
+        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS bench_fts USING fts5(processed_content, summary,"
+                  " content='memories', tokenize='porter unicode61')")
+        c.execute("INSERT INTO bench_fts (bench_fts) VALUES ('rebuild')")
 
 
 def fill(store: Store, n: int, profile: str = PROFILE) -> None:
@@ -182,18 +192,29 @@ class BruteForce:
             for t in ts:
                 self.df[t] = self.df.get(t, 0) + 1
 
-    def rank(self, query: str, limit: int, min_score: float, now_us: int) -> list[ScoredMemory]:
+    def rank(self, query: str, limit: int, min_score: float, now_us: int,
+             ranking: Ranking = Ranking()) -> list[ScoredMemory]:
+        """The reference answer under ``ranking`` (the default: the evidence gate, as the bank)."""
         mat = maturity(sum(m.access_count for m in self.memories))
         w = weights_for(mat)
         pq = prepare_query(query, lambda t: self.df.get(t, 0), len(self.memories))
         out = []
+        rows = []
         for m, ts, cs in zip(self.memories, self.terms, self.clusters):
             created = to_us(m.created_at) or 0
             anchor = max(created, to_us(m.last_accessed_at) or created)
             use, cm = usage(m.access_count), confidence_mul(m.confidence)
             s, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
-            if s >= min_score:
+            if ranking.gated:
+                if top > 0.0:  # only memories with evidence can pass the gate
+                    rows.append(((m, created, use, cm, ts, cs), s, rec, top))
+            elif s >= min_score:
                 out.append((rank_key(s, created, m.id), ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s))))
+        if ranking.gated:
+            kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
+                                     ident=lambda item: (item[1], item[0].id))
+            return [ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s), evidence_of(pq, ts, cs, top, best))
+                    for (m, _, use, cm, ts, cs), s, rec, top in kept]
         out.sort(key=lambda p: p[0])
         return [s for _, s in out[:limit]]
 
@@ -212,8 +233,8 @@ def fts_query(query: str) -> str:
 
 
 FTS_TOP8_SQL = (
-    "SELECT m.id FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid"
-    " WHERE memories_fts MATCH ? AND m.profile = ? ORDER BY bm25(memories_fts) LIMIT 8"
+    "SELECT m.id FROM bench_fts JOIN memories m ON m.rowid = bench_fts.rowid"
+    " WHERE bench_fts MATCH ? AND m.profile = ? ORDER BY bm25(bench_fts) LIMIT 8"
 )
 
 

@@ -20,9 +20,13 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 - sync:    the first push of those 10k memories to moto_server (objects/s) vs ``rclone copy`` of the
            same 10k JSON bodies to the same server; and a no-op pass over the 10k objects.
 
+- cold:    ``recall.cold.<n>_ms``: a fresh interpreter opens the <n> database and answers one recall
+           (median over processes; ``import memlocal`` not counted); ``cli.recall_ms``: a whole
+           ``memlocal recall`` process at the start-up size (10k), wall clock.
+
 ``--json`` prints exactly: save.{p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
-fullscan_p50_ms, fts_floor_p50_ms}, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
-hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s}; ``--details`` adds a ``details`` object
+fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
+hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, hydrate_s, hydrate_per_object_s}; ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
 """
@@ -87,6 +91,9 @@ TARGETS = {
     <= 3 * r["recall"]["100000"]["fts_floor_p50_ms"],
     "recall p50 at 100k ≥ 10× faster than the full scan": lambda r: 10 * r["recall"]["100000"]["p50_ms"]
     <= r["recall"]["100000"]["fullscan_p50_ms"],
+    "cold open + first recall at 10k ≤ 100 ms": lambda r: r["recall"]["cold"]["10000_ms"] <= 100,
+    "cold open + first recall at 100k ≤ 300 ms": lambda r: r["recall"]["cold"]["100000_ms"] <= 300,
+    "warm recall p50 at 10k ≤ 3 ms": lambda r: r["recall"]["10000"]["p50_ms"] <= 3,
     "save p50 ≤ 1.5× the bare insert": lambda r: r["save"]["p50_ms"] <= 1.5 * r["save"]["bare_p50_ms"],
     "inject p50 at 10k ≤ 10 ms": lambda r: r["inject"]["p50_ms"] <= 10,
     "import ≥ 5,000 memories/s": lambda r: r["import"]["per_s"] >= 5000,
@@ -94,6 +101,8 @@ TARGETS = {
     <= r["startup"]["hydrate_ms"],
     "first push ≥ rclone copy's objects/s": lambda r: r["sync"]["push_per_s"] >= r["sync"]["rclone_per_s"],
     "no-op pass over 10k objects ≤ 1 s": lambda r: r["sync"]["noop_pass_s"] <= 1.0,
+    "fresh host ≥ 10× faster than fetching object by object": lambda r: 10 * r["sync"]["hydrate_s"]
+    <= r["sync"]["hydrate_per_object_s"],
 }
 
 
@@ -142,7 +151,31 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
         bank.close()
         bare.close()
     return {"p50_ms": p50(ours), "bare_p50_ms": p50(base),
-            "_details": {"saves": n, "p95_ms": pct(ours, 95), "bare_p95_ms": pct(base, 95)}}
+            "_details": {"saves": n, "p95_ms": pct(ours, 95), "bare_p95_ms": pct(base, 95),
+                         **bench_secret_scan(n)}}
+
+
+def bench_secret_scan(n: int) -> dict[str, float]:
+    """What the secret check inside every save costs (docs/hygiene.md, "Secrets"), uncached: on
+    the save benchmark's prose, and on text with a URL and a long token (the slow path: the
+    patterns run), both already inside ``save.p50_ms`` above for the prose case."""
+    from memlocal.redact import redact
+
+    texts = {
+        "secrets_prose_p50_ms": "The user prefers structured JSON output whenever report {} has a schema",
+        "secrets_url_token_p50_ms": "Deploy notes {}: see https://ci.example.com/builds/latest/artifacts and "
+                                    "use build token Zk3Jq9Lm2Xp8Rt5Vw1Yb6Nc4Hd7Gf0Ae for the upload",
+    }
+    out = {}
+    for key, template in texts.items():
+        times = []
+        for i in range(n):
+            text = template.format(i)
+            t = time.perf_counter()
+            redact.__wrapped__(text)  # the uncached function: every save sees a new text
+            times.append((time.perf_counter() - t) * MS)
+        out[key] = p50(times)
+    return out
 
 
 # --- recall and inject ---------------------------------------------------------------------------
@@ -275,6 +308,26 @@ def startup_local(path: Path, queries: list[str]) -> list[dict[str, float]]:
     return runs
 
 
+def cold_recall(path: Path, queries: list[str]) -> list[float]:
+    """``recall.cold.<n>_ms``: per query a fresh interpreter opens the database and answers one
+    recall (``import memlocal`` not counted: the start-up child above); milliseconds each."""
+    return [r["open_first_recall_ms"] for r in startup_local(path, queries)]
+
+
+def cli_recall(path: Path, queries: list[str]) -> list[float]:
+    """``cli.recall_ms``: a whole ``memlocal recall`` process (interpreter start, imports, open,
+    recall, output) per query, wall-clock milliseconds each."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMLOCAL_", "S3_", "INTERNAL_S3_"))}
+    env["XDG_CONFIG_HOME"] = str(path.parent)  # no user config file (platformdirs looks there)
+    runs = []
+    for q in queries:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "memlocal", "--db", str(path), "recall", "--profile", PROFILE, q],
+                       capture_output=True, text=True, check=True, env=env)
+        runs.append((time.perf_counter() - t) * MS)
+    return runs
+
+
 def hydrate(endpoint: str, bucket: str, workers: int) -> tuple[float, int]:
     """What an in-memory design does at start-up: list the prefix, GET and decode every object
     (``workers`` threads, the sync's own client settings). Returns (milliseconds, memories)."""
@@ -363,6 +416,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     proc, endpoint = start_moto(tmp / "moto.log")
     rclone = rclone_binary()
     push_rates, rclone_rates, hydrate_ms, noop_s, noop_cpu, listing_s = [], [], [], [], [], []
+    hydrate_s, hydrate_per_object_s = [], []  # a fresh host's first pass, with and without snapshots
     push_server_cpu, rclone_server_cpu = [], []  # moto_server's CPU seconds per object
     rclone_head_rates: list[float] = []
     pages = 0
@@ -409,6 +463,24 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
             finally:
                 engine.close()
                 store.close()
+            if rep == 0:
+                # The no-op passes above found the profile settled and wrote its snapshot.
+                for snapshots, runs in ((config, hydrate_s),
+                                        (config.with_overrides(sync__snapshot_min_objects=0), hydrate_per_object_s)):
+                    for h in range(plan.noop_repeats):
+                        log(f"  sync: a fresh host hydrating {count} memories"
+                            f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{plan.noop_repeats})")
+                        fresh = Store(tmp / f"fresh-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db")
+                        engine = SyncEngine(snapshots, fresh)
+                        try:
+                            t = time.perf_counter()
+                            report = engine.run_pass()
+                            runs.append(time.perf_counter() - t)
+                        finally:
+                            engine.close()
+                            fresh.close()
+                        if not report.ok or report.counts["pulled"] != count:
+                            raise SystemExit(f"hydration: {report.summary()}")
             log("  start-up baseline: hydrating from the bucket")
             ms, n = hydrate(endpoint, BUCKET, plan.workers)
             if n != count:
@@ -440,7 +512,9 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
         "push_per_s": p50(push_rates),
         "rclone_per_s": p50(rclone_rates) if rclone_rates else None,
         "noop_pass_s": p50(noop_s),
-        "_details": {"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
+        "hydrate_s": p50(hydrate_s),
+        "hydrate_per_object_s": p50(hydrate_per_object_s),
+        "_details": {"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
                      "rclone_runs_per_s": rclone_rates, "rclone": rclone or "not installed (pip install -e '.[bench]')",
                      "rclone_with_head_per_s": p50(rclone_head_rates) if rclone_head_rates else None,
                      "noop_runs_s": noop_s, "noop_cpu_s": p50(noop_cpu), "noop_listing_pages": pages,
@@ -494,12 +568,23 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
             log(f"recall: {n} memories, {plan.queries} queries")
             res, path = bench_recall(tmp, n, plan)
             out["recall"][str(n)] = res
+            cold_qs = Corpus(plan.seed + 2).queries(plan.startup_repeats)
+            log(f"  cold recall: {len(cold_qs)} fresh processes at {n}")
+            runs = cold_recall(path, cold_qs)
+            cold = out["recall"].setdefault("cold", {"_details": {}})
+            cold[f"{n}_ms"] = p50(runs)
+            cold["_details"][f"{n}_runs_ms"] = runs
+            if n == plan.startup_size:
+                log(f"  memlocal recall CLI: {len(cold_qs)} processes at {n}")
+                cli = cli_recall(path, cold_qs)
+                out["cli"] = {"recall_ms": p50(cli), "_details": {"memories": n, "runs_ms": cli}}
             if n == plan.startup_size or (startup_db is None and n == big):
                 startup_db = path
             elif path != startup_db:
                 path.unlink()
         if "recall" not in sections:
             del out["recall"]
+            out.pop("cli", None)
     assert startup_db is not None or not (sections & {"inject", "import", "startup", "sync"})
     if "inject" in sections and startup_db is not None:
         log("inject: 10k memories")
@@ -558,11 +643,21 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         s = results["save"]
         lines.append(f"save p50            {f(s['p50_ms'], '.3f')} ms   bare INSERT+COMMIT {f(s['bare_p50_ms'], '.3f')} ms"
                      f"   ({s['p50_ms'] / s['bare_p50_ms']:.2f}×)")
+        ds = d["save"]
+        lines.append(f"  secret check p50  {f(ds['secrets_prose_p50_ms'] * 1000, '.1f')} µs prose, "
+                     f"{f(ds['secrets_url_token_p50_ms'] * 1000, '.1f')} µs with a URL and a token (inside the save)")
     for n, r in results.get("recall", {}).items():
+        if n == "cold":
+            continue
         dd = d["recall"][n]
         lines.append(f"recall {int(n):>7,}    p50 {f(r['p50_ms'], '.3f')} ms  p95 {f(r['p95_ms'], '.3f')} ms   "
                      f"full scan {f(r['fullscan_p50_ms'], '.1f')} ms   FTS5 floor {f(r['fts_floor_p50_ms'], '.3f')} ms   "
                      f"exactness mismatches {dd['mismatches_vs_fullscan']}")
+    for key, ms in results.get("recall", {}).get("cold", {}).items():
+        if not key.startswith("_"):
+            lines.append(f"cold recall {int(key[:-3]):>7,}  a fresh process: open + first recall {f(ms, '.1f')} ms")
+    if "cli" in results:
+        lines.append(f"memlocal recall     a whole CLI process {f(results['cli']['recall_ms'], '.1f')} ms")
     if "inject" in results:
         lines.append(f"inject p50          {f(results['inject']['p50_ms'], '.3f')} ms   "
                      f"({d['inject']['memories']:,} memories)")
@@ -581,6 +676,9 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
                                                                   if head else ""))
         lines.append(f"sync no-op pass     {f(s['noop_pass_s'], '.2f')} s  ({sd['noop_listing_pages']} listing pages; "
                      f"the server's plain listing alone {f(sd['server_listing_s'], '.2f')} s; our CPU {f(sd['noop_cpu_s'], '.2f')} s)")
+        if s.get("hydrate_s") and s.get("hydrate_per_object_s"):
+            lines.append(f"sync fresh host     {f(s['hydrate_s'], '.2f')} s from the snapshot   object by object "
+                         f"{f(s['hydrate_per_object_s'], '.2f')} s   ({s['hydrate_per_object_s'] / s['hydrate_s']:.1f}×)")
     lines.append("")
     for name, ok in targets.items():
         mark = "met" if ok else ("not measured" if ok is None else "MISSED")
@@ -640,7 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, default=str))
     else:
         print(report_text(results, targets, elapsed))
-    mismatches = sum(r["_details"]["mismatches_vs_fullscan"] for r in results.get("recall", {}).values())
+    mismatches = sum(r["_details"]["mismatches_vs_fullscan"] for n, r in results.get("recall", {}).items()
+                     if n != "cold")
     return 1 if mismatches else 0
 
 

@@ -27,6 +27,11 @@ malformed upstream: ``D8:6; D9:17`` is split, ``D:11:26`` repaired, zero-padded 
 numbers, and ids of turns that do not exist dropped.
 
     python scripts/locomo_eval.py [PATH] [--json]      # PATH: ../shared/data/locomo/locomo-dev.json
+    python scripts/locomo_eval.py [PATH] --living [--mode evidence|spec] [--ratio R] [--json]
+
+``--living`` is the living-bank benchmark (:func:`evaluate_living`): dated turns, and three
+phases through the public API: fresh, every question once through ``recall`` (which counts what
+it returns as used), and again read-only on the used bank; with the padding rate.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import Any, Callable, Sequence
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.model import Memory, default_summary
-from memlocal.store import MEMORY_COLUMNS, memory_to_row
+from memlocal.store import WRITE_COLUMNS, write_row
 from memlocal.text import stem, words
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo-dev.json"
@@ -171,8 +176,9 @@ def _memory_id(conv: str, dia_id: str) -> str:
     return "mem-" + hashlib.sha256(f"{conv}/{dia_id}".encode()).hexdigest()[:8]
 
 
-def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ranker:
-    """Load the turns as memories of one profile and rank through ``query_with_relevance``."""
+def load_turns(bank: MemoryBank, conv: Conversation, *, dated: bool) -> tuple[str, dict[str, str], datetime]:
+    """Load the turns as memories of one profile: (profile, memory id -> dia id, the "now" to
+    rank at: the day after the last session when ``dated``, else the day after the import)."""
     profile = re.sub(r"[^A-Za-z0-9._-]", "-", conv.name) or "conv"
     by_id: dict[str, str] = {}
     rows = []
@@ -185,11 +191,16 @@ def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ran
         created = (t.when or last) if dated else IMPORTED_AT
         m = Memory(id=mid, profile_name=profile, raw_input=t.text, processed_content=t.text,
                    summary=default_summary(t.text), category="general", confidence=1.0, created_at=created)
-        rows.append(memory_to_row(m))
+        rows.append(write_row(m))
     with bank.store.transaction() as c:
-        c.executemany(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-                      f"({', '.join('?' for _ in MEMORY_COLUMNS)})", rows)
-    now = (last if dated else IMPORTED_AT) + timedelta(days=1)
+        c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES "
+                      f"({', '.join('?' for _ in WRITE_COLUMNS)})", rows)
+    return profile, by_id, (last if dated else IMPORTED_AT) + timedelta(days=1)
+
+
+def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ranker:
+    """Load the turns as memories of one profile and rank through ``query_with_relevance``."""
+    profile, by_id, now = load_turns(bank, conv, dated=dated)
 
     def rank(query: str) -> list[str]:
         results = bank.query_with_relevance(profile, query, limit=DEPTH, min_score=0.0, now=now)
@@ -298,6 +309,62 @@ def evaluate(path: Path, *, dated: bool = True) -> dict[str, Any]:
     }
 
 
+# --- the living bank -------------------------------------------------------------------------
+
+PHASES = ("fresh", "use", "after")
+
+
+def evaluate_living(path: Path, modes: Sequence[str] = ("evidence", "spec"), ratio: float | None = None) -> dict[str, Any]:
+    """A bank that has lived: each turn created at its session's date, "now" the day after the
+    last session, through the public API. Phases, in order, per conversation:
+
+    - ``fresh``: every question through ``query_with_relevance`` (read-only);
+    - ``use``: every question once through ``recall``, which marks what it returns accessed
+      (accessCount + 1, lastAccessedAt = now), so later questions see the earlier ones' use;
+    - ``after``: every question again, read-only, on the used bank.
+
+    ``padding``: the share of returned results without query evidence (topic 0).
+    """
+    convs = load(path)
+    out: dict[str, Any] = {"data": str(path), "modes": {}, "evidence_ratio": ratio}
+    for mode in modes:
+        phases = {p: Scores() for p in PHASES}
+        returned = {p: 0 for p in PHASES}
+        padded = {p: 0 for p in PHASES}
+        with tempfile.TemporaryDirectory(prefix="memlocal-locomo-living-") as tmp:
+            overrides: dict[str, Any] = {"ranking.mode": mode}
+            if ratio is not None:
+                overrides["ranking.evidence_ratio"] = ratio
+            config = Config.load(environ={}, overrides=overrides)
+            with MemoryBank(Path(tmp) / "living.db", config=config) as bank:
+                for conv in convs:
+                    profile, by_id, now = load_turns(bank, conv, dated=True)
+                    for phase in PHASES:
+                        ask = bank.recall if phase == "use" else bank.query_with_relevance
+                        for q in conv.questions:
+                            results = ask(profile, q.text, limit=DEPTH, min_score=0.0, now=now)
+                            returned[phase] += len(results)
+                            padded[phase] += sum(1 for r in results if r.breakdown.topic <= 0.0)
+                            phases[phase].add([by_id[r.memory.id] for r in results], q.evidence)
+        out["modes"][mode] = {
+            p: {**phases[p].to_dict(), "padding": round(padded[p] / max(1, returned[p]), 4),
+                "returned_per_question": round(returned[p] / max(1, phases[p].n), 2)}
+            for p in PHASES
+        }
+    return out
+
+
+def format_living(result: dict[str, Any]) -> str:
+    lines = [f"LoCoMo living bank (dated turns, now = the day after the last session): {result['data']}", ""]
+    head = f"{'mode':<10}{'phase':<8}" + "".join(f"{f'R@{k}':>8}" for k in KS) + f"{'MRR@10':>8}{'padding':>9}{'per q':>7}"
+    lines += [head, "-" * len(head)]
+    for mode, phases in result["modes"].items():
+        for i, (phase, v) in enumerate(phases.items()):
+            lines.append(f"{mode if i == 0 else '':<10}{phase:<8}" + "".join(f"{v[f'recall@{k}']:>8.3f}" for k in KS)
+                         + f"{v['mrr@10']:>8.3f}{v['padding']:>9.3f}{v['returned_per_question']:>7.2f}")
+    return "\n".join(lines)
+
+
 def format_table(result: dict[str, Any]) -> str:
     systems = [s for s in result["overall"]]
     lines = [f"LoCoMo retrieval: {result['data']}", ""]
@@ -335,11 +402,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="LoCoMo JSON (default: ../shared/data/locomo/locomo-dev.json beside the repo)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--no-dated", action="store_true", help="skip the memlocal-dated row")
+    ap.add_argument("--living", action="store_true",
+                    help="the living-bank benchmark: dated turns; phases fresh, use (recall), after")
+    ap.add_argument("--mode", action="append", choices=("evidence", "spec"),
+                    help="with --living: the ranking modes to run (default: both)")
+    ap.add_argument("--ratio", type=float, help="with --living: ranking.evidence_ratio (default: the setting's default)")
     args = ap.parse_args(argv)
     path = args.path.resolve()
     if not path.is_file():
         print(f"error: no LoCoMo file at {path}", file=sys.stderr)
         return 2
+    if args.living:
+        living = evaluate_living(path, args.mode or ("evidence", "spec"), args.ratio)
+        print(json.dumps(living, indent=2) if args.json else format_living(living))
+        return 0
     result = evaluate(path, dated=not args.no_dated)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from memlocal.cli._common import Progress, State, echo_json, json_option, pass_state, table
+from memlocal.cli._common import Progress, State, dim, echo_json, json_option, pass_state, table
+from memlocal.humanize import plural
 
-from .bucket import BucketSettings
-from .engine import PassReport, SyncEngine
-from .status import status_for
+if TYPE_CHECKING:  # the engine (boto3, the store) is imported when a command runs: `memlocal --help` stays fast
+    from .bucket import BucketSettings
+    from .engine import SyncEngine
 
 # `sync run` exits with this when the mass-delete guard held deletions back.
 EXIT_GUARDED = 3
@@ -21,10 +22,14 @@ PROGRESS_MIN_ACTIONS = 200
 
 
 def _settings(state: State) -> BucketSettings | None:
+    from .bucket import BucketSettings
+
     return BucketSettings.from_config(state.config)
 
 
 def _engine(state: State) -> SyncEngine:
+    from .engine import SyncEngine
+
     return SyncEngine(state.config, state.bank().store)
 
 
@@ -80,6 +85,7 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str
 def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
     """Sync every interval and soon after local writes, until SIGTERM/SIGINT (the pass in flight finishes)."""
     from .daemon import SyncDaemon
+    from .engine import SyncEngine
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -96,8 +102,23 @@ def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
         engine.close()
 
 
+def _when(stamp: str | None) -> str:
+    """A recorded time as "5 min ago", with the exact time dim beside it."""
+    from memlocal.errors import ValidationError
+    from memlocal.humanize import ago
+    from memlocal.model import parse_time
+
+    try:
+        when = parse_time(stamp)
+    except ValidationError:  # a record written by another version: show it as it is
+        return str(stamp)
+    return f"{ago(when)} {dim(f'({stamp})')}" if when else "never"
+
+
 def status_data(state: State) -> dict[str, Any]:
     """Everything ``sync status`` shows, as JSON-ready data."""
+    from .status import status_for
+
     return status_for(_settings(state), state.bank().store)
 
 
@@ -106,6 +127,8 @@ def status_data(state: State) -> dict[str, Any]:
 @pass_state
 def status_cmd(state: State, as_json: bool) -> None:
     """The bucket in use and where it came from, what is pending, the last pass, errors, skipped objects."""
+    from .engine import PassReport
+
     data = status_data(state)
     if as_json:
         echo_json(data)
@@ -118,22 +141,23 @@ def status_cmd(state: State, as_json: bool) -> None:
         click.echo(f"bucket:      {b['name']}{where} (from {b['source']})")
     click.echo(f"database:    {data['database']}")
     p = data["pending"]
-    click.echo(f"pending:     {p['total']} ({p['saves']} saves, {p['deletes']} deletions, "
-               f"{p['accessUpdates']} access updates; outbox {p['outbox']})")
+    detail = (f"({plural(p['saves'], 'save')}, {plural(p['deletes'], 'deletion')}, "
+              f"{plural(p['accessUpdates'], 'access update')}; {plural(p['outbox'], 'outbox entry', 'outbox entries')})")
+    click.echo(f"pending:     {p['total']} {dim(detail)}")
     last = data["lastPass"]
     if last:
         report = PassReport(result=last.get("result", "?"), pages=last.get("pages", 0),
                             objects=last.get("objects", 0), duration_s=last.get("durationS", 0.0))
         report.counts.update(last.get("counts", {}))
         report.skipped = last.get("skipped", [])
-        click.echo(f"last pass:   {last.get('finishedAt')} {report.summary()}")
+        click.echo(f"last pass:   {_when(last.get('finishedAt'))} {report.summary()}")
         if last.get("reason"):
             click.echo(f"             {last['reason']}")
     else:
         click.echo("last pass:   never")
     err = data["lastError"]
-    click.echo(f"last error:  {err['at']} {err['message']}" if err else "last error:  none")
+    click.echo(f"last error:  {_when(err['at'])} {err['message']}" if err else "last error:  none")
     click.echo(f"pass running: {'yes' if data['passRunning'] else 'no'}")
     if data["skipped"]:
-        click.echo(f"skipped objects: {len(data['skipped'])}")
-        click.echo(table([(s["key"], s["reason"]) for s in data["skipped"]], ("key", "reason")))
+        click.echo(f"skipped:     {plural(len(data['skipped']), 'object')}")
+        click.echo(table([(s["key"], s["reason"]) for s in data["skipped"]], ("key", "reason"), max_width=None))

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from memlocal.config import Config
 from memlocal.errors import SyncError
+from memlocal.humanize import plural
 from memlocal.store import Store
 
 from .bucket import BucketSettings
@@ -156,7 +157,7 @@ class SyncDaemon:
                 signal.signal(signum, old)
             if self.close_engine:
                 self.engine.close()
-            log.info("sync daemon stopped after %d passes", self.passes)
+            log.info("sync daemon stopped after %s", plural(self.passes, "pass"))
 
     def _watch(self) -> None:
         import watchfiles

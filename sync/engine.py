@@ -26,11 +26,13 @@ from filelock import FileLock, Timeout
 
 from memlocal.config import Config
 from memlocal.errors import SyncError
+from memlocal.humanize import plural
 from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
 from memlocal.store import Store
 
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
-from .objects import BadObject, content_hash, decode, encode, object_key, profile_prefix
+from . import snapshot
+from .objects import BadObject, Listed, content_hash, decode, encode, object_key, parse_key, profile_prefix
 from .plan import Action, Local, Op, Plan, after_fetch, plan_pass
 from .state import (
     META_LAST_ERROR,
@@ -105,15 +107,28 @@ class PassReport:
         }
 
     def summary(self) -> str:
-        """One line for logs and the CLI."""
+        """One line for logs and the CLI, in the user's words (``pushed 2, deleted 1 here``)."""
         c = self.counts
-        parts = [f"{k} {c[k]}" for k in ("pushed", "pulled", "updated", "merged", "deleted_local",
-                                         "deleted_remote", "adopted", "reid", "conflicts") if c[k]]
+        parts = [_COUNT_WORDS[k](c[k]) for k in _COUNT_WORDS if c[k]]
         if self.skipped:
-            n = len(self.skipped)
-            parts.append(f"skipped {n} object{'' if n == 1 else 's'}")
-        done = ", ".join(parts) or "nothing to do"
-        return f"{self.result}: {done} ({self.objects} objects in {self.pages} listing pages, {self.duration_s:.2f}s)"
+            parts.append(f"skipped {plural(len(self.skipped), 'object')}")
+        done = ", ".join(parts) or ("nothing to do" if self.result in ("ok", "guarded") else "nothing done")
+        return (f"{self.result}: {done} ({plural(self.objects, 'object')} in "
+                f"{plural(self.pages, 'listing page')}, {self.duration_s:.2f}s)")
+
+
+# The pass's counters as a person would say them, in the order the summary lists them.
+_COUNT_WORDS: dict[str, Callable[[int], str]] = {
+    "pushed": lambda n: f"pushed {n}",
+    "pulled": lambda n: f"pulled {n}",
+    "updated": lambda n: f"updated {n}",
+    "merged": lambda n: f"merged the access counts of {n}",
+    "deleted_local": lambda n: f"deleted {n} here",
+    "deleted_remote": lambda n: f"deleted {n} in the bucket",
+    "adopted": lambda n: f"adopted {n} already in the bucket",
+    "reid": lambda n: f"gave {n} a new id",
+    "conflicts": lambda n: plural(n, "conflict"),
+}
 
 
 class SyncEngine:
@@ -131,6 +146,9 @@ class SyncEngine:
         self.workers = int(config["sync.workers"])
         self.max_object_bytes = int(config["sync.max_object_bytes"])
         self.mass_delete_min = int(config["sync.mass_delete_min"])
+        self.snapshot_min = int(config["sync.snapshot_min_objects"])
+        # Bodies taken from snapshots for this pass's fetches, by key (read by the workers).
+        self._from_snapshot: dict[str, bytes] = {}
         self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=float(config["sync.timeout_s"]),
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
                                        page_size=int(config["sync.list_page_size"]))
@@ -198,6 +216,7 @@ class SyncEngine:
                     part = self.bucket.list(prefix)
                     listing.extend(part.objects)
                     report.pages += part.pages
+                snapshots = self._list_snapshots(profiles)
                 local = local_future.result()
             known_bad: dict[str, tuple[str, str]] = {}
             for prefix in prefixes:
@@ -215,7 +234,12 @@ class SyncEngine:
             listed = {k.key for k in listing}
             effects += [Unskip(key) for key in known_bad if key not in listed]
             self.state.apply(effects)
+            # Profiles this pass changes are written by a later pass that finds them settled.
+            busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
+            self._read_snapshots(plan, snapshots, report, set(local) | set(base))
             self._execute(plan, report, pull_only=pull_only, progress=progress)
+            if not pull_only and not report.errors:
+                self._write_snapshots(listing, local_rows, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
             if plan.guards:
                 report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
@@ -239,6 +263,116 @@ class SyncEngine:
         else:
             log.info("sync pass %s", report.summary())
         return report
+
+    # --- snapshots (docs/sync.md, "Snapshots") ------------------------------------------------------
+
+    def _list_snapshots(self, profiles: Sequence[str] | None) -> dict[str, list[str]]:
+        """The snapshot keys in the bucket, by profile (one listing; none when snapshots are off)."""
+        if self.snapshot_min <= 0:
+            return {}
+        out: dict[str, list[str]] = {}
+        for obj in self.bucket.list(snapshot.SNAPSHOT_PREFIX).objects:
+            parsed = snapshot.parse_snapshot_key(obj.key)
+            if parsed is not None and (profiles is None or parsed[0] in profiles):
+                out.setdefault(parsed[0], []).append(obj.key)
+        return out
+
+    def _read_snapshots(self, plan: Plan, snapshots: dict[str, list[str]], report: PassReport,
+                        known: set[str]) -> None:
+        """For each profile with many objects to fetch, take their bodies from its snapshot where
+        the snapshot's ETag is the listing's (the listing is the truth); the rest are fetched.
+
+        A memory new to this host (no local row, no base: a fresh host's case) is pulled here
+        at once, in batches; the others go through the usual fetch, with the body in hand."""
+        self._from_snapshot = {}
+        if self.snapshot_min <= 0:
+            return
+        fetches: dict[str, dict[str, str]] = {}
+        for action in plan.actions:
+            if action.op is Op.FETCH and action.etag:
+                fetches.setdefault(action.profile, {})[object_key(action.profile, action.id)] = action.etag
+        for profile, wanted in fetches.items():
+            if len(wanted) < self.snapshot_min or profile not in snapshots:
+                continue
+            for key in snapshots[profile]:
+                try:
+                    data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
+                    entries = snapshot.read(data, profile)
+                except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
+                    log.info("snapshot %s not used: %s", key, exc)
+                    continue
+                used = 0
+                for obj_key, etag in wanted.items():
+                    entry = entries.get(obj_key)
+                    if entry is not None and entry[0] == etag and len(entry[1]) <= self.max_object_bytes:
+                        self._from_snapshot[obj_key] = entry[1]
+                        used += 1
+                report.counts["from_snapshot"] += used
+                break
+        if not self._from_snapshot:
+            return
+        effects: list[Effect] = []
+        remaining: list[Action] = []
+        for action in plan.actions:
+            key = object_key(action.profile, action.id) if action.op is Op.FETCH else ""
+            body = self._from_snapshot.get(key) if key else None
+            if body is None or action.id in known:
+                remaining.append(action)
+                continue
+            del self._from_snapshot[key]
+            try:
+                remote = decode(body, action.profile, action.id)
+            except BadObject as exc:
+                report.counts["skipped_objects"] += 1
+                effects.append(SkipObject(key, action.etag, exc.reason))
+                continue
+            report.counts["pulled"] += 1
+            effects.append(Synced(remote, action.etag, content_hash(remote), 0, "remote"))
+            if len(effects) >= BATCH_SIZE * 4:
+                self.state.apply(effects)
+                effects = []
+        self.state.apply(effects)
+        plan.actions = remaining
+
+    def _write_snapshots(self, listing: list[Listed], local_rows: Sequence[Any], base: dict[str, Any],
+                         snapshots: dict[str, list[str]], report: PassReport, busy: set[str]) -> None:
+        """Write the snapshot of each profile that agrees with the bucket, has at least
+        ``sync.snapshot_min_objects`` objects, and whose snapshot in the bucket is not current.
+        A snapshot only holds objects whose exact memory this host has (base ETag = listed ETag,
+        content unchanged, no unmerged access bumps); a profile with any other is skipped."""
+        if self.snapshot_min <= 0:
+            return
+        listed: dict[str, list[Listed]] = {}
+        for obj in listing:
+            parsed = parse_key(obj.key)
+            if parsed is not None:
+                listed.setdefault(parsed[0], []).append(obj)
+        local = {m.id: (m, delta) for m, delta in local_rows}
+        for profile, objects in listed.items():
+            if len(objects) < self.snapshot_min or profile in busy:
+                continue
+            current = snapshots.get(profile, [])
+            name = snapshot.digest((o.key, o.etag) for o in objects)
+            if any(snapshot.parse_snapshot_key(k) == (profile, name) for k in current):
+                continue  # the bucket's snapshot is this listing's
+            entries: list[tuple[str, str, bytes]] = []
+            for obj in objects:
+                mid = obj.key.rsplit("/", 1)[-1][:-5]
+                b, here = base.get(mid), local.get(mid)
+                if (b is None or here is None or b.etag != obj.etag or here[1] != 0
+                        or here[0].profile_name != profile or content_hash(here[0]) != b.content_hash):
+                    break
+                entries.append((obj.key, obj.etag, encode(here[0])))
+            else:
+                key, body = snapshot.build(profile, entries)
+                try:
+                    self.bucket.put(key, body)
+                    for old in current:
+                        if old != key:
+                            self.bucket.delete(old)
+                    report.counts["snapshots"] += 1
+                except BucketUnavailable as exc:  # a snapshot is an optimisation: never fail a pass
+                    log.info("snapshot of %s not written: %s", profile, exc)
 
     def _collect_skips(self, plan: Plan, report: PassReport, prefixes: list[str]) -> None:
         seen = {s.key for s in plan.skips}
@@ -412,7 +546,9 @@ class SyncEngine:
                pull_only: bool = False, attempt: int = 1) -> list[Effect]:
         key = object_key(profile, memory_id)
         try:
-            data, etag = self.bucket.get(key, self.max_object_bytes)
+            # A body from the profile's snapshot, under the listed ETag, stands for the GET.
+            cached = self._from_snapshot.pop(key, None) if attempt == 1 and listed_etag else None
+            data, etag = (cached, listed_etag) if cached is not None else self.bucket.get(key, self.max_object_bytes)
         except ObjectMissing:
             return []  # gone since the listing: the next pass sees the deletion
         except ObjectTooLarge as exc:

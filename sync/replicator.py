@@ -5,9 +5,11 @@ PUTs the object with ``If-None-Match: *`` under a short timeout and no retries
 (``sync.put_timeout_s``): an unreachable bucket costs a save at most that long, the save still
 succeeds, and the outbox entry stays for the next pass. Deletions go the same way.
 
-``refresh_if_stale`` is the read path's pull (the REST API calls it through
-``MemoryBank.refresh_if_stale``): one profile's prefix, at most once per TTL, one at a time per
-profile, never blocking on a pass that another process is running.
+``request_refresh`` is the read path's pull (the REST API calls it through
+``MemoryBank.refresh_for_read``): it queues a pull-only pass of one profile (or discovers every
+profile from the bucket with a delimiter listing of ``memory/`` and queues each) on a background
+thread and returns at once with the age of the local data, so a request never waits on the
+bucket. ``refresh_if_stale`` is the blocking form, for callers that want the pull done.
 """
 
 from __future__ import annotations
@@ -15,16 +17,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError, SyncError
-from memlocal.model import Memory
+from memlocal.model import Memory, validate_profile
 from memlocal.store import Store
 
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, PreconditionFailed
 from .engine import SyncEngine
-from .objects import content_hash, decode, encode, object_key
+from .objects import PREFIX, content_hash, decode, encode, object_key
 from .state import DeletedRemote, SyncState, Synced
 from .status import status_for
 
@@ -52,6 +55,79 @@ def factory(config: Config, store: Store) -> "S3Replicator | None":
     return S3Replicator(config, store, settings)
 
 
+class Refresher:
+    """Background pulls for readers (issue 13, item 4): a request never waits on the bucket.
+
+    ``request(key, ttl)`` queues a refresh of ``key`` (a profile; ``None``: discover every
+    profile from the bucket and queue each) unless one is queued or running already, or the last
+    attempt is younger than ``ttl``; it returns at once. One worker thread runs them in turn: the
+    pass lock is per database, so two pulls of one process could not run at once anyway.
+    """
+
+    def __init__(self, pull: Callable[[str], bool], discover: Callable[[], list[str]]) -> None:
+        self._pull = pull
+        self._discover = discover
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-refresh")
+        self._lock = threading.Lock()
+        self._inflight: set[str | None] = set()
+        self._attempted: dict[str | None, float] = {}
+        self._pulled: dict[str, float] = {}
+        self._known: set[str] = set()
+        self._closed = False
+
+    def request(self, key: str | None, ttl: float) -> float | None:
+        """Queue a refresh of ``key`` if due; the age in seconds of its data (``None``: never pulled)."""
+        now = time.monotonic()
+        with self._lock:
+            due = (not self._closed and key not in self._inflight
+                   and now - self._attempted.get(key, -1e18) >= ttl)
+            if due:
+                self._inflight.add(key)
+                self._attempted[key] = now
+        if due:
+            try:
+                self._pool.submit(self._run, key, ttl)
+            except RuntimeError:  # shut down meanwhile
+                with self._lock:
+                    self._inflight.discard(key)
+        return self.age(key)
+
+    def age(self, key: str | None) -> float | None:
+        now = time.monotonic()
+        with self._lock:
+            if key is not None:
+                t = self._pulled.get(key)
+                return None if t is None else now - t
+            if not self._known or any(p not in self._pulled for p in self._known):
+                return None
+            return max(now - self._pulled[p] for p in self._known)
+
+    def _run(self, key: str | None, ttl: float) -> None:
+        ok = False
+        try:
+            if key is None:
+                profiles = self._discover()
+                with self._lock:
+                    self._known.update(profiles)
+                for p in profiles:
+                    self.request(p, ttl)
+                ok = True
+            else:
+                ok = self._pull(key)
+        except Exception as exc:  # a background refresh must never raise into anything
+            log.debug("background refresh of %s failed: %s", key or "every profile", exc)
+        finally:
+            with self._lock:
+                self._inflight.discard(key)
+                if ok and key is not None:
+                    self._pulled[key] = time.monotonic()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 class S3Replicator:
     """The bank's write-through hook for one store and one bucket."""
 
@@ -72,6 +148,7 @@ class S3Replicator:
         self._locks_guard = threading.Lock()
         self._last_pull: dict[str, float] = {}
         self._refresh_gate = threading.Lock()
+        self.refresher = Refresher(self._pull, self.bucket_profiles)
         try:
             if self.state.ensure_bucket(settings.identity):
                 log.warning("bucket changed to %s: its base starts empty (nothing is deleted)", settings.describe())
@@ -155,6 +232,30 @@ class S3Replicator:
             self._last_pull[profile] = time.monotonic()
             return report.result in ("ok", "guarded")
 
+    def _pull(self, profile: str) -> bool:
+        """One pull-only pass of ``profile`` (the background refresh's job)."""
+        with self._refresh_gate:
+            report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0, record=False)
+        return report.result in ("ok", "guarded")
+
+    def bucket_profiles(self) -> list[str]:
+        """The profiles the bucket holds (one delimiter listing of ``memory/``) and this host's."""
+        listing = self._read_bucket.list(PREFIX, delimiter="/")
+        found: set[str] = set(self.store.profiles())
+        for prefix in listing.prefixes:
+            name = prefix[len(PREFIX):].rstrip("/")
+            try:
+                found.add(validate_profile(name))
+            except Exception:  # a folder no memlocal wrote: not a profile
+                continue
+        return sorted(found)
+
+    def request_refresh(self, profile: str | None, ttl: float) -> float | None:
+        """Queue a background pull of ``profile`` (``None``: every profile, discovered from the
+        bucket) if its last attempt is older than ``ttl`` s; never waits. Returns the age in
+        seconds of the local copy (``None`` until a pull has completed)."""
+        return self.refresher.request(profile, ttl)
+
     def status(self) -> dict[str, Any]:
         """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank)."""
         return status_for(self.settings, self.store)
@@ -165,5 +266,6 @@ class S3Replicator:
         return self._engine
 
     def close(self) -> None:
+        self.refresher.close()
         self.bucket.close()
         self._read_bucket.close()

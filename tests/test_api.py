@@ -59,7 +59,7 @@ def test_create_returns_201_with_the_memory_and_synced(client: httpx.Client) -> 
                           "confidence": 0.8})
     assert r.status_code == 201
     body = r.json()
-    assert set(body) == {"memory", "synced"} and body["synced"] is False
+    assert set(body) == {"memory", "synced", "deduplicated", "redacted"} and body["synced"] is False
     m = body["memory"]
     assert set(m) == set(JSON_FIELDS)
     assert (m["profileName"], m["processedContent"], m["summary"], m["category"], m["confidence"]) == (
@@ -117,7 +117,8 @@ def test_search_ranks_with_a_breakdown_and_does_not_bump_access(client: httpx.Cl
     scores = [x["score"] for x in results]
     assert scores == sorted(scores, reverse=True)
     for x in results:
-        assert set(x) == {"memory", "score", "breakdown"}
+        assert set(x) == {"memory", "score", "breakdown", "evidence"}
+        assert x["evidence"]["strength"] > 0  # evidence mode: no result without query evidence
         b = x["breakdown"]
         assert set(b) >= {"recency", "usage", "topic", "confidenceMul", "weights", "maturity", "score"}
         assert set(b["weights"]) == {"recency", "usage", "topic"}
@@ -131,7 +132,10 @@ def test_search_ranks_with_a_breakdown_and_does_not_bump_access(client: httpx.Cl
     one = client.get("/api/profiles/p1/memories/search", params={"q": "diet", "limit": 1}).json()["results"]
     assert [x["memory"]["id"] for x in one] == [allergy["id"]]
     high = client.get("/api/profiles/p1/memories/search", params={"q": "diet", "minScore": 0.6}).json()["results"]
-    assert high and all(x["score"] >= 0.6 for x in high) and len(high) < len(results)
+    assert high and all(x["score"] >= 0.6 for x in high)
+    top = results[0]["score"]
+    assert client.get("/api/profiles/p1/memories/search", params={"q": "diet", "minScore": min(1.0, top + 1e-6)}
+                      ).json()["results"] == []
 
     # A dashboard read: nothing was marked accessed by any of these searches.
     for m in client.get("/api/profiles/p1/memories").json()["memories"]:

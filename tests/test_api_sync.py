@@ -1,64 +1,115 @@
-"""The REST API with a bucket (a real moto_server): reads refresh from the bucket
-(``sync.refresh_ttl_s``), and writes go through to it."""
+"""The REST API with a bucket (a real moto_server): reads answer from the local index at once and
+ask for background pulls (``sync.refresh_ttl_s``), profiles are discovered from the bucket, and
+writes go through to it."""
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import httpx
 from api_live import LiveServer, ServeProcess
-from support import wait_for
+from s3server import FaultProxy
 
 from memlocal.api import create_app
 
 
-def test_reads_see_other_hosts_saves_after_the_refresh_ttl(hosts: Callable[..., Any], s3: Any) -> None:
-    # Two served hosts: one whose TTL never runs out during the test, one that pulls on every read
-    # (sync.refresh_ttl_s = 0), so no step depends on how long the previous one took.
-    served, eager, runner = hosts("dashboard", sync__refresh_ttl_s=3600), hosts("eager", sync__refresh_ttl_s=0), hosts("runner")
+def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def ids(page: httpx.Response) -> set[str]:
+    assert page.status_code == 200, page.text
+    return {m["id"] for m in page.json()["memories"]}
+
+
+def test_reads_see_other_hosts_saves_soon_and_never_wait_for_them(hosts: Callable[..., Any], s3: Any) -> None:
+    served, runner = hosts("dashboard", sync__refresh_ttl_s=0.2), hosts("runner")
     assert served.bank.replicator is not None
-    served.bank.fresh_reads = eager.bank.fresh_reads = True  # as `memlocal serve` opens its bank
     with LiveServer(create_app(served.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
         # A save through the API is written through to the bucket.
         r = c.post("/api/profiles/p1/memories", json={"content": "saved via the dashboard"})
         assert r.status_code == 201 and r.json()["synced"] is True
         assert f"memory/p1/{r.json()['memory']['id']}.json" in s3.keys()
 
-        # The first read of the profile pulls from the bucket.
+        # A read answers from the local index and asks for a background pull: another host's
+        # save shows up on a later read, and the answer says how old its data is (``Age``).
         first = runner.bank.save("p1", content="saved on the runner").memory
-        page = c.get("/api/profiles/p1/memories").json()
-        assert first.id in {m["id"] for m in page["memories"]}
+        eventually(lambda: first.id in ids(c.get("/api/profiles/p1/memories")), what="the runner's save")
+        assert int(c.get("/api/profiles/p1/memories").headers["age"]) >= 0
         assert c.get(f"/api/profiles/p1/memories/{first.id}").status_code == 200
-
-        # Within the TTL a read is served locally (no bucket round trip per request).
         second = runner.bank.save("p1", content="another runner save about coffee").memory
-        assert second.id not in {m["id"] for m in c.get("/api/profiles/p1/memories").json()["memories"]}
+        eventually(lambda: c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"]
+                   and c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"][0]
+                   ["memory"]["id"] == second.id, what="search to see the second save")
 
-    with LiveServer(create_app(eager.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
-        # Past the TTL (here: always), the next read pulls again.
-        assert second.id in {m["id"] for m in c.get("/api/profiles/p1/memories").json()["memories"]}
-        results = c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"]
-        assert results[0]["memory"]["id"] == second.id
-
-        # Global reads refresh every profile this host knows.
-        third = runner.bank.save("p1", content="a third runner save").memory
-        assert c.get("/api/memory-bank/stats").json()["perProfile"]["p1"] == 4
+        # Global reads discover profiles from the bucket (a delimiter listing of memory/): one
+        # that this host has never seen appears without any pass.
+        only = runner.bank.save("only-remote", content="a profile only the bucket knows").memory
+        eventually(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,
+                   what="the bucket-only profile in the stats")
+        assert "only-remote" in {p["name"] for p in c.get("/api/profiles").json()["profiles"]}
         flat = c.get("/api/memory-bank", params={"limit": 10}).json()
-        assert third.id in {m["id"] for m in flat["memories"]}
+        assert only.id in {m["id"] for m in flat["memories"]}
 
         # A deletion through the API goes to the bucket too.
         assert c.delete(f"/api/profiles/p1/memories/{first.id}").status_code == 204
         assert f"memory/p1/{first.id}.json" not in s3.keys()
 
 
-def test_a_bank_without_fresh_reads_never_pulls_on_read(hosts: Callable[..., Any], s3: Any) -> None:
-    """The read policy is the bank's: the CLI and library readers are served locally."""
-    reader, runner = hosts("reader", sync__refresh_ttl_s=0), hosts("runner")
-    saved = runner.bank.save("p1", content="saved on the runner").memory
-    assert reader.bank.list("p1").total == 0
-    reader.bank.fresh_reads = True
-    assert [m.id for m in reader.bank.list("p1")] == [saved.id]
+def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., Any], s3: Any,
+                                                          fault_proxy: FaultProxy) -> None:
+    # Long bucket timeouts: a request that waited on the bucket would take 30 s or more.
+    host = hosts("conductor", bucket__endpoint=fault_proxy.endpoint, sync__refresh_ttl_s=0.0,
+                 sync__put_timeout_s=30.0, sync__timeout_s=30.0)
+    for p in ("p1", "p2", "p3", "p4"):
+        assert host.bank.save(p, content=f"a memory of {p}").synced
+    # The endpoint now accepts connections and never answers (within any timeout used here).
+    fault_proxy.delay_s = 120.0
+    paths = ["/api/memory-bank/stats", "/api/profiles", "/api/memory-bank", "/api/profiles/p1/memories"]
+    took: list[float] = []
+    with LiveServer(create_app(host.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+        for path in paths * 5:
+            t0 = time.perf_counter()
+            r = c.get(path)
+            took.append(time.perf_counter() - t0)
+            assert r.status_code == 200, r.text
+        assert c.get("/api/memory-bank/stats").json()["totalMemories"] == 4
+    # None waited on the bucket (that is 30 s or more). The target, under 100 ms each, is met on
+    # a quiet machine (docs/benchmarks.md); the bounds here leave room for a loaded one.
+    assert max(took) < 10.0, took
+    assert sorted(took)[len(took) // 2] < 1.0, took
+
+
+def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path, hosts: Callable[..., Any],
+                                                                s3: Any) -> None:
+    runner = hosts("runner")
+    saved = runner.bank.save("only-remote", content="pulled at start-up").memory
+    db = tmp_path / "served.db"
+    proc = ServeProcess(tmp_path, ["--db", str(db)])
+    try:
+        proc.wait_ready()  # /healthz only: no read that would ask for a refresh
+
+        def pulled() -> bool:
+            conn = sqlite3.connect(db, timeout=10)
+            try:
+                return conn.execute("SELECT count(*) FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == 1
+            except sqlite3.OperationalError:  # not created yet
+                return False
+            finally:
+                conn.close()
+
+        eventually(pulled, what="the start-up pull")
+        with httpx.Client(base_url=proc.url, timeout=10) as c:
+            assert c.get(f"/api/profiles/only-remote/memories/{saved.id}").status_code == 200
+    finally:
+        code = proc.stop()
+    assert code == 0, proc.log
 
 
 def test_serve_with_sync_runs_the_daemon_in_process(tmp_path: Path, hosts: Callable[..., Any], s3: Any) -> None:
@@ -67,8 +118,8 @@ def test_serve_with_sync_runs_the_daemon_in_process(tmp_path: Path, hosts: Calla
                         serve_args=["--with-sync"])
     try:
         proc.wait_ready()
-        # A profile that exists only in the bucket: the global endpoints refresh only the profiles
-        # this host knows, so seeing it proves the in-process daemon pulled it.
+        # A profile that exists only in the bucket (the daemon's pass or the read path's
+        # background pull brings it in, whichever is first).
         saved = runner.bank.save("only-remote", content="pulled by the daemon").memory
         with httpx.Client(base_url=proc.url, timeout=10) as c:
             wait_for(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,

@@ -46,14 +46,16 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out: dict[str, Any] = json.loads(proc.stdout)
     details = out.pop("details")
-    assert out.keys() == {"save", "recall", "inject", "import", "startup", "sync"}
+    assert out.keys() == {"save", "recall", "cli", "inject", "import", "startup", "sync"}
     assert out["save"].keys() == {"p50_ms", "bare_p50_ms"}
-    assert out["recall"].keys() == {"200"}
+    assert out["recall"].keys() == {"200", "cold"}
+    assert out["recall"]["cold"].keys() == {"200_ms"}
+    assert out["cli"].keys() == {"recall_ms"}
     assert out["recall"]["200"].keys() == {"p50_ms", "p95_ms", "fullscan_p50_ms", "fts_floor_p50_ms"}
     assert out["inject"].keys() == {"p50_ms"}
     assert out["import"].keys() == {"per_s"}
     assert out["startup"].keys() == {"open_first_recall_ms", "hydrate_ms"}
-    assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s"}
+    assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s", "hydrate_s", "hydrate_per_object_s"}
     for section, values in out.items():
         for key, value in (values["200"] if section == "recall" else values).items():
             if not (section == "sync" and key == "rclone_per_s"):

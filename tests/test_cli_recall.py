@@ -22,11 +22,11 @@ def test_recall_table_and_json(cli: Cli) -> None:
     assert lines[0].split() == ["id", "score", "recency", "usage", "topic", "confMul", "category", "summary"]
     assert lines[2].startswith(allergy)
     assert "Bob" not in human.output
-    assert lines[-1].startswith("weights: recency 0.")
+    assert lines[-2].startswith("weights: recency 0.") and "maturity" in lines[-2]
 
     data = json.loads(cli("recall", "-p", "ana", "diet", "--json", "--limit", "1").output)
     [hit] = data["results"]
-    assert set(hit) == {"memory", "score", "breakdown"}
+    assert set(hit) == {"memory", "score", "breakdown", "evidence"}
     assert hit["memory"]["id"] == allergy
     assert hit["memory"]["accessCount"] == 1  # the human recall above counted as a use
     assert set(hit["breakdown"]["weights"]) == {"recency", "usage", "topic"}

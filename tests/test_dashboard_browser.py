@@ -321,6 +321,27 @@ def test_injection_preview_shows_the_exact_block_its_size_and_what_was_trimmed(p
     assert all(m["accessCount"] == 0 for m in page_["memories"])
 
 
+def test_runs_show_what_the_last_run_saw_and_which_runs_saw_a_memory(page: Page, seeded: Any, tmp_path: Path) -> None:
+    proc, api, ids = seeded
+    with MemoryBank(tmp_path / "dashboard.db", config=Config.load(environ={})) as bank:
+        bank.inject("researcher", "@memory", "deploying the staging database")
+        bank.inject("researcher", "@memory", "a trip to Lisbon")
+    runs = api.get("/api/memory-bank/researcher/injections").json()["injections"]
+    assert len(runs) == 2
+    page.goto(proc.url + "/#/profiles/researcher")
+    page.get_by_role("link", name="Runs").click()
+    rows = page.locator("table.runs tbody tr")
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.run)") == [str(r["id"]) for r in runs]
+    expect(page.locator("#last-run")).to_contain_text(f"{len(runs[0]['core'])} core and {len(runs[0]['relevant'])} relevant")
+    expect(rows.first).to_contain_text(runs[0]["queryHash"])
+    shoot(page, "runs")
+    # From a memory: the runs whose block carried it (the peanut allergy is core: both runs).
+    rows.first.get_by_role("link", name=ids["peanut"]).click()
+    expect(page.get_by_role("heading", name="Runs that saw this memory")).to_be_visible()
+    assert page.locator("table.runs tbody tr").evaluate_all("rs => rs.map(r => r.dataset.run)") == [
+        str(r["id"]) for r in runs]
+
+
 # --- automation notes ------------------------------------------------------------------------------
 
 

@@ -57,7 +57,9 @@ def test_json_round_trip_is_identity(memory: Memory) -> None:
     assert Memory.from_dict(json.loads(wire)) == memory
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# No deadline: each example creates a database (every migration) and fsyncs a commit, which a
+# loaded machine can stretch past hypothesis's default 200 ms.
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(memory=memories)
 def test_memory_json_sqlite_memory_is_identity(tmp_path: Path, memory: Memory) -> None:
     store = Store(tmp_path / "roundtrip.db")

@@ -17,7 +17,7 @@ from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex
-from memlocal.scoring import ScoredMemory, rank_brute_force
+from memlocal.scoring import SPEC, Ranking, ScoredMemory, rank_brute_force
 from memory_factory import NOW, days_ago, put
 
 VOCAB = ["server", "release", "deploy", "diet", "peanut", "allergy", "trip", "flight", "flights", "movie",
@@ -52,14 +52,24 @@ def _key(results: list[ScoredMemory]) -> list[tuple[str, float]]:
     return [(r.memory.id, r.score) for r in results]
 
 
+# Both modes: the spec's literal rule, and the evidence gate at its default and extreme ratios.
+RANKINGS = [SPEC, Ranking(), Ranking("evidence", 0.0), Ranking("evidence", 0.7), Ranking("evidence", 1.0)]
+
+
 def _check(bank: MemoryBank, index: RecallIndex, query: str, limit: int, min_score: float,
-           exclude: list[str], tier: str | None) -> None:
+           exclude: list[str], tier: str | None, ranking: Ranking = Ranking()) -> None:
     want = rank_brute_force(bank.store.iter_profile("p"), query, limit=limit, min_score=min_score,
-                            exclude_ids=exclude, now=NOW, tier=tier)
-    got = index.query("p", query, limit=limit, min_score=min_score, exclude_ids=exclude, now=NOW, tier=tier)
+                            exclude_ids=exclude, now=NOW, tier=tier, ranking=ranking)
+    got = index.query("p", query, limit=limit, min_score=min_score, exclude_ids=exclude, now=NOW, tier=tier,
+                      ranking=ranking)
     assert _key(got) == _key(want)
     assert [r.breakdown for r in got] == [r.breakdown for r in want]
+    assert [r.evidence for r in got] == [r.evidence for r in want]
     assert [r.memory for r in got] == [r.memory for r in want]
+    if ranking.gated:  # every result has evidence; none is padding
+        assert all(r.evidence is not None and r.breakdown.topic > 0 for r in got)
+    else:
+        assert all(r.evidence is None for r in got)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -72,10 +82,11 @@ def _check(bank: MemoryBank, index: RecallIndex, query: str, limit: int, min_sco
     budget=st.sampled_from([None, 0, 3]),
     tier=st.sampled_from([None, None, "core", "other"]),
     n_excluded=st.integers(0, 3),
+    ranking=st.sampled_from(RANKINGS),
 )
 def test_top_k_equals_brute_force(specs: list[dict[str, Any]], other: list[dict[str, Any]], queries: list[str],
                                   limit: int, min_score: float, budget: int | None, tier: str | None,
-                                  n_excluded: int) -> None:
+                                  n_excluded: int, ranking: Ranking) -> None:
     with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank:
         mems = [_put(bank, s) for s in specs]
         for s in other:  # another profile's memories never leak in nor change the statistics
@@ -83,8 +94,8 @@ def test_top_k_equals_brute_force(specs: list[dict[str, Any]], other: list[dict[
         exclude = [m.id for m in mems[:n_excluded]]
         index = RecallIndex(bank.store, essential_budget=budget)
         for q in queries:
-            _check(bank, index, q, limit, min_score, exclude, tier)
-            # The public API (automatic budget, both tiers) agrees as well.
+            _check(bank, index, q, limit, min_score, exclude, tier, ranking)
+            # The public API (automatic budget, both tiers, the default mode) agrees as well.
             want = rank_brute_force(bank.store.iter_profile("p"), q, limit=limit, min_score=min_score, now=NOW)
             assert _key(bank.query_with_relevance("p", q, limit, min_score, now=NOW)) == _key(want)
 
@@ -105,13 +116,14 @@ mutation = st.one_of(
     steps=st.lists(mutation, min_size=1, max_size=8),
     query=query_text,
     budget=st.sampled_from([None, 0, 2]),
+    ranking=st.sampled_from(RANKINGS),
 )
 def test_index_stays_exact_while_the_bank_changes(specs: list[dict[str, Any]], steps: list[tuple[Any, ...]],
-                                                  query: str, budget: int | None) -> None:
+                                                  query: str, budget: int | None, ranking: Ranking) -> None:
     with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank, _open(tmp) as elsewhere:
         mems = [_put(bank, s) for s in specs]
         index = RecallIndex(bank.store, essential_budget=budget)
-        _check(bank, index, query, 8, 0.0, [], None)
+        _check(bank, index, query, 8, 0.0, [], None, ranking)
         for i, step in enumerate(steps):
             # Alternate the writer: this connection, then another one on the same file.
             writer = bank if i % 2 else elsewhere
@@ -131,7 +143,7 @@ def test_index_stays_exact_while_the_bank_changes(specs: list[dict[str, Any]], s
             elif live and kind == "move":
                 with writer.store.transaction() as c:
                     c.execute("UPDATE memories SET profile = 'q' WHERE id = ?", (live[step[1] % len(live)],))
-            _check(bank, index, query, 8, 0.0, [], None)
+            _check(bank, index, query, 8, 0.0, [], None, ranking)
         assert mems  # the bank was not empty to start with
 
 
@@ -187,6 +199,7 @@ def test_timestamps_far_from_now_do_not_break_the_walk(bank: MemoryBank) -> None
     future = put(bank, "p", "written by a host whose clock is wrong",
                  created=datetime(9990, 1, 1, tzinfo=timezone.utc))
     ancient = put(bank, "p", "written long ago", created=datetime(1971, 1, 1, tzinfo=timezone.utc))
-    got = bank.query_with_relevance("p", "anything", min_score=0.0, now=NOW)
+    # The spec's rule ranks memories without evidence too: that is the walk this test exercises.
+    got = RecallIndex(bank.store).query("p", "anything", limit=8, min_score=0.0, now=NOW, ranking=SPEC)
     assert [r.memory.id for r in got] == [future.id, ancient.id]
     assert got[0].breakdown.recency == 1.0 and got[1].breakdown.recency < 1e-100

@@ -24,7 +24,7 @@ from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
 from ..model import CATEGORIES, CORE_CATEGORIES, ID_PATTERN, PROFILE_PATTERN
 from . import errors
-from .auth import BearerAuthMiddleware
+from .auth import BearerAuthMiddleware, HostOriginMiddleware, parse_host_list
 from .head import HeadAsGetMiddleware
 from .limits import BodySizeLimitMiddleware
 from .models import (
@@ -32,6 +32,7 @@ from .models import (
     AutomationNote,
     GroupedMemories,
     Health,
+    InjectionList,
     InjectionPreview,
     MemoryCreateRequest,
     MemoryPage,
@@ -84,6 +85,15 @@ async def _bank(request: Request) -> MemoryBank:
 BankDep = Depends(_bank)
 
 
+def _refresh(bank: MemoryBank, response: Response, profile: str | None = None) -> None:
+    """The bank's refresh-before-read policy (``MemoryBank.refresh_for_read``): a background pull
+    is asked for, the request is answered from the local index at once, and the local data's
+    age in seconds goes into the standard ``Age`` header when it is known."""
+    age = bank.refresh_for_read(profile)
+    if age is not None:
+        response.headers["Age"] = str(int(age))
+
+
 router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
 
 # --- per-profile --------------------------------------------------------------------------------
@@ -96,6 +106,7 @@ router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
     responses=errors.error_responses(400, 422),
 )
 def list_memories(
+    response: Response,
     name: str = _profile_path(),
     limit: int = Query(50, json_schema_extra=_LIMIT_DOC),
     offset: int = Query(0, json_schema_extra=_OFFSET_DOC),
@@ -104,6 +115,7 @@ def list_memories(
 ) -> dict[str, Any]:
     """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``. Read-only:
     access counts do not change."""
+    _refresh(bank, response, name)
     return bank.list(name, limit=limit, offset=offset, category=category).to_dict()
 
 
@@ -140,6 +152,7 @@ def create_memory(
     responses=errors.error_responses(400, 422),
 )
 def search_memories(
+    response: Response,
     name: str = _profile_path(),
     q: str = Query(description="The query text"),
     limit: int | None = Query(None, description="Default: recall.limit (8)", json_schema_extra=_LIMIT_DOC),
@@ -151,6 +164,7 @@ def search_memories(
 ) -> dict[str, Any]:
     """Ranked best first, each with its score breakdown. A dashboard read: unlike the
     ``memory_recall`` tool, it does not bump ``accessCount`` or ``lastAccessedAt``."""
+    _refresh(bank, response, name)
     results = bank.query_with_relevance(name, q, limit=limit, min_score=min_score)
     return {"results": [r.to_dict() for r in results]}
 
@@ -162,6 +176,7 @@ def search_memories(
     responses=errors.error_responses(400, 422),
 )
 def injection_preview(
+    response: Response,
     name: str = _profile_path(),
     q: str = Query(description="The query (a run's prompt)"),
     bank: MemoryBank = BankDep,
@@ -169,6 +184,7 @@ def injection_preview(
     """The exact ``--- CONTEXT FROM MEMORY ---`` block for ``q`` (as for a profile that opts in
     to ``@memory``), its length against ``inject.budget_chars``, the entries in it and the ones
     the budget trimmed. A dashboard read: nothing is marked accessed."""
+    _refresh(bank, response, name)
     rendered = bank.render_context_block(name, q)
 
     def entry(scored: "ScoredMemory") -> dict[str, Any]:  # the tiers split the categories
@@ -185,9 +201,10 @@ def injection_preview(
 
 
 @router.get("/profiles", response_model=ProfileList, summary="Every profile, newest activity first")
-def list_profiles(bank: MemoryBank = BankDep) -> dict[str, Any]:
+def list_profiles(response: Response, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Each profile with its memory count (as in the stats) and its latest createdAt or
     lastAccessedAt, newest activity first. Read-only."""
+    _refresh(bank, response)
     return {"profiles": bank.profiles()}
 
 
@@ -197,8 +214,9 @@ def list_profiles(bank: MemoryBank = BankDep) -> dict[str, Any]:
     summary="Get one memory",
     responses=errors.error_responses(400, 404, 422),
 )
-def get_memory(name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
+def get_memory(response: Response, name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
     """One memory of the profile (404 when absent, or in another profile). Read-only."""
+    _refresh(bank, response, name)
     return {"memory": bank.get(name, id).to_dict()}
 
 
@@ -225,6 +243,7 @@ def delete_memory(name: str = _profile_path(), id: str = _id_path(), bank: Memor
     responses=errors.error_responses(400, 422),
 )
 def memory_bank(
+    response: Response,
     limit: int | None = Query(None, description="Page size (default 50)", json_schema_extra=_LIMIT_DOC),
     offset: int | None = Query(None, description="Default 0", json_schema_extra=_OFFSET_DOC),
     q: str | None = Query(
@@ -236,15 +255,36 @@ def memory_bank(
     """Without parameters: ``{"profiles": {name: [memories newest first]}}``. With any of
     ``limit``, ``offset``, ``q``, ``category``: one page across profiles, newest first,
     ``{"memories", "total", "limit", "offset"}``. Read-only."""
+    _refresh(bank, response)
     if limit is None and offset is None and q is None and category is None:
         return {"profiles": {p: [m.to_dict() for m in ms] for p, ms in bank.grouped().items()}}
     page = bank.list_all(limit if limit is not None else 50, offset or 0, q=q, category=category)
     return page.to_dict()
 
 
+@router.get(
+    "/memory-bank/{name}/injections",
+    response_model=InjectionList,
+    summary="The injection audit trail of a profile",
+    responses=errors.error_responses(400, 422),
+)
+def profile_injections(
+    name: str = _profile_path(),
+    memory_id: str | None = Query(None, alias="memoryId", description="Only the runs that saw this memory",
+                                  json_schema_extra={"pattern": ID_PATTERN}),
+    limit: int = Query(20, json_schema_extra=_LIMIT_DOC),
+    bank: MemoryBank = BankDep,
+) -> dict[str, Any]:
+    """The memory blocks rendered for the profile's runs, newest first: when, the memory ids of
+    each tier, the block's size and a hash of the query (never its text). The first entry is
+    what the last run saw; with ``memoryId``, the runs that saw that memory. Local to this host."""
+    return {"injections": [i.to_dict() for i in bank.injections(name, memory_id=memory_id, limit=limit)]}
+
+
 @router.get("/memory-bank/stats", response_model=Stats, summary="Roll-up counts")
-def memory_bank_stats(bank: MemoryBank = BankDep) -> dict[str, Any]:
+def memory_bank_stats(response: Response, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Total memories, profiles with memory, and per-profile counts."""
+    _refresh(bank, response)
     return bank.stats()
 
 
@@ -354,10 +394,11 @@ def create_app(
     When a token is set (``token``, else ``serve.api_token`` of ``config``, else of the bank's
     config), every request must carry it as a bearer token. The caller owns the bank and closes it.
     """
+    if config is None and isinstance(bank_or_error, MemoryBank):
+        config = bank_or_error.config
     if token is None:
-        if config is None and isinstance(bank_or_error, MemoryBank):
-            config = bank_or_error.config
         token = str(config["serve.api_token"] or "") if config is not None else ""
+    allowed_hosts = parse_host_list(str(config["serve.allowed_hosts"] or "")) if config is not None else ()
     app = FastAPI(
         title="memlocal",
         version=__version__,
@@ -381,10 +422,12 @@ def create_app(
             return {"status": "degraded", "reason": errors.one_line(wired), "version": __version__}
         return {"status": "ok", "reason": None, "version": __version__}
 
-    # Outermost first at run time: authentication, then the body cap, then HEAD as GET.
+    # Outermost first at run time: Host and Origin (DNS rebinding, cross-site writes), then
+    # authentication, then the body cap, then HEAD as GET.
     app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(BodySizeLimitMiddleware)
     if token:
         app.add_middleware(BearerAuthMiddleware, token=token, public_paths=dashboard.PUBLIC_PATHS,
                            public_prefixes=dashboard.PUBLIC_PREFIXES)
+    app.add_middleware(HostOriginMiddleware, allowed_hosts=allowed_hosts, any_host=bool(token) and not allowed_hosts)
     return app

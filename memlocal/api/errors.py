@@ -25,6 +25,7 @@ log = logging.getLogger("memlocal.api")
 _HTTP_CODES = {
     400: "invalid_input",
     401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
     413: "too_large",

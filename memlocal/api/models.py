@@ -91,6 +91,9 @@ class SaveResponse(_Model):
 
     memory: MemoryOut
     synced: bool
+    deduplicated: bool = Field(False, description="true when an equal active memory was returned instead")
+    redacted: list[str] = Field(
+        default_factory=list, description="kinds of credentials replaced by [REDACTED:<kind>] (never their values)")
 
 
 class MemoryResponse(_Model):
@@ -119,10 +122,24 @@ class Breakdown(_Model):
     score: float
 
 
+class Evidence(_Model):
+    """Why a result passed the evidence gate (``ranking.mode = "evidence"``): the query terms
+    (stems) and clusters it shares with the query, its topic value, and the best topic value of
+    any candidate (it passed with ``strength ≥ ranking.evidence_ratio · best``)."""
+
+    terms: list[str]
+    clusters: list[str]
+    strength: float
+    best: float
+    semantic: float | None = Field(default=None, description="cosine similarity, when the semantic signal is on")
+
+
 class SearchResult(_Model):
     memory: MemoryOut
     score: float
     breakdown: Breakdown
+    evidence: Evidence | None = Field(
+        default=None, description="why it passed the gate; null in spec mode and for the core tier")
 
 
 class SearchResponse(_Model):
@@ -190,6 +207,24 @@ class InjectionPreview(_Model):
     budget: int = Field(description="inject.budget_chars (2000 by default)")
     included: list[PreviewEntry]
     trimmed: list[PreviewEntry]
+
+
+class InjectionEntry(_Model):
+    """One rendered memory block of a run (the audit trail)."""
+
+    id: int
+    at: str = Field(json_schema_extra=_TIME)
+    profile: str
+    query_hash: str = Field(description="16 hex digits of SHA-256 over the query (the text is not kept)")
+    chars: int = Field(description="the block's length in characters; 0 when nothing was injected")
+    core: list[str] = Field(description="memory ids in the core tier, best first")
+    relevant: list[str] = Field(description="memory ids in the relevant tier, best first")
+
+
+class InjectionList(_Model):
+    """Rendered blocks, newest first."""
+
+    injections: list[InjectionEntry]
 
 
 class AutomationNoteEntry(_Model):

@@ -1,4 +1,10 @@
-"""Shared pieces of the CLI: the root group, bank opening, output and error translation."""
+"""Shared pieces of the CLI: the root group, bank opening, output and error translation.
+
+Output conventions (docs/cli.md): tables with aligned columns and relative times, cut cells
+ending in ``…``, colour only on a terminal and never with ``NO_COLOR`` set, and ``--json`` with
+ISO times and floats rounded to 6 decimals. The library is imported when a command runs, not at
+start-up, so that ``memlocal --help`` stays fast.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +12,16 @@ import json
 import os
 import sys
 from functools import cached_property
-from typing import Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import click
 
-from ..bank import MemoryBank
 from ..config import Config
-from ..errors import MemoryBankError, fold_whitespace
+from ..errors import MemoryBankError, ValidationError, fold_whitespace
+from ..humanize import ellipsize, round_floats
+
+if TYPE_CHECKING:
+    from ..bank import MemoryBank
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +42,8 @@ class State:
 
     def bank(self) -> MemoryBank:
         if self._bank is None:
+            from ..bank import MemoryBank
+
             self._bank = MemoryBank.open(config=self.config)
         return self._bank
 
@@ -53,6 +64,18 @@ class MemlocalGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self._plugins()))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with each command's first sentence in full (click cuts it to fit
+        one line with "..."); long ones wrap."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         cmd = super().get_command(ctx, cmd_name)
@@ -95,6 +118,8 @@ class MemlocalGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, db: str | None, config_path: str | None) -> None:
     """memlocal: a local-first Memory Bank for AI agents."""
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value
+        ctx.color = False
     state = State(db, config_path)
     ctx.obj = state
     ctx.call_on_close(state.close)
@@ -107,13 +132,36 @@ profile_option = click.option("--profile", "-p", required=True, help="The profil
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    """Machine output: indented JSON, times as the data has them (ISO), floats to 6 decimals."""
+    click.echo(json.dumps(round_floats(data), ensure_ascii=False, indent=2))
+
+
+def dim(text: str) -> str:
+    """Secondary text (units, sources, hints): dim on a terminal, plain otherwise."""
+    return click.style(text, dim=True)
+
+
+def good(text: str) -> str:
+    return click.style(text, fg="green")
+
+
+def warn(text: str) -> str:
+    return click.style(text, fg="yellow")
+
+
+def empty_state(message: str) -> None:
+    """What a command prints instead of a table with no rows."""
+    click.echo(dim(message))
 
 
 def read_text_arg(value: str | None) -> str | None:
     """``-`` reads standard input (for long inputs and pipes)."""
     if value == "-":
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValidationError(f"standard input is not valid UTF-8 text (byte {exc.start})") from None
     return value
 
 
@@ -164,14 +212,21 @@ class Progress:
         self.close()
 
 
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    """A plain aligned text table; cells are folded to one line."""
-    cells = [[fold_whitespace(c) for c in row] for row in rows]
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, max_width: int | None = 60,
+          right: Sequence[str] = ()) -> str:
+    """An aligned text table with a dim header; cells are folded to one line and cut to
+    ``max_width`` characters with ``…`` (``None``: never cut, for paths and keys); columns named
+    in ``right`` (numbers) are right-aligned."""
+    cells = [[ellipsize(str(c), max_width) if max_width else fold_whitespace(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
             widths[i] = max(widths[i], len(c))
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
-    lines += [fmt.format(*row) for row in cells]
-    return "\n".join(line.rstrip() for line in lines)
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if h in right else v.ljust(w)
+                         for v, w, h in zip(values, widths, headers)).rstrip()
+
+    out = [dim(line(headers)), dim(line(["─" * w for w in widths]))]
+    out += [line(row) for row in cells]
+    return "\n".join(out)

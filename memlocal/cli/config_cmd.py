@@ -24,7 +24,7 @@ def config_show(state: State, as_json: bool) -> None:
         return
     click.echo(f"config file: {state.config.file or '(none)'}")
     click.echo(table([(r["key"], r["value"], r["source"], ",".join(r["env"])) for r in rows],
-                     ("setting", "value", "source", "env")))
+                     ("setting", "value", "source", "env"), max_width=None))
 
 
 @config_group.command("example")

@@ -2,16 +2,53 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from ..model import Memory
-from ._common import State, echo_json, json_option, main, pass_state, profile_option, read_text_arg, table
+from ..humanize import ago, plural, shown_summary
+from ._common import (
+    State,
+    dim,
+    echo_json,
+    empty_state,
+    good,
+    json_option,
+    main,
+    pass_state,
+    profile_option,
+    read_text_arg,
+    table,
+)
+
+if TYPE_CHECKING:
+    from ..model import Memory
+
+# The widest category name, so that one save after another prints aligned columns.
+_CATEGORY_WIDTH = len("preference")
+
+
+def _shown_value(key: str, value: Any, m: Memory) -> str:
+    if key == "lastAccessedAt" and m.last_accessed_at is None:
+        return f"{value} {dim('(never)')}"
+    if key in ("createdAt", "lastAccessedAt"):
+        when = m.created_at if key == "createdAt" else m.last_accessed_at
+        return f"{value} {dim('(' + ago(when) + ')')}"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def _show_memory(m: Memory) -> str:
     d = m.to_dict()
     width = max(len(k) for k in d)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in d.items())
+    return "\n".join(f"{dim(k.ljust(width))}  {_shown_value(k, v, m)}" for k, v in d.items())
+
+
+def memory_line(m: Memory, note: str = "") -> str:
+    """One memory on one line: id, category (padded) and summary, then a dim note."""
+    line = f"{m.id}  {m.category:<{_CATEGORY_WIDTH}}  {shown_summary(m.summary, m.processed_content)}"
+    return f"{line}  {dim(note)}" if note else line
 
 
 @main.command()
@@ -34,9 +71,9 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
     if as_json:
         echo_json(result.to_dict())
         return
-    m = result.memory
-    where = "saved and in the bucket" if result.synced else "saved locally"
-    click.echo(f"{m.id}  [{m.category}]  {m.summary}  ({where})")
+    where = good("(saved and in the bucket)") if result.synced else dim("(saved locally)")
+    redacted = f"  (redacted: {', '.join(result.redacted)})" if result.redacted else ""
+    click.echo(f"{memory_line(result.memory)}  {where}{redacted}")
 
 
 @main.command()
@@ -65,10 +102,17 @@ def list_cmd(state: State, profile: str, limit: int, offset: int, as_json: bool)
     if as_json:
         echo_json(page.to_dict())
         return
-    rows = [(m.id, m.category, f"{m.confidence:.2f}", m.access_count, m.to_dict()["createdAt"], m.summary)
-            for m in page]
-    click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary")))
-    click.echo(f"{len(page)} of {page.total} (offset {page.offset})")
+    if not page.total:
+        empty_state(f"no memories in profile {profile}")
+        return
+    if not len(page):
+        empty_state(f"no memories past offset {page.offset} ({plural(page.total, 'memory')} in {profile})")
+        return
+    rows = [(m.id, m.category, f"{m.confidence:.2f}", m.access_count, ago(m.created_at),
+             shown_summary(m.summary, m.processed_content)) for m in page]
+    click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary"), right=("conf", "used")))
+    first = page.offset + 1
+    click.echo(dim(f"{first}–{page.offset + len(page)} of {plural(page.total, 'memory')}, newest first"))
 
 
 @main.command()
@@ -94,6 +138,7 @@ def stats(state: State, as_json: bool) -> None:
     if as_json:
         echo_json(data)
         return
-    click.echo(f"{data['totalMemories']} memories in {data['profilesWithMemory']} profiles ({state.bank().path})")
+    click.echo(f"{plural(data['totalMemories'], 'memory')} in {plural(data['profilesWithMemory'], 'profile')}"
+               f"  {dim(str(state.bank().path))}")
     if data["perProfile"]:
-        click.echo(table(sorted(data["perProfile"].items()), ("profile", "memories")))
+        click.echo(table(sorted(data["perProfile"].items()), ("profile", "memories"), right=("memories",)))

@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import IO, Iterator
+from typing import IO, TYPE_CHECKING, Iterator
 
 import click
 
-from ..model import Memory
-from ..portability import export_memories, import_jsonl, write_jsonl
+from ..humanize import plural
 from ._common import Progress, State, echo_json, json_option, main, pass_state
+
+if TYPE_CHECKING:
+    from ..model import Memory
 
 
 @main.command("export")
@@ -20,6 +22,8 @@ from ._common import Progress, State, echo_json, json_option, main, pass_state
 @pass_state
 def export_cmd(state: State, profile: str | None, output: str | None) -> None:
     """Write memories as JSON Lines, one camelCase memory object a line."""
+    from ..portability import export_memories, write_jsonl
+
     bank = state.bank()
     total = bank.stats()["perProfile"].get(profile, 0) if profile else bank.stats()["totalMemories"]
     out: IO[str]
@@ -34,7 +38,7 @@ def export_cmd(state: State, profile: str | None, output: str | None) -> None:
 
         count = write_jsonl(counted(), out)
     if output:
-        click.echo(f"exported {count} memories to {output}", err=True)
+        click.echo(f"exported {plural(count, 'memory')} to {output}", err=True)
 
 
 @main.command("import")
@@ -48,6 +52,8 @@ def import_cmd(state: State, file: str, profile: str | None, as_json: bool) -> N
     Every line is validated; bad lines are reported with their number and reason, the rest are
     imported with their ids and timestamps. Importing the same file twice creates no duplicate.
     """
+    from ..portability import import_jsonl
+
     bank = state.bank()
     size = os.path.getsize(file) if file != "-" else 0
     with contextlib.ExitStack() as stack:

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from ._common import State, echo_json, json_option, main, pass_state, profile_option, read_text_arg, table
+from ..humanize import ago, plural, shown_summary
+from ._common import State, dim, echo_json, empty_state, json_option, main, pass_state, profile_option, read_text_arg, table
+
+if TYPE_CHECKING:
+    from ..scoring import Breakdown
+
+def weights_line(b: Breakdown) -> str:
+    """The weights in force and why: usage weighs in as the profile's memories get used."""
+    from ..scoring import MATURITY_ACCESSES as mature_after  # the ramp: docs/relevance.md, "Maturity"
+
+    w = b.weights
+    line = f"weights: recency {w.recency:.2f}, usage {w.usage:.2f}, topic {w.topic:.2f}"
+    if b.maturity >= 1:
+        return line + dim("  (maturity 1.00: a well-used profile, the spec's 0.35 / 0.30 / 0.35)")
+    uses = round(b.maturity * mature_after)
+    return (line + dim(f"  (maturity {b.maturity:.2f}: {uses} of {mature_after} recorded uses)") + "\n"
+            + dim("usage weighs in as the profile's memories are recalled, reaching 0.35 / 0.30 / 0.35 "
+                  f"after {mature_after} uses"))
 
 
 @main.command()
@@ -24,18 +43,17 @@ def recall(state: State, profile: str, query: str, limit: int | None, min_score:
         echo_json({"results": [r.to_dict() for r in results]})
         return
     if not results:
-        click.echo("no memories matched")
+        empty_state("no memories matched")
         return
     rows = [
         (r.memory.id, f"{r.score:.3f}", f"{r.breakdown.recency:.3f}", f"{r.breakdown.usage:.3f}",
-         f"{r.breakdown.topic:.3f}", f"{r.breakdown.confidence_mul:.2f}", r.memory.category, r.memory.summary)
+         f"{r.breakdown.topic:.3f}", f"{r.breakdown.confidence_mul:.2f}", r.memory.category,
+         shown_summary(r.memory.summary, r.memory.processed_content))
         for r in results
     ]
-    click.echo(table(rows, ("id", "score", "recency", "usage", "topic", "confMul", "category", "summary")))
-    b = results[0].breakdown
-    w = b.weights
-    click.echo(f"weights: recency {w.recency:.3f}, usage {w.usage:.3f}, topic {w.topic:.3f}"
-               f" (maturity {b.maturity:.2f})")
+    click.echo(table(rows, ("id", "score", "recency", "usage", "topic", "confMul", "category", "summary"),
+                     right=("score", "recency", "usage", "topic", "confMul")))
+    click.echo(weights_line(results[0].breakdown))
 
 
 @main.command()
@@ -47,18 +65,46 @@ def recall(state: State, profile: str, query: str, limit: int | None, min_score:
 @click.option("--context", "contexts", multiple=True,
               help="Operator-written context (repeatable; '-' reads stdin); goes in its own block.")
 @click.option("--automation", "automation_id", help="Add this automation's note as a context block.")
+@json_option
 @pass_state
 def inject(state: State, profile: str, prompt: str, tools: str, query: str | None,
-           contexts: tuple[str, ...], automation_id: str | None) -> None:
-    """Print PROMPT as a run of the profile would receive it ('-' reads stdin)."""
+           contexts: tuple[str, ...], automation_id: str | None, as_json: bool) -> None:
+    """Print PROMPT as a run of the profile would receive it ('-' reads stdin).
+
+    With --json: {"profile", "prompt" (the input), "injected" (the final prompt)}.
+    """
     text = read_text_arg(prompt) or ""
     ctx = [read_text_arg(c) or "" for c in contexts]
-    click.echo(state.bank().inject(profile, tools, text, query=query, contexts=ctx, automation_id=automation_id))
+    final = state.bank().inject(profile, tools, text, query=query, contexts=ctx, automation_id=automation_id)
+    if as_json:
+        echo_json({"profile": profile, "prompt": text, "injected": final})
+    else:
+        click.echo(final)
 
 
 @main.group()
 def automation() -> None:
     """Read and correct an automation's note (one short note per automation id)."""
+
+
+def _note_dict(automation_id: str, note: Any) -> dict[str, Any]:
+    return note.to_dict() if note is not None else {"automationId": automation_id, "note": None, "updatedAt": None}
+
+
+@automation.command("list")
+@json_option
+@pass_state
+def automation_list(state: State, as_json: bool) -> None:
+    """Every automation that has a note, most recently written first."""
+    notes = state.bank().list_automation_notes()
+    if as_json:
+        echo_json({"automations": [n.to_dict() for n in notes]})
+        return
+    if not notes:
+        empty_state("no automation notes yet (write one with 'memlocal automation set ID TEXT')")
+        return
+    click.echo(table([(n.automation_id, ago(n.updated_at), n.note) for n in notes], ("automation", "written", "note")))
+    click.echo(dim(plural(len(notes), "note")))
 
 
 @automation.command("get")
@@ -69,7 +115,7 @@ def automation_get(state: State, automation_id: str, as_json: bool) -> None:
     """Print the note (nothing, and exit 0, when there is none)."""
     note = state.bank().automations.get(automation_id)
     if as_json:
-        echo_json(note.to_dict() if note else {"automationId": automation_id, "note": None, "updatedAt": None})
+        echo_json(_note_dict(automation_id, note))
     elif note is not None:
         click.echo(note.note)
 
@@ -83,7 +129,7 @@ def automation_set(state: State, automation_id: str, text: str, as_json: bool) -
     """Replace the note with TEXT ('-' reads stdin; an empty TEXT clears the note)."""
     note = state.bank().automations.put(automation_id, read_text_arg(text) or "")
     if as_json:
-        echo_json(note.to_dict() if note else {"automationId": automation_id, "note": None, "updatedAt": None})
+        echo_json(_note_dict(automation_id, note))
     elif note is None:
         click.echo(f"cleared the note of {automation_id}")
     else:

@@ -5,12 +5,43 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from ..bank import MemoryBank, SyncDaemonHandle
+from ..config import Config
 from ..errors import MemoryBankError
-from ._common import State, main, pass_state
+from ._common import State, dim, main, pass_state, warn
+
+if TYPE_CHECKING:
+    from ..bank import MemoryBank, SyncDaemonHandle
+
+
+def _banner(config: Config, bank: MemoryBank | MemoryBankError, host: str, port: int) -> None:
+    """What is being served, before uvicorn's own lines: the database, the bucket, the URLs."""
+    from .. import __version__
+
+    shown_host = f"[{host}]" if ":" in host else host
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else '[::1]' if host == '::' else shown_host}:{port}"
+    if isinstance(bank, MemoryBankError):
+        database = f"{config['store.path'] or '(default)'} {warn('(not wired: memory endpoints answer 503)')}"
+        bucket = dim("unknown (the bank is not wired)")
+    else:
+        database = str(bank.path)
+        status = bank.sync_status()
+        b = status.get("bucket")
+        if not b:
+            bucket = "none: local only " + dim("(set INTERNAL_S3_BUCKET or S3_BUCKET to sync)")
+        else:
+            where = f" at {b['endpoint']}" if b.get("endpoint") else ""
+            bucket = f"{b['name']}{where} " + dim(f"(from {b['source']})")
+    lines = [f"memlocal {__version__} serving", f"  database:   {database}", f"  bucket:     {bucket}"]
+    if port:
+        lines += [f"  dashboard:  {base}/", f"  API docs:   {base}/docs  {dim('(and /redoc)')}"]
+    else:
+        lines.append(dim("  dashboard:  the port is chosen at start-up: see uvicorn's line below"))
+    for line in lines:
+        click.echo(line, err=True)
 
 
 @main.command()
@@ -27,6 +58,7 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     import uvicorn  # the web stack is loaded only by this command
 
     from ..api import create_app
+    from ..bank import MemoryBank
     from ..api.auth import check_bind
 
     # uvicorn configures its own loggers; this shows memlocal's and the sync daemon's beside them.
@@ -40,12 +72,14 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
 
     bank: MemoryBank | MemoryBankError
     try:
-        # The dashboard must see other hosts' saves promptly: reads pull first when stale.
-        bank = MemoryBank.open(config=config, fresh_reads=True)
+        # Reads never wait on the bucket: the API asks the bank for background pulls
+        # (MemoryBank.refresh_for_read), so the dashboard sees other hosts' saves promptly.
+        bank = MemoryBank.open(config=config)
     except MemoryBankError as exc:
         bank = exc
         click.echo(f"Warning: the memory bank is not wired ({exc}); memory endpoints answer 503", err=True)
 
+    _banner(config, bank, host, port)
     if with_sync and not isinstance(bank, MemoryBank):
         click.echo("Warning: --with-sync: the sync daemon is not started, the bank is not wired", err=True)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; these
@@ -56,6 +90,11 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     daemon: SyncDaemonHandle | None = None
     server = uvicorn.Server(uvicorn.Config(create_app(bank, config), host=host, port=port, log_level="info"))
     try:
+        if isinstance(bank, MemoryBank):
+            # One pull of every profile the bucket holds, in the background, with or without
+            # --with-sync: the first reads answer from the local index at once, and a profile
+            # that exists only in the bucket shows up as soon as that pull lands.
+            bank.refresh_for_read(None)
         if with_sync and isinstance(bank, MemoryBank):
             daemon = bank.start_sync_daemon()
             if daemon is None:

@@ -220,6 +220,7 @@ function routeTo({ parts, params }) {
     if (sub === "memories" && id) return memoryView(name, id);
     if (sub === "search") return searchView(name, params);
     if (sub === "inject") return injectView(name, params);
+    if (sub === "runs") return runsView(name);
   } else if (section === "automations") {
     return name ? noteView(name) : automationsView();
   } else if (section === "sync") {
@@ -300,7 +301,7 @@ async function profilesView() {
 }
 
 function profileHeader(name, active) {
-  const tabs = [["Memories", []], ["Search", ["search"]], ["Injection preview", ["inject"]]];
+  const tabs = [["Memories", []], ["Search", ["search"]], ["Injection preview", ["inject"]], ["Runs", ["runs"]]];
   return h("div", { class: "profile-head" },
     h("nav", { "aria-label": "Breadcrumb", class: "crumbs" }, h("a", { href: "#/" }, "Profiles"), " / ", name),
     h("h1", {}, name),
@@ -389,7 +390,10 @@ const FIELDS = [
 ];
 
 async function memoryView(name, id) {
-  const { memory: m } = await api("GET", profilePath(name) + "/memories/" + encodeURIComponent(id));
+  const [{ memory: m }, seen] = await Promise.all([
+    api("GET", profilePath(name) + "/memories/" + encodeURIComponent(id)),
+    api("GET", "/api/memory-bank/" + encodeURIComponent(name) + "/injections", { query: { memoryId: id, limit: RUNS_SHOWN } }),
+  ]);
   const known = new Set([...FIELDS.map(([key]) => key), "processedContent", "rawInput"]);
   const rows = FIELDS.map(([key, label]) => {
     let value = m[key];
@@ -412,6 +416,8 @@ async function memoryView(name, id) {
     h("pre", { class: "text", "data-field": "processedContent" }, m.processedContent),
     h("h2", {}, "rawInput"),
     h("pre", { class: "text", "data-field": "rawInput" }, m.rawInput),
+    h("h2", {}, "Runs that saw this memory"),
+    runsTable(name, seen.injections, "No recorded run's context block carried this memory.", m.id),
     h("div", { class: "actions" },
       h("button", { type: "button", class: "danger", onclick: () => deleteMemory(m, () => go(hashFor(["profiles", name]))) }, "Delete this memory"),
       h("a", { href: hashFor(["profiles", name]) }, "Back to " + name)));
@@ -514,6 +520,38 @@ async function injectView(name, params) {
   } else {
     root.append(h("p", { class: "muted", id: "nothing-trimmed" }, "None: every candidate fit."));
   }
+  return root;
+}
+
+// --- runs: the injection audit trail ------------------------------------------------------------------
+
+const RUNS_SHOWN = 20;
+
+/** Rendered blocks as a table: when, size, query hash, the memories of each tier (linked). */
+function runsTable(name, runs, empty, highlight) {
+  if (!runs.length) return h("p", { class: "muted", "data-empty": "runs" }, empty);
+  const ids = (list) => list.length
+    ? h("span", {}, list.map((id, i) => [i ? " " : "", h("a", { href: hashFor(["profiles", name, "memories", id]),
+      class: id === highlight ? "this" : null }, id)]))
+    : h("span", { class: "muted" }, "none");
+  return table("Rendered context blocks, newest first", ["When", "Characters", "Query hash", "Core", "Relevant"],
+    runs.map((r) => ({
+      attrs: { "data-run": String(r.id) },
+      cells: [time(r.at), h("span", { class: "num" }, String(r.chars)), h("code", {}, r.queryHash), ids(r.core), ids(r.relevant)],
+    })), { className: "runs" });
+}
+
+async function runsView(name) {
+  const { injections } = await api("GET", "/api/memory-bank/" + encodeURIComponent(name) + "/injections", { query: { limit: RUNS_SHOWN } });
+  const root = h("div", {}, profileHeader(name, "Runs"),
+    h("p", { class: "lead" }, "The memory block each run of this profile received, newest first: which memories, in which tier, how large, and a hash of the query (the query itself is not kept). Recorded on this host only."));
+  if (injections.length) {
+    const last = injections[0];
+    root.append(h("h2", {}, "What the last run saw"),
+      h("p", { id: "last-run" }, `${time(last.at).textContent}: ${last.core.length} core and ${last.relevant.length} relevant ${last.core.length + last.relevant.length === 1 ? "memory" : "memories"}, ${last.chars} characters.`));
+  }
+  root.append(h("h2", {}, "Recent runs"),
+    runsTable(name, injections, "No run has been injected with this profile's memories yet (or the audit trail is off: audit.enabled)."));
   return root;
 }
 

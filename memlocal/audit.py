@@ -1,0 +1,118 @@
+"""The injection audit trail: which memories each rendered block carried, kept locally.
+
+Every memory block rendered for a run (``MemoryBank.build_context_block``, and so ``inject`` and
+the MCP ``memory_context`` prompt) records when, which profile, which memory ids in which tier, the
+block's size in characters, and a hash of the query: never the query or prompt text, which may
+hold what the memories must not. The record is written on the same background connection as the
+access marks (``memlocal.injection.AccessMarker``), so a run never waits for it.
+
+Decisions:
+- The query hash is the first 16 hex digits of SHA-256 over the query's UTF-8 bytes: equal queries
+  can be recognised across runs, the text cannot be read back (a short, guessable query could be
+  confirmed by someone holding the database, who can read the memories anyway).
+- A block with no memory in it is recorded too (size 0): "what did the last run see?" can be
+  "nothing". Previews (the dashboard's injection preview) are not runs and are not recorded.
+- Retention: rows older than ``audit.retention_days`` and beyond the newest ``audit.max_rows`` are
+  deleted as new rows are written (0 turns that rule off); ``audit.enabled = false`` records none.
+- The trail is local to the host that rendered the block; it is not synced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Sequence
+
+from .model import format_time, validate_id, validate_profile
+from .store import Store, from_us, to_us
+
+def query_hash(query: str) -> str:
+    """The audit's stand-in for a query: 16 hex digits of SHA-256."""
+    return hashlib.sha256(query.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """One rendered block: when, for which profile, what it carried."""
+
+    id: int
+    at: datetime
+    profile: str
+    query_hash: str
+    chars: int
+    core: tuple[str, ...]
+    relevant: tuple[str, ...]
+
+    def tier_of(self, memory_id: str) -> str | None:
+        return "core" if memory_id in self.core else "relevant" if memory_id in self.relevant else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": format_time(self.at), "profile": self.profile, "queryHash": self.query_hash,
+                "chars": self.chars, "core": list(self.core), "relevant": list(self.relevant)}
+
+
+@dataclass(frozen=True, slots=True)
+class InjectionRecord:
+    """What the background writer stores for a rendered block (see :func:`record`)."""
+
+    at: datetime
+    profile: str
+    query_hash: str
+    chars: int
+    core: tuple[str, ...]
+    relevant: tuple[str, ...]
+
+
+def record(store: Store, rec: InjectionRecord, *, max_rows: int, retention_days: float) -> int:
+    """Store one record and apply the cap and the retention, in one transaction; its row id."""
+    with store.transaction() as c:
+        cur = c.execute("INSERT INTO injections (at_us, profile, query_hash, chars) VALUES (?, ?, ?, ?)",
+                        (to_us(rec.at), rec.profile, rec.query_hash, rec.chars))
+        row_id = int(cur.lastrowid or 0)
+        c.executemany(
+            "INSERT OR IGNORE INTO injection_memories (injection_id, memory_id, tier, rank) VALUES (?, ?, ?, ?)",
+            [(row_id, mid, tier, rank) for tier, ids in (("core", rec.core), ("relevant", rec.relevant))
+             for rank, mid in enumerate(ids)],
+        )
+        _prune(c, row_id, max_rows=max_rows, retention_days=retention_days, now=rec.at)
+    return row_id
+
+
+def _prune(c: sqlite3.Connection, newest: int, *, max_rows: int, retention_days: float, now: datetime) -> None:
+    # Ids only grow, and rows only go from the oldest end, so "id <= newest - max_rows" keeps
+    # exactly the newest max_rows rows; both deletes use an index and usually remove 0 or 1 row.
+    if max_rows > 0:
+        c.execute("DELETE FROM injections WHERE id <= ?", (newest - max_rows,))
+    if retention_days > 0:
+        c.execute("DELETE FROM injections WHERE at_us < ?", (to_us(now - timedelta(days=retention_days)),))
+
+
+def _load(store: Store, rows: Sequence[tuple[Any, ...]]) -> list[Injection]:
+    if not rows:
+        return []
+    ids = [r[0] for r in rows]
+    members: dict[int, dict[str, list[str]]] = {i: {"core": [], "relevant": []} for i in ids}
+    for injection_id, memory_id, tier in store.read(
+        f"SELECT injection_id, memory_id, tier FROM injection_memories WHERE injection_id IN"
+        f" ({', '.join('?' for _ in ids)}) ORDER BY injection_id, tier, rank", ids
+    ):
+        members[injection_id][tier].append(memory_id)
+    return [Injection(i, from_us(at), p, h, n, tuple(members[i]["core"]), tuple(members[i]["relevant"]))  # type: ignore[arg-type]
+            for i, at, p, h, n in rows]
+
+
+def injections(store: Store, profile: str, *, memory_id: str | None = None, limit: int = 20) -> list[Injection]:
+    """The profile's rendered blocks, newest first; with ``memory_id``, only those that carried it."""
+    validate_profile(profile)
+    if memory_id is not None:
+        validate_id(memory_id)
+        rows = store.read(
+            "SELECT i.id, i.at_us, i.profile, i.query_hash, i.chars FROM injection_memories m"
+            " JOIN injections i ON i.id = m.injection_id WHERE m.memory_id = ? AND i.profile = ?"
+            " ORDER BY i.id DESC LIMIT ?", (memory_id, profile, limit))
+    else:
+        rows = store.read("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
+                          " ORDER BY id DESC LIMIT ?", (profile, limit))
+    return _load(store, rows)

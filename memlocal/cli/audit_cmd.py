@@ -1,0 +1,32 @@
+"""``memlocal audit``: the injection audit trail (which runs saw which memories)."""
+
+from __future__ import annotations
+
+import click
+
+from ..model import format_time
+from ._common import State, echo_json, json_option, main, pass_state, profile_option, table
+
+
+@main.command()
+@profile_option
+@click.option("--memory", "memory_id", help="Only the runs whose block carried this memory id.")
+@click.option("--limit", default=20, show_default=True, type=int, help="Most rows, newest first.")
+@json_option
+@pass_state
+def audit(state: State, profile: str, memory_id: str | None, limit: int, as_json: bool) -> None:
+    """What the profile's runs saw: each rendered memory block, newest first, with its memory ids
+    per tier, its size and its query's hash (never the query). The first row answers "what did
+    the last run see?"; --memory ID answers "which runs saw this memory?"."""
+    rows = state.bank().injections(profile, memory_id=memory_id, limit=limit)
+    if as_json:
+        echo_json({"injections": [r.to_dict() for r in rows]})
+        return
+    if not rows:
+        click.echo("no recorded runs" + (f" saw {memory_id}" if memory_id else ""))
+        return
+    click.echo(table(
+        [(format_time(r.at), r.chars, r.query_hash, " ".join(r.core) or "-", " ".join(r.relevant) or "-")
+         for r in rows],
+        ("at", "chars", "query hash", "core", "relevant"),
+    ))

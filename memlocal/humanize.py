@@ -1,0 +1,78 @@
+"""Words for people: plurals, relative times, cut text with an ellipsis, tidy JSON numbers.
+
+Used by the CLI and by the sync package's one-line summaries, so every face says "1 profile",
+"3 min ago" and "…" the same way. Nothing here changes data: it only formats it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Final
+
+ELLIPSIS: Final = "…"
+JSON_FLOAT_DIGITS: Final = 6
+
+# Irregular plurals of the nouns memlocal prints; the rest take an "s".
+_PLURALS: Final = {"memory": "memories", "pass": "passes", "entry": "entries", "access update": "access updates"}
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``"1 profile"``, ``"2 profiles"``, ``"1 pass"``, ``"3 memories"``."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {plural_form or _PLURALS.get(noun, noun + 's')}"
+
+
+def ellipsize(text: str, width: int) -> str:
+    """``text`` on one line, at most ``width`` characters; when cut, it ends at a word boundary
+    (a single long word is cut inside) and with ``…``, never mid-word without one."""
+    one_line = " ".join(text.split())
+    if len(one_line) <= width:
+        return one_line
+    if width <= 1:
+        return ELLIPSIS[:width]
+    cut = one_line[: width - 1]
+    space = cut.rfind(" ")
+    if space >= width // 2:  # a word boundary that keeps most of the room
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.-") + ELLIPSIS
+
+
+def shown_summary(summary: str, content: str) -> str:
+    """A memory's summary for display: the default summary (the content's first 50 characters)
+    gets a ``…`` when the content goes on, so a cut word reads as cut."""
+    folded = " ".join(content.split())
+    if len(folded) > len(summary) and folded.startswith(summary) and not summary.endswith(ELLIPSIS):
+        return summary.rstrip() + ELLIPSIS
+    return summary
+
+
+def ago(when: datetime | None, now: datetime | None = None) -> str:
+    """A relative time for tables: ``just now``, ``5 min ago``, ``3 h ago``, ``yesterday``,
+    ``12 days ago``; older than 60 days, or in the future (another host's clock), the date."""
+    if when is None:
+        return "never"
+    now = now or datetime.now(timezone.utc)
+    seconds = (now - when).total_seconds()
+    if seconds < -60 or seconds >= 60 * 86400:
+        return when.astimezone(timezone.utc).strftime("%Y-%m-%d")
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    days = int(seconds // 86400)
+    return "yesterday" if days == 1 else f"{days} days ago"
+
+
+def round_floats(data: Any, digits: int = JSON_FLOAT_DIGITS) -> Any:
+    """``data`` with every float rounded to ``digits`` decimals (``0.020999999999999994`` →
+    ``0.021``), for JSON meant to be read; ints, bools and strings are left alone."""
+    if isinstance(data, float):
+        return round(data, digits)
+    if isinstance(data, dict):
+        return {k: round_floats(v, digits) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [round_floats(v, digits) for v in data]
+    return data

@@ -1,0 +1,207 @@
+"""Credentials kept out of the bank: find them in text and replace them by ``[REDACTED:<kind>]``.
+
+The detectors are Yelp's ``detect-secrets`` plugins (maintained, and used by pre-commit hooks the
+world over), run directly on the text rather than through its file scanner: AWS access and secret
+keys, private keys (the whole PEM block goes), GitHub, GitLab, Slack, Stripe, Discord, Twilio,
+SendGrid, Mailchimp, npm, PyPI, Square and Telegram tokens, Azure storage keys, JSON Web Tokens,
+OpenAI keys and passwords in URLs (``https://user:pass@host``: the password goes). Added here:
+Anthropic keys (``sk-ant-…``) and OpenAI's newer key shapes (``sk-proj-…``, ``sk-svcacct-…``,
+``sk-admin-…``, and the 48-character legacy ``sk-…``), which its OpenAI plugin predates.
+
+High-entropy strings: detect-secrets only looks at *quoted* strings in code; memories are prose,
+so every run of base64-ish characters (``[A-Za-z0-9+/=_-]``) of at least ``ENTROPY_MIN_LENGTH``
+characters that mixes upper case, lower case and digits is measured with the plugin's own Shannon
+entropy, and redacted above ``ENTROPY_LIMIT`` bits per character. Tuned on LoCoMo's turns (no hit
+in its 3746 turns, captions and queries, tests/test_secrets.py) and on ids: hex strings (git SHAs, hashes, UUIDs) are never
+caught by entropy alone, nor are words, file paths or ``mem-`` ids.
+
+The kinds (``aws-key``, ``private-key``, ...) are what a save result lists; values never leave
+this module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final, Iterable, Iterator
+
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.base import BasePlugin
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+from .errors import ConfigError
+
+MODES: Final = ("redact", "reject")
+ENTROPY_LIMIT: Final = 4.5  # detect-secrets' own default for base64 strings
+ENTROPY_MIN_LENGTH: Final = 24
+
+# Checked first: key shapes detect-secrets does not know (more specific ones first).
+_EXTRA: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    ("anthropic-key", re.compile(r"sk-ant-[A-Za-z0-9]+-[A-Za-z0-9_-]{20,}")),
+    ("openai-key", re.compile(r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}")),
+    ("openai-key", re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9]{32,}")),
+)
+
+_PLUGINS: Final[tuple[tuple[str, BasePlugin], ...]] = (
+    ("private-key", PrivateKeyDetector()),
+    ("aws-key", AWSKeyDetector()),
+    ("github-token", GitHubTokenDetector()),
+    ("gitlab-token", GitLabTokenDetector()),
+    ("slack-token", SlackDetector()),
+    ("stripe-key", StripeDetector()),
+    ("jwt", JwtTokenDetector()),
+    ("basic-auth", BasicAuthDetector()),
+    ("openai-key", OpenAIDetector()),
+    ("discord-token", DiscordBotTokenDetector()),
+    ("twilio-key", TwilioKeyDetector()),
+    ("sendgrid-key", SendGridDetector()),
+    ("mailchimp-key", MailchimpDetector()),
+    ("npm-token", NpmDetector()),
+    ("pypi-token", PypiTokenDetector()),
+    ("azure-storage-key", AzureStorageKeyDetector()),
+    ("square-oauth", SquareOAuthDetector()),
+    ("telegram-token", TelegramBotTokenDetector()),
+)
+_ENTROPY: Final = Base64HighEntropyString()
+
+# A private key's marker line found by the plugin: redact from BEGIN to END (or to the end).
+_PEM: Final = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\Z)"
+                         r"|PuTTY-User-Key-File-2.*?(?:Private-MAC: *\S+|\Z)", re.S)
+_TOKEN: Final = re.compile(r"[A-Za-z0-9+/=_-]{%d,}" % ENTROPY_MIN_LENGTH)
+_HEX: Final = re.compile(r"[0-9a-fA-F_-]+")
+_JWT_TAIL: Final = re.compile(r"[A-Za-z0-9_.+/=-]*")
+
+
+def marker(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+def _high_entropy(token: str) -> bool:
+    if _HEX.fullmatch(token):  # ids and hashes: a hex digest has no more entropy than a key
+        return False
+    if not (any(c.isupper() for c in token) and any(c.islower() for c in token) and any(c.isdigit() for c in token)):
+        return False
+    return _ENTROPY.calculate_shannon_entropy(token) > ENTROPY_LIMIT
+
+
+def _plugin_spans(kind: str, plugin: BasePlugin, text: str, offset: int = 0) -> Iterator[tuple[int, int]]:
+    """Where the plugin's patterns match ``text`` (shifted by ``offset``). A pattern's first
+    group is the secret when it is one (the password of a URL, the quoted AWS secret key, an npm
+    token); a short group is only a prefix (``ghp``), and then the whole match is the secret."""
+    for regex in plugin.denylist:  # type: ignore[attr-defined]
+        for m in regex.finditer(text):
+            if kind == "jwt":  # its pattern ends lazily: take the whole signature, then validate
+                end = _JWT_TAIL.match(text, m.end()).end()  # type: ignore[union-attr]
+                if JwtTokenDetector.is_formally_valid(m.group()):
+                    yield offset + m.start(), offset + end
+                continue
+            group = next((g for g in range(1, (regex.groups or 0) + 1) if m.group(g)), None)
+            if group is not None and (kind == "basic-auth" or len(m.group(group)) >= 16):
+                start, end = m.span(group)
+            else:
+                start, end = m.span()
+            yield offset + start, offset + end
+
+
+# Every credential shape but two lies within one whitespace-free word of 16 characters or more,
+# or a URL: only such words are scanned, and only when one combined pattern finds something.
+_LONG_WORD: Final = re.compile(r"\S{16,}")
+_WORD: Final = re.compile(r"\S+")
+_WORD_PLUGINS: Final = tuple((k, p) for k, p in _PLUGINS if k not in ("private-key", "aws-key"))
+_ANY_WORD_SECRET: Final = re.compile("|".join(
+    f"(?{'i' if rx.flags & re.IGNORECASE else ''}:{rx.pattern})" if rx.flags & re.IGNORECASE else f"(?:{rx.pattern})"
+    for _, plugin in _WORD_PLUGINS for rx in plugin.denylist  # type: ignore[attr-defined]
+) + "|" + "|".join(f"(?:{rx.pattern})" for _, rx in _EXTRA))
+
+
+def _spans(text: str) -> list[tuple[int, int, str]]:
+    """Every credential's ``(start, end, kind)`` in ``text``; overlaps are resolved by the caller."""
+    spans: list[tuple[int, int, str]] = []
+    # The two that span words: a PEM block, and an AWS secret key assigned in code.
+    if "PRIVATE KEY" in text or "PuTTY" in text:
+        if any(True for _ in _PLUGINS[0][1].analyze_string(text)):
+            spans += [(m.start(), m.end(), "private-key") for m in _PEM.finditer(text)]
+    if "aws" in text.lower() or "AKIA" in text or "ASIA" in text or "A3T" in text or "ABIA" in text or "ACCA" in text:
+        spans += [(a, b, "aws-key") for a, b in _plugin_spans("aws-key", _PLUGINS[1][1], text)]
+    if "://" not in text and max(map(len, text.split()), default=0) < 16:
+        return spans  # the common case (prose): no word could hold a credential
+    for word in (_WORD if "://" in text else _LONG_WORD).finditer(text):
+        w, offset = word.group(), word.start()
+        if len(w) < 16 and "://" not in w:
+            continue
+        if _ANY_WORD_SECRET.search(w):
+            for kind, regex in _EXTRA:
+                spans += [(offset + m.start(), offset + m.end(), kind) for m in regex.finditer(w)]
+            for kind, plugin in _WORD_PLUGINS:
+                spans += [(a, b, kind) for a, b in _plugin_spans(kind, plugin, w, offset)]
+        if len(w) >= ENTROPY_MIN_LENGTH:
+            for m in _TOKEN.finditer(w):
+                if _high_entropy(m.group().strip("=")):
+                    spans.append((offset + m.start(), offset + m.end(), "high-entropy"))
+    return spans
+
+
+@dataclass(frozen=True, slots=True)
+class Redacted:
+    """Text with its credentials replaced, and the kinds found (in order, without repeats)."""
+
+    text: str
+    kinds: tuple[str, ...]
+
+
+@lru_cache(maxsize=4096)  # the renderer sees the same memories run after run
+def redact(text: str) -> Redacted:
+    """``text`` with every credential replaced by ``[REDACTED:<kind>]``.
+
+    Overlapping finds keep the earliest (a specific detector is listed before the entropy
+    check, so it names the kind); text that is already a marker is never matched again.
+    """
+    spans = _spans(text)
+    if not spans:
+        return Redacted(text, ())
+    # Specific detectors before the entropy check (so a key is named by its kind), then the
+    # earliest, longest match first.
+    chosen: list[tuple[int, int, str]] = []
+    for span in sorted(spans, key=lambda s: (s[2] == "high-entropy", s[0], -s[1])):
+        if any(span[0] < end and start < span[1] for start, end, _ in chosen):
+            continue
+        chosen.append(span)
+    chosen.sort()
+    out, pos, kinds = [], 0, []
+    for start, end, kind in chosen:
+        out += [text[pos:start], marker(kind)]
+        pos = end
+        if kind not in kinds:
+            kinds.append(kind)
+    out.append(text[pos:])
+    return Redacted("".join(out), tuple(kinds))
+
+
+def merge_kinds(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
+    """The kinds of several fields, in order of first appearance, without repeats."""
+    return tuple(dict.fromkeys(k for group in groups for k in group))
+
+
+def check_mode(mode: object) -> str:
+    """``secrets.mode``: ``redact`` or ``reject``."""
+    if mode not in MODES:
+        raise ConfigError(f"secrets.mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return str(mode)

@@ -1,0 +1,122 @@
+"""Vocabulary bridging without a model: compounds, spelling variants and broader terms.
+
+Data for the tokenizer (:mod:`memlocal.text`), applied identically to queries and memories, so
+that the same idea written differently gives the same terms:
+
+- ``COMPOUNDS``: two words that are one idea, written apart, hyphenated or joined ("time zone",
+  "time-zone", "timezone"; "e-mail", "email"; "set up", "setup"). The pair becomes the joined word.
+- ``VARIANTS``: spelling variants and everyday abbreviations mapped to one form before stemming
+  (British and American spellings the stemmer does not unify, "k8s", "tz", "repo").
+- ``BROADER``: a specific word also yields the broader word people ask with ("pytest" is a test
+  framework, "vim" an editor, "indentation" is formatting). Only words whose broader sense is
+  unambiguous are listed: the extra term is literal evidence, weighted by its IDF like any other.
+- ``ZONE_REGIONS``: an IANA time-zone name (``Europe/Lisbon``) yields "timezone".
+
+These tables are not the spec's eight clusters (:mod:`memlocal.clusters`): a cluster is a loose
+topic that counts as a light extra feature; these are near-synonyms that count as the word itself.
+Changing them changes the terms of stored text, so :data:`memlocal.text.TERMS_VERSION` must be
+bumped with any edit here.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Mapping
+
+# "first second" -> "joined" (lowercase words as the tokenizer splits them: a hyphen splits too).
+# A plural second word is matched as well ("time zones" -> "timezones").
+_COMPOUND_PHRASES: Final = """
+    time zone = timezone | e mail = email | set up = setup | sci fi = scifi | log in = login
+    log out = logout | sign in = login | sign up = signup | check in = checkin | data base = database
+    web site = website | web page = webpage | code base = codebase | back end = backend
+    front end = frontend | full stack = fullstack | dead line = deadline | week end = weekend
+    week day = weekday | road trip = roadtrip | sea food = seafood | dev ops = devops
+    stand up = standup | follow up = followup | on call = oncall | work out = workout
+    check up = checkup | lunch time = lunchtime | home page = homepage | pull request = pullrequest
+    merge request = pullrequest | hot fix = hotfix | roll back = rollback | roll out = rollout
+    health care = healthcare | check list = checklist | key board = keyboard | note book = notebook
+    play list = playlist | e commerce = ecommerce | on boarding = onboarding | file name = filename
+    user name = username | pass word = password | time stamp = timestamp | short cut = shortcut
+    work flow = workflow | data set = dataset | white space = whitespace | wi fi = wifi
+    vs code = vscode | day time = daytime | birth day = birthday | pre commit = precommit
+    type check = typecheck
+"""
+
+
+def _compounds(spec: str) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for item in spec.replace("\n", "|").split("|"):
+        if not item.strip():
+            continue
+        phrase, joined = (part.split() for part in item.split("="))
+        if len(phrase) != 2 or len(joined) != 1:
+            continue  # only two-word compounds are matched
+        first, second = phrase
+        out[(first, second)] = joined[0]
+        out[(first, second + "s")] = joined[0] + "s"
+    return out
+
+
+COMPOUNDS: Final[Mapping[tuple[str, str], str]] = _compounds(_COMPOUND_PHRASES)
+
+VARIANTS: Final[Mapping[str, str]] = dict(
+    pair.split("=")
+    for pair in """
+    colour=color colours=colors flavour=flavor flavours=flavors favourite=favorite
+    favourites=favorites behaviour=behavior behaviours=behaviors organise=organize
+    organised=organized organising=organizing analyse=analyze analysed=analyzed
+    optimise=optimize optimised=optimized customise=customize customised=customized
+    prioritise=prioritize realise=realize recognise=recognize summarise=summarize
+    summarised=summarized apologise=apologize licence=license centre=center centres=centers
+    theatre=theater theatres=theaters metre=meter metres=meters grey=gray cancelled=canceled
+    cancelling=canceling programme=program programmes=programs catalogue=catalog
+    dialogue=dialog defence=defense judgement=judgment mum=mom aeroplane=airplane tyre=tire
+    tyres=tires jewellery=jewelry pyjamas=pajamas doughnut=donut doughnuts=donuts
+    yoghurt=yogurt neighbour=neighbor neighbours=neighbors neighbourhood=neighborhood
+    travelling=traveling travelled=traveled traveller=traveler travellers=travelers
+    labelled=labeled modelling=modeling
+    tz=timezone k8s=kubernetes js=javascript py=python db=database dbs=databases
+    repo=repository repos=repositories config=configuration configs=configurations
+    prod=production env=environment envs=environments pr=pullrequest prs=pullrequests
+    msg=message msgs=messages pic=picture pics=pictures info=information
+    nvim=neovim mins=minutes
+    """.split()
+)
+
+# word -> broader words it also yields (before stemming). Plurals are listed where they differ.
+_BROADER_GROUPS: Final = {
+    "test framework": """pytest unittest jest mocha junit rspec vitest nose2 doctest cypress
+        playwright selenium jasmine karma phpunit minitest testng xunit nunit""",
+    "editor": """vim neovim emacs vscode sublime intellij pycharm webstorm goland clion rider
+        nano helix zed xcode""",
+    "format": """indent indents indented indentation indentations whitespace prettier ruff
+        autopep8 yapf isort gofmt rustfmt formatter formatters linter linters lint pep8 eslint
+        flake8 pylint stylelint rubocop camelcase snakecase semicolons""",
+    "deploy": """rollout rollouts rollback rollbacks hotfix hotfixes ship ships shipped
+        release releases""",
+    "schedule": """calendar calendars appointment appointments standup standups agenda
+        timetable weekly daily biweekly monday mondays tuesday tuesdays wednesday wednesdays
+        thursday thursdays friday fridays saturday saturdays sunday sundays weekday weekdays
+        weekend weekends morning mornings afternoon afternoons evening evenings""",
+    "location": """city cities town hometown country countries address located neighborhood
+        lives lived relocated""",
+    "timezone": """utc gmt cet cest pst pdt est edt cst cdt mst mdt bst jst aest aedt eet eest""",
+    "diet": """allergy allergies allergic allergen allergens intolerance intolerant""",
+    # Dietary rules are about food: a "what food ..." question should find them literally.
+    "diet food": """vegetarian vegetarians vegan vegans pescatarian halal kosher celiac coeliac
+        keto paleo lactose gluten""",
+}
+
+
+def _broader(groups: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for broader, members in groups.items():
+        for member in members.split():
+            out.setdefault(member, []).extend(w for w in broader.split() if w != member)
+    return {word: tuple(dict.fromkeys(extra)) for word, extra in out.items()}
+
+
+BROADER: Final[Mapping[str, tuple[str, ...]]] = _broader(_BROADER_GROUPS)
+
+# Continents and oceans that open an IANA zone name ("Europe/Lisbon", "America/New_York").
+ZONE_REGIONS: Final = ("africa", "america", "antarctica", "arctic", "asia", "atlantic", "australia",
+                       "europe", "indian", "pacific", "etc")

@@ -1,0 +1,109 @@
+"""Per-profile snapshots: every object of a profile, with its ETag, in one compressed object.
+
+A fresh host would otherwise GET its profiles' objects one by one (a round trip each). A pass
+that finds a profile in agreement with the bucket writes the profile's snapshot if the bucket's
+is not current; a pass that has many objects to fetch reads it first and takes from it every
+object whose ETag is the one the listing shows (the listing is the truth: a snapshot entry
+with another ETag, or for a key no longer listed, is ignored), then fetches only what differs.
+
+Layout (outside ``memory/``, so readers of ``memory/`` never see it)::
+
+    memlocal/snapshots/<profile>/<digest>.json.gz
+
+``digest``: the first 16 hex digits of SHA-256 over the sorted ``key etag`` lines of its entries,
+so a pass tells from one listing of ``memlocal/snapshots/`` whether a profile's snapshot is
+current without reading it. The body is gzip-compressed JSON::
+
+    {"format": "memlocal-snapshot/1", "profile": "<profile>",
+     "objects": [{"key": "memory/<profile>/<id>.json", "etag": "\\"…\\"", "body": "<the object's JSON>"}]}
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import zlib
+from typing import Final, Iterable
+
+from memlocal.errors import ValidationError
+from memlocal.model import validate_profile
+
+from .objects import PREFIX, BadObject
+
+SNAPSHOT_PREFIX: Final = "memlocal/snapshots/"
+SUFFIX: Final = ".json.gz"
+FORMAT: Final = "memlocal-snapshot/1"
+# A snapshot is read whole; past this (compressed or not) it is ignored and objects are fetched.
+MAX_SNAPSHOT_BYTES: Final = 256 << 20
+
+
+def snapshot_key(profile: str, digest: str) -> str:
+    return f"{SNAPSHOT_PREFIX}{validate_profile(profile)}/{digest}{SUFFIX}"
+
+
+def parse_snapshot_key(key: str) -> tuple[str, str] | None:
+    """``(profile, digest)`` of a snapshot key, or ``None`` for anything else."""
+    if not key.startswith(SNAPSHOT_PREFIX) or not key.endswith(SUFFIX):
+        return None
+    rest = key[len(SNAPSHOT_PREFIX):-len(SUFFIX)]
+    profile, sep, digest = rest.partition("/")
+    if not sep or "/" in digest or not digest:
+        return None
+    try:
+        validate_profile(profile)
+    except ValidationError:
+        return None
+    return profile, digest
+
+
+def digest(entries: Iterable[tuple[str, str]]) -> str:
+    """The name of a snapshot holding these ``(key, etag)`` entries."""
+    h = hashlib.sha256()
+    for key, etag in sorted(entries):
+        h.update(f"{key} {etag}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def build(profile: str, entries: Iterable[tuple[str, str, bytes]]) -> tuple[str, bytes]:
+    """``(key, body)`` of the snapshot of ``profile`` holding ``(key, etag, object body)``."""
+    items = sorted(entries)
+    payload = {
+        "format": FORMAT,
+        "profile": profile,
+        "objects": [{"key": k, "etag": e, "body": b.decode("utf-8")} for k, e, b in items],
+    }
+    data = gzip.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    return snapshot_key(profile, digest((k, e) for k, e, _ in items)), data
+
+
+def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
+    """``{key: (etag, object body)}`` of a snapshot of ``profile``; ``BadObject`` if it is not one."""
+    try:
+        inflater = zlib.decompressobj(wbits=31)  # gzip
+        raw = inflater.decompress(data, MAX_SNAPSHOT_BYTES)
+        if inflater.unconsumed_tail:
+            raise BadObject(f"snapshot is over {MAX_SNAPSHOT_BYTES} bytes uncompressed")
+        doc = json.loads(raw)
+    except (zlib.error, ValueError) as exc:
+        raise BadObject(f"not a snapshot: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("profile") != profile:
+        raise BadObject("not a snapshot of this profile in a known format")
+    objects = doc.get("objects")
+    if not isinstance(objects, list):
+        raise BadObject("snapshot has no object list")
+    prefix = f"{PREFIX}{profile}/"
+    out: dict[str, tuple[str, bytes]] = {}
+    for entry in objects:
+        if not isinstance(entry, dict):
+            continue
+        key, etag, body = entry.get("key"), entry.get("etag"), entry.get("body")
+        # An entry outside the profile's prefix is never used: the snapshot cannot write elsewhere.
+        if isinstance(key, str) and key.startswith(prefix) and isinstance(etag, str) and isinstance(body, str):
+            try:
+                out[key] = (etag, body.encode("utf-8"))
+            except UnicodeEncodeError:  # a lone surrogate: fetch that object instead
+                continue
+    return out

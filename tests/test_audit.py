@@ -1,0 +1,123 @@
+"""The injection audit trail (issue 15, item 4): one row per rendered block, written without
+delaying the run, answering "which runs saw this memory?" and "what did the last run see?"."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from api_live import LiveServer
+
+from memlocal import MemoryBank
+from memlocal.api import create_app
+from memlocal.audit import query_hash
+from memlocal.config import Config
+from memlocal.model import utcnow
+
+
+def _bank(path: Path, **settings: object) -> MemoryBank:
+    return MemoryBank(path, config=Config.load(overrides=settings))
+
+
+def test_a_row_per_rendered_block(tmp_path: Path) -> None:
+    with _bank(tmp_path / "a.db") as bank:
+        tea = bank.save("p", content="Prefers green tea", category="preference").memory
+        deploy = bank.save("p", content="Deploys the server on Fridays", category="behavior").memory
+        other = bank.save("q", content="Prefers coffee", category="preference").memory
+        block = bank.inject("p", "@memory", "When does the server deploy?")
+        bank.inject("p", "@memory", "Write a poem")
+        bank.inject("q", "@memory", "hello")
+        bank.inject("p", "@default", "no memory tools: no block, no row")
+        bank.drain()
+        last, first = bank.injections("p")
+        assert (first.core, first.relevant) == ((tea.id,), (deploy.id,))
+        assert first.chars == len(block.split("\nWhen does")[0]) and first.query_hash == query_hash(
+            "When does the server deploy?")
+        assert last.core == (tea.id,) and last.query_hash == query_hash("Write a poem")
+        saw_deploy = [i.id for i in (last, first) if deploy.id in i.relevant]
+        assert [i.id for i in bank.injections("p", memory_id=deploy.id)] == saw_deploy
+        assert [i.id for i in bank.injections("p", memory_id=tea.id)] == [last.id, first.id]
+        assert first.tier_of(deploy.id) == "relevant" and first.tier_of(other.id) is None
+        assert [i.core for i in bank.injections("q")] == [(other.id,)]
+        # The query text is not stored anywhere in the trail.
+        assert "deploy" not in json.dumps([i.to_dict() for i in bank.injections("p")])
+
+
+def test_the_render_does_not_wait_for_the_audit_row(tmp_path: Path) -> None:
+    """Another process holds the write lock: the run still gets its block at once."""
+    db = tmp_path / "lock.db"
+    with _bank(db, **{"store.busy_timeout_s": 0.5}) as bank:
+        bank.save("p", content="Prefers green tea", category="preference")
+        blocker = sqlite3.connect(str(db), isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            done = threading.Event()
+
+            def run() -> None:
+                bank.build_context_block("p", "tea")
+                done.set()
+
+            threading.Thread(target=run, daemon=True).start()
+            assert done.wait(0.4), "the run waited for the audit row (the lock is held for 0.5 s+)"
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        bank.drain()
+
+
+def test_cap_and_retention(tmp_path: Path) -> None:
+    with _bank(tmp_path / "cap.db", **{"audit.max_rows": 3, "audit.retention_days": 1.0}) as bank:
+        bank.save("p", content="Prefers green tea", category="preference")
+        old = utcnow() - timedelta(days=2)
+        bank.build_context_block("p", "old run", now=old)
+        bank.drain()
+        assert len(bank.injections("p")) == 1
+        for i in range(5):
+            bank.build_context_block("p", f"run {i}")
+        bank.drain()
+        rows = bank.injections("p", limit=50)
+        assert [r.query_hash for r in rows] == [query_hash(f"run {i}") for i in (4, 3, 2)]
+        assert bank.store.read("SELECT count(*) FROM injection_memories")[0][0] == 3  # cascaded
+    with _bank(tmp_path / "off.db", **{"audit.enabled": False}) as bank:
+        bank.build_context_block("p", "x")
+        bank.drain()
+        assert bank.injections("p") == []
+
+
+def test_cli_and_rest_answer_both_questions(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    with _bank(db) as bank:
+        tea = bank.save("p", content="Prefers green tea", category="preference").memory
+        bank.build_context_block("p", "tea please")
+        bank.build_context_block("p", "second run")
+        bank.drain()
+        with LiveServer(create_app(bank)) as server:
+            r = httpx.get(server.url + "/api/memory-bank/p/injections", params={"limit": 1})
+            assert r.status_code == 200
+            (last,) = r.json()["injections"]
+            assert last["queryHash"] == query_hash("second run") and last["core"] == [tea.id]
+            r = httpx.get(server.url + "/api/memory-bank/p/injections", params={"memoryId": tea.id})
+            assert len(r.json()["injections"]) == 2
+            assert httpx.get(server.url + "/api/memory-bank/p/injections",
+                             params={"memoryId": "nope"}).status_code == 400
+    out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p", "--memory", tea.id,
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [i["core"] for i in json.loads(out.stdout)["injections"]] == [[tea.id], [tea.id]]
+    out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and tea.id in out.stdout and query_hash("tea please") in out.stdout
+
+
+@pytest.mark.parametrize("bad", [["audit", "-p", "../x"], ["audit", "-p", "p", "--memory", "mem-x"]])
+def test_cli_bad_input_is_one_line(tmp_path: Path, bad: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), *bad],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1, out.stderr

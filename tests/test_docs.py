@@ -1,0 +1,160 @@
+"""The docs match the product, in the manner of sqlite-utils' tests/test_docs.py: every CLI
+command and option is in docs/cli.md, every setting is in config.example.toml and in the docs,
+every REST route is in docs/rest.md. A failure says exactly what to document, and where."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+from memlocal.api import create_app
+from memlocal.cli import main
+from memlocal.config import SETTINGS, Config, example_toml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def _user_docs() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))])
+
+
+def _commands(group: click.Group, ctx: click.Context, prefix: str = "memlocal") -> dict[str, click.Command]:
+    found: dict[str, click.Command] = {}
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if cmd is None or cmd.hidden:
+            continue
+        path = f"{prefix} {name}"
+        found[path] = cmd
+        if isinstance(cmd, click.Group):
+            found.update(_commands(cmd, click.Context(cmd, parent=ctx), path))
+    return found
+
+
+def _sections(text: str) -> dict[str, str]:
+    """docs/cli.md's sections by the command in their heading: "## `memlocal sync run`"."""
+    sections: dict[str, str] = {}
+    for block in re.split(r"^(?=#{2,3} )", text, flags=re.M):
+        heading = re.match(r"#{2,3} `(memlocal[^`]*)`", block)
+        if heading:
+            sections[heading.group(1).strip()] = block
+    return sections
+
+
+COMMANDS = _commands(main, click.Context(main))
+
+
+def test_every_command_has_a_section_in_cli_md() -> None:
+    sections = _sections((DOCS / "cli.md").read_text(encoding="utf-8"))
+    missing = [path for path in COMMANDS if path not in sections]
+    assert not missing, "\n".join(f"docs/cli.md: add a section headed \"## `{p}`\" that says what it does" for p in missing)
+    stale = [path for path in sections if path != "memlocal" and path not in COMMANDS]
+    assert not stale, f"docs/cli.md documents commands that do not exist: {stale}"
+
+
+def test_every_option_is_in_its_commands_section() -> None:
+    sections = _sections((DOCS / "cli.md").read_text(encoding="utf-8"))
+    problems = []
+    for path, cmd in [("memlocal", main), *COMMANDS.items()]:
+        text = sections.get(path, "")
+        for param in cmd.params:
+            if not isinstance(param, click.Option) or param.hidden:
+                continue
+            names = sorted((o for o in (*param.opts, *param.secondary_opts) if o != "--help"),
+                           key=lambda o: not o.startswith("--"))  # the long name first, then -p
+            if names and not any(re.search(rf"`[^`]*{re.escape(n)}(?![\w-])", text) for n in names):
+                problems.append(f"docs/cli.md, section \"{path}\": document the option `{names[0]}` ({param.help or 'no help'})")
+    assert not problems, "\n".join(problems)
+
+
+def test_config_example_is_generated_from_the_registry() -> None:
+    assert (ROOT / "config.example.toml").read_text(encoding="utf-8") == example_toml(), \
+        "config.example.toml is stale: regenerate it with `memlocal config example > config.example.toml`"
+
+
+def test_every_setting_is_in_the_example_and_the_docs() -> None:
+    example = (ROOT / "config.example.toml").read_text(encoding="utf-8")
+    docs = _user_docs()
+    problems = []
+    for key, setting in SETTINGS.items():
+        section, name = key.rsplit(".", 1)
+        if f"# [{section}]" not in example or not re.search(rf"^# {re.escape(name)} = ", example, re.M):
+            problems.append(f"config.example.toml lacks `{key}`: regenerate it with `memlocal config example`")
+        if f"`{key}`" not in docs:
+            envs = ", ".join(setting.env) or "no variable"
+            problems.append(f"document the setting `{key}` ({envs}; default {setting.default!r}) in README.md or "
+                            "a docs/*.md page, as `" + key + "` with its default and what it does")
+    assert not problems, "\n".join(problems)
+
+
+def _routes() -> list[tuple[str, str]]:
+    app = create_app(OSError("docs test: no bank"), Config.load(environ={}))
+    routes = [(method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops]
+    # The routes outside the schema: the dashboard, the docs pages and the schema itself.
+    routes += [("GET", "/"), ("GET", "/docs"), ("GET", "/redoc"), ("GET", "/openapi.json")]
+    return routes
+
+
+def test_every_rest_route_is_in_rest_md() -> None:
+    rest = (DOCS / "rest.md").read_text(encoding="utf-8")
+    missing = []
+    for method, path in _routes():
+        row = rf"^\|\s*`{method}`\s*\|\s*`{re.escape(path)}(\?[^`]*)?`\s*\|"
+        if not re.search(row, rest, re.M):
+            missing.append(f"docs/rest.md: add a table row \"| `{method}` | `{path}` | <what it answers> |\"")
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")) + ["README.md"])
+def test_docs_cite_nothing_outside_the_repository(page: str) -> None:
+    """The spec and DESIGN.md are not in the repository: docs/spec.md summarises what is cited."""
+    text = (ROOT / page if page == "README.md" else DOCS / page).read_text(encoding="utf-8")
+    assert "DESIGN.md" not in text, f"{page}: cite the docs page that states the rule (docs/spec.md), not DESIGN.md"
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if not re.match(r"[a-z]+:", link):
+            target = (ROOT if page == "README.md" else DOCS) / link
+            assert target.exists(), f"{page}: the link {link} leads nowhere"
+
+
+def test_code_cites_docs_not_files_outside_the_repository() -> None:
+    offenders = [str(p.relative_to(ROOT)) for folder in ("memlocal", "sync", "tests", "scripts")
+                 for p in (ROOT / folder).rglob("*.py") if "DESIGN" in p.read_text(encoding="utf-8")
+                 and p.name != "test_docs.py"]
+    assert not offenders, f"cite docs/spec.md (or the page that states the rule) instead of DESIGN.md in: {offenders}"
+
+
+def test_every_module_is_in_the_architecture_map() -> None:
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    modules = [p for p in sorted((ROOT / "memlocal").glob("*.py")) if p.name != "__main__.py"]
+    modules += sorted(p.parent for p in (ROOT / "memlocal").glob("*/__init__.py"))
+    modules += sorted((ROOT / "sync").glob("*.py"))
+    missing = []
+    for path in modules:
+        rel = path.relative_to(ROOT).as_posix() + ("/" if path.is_dir() else "")
+        if f"`{rel}`" not in text:
+            missing.append(f"docs/architecture.md: add `{rel}` to the module map (its layer and what it does)")
+    assert not missing, "\n".join(missing)
+
+
+def test_storage_md_names_the_full_text_tables_a_database_has(tmp_path: Path) -> None:
+    """docs/storage.md says which FTS5 tables exist and who reads them: a schema change that adds
+    or drops one fails here until the page says so."""
+    from memlocal.store import Store
+
+    store = Store(tmp_path / "fresh.db")
+    try:
+        rows = store.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%USING fts5%'").fetchall()
+    finally:
+        store.close()
+    tables = {name for (name,) in rows}
+    text = (DOCS / "storage.md").read_text(encoding="utf-8")
+    missing = [f"docs/storage.md: describe the FTS5 table `{t}` (what it indexes, and what reads it)"
+               for t in sorted(tables) if f"`{t}`" not in text]
+    gone = [f"docs/storage.md names `{t}`, which a new database no longer has: update the page"
+            for t in sorted(set(re.findall(r"`(\w+_fts\w*)`", text)) - tables)]
+    assert not missing + gone, "\n".join(missing + gone)

@@ -1,0 +1,190 @@
+"""The persisted recall index: features stored with each memory, the FTS5 table the triggers keep
+from them, the per-profile counters, the migration that back-fills them and the version stamp."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import sqlite_utils
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memlocal import MemoryBank
+from memlocal.config import Config
+from memlocal.features import (
+    FEATURES_META_KEY, cluster_token, encode_term, features_of, fingerprint, parse, scope_token, term_token,
+)
+from memlocal.scoring import memory_terms, rank_brute_force
+from memlocal.clusters import clusters_of
+from memlocal.store import MIGRATIONS, Store
+from memory_factory import NOW, put
+
+
+def _open(path: Path) -> MemoryBank:
+    return MemoryBank(path, config=Config.load(environ={}))
+
+
+def _fts_ids(store: Store, match: str) -> set[str]:
+    rows = store.read("SELECT m.id FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
+                      " WHERE memory_features MATCH ?", (match,))
+    return {r[0] for r in rows}
+
+
+def _assert_consistent(store: Store) -> None:
+    """FTS5 documents, stored features and counters agree with the memories themselves."""
+    rows = store.read("SELECT id, profile, processed_content, summary, features, is_active, access_count"
+                      " FROM memories")
+    for mid, profile, content, summary, feats, active, _ in rows:
+        if feats is not None:
+            assert feats == features_of(content, summary)
+    profiles = {r[1] for r in rows}
+    for profile in profiles:
+        indexed = {r[0] for r in rows if r[1] == profile and r[5] == 1 and r[4] is not None}
+        assert _fts_ids(store, scope_token(profile)) == indexed
+        active = [r for r in rows if r[1] == profile and r[5] == 1]
+        counts = store.read("SELECT active, accesses FROM profile_revs WHERE profile = ?", (profile,))
+        assert counts == [(len(active), sum(r[6] for r in active))]
+
+
+def test_features_round_trip_unicode_and_odd_terms() -> None:
+    text = "Caroline's café in Zürich: naïve O'Brien ordered sushi and ramen"
+    feats = features_of(text, text[:50])
+    terms, clusters = parse(feats)
+    assert terms == memory_terms(text, text[:50])
+    assert clusters == clusters_of(terms)
+    assert "@food" in feats.split()
+    # A term the FTS5 tokenizer would split is stored encoded, and decodes back.
+    assert encode_term("a-b") != "a-b" and parse(encode_term("a-b")) == (frozenset({"a-b"}), frozenset())
+    assert encode_term("zürich") == "zürich"
+
+
+def test_saves_store_features_and_fts_finds_them(tmp_path: Path) -> None:
+    with _open(tmp_path / "m.db") as bank:
+        a = bank.save("dev", content="The user is allergic to shellfish").memory
+        b = bank.save("dev", content="Deploys go out on Fridays from the release branch").memory
+        c = bank.save("Dev", content="Shellfish allergy noted for the other profile").memory  # case differs
+        store = bank.store
+        assert _fts_ids(store, f"{scope_token('dev')} AND {term_token('shellfish')}") == {a.id}
+        assert _fts_ids(store, f"{scope_token('Dev')} AND {term_token('shellfish')}") == {c.id}
+        assert _fts_ids(store, f"{scope_token('dev')} AND {cluster_token('tech')}") == {b.id}
+        _assert_consistent(store)
+        bank.delete("dev", a.id)
+        store.mark_accessed("dev", [b.id], NOW)
+        _assert_consistent(store)
+
+
+def test_writers_that_skip_features_are_caught_and_derived(tmp_path: Path) -> None:
+    with _open(tmp_path / "m.db") as bank:
+        m = put(bank, "p", "Prefers pytest over unittest")
+        with bank.store.transaction() as c:
+            # Another writer (the sqlite3 shell, the sync's raw UPDATE) changes the text only...
+            c.execute("UPDATE memories SET processed_content = 'Lives in Lisbon' WHERE id = ?", (m.id,))
+            # ...or inserts a row without features.
+            c.execute("INSERT INTO memories (id, profile, raw_input, processed_content, summary, category, source,"
+                      " confidence, created_us, access_count, staleness, is_active, version, extra)"
+                      " VALUES ('mem-0000beef', 'p', 'x', 'Uses tabs', 'Uses tabs', 'general', 'explicit', 1.0,"
+                      " 1, 0, 0.0, 1, 1, '{}')")
+        stale = bank.store.read("SELECT id FROM memories WHERE features IS NULL ORDER BY id")
+        assert stale == [("mem-0000beef",), (m.id,)]
+        _assert_consistent(bank.store)  # the stale rows are out of the FTS5 table, not wrong in it
+        # Recall ranks them exactly (tokenised on the spot) and stores their features.
+        want = rank_brute_force(bank.store.iter_profile("p"), "Lisbon tabs", limit=8, min_score=0.0, now=NOW)
+        got = bank.query_with_relevance("p", "Lisbon tabs", min_score=0.0, now=NOW)
+        assert [(r.memory.id, r.score) for r in got] == [(r.memory.id, r.score) for r in want]
+        assert {r.memory.id for r in got} == {m.id, "mem-0000beef"}
+        assert bank.store.read("SELECT count(*) FROM memories WHERE features IS NULL") == [(0,)]
+        assert bank.store.derive_stale_features("p") == 0
+        _assert_consistent(bank.store)
+        # An upsert that leaves the text alone keeps the features (no needless re-derivation).
+        put(bank, "p", "Lives in Lisbon", memory_id=m.id)
+        assert bank.store.read("SELECT count(*) FROM memories WHERE features IS NULL") == [(0,)]
+
+
+def test_migration_back_fills_an_existing_database(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    db = sqlite_utils.Database(conn)
+    for version in (1, 2, 3):  # a database as the previous release left it
+        MIGRATIONS[version](db)
+    conn.execute("PRAGMA user_version = 3")
+    for i, (profile, text, active, count) in enumerate([("a", "Allergic to peanuts", 1, 3),
+                                                        ("a", "Flies to Lisbon in May", 1, 0),
+                                                        ("a", "Old inactive note on diet", 0, 5),
+                                                        ("b", "Deploys on Friday", 1, 2)]):
+        conn.execute("INSERT INTO memories (id, profile, raw_input, processed_content, summary, category, source,"
+                     " confidence, created_us, access_count, staleness, is_active, version, extra)"
+                     " VALUES (?, ?, ?, ?, ?, 'general', 'explicit', 1.0, ?, ?, 0.0, ?, 1, '{}')",
+                     (f"mem-0000000{i}", profile, text, text, text, i, count, active))
+    conn.close()
+    store = Store(path)
+    try:
+        assert store.read("PRAGMA user_version")[0][0] == max(MIGRATIONS)
+        assert store.read("SELECT count(*) FROM memories WHERE features IS NULL") == [(0,)]
+        assert store.meta_get(FEATURES_META_KEY) == fingerprint()
+        _assert_consistent(store)
+        assert store.read("SELECT profile, active, accesses FROM profile_revs ORDER BY profile") == [
+            ("a", 2, 3), ("b", 1, 2)]
+        assert _fts_ids(store, f"{scope_token('a')} AND {cluster_token('food')}") == {"mem-00000000"}
+    finally:
+        store.close()
+
+
+def test_a_tokenizer_change_re_derives_every_memory_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with _open(path) as bank:
+        m = bank.save("p", content="Prefers pytest over unittest").memory
+        with bank.store.transaction() as c:
+            # As an older tokenizer would have left them: other tokens, another stamp.
+            c.execute("UPDATE memories SET features = 'pytestold @nothing' WHERE id = ?", (m.id,))
+            c.execute("UPDATE meta SET value = 'an-older-tokenizer' WHERE key = ?", (FEATURES_META_KEY,))
+    with _open(path) as bank:
+        assert bank.store.meta_get(FEATURES_META_KEY) == fingerprint()
+        _assert_consistent(bank.store)
+        assert not _fts_ids(bank.store, '"pytestold"')
+        assert [r.memory.id for r in bank.query_with_relevance("p", "pytest")] == [m.id]
+
+
+def test_the_fingerprint_is_the_same_in_every_process() -> None:
+    code = "from memlocal.features import fingerprint; print(fingerprint())"
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+            for _ in range(2)}
+    assert runs == {fingerprint()}
+
+
+_write = st.tuples(
+    st.integers(0, 3),  # which memory
+    st.sampled_from(["p", "q"]),  # profile
+    st.sampled_from(["Allergic to peanuts", "Flies to Lisbon", "Allergic to peanuts!", "Deploys on Friday"]),
+    st.booleans(),  # active
+    st.sampled_from(["upsert", "raw-text", "raw-active", "raw-profile", "delete", "derive"]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(_write, min_size=1, max_size=14))
+def test_the_fts_table_stays_consistent_under_any_writes(steps: list[tuple[int, str, str, bool, str]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp, _open(Path(tmp) / "m.db") as bank:
+        store = bank.store
+        for i, profile, text, active, kind in steps:
+            mid = f"mem-0000000{i}"
+            exists = bool(store.read("SELECT 1 FROM memories WHERE id = ?", (mid,)))
+            if kind == "upsert" or not exists:
+                put(bank, profile, text, active=active, memory_id=mid)
+            elif kind == "delete":
+                with store.transaction() as c:
+                    c.execute("DELETE FROM memories WHERE id = ?", (mid,))
+            elif kind == "derive":
+                store.derive_stale_features(profile)
+            else:
+                column, value = {"raw-text": ("processed_content", text), "raw-active": ("is_active", int(active)),
+                                 "raw-profile": ("profile", profile)}[kind]
+                with store.transaction() as c:
+                    c.execute(f"UPDATE memories SET {column} = ? WHERE id = ?", (value, mid))
+            with store.transaction() as c:
+                c.execute("INSERT INTO memory_features (memory_features) VALUES ('integrity-check')")
+            assert store.integrity_check() == "ok"
+            _assert_consistent(store)

@@ -1,0 +1,100 @@
+"""A fresh host hydrates from per-profile snapshots (issue 13, item 5; docs/sync.md, "Snapshots").
+
+A pass that finds a profile settled writes ``memlocal/snapshots/<profile>/<digest>.json.gz``; a
+fresh host reads it and fetches only the objects whose ETag differs from the listing's.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Callable
+
+from s3server import S3, FaultProxy, Host
+
+P = "prof"
+N = 30
+
+
+def object_gets(proxy: FaultProxy) -> int:
+    """GETs of single memory objects (not listings, not snapshots) that went through the proxy."""
+    with proxy.lock:
+        return sum(1 for m, path, _s in proxy.requests
+                   if m == "GET" and "/memory/" in path and "list-type" not in path)
+
+
+def snapshot_keys(s3: S3) -> list[str]:
+    return s3.keys("memlocal/snapshots/")
+
+
+def settled_host(hosts: Callable[..., Host], s3: S3) -> Host:
+    a = hosts("a", sync__snapshot_min_objects=10)
+    for i in range(N):
+        assert a.bank.save(P, content=f"memory number {i} about topic {i % 7}").synced
+    assert a.sync().ok  # nothing to push (written through): the profile is settled
+    return a
+
+
+def test_a_settled_profile_gets_one_snapshot_outside_memory(hosts: Callable[..., Host], s3: S3) -> None:
+    a = settled_host(hosts, s3)
+    (key,) = snapshot_keys(s3)
+    assert key.startswith(f"memlocal/snapshots/{P}/") and key.endswith(".json.gz")
+    assert len(s3.keys()) == N  # readers of memory/ see only memories
+    doc = json.loads(gzip.decompress(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()))
+    assert doc["format"] == "memlocal-snapshot/1" and doc["profile"] == P
+    assert {o["key"] for o in doc["objects"]} == set(s3.keys())
+    # Current: the next pass writes nothing.
+    again = a.sync()
+    assert again.counts["snapshots"] == 0 and snapshot_keys(s3) == [key]
+
+
+def test_a_fresh_host_takes_the_snapshot_and_fetches_only_what_differs(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    a = settled_host(hosts, s3)
+    assert len(snapshot_keys(s3)) == 1
+    # After the snapshot: one memory deleted, one new, one changed in the bucket (access merge).
+    ids = sorted(a.ids(P))
+    a.bank.delete(P, ids[0])
+    new = a.bank.save(P, content="a memory newer than the snapshot").memory
+    assert a.bank.recall(P, "memory number 5 about topic 5", limit=1)
+    # This pass merges the bump; a profile that a pass changed gets its snapshot from a later pass.
+    merged = a.sync()
+    assert merged.ok and merged.counts["merged"] == 1 and merged.counts["snapshots"] == 0
+    assert len(snapshot_keys(s3)) == 1
+
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
+    report = b.sync()
+    assert report.ok, report.reason
+    assert b.ids(P) == a.ids(P) and new.id in b.ids(P) and ids[0] not in b.ids(P)
+    # Every object the snapshot holds under the listed ETag came from it; the new one and the
+    # changed one were fetched.
+    assert report.counts["from_snapshot"] == N - 2
+    assert object_gets(fault_proxy) == 2
+    for m in a.bank.store.iter_profile(P):
+        theirs = b.bank.get(P, m.id)
+        assert (theirs.processed_content, theirs.access_count) == (m.processed_content, m.access_count)
+
+
+def test_snapshots_off_fetch_every_object(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    settled_host(hosts, s3)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=0)
+    report = b.sync()
+    assert report.ok and report.counts["pulled"] == N and report.counts["from_snapshot"] == 0
+    assert object_gets(fault_proxy) == N
+
+
+def test_a_hostile_snapshot_is_ignored(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    settled_host(hosts, s3)
+    (key,) = snapshot_keys(s3)
+    doc = json.loads(gzip.decompress(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()))
+    # An entry pointing outside its profile is never used, and a snapshot that is not gzip is
+    # ignored: every object it does not supply is fetched.
+    doc["objects"][0]["key"] = "memory/other/mem-00000001.json"
+    s3.put_raw(key, gzip.compress(json.dumps(doc).encode()))
+    s3.put_raw("memlocal/snapshots/prof/0000000000000000.json.gz", b"not gzip at all")
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
+    report = b.sync()
+    assert report.ok, report.reason
+    assert len(b.ids(P)) == N and b.ids("other") == set()
+    assert report.counts["from_snapshot"] in (0, N - 1)  # whichever snapshot was read first
+    assert object_gets(fault_proxy) == N - report.counts["from_snapshot"]
