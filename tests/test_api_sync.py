@@ -12,15 +12,9 @@ from typing import Any, Callable
 import httpx
 from api_live import LiveServer, ServeProcess
 from s3server import FaultProxy
+from support import wait_for
 
 from memlocal.api import create_app
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "the condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def ids(page: httpx.Response) -> set[str]:
@@ -40,18 +34,18 @@ def test_reads_see_other_hosts_saves_soon_and_never_wait_for_them(hosts: Callabl
         # A read answers from the local index and asks for a background pull: another host's
         # save shows up on a later read, and the answer says how old its data is (``Age``).
         first = runner.bank.save("p1", content="saved on the runner").memory
-        eventually(lambda: first.id in ids(c.get("/api/profiles/p1/memories")), what="the runner's save")
+        wait_for(lambda: first.id in ids(c.get("/api/profiles/p1/memories")), what="the runner's save")
         assert int(c.get("/api/profiles/p1/memories").headers["age"]) >= 0
         assert c.get(f"/api/profiles/p1/memories/{first.id}").status_code == 200
         second = runner.bank.save("p1", content="another runner save about coffee").memory
-        eventually(lambda: c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"]
+        wait_for(lambda: c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"]
                    and c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"][0]
                    ["memory"]["id"] == second.id, what="search to see the second save")
 
         # Global reads discover profiles from the bucket (a delimiter listing of memory/): one
         # that this host has never seen appears without any pass.
         only = runner.bank.save("only-remote", content="a profile only the bucket knows").memory
-        eventually(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,
+        wait_for(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,
                    what="the bucket-only profile in the stats")
         assert "only-remote" in {p["name"] for p in c.get("/api/profiles").json()["profiles"]}
         flat = c.get("/api/memory-bank", params={"limit": 10}).json()
@@ -104,7 +98,7 @@ def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path,
             finally:
                 conn.close()
 
-        eventually(pulled, what="the start-up pull")
+        wait_for(pulled, what="the start-up pull")
         with httpx.Client(base_url=proc.url, timeout=10) as c:
             assert c.get(f"/api/profiles/only-remote/memories/{saved.id}").status_code == 200
     finally:
