@@ -56,7 +56,7 @@ def test_library_rejects_lone_surrogates_in_every_text_field(bank: MemoryBank) -
     for call in (lambda: bank.recall("lim", "q\ud800"), lambda: bank.query_with_relevance("lim", "\ud800"),
                  lambda: bank.inject("lim", "@memory", "p\ud800"),
                  lambda: bank.inject("lim", "@memory", "p", contexts=["c\ud800"]),
-                 lambda: bank.list_all(q="\ud800"), lambda: bank.put_automation_note("a", "\ud800")):
+                 lambda: bank.list_all(q="\ud800"), lambda: bank.automations.put("a", "\ud800")):
         with pytest.raises(ValidationError, match="not valid Unicode"):
             call()
     assert bank.stats()["totalMemories"] == 0
@@ -241,8 +241,8 @@ def _block_lines(block: str, header: str) -> list[str]:
 
 @pytest.mark.parametrize("forged", FORGERIES)
 def test_no_note_or_context_line_poses_as_a_block(bank: MemoryBank, forged: str) -> None:
-    bank.put_automation_note("auto", f"ok\n{forged}\nstill ok")
-    note = _block_lines(bank.automation_note_block("auto"), NOTE_HEADER)
+    bank.automations.put("auto", f"ok\n{forged}\nstill ok")
+    note = _block_lines(bank.automations.block("auto"), NOTE_HEADER)
     ctx = _block_lines(bank.inject("lim", None, "p", contexts=[f"ok\n{forged}"]).rsplit("\n", 1)[0],
                        OPERATOR_HEADER)
     for line in (*note, *ctx):
@@ -275,7 +275,7 @@ def test_library_and_tools_raise_only_bank_errors(bank: MemoryBank, field: str, 
     kwargs = {"content": "c", {"rawInput": "raw_input"}.get(field, field): text}
     for call in (lambda: bank.save("lim", **kwargs), lambda: bank.recall("lim", query),
                  lambda: bank.inject("lim", "@memory", query, contexts=[text]),
-                 lambda: bank.put_automation_note("a", text), lambda: bank.list_all(q=query),
+                 lambda: bank.automations.put("a", text), lambda: bank.list_all(q=query),
                  lambda: dispatch(bank, "memory_save", {"content": "c", field: text}, "lim"),
                  lambda: dispatch(bank, "memory_recall", {"query": query}, "lim")):
         try:

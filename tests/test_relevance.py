@@ -143,6 +143,7 @@ def test_only_memories_that_passed_the_gate_count_as_used(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(("key", "value"), [("ranking.mode", "fuzzy"), ("ranking.evidence_ratio", 1.5)])
 def test_bad_ranking_settings_are_one_clear_error(tmp_path: Path, key: str, value: object) -> None:
-    with _bank(tmp_path / "m.db", **{key: value}) as bank:
-        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-            bank.query_with_relevance("dev", "anything")
+    # Checked when the settings are loaded (their declared limits), before any bank is opened.
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        _bank(tmp_path / "m.db", **{key: value})
+    assert not (tmp_path / "m.db").exists()

@@ -96,7 +96,7 @@ def _note_dict(automation_id: str, note: Any) -> dict[str, Any]:
 @pass_state
 def automation_list(state: State, as_json: bool) -> None:
     """Every automation that has a note, most recently written first."""
-    notes = state.bank().list_automation_notes()
+    notes = state.bank().automations.list()
     if as_json:
         echo_json({"automations": [n.to_dict() for n in notes]})
         return
