@@ -256,6 +256,10 @@ class SyncEngine:
             report.result, report.reason = "failed", str(exc)
         except SyncError as exc:
             report.result, report.reason = "failed", str(exc)
+        except Exception as exc:  # containment: a pass records itself whatever went wrong
+            log.exception("sync pass failed")
+            report.result = "failed"
+            report.reason = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         finally:
             report.duration_s = time.monotonic() - t0
             report.finished_at = format_time(utcnow())
@@ -377,7 +381,9 @@ class SyncEngine:
 
     def _collect_skips(self, plan: Plan, report: PassReport, prefixes: list[str]) -> None:
         seen = {s.key for s in plan.skips}
-        report.skipped = [{"key": s.key, "reason": s.reason} for s in plan.skips]
+        unrecorded = [s for s in report.skipped if s["key"] not in seen]  # could not even be recorded
+        report.skipped = [{"key": s.key, "reason": s.reason} for s in plan.skips] + unrecorded
+        seen.update(s["key"] for s in unrecorded)
         # Objects found bad during this pass (their bodies) are in the table now.
         for prefix in prefixes:
             for key, (_etag, reason) in sorted(self.state.known_bad(prefix).items()):
@@ -402,7 +408,7 @@ class SyncEngine:
         def flush() -> None:
             nonlocal last_flush
             if buffer:
-                self.state.apply(buffer)
+                self._apply_contained(buffer, report)
                 buffer.clear()
             last_flush = time.monotonic()
 
@@ -461,6 +467,31 @@ class SyncEngine:
         flush()
         if failure is not None:
             raise failure
+
+    def _apply_contained(self, effects: list[Effect], report: PassReport) -> None:
+        """Commit a batch of effects; if the batch fails, commit them one by one, so that one
+        effect the database refuses (whatever the reason) is reported alone and never ends the
+        pass: a pulled object that cannot be stored becomes a skipped object."""
+        try:
+            self.state.apply(effects)
+            return
+        except Exception as exc:
+            log.warning("a batch of %d sync effects failed (%s): applying them one by one", len(effects), exc)
+        for eff in effects:
+            try:
+                self.state.apply([eff])
+            except Exception as exc:
+                reason = f"cannot be stored here: {' '.join(str(exc).split())[:200]}"
+                if isinstance(eff, Synced):
+                    key = object_key(eff.memory.profile_name, eff.memory.id)
+                    log.warning("skipping %s: %s", key, reason)
+                    report.counts["skipped_objects"] += 1
+                    try:
+                        self.state.apply([SkipObject(key, eff.etag, reason)])
+                    except Exception:  # the report still lists it
+                        report.skipped.append({"key": key, "reason": reason})
+                else:
+                    report.errors.append(f"{type(eff).__name__} {getattr(eff, 'id', getattr(eff, 'key', ''))}: {reason}")
 
     # --- one action (runs on a worker thread) ---------------------------------------------------
 

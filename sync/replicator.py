@@ -226,6 +226,10 @@ class S3Replicator:
             except SyncError as exc:
                 log.debug("refresh of %s skipped: %s", profile, exc)
                 return False
+            except Exception:  # a read is answered from the local index whatever the pull hit
+                log.exception("refresh of %s failed", profile)
+                self._last_pull[profile] = time.monotonic()
+                return False
             # Also after a failure, so an unreachable bucket is not asked on every read.
             self._last_pull[profile] = time.monotonic()
             return report.result in ("ok", "guarded")
