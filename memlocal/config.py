@@ -73,6 +73,8 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("sync.attempts", int, 5, "attempts per bucket request on throttling, 5xx and connection errors", ("MEMLOCAL_SYNC_ATTEMPTS",)),
     Setting("sync.workers", int, 16, "concurrent bucket requests during a pass", ("MEMLOCAL_SYNC_WORKERS",)),
     Setting("sync.mass_delete_min", int, 5, "a pass may delete this many of a profile's memories before the half-of-profile guard applies", ("MEMLOCAL_SYNC_MASS_DELETE_MIN",)),
+    Setting("sync.max_delete_share", float, 0.5, "a pass holds back local deletions of more than this share of a profile's (or the whole pass's) synced memories, beyond sync.mass_delete_min of them (as rclone bisync's --max-delete)", ("MEMLOCAL_SYNC_MAX_DELETE_SHARE",)),
+    Setting("sync.allow_unconditional", bool, False, "sync with a bucket that ignores If-None-Match/If-Match (rclone serve s3, old MinIO/Ceph): last-writer-wins, other hosts' changes can be overwritten", ("MEMLOCAL_SYNC_ALLOW_UNCONDITIONAL",)),
     Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",)),
     Setting("sync.snapshot_min_objects", int, 100, "profiles with at least this many objects get a snapshot object (memlocal/snapshots/) that fresh hosts read instead of every object; 0 turns snapshots off", ("MEMLOCAL_SYNC_SNAPSHOT_MIN_OBJECTS",)),
     Setting("sync.refresh_ttl_s", float, 2.0, "a read asks for a background pull of its profile when the last one is older than this", ("MEMLOCAL_SYNC_REFRESH_TTL_S",)),
