@@ -195,7 +195,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from memlocal.model import COUNT_MAX as MODEL_COUNT_MAX  # noqa: E402
 from memlocal.store import Store  # noqa: E402
-from sync.objects import BadObject, decode, encode  # noqa: E402
+from memlocal_sync.objects import BadObject, decode, encode  # noqa: E402
 
 # Any JSON value: every type, huge and negative numbers, any Unicode (lone surrogates included).
 _scalars = (st.none() | st.booleans() | st.integers() | st.integers(min_value=-2**80, max_value=2**80)
