@@ -48,7 +48,7 @@ class Setting:
     allowed: str = ""  # how ``check`` describes the values it accepts, for the error and the docs
 
     def limits(self) -> str:
-        """The allowed values in words (``""`` when any value of the type goes)."""
+        """The allowed values in words (``""`` when any value of the type goes, booleans excepted)."""
         kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[self.type]
         if self.choices:
             return "one of " + ", ".join(map(str, self.choices))
@@ -64,7 +64,7 @@ class Setting:
             return f"{kind} {lo}"
         if self.max is not None:
             return f"{kind} at most {_num(self.max)}"
-        return ""
+        return kind if self.type is bool else ""
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` (already of the setting's type) is not allowed; ``None`` when it is."""
@@ -139,6 +139,8 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("sync.attempts", int, 5, "attempts per bucket request on throttling, 5xx and connection errors", ("MEMLOCAL_SYNC_ATTEMPTS",), min=1, max=20),
     Setting("sync.workers", int, 16, "concurrent bucket requests during a pass", ("MEMLOCAL_SYNC_WORKERS",), min=1, max=256),
     Setting("sync.mass_delete_min", int, 5, "a pass may delete this many of a profile's memories before the half-of-profile guard applies", ("MEMLOCAL_SYNC_MASS_DELETE_MIN",), min=0, max=1_000_000),
+    Setting("sync.max_delete_share", float, 0.5, "a pass holds back local deletions of more than this share of a profile's (or the whole pass's) synced memories, beyond sync.mass_delete_min of them (as rclone bisync's --max-delete)", ("MEMLOCAL_SYNC_MAX_DELETE_SHARE",), min=0, max=1),
+    Setting("sync.allow_unconditional", bool, False, "sync with a bucket that ignores If-None-Match/If-Match (rclone serve s3, old MinIO/Ceph): last-writer-wins, other hosts' changes can be overwritten", ("MEMLOCAL_SYNC_ALLOW_UNCONDITIONAL",)),
     Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",), min=8192, max=1 << 30),
     Setting("sync.list_page_size", int, 1000, "objects per bucket listing page (S3 returns at most 1000)", ("MEMLOCAL_SYNC_LIST_PAGE_SIZE",), min=1, max=1000),
     Setting("sync.snapshot_min_objects", int, 100, "profiles with at least this many objects get a snapshot object (memlocal/snapshots/) that fresh hosts read instead of every object; 0 turns snapshots off", ("MEMLOCAL_SYNC_SNAPSHOT_MIN_OBJECTS",), min=0, max=10_000_000),

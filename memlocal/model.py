@@ -46,6 +46,11 @@ _ID_RE: Final = re.compile(ID_PATTERN)
 # What RFC 3339 accepts (``datetime.fromisoformat`` parses; this keeps out ISO-only forms).
 _RFC3339_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 ZERO_TIME_TEXT: Final = "0001-01-01T00:00:00Z"
+# Counts (accessCount) and versions live in 0 ... 2^53: exact as an IEEE double (what a
+# JavaScript or Go float64 reader sees) and far inside SQLite's 64-bit INTEGER.
+COUNT_MAX: Final = 2**53
+# Nesting deeper than this in a memory object (unknown fields) is refused, not walked.
+MAX_JSON_DEPTH: Final = 64
 
 JSON_FIELDS: Final = (
     "id",
@@ -149,6 +154,97 @@ def validate_summary(summary: object) -> str:
 def default_summary(text: str) -> str:
     """The spec's deterministic preview: the first 50 characters, on one line."""
     return fold_whitespace(text)[:SUMMARY_MAX_CHARS]
+
+
+def _short(value: object, limit: int = 40) -> str:
+    """``repr`` cut to ``limit`` characters (a 5000-digit number must not become the message)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_json_value(value: object) -> None:
+    """Raise ``ValidationError`` unless ``value`` can be stored and written back as JSON:
+    no lone surrogate in any string or key, no NaN or infinity, nesting at most
+    ``MAX_JSON_DEPTH``. Walks iteratively (a hostile object cannot exhaust the stack)."""
+    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ValidationError(f"nested deeper than {MAX_JSON_DEPTH} levels at {where or 'the top'}")
+        if isinstance(item, str):
+            _check_text(item, where)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValidationError(f"{where or 'a value'} holds a number out of range ({item!r})")
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                _check_text(str(k), f"the key of {where}" if where else "a key")
+                stack.append((v, f"{where}.{k}" if where else str(k), depth + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"{where or 'a string'} holds a lone surrogate (not valid Unicode text)") from None
+
+
+def _clamped(value: object, low: float, high: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(f"{name} must be a number, got {_short(value)}")
+    if isinstance(value, float) and math.isnan(value):
+        raise ValidationError(f"{name} is NaN")
+    if isinstance(value, int):  # compared as an int: float(10**400) would overflow
+        return float(low) if value < low else float(high) if value > high else float(value)
+    return min(high, max(low, value))
+
+
+def read_foreign(data: object) -> Memory:
+    """Read a memory object that another writer stored (another host, a Go service), making it
+    valid where that can be done without guessing, else raise ``ValidationError`` with a reason.
+
+    Made valid: ``category`` in any case or padding (an unknown one reads as ``general``),
+    ``source`` in any case (an unknown one reads as ``explicit``), ``confidence`` and
+    ``stalenessScore`` clamped to [0, 1] (infinities included), ``accessCount`` clamped to
+    0 ... 2^53 (a finite float is truncated), ``isActive`` 0/1; summaries and rawInputs over
+    our caps are kept as written; unknown fields are kept verbatim. Refused: not an object,
+    lone surrogates, non-finite numbers in unknown fields, a version outside 0 ... 2^53, a bad
+    timestamp, id or profile, and values of the wrong type. Deterministic, so the same object
+    always reads the same (a pass compares content hashes of what it read).
+    """
+    if not isinstance(data, dict):
+        raise ValidationError("a memory must be a JSON object")
+    fixed = dict(data)  # numbers are clamped first; ``from_dict`` then checks every value
+    category = fixed.get("category")
+    if isinstance(category, str):
+        low = category.strip().lower()
+        fixed["category"] = low if low in CATEGORIES else "general"
+    elif category is not None:
+        fixed["category"] = "general"
+    source = fixed.get("source")
+    if isinstance(source, str):
+        low = source.strip().lower()
+        fixed["source"] = low if low in SOURCES else "explicit"
+    if fixed.get("confidence") is not None:
+        fixed["confidence"] = _clamped(fixed["confidence"], 0.0, 1.0, "confidence")
+    if fixed.get("stalenessScore") is not None:
+        fixed["stalenessScore"] = _clamped(fixed["stalenessScore"], 0.0, 1.0, "stalenessScore")
+    count = fixed.get("accessCount")
+    if count is None:
+        fixed["accessCount"] = 0
+    else:
+        fixed["accessCount"] = int(_clamped(count, 0, COUNT_MAX, "accessCount"))
+    active = fixed.get("isActive")
+    if isinstance(active, int) and not isinstance(active, bool) and active in (0, 1):
+        fixed["isActive"] = bool(active)
+    version = fixed.get("version")
+    if isinstance(version, float) and version.is_integer():
+        fixed["version"] = int(version)
+    return Memory.from_dict(fixed, lenient=True)
 
 
 # --- ids and time -----------------------------------------------------------------------------
@@ -266,10 +362,19 @@ class Memory:
         return out
 
     @classmethod
-    def from_dict(cls, data: object) -> "Memory":
-        """Build and validate a memory from its JSON object; raises ``ValidationError``."""
+    def from_dict(cls, data: object, *, lenient: bool = False) -> "Memory":
+        """Build and validate a memory from its JSON object; raises ``ValidationError``.
+
+        Strict (the default) for what this host accepts as new input (saves, imports).
+        ``lenient`` is for objects another writer already stored (see ``read_foreign``): the
+        caps on rawInput and summary, which bound what *we* write, are not applied to them.
+        Either way no string may hold a lone surrogate and no number may leave its domain
+        (counts and versions 0 to 2^53, finite scores), so whatever is returned can be stored,
+        written back and printed as JSON.
+        """
         if not isinstance(data, dict):
             raise ValidationError("a memory must be a JSON object")
+        check_json_value(data)
         for key in ("id", "profileName"):
             if key not in data:
                 raise ValidationError(f"memory object lacks {key!r}")
@@ -279,27 +384,32 @@ class Memory:
             raise ValidationError("memory object has neither rawInput nor processedContent")
         raw = raw if raw not in (None, "") else processed
         processed = processed if processed not in (None, "") else raw
-        raw = validate_text_input(raw, "rawInput")
+        if lenient:
+            raw = check_text(raw, "rawInput")
+            if not raw.strip():
+                raise ValidationError("rawInput must be a non-empty string")
+        else:
+            raw = validate_text_input(raw, "rawInput")
         processed = check_text(processed, "processedContent")
         summary = data.get("summary")
         if summary in (None, ""):
             summary = default_summary(processed)
-        summary = validate_summary(summary)
+        summary = summary if lenient and isinstance(summary, str) else validate_summary(summary)
         source = data.get("source") or "explicit"
         if source not in SOURCES:
             raise ValidationError(f"unknown source {source!r}: expected explicit or inferred")
         access_count = data.get("accessCount", 0)
-        if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
-            raise ValidationError(f"accessCount must be a non-negative integer, got {access_count!r}")
+        if isinstance(access_count, bool) or not isinstance(access_count, int) or not 0 <= access_count <= COUNT_MAX:
+            raise ValidationError(f"accessCount must be an integer from 0 to 2^53, got {_short(access_count)}")
         staleness = data.get("stalenessScore", 0.0)
-        if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or math.isnan(staleness):
-            raise ValidationError(f"stalenessScore must be a number, got {staleness!r}")
+        if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or not math.isfinite(staleness):
+            raise ValidationError(f"stalenessScore must be a finite number, got {_short(staleness)}")
         is_active = data.get("isActive", True)
         if not isinstance(is_active, bool):
-            raise ValidationError(f"isActive must be a boolean, got {is_active!r}")
+            raise ValidationError(f"isActive must be a boolean, got {_short(is_active)}")
         version = data.get("version", SCHEMA_VERSION)
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise ValidationError(f"version must be an integer, got {version!r}")
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= COUNT_MAX:
+            raise ValidationError(f"version must be an integer from 0 to 2^53, got {_short(version)}")
         created = parse_time(data.get("createdAt"))
         if created is None:
             raise ValidationError("memory object lacks a createdAt timestamp")
@@ -318,7 +428,8 @@ class Memory:
             created_at=created,
             last_accessed_at=parse_time(data.get("lastAccessedAt")),
             access_count=access_count,
-            staleness_score=float(staleness),
+            # Derived (recomputed on every access); clamped so that no reader sees it leave [0, 1].
+            staleness_score=min(1.0, max(0.0, float(staleness))),
             is_active=is_active,
             version=version,
             extra=extra,

@@ -1,8 +1,9 @@
 """JSON Lines export and import: one camelCase memory object per line.
 
 Import rules (decided here; the spec is silent):
-- every line is validated on its own; a bad line is reported with its number and reason and the
-  rest of the file is still imported;
+- every line is validated on its own (strictly, as a save is: ``Memory.from_dict``); a bad line,
+  hostile ones included (lone surrogates, NaN/Infinity, numbers outside 0 ... 2^53, deep
+  nesting), is reported with its number and reason and the rest of the file is still imported;
 - ids and timestamps are kept, so exporting from one host and importing on another moves the
   same memories, and importing the same file twice creates no duplicate: a line whose id is
   already present in that profile is ``unchanged`` (the local copy, with any access counted
@@ -63,11 +64,19 @@ class ImportReport:
         }
 
 
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def _parse(line_no: int, line: str, profile: str | None) -> Memory:
     try:
-        data = json.loads(line)
+        data = json.loads(line, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise MemoryBankError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise MemoryBankError("not valid JSON (nested too deeply to read)") from None
+    except ValueError as exc:  # NaN/Infinity tokens, numbers of thousands of digits
+        raise MemoryBankError(f"not valid JSON ({' '.join(str(exc).split())[:200]})") from None
     if profile is not None and isinstance(data, dict):
         data = {**data, "profileName": profile}
     return Memory.from_dict(data)
@@ -118,6 +127,9 @@ def import_jsonl(
             batch.append((line_no, memory))
         except MemoryBankError as exc:
             report.rejected.append((line_no, str(exc)))
+            continue
+        except Exception as exc:  # containment: one hostile line never ends the import
+            report.rejected.append((line_no, f"not a usable memory ({type(exc).__name__})"))
             continue
         if len(batch) >= BATCH_SIZE:
             flush()

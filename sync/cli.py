@@ -69,6 +69,8 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str
         echo_json(report.to_dict())
     else:
         click.echo(report.summary())
+        for note in report.notes:
+            click.echo(f"  note: {note}")
         for s in report.skipped:
             click.echo(f"  skipped {s['key']}: {s['reason']}")
     if report.result == "guarded":

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from queue import Empty, SimpleQueue
 from typing import Any, Callable, Sequence
@@ -30,6 +31,7 @@ from memlocal.humanize import plural
 from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
 from memlocal.store import Store
 
+from . import marker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
 from . import snapshot
 from .objects import BadObject, Listed, content_hash, decode, encode, object_key, parse_key, profile_prefix
@@ -92,6 +94,8 @@ class PassReport:
     skipped: list[dict[str, str]] = field(default_factory=list)
     guards: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Things a person should know about this pass (a base reset and why, last-writer-wins).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -103,7 +107,7 @@ class PassReport:
             "durationS": round(self.duration_s, 3), "result": self.result, "reason": self.reason,
             "pages": self.pages, "objects": self.objects, "planned": dict(self.planned),
             "counts": dict(self.counts), "skipped": self.skipped, "guards": self.guards,
-            "errors": self.errors[:20], "errorCount": len(self.errors),
+            "errors": self.errors[:20], "errorCount": len(self.errors), "notes": self.notes,
         }
 
     def summary(self) -> str:
@@ -149,6 +153,8 @@ class SyncEngine:
         self.snapshot_min = int(config["sync.snapshot_min_objects"])
         # Bodies taken from snapshots for this pass's fetches, by key (read by the workers).
         self._from_snapshot: dict[str, bytes] = {}
+        self.max_delete_share = float(config["sync.max_delete_share"])
+        self.allow_unconditional = bool(config["sync.allow_unconditional"])
         self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=float(config["sync.timeout_s"]),
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
                                        page_size=int(config["sync.list_page_size"]))
@@ -195,6 +201,12 @@ class SyncEngine:
             if self.state.ensure_bucket(self.settings.identity):
                 log.warning("bucket changed to %s: starting from an empty base (nothing is deleted)",
                             self.settings.describe())
+            # The identity marker first: it decides whether an empty listing may delete anything.
+            identity = marker.check(self.bucket, self.state, allow_unconditional=self.allow_unconditional,
+                                    reupload=reupload, pull_only=pull_only)
+            report.notes += self.state.pop_notes() + identity.notes
+            for note in report.notes:
+                log.warning("%s", note)
             if reupload:
                 self.state.forget_base(profiles)
             prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
@@ -224,6 +236,7 @@ class SyncEngine:
             plan = plan_pass(
                 local, listing, base, outbox_deletes, known_bad,
                 max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
+                max_delete_share=self.max_delete_share, verified=identity.verified,
                 force=force, pull_only=pull_only,
             )
             report.objects = plan.objects
@@ -245,7 +258,7 @@ class SyncEngine:
                 report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
                                   "reason": g.reason} for g in plan.guards]
                 report.result = "guarded"
-                report.reason = ("mass-delete guard: " + "; ".join(g.reason for g in plan.guards)
+                report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in plan.guards))
                                  + "; nothing was deleted locally (run `memlocal sync run --force` to apply, or "
                                  "`--reupload` to push local memories back)")
             if report.errors and report.result == "ok":
@@ -253,8 +266,14 @@ class SyncEngine:
                 report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
         except BucketUnavailable as exc:
             report.result, report.reason = "failed", str(exc)
+        except marker.MarkerGone as exc:
+            report.result, report.reason = "guarded", str(exc)
         except SyncError as exc:
             report.result, report.reason = "failed", str(exc)
+        except Exception as exc:  # containment: a pass records itself whatever went wrong
+            log.exception("sync pass failed")
+            report.result = "failed"
+            report.reason = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         finally:
             report.duration_s = time.monotonic() - t0
             report.finished_at = format_time(utcnow())
@@ -376,7 +395,9 @@ class SyncEngine:
 
     def _collect_skips(self, plan: Plan, report: PassReport, prefixes: list[str]) -> None:
         seen = {s.key for s in plan.skips}
-        report.skipped = [{"key": s.key, "reason": s.reason} for s in plan.skips]
+        unrecorded = [s for s in report.skipped if s["key"] not in seen]  # could not even be recorded
+        report.skipped = [{"key": s.key, "reason": s.reason} for s in plan.skips] + unrecorded
+        seen.update(s["key"] for s in unrecorded)
         # Objects found bad during this pass (their bodies) are in the table now.
         for prefix in prefixes:
             for key, (_etag, reason) in sorted(self.state.known_bad(prefix).items()):
@@ -401,7 +422,7 @@ class SyncEngine:
         def flush() -> None:
             nonlocal last_flush
             if buffer:
-                self.state.apply(buffer)
+                self._apply_contained(buffer, report)
                 buffer.clear()
             last_flush = time.monotonic()
 
@@ -460,6 +481,31 @@ class SyncEngine:
         flush()
         if failure is not None:
             raise failure
+
+    def _apply_contained(self, effects: list[Effect], report: PassReport) -> None:
+        """Commit a batch of effects; if the batch fails, commit them one by one, so that one
+        effect the database refuses (whatever the reason) is reported alone and never ends the
+        pass: a pulled object that cannot be stored becomes a skipped object."""
+        try:
+            self.state.apply(effects)
+            return
+        except Exception as exc:
+            log.warning("a batch of %d sync effects failed (%s): applying them one by one", len(effects), exc)
+        for eff in effects:
+            try:
+                self.state.apply([eff])
+            except Exception as exc:
+                reason = f"cannot be stored here: {' '.join(str(exc).split())[:200]}"
+                if isinstance(eff, Synced):
+                    key = object_key(eff.memory.profile_name, eff.memory.id)
+                    log.warning("skipping %s: %s", key, reason)
+                    report.counts["skipped_objects"] += 1
+                    try:
+                        self.state.apply([SkipObject(key, eff.etag, reason)])
+                    except Exception:  # the report still lists it
+                        report.skipped.append({"key": key, "reason": reason})
+                else:
+                    report.errors.append(f"{type(eff).__name__} {getattr(eff, 'id', getattr(eff, 'key', ''))}: {reason}")
 
     # --- one action (runs on a worker thread) ---------------------------------------------------
 
@@ -590,7 +636,9 @@ class SyncEngine:
         if decision.push and loaded is not None:
             source = remote if decision.content == "remote" else loaded[0]
             delta = loaded[1]
-            body = _merged(remote, source, delta)
+            # The local lastAccessedAt goes in even when the content is the remote's: it is
+            # what the unmerged bumps set, and the merge takes the later of the two.
+            body = _merged(remote, source, delta, local_last=loaded[0].last_accessed_at)
             effects += self._push(body, delta, etag, counts, attempt=attempt)
         return effects
 
@@ -610,10 +658,12 @@ class SyncEngine:
         return self._create(candidate, counts)
 
 
-def _merged(remote: Memory, content: Memory, delta: int) -> Memory:
-    """``content``'s content with the remote's access count plus ``delta`` and the later
-    lastAccessedAt (data, not an arbiter: a max is order-independent). Staleness recomputed."""
-    last_candidates = [t for t in (remote.last_accessed_at, content.last_accessed_at) if t is not None]
+def _merged(remote: Memory, content: Memory, delta: int, *, local_last: datetime | None = None) -> Memory:
+    """``content``'s content with the remote's access count plus ``delta`` and the latest
+    lastAccessedAt of the remote, ``content`` and ``local_last`` (data, not an arbiter: a max is
+    order-independent, so every host and the bucket converge on the later value). Staleness
+    recomputed."""
+    last_candidates = [t for t in (remote.last_accessed_at, content.last_accessed_at, local_last) if t is not None]
     last = max(last_candidates) if last_candidates else None
     count = remote.access_count + delta
     merged = content.with_changes(access_count=count, last_accessed_at=last)

@@ -2,8 +2,10 @@
 
 An object lives at ``memory/<profile>/<id>.json`` and holds the memory's camelCase JSON (the
 same as ``Memory.to_dict``, unknown fields of other writers included). Decoding is strict about
-what can hurt us (invalid UTF-8, invalid JSON, NaN/Infinity, a body whose id or profile is not
-the key's) and reports each as a one-line reason, so a bad object is skipped, never fatal.
+what can hurt us (invalid UTF-8, invalid JSON, NaN/Infinity, lone surrogates, a body whose id or
+profile is not the key's) and reports each as a one-line reason, so a bad object is skipped, never
+fatal; what can be made valid (another writer's long summary, capitalised category, confidence
+out of range, huge counts) is read, normalised the same way every time.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from memlocal.errors import ValidationError, fold_whitespace
-from memlocal.model import Memory, validate_id, validate_profile
+from memlocal.model import Memory, read_foreign, validate_id, validate_profile
 
 PREFIX: Final = "memory/"
 SUFFIX: Final = ".json"
@@ -72,24 +74,39 @@ def _reject_constant(name: str) -> object:
 
 
 def decode(data: bytes, profile: str, memory_id: str) -> Memory:
-    """Parse and validate the body of ``memory/<profile>/<memory_id>.json``; ``BadObject`` if unusable."""
+    """Read the body of ``memory/<profile>/<memory_id>.json``; ``BadObject`` if it cannot be used.
+
+    Tolerant of what can be made valid (``memlocal.model.read_foreign``: case, clamped numbers,
+    long summaries, unknown fields), strict about what would hurt: invalid UTF-8 or JSON,
+    NaN/Infinity tokens, lone surrogates, a body whose id or profile is not the key's. It never
+    raises anything but ``BadObject``: one object's trouble must not end a pass.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadObject(f"not valid UTF-8 (byte {exc.start})") from None
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:  # JSONDecodeError is a ValueError, and so is NaN/Infinity
-        raise BadObject(f"not valid JSON: {fold_whitespace(exc)}") from None
+    except RecursionError:
+        raise BadObject("not valid JSON: nested too deeply to read") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError, and so are NaN/Infinity and 5000-digit numbers
+        raise BadObject(f"not valid JSON: {_one_line(exc)}") from None
     try:
-        memory = Memory.from_dict(obj)
+        memory = read_foreign(obj)
     except ValidationError as exc:
         raise BadObject(f"not a valid memory: {exc}") from None
+    except Exception as exc:  # containment: whatever else a hostile body provokes is a skip
+        raise BadObject(f"not a usable memory ({type(exc).__name__}: {_one_line(exc)})") from None
     if memory.id != memory_id or memory.profile_name != profile:
         raise BadObject(
             f"key names {memory_id} in profile {profile} but the body is {memory.id} in profile {memory.profile_name}"
         )
     return memory
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = fold_whitespace(exc)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def content_hash(memory: Memory) -> str:

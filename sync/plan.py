@@ -124,6 +124,8 @@ def plan_pass(
     *,
     max_object_bytes: int,
     mass_delete_min: int,
+    max_delete_share: float = 0.5,
+    verified: bool = False,
     force: bool = False,
     pull_only: bool = False,
 ) -> Plan:
@@ -131,7 +133,10 @@ def plan_pass(
 
     ``outbox_deletes``: id -> profile of local deletions not yet known to be in the bucket.
     ``known_bad``: key -> (ETag, reason) of objects already found unusable. ``pull_only``: plan
-    only what changes the local side (the REST read path's refresh).
+    only what changes the local side (the REST read path's refresh). ``verified``: the bucket's
+    identity marker is the one this host synced with (``sync.marker``); without that, an empty
+    listing deletes nothing. Local deletions beyond ``mass_delete_min`` and over
+    ``max_delete_share`` of the synced memories, of a profile or of the whole scope, are held.
     """
     plan = Plan()
     by_id: dict[str, list[tuple[str, Listed]]] = {}
@@ -217,23 +222,38 @@ def plan_pass(
                 add(Op.UPDATE, b.etag)
 
     if deletions and not force:
-        synced: Counter[str] = Counter(x.profile for x in base.values())
-        held: dict[str, Guard] = {}
-        if plan.objects == 0:
-            for profile, n in deletions.items():
-                held[profile] = Guard(profile, n, synced[profile],
-                                      f"the bucket lists no objects but {sum(synced.values())} memories were synced "
-                                      "from it: an emptied or wrong bucket never deletes local memories")
-        else:
-            for profile, n in deletions.items():
-                if n > mass_delete_min and n * 2 > synced[profile]:
-                    held[profile] = Guard(profile, n, synced[profile],
-                                          f"would delete {n} of the {synced[profile]} synced memories of profile "
-                                          f"{profile} (more than half)")
+        plan.guards = _guard(deletions, Counter(x.profile for x in base.values()), objects=plan.objects,
+                             verified=verified, minimum=mass_delete_min, share=max_delete_share)
+        held = {g.profile for g in plan.guards}
         if held:
-            plan.guards = [held[p] for p in sorted(held)]
             plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.profile in held)]
     return plan
+
+
+def _guard(deletions: Counter[str], synced: Counter[str], *, objects: int, verified: bool, minimum: int,
+           share: float) -> list[Guard]:
+    """The mass-delete guard (rclone bisync's ``--max-delete``, as a share and a minimum count):
+    the profiles whose local deletions this pass holds back, each with the reason."""
+    held: dict[str, Guard] = {}
+    if objects == 0 and not verified:
+        for profile, n in deletions.items():
+            held[profile] = Guard(profile, n, synced[profile],
+                                  f"the bucket lists no objects but {sum(synced.values())} memories were synced "
+                                  "from it and its identity marker is not verified yet: an emptied or wrong bucket "
+                                  "never deletes local memories")
+        return [held[p] for p in sorted(held)]
+    for profile, n in deletions.items():
+        if n > minimum and n > share * synced[profile]:
+            held[profile] = Guard(profile, n, synced[profile],
+                                  f"would delete {n} of the {synced[profile]} synced memories of profile {profile} "
+                                  f"(more than sync.max_delete_share = {share:g} and sync.mass_delete_min = {minimum})")
+    total, total_synced = sum(deletions.values()), sum(synced.values())
+    if not held and total > minimum and total > share * total_synced:
+        for profile, n in deletions.items():
+            held[profile] = Guard(profile, n, synced[profile],
+                                  f"would delete {total} of the {total_synced} synced memories in this pass "
+                                  f"(more than sync.max_delete_share = {share:g} and sync.mass_delete_min = {minimum})")
+    return [held[p] for p in sorted(held)]
 
 
 @dataclass(frozen=True, slots=True)

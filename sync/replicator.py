@@ -25,6 +25,7 @@ from memlocal.errors import MemoryBankError, SyncError
 from memlocal.model import Memory, validate_profile
 from memlocal.store import Store
 
+from . import marker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, PreconditionFailed
 from .engine import SyncEngine
 from .objects import PREFIX, content_hash, decode, encode, object_key
@@ -157,10 +158,32 @@ class S3Replicator:
 
     # --- saves --------------------------------------------------------------------------------
 
+    def _writable(self) -> bool:
+        """Whether write-through may write: the bucket's identity marker is known and the server
+        honours conditional writes (or last-writer-wins is allowed). The first save of a host
+        that has not met the bucket yet reads (or creates) the marker and probes it, once."""
+        allow = bool(self.config["sync.allow_unconditional"])
+        known = marker.writable(self.state, allow_unconditional=allow)
+        if known is not None:
+            return known
+        try:
+            marker.check(self.bucket, self.state, allow_unconditional=allow)
+        except marker.ConditionsIgnored as exc:
+            log.warning("write-through refused: %s", exc)
+            return False
+        except BucketUnavailable:
+            raise
+        except SyncError as exc:  # the marker is gone or unreadable: the next pass says why
+            log.info("write-through held for the next pass: %s", exc)
+            return False
+        return True
+
     def push_saved(self, memory: Memory) -> bool:
         """Create the object; ``True`` once the bucket has it."""
         key = object_key(memory.profile_name, memory.id)
         try:
+            if not self._writable():
+                return False
             etag = self.bucket.create(key, encode(memory))
         except PreconditionFailed:
             # Either a concurrent pass (the daemon, woken by this very write) pushed our memory
@@ -227,6 +250,10 @@ class S3Replicator:
                                                          record=False)
             except SyncError as exc:
                 log.debug("refresh of %s skipped: %s", profile, exc)
+                return False
+            except Exception:  # a read is answered from the local index whatever the pull hit
+                log.exception("refresh of %s failed", profile)
+                self._last_pull[profile] = time.monotonic()
                 return False
             # Also after a failure, so an unreachable bucket is not asked on every read.
             self._last_pull[profile] = time.monotonic()

@@ -31,6 +31,8 @@ META_BUCKET = "sync.bucket"
 META_LAST_PASS = "sync.last_pass"
 META_LAST_ERROR = "sync.last_error"
 META_SCHEMA = "sync.schema"
+META_MARKER = "sync.marker"  # the bucket identity marker this host synced with (sync.marker module)
+META_NOTES = "sync.notes"  # things the next pass must say (a base reset at start-up, say)
 
 
 # --- the sync's own tables ------------------------------------------------------------------------
@@ -249,9 +251,35 @@ class SyncState:
             had_base = c.execute("SELECT 1 FROM sync_base LIMIT 1").fetchone() is not None
             c.execute("DELETE FROM sync_base")
             c.execute("DELETE FROM sync_skipped")
+            c.execute("DELETE FROM meta WHERE key = ?", (META_MARKER,))
             c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                       (META_BUCKET, identity))
+        if had_base:
+            self.add_note(f"the configured bucket changed to {identity.replace('|', ' ')}: starting from an "
+                          "empty base, nothing deleted")
         return had_base
+
+    def reset_base(self) -> None:
+        """Forget everything synced with the bucket (another bucket under the same name): its
+        contents then read as "not synced yet", never as deletions. The outbox stays."""
+        with self.store.transaction() as c:
+            c.execute("DELETE FROM sync_base")
+            c.execute("DELETE FROM sync_skipped")
+
+    def add_note(self, note: str) -> None:
+        """Keep ``note`` for the next pass's report (said once, then dropped)."""
+        notes = self.get_json(META_NOTES)
+        notes = notes if isinstance(notes, list) else []
+        if note not in notes:
+            self.set_json(META_NOTES, [*notes[-19:], note])
+
+    def pop_notes(self) -> list[str]:
+        notes = self.get_json(META_NOTES)
+        if not notes:
+            return []
+        with self.store.transaction() as c:
+            c.execute("DELETE FROM meta WHERE key = ?", (META_NOTES,))
+        return [str(n) for n in notes] if isinstance(notes, list) else []
 
     def forget_base(self, profiles: Sequence[str] | None = None) -> int:
         """Drop the base (``sync run --reupload``): every local memory then counts as not yet

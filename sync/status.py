@@ -8,7 +8,7 @@ from memlocal.store import Store
 
 from .bucket import BucketSettings
 from .engine import pass_running
-from .state import META_LAST_ERROR, META_LAST_PASS, SyncState
+from .state import META_LAST_ERROR, META_LAST_PASS, META_MARKER, SyncState
 
 
 def status_for(settings: BucketSettings | None, store: Store) -> dict[str, Any]:
@@ -16,6 +16,7 @@ def status_for(settings: BucketSettings | None, store: Store) -> dict[str, Any]:
     st = SyncState(store)
     return {
         "bucket": settings.to_dict() if settings else None,
+        "bucketIdentity": st.get_json(META_MARKER),
         "database": str(store.path),
         "pending": st.pending(),
         "lastPass": st.get_json(META_LAST_PASS),

@@ -266,3 +266,27 @@ def test_plan_never_compares_timestamps() -> None:
     for cls in (Local, Listed, Base):
         assert not [f for f in cls.__dataclass_fields__ if "time" in f or f.endswith(("_at", "_us"))]
     assert json.loads(encode(mem()))["createdAt"] == "2025-01-02T03:04:05.678Z"
+
+
+def test_a_verified_bucket_lets_a_profiles_last_memories_go() -> None:
+    """With the identity marker verified, an empty listing is a deletion made elsewhere."""
+    p = plan(local=[L(A), L(B)], remote=[], base=[Bs(A), Bs(B)], verified=True)
+    assert sorted((a.op, a.id) for a in p.actions) == [(Op.DELETE_LOCAL, A), (Op.DELETE_LOCAL, B)]
+    assert not p.guards
+
+
+def test_the_guard_share_is_a_setting_and_also_bounds_the_whole_pass() -> None:
+    synced = ids(20)
+    kw = dict(local=[L(i) for i in synced], remote=[R(i) for i in synced[12:]], base=[Bs(i) for i in synced],
+              verified=True)
+    assert plan(**kw).guards and "sync.max_delete_share = 0.5" in plan(**kw).guards[0].reason
+    assert not plan(**kw, max_delete_share=0.7).guards
+    # Four profiles losing 4 of 5 each: no profile over the minimum, the pass is (16 of 20).
+    profiles = [f"p{n}" for n in range(4)]
+    mids = {p: [f"mem-{n}{i:07x}" for i in range(5)] for n, p in enumerate(profiles)}
+    local = [L(m, profile=p) for p in profiles for m in mids[p]]
+    base = [Bs(m, profile=p) for p in profiles for m in mids[p]]
+    remote = [R(mids[p][0], profile=p) for p in profiles]
+    got = plan(local=local, remote=remote, base=base, verified=True)
+    assert sorted(g.profile for g in got.guards) == profiles and "16 of the 20" in got.guards[0].reason
+    assert not [a for a in got.actions if a.op is Op.DELETE_LOCAL]
