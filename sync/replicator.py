@@ -129,6 +129,46 @@ class Refresher:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+class Breaker:
+    """A circuit breaker for write-through: after a failure or timeout, ``allow()`` says no for a
+    back-off window (``base_s``, doubling on each consecutive failure up to 8x), so saves go
+    straight to the outbox instead of each waiting out the timeout; after the window one call
+    is let through (half-open): its success closes the breaker, its failure opens it again."""
+
+    MAX_FACTOR = 8
+
+    def __init__(self, base_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.base_s = base_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._open_until: float | None = None
+        self._trial = False
+
+    def allow(self) -> bool:
+        with self._lock:
+            if self._open_until is None:
+                return True
+            if self._clock() < self._open_until or self._trial:
+                return False
+            self._trial = True  # half-open: this caller is the one trial
+            return True
+
+    def success(self) -> None:
+        with self._lock:
+            if self._open_until is not None:
+                log.info("bucket answers again: write-through resumed")
+            self._failures, self._open_until, self._trial = 0, None, False
+
+    def failure(self) -> None:
+        with self._lock:
+            self._failures += 1
+            window = self.base_s * min(2 ** (self._failures - 1), self.MAX_FACTOR)
+            self._open_until = self._clock() + window
+            self._trial = False
+        log.warning("write-through failed: saves go to the outbox for %.0f s (the sync pass pushes them)", window)
+
+
 class S3Replicator:
     """The bank's write-through hook for one store and one bucket."""
 
@@ -145,6 +185,7 @@ class S3Replicator:
                                                  pool_size=int(config["sync.workers"]) + 2,
                                                  page_size=int(config["sync.list_page_size"]))
         self._engine: SyncEngine | None = None
+        self.breaker = Breaker(float(config["sync.breaker_s"]))
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._last_pull: dict[str, float] = {}
@@ -181,11 +222,16 @@ class S3Replicator:
     def push_saved(self, memory: Memory) -> bool:
         """Create the object; ``True`` once the bucket has it."""
         key = object_key(memory.profile_name, memory.id)
+        if not self.breaker.allow():
+            log.debug("save of %s stays in the outbox: the bucket failed recently", memory.id)
+            return False
         try:
             if not self._writable():
+                self.breaker.success()  # the bucket answered; writes are held for another reason
                 return False
             etag = self.bucket.create(key, encode(memory))
         except PreconditionFailed:
+            self.breaker.success()
             # Either a concurrent pass (the daemon, woken by this very write) pushed our memory
             # first, or another host's memory holds this id (the next pass re-ids ours).
             if self._bucket_has_ours(key, memory):
@@ -193,11 +239,14 @@ class S3Replicator:
             log.warning("%s already exists in the bucket: left in the outbox for the next pass", key)
             return False
         except BucketUnavailable as exc:
+            self.breaker.failure()
             log.info("save of %s stays in the outbox: %s", memory.id, exc)
             return False
         except Exception as exc:  # never fail a save that is already durable locally
+            self.breaker.failure()
             log.warning("save of %s stays in the outbox: %s", memory.id, exc)
             return False
+        self.breaker.success()
         try:
             self.state.apply([Synced(memory, etag, content_hash(memory), 0, "local", set_staleness=False)])
         except MemoryBankError as exc:
@@ -217,11 +266,16 @@ class S3Replicator:
         return content_hash(theirs) == content_hash(memory)
 
     def push_deleted(self, memory: Memory) -> bool:
+        if not self.breaker.allow():
+            log.debug("deletion of %s stays in the outbox: the bucket failed recently", memory.id)
+            return False
         try:
             self.bucket.delete(object_key(memory.profile_name, memory.id))
         except Exception as exc:
+            self.breaker.failure()
             log.info("deletion of %s stays in the outbox: %s", memory.id, exc)
             return False
+        self.breaker.success()
         try:
             self.state.apply([DeletedRemote(memory.id)])
         except MemoryBankError as exc:

@@ -182,6 +182,10 @@ class FaultProxy:
         self.fail_code = "SlowDown"
         self.fail_when: Callable[[str, str], bool] = lambda method, path: True
         self.delay_s = 0.0
+        # Frozen: requests are read and never answered (a bucket that accepts and hangs).
+        self.frozen = False
+        self.received = 0  # requests read, answered or not
+        self._thaw = threading.Event()
         self.hooks: list[Callable[[str, str, dict[str, str]], bool]] = []
         self.after_hooks: list[Callable[[str, str, dict[str, str]], bool]] = []
         self.requests: list[tuple[str, str, int]] = []
@@ -271,9 +275,28 @@ class FaultProxy:
                     if hook in hooks:
                         hooks.remove(hook)
 
+    def freeze(self) -> None:
+        """From now on, read requests and never answer them (until ``thaw`` or ``close``)."""
+        with self.lock:
+            self._thaw.clear()
+            self.frozen = True
+
+    def thaw(self) -> None:
+        """Answer again; requests held while frozen are dropped unanswered."""
+        with self.lock:
+            self.frozen = False
+            self._thaw.set()
+
     def _serve(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         method, path = handler.command, handler.path
         headers = {k: v for k, v in handler.headers.items()}
+        with self.lock:
+            self.received += 1
+            frozen = self.frozen
+        if frozen:
+            self._thaw.wait()
+            handler.close_connection = True
+            return
         self._run_hooks(self.hooks, method, path, headers)
         if self.delay_s:
             time.sleep(self.delay_s)
@@ -317,6 +340,7 @@ class FaultProxy:
 
     def close(self) -> None:
         """Stop listening and drop open keep-alive connections (a real outage, not a pause)."""
+        self._thaw.set()
         self.server.shutdown()
         self.server.server_close()
         with self.lock:

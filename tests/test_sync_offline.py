@@ -104,11 +104,13 @@ def test_write_through_that_loses_the_race_to_a_pass_still_reports_synced(
     the save's own create-only PUT: that PUT's 412 must not make the save report "not synced"."""
     from memlocal_sync.objects import encode
 
-    a = hosts("a", bucket__endpoint=outage.endpoint)
+    # (a short breaker window: the outage during the first save opened it)
+    a = hosts("a", bucket__endpoint=outage.endpoint, sync__breaker_s=0.05)
     saved = a.bank.save(P, "pushed by a pass before the write-through").memory
     outage.up()
     key = f"memory/{P}/{saved.id}.json"
     s3.client.put_object(Bucket=s3.bucket, Key=key, Body=encode(saved))  # the pass won, unrecorded
+    time.sleep(0.2)  # past the breaker window
     assert a.bank.replicator.push_saved(saved) is True
     # Another memory under the same id is not ours: left to the next pass (which re-ids ours).
     assert a.bank.replicator.push_saved(saved.with_changes(processed_content="someone else's")) is False

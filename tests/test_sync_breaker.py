@@ -1,0 +1,50 @@
+"""Saves never queue behind a sick bucket (issue 13, item 6): after a write-through failure or
+timeout, later saves go straight to the outbox for a back-off window (a circuit breaker,
+half-open after the window); the next pass drains the outbox."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from s3server import S3, FaultProxy, Host
+
+P = "breaker"
+
+
+def test_100_saves_against_a_frozen_bucket_wait_for_one_timeout(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    fault_proxy.freeze()   # accepts connections, reads requests, never answers
+    # sync.put_timeout_s as shipped (3 s); the window is longer than the test.
+    a = hosts("a", bucket__endpoint=fault_proxy.endpoint, sync__put_timeout_s=3.0, sync__breaker_s=60.0)
+    t0 = time.monotonic()
+    results = [a.bank.save(P, f"saved while the bucket hangs {i}") for i in range(100)]
+    elapsed = time.monotonic() - t0
+    print(f"100 saves against a frozen bucket: {elapsed:.2f} s")
+    assert all(r.synced is False for r in results)
+    # At most one save per window waited for the bucket (its requests: the marker, then nothing).
+    assert fault_proxy.received == 1, fault_proxy.received
+    # Issue target: under 5 s in all; bounded here at 3x that for a loaded machine.
+    assert elapsed < 15, f"100 saves took {elapsed:.1f} s"
+    # The next pass drains the outbox once the bucket answers.
+    fault_proxy.thaw()
+    report = a.sync()
+    assert report.ok and report.counts["pushed"] == 100, report.reason
+    assert len(s3.keys()) == 100
+
+
+def test_the_breaker_half_opens_after_its_window(hosts: Callable[..., Host], s3: S3,
+                                                 fault_proxy: FaultProxy) -> None:
+    a = hosts("a", bucket__endpoint=fault_proxy.endpoint, sync__put_timeout_s=1.0, sync__breaker_s=0.5)
+    assert a.bank.save(P, "written through while the bucket is well").synced is True
+    fault_proxy.freeze()
+    assert a.bank.save(P, "this one times out and opens the breaker").synced is False
+    seen = fault_proxy.received
+    assert a.bank.save(P, "straight to the outbox").synced is False
+    assert fault_proxy.received == seen            # no request while open
+    fault_proxy.thaw()
+    time.sleep(1.0)                                 # 2x the window: half-open now
+    assert a.bank.save(P, "the trial write, which succeeds").synced is True
+    assert a.bank.save(P, "closed again: written through").synced is True
+    assert a.sync().counts["pushed"] == 2
+    assert len(s3.keys()) == 5
