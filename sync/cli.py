@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -82,17 +81,16 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str
 
 @sync_group.command("daemon")
 @click.option("--interval", type=float, default=None, help="Seconds between passes (default: sync.interval_s).")
-@click.option("-v", "--verbose", is_flag=True, help="Log every wake-up.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug lines of memlocal's own (never libraries' or credentials).")
 @pass_state
 def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
     """Sync every interval and soon after local writes, until SIGTERM/SIGINT (the pass in flight finishes)."""
     from .daemon import SyncDaemon
     from .engine import SyncEngine
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not verbose:
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    from memlocal.logs import configure_logging
+
+    configure_logging(verbose, timestamps=True)
     config = state.config
     if interval is not None:
         config = config.with_overrides(sync__interval_s=interval)

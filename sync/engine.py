@@ -279,8 +279,10 @@ class SyncEngine:
             report.finished_at = format_time(utcnow())
         if report.result == "failed":
             log.warning("sync pass failed: %s", report.reason)
+        elif any(report.counts.values()) or report.skipped or report.notes:
+            log.info("sync pass %s", report.summary())  # one INFO line per pass that did something
         else:
-            log.info("sync pass %s", report.summary())
+            log.debug("sync pass %s", report.summary())
         return report
 
     # --- snapshots (docs/sync.md, "Snapshots") ------------------------------------------------------

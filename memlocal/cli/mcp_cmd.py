@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import click
 
@@ -17,7 +16,9 @@ def mcp_cmd(state: State, profile: str) -> None:
     """Run an MCP server over stdio exposing memory_save, memory_recall, memory_list and
     memory_delete for PROFILE, and the memory_context prompt. Logs go to stderr."""
     # stdout carries the protocol: anything else printed there would corrupt it.
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    from ..logs import configure_logging
+
+    configure_logging(level=logging.WARNING)  # stdout is the protocol: only warnings, on stderr
     from ..mcp_server import run_stdio  # the mcp SDK is imported only for this command
 
     run_stdio(state.bank(), profile)

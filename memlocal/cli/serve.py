@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import signal
-import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -60,10 +58,11 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     from ..api import create_app
     from ..bank import MemoryBank
     from ..api.auth import check_bind
+    from ..logs import configure_logging
 
-    # uvicorn configures its own loggers; this shows memlocal's and the sync daemon's beside them.
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)-9s %(name)s: %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # uvicorn configures its own loggers; this shows memlocal's and the sync daemon's beside them,
+    # libraries only from WARNING up, and never a credential (docs/sync.md, "Logs").
+    configure_logging()
 
     flags = {"serve.host": host, "serve.port": port}
     config = state.config.with_overrides(**{k.replace(".", "__"): v for k, v in flags.items() if v is not None})

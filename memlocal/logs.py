@@ -1,0 +1,80 @@
+"""Logging for the long-running commands (``serve``, ``sync daemon``, ``mcp``): lines a person can read.
+
+- memlocal's own loggers (``memlocal``, ``memlocal_sync``) log at INFO, or DEBUG with ``-v``.
+- Libraries (botocore, boto3, urllib3, watchfiles, APScheduler, httpx, anthropic, ...) log at
+  WARNING at every verbosity: their DEBUG output is hundreds of lines a minute, and botocore's
+  includes signed request headers.
+- Whatever level anyone sets later, every line passes a filter on the handler that masks
+  credentials (``Authorization`` headers, SigV4 ``Credential=``/``Signature=``, security tokens,
+  ``aws_secret_access_key`` values, ``Bearer`` tokens), so none can reach a log.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from typing import Final
+
+__all__ = ["OWN_LOGGERS", "QUIET_LIBRARIES", "RedactingFilter", "configure_logging", "redact_credentials"]
+
+OWN_LOGGERS: Final = ("memlocal", "memlocal_sync")
+QUIET_LIBRARIES: Final = (
+    "botocore", "boto3", "s3transfer", "urllib3", "watchfiles", "apscheduler", "httpx", "httpcore",
+    "anthropic", "mcp", "asyncio", "filelock",
+)
+
+_PATTERNS: Final = (
+    # A whole Authorization header value (SigV4 carries Credential=... and Signature=...).
+    (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)[^'\"\n,}]+"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)\b(Credential|Signature|X-Amz-Credential|X-Amz-Signature)=([^,&\s'\"]+)"), r"\1=[REDACTED]"),
+    (re.compile(r"(?i)(x-amz-security-token['\"]?\s*[:=]\s*['\"]?)[^'\"\s,}]+"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)(secret_access_key['\"]?\s*[:=]\s*['\"]?)[^'\"\s,}]+"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)\b(Bearer)\s+[A-Za-z0-9._~+/=-]+"), r"\1 [REDACTED]"),
+)
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with every credential-shaped value masked."""
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter that masks credentials in the formatted message of every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string is the library's bug; never lose the line for it
+            return True
+        cleaned = redact_credentials(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def configure_logging(verbose: bool = False, *, level: int = logging.INFO, timestamps: bool = False) -> None:
+    """Set up stderr logging for a long-running command (see the module docstring).
+
+    ``level`` is the level of memlocal's own lines without ``verbose``; ``verbose`` makes it DEBUG.
+    Libraries stay at WARNING either way.
+    """
+    fmt = ("%(asctime)s " if timestamps else "") + "%(levelname)-8s %(name)s: %(message)s"
+    root = logging.getLogger()
+    if not any(getattr(h, "_memlocal", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(fmt))
+        handler.addFilter(RedactingFilter())
+        handler._memlocal = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    for h in root.handlers:  # handlers others installed (uvicorn's come later, on their own loggers)
+        if not any(isinstance(f, RedactingFilter) for f in h.filters):
+            h.addFilter(RedactingFilter())
+    root.setLevel(logging.WARNING)
+    own = logging.DEBUG if verbose else level
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(own)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
