@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, S
 from .config import Config
 from .errors import ConfigError, InputTooLargeError, SecretFoundError, ValidationError
 from .model import (
+    OFFSET_MAX,
+    PAGE_MAX_LIMIT,
     RAW_INPUT_MAX_BYTES,
     SUMMARY_MAX_CHARS,
     Extraction,
@@ -29,6 +31,8 @@ from .model import (
     validate_category,
     validate_confidence,
     validate_id,
+    validate_int,
+    validate_min_score,
     validate_profile,
     validate_summary,
     validate_text_input,
@@ -639,17 +643,10 @@ class MemoryBank:
             blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
         return assemble(blocks, prompt)
 
-def _check_recall_args(limit: object, min_score: object, max_limit: int = 1000) -> tuple[int, float]:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= max_limit):
-        raise ValidationError(f"limit must be an integer from 1 to {max_limit}, got {limit!r}")
-    if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not (0.0 <= min_score <= 1.0):
-        raise ValidationError(f"minScore must be a number from 0 to 1, got {min_score!r}")
-    return limit, float(min_score)
+def _check_recall_args(limit: object, min_score: object) -> tuple[int, float]:
+    return validate_int(limit, "limit", 1, PAGE_MAX_LIMIT), validate_min_score(min_score)
 
 
-def _check_paging(limit: object, offset: object, max_limit: int = 1000) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= max_limit):
-        raise ValidationError(f"limit must be an integer from 1 to {max_limit}, got {limit!r}")
-    # SQLite integers are 64-bit: a larger offset would overflow in the query, not just miss.
-    if isinstance(offset, bool) or not isinstance(offset, int) or not (0 <= offset < 2**63):
-        raise ValidationError(f"offset must be an integer from 0 to 2^63-1, got {offset!r}")
+def _check_paging(limit: object, offset: object) -> None:
+    validate_int(limit, "limit", 1, PAGE_MAX_LIMIT)
+    validate_int(offset, "offset", 0, OFFSET_MAX)

@@ -37,6 +37,10 @@ CATEGORY_WEIGHTS: Final[Mapping[str, float]] = {
     "general": 1.0,
 }
 
+# A page or a search returns at most this many memories; SQLite integers are 64-bit, so a larger
+# offset would overflow in the query rather than just miss.
+PAGE_MAX_LIMIT: Final = 1000
+OFFSET_MAX: Final = 2**63 - 1
 # The one declaration of each name rule: validators, JSON Schemas (tools, REST, MCP) and docs
 # take these (anchored, as JSON Schema's "pattern" needs).
 PROFILE_PATTERN: Final = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"
@@ -107,6 +111,21 @@ def validate_confidence(confidence: object) -> float:
     if not (0.0 <= value <= 1.0):  # also rejects NaN
         raise ValidationError(f"confidence must be in [0, 1], got {confidence!r}")
     return value
+
+
+def validate_int(value: object, name: str, low: int, high: int) -> int:
+    """Return ``value`` if it is an integer (not a bool) from ``low`` to ``high``, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        top = "2^63-1" if high == OFFSET_MAX else str(high)
+        raise ValidationError(f"{name} must be an integer from {low} to {top}, got {_short(value)}")
+    return value
+
+
+def validate_min_score(value: object) -> float:
+    """Return ``value`` as a float if it is a number from 0 to 1 (a recall's ``minScore``), else raise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:  # NaN too
+        raise ValidationError(f"minScore must be a number from 0 to 1, got {_short(value)}")
+    return float(value)
 
 
 def check_text(text: object, what: str) -> str:

@@ -2,9 +2,9 @@
 
 Every tool acts on the *session's* profile: no tool takes a profile argument, and one that is
 passed is rejected, so an agent of profile A can never read, list or delete profile B's memories.
-``dispatch`` validates the arguments against the tool's JSON Schema (the ``jsonschema`` library,
-imported on first use), calls :class:`memlocal.MemoryBank`, and returns a JSON-ready dict. The
-REST API and the MCP server reuse it.
+The tools' descriptions and JSON Schemas come from their input models (``memlocal.inputs``), the
+one declaration of each input; ``dispatch`` validates the arguments with the same model, calls
+:class:`memlocal.MemoryBank`, and returns a JSON-ready dict. The MCP server reuses it.
 """
 
 from __future__ import annotations
@@ -13,96 +13,49 @@ import copy
 from typing import TYPE_CHECKING, Any, Final, Mapping
 
 from .errors import ValidationError
-from .model import CATEGORIES, ID_PATTERN, MEMORY_TOOL_NAMES, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS, validate_profile
+from .inputs import (
+    LIST_DEFAULT_LIMIT,
+    LIST_MAX_LIMIT,
+    RECALL_MAX_LIMIT,
+    DeleteInput,
+    InputModel,
+    ListInput,
+    RecallInput,
+    SaveInput,
+    describe_errors,
+    tool_schema,
+)
+from .model import MEMORY_TOOL_NAMES, validate_profile
 
 if TYPE_CHECKING:
     from .bank import MemoryBank
 
-RECALL_MAX_LIMIT: Final = 50
-LIST_MAX_LIMIT: Final = 100
-LIST_DEFAULT_LIMIT: Final = 20
+__all__ = [
+    "LIST_DEFAULT_LIMIT",
+    "LIST_MAX_LIMIT",
+    "MEMORY_TOOL_NAMES",
+    "RECALL_MAX_LIMIT",
+    "TOOL_INPUTS",
+    "TOOLS",
+    "dispatch",
+    "tool_definitions",
+    "validate_arguments",
+]
 
-TOOLS: Final[tuple[dict[str, Any], ...]] = (
-    {
-        "name": "memory_save",
-        "description": (
-            "Save a memory about yourself or your work for future runs of this profile. Give "
-            "rawInput (free text; the bank extracts structure) or content with an optional "
-            "category, confidence and summary for a pre-structured save."
-        ),
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "rawInput": {
-                    "type": "string", "minLength": 1,
-                    "description": f"Free text to remember, at most {RAW_INPUT_MAX_BYTES} bytes of UTF-8.",
-                },
-                "content": {
-                    "type": "string", "minLength": 1,
-                    "description": "Pre-structured, retrieval-friendly text of the memory.",
-                },
-                "category": {
-                    "type": "string", "enum": list(CATEGORIES),
-                    "description": ("preference and fact are always injected; behavior, context and "
-                                    "general when relevant."),
-                },
-                "confidence": {"type": "number", "minimum": 0, "maximum": 1,
-                               "description": "How sure you are, 0 to 1 (default 1)."},
-                "summary": {"type": "string", "maxLength": SUMMARY_MAX_CHARS,
-                            "description": f"At most {SUMMARY_MAX_CHARS} characters, shown in lists."},
-            },
-            "anyOf": [{"required": ["rawInput"]}, {"required": ["content"]}],
-            "additionalProperties": False,
-        },
-    },
-    {
-        "name": "memory_recall",
-        "description": (
-            "Search this profile's memories by topic. Returns only memories the query gives evidence "
-            "for (shared words or topics), ranked, each with the relevance breakdown (recency, usage, "
-            "topic, confidence) and the evidence it matched on. Counts as a use of every memory returned."
-        ),
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "minLength": 1, "description": "What you are looking for."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": RECALL_MAX_LIMIT, "default": 8,
-                          "description": "Most results to return."},
-                "minScore": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.05,
-                             "description": "Lowest score to return."},
-            },
-            "required": ["query"],
-            "additionalProperties": False,
-        },
-    },
-    {
-        "name": "memory_list",
-        "description": "List this profile's memories, newest first. Read-only: does not count as a use.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "limit": {"type": "integer", "minimum": 1, "maximum": LIST_MAX_LIMIT,
-                          "default": LIST_DEFAULT_LIMIT, "description": "Page size."},
-                "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Memories to skip."},
-            },
-            "additionalProperties": False,
-        },
-    },
-    {
-        "name": "memory_delete",
-        "description": "Delete one of this profile's memories by id.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string", "pattern": ID_PATTERN, "description": "The memory id (mem-<8 hex>)."},
-            },
-            "required": ["id"],
-            "additionalProperties": False,
-        },
-    },
+# Each tool's input model (memlocal/inputs.py): its docstring is the tool's description, its
+# JSON Schema the tool's inputSchema, and it validates the arguments.
+TOOL_INPUTS: Final[Mapping[str, type[InputModel]]] = dict(zip(
+    MEMORY_TOOL_NAMES, (SaveInput, RecallInput, ListInput, DeleteInput), strict=True))
+
+
+def _description(model: type[InputModel]) -> str:
+    return " ".join((model.__doc__ or "").split())
+
+
+TOOLS: Final[tuple[dict[str, Any], ...]] = tuple(
+    {"name": name, "description": _description(model), "inputSchema": tool_schema(model)}
+    for name, model in TOOL_INPUTS.items()
 )
-
-_BY_NAME: Final = {t["name"]: t for t in TOOLS}
 
 
 def tool_definitions() -> list[dict[str, Any]]:
@@ -110,44 +63,32 @@ def tool_definitions() -> list[dict[str, Any]]:
     return copy.deepcopy(list(TOOLS))
 
 
-_validators: dict[str, Any] = {}
+def validate_arguments(tool_name: str, arguments: object) -> InputModel:
+    """The tool's input model read from ``arguments``; a one-line ``ValidationError`` (or
+    ``InputTooLargeError``) naming the tool and the argument when they do not fit its schema."""
+    from pydantic import ValidationError as PydanticError
 
-
-def validate_arguments(tool_name: str, arguments: object) -> dict[str, Any]:
-    """Check ``arguments`` against the tool's schema; raise a one-line ``ValidationError``."""
-    tool = _BY_NAME.get(tool_name)  # type: ignore[arg-type]
-    if tool is None:
+    model = TOOL_INPUTS.get(tool_name)  # type: ignore[call-overload]
+    if model is None:
         raise ValidationError(f"unknown tool {tool_name!r}: expected one of {', '.join(MEMORY_TOOL_NAMES)}")
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, Mapping):
         raise ValidationError(f"{tool_name}: arguments must be a JSON object")
-    for key in arguments:
+    for key, value in arguments.items():
         if "profile" in str(key).lower():
             raise ValidationError(
                 f"{tool_name}: argument {key!r} is not accepted; memory tools act on the session's profile only"
             )
-    validator = _validators.get(tool_name)
-    if validator is None:
-        import jsonschema  # third-party, loaded only when a tool is dispatched
-
-        validator = _validators[tool_name] = jsonschema.Draft202012Validator(tool["inputSchema"])
-        validator.check_schema(tool["inputSchema"])
-    args = dict(arguments)
-    from jsonschema.exceptions import best_match
-
-    error = best_match(validator.iter_errors(args))
-    if error is not None:
-        where = ".".join(str(p) for p in error.absolute_path)
-        if error.validator == "anyOf" and tool_name == "memory_save":
-            message = "give rawInput or content"
-        elif error.validator == "additionalProperties":
-            allowed = ", ".join(tool["inputSchema"]["properties"])
-            message = f"{error.message} (accepted: {allowed})"
-        else:
-            message = error.message
-        raise ValidationError(f"{tool_name}: {where + ': ' if where else ''}{message}")
-    return args
+        if value is None:  # the schema has no null: an argument not given is left out
+            raise ValidationError(f"{tool_name}: {key}: null is not accepted; leave the argument out")
+    try:
+        return model.model_validate(dict(arguments))
+    except PydanticError as exc:
+        accepted = model.model_json_schema(by_alias=True)["properties"]
+        raise ValidationError(f"{tool_name}: {describe_errors(exc.errors(), accepted)}") from None
+    except ValidationError as exc:  # a rule of the library (memlocal.model), its class kept
+        raise type(exc)(f"{tool_name}: {exc}") from None
 
 
 def dispatch(
@@ -165,21 +106,15 @@ def dispatch(
         raise ValidationError(f"{tool_name}: memory tools need a session with a profile")
     profile = validate_profile(session_profile)
     args = validate_arguments(tool_name, arguments)
-    if tool_name == "memory_save":
-        result = bank.save(
-            profile,
-            args.get("rawInput"),
-            content=args.get("content"),
-            summary=args.get("summary"),
-            category=args.get("category"),
-            confidence=args.get("confidence"),
-        )
+    if isinstance(args, SaveInput):
+        result = bank.save(profile, args.raw_input, content=args.content, summary=args.summary,
+                           category=args.category, confidence=args.confidence)
         return result.to_dict()
-    if tool_name == "memory_recall":
-        scored = bank.recall(profile, args["query"], limit=args.get("limit"), min_score=args.get("minScore"))
+    if isinstance(args, RecallInput):
+        scored = bank.recall(profile, args.query, limit=args.limit, min_score=args.min_score)
         return {"results": [s.to_dict() for s in scored]}
-    if tool_name == "memory_list":
-        page = bank.list(profile, limit=args.get("limit", LIST_DEFAULT_LIMIT), offset=args.get("offset", 0))
-        return page.to_dict()
-    deleted = bank.delete(profile, args["id"])
+    if isinstance(args, ListInput):
+        return bank.list(profile, limit=args.limit, offset=args.offset).to_dict()
+    assert isinstance(args, DeleteInput)
+    deleted = bank.delete(profile, args.id)
     return {"deleted": deleted.id}

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from pydantic import ValidationError as PydanticError
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__, dashboard
-from ..automation import AUTOMATION_ID_PATTERN
 from ..bank import MemoryBank
 from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
-from ..model import CATEGORIES, CORE_CATEGORIES, ID_PATTERN, PROFILE_PATTERN
+from ..inputs import AutomationId, AutomationNoteInput, Category, MemoryId, MinScore, Offset, PageLimit, ProfileName
+from ..model import CORE_CATEGORIES
 from . import errors
 from .auth import BearerAuthMiddleware, HostOriginMiddleware, parse_host_list
 from .head import HeadAsGetMiddleware
@@ -49,29 +50,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memlocal.api")
 
-# The bank validates profile names and ids (one rule, one message, 400); these patterns only
-# document the rules in the schema, so they are taken from the validators' own expressions.
+# Path and query parameters take their types from memlocal/inputs.py: each type checks its rule
+# with the library's validator (one message; 400, as from the bank) and writes its schema facts.
 
 
-def _profile_path() -> Any:
-    return Path(
-        description="Profile name: 1-64 characters of A-Z a-z 0-9 . _ -, not starting with '.'",
-        json_schema_extra={"pattern": PROFILE_PATTERN},
-    )
-
-
-def _id_path() -> Any:
-    return Path(description="Memory id: mem- and 8 lowercase hex digits",
-                json_schema_extra={"pattern": ID_PATTERN})
-
-
-def _automation_path() -> Any:
-    return Path(description="Automation id: 1-128 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit",
-                json_schema_extra={"pattern": AUTOMATION_ID_PATTERN})
-
-
-_LIMIT_DOC = {"minimum": 1, "maximum": 1000}
-_OFFSET_DOC = {"minimum": 0}
+ProfilePath = Annotated[ProfileName, Path(
+    description="Profile name: 1-64 characters of A-Z a-z 0-9 . _ -, not starting with '.'")]
+IdPath = Annotated[MemoryId, Path(description="Memory id: mem- and 8 lowercase hex digits")]
+AutomationPath = Annotated[AutomationId, Path(
+    description="Automation id: 1-128 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit")]
 
 
 async def _bank(request: Request) -> MemoryBank:
@@ -107,10 +94,10 @@ router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
 )
 def list_memories(
     response: Response,
-    name: str = _profile_path(),
-    limit: int = Query(50, json_schema_extra=_LIMIT_DOC),
-    offset: int = Query(0, json_schema_extra=_OFFSET_DOC),
-    category: str | None = Query(None, description="Keep one category", json_schema_extra={"enum": list(CATEGORIES)}),
+    name: ProfilePath,
+    limit: Annotated[PageLimit, Query()] = 50,
+    offset: Annotated[Offset, Query()] = 0,
+    category: Annotated[Category | None, Query(description="Keep one category")] = None,
     bank: MemoryBank = BankDep,
 ) -> dict[str, Any]:
     """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``. Read-only:
@@ -128,7 +115,7 @@ def list_memories(
 )
 def create_memory(
     body: MemoryCreateRequest,
-    name: str = _profile_path(),
+    name: ProfilePath,
     bank: MemoryBank = BankDep,
 ) -> dict[str, Any]:
     """Save a memory from ``rawInput`` (structured by the LLM processor when one is configured)
@@ -153,13 +140,11 @@ def create_memory(
 )
 def search_memories(
     response: Response,
-    name: str = _profile_path(),
-    q: str = Query(description="The query text"),
-    limit: int | None = Query(None, description="Default: recall.limit (8)", json_schema_extra=_LIMIT_DOC),
-    min_score: float | None = Query(
-        None, alias="minScore", description="Default: recall.min_score (0.05)",
-        json_schema_extra={"minimum": 0, "maximum": 1},
-    ),
+    name: ProfilePath,
+    q: Annotated[str, Query(description="The query text")],
+    limit: Annotated[PageLimit | None, Query(description="Default: recall.limit (8)")] = None,
+    min_score: Annotated[MinScore | None, Query(alias="minScore",
+                                                description="Default: recall.min_score (0.05)")] = None,
     bank: MemoryBank = BankDep,
 ) -> dict[str, Any]:
     """Ranked best first, each with its score breakdown. A dashboard read: unlike the
@@ -177,8 +162,8 @@ def search_memories(
 )
 def injection_preview(
     response: Response,
-    name: str = _profile_path(),
-    q: str = Query(description="The query (a run's prompt)"),
+    name: ProfilePath,
+    q: Annotated[str, Query(description="The query (a run's prompt)")],
     bank: MemoryBank = BankDep,
 ) -> dict[str, Any]:
     """The exact ``--- CONTEXT FROM MEMORY ---`` block for ``q`` (as for a profile that opts in
@@ -214,7 +199,7 @@ def list_profiles(response: Response, bank: MemoryBank = BankDep) -> dict[str, A
     summary="Get one memory",
     responses=errors.error_responses(400, 404, 422),
 )
-def get_memory(response: Response, name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
+def get_memory(response: Response, name: ProfilePath, id: IdPath, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """One memory of the profile (404 when absent, or in another profile). Read-only."""
     _refresh(bank, response, name)
     return {"memory": bank.get(name, id).to_dict()}
@@ -227,7 +212,7 @@ def get_memory(response: Response, name: str = _profile_path(), id: str = _id_pa
     summary="Delete one memory",
     responses=errors.error_responses(400, 404, 422),
 )
-def delete_memory(name: str = _profile_path(), id: str = _id_path(), bank: MemoryBank = BankDep) -> Response:
+def delete_memory(name: ProfilePath, id: IdPath, bank: MemoryBank = BankDep) -> Response:
     """Delete one memory of the profile (and from the bucket, when one is configured)."""
     bank.delete(name, id)
     return Response(status_code=204)
@@ -244,12 +229,11 @@ def delete_memory(name: str = _profile_path(), id: str = _id_path(), bank: Memor
 )
 def memory_bank(
     response: Response,
-    limit: int | None = Query(None, description="Page size (default 50)", json_schema_extra=_LIMIT_DOC),
-    offset: int | None = Query(None, description="Default 0", json_schema_extra=_OFFSET_DOC),
-    q: str | None = Query(
-        None, description="Keep memories whose rawInput, processedContent or summary contains this text"
-    ),
-    category: str | None = Query(None, json_schema_extra={"enum": list(CATEGORIES)}),
+    limit: Annotated[PageLimit | None, Query(description="Page size (default 50)")] = None,
+    offset: Annotated[Offset | None, Query(description="Default 0")] = None,
+    q: Annotated[str | None, Query(
+        description="Keep memories whose rawInput, processedContent or summary contains this text")] = None,
+    category: Annotated[Category | None, Query()] = None,
     bank: MemoryBank = BankDep,
 ) -> dict[str, Any]:
     """Without parameters: ``{"profiles": {name: [memories newest first]}}``. With any of
@@ -269,10 +253,10 @@ def memory_bank(
     responses=errors.error_responses(400, 422),
 )
 def profile_injections(
-    name: str = _profile_path(),
-    memory_id: str | None = Query(None, alias="memoryId", description="Only the runs that saw this memory",
-                                  json_schema_extra={"pattern": ID_PATTERN}),
-    limit: int = Query(20, json_schema_extra=_LIMIT_DOC),
+    name: ProfilePath,
+    memory_id: Annotated[MemoryId | None, Query(alias="memoryId",
+                                                description="Only the runs that saw this memory")] = None,
+    limit: Annotated[PageLimit, Query()] = 20,
     bank: MemoryBank = BankDep,
 ) -> dict[str, Any]:
     """The memory blocks rendered for the profile's runs, newest first: when, the memory ids of
@@ -296,7 +280,7 @@ _NOTE_BODY = {
         "description": "The new note, as text or as {\"memory\": \"...\"}; an empty body clears it.",
         "content": {
             "text/plain": {"schema": {"type": "string"}},
-            "application/json": {"schema": {"$ref": "#/components/schemas/AutomationNote"}},
+            "application/json": {"schema": AutomationNoteInput.model_json_schema(by_alias=True)},
         },
     }
 }
@@ -317,9 +301,10 @@ def _note_from_body(body: bytes, content_type: str) -> str:
         raise ValidationError(f"request body is not valid JSON: {exc}") from None
     if isinstance(data, str):
         return data
-    if isinstance(data, dict) and set(data) == {"memory"} and isinstance(data["memory"], (str, type(None))):
-        return data["memory"] or ""
-    raise ValidationError('a JSON body must be {"memory": "<text>"}')
+    try:
+        return AutomationNoteInput.model_validate(data).memory or ""
+    except PydanticError:
+        raise ValidationError('a JSON body must be {"memory": "<text>"}') from None
 
 
 @router.get("/automations", response_model=AutomationList, summary="Every automation note")
@@ -335,7 +320,7 @@ def list_automation_notes(bank: MemoryBank = BankDep) -> dict[str, Any]:
     summary="Read an automation's note",
     responses=errors.error_responses(400, 422),
 )
-def get_automation_note(id: str = _automation_path(), bank: MemoryBank = BankDep) -> dict[str, Any]:
+def get_automation_note(id: AutomationPath, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """The note its automation agent rewrote after the last firing ("" when it has none)."""
     note = bank.automations.get(id)
     return {"memory": note.note if note is not None else ""}
@@ -349,7 +334,7 @@ def get_automation_note(id: str = _automation_path(), bank: MemoryBank = BankDep
     openapi_extra=_NOTE_BODY,
 )
 async def put_automation_note(
-    request: Request, id: str = _automation_path(), bank: MemoryBank = BankDep
+    request: Request, id: AutomationPath, bank: MemoryBank = BankDep
 ) -> dict[str, Any]:
     """Replace the note with the body (text, or ``{"memory": "..."}``), trimmed, at most 4096
     bytes of UTF-8 (else 413); an empty or blank body clears it. Answers the stored note."""
@@ -365,7 +350,7 @@ async def put_automation_note(
     summary="Remove an automation (its note goes with it)",
     responses=errors.error_responses(400, 422),
 )
-def delete_automation(id: str = _automation_path(), bank: MemoryBank = BankDep) -> Response:
+def delete_automation(id: AutomationPath, bank: MemoryBank = BankDep) -> Response:
     """The schedule is gone: its note dies with it (204 whether or not it had one). The
     memories its agents saved stay."""
     bank.automations.delete(id)

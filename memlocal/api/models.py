@@ -1,20 +1,21 @@
 """Pydantic models of the REST API's request and response bodies (the OpenAPI schema).
 
-JSON field names are camelCase, as everywhere in memlocal. Request models check types only;
-the values (profile names, ids, categories, the confidence range, the rawInput cap) are checked
-by :class:`memlocal.MemoryBank`, so the API, the CLI and the tools share one set of rules and
-messages. The constraints are still written into the schema, for clients and for ``/docs``.
+JSON field names are camelCase, as everywhere in memlocal. The request bodies are the inputs
+declared once in :mod:`memlocal.inputs` (shared with the tools, the MCP server and the CLI), so
+every face checks the same rules with the library's own messages; the models here are the
+responses.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
 
-from ..model import CATEGORIES, ID_PATTERN, RAW_INPUT_MAX_BYTES, SUMMARY_MAX_CHARS
+from ..inputs import SaveInput
+from ..model import CATEGORIES, ID_PATTERN
 
 _CATEGORY_SCHEMA: JsonDict = {"enum": list(CATEGORIES)}
 _TIME: JsonDict = {"format": "date-time"}
@@ -69,21 +70,11 @@ class MemoryPage(_Model):
     offset: int
 
 
-class MemoryCreateRequest(_Model):
+class MemoryCreateRequest(SaveInput):
     """A new memory: ``rawInput`` (free text, structured by the LLM processor when configured)
-    or ``content`` (pre-structured), or both."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-    raw_input: str | None = Field(
-        None, description=f"free text, at most {RAW_INPUT_MAX_BYTES} bytes of UTF-8 (else 413)"
-    )
-    content: str | None = Field(None, description="pre-structured content; skips the LLM processor")
-    summary: str | None = Field(None, json_schema_extra={"maxLength": SUMMARY_MAX_CHARS})
-    category: str | None = Field(None, json_schema_extra=_CATEGORY_SCHEMA)
-    confidence: Annotated[float | None, Field(strict=True)] = Field(
-        None, json_schema_extra={"minimum": 0, "maximum": 1}
-    )
+    or ``content`` (pre-structured), or both. The fields and their rules are the ``memory_save``
+    tool's (``memlocal.inputs.SaveInput``): a broken rule answers 400 (413 for a text over its
+    cap), a wrong type or an unknown field 422."""
 
 
 class SaveResponse(_Model):

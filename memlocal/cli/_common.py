@@ -131,6 +131,24 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 profile_option = click.option("--profile", "-p", required=True, help="The profile whose memories to use.")
 
 
+class InputChoice(click.Choice):  # type: ignore[type-arg]
+    """``click.Choice`` over the allowed values of a field of an input model (``memlocal.inputs``,
+    the one declaration of each input), e.g. ``InputChoice("SaveInput", "category")``. The model is
+    read when the choices are first needed (the option is given, or the command's help is shown),
+    so that start-up does not load pydantic."""
+
+    def __init__(self, model: str, field: str) -> None:  # no super().__init__: ``choices`` is lazy
+        self.model = model
+        self.field = field
+        self.case_sensitive = True
+
+    @cached_property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from .. import inputs
+
+        return inputs.choices(getattr(inputs, self.model), self.field)
+
+
 def echo_json(data: Any) -> None:
     """Machine output: indented JSON, times as the data has them (ISO), floats to 6 decimals."""
     click.echo(json.dumps(round_floats(data), ensure_ascii=False, indent=2))

@@ -8,6 +8,7 @@ import click
 
 from ..humanize import ago, plural, shown_summary
 from ._common import (
+    InputChoice,
     State,
     dim,
     echo_json,
@@ -56,7 +57,7 @@ def memory_line(m: Memory, note: str = "") -> str:
 @click.argument("raw_input", required=False)
 @click.option("--content", help="Pre-structured content (becomes processedContent; skips the LLM).")
 @click.option("--summary", help="At most 50 characters (default: the first 50 of the content).")
-@click.option("--category", type=click.Choice(["preference", "fact", "behavior", "context", "general"]))
+@click.option("--category", type=InputChoice("SaveInput", "category"))
 @click.option("--confidence", type=float, help="In [0, 1] (default 1.0).")
 @click.option("--no-llm", is_flag=True, help="Do not call the LLM processor even if ANTHROPIC_API_KEY is set.")
 @json_option
