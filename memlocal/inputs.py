@@ -14,7 +14,7 @@ come:
 Errors: a broken *rule* raises the library's ``ValidationError`` (or ``InputTooLargeError``)
 straight through pydantic, which lets exceptions other than ``ValueError`` pass; a wrong *type*,
 a missing or unknown field is pydantic's own ``ValidationError``, which each face words once
-(:func:`describe_errors`; REST answers it 422, the rules 400/413). Only the faces import this
+(:func:`describe_error`; REST answers it 422, the rules 400/413). Only the faces import this
 module (it loads pydantic, which ``memlocal --help`` must not pay for).
 """
 
@@ -68,7 +68,7 @@ __all__ = [
     "RecallInput",
     "SaveInput",
     "choices",
-    "describe_errors",
+    "describe_error",
     "tool_schema",
 ]
 
@@ -254,17 +254,14 @@ def choices(model: type[InputModel], name: str) -> tuple[str, ...]:
     raise KeyError(f"{model.__name__}.{name} has no choices")
 
 
-def describe_errors(errors: Iterable[Mapping[str, Any]], accepted: Iterable[str] = ()) -> str:
-    """pydantic's errors (wrong types, missing or unknown fields) as one line naming each field."""
-    parts = []
-    for err in errors:
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        kind = err.get("type")
-        if kind == "extra_forbidden":
-            allowed = ", ".join(accepted)
-            parts.append(f"unknown argument {where!r}" + (f" (accepted: {allowed})" if allowed else ""))
-        elif kind == "missing":
-            parts.append(f"{where} is required")
-        else:
-            parts.append(f"{where + ': ' if where else ''}{err.get('msg')}")
-    return "; ".join(parts) or "invalid input"
+def describe_error(error: Mapping[str, Any], *, noun: str = "argument", accepted: Iterable[str] = ()) -> str:
+    """One of pydantic's errors (a wrong type, a missing or unknown field) as a phrase naming the
+    field; ``noun`` is what the face calls a field, ``accepted`` the names it takes."""
+    where = ".".join(str(p) for p in error.get("loc", ()))
+    kind = error.get("type")
+    if kind == "extra_forbidden":
+        allowed = ", ".join(accepted)
+        return f"unknown {noun} {where!r}" + (f" (accepted: {allowed})" if allowed else "")
+    if kind == "missing":
+        return f"{where} is required"
+    return f"{where + ': ' if where else ''}{error.get('msg')}"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Final, Mapping
 
+from pydantic import ValidationError as PydanticError
+
 from .errors import ValidationError
 from .inputs import (
     LIST_DEFAULT_LIMIT,
@@ -22,7 +24,7 @@ from .inputs import (
     ListInput,
     RecallInput,
     SaveInput,
-    describe_errors,
+    describe_error,
     tool_schema,
 )
 from .model import MEMORY_TOOL_NAMES, validate_profile
@@ -66,8 +68,6 @@ def tool_definitions() -> list[dict[str, Any]]:
 def validate_arguments(tool_name: str, arguments: object) -> InputModel:
     """The tool's input model read from ``arguments``; a one-line ``ValidationError`` (or
     ``InputTooLargeError``) naming the tool and the argument when they do not fit its schema."""
-    from pydantic import ValidationError as PydanticError
-
     model = TOOL_INPUTS.get(tool_name)  # type: ignore[call-overload]
     if model is None:
         raise ValidationError(f"unknown tool {tool_name!r}: expected one of {', '.join(MEMORY_TOOL_NAMES)}")
@@ -85,8 +85,9 @@ def validate_arguments(tool_name: str, arguments: object) -> InputModel:
     try:
         return model.model_validate(dict(arguments))
     except PydanticError as exc:
-        accepted = model.model_json_schema(by_alias=True)["properties"]
-        raise ValidationError(f"{tool_name}: {describe_errors(exc.errors(), accepted)}") from None
+        accepted = [f.alias or name for name, f in model.model_fields.items()]
+        reasons = "; ".join(describe_error(e, accepted=accepted) for e in exc.errors())
+        raise ValidationError(f"{tool_name}: {reasons}") from None
     except ValidationError as exc:  # a rule of the library (memlocal.model), its class kept
         raise type(exc)(f"{tool_name}: {exc}") from None
 

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import MemoryBankError, fold_whitespace
+from ..inputs import describe_error
 from .models import ErrorResponse
 
 log = logging.getLogger("memlocal.api")
@@ -59,18 +60,14 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 def _describe(errors: Iterable[Any]) -> str:
     parts = []
     for err in errors:
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        loc = tuple(p for p in err.get("loc", ()) if p != "body")
         kind = err.get("type")
         if kind == "json_invalid":
             parts.append(f"request body is not valid JSON: {err.get('ctx', {}).get('error', err.get('msg'))}")
-        elif kind == "extra_forbidden":
-            parts.append(f"unknown field {loc!r}")
-        elif loc == "body" and kind in ("model_attributes_type", "dict_type"):
+        elif not loc and kind in ("model_attributes_type", "dict_type"):
             parts.append("request body must be a JSON object")
-        elif kind == "missing":
-            parts.append(f"{loc} is required")
-        else:
-            parts.append(f"{loc}: {err.get('msg')}")
+        else:  # a field: worded as every face words it
+            parts.append(describe_error({**err, "loc": loc or ("body",)}, noun="field"))
     return "; ".join(parts) or "invalid request"
 
 
