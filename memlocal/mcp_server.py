@@ -1,6 +1,7 @@
 """``memlocal mcp``: the memory tools over the Model Context Protocol (stdio), for one profile.
 
-The server is a thin adapter: tool schemas come from :mod:`memlocal.tools` and every call goes
+The server is a thin adapter: tool schemas come from :mod:`memlocal.tools` (which derives them
+from the input models of :mod:`memlocal.inputs`, as the REST bodies are) and every call goes
 through :func:`memlocal.tools.dispatch` with the profile fixed at start-up, so no tool argument can
 reach another profile. A prompt, ``memory_context``, returns the context block for a query so a
 client can inject it. This is the only module that imports the ``mcp`` SDK.

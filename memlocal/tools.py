@@ -68,7 +68,7 @@ def tool_definitions() -> list[dict[str, Any]]:
 def validate_arguments(tool_name: str, arguments: object) -> InputModel:
     """The tool's input model read from ``arguments``; a one-line ``ValidationError`` (or
     ``InputTooLargeError``) naming the tool and the argument when they do not fit its schema."""
-    model = TOOL_INPUTS.get(tool_name)  # type: ignore[call-overload]
+    model = TOOL_INPUTS.get(tool_name)
     if model is None:
         raise ValidationError(f"unknown tool {tool_name!r}: expected one of {', '.join(MEMORY_TOOL_NAMES)}")
     if arguments is None:
