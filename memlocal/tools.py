@@ -28,7 +28,10 @@ TOOLS: Final[tuple[dict[str, Any], ...]] = (
         "description": (
             "Save a memory about yourself or your work for future runs of this profile. Give "
             "rawInput (free text; the bank extracts structure) or content with an optional "
-            "category, confidence and summary for a pre-structured save."
+            "category, confidence and summary for a pre-structured save. Saving something already "
+            "remembered returns the existing memory (deduplicated: true). If the result has "
+            "proposedSupersedes, repeat the same save with supersedes set to that id to retire the "
+            "old memory, or ignore it."
         ),
         "inputSchema": {
             "type": "object",
@@ -50,6 +53,9 @@ TOOLS: Final[tuple[dict[str, Any], ...]] = (
                                "description": "How sure you are, 0 to 1 (default 1)."},
                 "summary": {"type": "string", "maxLength": SUMMARY_MAX_CHARS,
                             "description": f"At most {SUMMARY_MAX_CHARS} characters, shown in lists."},
+                "supersedes": {"type": "string", "pattern": "^mem-[0-9a-f]{8}$",
+                               "description": ("Id of one of your memories that this one replaces (it is "
+                                               "outdated or wrong); the old one is no longer recalled.")},
             },
             "anyOf": [{"required": ["rawInput"]}, {"required": ["content"]}],
             "additionalProperties": False,
@@ -77,7 +83,8 @@ TOOLS: Final[tuple[dict[str, Any], ...]] = (
     },
     {
         "name": "memory_list",
-        "description": "List this profile's memories, newest first. Read-only: does not count as a use.",
+        "description": ("List this profile's active memories, newest first. Read-only: does not count "
+                        "as a use."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -155,7 +162,8 @@ def dispatch(
 ) -> dict[str, Any]:
     """Run one memory tool for the session's profile and return its JSON-ready result.
 
-    - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds]}``
+    - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds],
+      "proposedSupersedes": id | None}``
     - ``memory_recall`` -> ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}, "evidence": {...}}]}``
       (marks every returned memory accessed)
     - ``memory_list`` -> ``{"memories": [...], "total": n, "limit": l, "offset": o}``
@@ -173,13 +181,15 @@ def dispatch(
             summary=args.get("summary"),
             category=args.get("category"),
             confidence=args.get("confidence"),
+            supersedes=args.get("supersedes"),
         )
         return result.to_dict()
     if tool_name == "memory_recall":
         scored = bank.recall(profile, args["query"], limit=args.get("limit"), min_score=args.get("minScore"))
         return {"results": [s.to_dict() for s in scored]}
     if tool_name == "memory_list":
-        page = bank.list(profile, limit=args.get("limit", LIST_DEFAULT_LIMIT), offset=args.get("offset", 0))
+        page = bank.list(profile, limit=args.get("limit", LIST_DEFAULT_LIMIT), offset=args.get("offset", 0),
+                         active_only=True)
         return page.to_dict()
     deleted = bank.delete(profile, args["id"])
     return {"deleted": deleted.id}

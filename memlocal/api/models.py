@@ -84,16 +84,27 @@ class MemoryCreateRequest(_Model):
     confidence: Annotated[float | None, Field(strict=True)] = Field(
         None, json_schema_extra={"minimum": 0, "maximum": 1}
     )
+    supersedes: str | None = Field(
+        None, description="id of an active memory of the profile that this one replaces (it becomes inactive)",
+        json_schema_extra={"pattern": r"^mem-[0-9a-f]{8}$"},
+    )
 
 
 class SaveResponse(_Model):
-    """A created memory, and whether the bucket already has it (false without a bucket)."""
+    """A created memory, and whether the bucket already has it (false without a bucket).
+
+    ``deduplicated``: the body repeated an active memory, which is returned; nothing new was
+    stored (status 200 instead of 201). ``redacted``: kinds of secrets removed from the input.
+    ``proposedSupersedes``: a memory the LLM processor suggests this one replaces (not applied:
+    repeat the save with ``supersedes`` to apply it)."""
 
     memory: MemoryOut
     synced: bool
     deduplicated: bool = Field(False, description="true when an equal active memory was returned instead")
     redacted: list[str] = Field(
         default_factory=list, description="kinds of credentials replaced by [REDACTED:<kind>] (never their values)")
+    proposed_supersedes: str | None = Field(
+        None, description="a memory the LLM processor proposes this one supersedes (not applied)")
 
 
 class MemoryResponse(_Model):
