@@ -145,7 +145,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("dedup.near_threshold", float, 1.0, "Jaccard similarity of the terms at which a guarded near-duplicate merges", ("MEMLOCAL_DEDUP_NEAR_THRESHOLD",), above=0, max=1),
     Setting("retention.enabled", bool, False, "let the sync daemon prune every profile by the policy below (off: nothing is ever pruned automatically)", ("MEMLOCAL_RETENTION_ENABLED",)),
     Setting("retention.interval_s", float, 3600.0, "seconds between the daemon's retention runs", ("MEMLOCAL_RETENTION_INTERVAL_S",), above=0, max=30 * _DAY),
-    Setting("retention.staleness_above", float, 0.9, "the policy prunes memories whose current staleness is above this (0 to rely on age alone)", ("MEMLOCAL_RETENTION_STALENESS_ABOVE",), check=_below_one, allowed="a number at least 0 and below 1"),
+    Setting("retention.staleness_above", float, 0.9, "the policy prunes memories whose current staleness is above this (0 to rely on age alone)", ("MEMLOCAL_RETENTION_STALENESS_ABOVE",), min=0, max=1, check=_below_one, allowed="a number at least 0 and below 1"),
     Setting("retention.older_than", str, "", "and, when set (e.g. 90d), untouched for longer than this", ("MEMLOCAL_RETENTION_OLDER_THAN",), check=_age, allowed="empty or an age: a number and a unit of s, m, h, d, w (e.g. 90d)"),
     Setting("retention.categories", str, "", "comma-separated categories the policy may prune; empty: all but preference and fact", ("MEMLOCAL_RETENTION_CATEGORIES",), check=_categories, allowed="empty or a comma-separated list of " + ", ".join(CATEGORIES)),
     Setting("llm.enabled", bool, True, "use the LLM processor when ANTHROPIC_API_KEY is set", ("MEMLOCAL_LLM_ENABLED",)),

@@ -65,7 +65,7 @@ def bank_merges(turns: list[str], threshold: float, near: bool = True) -> tuple[
     """Save every turn; (saves deduplicated, of which not exact duplicates, those pairs)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = Config.load().with_overrides(dedup__near_threshold=threshold, dedup__near=near)
-        with MemoryBank(Path(tmp) / "d.db", config=config, replicator=False) as bank:
+        with MemoryBank(Path(tmp) / "d.db", config=config) as bank:
             merged = inexact = 0
             pairs = []
             for t in turns:

@@ -43,7 +43,7 @@ REWORDED = "Ana prefers the dark mode in every editors she used"  # articles, in
 
 
 def bank_at(path: Path, **overrides: Any) -> MemoryBank:
-    return MemoryBank(path, config=Config.load().with_overrides(**overrides), replicator=False)
+    return MemoryBank.open(path, config=Config.load().with_overrides(**overrides))
 
 
 @pytest.fixture
