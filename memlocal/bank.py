@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from .config import Config
-from .errors import ConfigError, InputTooLargeError, SecretFoundError, ValidationError
+from .errors import ConfigError, InputTooLargeError, NotFoundError, SecretFoundError, ValidationError
 from .model import (
     OFFSET_MAX,
     PAGE_MAX_LIMIT,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from .audit import Injection
     from .automation import AutomationNotes
+    from .hygiene import RetentionRule
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
     from .scoring import Ranking, ScoredMemory
@@ -59,8 +60,11 @@ DAEMON_ENTRY_POINTS = "memlocal.daemons"
 class Extractor(Protocol):
     """The LLM processor's interface (see ``memlocal.llm``)."""
 
-    def extract(self, raw_input: str) -> Extraction | None:
-        """Structure for ``raw_input``; ``None`` when extraction was skipped or the call failed."""
+    def extract(self, raw_input: str, similar: Sequence[Memory] = ()) -> Extraction | None:
+        """Structure for ``raw_input``; ``None`` when extraction was skipped or the call failed.
+
+        ``similar``: existing memories of the profile; the answer may name one of them in
+        ``supersedes`` (a proposal the caller decides on)."""
 
 
 class Replicator(Protocol):
@@ -73,6 +77,10 @@ class Replicator(Protocol):
     def push_saved(self, memory: Memory) -> bool: ...
 
     def push_deleted(self, memory: Memory) -> bool: ...
+
+    def is_synced(self, memory: Memory) -> bool:
+        """Whether the bucket holds this memory as stored here (nothing of it pending)."""
+        ...
 
     def refresh_if_stale(self, profile: str, ttl: float) -> bool:
         """Pull ``profile`` from the bucket if its last pull is older than ``ttl`` seconds."""
@@ -94,18 +102,50 @@ class Replicator(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SaveResult:
-    """What a save returns: the stored memory, whether the bucket has it yet, whether it was an
-    existing memory (a duplicate: nothing new stored), and the kinds of credentials that were
-    redacted from it (``aws-key``, ``private-key``, ...; never their values)."""
+    """What a save returns: the stored memory, and whether the bucket has it yet.
+
+    ``deduplicated``: the save repeated an active memory, which is returned and nothing new was
+    stored. ``redacted``: the kinds of credentials redacted from it (``aws-key``,
+    ``private-key``, ...; never their values).
+    ``proposed_supersedes``: a memory the LLM processor suggests this one replaces (not applied).
+    """
 
     memory: Memory
     synced: bool
     deduplicated: bool = False
     redacted: tuple[str, ...] = ()
+    proposed_supersedes: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"memory": self.memory.to_dict(), "synced": self.synced, "deduplicated": self.deduplicated,
-                "redacted": list(self.redacted)}
+                "redacted": list(self.redacted), "proposedSupersedes": self.proposed_supersedes}
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """A memory a prune removed (or would remove), and why."""
+
+    memory: Memory
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memory": self.memory.to_dict(), "reason": self.reason}
+
+
+# Memories shown to the LLM processor when it may propose one to supersede.
+PROPOSAL_CANDIDATES = 3
+# Candidates the near-duplicate rule examines (the recall index's best matches).
+NEAR_CANDIDATES = 8
+# Terms of a text sent to the recall index to find similar memories.
+_QUERY_TERMS = 32
+
+
+def _query_terms(value: str) -> builtins.list[str]:
+    """The terms of ``value`` (:func:`memlocal.text.terms`, the recall index's tokens), at most
+    ``_QUERY_TERMS``, in a stable order."""
+    from . import text
+
+    return sorted(text.terms(value))[:_QUERY_TERMS]
 
 
 def _discover(group: str) -> list[Any]:
@@ -255,6 +295,7 @@ class MemoryBank:
         category: str | None = None,
         confidence: float | None = None,
         use_llm: bool = True,
+        supersedes: str | None = None,
     ) -> SaveResult:
         """Save a memory and return it once it is durably committed.
 
@@ -262,6 +303,13 @@ class MemoryBank:
         ``use_llm``); fields the caller supplies always win. Without extraction, the content
         (or rawInput) becomes processedContent, the summary its first 50 characters, the
         category ``general`` and the confidence 1.0.
+
+        Hygiene (docs/hygiene.md): a save that repeats an active memory of the profile (exactly,
+        or reworded slightly) stores nothing and returns that memory with ``deduplicated``; no
+        access is counted. ``supersedes``: the id of an active memory of the profile that this
+        one replaces; in one transaction it becomes inactive (``supersededBy``) and the new one
+        records ``supersedes``. With the LLM processor, the result may *propose* a memory to
+        supersede (``proposed_supersedes``); nothing is superseded unless the caller asks.
         """
         validate_profile(profile)
         if raw_input is None and content is None:
@@ -280,13 +328,34 @@ class MemoryBank:
         # caps above applied to the input as given.
         raw_input, content, summary, redacted = self.redact_secrets(raw_input, content, summary)
 
+        if supersedes is not None:
+            self._check_supersedable(profile, supersedes)
+
+        dedup = bool(self.config["dedup.enabled"])
+        given = content if content is not None else raw_input
+        assert given is not None
+        if dedup:
+            # Before the LLM: a repeated note costs no extraction call.
+            dup = self._exact_duplicate(profile, (given,))
+            if dup is not None:
+                return self._deduplicated(profile, dup, supersedes, redacted)
+
         extraction: Extraction | None = None
+        similar: builtins.list[Memory] = []
         if raw_input is not None and content is None and use_llm and self._extractor is not None:
+            if supersedes is None:  # the caller has not decided: the model may propose one
+                similar = self.store.similar(profile, _query_terms(raw_input), PROPOSAL_CANDIDATES)
             # No transaction is open here: the network wait holds no database lock.
-            extraction = self._extractor.extract(raw_input)
+            extraction = self._extractor.extract(raw_input, similar=similar)
 
         processed = content if content is not None else (extraction.processed_content if extraction else raw_input)
         assert processed is not None
+        if dedup:
+            dup = self._exact_duplicate(profile, (processed,)) if processed != given else None
+            if dup is None and self.config["dedup.near"]:
+                dup = self._near_duplicate(profile, processed)
+            if dup is not None:
+                return self._deduplicated(profile, dup, supersedes, redacted)
         now = utcnow()
         category = category or (extraction.category if extraction else "general")
         confidence = confidence if confidence is not None else (extraction.confidence if extraction else 1.0)
@@ -311,7 +380,10 @@ class MemoryBank:
         vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
         for _ in range(16):
             try:
-                self.store.insert(memory)
+                if supersedes is None:
+                    self.store.insert(memory)
+                else:
+                    memory, _old = self.store.supersede(profile, supersedes, memory, insert=True)
                 break
             except IdTakenError:
                 memory = memory.with_changes(id=new_id())  # a collision is checked, never assumed away
@@ -320,7 +392,10 @@ class MemoryBank:
         if semantic is not None and vector is not None:
             semantic.store_vector(memory.id, vector)
         synced = self.replicator.push_saved(memory) if self.replicator else False
-        return SaveResult(memory, synced, redacted=redacted)
+        proposed = extraction.supersedes if extraction is not None else None
+        if proposed not in {m.id for m in similar}:
+            proposed = None  # only ever one of the memories the model was shown
+        return SaveResult(memory, synced, redacted=redacted, proposed_supersedes=proposed)
 
     def redact_secrets(
         self, raw_input: str | None, content: str | None, summary: str | None
@@ -350,6 +425,126 @@ class MemoryBank:
         if "summary" in text:
             text["summary"] = text["summary"][:SUMMARY_MAX_CHARS]  # a preview: a grown marker may be cut
         return text.get("rawInput"), text.get("content"), text.get("summary"), kinds
+
+    # --- hygiene (memlocal.hygiene) -----------------------------------------------------------
+
+    def _check_supersedable(self, profile: str, memory_id: str) -> None:
+        validate_id(memory_id)
+        old = self.store.get(profile, memory_id)
+        if not old.is_active:
+            by = old.superseded_by
+            raise ValidationError(f"{memory_id} is already inactive" + (f" (superseded by {by})" if by else ""))
+
+    def _exact_duplicate(self, profile: str, texts: Iterable[str]) -> Memory | None:
+        """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly."""
+        from .hygiene import normalise, text_key
+
+        wanted = {normalise(t) for t in texts}
+        for m in self.store.find_by_keys(profile, sorted({text_key(t) for t in texts})):
+            # Confirm on the text: a key written by another tool could be stale.
+            if normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted:
+                return m
+        return None
+
+    def _near_duplicate(self, profile: str, processed: str) -> Memory | None:
+        """An active memory of ``profile`` that ``processed`` restates (the guarded rule)."""
+        from . import text
+        from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature
+
+        sig = signature(processed)
+        if len(sig.terms) < NEAR_MIN_TERMS:
+            return None
+        threshold = float(self.config["dedup.near_threshold"])
+        # At 1.0 a near-duplicate holds every term: ask the index for memories with every word.
+        candidates = self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES, every=threshold >= 1.0)
+        for m in candidates:
+            if jaccard(sig.terms, text.terms(m.processed_content)) < threshold:
+                continue  # cheap test first: the terms alone already rule it out
+            if near_duplicate(sig, signature(m.processed_content), threshold):
+                return m
+        return None
+
+    def _deduplicated(
+        self, profile: str, dup: Memory, supersedes: str | None, redacted: tuple[str, ...] = ()
+    ) -> SaveResult:
+        """The result of a save that repeated ``dup``; with ``supersedes``, link the two."""
+        if supersedes is not None:
+            if supersedes == dup.id:
+                raise ValidationError(f"the text is the same memory as {dup.id}, the one it would supersede")
+            dup, _old = self.store.supersede(profile, supersedes, dup, insert=False)
+        synced = self.replicator.is_synced(dup) if self.replicator else False
+        return SaveResult(dup, synced, deduplicated=True, redacted=redacted)
+
+    def history(self, profile: str, memory_id: str) -> builtins.list[Memory]:
+        """The supersession chain through ``memory_id``, oldest first (just that memory when it
+        never superseded nor was superseded). Links to deleted memories end the chain."""
+        validate_profile(profile)
+        validate_id(memory_id)
+        start = self.store.get(profile, memory_id)
+        chain = [start]
+        seen = {start.id}
+        for step in ("supersedes", "superseded_by"):
+            cur = start
+            while True:
+                nxt = getattr(cur, step)
+                if nxt is None or nxt in seen:
+                    break
+                found = self.store.get_many(profile, [nxt]).get(nxt)
+                if found is None:
+                    break
+                seen.add(found.id)
+                if step == "supersedes":
+                    chain.insert(0, found)
+                else:
+                    chain.append(found)
+                cur = found
+        return chain
+
+    def prune(
+        self, profile: str, rule: "RetentionRule", *, dry_run: bool = False, now: "datetime | None" = None
+    ) -> "builtins.list[Pruned]":
+        """Delete (or with ``dry_run`` only list) the memories of ``profile`` that ``rule``
+        selects, through :meth:`delete` (so the deletions reach the bucket), oldest first."""
+        from .hygiene import retention_reason
+
+        validate_profile(profile)
+        when = now or utcnow()
+        chosen = []
+        for m in sorted(self.store.iter_profile(profile), key=lambda m: (m.created_at, m.id)):
+            reason = retention_reason(m, rule, when)
+            if reason is not None:
+                chosen.append(Pruned(m, reason))
+        if not dry_run:
+            for p in chosen:
+                try:
+                    self.delete(profile, p.memory.id)
+                except NotFoundError:
+                    pass  # deleted meanwhile: the outcome is the same
+        return chosen
+
+    def retention_rule(self) -> "RetentionRule | None":
+        """The configured retention policy (``retention.*``), or ``None`` when it is off."""
+        from .hygiene import RetentionRule
+
+        if not self.config["retention.enabled"]:
+            return None
+        cats = [c.strip() for c in str(self.config["retention.categories"]).split(",") if c.strip()]
+        staleness = float(self.config["retention.staleness_above"])
+        return RetentionRule.build(staleness_above=staleness, older_than=str(self.config["retention.older_than"]) or None,
+                                   categories=cats)
+
+    def apply_retention(self, *, now: "datetime | None" = None) -> dict[str, int]:
+        """Run the configured policy over every profile (the sync daemon's retention job);
+        ``{profile: memories pruned}``, empty when the policy is off."""
+        rule = self.retention_rule()
+        if rule is None:
+            return {}
+        out = {}
+        for profile in self.store.profiles():
+            pruned = self.prune(profile, rule, now=now)
+            if pruned:
+                out[profile] = len(pruned)
+        return out
 
     def delete(self, profile: str, memory_id: str) -> Memory:
         """Delete one memory of ``profile``; ``NotFoundError`` if it is not there."""
@@ -398,14 +593,16 @@ class MemoryBank:
         validate_id(memory_id)
         return self.store.get(profile, memory_id)
 
-    def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None) -> Page:
-        """Memories of ``profile``, newest first, optionally of one ``category``. Read-only:
+    def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None,
+             active_only: bool = False) -> Page:
+        """Memories of ``profile``, newest first, optionally of one ``category``; inactive
+        (superseded) ones too unless ``active_only``, each with its ``isActive``. Read-only:
         access counts do not change."""
         validate_profile(profile)
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
-        return self.store.list(profile, limit, offset, category=category)
+        return self.store.list(profile, limit, offset, category=category, active_only=active_only)
 
     def list_all(
         self, limit: int = 50, offset: int = 0, *, q: str | None = None, category: str | None = None

@@ -18,7 +18,8 @@ from typing import Any, Callable, Final, Iterator, Mapping
 
 import platformdirs
 
-from .errors import ConfigError
+from .errors import ConfigError, ValidationError
+from .model import CATEGORIES, parse_age
 
 APP_NAME: Final = "memlocal"
 
@@ -109,6 +110,22 @@ def _non_empty(value: str) -> str | None:
     return None if value.strip() else "empty"
 
 
+def _below_one(value: float) -> str | None:
+    return None if 0 <= value < 1 else "not at least 0 and below 1"
+
+
+def _age(value: str) -> str | None:
+    try:
+        return None if not value else (parse_age(value) and None)
+    except ValidationError:
+        return "not an age"
+
+
+def _categories(value: str) -> str | None:
+    unknown = [c for c in (c.strip() for c in value.split(",")) if c and c not in CATEGORIES]
+    return f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}" if unknown else None
+
+
 _DAY: Final = 86400.0
 
 _SETTINGS: tuple[Setting, ...] = (
@@ -123,6 +140,14 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("ranking.mode", str, "evidence", "'evidence': only memories the query gives evidence for, ordered by the spec's score; 'spec': the spec's literal top-k by score", ("MEMLOCAL_RANKING_MODE",), choices=("evidence", "spec")),
     Setting("ranking.evidence_ratio", float, 0.3, "evidence mode: a result's topic must be at least this share of the best match's topic", ("MEMLOCAL_RANKING_EVIDENCE_RATIO",), min=0, max=1),
     Setting("recall.cache_profiles", int, 16, "profiles whose recall index a process keeps in memory", ("MEMLOCAL_RECALL_CACHE_PROFILES",), min=1, max=100_000),
+    Setting("dedup.enabled", bool, True, "a save that repeats an active memory of its profile (case, whitespace and punctuation aside) returns that memory instead of storing a copy", ("MEMLOCAL_DEDUP_ENABLED",)),
+    Setting("dedup.near", bool, True, "also merge near-duplicates (the same statement reworded slightly; see docs/hygiene.md)", ("MEMLOCAL_DEDUP_NEAR",)),
+    Setting("dedup.near_threshold", float, 1.0, "Jaccard similarity of the terms at which a guarded near-duplicate merges", ("MEMLOCAL_DEDUP_NEAR_THRESHOLD",), above=0, max=1),
+    Setting("retention.enabled", bool, False, "let the sync daemon prune every profile by the policy below (off: nothing is ever pruned automatically)", ("MEMLOCAL_RETENTION_ENABLED",)),
+    Setting("retention.interval_s", float, 3600.0, "seconds between the daemon's retention runs", ("MEMLOCAL_RETENTION_INTERVAL_S",), above=0, max=30 * _DAY),
+    Setting("retention.staleness_above", float, 0.9, "the policy prunes memories whose current staleness is above this (0 to rely on age alone)", ("MEMLOCAL_RETENTION_STALENESS_ABOVE",), min=0, max=1, check=_below_one, allowed="a number at least 0 and below 1"),
+    Setting("retention.older_than", str, "", "and, when set (e.g. 90d), untouched for longer than this", ("MEMLOCAL_RETENTION_OLDER_THAN",), check=_age, allowed="empty or an age: a number and a unit of s, m, h, d, w (e.g. 90d)"),
+    Setting("retention.categories", str, "", "comma-separated categories the policy may prune; empty: all but preference and fact", ("MEMLOCAL_RETENTION_CATEGORIES",), check=_categories, allowed="empty or a comma-separated list of " + ", ".join(CATEGORIES)),
     Setting("llm.enabled", bool, True, "use the LLM processor when ANTHROPIC_API_KEY is set", ("MEMLOCAL_LLM_ENABLED",)),
     Setting("llm.model", str, "claude-haiku-4-5-20251001", "extraction model", ("ANTHROPIC_MEMORY_MODEL",), check=_non_empty, allowed="a model name (not empty)"),
     Setting("llm.timeout_s", float, 5.0, "deadline for one whole extraction, retries included", ("MEMLOCAL_LLM_TIMEOUT_S",), above=0, max=600),

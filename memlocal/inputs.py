@@ -151,7 +151,9 @@ class InputModel(BaseModel):
 class SaveInput(InputModel):
     """Save a memory about yourself or your work for future runs of this profile. Give rawInput
     (free text; the bank extracts structure) or content with an optional category, confidence and
-    summary for a pre-structured save."""
+    summary for a pre-structured save. Saving something already remembered returns the existing
+    memory (deduplicated: true). If the result has proposedSupersedes, repeat the same save with
+    supersedes set to that id to retire the old memory, or ignore it."""
 
     model_config = ConfigDict(json_schema_extra={"anyOf": [{"required": ["rawInput"]}, {"required": ["content"]}]})
 
@@ -167,6 +169,9 @@ class SaveInput(InputModel):
         None, description="preference and fact are always injected; behavior, context and general when "
         "relevant (default: general, or the LLM processor's choice).")
     confidence: Confidence | None = Field(None, description="How sure you are, 0 to 1 (default 1).")
+    supersedes: MemoryId | None = Field(
+        None, description="Id of one of your memories that this one replaces (it is outdated or wrong); the old "
+        "one is no longer recalled.")
 
     @model_validator(mode="after")
     def _one_text(self) -> "SaveInput":
@@ -188,7 +193,7 @@ class RecallInput(InputModel):
 
 
 class ListInput(InputModel):
-    """List this profile's memories, newest first. Read-only: does not count as a use."""
+    """List this profile's active memories, newest first. Read-only: does not count as a use."""
 
     limit: ListLimit = Field(LIST_DEFAULT_LIMIT, description="Page size.")
     offset: Offset = Field(0, description="Memories to skip.")

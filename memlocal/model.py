@@ -457,6 +457,18 @@ class Memory:
     def with_changes(self, **changes: Any) -> "Memory":
         return replace(self, **changes)
 
+    @property
+    def supersedes(self) -> str | None:
+        """The id of the memory this one replaced (the ``supersedes`` extra field), if any."""
+        value = self.extra.get("supersedes")
+        return value if isinstance(value, str) else None
+
+    @property
+    def superseded_by(self) -> str | None:
+        """The id of the memory that replaced this one (the ``supersededBy`` extra field), if any."""
+        value = self.extra.get("supersededBy")
+        return value if isinstance(value, str) else None
+
 
 def compute_staleness(
     *,
@@ -499,3 +511,19 @@ class Extraction:
     summary: str
     category: str
     confidence: float
+    # The id of an existing memory (one of those shown to the model) this note replaces, if
+    # the model proposes one; the caller decides whether to supersede (docs/hygiene.md).
+    supersedes: str | None = None
+
+
+# An age given by a person (prune --older-than, retention.older_than): the one parser.
+_AGE_RE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_UNIT_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(value: str) -> timedelta:
+    """``90d``, ``12h``, ``2w``, ``30m``, ``45s`` as a duration; ``ValidationError`` otherwise."""
+    m = _AGE_RE.fullmatch(value.strip().lower()) if isinstance(value, str) else None
+    if m is None:
+        raise ValidationError(f"invalid age {value!r}: use a number and a unit, e.g. 90d, 12h, 2w")
+    return timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import sqlite_utils
 
 from .errors import NotFoundError, StoreError
+from .hygiene import text_key
 from .model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 
 MEMORY_COLUMNS = (
@@ -47,12 +48,16 @@ MEMORY_COLUMNS = (
     "is_active",
     "version",
     "extra",
+    # Derived, never read back into a Memory: hygiene.text_key of processedContent and rawInput,
+    # for the exact-duplicate lookup (migration 7). Every writer goes through memory_to_row.
+    "text_key",
+    "raw_key",
 )
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
 _SELECT_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
 # What a pull replaces when the bucket's content wins (access metadata is merged, not replaced).
 _CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "source", "confidence",
-                    "created_us", "is_active", "version", "extra")
+                    "created_us", "is_active", "version", "extra", "text_key", "raw_key")
 
 
 def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
@@ -84,6 +89,11 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
     )
 
 
+def extra_json(m: Memory) -> str:
+    """The ``extra`` column: the memory's unknown fields as sorted JSON."""
+    return json.dumps(dict(m.extra), sort_keys=True, ensure_ascii=False) if m.extra else "{}"
+
+
 def memory_to_row(m: Memory) -> tuple[Any, ...]:
     return (
         m.id,
@@ -100,7 +110,9 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
         m.staleness_score,
         int(m.is_active),
         m.version,
-        json.dumps(dict(m.extra), sort_keys=True, ensure_ascii=False) if m.extra else "{}",
+        extra_json(m),
+        text_key(m.processed_content),
+        text_key(m.raw_input) if m.raw_input != m.processed_content else None,
     )
 
 
@@ -372,6 +384,22 @@ def _migration_6(db: sqlite_utils.Database) -> None:
     c.execute("CREATE INDEX injection_memories_memory ON injection_memories (memory_id, injection_id)")
 
 
+def _migration_7(db: sqlite_utils.Database) -> None:
+    """Exact-duplicate keys (``memlocal.hygiene``, docs/hygiene.md): ``text_key`` is the hash of
+    the normalised processedContent, ``raw_key`` that of the rawInput when it differs (else NULL),
+    each indexed per profile so a save finds an active duplicate with one lookup."""
+    c = db.conn
+    c.execute("ALTER TABLE memories ADD COLUMN text_key TEXT")
+    c.execute("ALTER TABLE memories ADD COLUMN raw_key TEXT")
+    rows = c.execute("SELECT id, raw_input, processed_content FROM memories").fetchall()
+    c.executemany(
+        "UPDATE memories SET text_key = ?, raw_key = ? WHERE id = ?",
+        [(text_key(p), text_key(r) if r != p else None, i) for i, r, p in rows],
+    )
+    c.execute("CREATE INDEX memories_text_key ON memories (profile, text_key)")
+    c.execute("CREATE INDEX memories_raw_key ON memories (profile, raw_key) WHERE raw_key IS NOT NULL")
+
+
 # Numbered schema migrations, applied in order inside one transaction each.
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migration_1,
@@ -380,6 +408,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     4: _migration_4,
     5: _migration_5,
     6: _migration_6,
+    7: _migration_7,
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -631,9 +660,12 @@ class Store:
     def exists(self, memory_id: str) -> bool:
         return bool(self.read("SELECT 1 FROM memories WHERE id = ?", (memory_id,)))
 
-    def list(self, profile: str, limit: int, offset: int, *, category: str | None = None) -> Page:
+    def list(self, profile: str, limit: int, offset: int, *, category: str | None = None,
+             active_only: bool = False) -> Page:
         clause, params = ("profile = ?", [profile]) if category is None else (
             "profile = ? AND category = ?", [profile, category])
+        if active_only:
+            clause += " AND is_active = 1"
         with self._lock:
             total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
             rows = self.conn.execute(
@@ -721,6 +753,94 @@ class Store:
                 )
                 updated += 1
         return updated
+
+    # --- hygiene: duplicates and supersession (memlocal.hygiene) -------------------------------
+
+    def find_by_keys(self, profile: str, keys: Sequence[str]) -> builtins.list[Memory]:
+        """Active memories of ``profile`` whose processedContent or rawInput has one of these
+        :func:`memlocal.hygiene.text_key` values, oldest first (callers confirm on the text)."""
+        if not keys:
+            return []
+        marks = ", ".join("?" for _ in keys)
+        rows = self.read(
+            f"{_SELECT} WHERE profile = ? AND is_active = 1 AND (text_key IN ({marks}) OR raw_key IN ({marks}))"
+            " ORDER BY created_us, id",
+            (profile, *keys, *keys),
+        )
+        return [row_to_memory(r) for r in rows]
+
+    def similar(self, profile: str, terms: Sequence[str], limit: int, *, every: bool = False) -> builtins.list[Memory]:
+        """Up to ``limit`` active memories of ``profile`` that share the most (rarest) of
+        ``terms`` (the formula's stems, :func:`memlocal.text.terms`), best first: bm25 over the
+        recall index ``memory_features`` (migration 4), scoped by the profile's token.
+        ``every``: only memories holding every one of ``terms`` (a much narrower query)."""
+        from .features import scope_token, term_token
+
+        if not terms or limit <= 0:
+            return []
+        joiner = " AND " if every else " OR "
+        match = f"{scope_token(profile)} AND ({joiner.join(term_token(t) for t in dict.fromkeys(terms))})"
+        cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
+        try:
+            rows = self.read(
+                f"SELECT {cols} FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
+                " WHERE memory_features MATCH ? AND m.profile = ? AND m.is_active = 1"
+                " ORDER BY f.rank LIMIT ?",
+                (match, profile, limit),
+            )
+        except sqlite3.OperationalError:  # a query FTS5 cannot parse: no candidates, no merge
+            return []
+        return [row_to_memory(r) for r in rows]
+
+    def supersede(
+        self,
+        profile: str,
+        old_id: str,
+        new: Memory,
+        *,
+        insert: bool,
+    ) -> tuple[Memory, Memory]:
+        """In one durable transaction: store ``new`` (``insert``) or mark the stored ``new`` as
+        superseding, and retire ``old_id`` (``isActive: false``, ``supersededBy``).
+
+        Returns ``(new, old)`` as stored. ``NotFoundError`` if ``old_id`` is not in ``profile``;
+        ``ValidationError`` if it is already inactive or ``new`` already supersedes another.
+        Both memories are recorded in the outbox (the change log) in the same transaction.
+        """
+        from .errors import ValidationError
+        from .hygiene import SUPERSEDED_BY, SUPERSEDES
+
+        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
+        with self.transaction() as c:
+            row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (old_id, profile)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no memory {old_id} in profile {profile} to supersede")
+            old = row_to_memory(row)
+            if not old.is_active:
+                by = old.extra.get(SUPERSEDED_BY)
+                raise ValidationError(f"{old_id} is already inactive" + (f" (superseded by {by})" if by else ""))
+            if insert:
+                new = new.with_changes(extra={**new.extra, SUPERSEDES: old_id})
+                try:
+                    c.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})",
+                              memory_to_row(new))
+                except sqlite3.IntegrityError:
+                    raise IdTakenError(f"id {new.id} already exists") from None
+            else:
+                cur = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (new.id, profile)).fetchone()
+                if cur is None:
+                    raise NotFoundError(f"no memory {new.id} in profile {profile}")
+                new = row_to_memory(cur)
+                prior = new.extra.get(SUPERSEDES)
+                if prior not in (None, old_id):
+                    raise ValidationError(f"{new.id} already supersedes {prior}")
+                new = new.with_changes(extra={**new.extra, SUPERSEDES: old_id})
+                c.execute("UPDATE memories SET extra = ? WHERE id = ?", (extra_json(new), new.id))
+            old = old.with_changes(is_active=False, extra={**old.extra, SUPERSEDED_BY: new.id})
+            c.execute("UPDATE memories SET is_active = 0, extra = ? WHERE id = ?", (extra_json(old), old_id))
+            _record_outbox(c, new.id, profile, "put")
+            _record_outbox(c, old_id, profile, "put")
+        return new, old
 
     def profiles(self) -> dict[str, int]:
         """Memory count per profile, largest first."""

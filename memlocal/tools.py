@@ -97,7 +97,8 @@ def dispatch(
 ) -> dict[str, Any]:
     """Run one memory tool for the session's profile and return its JSON-ready result.
 
-    - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds]}``
+    - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds],
+      "proposedSupersedes": id | None}``
     - ``memory_recall`` -> ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}, "evidence": {...}}]}``
       (marks every returned memory accessed)
     - ``memory_list`` -> ``{"memories": [...], "total": n, "limit": l, "offset": o}``
@@ -109,13 +110,13 @@ def dispatch(
     args = validate_arguments(tool_name, arguments)
     if isinstance(args, SaveInput):
         result = bank.save(profile, args.raw_input, content=args.content, summary=args.summary,
-                           category=args.category, confidence=args.confidence)
+                           category=args.category, confidence=args.confidence, supersedes=args.supersedes)
         return result.to_dict()
     if isinstance(args, RecallInput):
         scored = bank.recall(profile, args.query, limit=args.limit, min_score=args.min_score)
         return {"results": [s.to_dict() for s in scored]}
     if isinstance(args, ListInput):
-        return bank.list(profile, limit=args.limit, offset=args.offset).to_dict()
+        return bank.list(profile, limit=args.limit, offset=args.offset, active_only=True).to_dict()
     assert isinstance(args, DeleteInput)
     deleted = bank.delete(profile, args.id)
     return {"deleted": deleted.id}

@@ -7,7 +7,8 @@
 
 Measured (medians over repeats; every comparison interleaved or back to back with its baseline):
 
-- save:    ``MemoryBank.save`` (local, durable) vs a bare sqlite3 INSERT + COMMIT of the same row
+- save:    ``MemoryBank.save`` (local, durable, write-time hygiene on) vs the same save with
+           ``dedup.enabled`` off (``plain``) vs a bare sqlite3 INSERT + COMMIT of the same row
            into a plain table, with the same settings (WAL, synchronous=FULL, one transaction each);
 - recall:  ``MemoryBank.recall`` (ranking + the durable access bump) at 1k / 10k (/ 100k) memories
            in one profile, vs a brute-force Python full scan of the same formula over pre-tokenised
@@ -24,7 +25,7 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
            (median over processes; ``import memlocal`` not counted); ``cli.recall_ms``: a whole
            ``memlocal recall`` process at the start-up size (10k), wall clock.
 
-``--json`` prints exactly: save.{p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
+``--json`` prints exactly: save.{p50_ms, plain_p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
 fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
 hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, hydrate_s, hydrate_per_object_s}; ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
@@ -95,6 +96,8 @@ TARGETS = {
     "cold open + first recall at 100k ≤ 300 ms": lambda r: r["recall"]["cold"]["100000_ms"] <= 300,
     "warm recall p50 at 10k ≤ 3 ms": lambda r: r["recall"]["10000"]["p50_ms"] <= 3,
     "save p50 ≤ 1.5× the bare insert": lambda r: r["save"]["p50_ms"] <= 1.5 * r["save"]["bare_p50_ms"],
+    "save p50 with write-time hygiene ≤ 2× the bare insert": lambda r: r["save"]["p50_ms"]
+    <= 2 * r["save"]["bare_p50_ms"],
     "inject p50 at 10k ≤ 10 ms": lambda r: r["inject"]["p50_ms"] <= 10,
     "import ≥ 5,000 memories/s": lambda r: r["import"]["per_s"] >= 5000,
     "start-up ≥ 50× faster than hydrating": lambda r: 50 * r["startup"]["open_first_recall_ms"]
@@ -118,26 +121,34 @@ def local_config() -> Config:
 
 
 def bench_save(tmp: Path, n: int) -> dict[str, Any]:
-    """Interleaved: one ``save``, then one bare INSERT + COMMIT of the same row, n times."""
+    """Interleaved: one ``save`` (write-time hygiene on, the default), one ``save`` with
+    ``dedup.enabled`` off (``plain``), then one bare INSERT + COMMIT of the same row, n times.
+    The texts differ only by a number, so every save's near-duplicate check finds all earlier
+    memories as full-text candidates (its worst case) and merges none of them."""
     import sqlite3
 
     from memlocal.store import MEMORY_COLUMNS, memory_to_row
 
     bank = MemoryBank(tmp / "save.db", config=local_config())
+    plain_bank = MemoryBank(tmp / "save-plain.db", config=local_config().with_overrides(dedup__enabled=False))
     bare = sqlite3.connect(str(tmp / "save-bare.db"), isolation_level=None)
     bare.execute("PRAGMA journal_mode = WAL")
     bare.execute("PRAGMA synchronous = FULL")
     cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "id" else c for c in MEMORY_COLUMNS)
     bare.execute(f"CREATE TABLE memories ({cols})")
     insert = f"INSERT INTO memories VALUES ({', '.join('?' for _ in MEMORY_COLUMNS)})"
-    ours, base = [], []
+    ours, plain, base = [], [], []
     warmup = 10  # first saves pay for imports, statement caches and file growth: not timed
     try:
         for i in range(-warmup, n):
-            text = f"The user prefers structured JSON output whenever report {i} has a schema"
+            text = f"The user prefers structured JSON output whenever report {i + warmup} has a schema"
             t = time.perf_counter()
             saved = bank.save(PROFILE, content=text, category="preference", confidence=0.9)
             t_ours = (time.perf_counter() - t) * MS
+            assert not saved.deduplicated
+            t = time.perf_counter()
+            plain_bank.save(PROFILE, content=text, category="preference", confidence=0.9)
+            t_plain = (time.perf_counter() - t) * MS
             row = memory_to_row(saved.memory)
             t = time.perf_counter()
             bare.execute("BEGIN IMMEDIATE")
@@ -146,12 +157,15 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
             t_base = (time.perf_counter() - t) * MS
             if i >= 0:
                 ours.append(t_ours)
+                plain.append(t_plain)
                 base.append(t_base)
     finally:
         bank.close()
+        plain_bank.close()
         bare.close()
-    return {"p50_ms": p50(ours), "bare_p50_ms": p50(base),
-            "_details": {"saves": n, "p95_ms": pct(ours, 95), "bare_p95_ms": pct(base, 95),
+    return {"p50_ms": p50(ours), "plain_p50_ms": p50(plain), "bare_p50_ms": p50(base),
+            "_details": {"saves": n, "p95_ms": pct(ours, 95), "plain_p95_ms": pct(plain, 95),
+                         "bare_p95_ms": pct(base, 95),
                          **bench_secret_scan(n)}}
 
 
@@ -642,7 +656,7 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
     if "save" in results:
         s = results["save"]
         lines.append(f"save p50            {f(s['p50_ms'], '.3f')} ms   bare INSERT+COMMIT {f(s['bare_p50_ms'], '.3f')} ms"
-                     f"   ({s['p50_ms'] / s['bare_p50_ms']:.2f}×)")
+                     f"   ({s['p50_ms'] / s['bare_p50_ms']:.2f}×)   without dedup {f(s['plain_p50_ms'], '.3f')} ms")
         ds = d["save"]
         lines.append(f"  secret check p50  {f(ds['secrets_prose_p50_ms'] * 1000, '.1f')} µs prose, "
                      f"{f(ds['secrets_url_token_p50_ms'] * 1000, '.1f')} µs with a URL and a token (inside the save)")

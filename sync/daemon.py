@@ -7,6 +7,8 @@
   (a cheap query), so the daemon's own writes do not wake it again.
 - A wake-up during a pass marks the pass dirty; the job runs again right after it.
 - SIGTERM / SIGINT: stop watching, let the pass in flight finish, shut the scheduler down, exit.
+- With ``retention.enabled`` (off by default), a second job prunes every profile by the
+  configured policy every ``retention.interval_s``, on the same executor (never during a pass).
 - Passes never overlap across processes either: the engine's lock file; a tick that finds the
   lock held by another process (``memlocal sync run`` from cron, say) is skipped.
 """
@@ -32,6 +34,7 @@ from .engine import PassReport, SyncEngine, lock_path
 log = logging.getLogger(__name__)
 
 JOB_ID = "memlocal-sync-pass"
+RETENTION_JOB_ID = "memlocal-retention"
 
 
 def factory(config: Config, store: Store) -> "SyncDaemon | None":
@@ -57,6 +60,7 @@ class SyncDaemon:
         self.close_engine = close_engine
         self.db_path = Path(engine.store.path).resolve()
         self.passes = 0
+        self.retention_runs = 0
         self.last_report: PassReport | None = None
         self._stop = threading.Event()
         self._dirty = threading.Event()
@@ -115,6 +119,21 @@ class SyncDaemon:
         if self.on_pass is not None:
             self.on_pass(report)
 
+    def _retention_job(self) -> None:
+        """Apply the configured retention policy (``retention.*``) through the bank's normal
+        delete path, so the deletions reach the bucket. Off unless ``retention.enabled``."""
+        from memlocal import MemoryBank
+
+        try:
+            with MemoryBank.open(self.engine.store.path, config=self.engine.config) as bank:
+                pruned = bank.apply_retention()
+        except Exception:  # the daemon outlives one bad run
+            log.exception("retention run failed")
+            return
+        self.retention_runs += 1
+        if pruned:
+            log.info("retention pruned %s", ", ".join(f"{n} of {p}" for p, n in sorted(pruned.items())))
+
     # --- the loop ------------------------------------------------------------------------------
 
     def _watch_filter(self, _change: Any, path: str) -> bool:
@@ -135,6 +154,14 @@ class SyncDaemon:
         )
         scheduler.add_job(self._job, "interval", seconds=self.interval_s, id=JOB_ID,
                           next_run_time=datetime.now(timezone.utc), coalesce=True, max_instances=1)
+        config = self.engine.config
+        if config["retention.enabled"]:
+            # Same one-thread executor: a retention run never overlaps a pass. First run after
+            # one interval, so a daemon started by mistake can still be stopped first.
+            every = float(config["retention.interval_s"])
+            scheduler.add_job(self._retention_job, "interval", seconds=every, id=RETENTION_JOB_ID,
+                              coalesce=True, max_instances=1)
+            log.info("retention policy on: pruning every %gs", every)
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             def handler(signum: int, _frame: FrameType | None) -> None:

@@ -610,8 +610,10 @@ class SyncEngine:
             return [SkipObject(key, etag or listed_etag, exc.reason)]
         rhash = content_hash(remote)
         loaded = self.state.load_local(memory_id)
-        local = Local(loaded[0].id, loaded[0].profile_name, content_hash(loaded[0]), loaded[1]) if loaded else None
-        decision = after_fetch(local, self.state.load_base(memory_id), profile, rhash, pull_only=pull_only)
+        local = (Local(loaded[0].id, loaded[0].profile_name, content_hash(loaded[0]), loaded[1],
+                       inactive=not loaded[0].is_active) if loaded else None)
+        decision = after_fetch(local, self.state.load_base(memory_id), profile, rhash, pull_only=pull_only,
+                               remote_inactive=not remote.is_active)
         if decision.skip:
             return []
         effects: list[Effect] = []

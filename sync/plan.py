@@ -56,6 +56,7 @@ class Local:
     profile: str
     content_hash: str
     access_delta: int = 0
+    inactive: bool = False  # isActive false (superseded): wins a conflict, as a deletion does
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,11 +276,13 @@ class AfterFetch:
 
 
 def after_fetch(local: Local | None, base: Base | None, remote_profile: str, remote_hash: str,
-                *, pull_only: bool = False) -> AfterFetch:
+                *, pull_only: bool = False, remote_inactive: bool = False) -> AfterFetch:
     """Decide how a fetched remote memory meets the local one (both sides' current state).
 
     Access counts are merged by the caller (remote count + local unmerged delta, lastAccessedAt
-    the later of the two); this decides content and whether the merge must be pushed.
+    the later of the two); this decides content and whether the merge must be pushed. When both
+    sides changed the content and only one side made the memory inactive (superseded it), that
+    side wins, as a deletion wins over an edit (docs/hygiene.md).
     """
     if local is None:
         return AfterFetch(content="remote", base_hash=remote_hash)
@@ -292,7 +295,7 @@ def after_fetch(local: Local | None, base: Base | None, remote_profile: str, rem
         return AfterFetch(reid=not pull_only, skip=pull_only, content="local")
     local_edit = local.content_hash != base.content_hash
     remote_edit = remote_hash != base.content_hash
-    if local_edit and not remote_edit:
+    if local_edit and (not remote_edit or (local.inactive and not remote_inactive)):
         # Only our content changed: keep it, take the remote's access metadata, push the merge.
         # The base keeps the old hash, so a pull-only refresh leaves the edit pending.
         return AfterFetch(content="local", base_hash=base.content_hash, push=not pull_only)

@@ -265,6 +265,10 @@ class S3Replicator:
             return False
         return content_hash(theirs) == content_hash(memory)
 
+    def is_synced(self, memory: Memory) -> bool:
+        """Whether the bucket has ``memory`` as stored here (the base matches, nothing queued)."""
+        return self.state.is_synced(memory)
+
     def push_deleted(self, memory: Memory) -> bool:
         if not self.breaker.allow():
             log.debug("deletion of %s stays in the outbox: the bucket failed recently", memory.id)

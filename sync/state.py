@@ -163,7 +163,8 @@ class SyncState:
         """``local_entries`` of rows read by ``local_rows`` (CPU only: the content hashes)."""
         if not hashes:
             return {r[0]: Local(r[0], r[1], "", int(r[2])) for r in rows}
-        return {m.id: Local(m.id, m.profile_name, content_hash(m), delta) for m, delta in rows}
+        return {m.id: Local(m.id, m.profile_name, content_hash(m), delta, inactive=not m.is_active)
+                for m, delta in rows}
 
     def base_entries(self, profiles: Sequence[str] | None = None) -> dict[str, Base]:
         where, params = self._scope(profiles)
@@ -310,6 +311,13 @@ class SyncState:
             elif delta > 0:
                 access += 1
         return saves, access
+
+    def is_synced(self, memory: Memory) -> bool:
+        """Whether the last sync recorded exactly this content and no outbox entry waits."""
+        base = self.load_base(memory.id)
+        if base is None or base.content_hash != content_hash(memory):
+            return False
+        return memory.id not in self.store.outbox()
 
     def pending(self) -> dict[str, int]:
         """What this host has that the bucket does not (yet)."""

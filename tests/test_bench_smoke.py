@@ -47,7 +47,7 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     out: dict[str, Any] = json.loads(proc.stdout)
     details = out.pop("details")
     assert out.keys() == {"save", "recall", "cli", "inject", "import", "startup", "sync"}
-    assert out["save"].keys() == {"p50_ms", "bare_p50_ms"}
+    assert out["save"].keys() == {"p50_ms", "plain_p50_ms", "bare_p50_ms"}
     assert out["recall"].keys() == {"200", "cold"}
     assert out["recall"]["cold"].keys() == {"200_ms"}
     assert out["cli"].keys() == {"recall_ms"}

@@ -132,6 +132,7 @@ CORPUS: list[tuple[str, dict[str, Any]]] = [
     ("memory_save", {"content": "x", "confidence": True}), ("memory_save", {"content": "x", "category": "Fact"}),
     ("memory_save", {"content": "x", "summary": "s" * 51}), ("memory_save", {"content": 5}),
     ("memory_save", {"content": "x", "raw_input": "y"}), ("memory_save", {"content": "x", "tags": []}),
+    ("memory_save", {"content": "x", "supersedes": "mem-0123abcd"}), ("memory_save", {"content": "x", "supersedes": "42"}),
     ("memory_recall", {"query": "q"}), ("memory_recall", {"query": "q", "limit": 50, "minScore": 1}),
     ("memory_recall", {"query": ""}), ("memory_recall", {"query": "q", "limit": 51}),
     ("memory_recall", {"query": "q", "limit": 0}), ("memory_recall", {"query": "q", "minScore": 1.5}),

@@ -152,7 +152,7 @@ def test_values_are_normalised(anthropic_fake: FakeAnthropic, llm_bank: MemoryBa
     m = llm_bank.save("ana", RAW).memory
     assert m.summary == long_summary[:50].rstrip() and len(m.summary) <= 50
     assert (m.category, m.confidence) == ("fact", 1.0)
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save("bob", RAW).memory  # another profile: in "ana" the same note is deduplicated
     assert m.summary == GOOD["processedContent"][:50] and m.confidence == 0.0
 
 
@@ -199,7 +199,7 @@ def test_caller_fields_win_over_the_fallback(anthropic_fake: FakeAnthropic, llm_
     anthropic_fake.respond(Reply.text("no JSON here"))
     m = llm_bank.save("ana", RAW, confidence=0.8, category="fact").memory
     assert (m.confidence, m.category, m.processed_content) == (0.8, "fact", RAW)
-    m = llm_bank.save("ana", RAW, summary="given").memory
+    m = llm_bank.save("bob", RAW, summary="given").memory
     assert (m.confidence, m.category, m.summary) == (0.5, "general", "given")
 
 
@@ -207,7 +207,7 @@ def test_caller_fields_kept_when_the_call_fails(anthropic_fake: FakeAnthropic, l
     anthropic_fake.respond(Reply.error(400))
     m = llm_bank.save("ana", RAW, category="context", summary="s").memory
     assert (m.category, m.summary, m.confidence, m.processed_content) == ("context", "s", 1.0, RAW)
-    m = llm_bank.save("ana", RAW, confidence=0.2).memory
+    m = llm_bank.save("bob", RAW, confidence=0.2).memory
     assert m.confidence == 0.2
 
 
@@ -378,8 +378,8 @@ def test_the_key_is_never_logged(anthropic_fake: FakeAnthropic, llm_bank: Memory
                                  caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="memlocal")
     anthropic_fake.respond(Reply.error(401), Reply.text("not json"), Reply.structured(GOOD))
-    for _ in range(3):
-        llm_bank.save("ana", RAW)
+    for i in range(3):
+        llm_bank.save(f"ana{i}", RAW)  # one profile each: a repeated note would be deduplicated
     assert "LLM extraction skipped" in caplog.text and "could not be parsed" in caplog.text
     assert FAKE_KEY not in caplog.text
     assert FAKE_KEY not in repr(llm_bank._extractor)
@@ -450,7 +450,7 @@ def test_cli_save_uses_the_processor_and_no_llm_skips_it(anthropic_fake: FakeAnt
     assert (m["processedContent"], m["category"], m["confidence"]) == (GOOD["processedContent"], "preference", 0.9)
     assert anthropic_fake.count == 1
 
-    done = run_cli("--db", db, "save", "-p", "ana", "--no-llm", "--json", RAW)
+    done = run_cli("--db", db, "save", "-p", "bob", "--no-llm", "--json", RAW)  # in "ana": deduplicated
     assert done.returncode == 0, done.stderr
     m = json.loads(done.stdout)["memory"]
     assert (m["processedContent"], m["category"], m["confidence"]) == (RAW, "general", 1.0)

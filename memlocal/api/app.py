@@ -111,16 +111,20 @@ def list_memories(
     response_model=SaveResponse,
     status_code=201,
     summary="Create a memory",
-    responses=errors.error_responses(400, 413, 422),
+    responses={**errors.error_responses(400, 404, 413, 422),
+               200: {"model": SaveResponse, "description": "The body repeated an active memory: it is returned "
+                                                           "with deduplicated true and nothing new is stored"}},
 )
 def create_memory(
     body: MemoryCreateRequest,
+    response: Response,
     name: ProfilePath,
     bank: MemoryBank = BankDep,
 ) -> dict[str, Any]:
     """Save a memory from ``rawInput`` (structured by the LLM processor when one is configured)
     and/or ``content``. Returns once it is committed durably; ``synced`` says whether the bucket
-    has it yet (always false without a bucket)."""
+    has it yet (always false without a bucket). A body that repeats an active memory answers
+    200 with that memory and ``deduplicated: true``; ``supersedes`` retires the memory named."""
     result = bank.save(
         name,
         body.raw_input,
@@ -128,7 +132,10 @@ def create_memory(
         summary=body.summary,
         category=body.category,
         confidence=body.confidence,
+        supersedes=body.supersedes,
     )
+    if result.deduplicated:
+        response.status_code = 200
     return result.to_dict()
 
 

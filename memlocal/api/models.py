@@ -78,13 +78,20 @@ class MemoryCreateRequest(SaveInput):
 
 
 class SaveResponse(_Model):
-    """A created memory, and whether the bucket already has it (false without a bucket)."""
+    """A created memory, and whether the bucket already has it (false without a bucket).
+
+    ``deduplicated``: the body repeated an active memory, which is returned; nothing new was
+    stored (status 200 instead of 201). ``redacted``: kinds of secrets removed from the input.
+    ``proposedSupersedes``: a memory the LLM processor suggests this one replaces (not applied:
+    repeat the save with ``supersedes`` to apply it)."""
 
     memory: MemoryOut
     synced: bool
     deduplicated: bool = Field(False, description="true when an equal active memory was returned instead")
     redacted: list[str] = Field(
         default_factory=list, description="kinds of credentials replaced by [REDACTED:<kind>] (never their values)")
+    proposed_supersedes: str | None = Field(
+        None, description="a memory the LLM processor proposes this one supersedes (not applied)")
 
 
 class MemoryResponse(_Model):

@@ -60,21 +60,35 @@ def memory_line(m: Memory, note: str = "") -> str:
 @click.option("--category", type=InputChoice("SaveInput", "category"))
 @click.option("--confidence", type=float, help="In [0, 1] (default 1.0).")
 @click.option("--no-llm", is_flag=True, help="Do not call the LLM processor even if ANTHROPIC_API_KEY is set.")
+@click.option("--supersedes", metavar="ID", help="An active memory this one replaces (it becomes inactive).")
 @json_option
 @pass_state
 def save(state: State, profile: str, raw_input: str | None, content: str | None, summary: str | None,
-         category: str | None, confidence: float | None, no_llm: bool, as_json: bool) -> None:
-    """Save a memory. RAW_INPUT is free text; '-' reads it from standard input."""
+         category: str | None, confidence: float | None, no_llm: bool, supersedes: str | None,
+         as_json: bool) -> None:
+    """Save a memory. RAW_INPUT is free text; '-' reads it from standard input.
+
+    A save that repeats an active memory stores nothing and prints that memory."""
     result = state.bank().save(
         profile, read_text_arg(raw_input), content=read_text_arg(content), summary=summary,
-        category=category, confidence=confidence, use_llm=not no_llm,
+        category=category, confidence=confidence, use_llm=not no_llm, supersedes=supersedes,
     )
     if as_json:
         echo_json(result.to_dict())
         return
-    where = good("(saved and in the bucket)") if result.synced else dim("(saved locally)")
+    m = result.memory
+    where = "in the bucket" if result.synced else "locally"
+    if result.deduplicated:
+        note = good(f"(already saved, {where})") if result.synced else dim(f"(already saved, {where})")
+    else:
+        note = good("(saved and in the bucket)") if result.synced else dim("(saved locally)")
+    if m.supersedes and (supersedes or not result.deduplicated):
+        note += f"  supersedes {m.supersedes}"
     redacted = f"  (redacted: {', '.join(result.redacted)})" if result.redacted else ""
-    click.echo(f"{memory_line(result.memory)}  {where}{redacted}")
+    click.echo(f"{memory_line(m)}  {note}{redacted}")
+    if result.proposed_supersedes:
+        click.echo(f"proposal: this may supersede {result.proposed_supersedes}; to apply it, repeat the save "
+                   f"with --supersedes {result.proposed_supersedes}")
 
 
 @main.command()
@@ -95,11 +109,14 @@ def get(state: State, profile: str, memory_id: str, as_json: bool) -> None:
 @profile_option
 @click.option("--limit", default=50, show_default=True, type=int)
 @click.option("--offset", default=0, show_default=True, type=int)
+@click.option("--all", "show_all", is_flag=True, help="Include inactive (superseded) memories, flagged.")
 @json_option
 @pass_state
-def list_cmd(state: State, profile: str, limit: int, offset: int, as_json: bool) -> None:
-    """List memories newest first (read-only: access counts are not touched)."""
-    page = state.bank().list(profile, limit=limit, offset=offset)
+def list_cmd(state: State, profile: str, limit: int, offset: int, show_all: bool, as_json: bool) -> None:
+    """List active memories newest first (read-only: access counts are not touched).
+
+    Superseded memories are inactive: never recalled or injected, listed only with --all."""
+    page = state.bank().list(profile, limit=limit, offset=offset, active_only=not show_all)
     if as_json:
         echo_json(page.to_dict())
         return
@@ -110,10 +127,18 @@ def list_cmd(state: State, profile: str, limit: int, offset: int, as_json: bool)
         empty_state(f"no memories past offset {page.offset} ({plural(page.total, 'memory')} in {profile})")
         return
     rows = [(m.id, m.category, f"{m.confidence:.2f}", m.access_count, ago(m.created_at),
-             shown_summary(m.summary, m.processed_content)) for m in page]
-    click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary"), right=("conf", "used")))
+             shown_summary(m.summary, m.processed_content)) + ((memory_state(m),) if show_all else ()) for m in page]
+    click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary") + (("state",) if show_all else ()),
+                     right=("conf", "used")))
     first = page.offset + 1
     click.echo(dim(f"{first}–{page.offset + len(page)} of {plural(page.total, 'memory')}, newest first"))
+
+
+def memory_state(m: Memory) -> str:
+    """``active``, or ``inactive`` with the memory that superseded it."""
+    if m.is_active:
+        return "active"
+    return f"superseded by {m.superseded_by}" if m.superseded_by else "inactive"
 
 
 @main.command()
