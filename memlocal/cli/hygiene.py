@@ -6,8 +6,7 @@ import click
 
 from ..hygiene import RetentionRule
 from ..model import CATEGORIES
-from ._common import State, echo_json, json_option, main, pass_state, profile_option, table
-from .memories import _state
+from ._common import State, echo_json, json_option, main, memory_state, pass_state, profile_option, table
 
 
 @main.command()
@@ -24,7 +23,7 @@ def history(state: State, profile: str, memory_id: str, as_json: bool) -> None:
     first, last = chain[0], chain[-1]
     if first.supersedes:
         click.echo(f"(supersedes {first.supersedes}, no longer stored)")
-    rows = [(m.id, m.to_dict()["createdAt"], _state(m), m.summary) for m in chain]
+    rows = [(m.id, m.to_dict()["createdAt"], memory_state(m), m.summary) for m in chain]
     click.echo(table(rows, ("id", "created", "state", "summary")))
     if last.superseded_by:
         click.echo(f"(superseded by {last.superseded_by}, no longer stored)")

@@ -12,6 +12,7 @@ from ._common import (
     dim,
     echo_json,
     empty_state,
+    memory_state,
     good,
     json_option,
     main,
@@ -126,18 +127,11 @@ def list_cmd(state: State, profile: str, limit: int, offset: int, show_all: bool
         empty_state(f"no memories past offset {page.offset} ({plural(page.total, 'memory')} in {profile})")
         return
     rows = [(m.id, m.category, f"{m.confidence:.2f}", m.access_count, ago(m.created_at),
-             shown_summary(m.summary, m.processed_content)) + ((_state(m),) if show_all else ()) for m in page]
+             shown_summary(m.summary, m.processed_content)) + ((memory_state(m),) if show_all else ()) for m in page]
     click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary") + (("state",) if show_all else ()),
                      right=("conf", "used")))
     first = page.offset + 1
     click.echo(dim(f"{first}–{page.offset + len(page)} of {plural(page.total, 'memory')}, newest first"))
-
-
-def _state(m: Memory) -> str:
-    """``active``, or ``inactive`` with the memory that superseded it."""
-    if m.is_active:
-        return "active"
-    return f"superseded by {m.superseded_by}" if m.superseded_by else "inactive"
 
 
 @main.command()
