@@ -167,6 +167,13 @@ def warn(text: str) -> str:
     return click.style(text, fg="yellow")
 
 
+def memory_state(m: Memory) -> str:
+    """``active``, or ``inactive`` with the memory that superseded it."""
+    if m.is_active:
+        return "active"
+    return f"superseded by {m.superseded_by}" if m.superseded_by else "inactive"
+
+
 def empty_state(message: str) -> None:
     """What a command prints instead of a table with no rows."""
     click.echo(dim(message))

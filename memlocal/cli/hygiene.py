@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from ..hygiene import RetentionRule
-from ._common import InputChoice, State, echo_json, json_option, main, pass_state, profile_option, table
-from .memories import memory_state
+from ._common import InputChoice, State, echo_json, json_option, main, memory_state, pass_state, profile_option, table
 
 
 @main.command()

@@ -13,6 +13,7 @@ from ._common import (
     dim,
     echo_json,
     empty_state,
+    memory_state,
     good,
     json_option,
     main,
@@ -132,13 +133,6 @@ def list_cmd(state: State, profile: str, limit: int, offset: int, show_all: bool
                      right=("conf", "used")))
     first = page.offset + 1
     click.echo(dim(f"{first}–{page.offset + len(page)} of {plural(page.total, 'memory')}, newest first"))
-
-
-def memory_state(m: Memory) -> str:
-    """``active``, or ``inactive`` with the memory that superseded it."""
-    if m.is_active:
-        return "active"
-    return f"superseded by {m.superseded_by}" if m.superseded_by else "inactive"
 
 
 @main.command()
