@@ -172,6 +172,19 @@ def _translate(exc: Exception, bucket: str, what: str) -> Exception:
     return exc
 
 
+_LOADER: Any = None
+_LOADER_LOCK = threading.Lock()
+
+
+def _shared_loader(core: Any) -> Any:
+    """The process's one botocore data loader (its caches hold the parsed service models)."""
+    global _LOADER
+    with _LOADER_LOCK:
+        if _LOADER is None:
+            _LOADER = core.get_component("data_loader")
+        return _LOADER
+
+
 def _drop_expect_header(request: Any, **_: Any) -> None:
     """botocore event handler: send a PUT's small body at once, without ``Expect: 100-continue``."""
     if "Expect" in request.headers:
@@ -222,6 +235,9 @@ class Bucket:
             user_agent_extra="memlocal-sync",
         )
         core = botocore.session.get_session()
+        # Every client of the process shares one loader: each new session would otherwise parse
+        # botocore's S3 model again (about 0.3 s of JSON per client, most of a short pass).
+        core.register_component("data_loader", _shared_loader(core))
         # The sync never reads a timestamp from a response (no decision depends on a clock), and
         # parsing each listing entry's LastModified with dateutil was most of the client's CPU
         # in a no-op pass over 10k objects: keep timestamps as the strings the server sent.

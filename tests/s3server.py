@@ -55,16 +55,27 @@ class S3Server:
             resp.read()
 
     def client(self, endpoint: str | None = None) -> Any:
+        """A boto3 client of the server (or of ``endpoint``), made once per endpoint: clients are
+        thread-safe, and each new one costs a third of a second of botocore model parsing."""
+        key = endpoint or self.endpoint
+        if key not in _CLIENTS:
+            _CLIENTS[key] = self._new_client(key)
+        return _CLIENTS[key]
+
+    def _new_client(self, endpoint: str) -> Any:
         import boto3
         from botocore.config import Config as BotoConfig
 
         return boto3.session.Session().client(
-            "s3", endpoint_url=endpoint or self.endpoint, region_name="us-east-1",
+            "s3", endpoint_url=endpoint, region_name="us-east-1",
             aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
             config=BotoConfig(s3={"addressing_style": "path"}, max_pool_connections=32,
                               request_checksum_calculation="when_required",
                               response_checksum_validation="when_required"),
         )
+
+
+_CLIENTS: dict[str, Any] = {}
 
 
 def _start_moto(log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
