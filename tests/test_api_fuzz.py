@@ -28,16 +28,20 @@ P = "/api/profiles/p1/memories"
 JSON = {"content-type": "application/json"}
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One server for the module (the battery and schemathesis only need it to stay up)."""
-    with MemoryBank(tmp_path_factory.mktemp("fuzz") / "fuzz.db") as bank:
+def _serve_seeded(path: Path) -> Iterator[str]:
+    with MemoryBank(path) as bank:
         first = bank.save("p1", content="Prefers dark roast coffee in the morning", category="preference")
         bank.save("p1", content="Deploys on Fridays", category="behavior")
         bank.automations.put("auto-1", "last run stopped at page 3")
         with LiveServer(create_app(bank)) as server:
             server.seed_id = first.memory.id  # type: ignore[attr-defined]
             yield server.url
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for the module (the battery and schemathesis only need it to stay up)."""
+    yield from _serve_seeded(tmp_path_factory.mktemp("fuzz") / "fuzz.db")
 
 
 def _body(obj: str | bytes) -> dict[str, Any]:
@@ -159,12 +163,17 @@ def test_malformed_requests_never_get_a_5xx(live: str, method: str, path: str, k
         assert body["error"]["message"] and "\n" not in body["error"]["message"]
 
 
-def test_the_battery_changed_nothing_it_should_not(live: str) -> None:
-    with httpx.Client(base_url=live) as c:
-        # The two seeded memories, plus the battery's only valid save (JSON sent with a charset
-        # parameter): every malformed or oversize request was refused without writing.
-        assert c.get("/api/memory-bank/stats").json()["perProfile"] == {"p1": 3}
-        assert c.get("/api/automations/auto-1/memory").json() == {"memory": "last run stopped at page 3"}
+def test_the_battery_changed_nothing_it_should_not(tmp_path: Path) -> None:
+    # Its own server: the module's is shared with schemathesis (whose valid cases do save), and
+    # tests may run in any order and on any worker.
+    for live in _serve_seeded(tmp_path / "battery.db"):
+        with httpx.Client(base_url=live, timeout=30) as c:
+            for method, path, kwargs in BATTERY:
+                c.request(method, path, **kwargs)
+            # The two seeded memories, plus the battery's only valid save (JSON sent with a charset
+            # parameter): every malformed or oversize request was refused without writing.
+            assert c.get("/api/memory-bank/stats").json()["perProfile"] == {"p1": 3}
+            assert c.get("/api/automations/auto-1/memory").json() == {"memory": "last run stopped at page 3"}
 
 
 # --- schemathesis -----------------------------------------------------------------------------------
