@@ -40,6 +40,7 @@ from .model import (
 from .store import IdTakenError, Page, Store
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from concurrent.futures import Future
     from datetime import datetime
 
@@ -690,6 +691,15 @@ class MemoryBank:
             raise ConfigError(f"ranking.evidence_ratio must be from 0 to 1, got {ratio!r}")
         return Ranking(mode, ratio)
 
+    def _similarity(self, profile: str, query: str, ranking: "Ranking") -> "Mapping[str, float] | None":
+        """The semantic signal's embedding top-k for ``query`` (id -> cosine), when it is on and
+        the ranking is evidence-gated (the spec mode is the spec's literal rule); else ``None``,
+        and nothing of the extra (numpy, wordllama) is imported."""
+        if not ranking.gated:
+            return None
+        semantic = self.semantic
+        return semantic.similar(profile, query) if semantic is not None else None
+
     def query_with_relevance(
         self,
         profile: str,
@@ -715,8 +725,9 @@ class MemoryBank:
         if isinstance(exclude_ids, str):
             exclude_ids = (exclude_ids,)
         exclude = [validate_id(i) for i in exclude_ids]
+        ranking = self.ranking()
         return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now,
-                                   ranking=self.ranking())
+                                   ranking=ranking, similarity=self._similarity(profile, query, ranking))
 
     def recall(
         self,
@@ -769,11 +780,14 @@ class MemoryBank:
 
         index = self._index()
         ranking = self.ranking()
+        similarity = self._similarity(profile, query, ranking)
 
         def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
             # The core tier always applies (the spec's rule); the relevant tier needs evidence.
+            if tier == "core":
+                return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier, ranking=SPEC)
             return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier,
-                               ranking=SPEC if tier == "core" else ranking)
+                               ranking=ranking, similarity=similarity)
 
         return build_memory_block(
             ranked,

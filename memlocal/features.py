@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import inspect
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -111,6 +110,8 @@ def fingerprint() -> str:
 
     version = getattr(Stemmer, "version", "")
     h.update(str(version() if callable(version) else version).encode())
+    # memory_terms lives in text.py, so its source is part of this digest (no inspect.getsource:
+    # importing inspect alone cost a fresh process more than the rest of the check).
     sources = [_text.__file__, _clusters.__file__]
     vocab = importlib.util.find_spec(f"{__package__}.vocab")
     if vocab is not None and vocab.origin:
@@ -120,9 +121,5 @@ def fingerprint() -> str:
             h.update(Path(src).read_bytes())
         except OSError:  # no source shipped: TERMS_VERSION alone stamps the tokenizer
             pass
-    try:
-        h.update(inspect.getsource(memory_terms).encode())
-    except (OSError, TypeError):
-        pass
     h.update(FTS_TOKENIZE.encode())
     return h.hexdigest()[:16]

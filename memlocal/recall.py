@@ -17,10 +17,11 @@ import math
 import sqlite3
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Iterable, Sequence
+from typing import Any, Final, Iterable, Mapping, Sequence
 
-from .features import features_of
+from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
@@ -31,6 +32,7 @@ from .scoring import (
     Ranking,
     Row,
     ScoredMemory,
+    Weights,
     rank_key,
     confidence_mul,
     evidence_of,
@@ -40,6 +42,7 @@ from .scoring import (
     score_parts,
     usage,
     weights_for,
+    with_similarity,
 )
 from .store import Store
 
@@ -259,31 +262,44 @@ class ProfileIndex:
         exclude_ids: Iterable[str] = (),
         tier: str | None = None,
         essential_budget: int | None = None,
-    ) -> tuple[list[tuple[_Entry, float, float, float]], float]:
-        """The evidence-gated top ``limit`` (see :class:`Ranking`) and the best topic, exactly as
-        :func:`gate_select` over every memory holding a query feature would give them.
+        similarity: Mapping[str, float] | None = None,
+    ) -> tuple[list[tuple[_Entry, float, float, float]], float, dict[str, float]]:
+        """The evidence-gated top ``limit`` (see :class:`Ranking`), the best topic, and the
+        similarity that counted for each kept memory (the semantic signal), exactly as
+        :func:`gate_select` over every memory holding a query feature, plus the ``similarity``
+        top-k (:func:`memlocal.scoring.with_similarity`), would give them.
 
         Only memories holding a query term or cluster can pass, so only posting lists are read.
         Selective features (short lists) are scored first; the common ones bound the topic a
         memory holding only those can reach (``rest``). When the gate already keeps ``limit``
         memories whose topic is above that bound, no other memory can displace them, and the
-        common lists are skipped; otherwise they are scored too.
+        common lists are skipped; otherwise they are scored too. The memories of the similarity
+        top-k are always scored (a memory outside it gains nothing, so the bound still holds).
         """
         if pq.empty:
-            return [], 0.0
+            return [], 0.0, {}
         w = weights_for(maturity(self.total_accesses))
         entries = self.entries
         seen: set[str] = set(exclude_ids)
         rows: list[Row] = []
+        counted: dict[str, float] = {}
+        sim = similarity or {}
 
-        def visit_all(ids: set[str]) -> None:
+        def visit(e: _Entry) -> None:
+            s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
+            if sim:
+                s, top, cos = with_similarity(s, rec, e.use, e.cm, top, sim.get(e.id), w)
+                if cos is not None:
+                    counted[e.id] = cos
+            rows.append((e, s, rec, top))
+
+        def visit_all(ids: Iterable[str]) -> None:
             for mid in ids:
                 if mid not in seen:
                     seen.add(mid)
-                    e = entries[mid]
-                    if tier is None or e.tier == tier:
-                        s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
-                        rows.append((e, s, rec, top))
+                    e = entries.get(mid)
+                    if e is not None and (tier is None or e.tier == tier):
+                        visit(e)
 
         feats: list[tuple[int, float, set[str]]] = []
         for t, wt in zip(pq.terms, pq.weights):
@@ -304,6 +320,7 @@ class ProfileIndex:
             else:
                 rest += wt
                 common.append(ids)
+        visit_all(sim)
 
         def ident(e: _Entry) -> tuple[int, str]:
             return e.created_us, e.id
@@ -315,7 +332,181 @@ class ProfileIndex:
                 for ids in common:
                     visit_all(ids)
                 kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
-        return kept, best  # type: ignore[return-value]
+        return kept, best, {r[0].id: counted[r[0].id] for r in kept if r[0].id in counted}  # type: ignore[return-value]
+
+
+# --- the cold path: a first query answered from the persisted features --------------------------
+
+# The FTS5 match drives (CROSS JOIN keeps that order; "+" keeps the profile index out), then each
+# hit is one rowid lookup in ``memories``.
+_HIT_SQL: Final = (
+    "SELECT m.id, m.created_us, m.last_accessed_us, m.access_count, m.confidence, m.category, m.features"
+    " FROM memory_features f CROSS JOIN memories m ON m.rowid = f.rowid"
+    " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
+)
+_COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features MATCH ?"
+
+
+class ColdHit:
+    """A candidate read straight from the store by :func:`cold_query` (no index built)."""
+
+    __slots__ = ("id", "created_us", "use", "cm", "features")
+
+    def __init__(self, mid: str, created_us: int, use: float, cm: float, features: str) -> None:
+        self.id = mid
+        self.created_us = created_us
+        self.use = use
+        self.cm = cm
+        self.features = features  # the stored features string (memlocal.features)
+
+
+ColdRow = tuple[ColdHit, float, float, float]  # (hit, score, recency, topic)
+
+
+@dataclass(frozen=True, slots=True)
+class ColdAnswer:
+    """What :func:`cold_query` found: the gate's rows, the best topic, the similarity that
+    counted per kept id, and the query and weights they were scored with."""
+
+    kept: list[ColdRow]
+    best: float
+    counted: dict[str, float]
+    pq: PreparedQuery
+    weights: Weights
+    maturity: float
+
+
+def cold_query(
+    conn: sqlite3.Connection,
+    profile: str,
+    query: str,
+    *,
+    now_us: int,
+    limit: int,
+    min_score: float,
+    ratio: float,
+    exclude_ids: Iterable[str] = (),
+    tier: str | None = None,
+    similarity: Mapping[str, float] | None = None,
+    essential_budget: int | None = None,
+    max_rows: int = 4096,
+) -> ColdAnswer | None:
+    """An evidence-gated query answered from the persisted features, without building an index.
+
+    The rows are :func:`gate_select` over every active memory of ``profile`` that shares a term
+    or a cluster with ``query`` (or is in the ``similarity`` top-k), in ``tier`` and not
+    excluded, each scored with :func:`score_parts` (and :func:`with_similarity`): the full
+    scan's answer, float for float.
+
+    Statistics are the profile's true ones: N and the accesses from ``profile_revs`` (kept by
+    triggers), each term's document frequency from the FTS5 table ``memory_features`` (plus rows
+    whose features are not derived yet, tokenised here). Candidates are read in two steps, as
+    the in-memory index does: first the memories holding a *selective* feature (a short posting
+    list); the *common* features are light (low IDF), and when the gate already keeps ``limit``
+    memories whose topic is above what the common features alone can give, no memory holding
+    only those could displace one, so they are never read. When they must be read and hold more
+    than ``max_rows`` memories, ``None``: the caller builds the full index instead (it reads
+    every memory once, but then answers every later query fast). Runs inside the caller's read
+    transaction.
+    """
+    row = conn.execute("SELECT active, accesses FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
+    n, accesses = row if row is not None else (0, 0)
+    mat = maturity(accesses)
+    w = weights_for(mat)
+    # When no other profile has an active memory, every indexed document is this profile's: the
+    # scope token (a posting list as long as the bank) is left out of the matches.
+    others = conn.execute("SELECT 1 FROM profile_revs WHERE profile <> ? AND active > 0 LIMIT 1",
+                          (profile,)).fetchone()
+    scope = f"{scope_token(profile)} AND " if others else ""
+    # Rows without stored features (written by raw SQL, not derived yet): tokenised here.
+    stale = conn.execute(_ROW_SQL + " AND features IS NULL AND is_active = 1", (profile,)).fetchall()
+    stale_features = [features_of(r[8], r[9]) for r in stale]
+    stale_tokens = [frozenset(f.split()) for f in stale_features]
+    dfs: dict[str, int] = {}
+
+    def df(term: str) -> int:
+        if term not in dfs:
+            tok = encode_term(term)
+            dfs[term] = (conn.execute(_COUNT_SQL, (scope + term_token(term),)).fetchone()[0]
+                         + sum(1 for ts in stale_tokens if tok in ts))
+        return dfs[term]
+
+    pq = prepare_query(query, df, n)
+    if pq.empty:
+        return ColdAnswer([], 0.0, {}, pq, w, mat)
+    # The same query over the stored string: each feature as " token " is found in " features "
+    # exactly when the memory has it (tokens hold no space), so score_parts can test membership
+    # on the string without splitting it; the same weights in the same order, so the same floats.
+    pq_tok = PreparedQuery(tuple(f" {encode_term(t)} " for t in pq.terms), pq.weights,
+                           tuple(f" {CLUSTER_PREFIX}{c} " for c in pq.clusters), pq.cluster_weight, pq.denominator)
+    feats: list[tuple[int, float, str]] = [(pq_df, wt, term_token(t)) for t, wt, pq_df in
+                                           zip(pq.terms, pq.weights, (df(t) for t in pq.terms))]
+    for c in pq.clusters:
+        size = conn.execute(_COUNT_SQL, (scope + cluster_token(c),)).fetchone()[0]
+        feats.append((size, pq.cluster_weight, cluster_token(c)))
+    feats = [f for f in feats if f[0] > 0]  # nothing holds it (stale rows are visited anyway)
+    feats.sort(key=lambda f: f[0])
+    budget = max(256, n // 16) if essential_budget is None else essential_budget
+    spent, rest, common_rows = 0, 0.0, 0
+    selective: list[str] = []
+    common: list[str] = []
+    for size, wt, token in feats:
+        if spent + size <= budget:
+            spent += size
+            selective.append(token)
+        else:
+            common.append(token)
+            rest += wt
+            common_rows += size
+    sim = similarity or {}
+    seen: set[str] = set(exclude_ids)
+    rows: list[ColdRow] = []
+    counted: dict[str, float] = {}
+
+    def visit(r: Sequence[Any], features: str) -> None:
+        (mid, created_us, last_us, count, confidence, category) = r[:6]
+        if mid in seen:
+            return
+        seen.add(mid)
+        if tier is not None and (category in CORE_CATEGORIES) != (tier == "core"):
+            return
+        anchor = max(created_us, last_us or created_us)
+        use, cm = usage(count), confidence_mul(confidence)
+        padded = f" {features} "  # encoded terms and "@cluster"s: one string serves as both
+        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w)
+        if sim:
+            score, top, cos = with_similarity(score, rec, use, cm, top, sim.get(mid), w)
+            if cos is not None:
+                counted[mid] = cos
+        if top > 0.0:
+            rows.append((ColdHit(mid, created_us, use, cm, features), score, rec, top))
+
+    def read(match: str) -> None:
+        for r in conn.execute(_HIT_SQL, (match, profile)):
+            visit(r, r[6])
+
+    for r, f in zip(stale, stale_features):
+        visit(r, f)
+    if selective:
+        read(f"{scope}({' OR '.join(selective)})")
+    wanted = [mid for mid in sim if mid not in seen]
+    if wanted:  # the similarity top-k that shares no selective feature: read by id
+        marks = ", ".join("?" for _ in wanted)
+        for r in conn.execute(_ROW_SQL + f" AND is_active = 1 AND id IN ({marks})", (profile, *wanted)):
+            visit(r, r[6] if r[6] is not None else features_of(r[8], r[9]))
+
+    def ident(h: ColdHit) -> tuple[int, str]:
+        return h.created_us, h.id
+
+    kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+    if common and (len(kept) < limit or min(r[3] for r in kept) <= min(1.0, rest / pq.denominator) + _EPS):
+        if common_rows > max_rows:
+            return None  # reading them row by row would cost more than building the index
+        not_selective = f" NOT ({' OR '.join(selective)})" if selective else ""
+        read(f"{scope}({' OR '.join(common)}){not_selective}")
+        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+    return ColdAnswer(kept, best, {h.id: counted[h.id] for h, *_ in kept if h.id in counted},  # type: ignore[misc]
+                      pq, w, mat)
 
 
 class RecallIndex:
@@ -326,10 +517,17 @@ class RecallIndex:
     A query runs inside one read transaction, so the index and the rows returned agree.
     """
 
-    def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None) -> None:
+    def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
+                 cold_queries: int = 1, cold_max_rows: int = 4096) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
+        # How many evidence-mode queries of a profile are answered from the persisted features
+        # (:func:`cold_query`) before its index is built: a one-shot process (the CLI, a runner)
+        # never pays for the build; a long-lived one builds it on its next query and is then warm.
+        self.cold_queries = cold_queries
+        self.cold_max_rows = cold_max_rows
+        self._cold: dict[str, int] = {}
         self._indexes: OrderedDict[str, ProfileIndex] = OrderedDict()
         self._lock = threading.RLock()
 
@@ -374,29 +572,51 @@ class RecallIndex:
         now: datetime | None = None,
         tier: str | None = None,
         ranking: Ranking = Ranking(),
+        similarity: Mapping[str, float] | None = None,
     ) -> list[ScoredMemory]:
-        """The exact top ``limit`` of ``profile`` for ``query`` under ``ranking`` (no side effects)."""
+        """The exact top ``limit`` of ``profile`` for ``query`` under ``ranking`` (no side effects).
+
+        ``similarity``: the semantic signal's embedding top-k (id -> cosine), added to the topic
+        in evidence mode (:func:`memlocal.scoring.with_similarity`); ignored in spec mode.
+        """
         now_us = to_us(now or utcnow())
         assert now_us is not None
         # Rows written without features (raw SQL) get them now; one indexed probe when none.
         self.store.derive_stale_features(profile)
         with self._lock, self.store.snapshot() as conn:
+            if ranking.gated and profile not in self._indexes and self._cold.get(profile, 0) < self.cold_queries:
+                self._cold[profile] = self._cold.get(profile, 0) + 1
+                cold = cold_query(conn, profile, query, now_us=now_us, limit=limit, min_score=min_score,
+                                  ratio=ranking.ratio, exclude_ids=exclude_ids, tier=tier, similarity=similarity,
+                                  essential_budget=self.essential_budget, max_rows=self.cold_max_rows)
+                if cold is not None:
+                    found = self.store.get_many(profile, [h.id for h, *_ in cold.kept], conn=conn)
+                    out = []
+                    for h, s, rec, t in cold.kept:
+                        if h.id in found:
+                            terms, clusters = parse_features(h.features)
+                            out.append(ScoredMemory(
+                                found[h.id], s, Breakdown(rec, h.use, t, h.cm, cold.weights, cold.maturity, s),
+                                evidence_of(cold.pq, terms, clusters, t, cold.best, cold.counted.get(h.id))))
+                    return out
             idx = self._refresh(conn, profile)
             pq = idx.prepare(query)
             mat = maturity(idx.total_accesses)
             w = weights_for(mat)
             best = 0.0
+            counted: dict[str, float] = {}
             if ranking.gated:
-                top, best = idx.top_k_gated(pq, now_us=now_us, limit=limit, min_score=min_score, ratio=ranking.ratio,
-                                            exclude_ids=exclude_ids, tier=tier,
-                                            essential_budget=self.essential_budget)
+                top, best, counted = idx.top_k_gated(
+                    pq, now_us=now_us, limit=limit, min_score=min_score, ratio=ranking.ratio,
+                    exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget,
+                    similarity=similarity)
             else:
                 top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
                                 exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
             memories = self.store.get_many(profile, [e.id for e, *_ in top], conn=conn)
         return [
             ScoredMemory(memories[e.id], s, Breakdown(rec, e.use, t, e.cm, w, mat, s),
-                         evidence_of(pq, e.terms, e.clusters, t, best) if ranking.gated else None)
+                         evidence_of(pq, e.terms, e.clusters, t, best, counted.get(e.id)) if ranking.gated else None)
             for e, s, rec, t in top
             if e.id in memories
         ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Final, Iterable, Sequence
+from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence
 
 from . import text
 from .clusters import clusters_of
@@ -38,6 +38,13 @@ MATURITY_ACCESSES: Final = 50
 USAGE_FLOOR: Final = 0.6
 # A shared cluster counts as this fraction of the query's mean term weight (see docs/relevance.md).
 CLUSTER_WEIGHT: Final = 0.25
+# The optional semantic signal (memlocal.semantic) adds to the topic: BONUS·max(0, cos − FLOOR).
+SIMILARITY_BONUS: Final = 0.25
+SIMILARITY_FLOOR: Final = 0.1
+# Similarity alone (no shared term or cluster) admits a memory only from this cosine on: off-topic
+# queries reach 0.22 against a developer's memories (docs/relevance.md). Below it, similarity
+# only adds to the topic of memories that have lexical evidence. (Not Final: scripts sweep it.)
+SIMILARITY_EVIDENCE = 0.3
 US_PER_DAY: Final = 86_400_000_000
 
 TIERS: Final = ("core", "other")
@@ -151,14 +158,16 @@ def score_parts(
     now_us: int,
     use: float,
     cmul: float,
-    terms: frozenset[str],
-    clusters: frozenset[str],
+    terms: Container[str],
+    clusters: Container[str],
     pq: PreparedQuery,
     w: Weights,
 ) -> tuple[float, float, float]:
     """(score, recency, topic) of one memory. Every ranking path scores through this one
     function, so their floats are identical; it inlines :func:`recency`, :func:`topic` and
-    :func:`combine` (same arithmetic) because it runs once per memory visited."""
+    :func:`combine` (same arithmetic) because it runs once per memory visited. ``terms`` and
+    ``clusters`` only need ``in`` against ``pq``'s features (sets, or the cold path's stored
+    feature string with ``pq``'s features written as its space-delimited tokens)."""
     rec = 0.5 ** ((max(0, now_us - anchor_us) / US_PER_DAY) / HALF_LIFE_DAYS)
     top = 0.0
     den = pq.denominator
@@ -173,6 +182,28 @@ def score_parts(
                 shared += 1
         top = min(1.0, (covered + pq.cluster_weight * shared) / den)
     return (w.recency * rec + w.usage * use + w.topic * top) * cmul, rec, top
+
+
+def similarity_bonus(cos: float) -> float:
+    """What the semantic signal adds to a memory's topic: ``0.25·max(0, cos − 0.1)``."""
+    return SIMILARITY_BONUS * max(0.0, cos - SIMILARITY_FLOOR)
+
+
+def with_similarity(score: float, rec: float, use: float, cmul: float, top: float, cos: float | None,
+                    w: Weights) -> tuple[float, float, float | None]:
+    """(score, topic, cos-if-it-counted) of a memory once the semantic signal is added: its topic
+    becomes ``topic + similarity_bonus(cos)`` (evidence mode, docs/relevance.md). ``cos`` is
+    ``None`` for a memory outside the embedding top-k; a similarity at or below the floor adds
+    nothing, and for a memory without lexical evidence (topic 0) one below
+    ``SIMILARITY_EVIDENCE`` adds nothing either, so similarity alone admits only a clear match.
+    Every path adds the signal through this function, so their floats agree."""
+    if cos is None:
+        return score, top, None
+    bonus = similarity_bonus(cos)
+    if bonus <= 0.0 or (top <= 0.0 and cos < SIMILARITY_EVIDENCE):
+        return score, top, None
+    top = top + bonus
+    return (w.recency * rec + w.usage * use + w.topic * top) * cmul, top, cos
 
 
 # --- results ---------------------------------------------------------------------------------
@@ -332,11 +363,15 @@ def rank_brute_force(
     now: datetime | None = None,
     tier: str | None = None,
     ranking: Ranking = Ranking(),
+    similarity: Mapping[str, float] | None = None,
 ) -> list[ScoredMemory]:
     """Score every active memory with the formula and return the top ``limit`` (reference path),
     under ``ranking`` (evidence gate or the spec's rule).
 
     ``memories`` are one profile's memories; statistics (IDF, maturity) are over its active ones.
+    ``similarity`` (evidence mode only): the semantic signal's embedding top-k as id -> cosine
+    (:meth:`memlocal.semantic.SemanticIndex.similar`); each of those memories' topic gains
+    :func:`similarity_bonus` (:func:`with_similarity`). The spec mode ignores it.
     """
     now_us = to_us(now or utcnow())
     assert now_us is not None
@@ -349,6 +384,8 @@ def rank_brute_force(
     mat = maturity(sum(m.access_count for m in active))
     w = weights_for(mat)
     pq = prepare_query(query, lambda t: df.get(t, 0), len(active))
+    if pq.empty:  # a query with no usable words gives no evidence, semantic or other
+        similarity = None
     excluded = set(exclude_ids)
     out = []
     rows: list[Row] = []
@@ -363,7 +400,9 @@ def rank_brute_force(
         cs = clusters_of(ts)
         score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
         if ranking.gated:
-            rows.append(((m, created, use, cm, ts, cs), score, rec, top))
+            cos = similarity.get(m.id) if similarity else None
+            score, top, cos = with_similarity(score, rec, use, cm, top, cos, w)
+            rows.append(((m, created, use, cm, ts, cs, cos), score, rec, top))
         elif score >= min_score:
             breakdown = Breakdown(rec, use, top, cm, w, mat, score)
             out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
@@ -371,7 +410,7 @@ def rank_brute_force(
         kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
                                  ident=lambda item: (item[1], item[0].id))
         return [ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
-                             evidence_of(pq, ts, cs, top, best))
-                for (m, _, use, cm, ts, cs), score, rec, top in kept]
+                             evidence_of(pq, ts, cs, top, best, cos))
+                for (m, _, use, cm, ts, cs, cos), score, rec, top in kept]
     out.sort(key=lambda pair: pair[0])
     return [s for _, s in out[:limit]]

@@ -28,6 +28,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, Sequence
 
+# How similarity enters the topic (docs/relevance.md): topic + BONUS·max(0, cos − FLOOR). The
+# formula is the scoring module's (pure, shared by the recall index and the full scan).
+from .scoring import SIMILARITY_BONUS, SIMILARITY_FLOOR, similarity_bonus  # noqa: F401
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -35,9 +39,6 @@ if TYPE_CHECKING:
 
 MODEL_CONFIG: Final = "l2_supercat"  # the configuration whose 256-dim weights the wheel ships
 MODEL_DIM: Final = 256
-# How similarity enters the topic (docs/relevance.md): topic + BONUS·max(0, cos − FLOOR).
-SIMILARITY_BONUS: Final = 0.25
-SIMILARITY_FLOOR: Final = 0.1
 CANDIDATES: Final = 50  # the embedding top-k unioned with the lexical top-k
 
 
@@ -180,8 +181,3 @@ class SemanticIndex:
             pool = list(range(len(ids)))
         order = sorted(pool, key=lambda i: (-float(cos[i]), ids[i]))[:k]
         return {ids[i]: float(cos[i]) for i in order}
-
-
-def similarity_bonus(cos: float) -> float:
-    """What similarity adds to a memory's topic: ``0.25·max(0, cos − 0.1)``."""
-    return SIMILARITY_BONUS * max(0.0, cos - SIMILARITY_FLOOR)

@@ -24,13 +24,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
-
-import sqlite_utils
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .errors import NotFoundError, StoreError
 from .hygiene import text_key
 from .model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
+
+if TYPE_CHECKING:
+    # Imported only to migrate (and by ``Store.db``): opening an up-to-date database, which a
+    # one-shot ``memlocal recall`` does, never pays for sqlite_utils and its plugin scan.
+    import sqlite_utils
 
 MEMORY_COLUMNS = (
     "id",
@@ -470,7 +474,14 @@ class Store:
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(f"cannot use database {self.path}: {exc}") from None
-        self.db = sqlite_utils.Database(conn)
+
+    @cached_property
+    def db(self) -> "sqlite_utils.Database":
+        """A sqlite_utils view of the connection (made on first use: importing sqlite_utils
+        loads its plugins, which a fresh process answering one recall should not pay for)."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
 
     def _configure(self) -> None:
         c = self.conn
@@ -490,7 +501,7 @@ class Store:
             )
         if current == SCHEMA_VERSION:
             return
-        db = sqlite_utils.Database(self.conn)
+        db = self.db
         for version in sorted(v for v in MIGRATIONS if v > current):
             with self.transaction():
                 # Another process may have migrated while we waited for the write lock.

@@ -1,21 +1,24 @@
 #!/usr/bin/env python3
-"""LoCoMo recall with and without the semantic signal (the ``memlocal[semantic]`` extra).
+"""LoCoMo recall with and without the semantic signal (the ``memlocal[semantic]`` extra), through
+the real recall path.
 
-Same data, turns and questions as ``locomo_eval.py`` (every turn saved at one instant, so the
-topic decides). ``memlocal`` is the lexical recall path; ``memlocal+semantic`` adds the
-semantic signal as docs/relevance.md defines it: over the union of the lexical top 50 and the
-embedding top 50 (``SemanticIndex.similar``), each memory's topic becomes
-``topic + 0.25·max(0, cos − 0.1)``, ranked by that (ties: the lexical order, then id). Also
-prints the per-query cost of the similarity query and the stored bytes per memory.
+Same data, turns and questions as ``locomo_eval.py``. Two banks get the same turns: one with
+``semantic.enabled`` off, one with it on; every question goes through
+``MemoryBank.query_with_relevance`` (evidence mode, limit 10, min_score 0), so what is measured
+is what ``recall`` returns: the evidence gate over the union of the lexical candidates and the
+embedding top 50, each memory's topic raised by ``0.25·max(0, cos − 0.1)`` (docs/relevance.md).
+``--dated`` gives each turn its session's date (the living bank's "fresh" phase); by default
+every turn is saved at one instant, so the topic decides. Also prints the per-query cost of the
+semantic query (``similar``), the stored bytes per memory, and the share of questions answered
+with at least one memory admitted on similarity alone.
 
-    python scripts/semantic_eval.py [PATH] [--json]
+    python scripts/semantic_eval.py [PATH] [--dated] [--evidence-min COS] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -24,89 +27,80 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from locomo_eval import DEFAULT_DATA, DEPTH, IMPORTED_AT, Scores, load, memlocal_ranker  # noqa: E402
+from locomo_eval import DEFAULT_DATA, DEPTH, Scores, load, load_turns  # noqa: E402
 
-from memlocal import MemoryBank  # noqa: E402
+from memlocal import MemoryBank, scoring  # noqa: E402
 from memlocal.config import Config  # noqa: E402
-from memlocal.semantic import CANDIDATES, SemanticIndex, available, similarity_bonus  # noqa: E402
+from memlocal.semantic import available  # noqa: E402
 
 
-def evaluate(path: Path) -> dict[str, Any]:
+def evaluate(path: Path, *, dated: bool = False) -> dict[str, Any]:
     convs = load(path)
-    plain, fused = Scores(), Scores()
+    scores = {"memlocal": Scores(), "memlocal+semantic": Scores()}
+    total_ms: dict[str, list[float]] = {"memlocal": [], "memlocal+semantic": []}
     sim_ms: list[float] = []
-    now = IMPORTED_AT.replace(day=2)
+    semantic_only = 0
     with tempfile.TemporaryDirectory(prefix="memlocal-semantic-") as tmp:
-        bank = MemoryBank(Path(tmp) / "s.db", config=Config.load(environ={}))
+        banks = {name: MemoryBank(Path(tmp) / f"{i}.db", config=Config.load(
+                     environ={}, overrides={"semantic.enabled": name.endswith("semantic")}))
+                 for i, name in enumerate(scores)}
         try:
-            sem = SemanticIndex(bank.store)
+            sem = banks["memlocal+semantic"].semantic
+            assert sem is not None
             for conv in convs:
-                lexical = memlocal_ranker(bank, conv, dated=False)
-                profile = re.sub(r"[^A-Za-z0-9._-]", "-", conv.name) or "conv"
-                turn_of = {mid: dia for mid, dia in _turn_ids(bank, profile, conv)}
-                sem.similar(profile, "warm up")  # embeds the conversation's turns once (not timed)
-                for q in conv.questions:
-                    plain.add(lexical(q.text), q.evidence)
-                    results = bank.query_with_relevance(profile, q.text, limit=CANDIDATES, min_score=0.0, now=now)
-                    topic = {r.memory.id: r.breakdown.topic for r in results}
-                    order = {r.memory.id: i for i, r in enumerate(results)}
-                    t = time.perf_counter()
-                    cos = sem.similar(profile, q.text, CANDIDATES)
-                    sim_ms.append((time.perf_counter() - t) * 1000)
-                    pool = set(topic) | set(cos)
-                    # A memory only the embeddings found has the topic the formula gives it.
-                    if pool - set(topic):
-                        topic = {**_topics(bank, profile, q.text), **topic}
-                    ranked = sorted(pool, key=lambda m: (-(topic[m] + similarity_bonus(cos.get(m, 0.0))),
-                                                         order.get(m, len(order)), m))
-                    fused.add([turn_of[m] for m in ranked[:DEPTH]], q.evidence)
-            stored = bank.store.read("SELECT avg(length(vector)) FROM memory_vectors")[0][0]
+                for name, bank in banks.items():
+                    profile, by_id, now = load_turns(bank, conv, dated=dated)
+                    for _ in range(2):  # embeds the turns; the first query is cold, the second builds the index
+                        bank.query_with_relevance(profile, "warm up", now=now)
+                    for q in conv.questions:
+                        t = time.perf_counter()
+                        results = bank.query_with_relevance(profile, q.text, limit=DEPTH, min_score=0.0, now=now)
+                        total_ms[name].append((time.perf_counter() - t) * 1000)
+                        scores[name].add([by_id[r.memory.id] for r in results], q.evidence)
+                        if name.endswith("semantic"):
+                            t = time.perf_counter()
+                            sem.similar(profile, q.text)
+                            sim_ms.append((time.perf_counter() - t) * 1000)
+                            semantic_only += any(r.evidence is not None and not r.evidence.terms
+                                                 and not r.evidence.clusters for r in results)
+            stored = banks["memlocal+semantic"].store.read("SELECT avg(length(vector)) FROM memory_vectors")[0][0]
         finally:
-            bank.close()
-    return {"data": str(path), "memlocal": plain.to_dict(), "memlocal+semantic": fused.to_dict(),
-            "similar_p50_ms": round(statistics.median(sim_ms), 3), "vector_bytes_per_memory": stored}
-
-
-def _turn_ids(bank: MemoryBank, profile: str, conv: Any) -> list[tuple[str, str]]:
-    from locomo_eval import _memory_id
-
-    ids: list[tuple[str, str]] = []
-    taken: set[str] = set()
-    for t in conv.turns:  # the same ids memlocal_ranker gave the turns
-        mid = _memory_id(conv.name, t.dia_id)
-        while mid in taken:
-            mid = "mem-" + f"{(int(mid[4:], 16) + 1) % (1 << 32):08x}"
-        taken.add(mid)
-        ids.append((mid, t.dia_id))
-    return ids
-
-
-def _topics(bank: MemoryBank, profile: str, query: str) -> dict[str, float]:
-    """The formula's topic of every memory of ``profile`` for ``query`` (the full scan)."""
-    from memlocal.scoring import rank_brute_force
-
-    return {r.memory.id: r.breakdown.topic for r in rank_brute_force(
-        bank.store.iter_profile(profile), query, limit=10**6, min_score=0.0, now=IMPORTED_AT.replace(day=2))}
+            for bank in banks.values():
+                bank.close()
+    n = scores["memlocal"].n
+    return {"data": str(path), "dated": dated, "similarity_evidence_min": scoring.SIMILARITY_EVIDENCE,
+            **{name: s.to_dict() for name, s in scores.items()},
+            "query_p50_ms": {name: round(statistics.median(v), 3) for name, v in total_ms.items()},
+            "similar_p50_ms": round(statistics.median(sim_ms), 3), "vector_bytes_per_memory": stored,
+            "questions_with_a_similarity_only_result": round(semantic_only / max(1, n), 4)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--dated", action="store_true", help="each turn created at its session's date")
+    ap.add_argument("--evidence-min", type=float,
+                    help="experiment: the cosine from which similarity alone is evidence (default: the shipped value)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if not available():
         print("error: the semantic extra is not installed (pip install -e '.[semantic]')", file=sys.stderr)
         return 2
-    result = evaluate(args.path.resolve())
+    if args.evidence_min is not None:
+        scoring.SIMILARITY_EVIDENCE = args.evidence_min
+    result = evaluate(args.path.resolve(), dated=args.dated)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for s in ("memlocal", "memlocal+semantic"):
             r = result[s]
             print(f"{s:<18} R@1 {r['recall@1']:.3f}  R@5 {r['recall@5']:.3f}  R@8 {r['recall@8']:.3f}  "
-                  f"R@10 {r['recall@10']:.3f}  MRR@10 {r['mrr@10']:.3f}  ({r['questions']} questions)")
+                  f"R@10 {r['recall@10']:.3f}  MRR@10 {r['mrr@10']:.3f}  ({r['questions']} questions, "
+                  f"query p50 {result['query_p50_ms'][s]} ms)")
         print(f"similar() p50 {result['similar_p50_ms']} ms per query; {result['vector_bytes_per_memory']:.0f} "
-              "bytes of vector per memory")
+              f"bytes of vector per memory; similarity alone admitted a result for "
+              f"{result['questions_with_a_similarity_only_result']:.1%} of the questions "
+              f"(from cos {result['similarity_evidence_min']})")
     return 0
 
 

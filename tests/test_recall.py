@@ -56,20 +56,43 @@ def _key(results: list[ScoredMemory]) -> list[tuple[str, float]]:
 RANKINGS = [SPEC, Ranking(), Ranking("evidence", 0.0), Ranking("evidence", 0.7), Ranking("evidence", 1.0)]
 
 
-def _check(bank: MemoryBank, index: RecallIndex, query: str, limit: int, min_score: float,
-           exclude: list[str], tier: str | None, ranking: Ranking = Ranking()) -> None:
+def _indexes(bank: MemoryBank, budget: int | None, max_rows: int = 4096) -> list[RecallIndex]:
+    """The two paths: the in-memory index (built on the first query), and the cold path that
+    answers every query from the persisted FTS5 features (``max_rows`` 0: it gives up whenever
+    it would have to read the common features' rows, and the index is built instead)."""
+    return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0),
+            RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows)]
+
+
+def _check(bank: MemoryBank, indexes: list[RecallIndex], query: str, limit: int, min_score: float,
+           exclude: list[str], tier: str | None, ranking: Ranking = Ranking(),
+           similarity: dict[str, float] | None = None) -> None:
     want = rank_brute_force(bank.store.iter_profile("p"), query, limit=limit, min_score=min_score,
-                            exclude_ids=exclude, now=NOW, tier=tier, ranking=ranking)
-    got = index.query("p", query, limit=limit, min_score=min_score, exclude_ids=exclude, now=NOW, tier=tier,
-                      ranking=ranking)
-    assert _key(got) == _key(want)
-    assert [r.breakdown for r in got] == [r.breakdown for r in want]
-    assert [r.evidence for r in got] == [r.evidence for r in want]
-    assert [r.memory for r in got] == [r.memory for r in want]
-    if ranking.gated:  # every result has evidence; none is padding
-        assert all(r.evidence is not None and r.breakdown.topic > 0 for r in got)
-    else:
-        assert all(r.evidence is None for r in got)
+                            exclude_ids=exclude, now=NOW, tier=tier, ranking=ranking, similarity=similarity)
+    for index in indexes:
+        got = index.query("p", query, limit=limit, min_score=min_score, exclude_ids=exclude, now=NOW, tier=tier,
+                          ranking=ranking, similarity=similarity)
+        assert _key(got) == _key(want)
+        assert [r.breakdown for r in got] == [r.breakdown for r in want]
+        assert [r.evidence for r in got] == [r.evidence for r in want]
+        assert [r.memory for r in got] == [r.memory for r in want]
+        if ranking.gated:  # every result has evidence; none is padding
+            assert all(r.evidence is not None and r.breakdown.topic > 0 for r in got)
+        else:
+            assert all(r.evidence is None for r in got)
+
+
+# The semantic signal's embedding top-k, as (memory index, cosine) pairs: cosines around the
+# floor (0.1) and ties are common, and some point at inactive or excluded memories.
+similarity_spec = st.one_of(st.none(), st.lists(
+    st.tuples(st.integers(0, 60), st.one_of(st.sampled_from([0.05, 0.1, 0.1000001, 0.3, 0.6, 1.0]),
+                                            st.floats(-1.0, 1.0))), max_size=8))
+
+
+def _similarity(pairs: list[tuple[int, float]] | None, mems: list[Memory]) -> dict[str, float] | None:
+    if pairs is None or not mems:
+        return None
+    return {mems[i % len(mems)].id: cos for i, cos in pairs}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -83,18 +106,22 @@ def _check(bank: MemoryBank, index: RecallIndex, query: str, limit: int, min_sco
     tier=st.sampled_from([None, None, "core", "other"]),
     n_excluded=st.integers(0, 3),
     ranking=st.sampled_from(RANKINGS),
+    max_rows=st.sampled_from([4096, 0]),
+    pairs=similarity_spec,
 )
 def test_top_k_equals_brute_force(specs: list[dict[str, Any]], other: list[dict[str, Any]], queries: list[str],
                                   limit: int, min_score: float, budget: int | None, tier: str | None,
-                                  n_excluded: int, ranking: Ranking) -> None:
+                                  n_excluded: int, ranking: Ranking, max_rows: int,
+                                  pairs: list[tuple[int, float]] | None) -> None:
     with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank:
         mems = [_put(bank, s) for s in specs]
         for s in other:  # another profile's memories never leak in nor change the statistics
             _put(bank, s, profile="q")
         exclude = [m.id for m in mems[:n_excluded]]
-        index = RecallIndex(bank.store, essential_budget=budget)
+        indexes = _indexes(bank, budget, max_rows)
+        similarity = _similarity(pairs, mems)
         for q in queries:
-            _check(bank, index, q, limit, min_score, exclude, tier, ranking)
+            _check(bank, indexes, q, limit, min_score, exclude, tier, ranking, similarity)
             # The public API (automatic budget, both tiers, the default mode) agrees as well.
             want = rank_brute_force(bank.store.iter_profile("p"), q, limit=limit, min_score=min_score, now=NOW)
             assert _key(bank.query_with_relevance("p", q, limit, min_score, now=NOW)) == _key(want)
@@ -117,13 +144,16 @@ mutation = st.one_of(
     query=query_text,
     budget=st.sampled_from([None, 0, 2]),
     ranking=st.sampled_from(RANKINGS),
+    pairs=similarity_spec,
 )
 def test_index_stays_exact_while_the_bank_changes(specs: list[dict[str, Any]], steps: list[tuple[Any, ...]],
-                                                  query: str, budget: int | None, ranking: Ranking) -> None:
+                                                  query: str, budget: int | None, ranking: Ranking,
+                                                  pairs: list[tuple[int, float]] | None) -> None:
     with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank, _open(tmp) as elsewhere:
         mems = [_put(bank, s) for s in specs]
-        index = RecallIndex(bank.store, essential_budget=budget)
-        _check(bank, index, query, 8, 0.0, [], None, ranking)
+        indexes = _indexes(bank, budget)
+        similarity = _similarity(pairs, mems)
+        _check(bank, indexes, query, 8, 0.0, [], None, ranking, similarity)
         for i, step in enumerate(steps):
             # Alternate the writer: this connection, then another one on the same file.
             writer = bank if i % 2 else elsewhere
@@ -143,7 +173,7 @@ def test_index_stays_exact_while_the_bank_changes(specs: list[dict[str, Any]], s
             elif live and kind == "move":
                 with writer.store.transaction() as c:
                     c.execute("UPDATE memories SET profile = 'q' WHERE id = ?", (live[step[1] % len(live)],))
-            _check(bank, index, query, 8, 0.0, [], None, ranking)
+            _check(bank, indexes, query, 8, 0.0, [], None, ranking, similarity)
         assert mems  # the bank was not empty to start with
 
 

@@ -114,3 +114,90 @@ def test_the_shipped_model_loads_offline_and_bridges_paraphrases(tmp_path: Path)
         assert list(sem.similar("dev", "which test framework?", k=1)) == [ids["pytest"]]
         assert list(sem.similar("dev", "what food should I avoid at lunch?", k=1)) == [ids["allergy"]]
         assert ids["lisbon"] in sem.similar("dev", "what time zone is the user in?", k=2)
+
+
+# --- the signal in recall (evidence mode) ---------------------------------------------------------
+
+def _dev_bank(path: Path, semantic: bool, **overrides: object) -> tuple[MemoryBank, dict[str, str]]:
+    from dev_profile import dev_profile
+
+    bank = MemoryBank(path, config=Config.load(environ={}, overrides={"semantic.enabled": semantic, **overrides}))
+    return bank, {m.id: key for key, m in dev_profile(bank).items()}
+
+
+def test_recall_adds_similarity_to_the_topic_exactly_as_the_full_scan(tmp_path: Path) -> None:
+    """The wiring, with the deterministic embedder: recall under the semantic signal is the full
+    scan given the same embedding top-k, and each result's topic is its lexical topic plus the
+    bonus of the similarity its evidence records."""
+    from memlocal.scoring import rank_brute_force
+    from memory_factory import NOW
+
+    bank, _ = _dev_bank(tmp_path / "on.db", True)
+    plain, _ = _dev_bank(tmp_path / "off.db", False)
+    with bank, plain:
+        bank._semantic = SemanticIndex(bank.store, HashEmbedder())  # stands in for the shipped model
+        for query in ("prefers dark editor", "weekly team standup on Thursdays", "flat white coffee order"):
+            got = bank.query_with_relevance("dev", query, limit=8, min_score=0.0, now=NOW)
+            sim = bank.semantic.similar("dev", query)
+            want = rank_brute_force(bank.store.iter_profile("dev"), query, limit=8, min_score=0.0, now=NOW,
+                                    similarity=sim)
+            assert [(r.memory.id, r.score, r.evidence) for r in got] == [(r.memory.id, r.score, r.evidence) for r in want]
+            lexical = {r.memory.id: r.breakdown.topic
+                       for r in plain.query_with_relevance("dev", query, limit=30, min_score=0.0, now=NOW)}
+            assert any(r.evidence.semantic is not None for r in got)
+            for r in got:
+                bonus = similarity_bonus(r.evidence.semantic) if r.evidence.semantic is not None else 0.0
+                assert r.breakdown.topic == pytest.approx(lexical.get(r.memory.id, 0.0) + bonus)
+                assert "semantic" in r.evidence.to_dict() or r.evidence.semantic is None
+
+
+def test_the_spec_mode_ignores_the_signal(tmp_path: Path) -> None:
+    from memory_factory import NOW
+
+    bank, _ = _dev_bank(tmp_path / "on.db", True, **{"ranking.mode": "spec"})
+    plain, _ = _dev_bank(tmp_path / "off.db", False, **{"ranking.mode": "spec"})
+    with bank, plain:
+        bank._semantic = SemanticIndex(bank.store, HashEmbedder())
+        for query in ("prefers dark editor", "flat white coffee order"):
+            got = bank.query_with_relevance("dev", query, now=NOW)
+            assert [(r.memory.id, r.score, r.evidence) for r in got] == [
+                (r.memory.id, r.score, r.evidence) for r in plain.query_with_relevance("dev", query, now=NOW)]
+
+
+def test_off_means_numpy_is_never_imported(tmp_path: Path) -> None:
+    """The default install's recall, save and inject never import the extra (a fresh process on
+    an existing database: creating one runs the migrations through sqlite_utils, which imports
+    numpy by itself whenever it is installed)."""
+    import subprocess
+    import sys
+
+    MemoryBank(tmp_path / "m.db", config=Config.load(environ={})).close()
+    code = ("import sys\nfrom memlocal import MemoryBank\nfrom memlocal.config import Config\n"
+            f"b = MemoryBank({str(tmp_path / 'm.db')!r}, config=Config.load(environ={{}}))\n"
+            "b.save('dev', content='Prefers pytest over unittest')\n"
+            "assert b.recall('dev', 'which test framework?')\n"
+            "b.inject('dev', '@memory', 'which test framework?')\nb.close()\n"
+            "print(sorted(m for m in ('numpy', 'wordllama', 'tokenizers') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(not available(), reason="the semantic extra (wordllama) is not installed")
+def test_the_shipped_model_in_recall_bridges_paraphrases_and_pads_nothing(tmp_path: Path) -> None:
+    """The real model through ``recall``: paraphrases gain similarity evidence, and off-topic
+    queries still return nothing (similarity alone must reach ``SIMILARITY_EVIDENCE``)."""
+    from memory_factory import NOW
+
+    bank, key = _dev_bank(tmp_path / "m.db", True)
+    with bank:
+        drink = bank.query_with_relevance("dev", "what should I drink?", now=NOW)
+        assert key[drink[0].memory.id] == "tea" and drink[0].evidence.semantic is not None
+        assert drink[0].breakdown.topic > 1.0  # full lexical coverage plus the similarity bonus
+        for query, want in (("what food should I avoid at lunch?", "allergy"),
+                            ("what time zone is the user in?", "lisbon"),
+                            ("which test framework?", "pytest")):
+            results = bank.recall("dev", query, now=NOW)
+            assert want in [key[r.memory.id] for r in results[:3]], query
+        for off_topic in ("quantum chromodynamics lattice gauge", "weather tomorrow in Paris", "knit a scarf",
+                          "photosynthesis in plants", "football world cup winner"):
+            assert bank.query_with_relevance("dev", off_topic, now=NOW) == [], off_topic
