@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Iterable, Mapping, Sequence
+from typing import Any, Final, Iterable, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
@@ -83,6 +83,34 @@ _ROW_SQL: Final = (
     " CASE WHEN features IS NULL THEN processed_content END, CASE WHEN features IS NULL THEN summary END"
     " FROM memories WHERE profile = ?"
 )
+
+
+F = TypeVar("F")
+
+
+def split_features(feats: list[tuple[int, float, F]], budget: int) -> tuple[list[F], list[F], float]:
+    """Split a query's features, given as (posting-list size, weight, list), into *selective*
+    ones, the shortest lists up to ``budget`` postings in all, whose memories are scored up
+    front, and *common* ones, long lists of light (low IDF) features; and the summed weight of
+    the common ones, which bounds the topic a memory holding only those can reach. Every ranking
+    path (the index's walk, its gate, the cold path) splits this one way."""
+    feats = sorted(feats, key=lambda f: f[0])
+    selective: list[F] = []
+    common: list[F] = []
+    spent, rest = 0, 0.0
+    for size, wt, item in feats:
+        if spent + size <= budget:
+            spent += size
+            selective.append(item)
+        else:
+            common.append(item)
+            rest += wt
+    return selective, common, rest
+
+
+def default_budget(n: int) -> int:
+    """How many postings are scored up front for a profile of ``n`` memories: max(256, n/16)."""
+    return max(256, n // 16)
 
 
 class ProfileIndex:
@@ -153,6 +181,19 @@ class ProfileIndex:
 
     # -- queries --
 
+    def features(self, pq: PreparedQuery) -> list[tuple[int, float, set[str]]]:
+        """The query's features held by some memory: (posting-list size, weight, the ids)."""
+        feats: list[tuple[int, float, set[str]]] = []
+        for t, wt in zip(pq.terms, pq.weights):
+            ids = self.postings.get(t)
+            if ids:
+                feats.append((len(ids), wt, ids))
+        for c in pq.clusters:
+            ids = self.cluster_postings.get(c)
+            if ids:
+                feats.append((len(ids), pq.cluster_weight, ids))
+        return feats
+
     def prepare(self, query: str) -> PreparedQuery:
         postings = self.postings
         return prepare_query(query, lambda t: len(postings.get(t, ())), len(self.entries))
@@ -196,30 +237,16 @@ class ProfileIndex:
         #    so light (IDF); ``rest`` bounds the topic a memory holding only those can reach.
         rest = 0.0
         if not pq.empty:
-            feats: list[tuple[int, float, set[str]]] = []
-            for t, wt in zip(pq.terms, pq.weights):
-                ids = self.postings.get(t)
-                if ids:
-                    feats.append((len(ids), wt, ids))
-            for c in pq.clusters:
-                ids = self.cluster_postings.get(c)
-                if ids:
-                    feats.append((len(ids), pq.cluster_weight, ids))
-            feats.sort(key=lambda f: f[0])
-            budget = max(256, len(entries) // 16) if essential_budget is None else essential_budget
-            spent = 0
-            for size, wt, ids in feats:
-                if spent + size <= budget:
-                    spent += size
-                    for mid in ids:
-                        if mid not in seen:
-                            e = entries[mid]
-                            if tier is None or e.tier == tier:
-                                visit(e)
-                            else:
-                                seen.add(mid)
-                else:
-                    rest += wt
+            budget = default_budget(len(entries)) if essential_budget is None else essential_budget
+            selective, _, rest = split_features(self.features(pq), budget)
+            for ids in selective:
+                for mid in ids:
+                    if mid not in seen:
+                        e = entries[mid]
+                        if tier is None or e.tier == tier:
+                            visit(e)
+                        else:
+                            seen.add(mid)
             rest = min(1.0, rest / pq.denominator)
 
         # 2. Threshold walk over the two static orders. Any memory not yet visited has
@@ -301,25 +328,10 @@ class ProfileIndex:
                     if e is not None and (tier is None or e.tier == tier):
                         visit(e)
 
-        feats: list[tuple[int, float, set[str]]] = []
-        for t, wt in zip(pq.terms, pq.weights):
-            ids = self.postings.get(t)
-            if ids:
-                feats.append((len(ids), wt, ids))
-        for c in pq.clusters:
-            ids = self.cluster_postings.get(c)
-            if ids:
-                feats.append((len(ids), pq.cluster_weight, ids))
-        feats.sort(key=lambda f: f[0])
-        budget = max(256, len(entries) // 16) if essential_budget is None else essential_budget
-        spent, rest, common = 0, 0.0, []
-        for size, wt, ids in feats:
-            if spent + size <= budget:
-                spent += size
-                visit_all(ids)
-            else:
-                rest += wt
-                common.append(ids)
+        budget = default_budget(len(entries)) if essential_budget is None else essential_budget
+        selective, common, rest = split_features(self.features(pq), budget)
+        for ids in selective:
+            visit_all(ids)
         visit_all(sim)
 
         def ident(e: _Entry) -> tuple[int, str]:
@@ -389,7 +401,7 @@ def cold_query(
     tier: str | None = None,
     similarity: Mapping[str, float] | None = None,
     essential_budget: int | None = None,
-    max_rows: int = 4096,
+    max_rows: int | None = None,
 ) -> ColdAnswer | None:
     """An evidence-gated query answered from the persisted features, without building an index.
 
@@ -405,8 +417,10 @@ def cold_query(
     list); the *common* features are light (low IDF), and when the gate already keeps ``limit``
     memories whose topic is above what the common features alone can give, no memory holding
     only those could displace one, so they are never read. When they must be read and hold more
-    than ``max_rows`` memories, ``None``: the caller builds the full index instead (it reads
-    every memory once, but then answers every later query fast). Runs inside the caller's read
+    than ``max_rows`` memories (default: no limit), ``None``: the caller builds the full index
+    instead. Reading even most of the profile's rows costs less than building the index (which
+    reads all of them and more), so by default the first query never waits for the build; a
+    long-lived process builds the index on its next query. Runs inside the caller's read
     transaction.
     """
     row = conn.execute("SELECT active, accesses FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
@@ -445,19 +459,10 @@ def cold_query(
         size = conn.execute(_COUNT_SQL, (scope + cluster_token(c),)).fetchone()[0]
         feats.append((size, pq.cluster_weight, cluster_token(c)))
     feats = [f for f in feats if f[0] > 0]  # nothing holds it (stale rows are visited anyway)
-    feats.sort(key=lambda f: f[0])
-    budget = max(256, n // 16) if essential_budget is None else essential_budget
-    spent, rest, common_rows = 0, 0.0, 0
-    selective: list[str] = []
-    common: list[str] = []
-    for size, wt, token in feats:
-        if spent + size <= budget:
-            spent += size
-            selective.append(token)
-        else:
-            common.append(token)
-            rest += wt
-            common_rows += size
+    budget = default_budget(n) if essential_budget is None else essential_budget
+    selective, common, rest = split_features(feats, budget)
+    sizes = {token: size for size, _, token in feats}
+    common_rows = sum(sizes[token] for token in common)
     sim = similarity or {}
     seen: set[str] = set(exclude_ids)
     rows: list[ColdRow] = []
@@ -500,7 +505,7 @@ def cold_query(
 
     kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
     if common and (len(kept) < limit or min(r[3] for r in kept) <= min(1.0, rest / pq.denominator) + _EPS):
-        if common_rows > max_rows:
+        if max_rows is not None and common_rows > max_rows:
             return None  # reading them row by row would cost more than building the index
         not_selective = f" NOT ({' OR '.join(selective)})" if selective else ""
         read(f"{scope}({' OR '.join(common)}){not_selective}")
@@ -518,7 +523,7 @@ class RecallIndex:
     """
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
-                 cold_queries: int = 1, cold_max_rows: int = 4096) -> None:
+                 cold_queries: int = 1, cold_max_rows: int | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic

@@ -22,6 +22,7 @@ are identical.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -344,8 +345,7 @@ def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: flo
         created, mid = ident(r[0])
         return (-r[3], -r[1], -created, mid)
 
-    passing.sort(key=by_evidence)
-    kept = passing[:limit]
+    kept = heapq.nsmallest(limit, passing, key=by_evidence)  # = sorted(...)[:limit], without sorting all
     kept.sort(key=lambda r: rank_key(r[1], *ident(r[0])))
     return kept, best
 
