@@ -157,6 +157,15 @@ def _discover(group: str) -> list[Any]:
     return [ep.load() for ep in entry_points(group=group)]
 
 
+def _installed_daemon(config: Config, store: Store) -> Any:
+    """The installed sync daemon's factory, looked up only when a daemon is started (loading the
+    sync package costs a one-shot process such as ``memlocal recall`` more than its query)."""
+    daemons = _discover(DAEMON_ENTRY_POINTS)
+    if not daemons:
+        raise ConfigError(f"no sync daemon is installed (entry point group {DAEMON_ENTRY_POINTS} is empty)")
+    return daemons[0](config, store)
+
+
 class SyncDaemonHandle:
     """The sync daemon running in a background thread of this process (``memlocal serve --with-sync``)."""
 
@@ -224,11 +233,12 @@ class MemoryBank:
                       busy_timeout_s=float(config["store.busy_timeout_s"]))
         try:
             replicator: Replicator | None = None
-            for factory in _discover(REPLICATOR_ENTRY_POINTS):
+            # The bucket's replicator exists only with a bucket: without one, the sync package
+            # is not even imported (a local-only one-shot process would pay ~60 ms for it).
+            for factory in _discover(REPLICATOR_ENTRY_POINTS) if str(config["bucket.name"]).strip() else ():
                 replicator = factory(config, store)
                 if replicator is not None:
                     break
-            daemons = _discover(DAEMON_ENTRY_POINTS)
             extractor: Extractor | None = None
             if config["llm.enabled"] and os.environ.get("ANTHROPIC_API_KEY"):
                 from .llm import extractor_from_config  # anthropic is imported only there
@@ -238,7 +248,7 @@ class MemoryBank:
             store.close()
             raise
         return cls(store, config=config, replicator=replicator, extractor=extractor,
-                   daemon_factory=daemons[0] if daemons else None)
+                   daemon_factory=_installed_daemon)
 
     @property
     def path(self) -> Path:
