@@ -402,8 +402,10 @@ def cold_query(
     similarity: Mapping[str, float] | None = None,
     essential_budget: int | None = None,
     max_rows: int | None = None,
+    spec: bool = False,
 ) -> ColdAnswer | None:
-    """An evidence-gated query answered from the persisted features, without building an index.
+    """An evidence-gated query answered from the persisted features, without building an index
+    (``spec``: the spec mode's top-k instead, see the end).
 
     The rows are :func:`gate_select` over every active memory of ``profile`` that shares a term
     or a cluster with ``query`` (or is in the ``similarity`` top-k), in ``tier`` and not
@@ -422,6 +424,11 @@ def cold_query(
     reads all of them and more), so by default the first query never waits for the build; a
     long-lived process builds the index on its next query. Runs inside the caller's read
     transaction.
+
+    ``spec``: the spec's literal top ``limit`` by score (no gate, ``similarity`` ignored) needs
+    every memory of the tier, so they are all read and scored from their stored features: the
+    full scan, without tokenising, which still costs less than building the index (inject's core
+    tier in a fresh process).
     """
     row = conn.execute("SELECT active, accesses FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
     n, accesses = row if row is not None else (0, 0)
@@ -446,13 +453,16 @@ def cold_query(
         return dfs[term]
 
     pq = prepare_query(query, df, n)
-    if pq.empty:
+    if pq.empty and not spec:
         return ColdAnswer([], 0.0, {}, pq, w, mat)
     # The same query over the stored string: each feature as " token " is found in " features "
     # exactly when the memory has it (tokens hold no space), so score_parts can test membership
     # on the string without splitting it; the same weights in the same order, so the same floats.
     pq_tok = PreparedQuery(tuple(f" {encode_term(t)} " for t in pq.terms), pq.weights,
                            tuple(f" {CLUSTER_PREFIX}{c} " for c in pq.clusters), pq.cluster_weight, pq.denominator)
+    if spec:
+        return ColdAnswer(_scan(conn, profile, pq_tok, w, now_us=now_us, limit=limit, min_score=min_score,
+                                excluded=set(exclude_ids), tier=tier), 0.0, {}, pq, w, mat)
     feats: list[tuple[int, float, str]] = [(pq_df, wt, term_token(t)) for t, wt, pq_df in
                                            zip(pq.terms, pq.weights, (df(t) for t in pq.terms))]
     for c in pq.clusters:
@@ -514,6 +524,32 @@ def cold_query(
                       pq, w, mat)
 
 
+_CORE_SQL: Final = "category IN (" + ", ".join(f"'{c}'" for c in sorted(CORE_CATEGORIES)) + ")"
+
+
+def _scan(conn: sqlite3.Connection, profile: str, pq_tok: PreparedQuery, w: Weights, *, now_us: int, limit: int,
+          min_score: float, excluded: set[str], tier: str | None) -> list[ColdRow]:
+    """The spec's top ``limit`` of every active memory of ``profile`` in ``tier``, scored from
+    the stored features (``pq_tok``: the query over stored tokens, see :func:`cold_query`)."""
+    sql = _ROW_SQL + " AND is_active = 1"
+    if tier is not None:
+        sql += f" AND {'' if tier == 'core' else 'NOT '}{_CORE_SQL}"
+    scored: list[ColdRow] = []
+    for r in conn.execute(sql, (profile,)):
+        (mid, created_us, last_us, count, confidence, _category, features) = r[:7]
+        if mid in excluded:
+            continue
+        if features is None:  # not derived yet: tokenised here
+            features = features_of(r[8], r[9])
+        anchor = max(created_us, last_us or created_us)
+        use, cm = usage(count), confidence_mul(confidence)
+        padded = f" {features} "
+        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w)
+        if score >= min_score:
+            scored.append((ColdHit(mid, created_us, use, cm, features), score, rec, top))
+    return heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))
+
+
 class RecallIndex:
     """Per-bank cache of :class:`ProfileIndex` objects, one per recently used profile.
 
@@ -523,13 +559,14 @@ class RecallIndex:
     """
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
-                 cold_queries: int = 1, cold_max_rows: int | None = None) -> None:
+                 cold_queries: int = 2, cold_max_rows: int | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
-        # How many evidence-mode queries of a profile are answered from the persisted features
-        # (:func:`cold_query`) before its index is built: a one-shot process (the CLI, a runner)
-        # never pays for the build; a long-lived one builds it on its next query and is then warm.
+        # How many queries of a profile are answered from the persisted features (:func:`cold_query`)
+        # before its index is built: a one-shot process (``memlocal recall``, and ``inject``, which
+        # ranks two tiers) never pays for the build; a long-lived one builds it on its third query
+        # and is then warm.
         self.cold_queries = cold_queries
         self.cold_max_rows = cold_max_rows
         self._cold: dict[str, int] = {}
@@ -589,20 +626,25 @@ class RecallIndex:
         # Rows written without features (raw SQL) get them now; one indexed probe when none.
         self.store.derive_stale_features(profile)
         with self._lock, self.store.snapshot() as conn:
-            if ranking.gated and profile not in self._indexes and self._cold.get(profile, 0) < self.cold_queries:
+            if profile not in self._indexes and self._cold.get(profile, 0) < self.cold_queries:
                 self._cold[profile] = self._cold.get(profile, 0) + 1
                 cold = cold_query(conn, profile, query, now_us=now_us, limit=limit, min_score=min_score,
-                                  ratio=ranking.ratio, exclude_ids=exclude_ids, tier=tier, similarity=similarity,
-                                  essential_budget=self.essential_budget, max_rows=self.cold_max_rows)
+                                  ratio=ranking.ratio, exclude_ids=exclude_ids, tier=tier,
+                                  similarity=similarity if ranking.gated else None,
+                                  essential_budget=self.essential_budget, max_rows=self.cold_max_rows,
+                                  spec=not ranking.gated)
                 if cold is not None:
                     found = self.store.get_many(profile, [h.id for h, *_ in cold.kept], conn=conn)
                     out = []
                     for h, s, rec, t in cold.kept:
                         if h.id in found:
-                            terms, clusters = parse_features(h.features)
+                            evidence = None
+                            if ranking.gated:
+                                terms, clusters = parse_features(h.features)
+                                evidence = evidence_of(cold.pq, terms, clusters, t, cold.best, cold.counted.get(h.id))
                             out.append(ScoredMemory(
                                 found[h.id], s, Breakdown(rec, h.use, t, h.cm, cold.weights, cold.maturity, s),
-                                evidence_of(cold.pq, terms, clusters, t, cold.best, cold.counted.get(h.id))))
+                                evidence))
                     return out
             idx = self._refresh(conn, profile)
             pq = idx.prepare(query)

@@ -61,6 +61,7 @@ from _benchlib import (  # noqa: E402
 from memlocal import MemoryBank  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.model import utcnow  # noqa: E402
+from memlocal.recall import RecallIndex  # noqa: E402
 from memlocal.store import to_us  # noqa: E402
 
 
@@ -209,9 +210,11 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         t = time.perf_counter()
         bank.query_with_relevance(PROFILE, qs[0])  # the cold path: from the persisted features
         cold_ms = (time.perf_counter() - t) * MS
-        t = time.perf_counter()
-        bank.query_with_relevance(PROFILE, qs[0])  # builds the in-memory index (a long-lived process)
+        t = time.perf_counter()  # what a long-lived process pays once: building the in-memory index
+        RecallIndex(bank.store, cold_queries=0).query(PROFILE, qs[0], limit=8, min_score=0.05)
         build_ms = (time.perf_counter() - t) * MS
+        bank._index().cold_queries = 0  # the warm figures below: the bank's own index, built now
+        bank.query_with_relevance(PROFILE, qs[0])
 
         # 1. Exactness, the full scan and the floor, query by query (no side effects yet).
         brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
