@@ -623,6 +623,7 @@ class RecallIndex:
         """
         now_us = to_us(now or utcnow())
         assert now_us is not None
+        exclude_ids = tuple(exclude_ids)  # read by the cold path, and again if it hands over
         # Rows written without features (raw SQL) get them now; one indexed probe when none.
         self.store.derive_stale_features(profile)
         with self._lock, self.store.snapshot() as conn:
