@@ -11,7 +11,11 @@ Decisions:
 - A note is at most ``NOTE_MAX_BYTES`` (4096) bytes of UTF-8, like a memory's rawInput; over that
   the write is rejected with ``InputTooLargeError`` and nothing changes.
 - Surrounding whitespace is trimmed; a note that is empty after that clears the note.
-- Stored in the ``automation_notes`` table of the local database (migration 1).
+- Stored in the ``automation_notes`` table of the local database (migration 1), through the
+  store, which records each write and clear in its change log (``automation_outbox``, migration
+  8) in the same transaction. With a bucket, the replicator writes the note through to
+  ``memlocal/automations/<id>.json`` after the commit; the sync's passes reconcile the rest
+  (docs/sync.md, "Automation notes").
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ import builtins
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .errors import InputTooLargeError, ValidationError
 from .injection import NOTE_HEADER, NOTE_PREAMBLE, context_block
-from .model import check_text, format_time, utcnow
+from .model import check_text, format_time, parse_time, utcnow
 from .store import Store, from_us, to_us
 
 NOTE_MAX_BYTES: Final = 4096
@@ -51,7 +55,39 @@ class AutomationNote:
     updated_at: datetime
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON shape, also the body of its bucket object ``memlocal/automations/<id>.json``."""
         return {"automationId": self.automation_id, "note": self.note, "updatedAt": format_time(self.updated_at)}
+
+
+def read_foreign_note(data: object) -> AutomationNote:
+    """Read an automation note another writer stored (another host, another implementation),
+    else raise ``ValidationError`` with a reason. Deterministic, like ``model.read_foreign``.
+
+    Made valid: surrounding whitespace of the note is trimmed (as a write here trims it), any
+    RFC 3339 offset or precision of ``updatedAt`` (kept to the microsecond, in UTC), unknown
+    fields are ignored; a note over ``NOTE_MAX_BYTES`` is kept as written (the cap bounds what
+    *we* write; the object size cap bounds what is read). Refused: not an object, an invalid
+    ``automationId``, a note that is not valid Unicode text or is empty (a cleared note has no
+    object), a missing or invalid ``updatedAt``.
+    """
+    if not isinstance(data, dict):
+        raise ValidationError("an automation note must be a JSON object")
+    automation_id = validate_automation_id(data.get("automationId"))
+    text = check_text(data.get("note"), "note").strip()
+    if not text:
+        raise ValidationError("the note is empty (a cleared note has no object)")
+    updated = parse_time(data.get("updatedAt"))
+    if updated is None:
+        raise ValidationError("updatedAt is missing or the zero time")
+    return AutomationNote(automation_id, text, updated)
+
+
+class NoteReplicator(Protocol):
+    """Write-through of notes (the bank's replicator; ``memlocal.bank.Replicator``)."""
+
+    def push_note(self, automation_id: str, note: "AutomationNote | None") -> bool:
+        """Write ``note`` (``None``: its removal) to the bucket; ``True`` once the bucket has it."""
+        ...
 
 
 def _check_note(text: object) -> str:
@@ -64,24 +100,21 @@ def _check_note(text: object) -> str:
 class AutomationNotes:
     """The automation notes of one store (``MemoryBank.automations``)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, replicator: NoteReplicator | None = None) -> None:
         self._store = store
+        self._replicator = replicator
 
     def get(self, automation_id: str) -> AutomationNote | None:
         """The note of ``automation_id``, or ``None`` when it has none."""
         validate_automation_id(automation_id)
-        rows = self._store.read("SELECT note, updated_us FROM automation_notes WHERE automation_id = ?",
-                                (automation_id,))
-        if not rows:
+        found = self._store.note_get(automation_id)
+        if found is None:
             return None
-        note, updated_us = rows[0]
-        return AutomationNote(automation_id, note, from_us(updated_us))  # type: ignore[arg-type]
+        return AutomationNote(automation_id, found[0], from_us(found[1]))  # type: ignore[arg-type]
 
     def list(self) -> builtins.list[AutomationNote]:
         """Every automation's note, most recently written first (the dashboard's listing)."""
-        rows = self._store.read("SELECT automation_id, note, updated_us FROM automation_notes"
-                                " ORDER BY updated_us DESC, automation_id")
-        return [AutomationNote(a, n, from_us(u)) for a, n, u in rows]  # type: ignore[arg-type]
+        return [AutomationNote(a, n, from_us(u)) for a, n, u in self._store.notes()]  # type: ignore[arg-type]
 
     def put(self, automation_id: str, text: str, *, now: datetime | None = None) -> AutomationNote | None:
         """Replace the note (durably); an empty or blank ``text`` clears it and returns ``None``."""
@@ -90,20 +123,22 @@ class AutomationNotes:
         if not note:
             self.clear(automation_id)
             return None
-        updated = now or utcnow()
-        with self._store.transaction() as c:
-            c.execute(
-                "INSERT INTO automation_notes (automation_id, note, updated_us) VALUES (?, ?, ?)"
-                " ON CONFLICT(automation_id) DO UPDATE SET note = excluded.note, updated_us = excluded.updated_us",
-                (automation_id, note, to_us(updated)),
-            )
-        return AutomationNote(automation_id, note, updated)
+        updated_us = to_us(now or utcnow())
+        assert updated_us is not None
+        self._store.note_put(automation_id, note, updated_us)
+        # As stored (to the microsecond), so that it compares equal to what ``get`` returns.
+        stored = AutomationNote(automation_id, note, from_us(updated_us))  # type: ignore[arg-type]
+        if self._replicator is not None:
+            self._replicator.push_note(automation_id, stored)  # after the commit; never raises
+        return stored
 
     def clear(self, automation_id: str) -> bool:
         """Remove the note; ``True`` if there was one."""
         validate_automation_id(automation_id)
-        with self._store.transaction() as c:
-            return c.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,)).rowcount > 0
+        existed = self._store.note_delete(automation_id)
+        if existed and self._replicator is not None:
+            self._replicator.push_note(automation_id, None)
+        return existed
 
     def delete(self, automation_id: str) -> bool:
         """Forget everything kept for a deleted automation (today: its note)."""
@@ -127,6 +162,8 @@ __all__ = [
     "AutomationNote",
     "AUTOMATION_ID_PATTERN",
     "AutomationNotes",
+    "NoteReplicator",
     "note_block",
+    "read_foreign_note",
     "validate_automation_id",
 ]

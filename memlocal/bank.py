@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .audit import Injection
-    from .automation import AutomationNotes
+    from .automation import AutomationNote, AutomationNotes
     from .hygiene import RetentionRule
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
@@ -81,6 +81,11 @@ class Replicator(Protocol):
 
     def is_synced(self, memory: Memory) -> bool:
         """Whether the bucket holds this memory as stored here (nothing of it pending)."""
+        ...
+
+    def push_note(self, automation_id: str, note: "AutomationNote | None") -> bool:
+        """Write an automation note (``None``: its removal) through to the bucket, after the
+        store committed it with its outbox entry; ``True`` once the bucket has it. Never raises."""
         ...
 
     def refresh_if_stale(self, profile: str, ttl: float) -> bool:
@@ -260,7 +265,7 @@ class MemoryBank:
         if self._automations is None:
             from .automation import AutomationNotes
 
-            self._automations = AutomationNotes(self.store)
+            self._automations = AutomationNotes(self.store, self.replicator)
         return self._automations
 
     def start_sync_daemon(self) -> SyncDaemonHandle | None:

@@ -130,6 +130,19 @@ def _record_outbox(c: sqlite3.Connection, memory_id: str, profile: str, op: str)
     )
 
 
+# An automation note as the store keeps it: its text and updatedAt in µs.
+NoteState = tuple[str, int]
+
+
+def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> None:
+    """The change log entry of a note written (``put``) or cleared (``delete``); the latest wins."""
+    c.execute(
+        "INSERT INTO automation_outbox (automation_id, op, queued_us) VALUES (?, ?, ?)"
+        " ON CONFLICT(automation_id) DO UPDATE SET op = excluded.op, queued_us = excluded.queued_us",
+        (automation_id, op, to_us(utcnow())),
+    )
+
+
 # --- the persisted features (the recall index's tokens; memlocal.features) ---------------------
 
 # What the store writes for a memory: its columns plus its derived features.
@@ -404,6 +417,19 @@ def _migration_7(db: sqlite_utils.Database) -> None:
     c.execute("CREATE INDEX memories_raw_key ON memories (profile, raw_key) WHERE raw_key IS NOT NULL")
 
 
+def _migration_8(db: sqlite_utils.Database) -> None:
+    """The change log of automation notes: ``automation_outbox``, one row per note written
+    (``put``) or cleared (``delete``) here and not yet known to be in the bucket, recorded by the
+    store inside the transaction of the change (as ``sync_outbox`` for memories). Every note
+    that exists already is queued, so a host upgraded with notes pushes them (docs/sync.md).
+    """
+    c = db.conn
+    c.execute("CREATE TABLE automation_outbox (automation_id TEXT PRIMARY KEY, op TEXT NOT NULL,"
+              " queued_us INTEGER NOT NULL)")
+    c.execute("INSERT INTO automation_outbox (automation_id, op, queued_us)"
+              " SELECT automation_id, 'put', updated_us FROM automation_notes")
+
+
 # Numbered schema migrations, applied in order inside one transaction each.
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migration_1,
@@ -413,6 +439,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     5: _migration_5,
     6: _migration_6,
     7: _migration_7,
+    8: _migration_8,
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -972,6 +999,83 @@ class Store:
         conn.execute("DELETE FROM memories WHERE id = ?", (old_id,))
         conn.execute("UPDATE sync_outbox SET id = ? WHERE id = ?", (new_id, old_id))
         return True
+
+    # --- automation notes (memlocal.automation) and their change log ---------------------------
+    #
+    # A note is ``(text, updated_us)``. Writes record their change in ``automation_outbox`` in
+    # the same transaction; the sync reads that log and applies what the bucket holds through the
+    # conditional methods below, which change a note only if it is still what the sync saw, so a
+    # note written here while a pass runs is never overwritten or deleted by that pass.
+
+    def note_get(self, automation_id: str) -> NoteState | None:
+        """The note of ``automation_id`` as ``(text, updated_us)``, or ``None``."""
+        rows = self.read("SELECT note, updated_us FROM automation_notes WHERE automation_id = ?", (automation_id,))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def notes(self) -> builtins.list[tuple[str, str, int]]:
+        """Every note as ``(automation_id, text, updated_us)``, most recently written first."""
+        rows = self.read("SELECT automation_id, note, updated_us FROM automation_notes"
+                         " ORDER BY updated_us DESC, automation_id")
+        return [(a, n, u) for a, n, u in rows]
+
+    def note_put(self, automation_id: str, note: str, updated_us: int) -> None:
+        """Write a note durably, with its outbox entry."""
+        with self.transaction() as c:
+            c.execute(
+                "INSERT INTO automation_notes (automation_id, note, updated_us) VALUES (?, ?, ?)"
+                " ON CONFLICT(automation_id) DO UPDATE SET note = excluded.note, updated_us = excluded.updated_us",
+                (automation_id, note, updated_us),
+            )
+            _record_note_outbox(c, automation_id, "put")
+
+    def note_delete(self, automation_id: str) -> bool:
+        """Remove a note durably, with its outbox entry; ``True`` if there was one."""
+        with self.transaction() as c:
+            if c.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,)).rowcount == 0:
+                return False
+            _record_note_outbox(c, automation_id, "delete")
+            return True
+
+    def note_outbox(self) -> dict[str, str]:
+        """The notes' change log: ``{automation_id: op}`` with ``op`` ``put`` or ``delete``."""
+        return {r[0]: r[1] for r in self.read("SELECT automation_id, op FROM automation_outbox")}
+
+    @staticmethod
+    def _note_is(conn: sqlite3.Connection, automation_id: str, expected: NoteState | None) -> bool:
+        row = conn.execute("SELECT note, updated_us FROM automation_notes WHERE automation_id = ?",
+                           (automation_id,)).fetchone()
+        return (None if row is None else (row[0], row[1])) == expected
+
+    def apply_remote_note(self, conn: sqlite3.Connection, automation_id: str, note: NoteState,
+                          expected: NoteState | None) -> bool:
+        """The bucket holds ``note``: make it the local note, inside ``conn``'s transaction, if
+        the local note is still ``expected`` (``None``: absent; pass ``note`` itself for a note
+        this host pushed). Its put leaves the outbox. ``False`` (nothing changed) when the
+        note changed here meanwhile: that change stays queued."""
+        if not self._note_is(conn, automation_id, expected):
+            return False
+        conn.execute(
+            "INSERT INTO automation_notes (automation_id, note, updated_us) VALUES (?, ?, ?)"
+            " ON CONFLICT(automation_id) DO UPDATE SET note = excluded.note, updated_us = excluded.updated_us",
+            (automation_id, *note),
+        )
+        conn.execute("DELETE FROM automation_outbox WHERE automation_id = ? AND op = 'put'", (automation_id,))
+        return True
+
+    def delete_note_from_remote(self, conn: sqlite3.Connection, automation_id: str, expected: NoteState) -> bool:
+        """Another host removed the note: remove it here if it is still ``expected``."""
+        if not self._note_is(conn, automation_id, expected):
+            return False
+        conn.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,))
+        conn.execute("DELETE FROM automation_outbox WHERE automation_id = ?", (automation_id,))
+        return True
+
+    def clear_note_outbox(self, conn: sqlite3.Connection, automation_id: str) -> None:
+        """The bucket has this host's deletion of the note: drop it from the outbox (unless the
+        note was written again meanwhile)."""
+        conn.execute("DELETE FROM automation_outbox WHERE automation_id = ? AND op = 'delete'"
+                     " AND NOT EXISTS (SELECT 1 FROM automation_notes WHERE automation_id = ?)",
+                     (automation_id, automation_id))
 
     # --- key/value metadata -------------------------------------------------------------------
 

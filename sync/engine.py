@@ -29,13 +29,27 @@ from memlocal.config import Config
 from memlocal.errors import SyncError
 from memlocal.humanize import plural
 from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
-from memlocal.store import Store
+from memlocal.store import NoteState, Store, to_us
 
 from . import marker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
 from . import snapshot
-from .objects import BadObject, Listed, content_hash, decode, encode, object_key, parse_key, profile_prefix
-from .plan import Action, Local, Op, Plan, after_fetch, plan_pass
+from .objects import (
+    NOTE_PREFIX,
+    BadObject,
+    Listed,
+    content_hash,
+    decode,
+    decode_note,
+    encode,
+    encode_note,
+    note_hash,
+    note_key,
+    object_key,
+    parse_key,
+    profile_prefix,
+)
+from .plan import Action, Local, Op, Plan, after_fetch, note_winner, plan_notes, plan_pass
 from .state import (
     META_LAST_ERROR,
     META_LAST_PASS,
@@ -43,10 +57,15 @@ from .state import (
     DeleteLocal,
     Effect,
     Forget,
+    NoteDeletedRemote,
+    NoteDeleteLocal,
+    NoteForget,
+    NoteSynced,
     SkipObject,
     SyncState,
     Synced,
     Unskip,
+    as_note,
 )
 
 log = logging.getLogger(__name__)
@@ -132,6 +151,12 @@ _COUNT_WORDS: dict[str, Callable[[int], str]] = {
     "adopted": lambda n: f"adopted {n} already in the bucket",
     "reid": lambda n: f"gave {n} a new id",
     "conflicts": lambda n: plural(n, "conflict"),
+    "notes_pushed": lambda n: f"pushed {plural(n, 'automation note')}",
+    "notes_pulled": lambda n: f"pulled {plural(n, 'automation note')}",
+    "notes_updated": lambda n: f"updated {plural(n, 'automation note')}",
+    "notes_deleted_local": lambda n: f"deleted {plural(n, 'automation note')} here",
+    "notes_deleted_remote": lambda n: f"deleted {plural(n, 'automation note')} in the bucket",
+    "note_conflicts": lambda n: plural(n, "automation note conflict"),
 }
 
 
@@ -254,13 +279,18 @@ class SyncEngine:
             if not pull_only and not report.errors:
                 self._write_snapshots(listing, local_rows, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
-            if plan.guards:
+            guards = list(plan.guards)
+            if profiles is None:  # automation notes belong to no profile: full passes only
+                notes = self._sync_notes(report, verified=identity.verified, force=force, pull_only=pull_only)
+                self._collect_skips(notes, report, [NOTE_PREFIX])
+                guards += notes.guards
+            if guards:
                 report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
-                                  "reason": g.reason} for g in plan.guards]
+                                  "reason": g.reason} for g in guards]
                 report.result = "guarded"
-                report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in plan.guards))
+                report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in guards))
                                  + "; nothing was deleted locally (run `memlocal sync run --force` to apply, or "
-                                 "`--reupload` to push local memories back)")
+                                 "`--reupload` to push local memories and notes back)")
             if report.errors and report.result == "ok":
                 report.result = "errors"
                 report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
@@ -645,6 +675,129 @@ class SyncEngine:
             body = _merged(remote, source, delta, local_last=loaded[0].last_accessed_at)
             effects += self._push(body, delta, etag, counts, attempt=attempt)
         return effects
+
+    # --- automation notes: memlocal/automations/<id>.json (docs/sync.md, "Automation notes") ----
+
+    def _sync_notes(self, report: PassReport, *, verified: bool, force: bool, pull_only: bool) -> Plan:
+        """Reconcile the automation notes (few and small: one request each, in turn). Bucket
+        trouble raises ``BucketUnavailable`` like the memories' part; any other failure of one
+        note is reported for that note alone."""
+        notes, base, deletes = self.state.note_entries()
+        listing = self.bucket.list(NOTE_PREFIX)
+        report.pages += listing.pages
+        known_bad = self.state.known_bad(NOTE_PREFIX)
+        plan = plan_notes(
+            {a: self.state.note_side(a, n) for a, n in notes.items()}, listing.objects, base, deletes, known_bad,
+            max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
+            max_delete_share=self.max_delete_share, verified=verified, force=force, pull_only=pull_only,
+        )
+        report.objects += plan.objects
+        for op, n in plan.counts().items():
+            report.planned[f"note_{op}"] = n
+        listed = {o.key for o in listing.objects}
+        effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
+                                 if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
+        effects += [Unskip(key) for key in known_bad if key not in listed]
+        self.state.apply(effects)
+        for action in plan.actions:
+            try:
+                self.state.apply(self._note_action(action, notes.get(action.id), report.counts, pull_only))
+            except (BucketUnavailable, marker.MarkerGone):
+                raise
+            except Exception as exc:  # one note's trouble must not stop the others
+                log.exception("sync %s of automation note %s failed", action.op.value, action.id)
+                report.errors.append(f"{action.op.value} automation note {action.id}: {exc}")
+        return plan
+
+    def _note_action(self, action: Action, seen: NoteState | None, counts: Counter[str],
+                     pull_only: bool) -> list[Effect]:
+        """One note's action; ``seen``: the local note the plan was made with."""
+        nid, op = action.id, action.op
+        if op is Op.FETCH:
+            return self._fetch_note(nid, action.etag, counts, pull_only=pull_only)
+        if op is Op.DELETE_REMOTE:
+            self.bucket.delete(note_key(nid))
+            counts["notes_deleted_remote"] += 1
+            return [NoteDeletedRemote(nid)]
+        if op is Op.DELETE_LOCAL:
+            assert seen is not None
+            counts["notes_deleted_local"] += 1
+            return [NoteDeleteLocal(nid, seen)]
+        if op is Op.FORGET:
+            return [NoteForget(nid)]
+        current = self.store.note_get(nid)
+        if current is None:
+            return []  # cleared meanwhile: its outbox entry says so, the next pass sends it
+        if op is Op.CREATE:
+            note = as_note(nid, current)
+            try:
+                etag = self.bucket.create(note_key(nid), encode_note(note))
+            except PreconditionFailed:  # another host wrote this automation's note first
+                return self._fetch_note(nid, "", counts)
+            counts["notes_pushed"] += 1
+            return [NoteSynced(nid, current, etag, note_hash(note), current)]
+        if op is Op.UPDATE:
+            return self._push_note(nid, current, action.etag, counts, attempt=1)
+        raise AssertionError(op)  # pragma: no cover - REID never happens to notes
+
+    def _push_note(self, nid: str, current: NoteState, etag: str, counts: Counter[str], *,
+                   attempt: int) -> list[Effect]:
+        """PUT the local note with ``If-Match: etag``; a 412 re-reads and decides again."""
+        note = as_note(nid, current)
+        try:
+            new_etag = self.bucket.replace(note_key(nid), encode_note(note), etag)
+        except PreconditionFailed:
+            counts["precondition_failed"] += 1
+            if attempt >= MERGE_ATTEMPTS:
+                raise SyncError(f"{note_key(nid)} kept changing: gave up after {attempt} conditional writes; "
+                                "next pass retries") from None
+            return self._fetch_note(nid, "", counts, attempt=attempt + 1)
+        except ObjectMissing:  # cleared on another host meanwhile: the deletion wins
+            counts["notes_deleted_local"] += 1
+            return [NoteDeleteLocal(nid, current)]
+        counts["notes_pushed"] += 1
+        return [NoteSynced(nid, current, new_etag, note_hash(note), current)]
+
+    def _fetch_note(self, nid: str, listed_etag: str, counts: Counter[str], *, pull_only: bool = False,
+                    attempt: int = 1) -> list[Effect]:
+        """Read a note object and decide: take it, keep ours (and push it), or adopt the same."""
+        key = note_key(nid)
+        try:
+            data, etag = self.bucket.get(key, self.max_object_bytes)
+        except ObjectMissing:
+            return []  # gone since the listing: the next pass sees the deletion
+        except ObjectTooLarge as exc:
+            return [SkipObject(key, exc.etag or listed_etag, str(exc))]
+        try:
+            remote = decode_note(data, nid)
+        except BadObject as exc:
+            log.warning("skipping %s: %s", key, exc.reason)
+            return [SkipObject(key, etag or listed_etag, exc.reason)]
+        theirs: NoteState = (remote.note, to_us(remote.updated_at) or 0)
+        rhash = note_hash(remote)
+        current = self.store.note_get(nid)
+        if current is None:
+            counts["notes_pulled"] += 1
+            return [NoteSynced(nid, theirs, etag, rhash, None)]
+        lhash = note_hash(as_note(nid, current))
+        if lhash == rhash:  # the same note (our own earlier PUT, or written alike): adopt it
+            return [NoteSynced(nid, theirs, etag, rhash, current)]
+        base = self.state.load_note_base(nid)
+        local_edit = base is None or lhash != base.content_hash
+        remote_edit = base is None or rhash != base.content_hash
+        if local_edit and remote_edit:
+            counts["note_conflicts"] += 1
+            winner = note_winner((current[1], current[0]), (theirs[1], theirs[0]))
+            log.warning("%s changed here and in the bucket: the %s note wins (the later updatedAt)", key,
+                        "local" if winner == "local" else "bucket's")
+        else:
+            winner = "local" if local_edit else "remote"
+        if winner == "remote":
+            counts["notes_updated"] += 1
+            return [NoteSynced(nid, theirs, etag, rhash, current)]
+        if pull_only:
+            return []  # ours wins, and a read-only pass writes nothing: the next full pass pushes it
+        return self._push_note(nid, current, etag, counts, attempt=attempt)
 
     def _reid(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
         """Give our memory a fresh id (another host's memory owns ``memory_id``), then push it."""

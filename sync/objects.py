@@ -15,11 +15,14 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
+from memlocal.automation import AutomationNote, read_foreign_note, validate_automation_id
 from memlocal.errors import ValidationError, fold_whitespace
 from memlocal.model import Memory, read_foreign, validate_id, validate_profile
 
 PREFIX: Final = "memory/"
 SUFFIX: Final = ".json"
+# Automation notes live outside ``memory/`` (readers of the memory layout never list them).
+NOTE_PREFIX: Final = "memlocal/automations/"
 # Fields a merge may change without the memory's content changing.
 ACCESS_FIELDS: Final = frozenset({"accessCount", "lastAccessedAt", "stalenessScore"})
 
@@ -117,4 +120,56 @@ def content_hash(memory: Memory) -> str:
     """
     body = {k: v for k, v in memory.to_dict().items() if k not in ACCESS_FIELDS}
     text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- automation notes: memlocal/automations/<id>.json ---------------------------------------------
+
+
+def note_key(automation_id: str) -> str:
+    """``memlocal/automations/<id>.json`` (the id validated, so no key can escape its prefix)."""
+    return f"{NOTE_PREFIX}{validate_automation_id(automation_id)}{SUFFIX}"
+
+
+def parse_note_key(key: str) -> str | None:
+    """The automation id of a well-formed note key, else ``None``."""
+    if not key.startswith(NOTE_PREFIX) or not key.endswith(SUFFIX):
+        return None
+    name = key[len(NOTE_PREFIX): -len(SUFFIX)]
+    try:
+        return validate_automation_id(name)
+    except ValidationError:
+        return None
+
+
+def encode_note(note: AutomationNote) -> bytes:
+    """The note object's body: ``AutomationNote.to_dict`` as compact UTF-8 JSON."""
+    return json.dumps(note.to_dict(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def decode_note(data: bytes, automation_id: str) -> AutomationNote:
+    """Read the body of ``memlocal/automations/<automation_id>.json``; ``BadObject`` if it cannot
+    be used (the same strictness as ``decode``, tolerance from ``read_foreign_note``)."""
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise BadObject(f"not valid UTF-8 (byte {exc.start})") from None
+    except RecursionError:
+        raise BadObject("not valid JSON: nested too deeply to read") from None
+    except ValueError as exc:
+        raise BadObject(f"not valid JSON: {_one_line(exc)}") from None
+    try:
+        note = read_foreign_note(obj)
+    except ValidationError as exc:
+        raise BadObject(f"not a valid automation note: {_one_line(exc)}") from None
+    except Exception as exc:  # containment: whatever else a hostile body provokes is a skip
+        raise BadObject(f"not a usable automation note ({type(exc).__name__}: {_one_line(exc)})") from None
+    if note.automation_id != automation_id:
+        raise BadObject(f"key names automation {automation_id} but the body is automation {_one_line(note.automation_id)}")
+    return note
+
+
+def note_hash(note: AutomationNote) -> str:
+    """SHA-256 of the note's text and updatedAt: two copies with the same hash are the same note."""
+    text = json.dumps([note.note, note.to_dict()["updatedAt"]], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

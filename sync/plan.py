@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Literal, Mapping
 
-from .objects import Listed, parse_key
+from .objects import Listed, parse_key, parse_note_key
 
 
 class Op(str, Enum):
@@ -304,3 +304,131 @@ def after_fetch(local: Local | None, base: Base | None, remote_profile: str, rem
     return AfterFetch(content="remote", base_hash=remote_hash,
                       push=local.access_delta > 0 and not pull_only,
                       conflict=local_edit and remote_edit and local.content_hash != remote_hash)
+
+
+# --- automation notes: memlocal/automations/<id>.json -------------------------------------------
+#
+# The same three sides per automation id, with the same table as memories, except that an id is
+# an automation's own name, not a random draw: the same id on two hosts is the same automation,
+# so "local and remote, no base" is a conflict to resolve (``note_winner``), never a re-id.
+
+NOTES_SCOPE = "automation notes"
+
+
+@dataclass(frozen=True, slots=True)
+class NoteSide:
+    """A note as the plan sees it on one side: its content hash and its ordering key
+    ``(updated_us, text)``, which decides a real conflict (``note_winner``)."""
+
+    id: str
+    content_hash: str
+    order: tuple[int, str] = (0, "")
+
+
+def note_winner(local: tuple[int, str], remote: tuple[int, str]) -> Literal["local", "remote"]:
+    """Which of two different notes of one automation wins: the later ``updatedAt``; on a tie
+    the larger text (code point order). A total order on the notes themselves, so every host
+    picks the same winner whichever syncs first."""
+    return "local" if local > remote else "remote"
+
+
+def plan_notes(
+    local: Mapping[str, NoteSide],
+    listing: Iterable[Listed],
+    base: Mapping[str, Base],
+    outbox_deletes: Iterable[str],
+    known_bad: Mapping[str, tuple[str, str]],
+    *,
+    max_object_bytes: int,
+    mass_delete_min: int,
+    max_delete_share: float = 0.5,
+    verified: bool = False,
+    force: bool = False,
+    pull_only: bool = False,
+) -> Plan:
+    """Decide the automation notes of one full pass (``Action.profile`` is empty).
+
+    =====  ======  ====  ======================================================================
+    local  remote  base  decision
+    =====  ======  ====  ======================================================================
+    yes    no      no    CREATE (``If-None-Match: *``; a 412 means another host's: FETCH)
+    no     yes     no    FETCH (DELETE_REMOTE if the outbox holds this host's clear of it)
+    yes    yes     no    FETCH, then the same note is adopted, a different one is a conflict
+    yes    no      yes   DELETE_LOCAL: cleared on another host (guarded like memories)
+    no     yes     yes   DELETE_REMOTE: cleared here (a deletion wins, as for memories)
+    no     no      yes   FORGET the base
+    yes    yes     yes   remote ETag moved: FETCH (then resolve); else a local edit: UPDATE
+                         with ``If-Match`` the base ETag; else nothing
+    =====  ======  ====  ======================================================================
+    """
+    plan = Plan()
+    remote: dict[str, Listed] = {}
+    bad: set[str] = set()
+    for entry in listing:
+        plan.objects += 1
+        if entry.key.endswith("/"):
+            continue
+        nid = parse_note_key(entry.key)
+        if nid is None:
+            plan.skips.append(Skip(entry.key, entry.etag,
+                                   "not an automation note key (expected memlocal/automations/<automation id>.json)"))
+            continue
+        known = known_bad.get(entry.key)
+        if known is not None and known[0] == entry.etag:
+            plan.skips.append(Skip(entry.key, entry.etag, known[1]))
+            bad.add(nid)
+            continue
+        if entry.size > max_object_bytes:
+            plan.skips.append(Skip(entry.key, entry.etag, f"object is {entry.size} bytes; the cap is {max_object_bytes}"))
+            bad.add(nid)
+            continue
+        remote[nid] = entry
+    deleting = set(outbox_deletes)
+    deletions = 0
+    for nid in sorted(set(local) | set(remote) | set(base) | deleting | bad):
+        loc, rem, b = local.get(nid), remote.get(nid), base.get(nid)
+
+        def add(op: Op, etag: str = "") -> None:
+            plan.actions.append(Action(op, nid, "", etag))
+
+        if nid in bad:
+            # An unusable object never changes or deletes the local note; a clear here still
+            # removes it (a deletion wins).
+            if loc is None and (b is not None or nid in deleting) and not pull_only:
+                add(Op.DELETE_REMOTE)
+            continue
+        if loc is not None and rem is None:
+            if b is None:
+                if not pull_only:
+                    add(Op.CREATE)
+            else:
+                add(Op.DELETE_LOCAL)
+                deletions += 1
+        elif loc is None and rem is not None:
+            if b is not None or nid in deleting:
+                if not pull_only:
+                    add(Op.DELETE_REMOTE)
+            else:
+                add(Op.FETCH, rem.etag)
+        elif loc is None and rem is None:
+            if b is not None or nid in deleting:
+                add(Op.FORGET)
+        elif loc is not None and rem is not None:
+            if b is None or rem.etag != b.etag:
+                add(Op.FETCH, rem.etag)
+            elif loc.content_hash != b.content_hash and not pull_only:
+                add(Op.UPDATE, b.etag)
+
+    if deletions and not force:
+        synced = len(base)
+        reason = ""
+        if not remote and not bad and not verified:
+            reason = (f"the bucket lists no automation notes but {synced} were synced from it and its identity "
+                      "marker is not verified yet: an emptied or wrong bucket never deletes local notes")
+        elif deletions > mass_delete_min and deletions > max_delete_share * synced:
+            reason = (f"would delete {deletions} of the {synced} synced automation notes (more than "
+                      f"sync.max_delete_share = {max_delete_share:g} and sync.mass_delete_min = {mass_delete_min})")
+        if reason:
+            plan.guards = [Guard(NOTES_SCOPE, deletions, synced, reason)]
+            plan.actions = [a for a in plan.actions if a.op is not Op.DELETE_LOCAL]
+    return plan

@@ -20,16 +20,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from memlocal.automation import AutomationNote
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError, SyncError
 from memlocal.model import Memory, validate_profile
-from memlocal.store import Store
+from memlocal.store import NoteState, Store, to_us
 
 from . import marker
-from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, PreconditionFailed
+from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed
 from .engine import SyncEngine
-from .objects import PREFIX, content_hash, decode, encode, object_key
-from .state import DeletedRemote, SyncState, Synced
+from .objects import PREFIX, content_hash, decode, encode, encode_note, note_hash, note_key, object_key
+from .state import DeletedRemote, Effect, NoteDeletedRemote, NoteSynced, SyncState, Synced
 from .status import status_for
 
 log = logging.getLogger(__name__)
@@ -284,6 +285,36 @@ class S3Replicator:
             self.state.apply([DeletedRemote(memory.id)])
         except MemoryBankError as exc:
             log.warning("could not record the deletion of %s: %s", memory.id, exc)
+        return True
+
+    def push_note(self, automation_id: str, note: AutomationNote | None) -> bool:
+        """Write an automation note through (``None``: delete its object); ``True`` once the
+        bucket has it. Conditional like a save: ``If-Match`` the ETag this host synced, or
+        ``If-None-Match: *`` for a note it never synced; a 412 (another host wrote the note
+        meanwhile) leaves it to the next pass, which applies the conflict rule. Never raises."""
+        key = note_key(automation_id)
+        try:
+            if not self._writable():
+                return False
+            if note is None:
+                self.bucket.delete(key)
+                effect: Effect = NoteDeletedRemote(automation_id)
+            else:
+                base = self.state.load_note_base(automation_id)
+                body = encode_note(note)
+                etag = self.bucket.replace(key, body, base.etag) if base else self.bucket.create(key, body)
+                stored: NoteState = (note.note, to_us(note.updated_at) or 0)
+                effect = NoteSynced(automation_id, stored, etag, note_hash(note), stored)
+        except (PreconditionFailed, ObjectMissing):
+            log.info("automation note %s changed in the bucket: left in the outbox for the next pass", automation_id)
+            return False
+        except Exception as exc:  # never fail a write that is already durable locally
+            log.info("automation note %s stays in the outbox: %s", automation_id, exc)
+            return False
+        try:
+            self.state.apply([effect])
+        except MemoryBankError as exc:  # the next pass finds the object and adopts it
+            log.warning("could not record that automation note %s is in the bucket: %s", automation_id, exc)
         return True
 
     # --- the read path's pull -------------------------------------------------------------------

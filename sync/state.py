@@ -18,12 +18,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Sequence, Union
 
+from memlocal.automation import AutomationNote
 from memlocal.errors import MemoryBankError
 from memlocal.model import Memory, format_time, utcnow
-from memlocal.store import Store, from_us, to_us
+from memlocal.store import NoteState, Store, from_us, to_us
 
-from .objects import content_hash, object_key
-from .plan import Base, Local
+from .objects import content_hash, note_hash, note_key, object_key
+from .plan import Base, Local, NoteSide
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,15 @@ def _schema_1(c: Any) -> None:
               " reason TEXT NOT NULL, seen_us INTEGER NOT NULL)")
 
 
+def _schema_2(c: Any) -> None:
+    """``sync_note_base``: per automation note, what this host last synced with the bucket
+    (``memlocal/automations/<id>.json``'s ETag and the note's content hash)."""
+    c.execute("CREATE TABLE IF NOT EXISTS sync_note_base (automation_id TEXT PRIMARY KEY, etag TEXT NOT NULL,"
+              " content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)")
+
+
 # Numbered migrations of the sync's tables, applied in order, each in one transaction.
-SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1}
+SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1, 2: _schema_2}
 SCHEMA_VERSION = max(SCHEMA)
 
 
@@ -125,7 +133,43 @@ class Unskip:
     key: str
 
 
-Effect = Union[Synced, DeletedRemote, DeleteLocal, Forget, SkipObject, Unskip]
+@dataclass(frozen=True, slots=True)
+class NoteSynced:
+    """The bucket holds ``note`` (text, updated_us) of automation ``id`` under ``etag``: record
+    the base, and make it the local note if the local one is still ``expected`` (``None``:
+    absent; ``note`` itself for a note this host pushed)."""
+
+    id: str
+    note: NoteState
+    etag: str
+    content_hash: str
+    expected: NoteState | None
+
+
+@dataclass(frozen=True, slots=True)
+class NoteDeletedRemote:
+    """The note's object is gone from the bucket because this host cleared the note."""
+
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoteDeleteLocal:
+    """Another host cleared the note: clear it here too, if it is still ``expected``."""
+
+    id: str
+    expected: NoteState
+
+
+@dataclass(frozen=True, slots=True)
+class NoteForget:
+    """No note on either side: drop the base and a queued clear."""
+
+    id: str
+
+
+Effect = Union[Synced, DeletedRemote, DeleteLocal, Forget, SkipObject, Unskip, NoteSynced, NoteDeletedRemote,
+               NoteDeleteLocal, NoteForget]
 
 
 class SyncState:
@@ -179,6 +223,25 @@ class SyncState:
                                (len(prefix), prefix))
         return {r[0]: (r[1], r[2]) for r in rows}
 
+    def note_entries(self) -> tuple[dict[str, NoteState], dict[str, Base], set[str]]:
+        """The automation notes' sides of the plan, read at one moment: the local notes
+        ``{id: (text, updated_us)}``, the base and the queued clears."""
+        with self.store.snapshot():
+            notes = {a: (n, u) for a, n, u in self.store.notes()}
+            rows = self.store.read("SELECT automation_id, etag, content_hash FROM sync_note_base")
+            deletes = {a for a, op in self.store.note_outbox().items() if op == "delete"}
+        return notes, {r[0]: Base(r[0], "", r[1], r[2]) for r in rows}, deletes
+
+    @staticmethod
+    def note_side(automation_id: str, note: NoteState) -> NoteSide:
+        """How the plan sees a local note: its content hash and its conflict order."""
+        return NoteSide(automation_id, note_hash(as_note(automation_id, note)), (note[1], note[0]))
+
+    def load_note_base(self, automation_id: str) -> Base | None:
+        rows = self.store.read("SELECT automation_id, etag, content_hash FROM sync_note_base WHERE automation_id = ?",
+                               (automation_id,))
+        return Base(rows[0][0], "", rows[0][1], rows[0][2]) if rows else None
+
     def load_local(self, memory_id: str) -> tuple[Memory, int] | None:
         return self.store.memory_with_delta(memory_id)
 
@@ -224,6 +287,24 @@ class SyncState:
                               " seen_us = excluded.seen_us", (eff.key, eff.etag, eff.reason, now_us))
                 elif isinstance(eff, Unskip):
                     c.execute("DELETE FROM sync_skipped WHERE key = ?", (eff.key,))
+                elif isinstance(eff, NoteSynced):
+                    store.apply_remote_note(c, eff.id, eff.note, eff.expected)
+                    c.execute(
+                        "INSERT INTO sync_note_base (automation_id, etag, content_hash, synced_us) VALUES (?, ?, ?, ?)"
+                        " ON CONFLICT(automation_id) DO UPDATE SET etag = excluded.etag,"
+                        " content_hash = excluded.content_hash, synced_us = excluded.synced_us",
+                        (eff.id, eff.etag, eff.content_hash, now_us),
+                    )
+                    c.execute("DELETE FROM sync_skipped WHERE key = ?", (note_key(eff.id),))
+                elif isinstance(eff, NoteDeletedRemote):
+                    c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
+                    store.clear_note_outbox(c, eff.id)
+                elif isinstance(eff, NoteDeleteLocal):
+                    store.delete_note_from_remote(c, eff.id, eff.expected)
+                    c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
+                elif isinstance(eff, NoteForget):
+                    c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
+                    store.clear_note_outbox(c, eff.id)
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
 
@@ -250,7 +331,9 @@ class SyncState:
             return False
         with self.store.transaction() as c:
             had_base = c.execute("SELECT 1 FROM sync_base LIMIT 1").fetchone() is not None
+            had_base |= c.execute("SELECT 1 FROM sync_note_base LIMIT 1").fetchone() is not None
             c.execute("DELETE FROM sync_base")
+            c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
             c.execute("DELETE FROM meta WHERE key = ?", (META_MARKER,))
             c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -265,6 +348,7 @@ class SyncState:
         contents then read as "not synced yet", never as deletions. The outbox stays."""
         with self.store.transaction() as c:
             c.execute("DELETE FROM sync_base")
+            c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
 
     def add_note(self, note: str) -> None:
@@ -287,6 +371,8 @@ class SyncState:
         in the bucket and every remote one as new; nothing is deleted either way."""
         where, params = self._scope(profiles)
         with self.store.transaction() as c:
+            if profiles is None:  # automation notes belong to no profile: a full reupload only
+                c.execute("DELETE FROM sync_note_base")
             return c.execute(f"DELETE FROM sync_base{where}", params).rowcount
 
     def get_json(self, key: str) -> Any:
@@ -324,12 +410,13 @@ class SyncState:
         saves, access = self._local_vs_base()
         outbox = self.store.outbox()
         deletes = sum(1 for _p, op in outbox.values() if op == "delete")
-        return {"total": saves + deletes + access, "saves": saves, "deletes": deletes,
-                "accessUpdates": access, "outbox": len(outbox)}
+        notes = len(self.store.note_outbox())
+        return {"total": saves + deletes + access + notes, "saves": saves, "deletes": deletes,
+                "accessUpdates": access, "outbox": len(outbox), "automationNotes": notes}
 
     def has_local_work(self) -> bool:
         """Check for the daemon's wake-ups: anything to push?"""
-        if self.store.outbox():
+        if self.store.outbox() or self.store.note_outbox():
             return True
         saves, access = self._local_vs_base()
         return bool(saves or access)
@@ -337,3 +424,8 @@ class SyncState:
     def skipped(self) -> list[dict[str, Any]]:
         rows = self.store.read("SELECT key, etag, reason, seen_us FROM sync_skipped ORDER BY key")
         return [{"key": k, "etag": e, "reason": r, "seenAt": format_time(from_us(s))} for k, e, r, s in rows]
+
+
+def as_note(automation_id: str, note: NoteState) -> AutomationNote:
+    """A stored note ``(text, updated_us)`` as an ``AutomationNote``."""
+    return AutomationNote(automation_id, note[0], from_us(note[1]))  # type: ignore[arg-type]

@@ -34,8 +34,8 @@ def _imports(module: str) -> set[str]:
     return out
 
 
-def test_no_sql_against_memories_in_the_sync_package() -> None:
-    pattern = re.compile(r"\b(FROM|INTO|UPDATE|JOIN)\s+memories\b", re.IGNORECASE)
+def test_no_sql_against_the_stores_tables_in_the_sync_package() -> None:
+    pattern = re.compile(r"\b(FROM|INTO|UPDATE|JOIN)\s+(memories|automation_notes|automation_outbox)\b", re.IGNORECASE)
     offenders = [f"{p.name}: {m.group(0)}" for p in sorted(SYNC.glob("*.py")) for m in pattern.finditer(p.read_text())]
     assert offenders == []
 
@@ -61,11 +61,12 @@ def test_the_sync_creates_its_own_tables(tmp_path: Path) -> None:
     store = Store(db)
     tables = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "memories" in tables and "sync_outbox" in tables
-    assert not tables & {"sync_base", "sync_skipped"}  # not the store's
+    assert "automation_outbox" in tables
+    assert not tables & {"sync_base", "sync_skipped", "sync_note_base"}  # not the store's
     SyncState(store)
     SyncState(store)  # idempotent
     tables = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"sync_base", "sync_skipped"} <= tables
+    assert {"sync_base", "sync_skipped", "sync_note_base"} <= tables
     store.close()
 
 

@@ -52,7 +52,8 @@ def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host
     keys = s3.keys()
     assert sorted(keys) == sorted(f"memory/{P}/{i}.json" for i in expected)  # nothing lost, no duplicate
     st = status(cli.at(a.path), env)
-    assert st["pending"] == {"total": 0, "saves": 0, "deletes": 0, "accessUpdates": 0, "outbox": 0}
+    assert st["pending"] == {"total": 0, "saves": 0, "deletes": 0, "accessUpdates": 0, "outbox": 0,
+                              "automationNotes": 0}
     assert st["lastPass"]["result"] == "ok" and st["lastPass"]["counts"]["pushed"] == 100
     res = cli.at(a.path)("sync", "run", env=env)
     assert res.exit_code == 0 and res.output.startswith("ok: nothing to do"), res.output
