@@ -142,7 +142,8 @@ def status_cmd(state: State, as_json: bool) -> None:
     click.echo(f"database:    {data['database']}")
     p = data["pending"]
     detail = (f"({plural(p['saves'], 'save')}, {plural(p['deletes'], 'deletion')}, "
-              f"{plural(p['accessUpdates'], 'access update')}; {plural(p['outbox'], 'outbox entry', 'outbox entries')})")
+              f"{plural(p['accessUpdates'], 'access update')}, {plural(p['automationNotes'], 'automation note')}; "
+              f"{plural(p['outbox'], 'outbox entry', 'outbox entries')})")
     click.echo(f"pending:     {p['total']} {dim(detail)}")
     last = data["lastPass"]
     if last:

@@ -683,15 +683,14 @@ class SyncEngine:
         trouble raises ``BucketUnavailable`` like the memories' part; any other failure of one
         note is reported for that note alone."""
         notes, base, deletes = self.state.note_entries()
+        # (Not in the report's ``pages``/``objects``: those describe the listing of ``memory/``.)
         listing = self.bucket.list(NOTE_PREFIX)
-        report.pages += listing.pages
         known_bad = self.state.known_bad(NOTE_PREFIX)
         plan = plan_notes(
             {a: self.state.note_side(a, n) for a, n in notes.items()}, listing.objects, base, deletes, known_bad,
             max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
             max_delete_share=self.max_delete_share, verified=verified, force=force, pull_only=pull_only,
         )
-        report.objects += plan.objects
         for op, n in plan.counts().items():
             report.planned[f"note_{op}"] = n
         listed = {o.key for o in listing.objects}

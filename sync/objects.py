@@ -1,7 +1,8 @@
 """Bucket objects: the key layout, the JSON body, and the content hash. Pure: no I/O.
 
 An object lives at ``memory/<profile>/<id>.json`` and holds the memory's camelCase JSON (the
-same as ``Memory.to_dict``, unknown fields of other writers included). Decoding is strict about
+same as ``Memory.to_dict``, unknown fields of other writers included); an automation note lives
+at ``memlocal/automations/<automation id>.json`` (``AutomationNote.to_dict``). Decoding is strict about
 what can hurt us (invalid UTF-8, invalid JSON, NaN/Infinity, lone surrogates, a body whose id or
 profile is not the key's) and reports each as a one-line reason, so a bad object is skipped, never
 fatal; what can be made valid (another writer's long summary, capitalised category, confidence
@@ -76,6 +77,21 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _read_json(data: bytes) -> object:
+    """The JSON value of an object's body; ``BadObject`` for invalid UTF-8 or JSON (NaN and
+    Infinity tokens included)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadObject(f"not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise BadObject("not valid JSON: nested too deeply to read") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError, and so are NaN/Infinity and 5000-digit numbers
+        raise BadObject(f"not valid JSON: {_one_line(exc)}") from None
+
+
 def decode(data: bytes, profile: str, memory_id: str) -> Memory:
     """Read the body of ``memory/<profile>/<memory_id>.json``; ``BadObject`` if it cannot be used.
 
@@ -84,16 +100,7 @@ def decode(data: bytes, profile: str, memory_id: str) -> Memory:
     NaN/Infinity tokens, lone surrogates, a body whose id or profile is not the key's. It never
     raises anything but ``BadObject``: one object's trouble must not end a pass.
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadObject(f"not valid UTF-8 (byte {exc.start})") from None
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise BadObject("not valid JSON: nested too deeply to read") from None
-    except ValueError as exc:  # JSONDecodeError is a ValueError, and so are NaN/Infinity and 5000-digit numbers
-        raise BadObject(f"not valid JSON: {_one_line(exc)}") from None
+    obj = _read_json(data)
     try:
         memory = read_foreign(obj)
     except ValidationError as exc:
@@ -150,14 +157,7 @@ def encode_note(note: AutomationNote) -> bytes:
 def decode_note(data: bytes, automation_id: str) -> AutomationNote:
     """Read the body of ``memlocal/automations/<automation_id>.json``; ``BadObject`` if it cannot
     be used (the same strictness as ``decode``, tolerance from ``read_foreign_note``)."""
-    try:
-        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError as exc:
-        raise BadObject(f"not valid UTF-8 (byte {exc.start})") from None
-    except RecursionError:
-        raise BadObject("not valid JSON: nested too deeply to read") from None
-    except ValueError as exc:
-        raise BadObject(f"not valid JSON: {_one_line(exc)}") from None
+    obj = _read_json(data)
     try:
         note = read_foreign_note(obj)
     except ValidationError as exc:

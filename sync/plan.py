@@ -151,13 +151,9 @@ def plan_pass(
             plan.skips.append(Skip(entry.key, entry.etag, "not a memory key (expected memory/<profile>/mem-<8 hex>.json)"))
             continue
         profile, mid = parsed
-        known = known_bad.get(entry.key)
-        if known is not None and known[0] == entry.etag:
-            plan.skips.append(Skip(entry.key, entry.etag, known[1]))
-            bad[mid] = (profile, entry)
-            continue
-        if entry.size > max_object_bytes:
-            plan.skips.append(Skip(entry.key, entry.etag, f"object is {entry.size} bytes; the cap is {max_object_bytes}"))
+        skip = _unusable(entry, known_bad, max_object_bytes)
+        if skip is not None:
+            plan.skips.append(skip)
             bad[mid] = (profile, entry)
             continue
         by_id.setdefault(mid, []).append((profile, entry))
@@ -229,6 +225,16 @@ def plan_pass(
         if held:
             plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.profile in held)]
     return plan
+
+
+def _unusable(entry: Listed, known_bad: Mapping[str, tuple[str, str]], max_object_bytes: int) -> Skip | None:
+    """Why a listed object is skipped without reading it (known bad at this ETag, too large)."""
+    known = known_bad.get(entry.key)
+    if known is not None and known[0] == entry.etag:
+        return Skip(entry.key, entry.etag, known[1])
+    if entry.size > max_object_bytes:
+        return Skip(entry.key, entry.etag, f"object is {entry.size} bytes; the cap is {max_object_bytes}")
+    return None
 
 
 def _guard(deletions: Counter[str], synced: Counter[str], *, objects: int, verified: bool, minimum: int,
@@ -373,13 +379,9 @@ def plan_notes(
             plan.skips.append(Skip(entry.key, entry.etag,
                                    "not an automation note key (expected memlocal/automations/<automation id>.json)"))
             continue
-        known = known_bad.get(entry.key)
-        if known is not None and known[0] == entry.etag:
-            plan.skips.append(Skip(entry.key, entry.etag, known[1]))
-            bad.add(nid)
-            continue
-        if entry.size > max_object_bytes:
-            plan.skips.append(Skip(entry.key, entry.etag, f"object is {entry.size} bytes; the cap is {max_object_bytes}"))
+        skip = _unusable(entry, known_bad, max_object_bytes)
+        if skip is not None:
+            plan.skips.append(skip)
             bad.add(nid)
             continue
         remote[nid] = entry

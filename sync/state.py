@@ -1,4 +1,5 @@
-"""The sync's side of the local SQLite file: base, skipped objects, pass records.
+"""The sync's side of the local SQLite file: base (of memories and of automation notes),
+skipped objects, pass records.
 
 The sync creates and migrates its own tables (``SCHEMA``, versioned by the ``meta`` key
 ``sync.schema``); the store owns ``memories`` and its change log (the outbox and each row's
