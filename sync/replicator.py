@@ -293,8 +293,12 @@ class S3Replicator:
         ``If-None-Match: *`` for a note it never synced; a 412 (another host wrote the note
         meanwhile) leaves it to the next pass, which applies the conflict rule. Never raises."""
         key = note_key(automation_id)
+        if not self.breaker.allow():
+            log.debug("automation note %s stays in the outbox: the bucket failed recently", automation_id)
+            return False
         try:
             if not self._writable():
+                self.breaker.success()  # the bucket answered; writes are held for another reason
                 return False
             if note is None:
                 self.bucket.delete(key)
@@ -306,11 +310,14 @@ class S3Replicator:
                 stored: NoteState = (note.note, to_us(note.updated_at) or 0)
                 effect = NoteSynced(automation_id, stored, etag, note_hash(note), stored)
         except (PreconditionFailed, ObjectMissing):
+            self.breaker.success()
             log.info("automation note %s changed in the bucket: left in the outbox for the next pass", automation_id)
             return False
         except Exception as exc:  # never fail a write that is already durable locally
+            self.breaker.failure()
             log.info("automation note %s stays in the outbox: %s", automation_id, exc)
             return False
+        self.breaker.success()
         try:
             self.state.apply([effect])
         except MemoryBankError as exc:  # the next pass finds the object and adopts it

@@ -175,3 +175,21 @@ def test_passes_never_overlap_across_processes(s3: S3, hosts: Callable[..., Host
 def test_the_daemon_needs_a_bucket(cli: Cli) -> None:
     res = cli("sync", "daemon")
     assert res.exit_code == 1 and "no bucket configured" in res.output
+
+
+@pytest.mark.slow
+def test_the_daemon_pushes_automation_notes_and_wakes_for_them(
+        s3: S3, tmp_path: Path, daemons: Callable[..., Daemon]) -> None:
+    db = tmp_path / "host" / "memlocal.db"
+    with MemoryBank(db) as bank:  # written with no bucket: queued in the notes' outbox
+        bank.automations.put("nightly", "queued before the daemon started")
+    d = daemons(db, tmp_path / "daemon.log")
+    notes = "memlocal/automations/"
+    wait_for(lambda: s3.keys(notes) == [f"{notes}nightly.json"], 120, "the first pass to push the note")
+    # The interval is 60 s: only the watchfiles wake-up can push this one promptly.
+    with MemoryBank(db) as bank:
+        bank.automations.put("weekly", "written while the daemon runs")
+    wait_for(lambda: f"{notes}weekly.json" in s3.keys(notes), 120, "a pass woken by the note")
+    assert d.stop() == 0, d.output()
+    assert s3.get_json(f"{notes}weekly.json")["note"] == "written while the daemon runs"
+    assert query(db, "SELECT count(*) FROM automation_outbox") == 0

@@ -654,7 +654,7 @@ async function syncView() {
     ["Bucket", h("span", {}, h("strong", {}, b.name || "?"), b.endpoint ? " at " + b.endpoint : "", b.region ? " (" + b.region + ")" : "")],
     ["Chosen from", b.source || "?"],
     ["Database", h("code", {}, s.database || "?")],
-    ["Pending", `${p.total ?? 0} (${p.saves ?? 0} saves, ${p.deletes ?? 0} deletions, ${p.accessUpdates ?? 0} access updates)`],
+    ["Pending", `${p.total ?? 0} (${p.saves ?? 0} saves, ${p.deletes ?? 0} deletions, ${p.accessUpdates ?? 0} access updates, ${p.automationNotes ?? 0} automation notes)`],
     ["Outbox", String(p.outbox ?? 0)],
     ["Last pass", last ? h("span", {}, time(last.finishedAt), " ", h("span", { class: "badge result-" + last.result }, last.result),
       counts ? " " + counts : "", last.reason ? h("span", { class: "reason" }, " " + last.reason) : "") : "never"],
