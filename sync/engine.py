@@ -192,9 +192,11 @@ class SyncEngine:
 
     def run_pass(self, *, force: bool = False, reupload: bool = False, profiles: Sequence[str] | None = None,
                  pull_only: bool = False, progress: Progress | None = None, lock_timeout: float = 0.0,
-                 record: bool = True) -> PassReport:
-        """One pass over every profile (or ``profiles``). Never raises for bucket trouble: the
-        report says ``failed`` and why. Raises ``SyncError`` if another pass holds the lock."""
+                 record: bool = True, notes: bool | None = None) -> PassReport:
+        """One pass over every profile (or ``profiles``; ``[]``: none) and, with ``notes`` (by
+        default: when every profile is in scope), the automation notes. Never raises for bucket
+        trouble: the report says ``failed`` and why. Raises ``SyncError`` if another pass holds
+        the lock."""
         lock = FileLock(str(lock_path(self.store.path)), timeout=lock_timeout)
         try:
             lock.acquire()
@@ -202,7 +204,7 @@ class SyncEngine:
             raise SyncError(f"another sync pass is running on {self.store.path}") from None
         try:
             report = self._pass(force=force, reupload=reupload, profiles=profiles, pull_only=pull_only,
-                                progress=progress)
+                                progress=progress, notes=profiles is None if notes is None else notes)
         finally:
             lock.release()
         if record:
@@ -219,9 +221,10 @@ class SyncEngine:
             log.warning("could not record the sync pass: %s", exc)
 
     def _pass(self, *, force: bool, reupload: bool, profiles: Sequence[str] | None, pull_only: bool,
-              progress: Progress | None) -> PassReport:
+              progress: Progress | None, notes: bool) -> PassReport:
         t0 = time.monotonic()
-        report = PassReport(scope="all" if profiles is None else ",".join(profiles), started_at=format_time(utcnow()))
+        scope = "all" if profiles is None else ",".join([*profiles, *(["automation notes"] if notes else [])])
+        report = PassReport(scope=scope, started_at=format_time(utcnow()))
         try:
             if self.state.ensure_bucket(self.settings.identity):
                 log.warning("bucket changed to %s: starting from an empty base (nothing is deleted)",
@@ -280,10 +283,10 @@ class SyncEngine:
                 self._write_snapshots(listing, local_rows, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
             guards = list(plan.guards)
-            if profiles is None:  # automation notes belong to no profile: full passes only
-                notes = self._sync_notes(report, verified=identity.verified, force=force, pull_only=pull_only)
-                self._collect_skips(notes, report, [NOTE_PREFIX])
-                guards += notes.guards
+            if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
+                note_plan = self._sync_notes(report, verified=identity.verified, force=force, pull_only=pull_only)
+                self._collect_skips(note_plan, report, [NOTE_PREFIX])
+                guards += note_plan.guards
             if guards:
                 report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
                                   "reason": g.reason} for g in guards]
@@ -319,7 +322,7 @@ class SyncEngine:
 
     def _list_snapshots(self, profiles: Sequence[str] | None) -> dict[str, list[str]]:
         """The snapshot keys in the bucket, by profile (one listing; none when snapshots are off)."""
-        if self.snapshot_min <= 0:
+        if self.snapshot_min <= 0 or (profiles is not None and not profiles):  # (none: a notes-only pull)
             return {}
         out: dict[str, list[str]] = {}
         for obj in self.bucket.list(snapshot.SNAPSHOT_PREFIX).objects:

@@ -7,7 +7,8 @@ succeeds, and the outbox entry stays for the next pass. Deletions go the same wa
 
 ``request_refresh`` is the read path's pull (the REST API calls it through
 ``MemoryBank.refresh_for_read``): it queues a pull-only pass of one profile (or discovers every
-profile from the bucket with a delimiter listing of ``memory/`` and queues each) on a background
+profile from the bucket with a delimiter listing of ``memory/`` and queues each, and pulls the
+automation notes) on a background
 thread and returns at once with the age of the local data, so a request never waits on the
 bucket. ``refresh_if_stale`` is the blocking form, for callers that want the pull done.
 """
@@ -66,9 +67,11 @@ class Refresher:
     pass lock is per database, so two pulls of one process could not run at once anyway.
     """
 
-    def __init__(self, pull: Callable[[str], bool], discover: Callable[[], list[str]]) -> None:
+    def __init__(self, pull: Callable[[str], bool], discover: Callable[[], list[str]],
+                 pull_notes: Callable[[], bool] | None = None) -> None:
         self._pull = pull
         self._discover = discover
+        self._pull_notes = pull_notes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-refresh")
         self._lock = threading.Lock()
         self._inflight: set[str | None] = set()
@@ -113,6 +116,8 @@ class Refresher:
                     self._known.update(profiles)
                 for p in profiles:
                     self.request(p, ttl)
+                if self._pull_notes is not None:  # notes belong to no profile: pulled with "every profile"
+                    self._pull_notes()
                 ok = True
             else:
                 ok = self._pull(key)
@@ -191,7 +196,7 @@ class S3Replicator:
         self._locks_guard = threading.Lock()
         self._last_pull: dict[str, float] = {}
         self._refresh_gate = threading.Lock()
-        self.refresher = Refresher(self._pull, self.bucket_profiles)
+        self.refresher = Refresher(self._pull, self.bucket_profiles, self._pull_notes)
         try:
             if self.state.ensure_bucket(settings.identity):
                 log.warning("bucket changed to %s: its base starts empty (nothing is deleted)", settings.describe())
@@ -359,6 +364,13 @@ class S3Replicator:
         """One pull-only pass of ``profile`` (the background refresh's job)."""
         with self._refresh_gate:
             report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0, record=False)
+        return report.result in ("ok", "guarded")
+
+    def _pull_notes(self) -> bool:
+        """One pull-only pass of the automation notes alone (the background refresh's job)."""
+        with self._refresh_gate:
+            report = self._get_engine().run_pass(profiles=[], notes=True, pull_only=True, lock_timeout=0,
+                                                 record=False)
         return report.result in ("ok", "guarded")
 
     def bucket_profiles(self) -> list[str]:

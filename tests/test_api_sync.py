@@ -65,7 +65,8 @@ def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., A
         assert host.bank.save(p, content=f"a memory of {p}").synced
     # The endpoint now accepts connections and never answers (within any timeout used here).
     fault_proxy.delay_s = 120.0
-    paths = ["/api/memory-bank/stats", "/api/profiles", "/api/memory-bank", "/api/profiles/p1/memories"]
+    paths = ["/api/memory-bank/stats", "/api/profiles", "/api/memory-bank", "/api/profiles/p1/memories",
+             "/api/automations", "/api/automations/nightly/memory"]
     took: list[float] = []
     with LiveServer(create_app(host.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
         for path in paths * 5:

@@ -334,3 +334,30 @@ def test_the_note_decoder_returns_a_note_or_a_skip_reason(value: Any, raw: bytes
         assert note.automation_id == "n1" and note.note and note.note == note.note.strip()
         note.note.encode("utf-8")  # valid Unicode: storable and printable
         assert decode_note(encode_note(note), "n1") == note  # reads the same again
+
+
+def test_the_conductors_api_sees_a_runners_note_without_a_pass(hosts: Callable[..., Host], s3: S3) -> None:
+    """The REST reads of notes ask for a background pull (as the global memory reads do), so a
+    note a runner wrote reaches the conductor's API without `--with-sync` or a cron pass."""
+    import httpx
+    from api_live import LiveServer
+    from support import wait_for
+
+    from memlocal.api import create_app
+
+    conductor, runner = hosts("conductor", sync__refresh_ttl_s=0.2), hosts("runner")
+    with LiveServer(create_app(conductor.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+        assert c.get("/api/automations/nightly/memory").json() == {"memory": ""}
+        runner.bank.automations.put("nightly", "Stopped at page 3 of 7.")
+        wait_for(lambda: c.get("/api/automations/nightly/memory").json()["memory"] == "Stopped at page 3 of 7.",
+                 what="the runner's note on the conductor")
+        runner.bank.automations.put("weekly", "Nothing new.")
+        wait_for(lambda: "weekly" in {n["automationId"] for n in c.get("/api/automations").json()["automations"]},
+                 what="the runner's second note in the listing")
+        # A note written through the conductor's API goes to the bucket at once.
+        assert c.put("/api/automations/nightly/memory", json={"memory": "Corrected by hand."}).status_code == 200
+        assert s3.get_json(key("nightly"))["note"] == "Corrected by hand."
+        assert c.delete("/api/automations/weekly").status_code == 204
+        assert key("weekly") not in s3.keys(NOTES)
+    assert runner.sync().counts["notes_updated"] == 1 and note_of(runner, "nightly") == "Corrected by hand."
+    assert note_of(runner, "weekly") is None

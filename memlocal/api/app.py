@@ -315,9 +315,10 @@ def _note_from_body(body: bytes, content_type: str) -> str:
 
 
 @router.get("/automations", response_model=AutomationList, summary="Every automation note")
-def list_automation_notes(bank: MemoryBank = BankDep) -> dict[str, Any]:
+def list_automation_notes(response: Response, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """Every automation that has a note, most recently written first (an automation without a
     note is not known to the bank)."""
+    _refresh(bank, response)  # notes sync with every profile's pull (docs/sync.md)
     return {"automations": [n.to_dict() for n in bank.automations.list()]}
 
 
@@ -327,8 +328,9 @@ def list_automation_notes(bank: MemoryBank = BankDep) -> dict[str, Any]:
     summary="Read an automation's note",
     responses=errors.error_responses(400, 422),
 )
-def get_automation_note(id: AutomationPath, bank: MemoryBank = BankDep) -> dict[str, Any]:
+def get_automation_note(response: Response, id: AutomationPath, bank: MemoryBank = BankDep) -> dict[str, Any]:
     """The note its automation agent rewrote after the last firing ("" when it has none)."""
+    _refresh(bank, response)
     note = bank.automations.get(id)
     return {"memory": note.note if note is not None else ""}
 
