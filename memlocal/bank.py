@@ -465,14 +465,17 @@ class MemoryBank:
     def _near_duplicate(self, profile: str, processed: str) -> Memory | None:
         """An active memory of ``profile`` that ``processed`` restates (the guarded rule)."""
         from . import text
-        from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature
+        from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature, signature_key
 
         sig = signature(processed)
         if len(sig.terms) < NEAR_MIN_TERMS:
             return None
         threshold = float(self.config["dedup.near_threshold"])
-        # At 1.0 a near-duplicate holds every term: ask the index for memories with every word.
-        candidates = self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES, every=threshold >= 1.0)
+        if threshold >= 1.0:
+            # At 1.0 the rule is an equivalence: one lookup of the stored near_key (migration 9).
+            candidates = self.store.find_by_near_key(profile, signature_key(sig) or "")
+        else:
+            candidates = self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES)
         for m in candidates:
             if jaccard(sig.terms, text.terms(m.processed_content)) < threshold:
                 continue  # cheap test first: the terms alone already rule it out

@@ -93,6 +93,23 @@ def signature(value: str) -> Signature:
     return Signature(frozenset(seq), tuple(seq), tuple(sorted(guard)), frozenset(numbers))
 
 
+def near_key(value: str) -> str | None:
+    """A 16-hex-digit hash of what :func:`near_duplicate` compares at threshold 1.0 (the terms
+    in text order, the guard words, the numbers), stored per memory so that a save finds its
+    near-duplicates at the default threshold with one index lookup; ``None`` for a text too
+    short for the near rule. Two texts with the same key are near-duplicates at 1.0, and two
+    near-duplicates at 1.0 have the same key."""
+    return signature_key(signature(value))
+
+
+def signature_key(sig: Signature) -> str | None:
+    """:func:`near_key` of an already computed :class:`Signature`."""
+    if len(sig.terms) < NEAR_MIN_TERMS:
+        return None
+    parts = ("\x1f".join(sig.sequence), "\x1f".join(sig.guard), "\x1f".join(sorted(sig.numbers)))
+    return hashlib.blake2b("\x1e".join(parts).encode("utf-8"), digest_size=8).hexdigest()
+
+
 def jaccard(a: Collection[str], b: Collection[str]) -> float:
     """|A ∩ B| / |A ∪ B| (0 for two empty sets)."""
     sa, sb = set(a), set(b)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .errors import NotFoundError, StoreError
-from .hygiene import text_key
+from .hygiene import near_key, text_key
 from .model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 
 if TYPE_CHECKING:
@@ -53,15 +53,18 @@ MEMORY_COLUMNS = (
     "version",
     "extra",
     # Derived, never read back into a Memory: hygiene.text_key of processedContent and rawInput,
-    # for the exact-duplicate lookup (migration 7). Every writer goes through memory_to_row.
+    # for the exact-duplicate lookup (migration 7), and hygiene.near_key of processedContent for
+    # the near-duplicate lookup at the default threshold (migration 9). Every writer goes
+    # through memory_to_row.
     "text_key",
     "raw_key",
+    "near_key",
 )
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
 _SELECT_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
 # What a pull replaces when the bucket's content wins (access metadata is merged, not replaced).
 _CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "source", "confidence",
-                    "created_us", "is_active", "version", "extra", "text_key", "raw_key")
+                    "created_us", "is_active", "version", "extra", "text_key", "raw_key", "near_key")
 
 
 def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
@@ -117,6 +120,7 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
         extra_json(m),
         text_key(m.processed_content),
         text_key(m.raw_input) if m.raw_input != m.processed_content else None,
+        near_key(m.processed_content),
     )
 
 
@@ -430,6 +434,17 @@ def _migration_8(db: sqlite_utils.Database) -> None:
               " SELECT automation_id, 'put', updated_us FROM automation_notes")
 
 
+def _migration_9(db: sqlite_utils.Database) -> None:
+    """Near-duplicate keys (``memlocal.hygiene.near_key``): at the default threshold a save
+    finds its near-duplicates with one index lookup instead of a full-text query whose cost
+    grew with the profile."""
+    c = db.conn
+    c.execute("ALTER TABLE memories ADD COLUMN near_key TEXT")
+    rows = c.execute("SELECT id, processed_content FROM memories").fetchall()
+    c.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
+    c.execute("CREATE INDEX memories_near_key ON memories (profile, near_key) WHERE near_key IS NOT NULL")
+
+
 # Numbered schema migrations, applied in order inside one transaction each.
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migration_1,
@@ -440,6 +455,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     6: _migration_6,
     7: _migration_7,
     8: _migration_8,
+    9: _migration_9,
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -800,24 +816,32 @@ class Store:
         if not keys:
             return []
         marks = ", ".join("?" for _ in keys)
+        # Two index lookups (memories_text_key, memories_raw_key): with an OR, SQLite scanned the
+        # whole profile, which made every save O(profile size).
         rows = self.read(
-            f"{_SELECT} WHERE profile = ? AND is_active = 1 AND (text_key IN ({marks}) OR raw_key IN ({marks}))"
-            " ORDER BY created_us, id",
-            (profile, *keys, *keys),
+            f"{_SELECT} WHERE rowid IN (SELECT rowid FROM memories WHERE profile = ? AND text_key IN ({marks})"
+            f" UNION SELECT rowid FROM memories WHERE profile = ? AND raw_key IN ({marks}))"
+            " AND is_active = 1 ORDER BY created_us, id",
+            (profile, *keys, profile, *keys),
         )
         return [row_to_memory(r) for r in rows]
 
-    def similar(self, profile: str, terms: Sequence[str], limit: int, *, every: bool = False) -> builtins.list[Memory]:
+    def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
+        """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
+        first (callers confirm with the rule itself)."""
+        rows = self.read(f"{_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1 ORDER BY created_us, id",
+                         (profile, key))
+        return [row_to_memory(r) for r in rows]
+
+    def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
         """Up to ``limit`` active memories of ``profile`` that share the most (rarest) of
         ``terms`` (the formula's stems, :func:`memlocal.text.terms`), best first: bm25 over the
-        recall index ``memory_features`` (migration 4), scoped by the profile's token.
-        ``every``: only memories holding every one of ``terms`` (a much narrower query)."""
+        recall index ``memory_features`` (migration 4), scoped by the profile's token."""
         from .features import scope_token, term_token
 
         if not terms or limit <= 0:
             return []
-        joiner = " AND " if every else " OR "
-        match = f"{scope_token(profile)} AND ({joiner.join(term_token(t) for t in dict.fromkeys(terms))})"
+        match = f"{scope_token(profile)} AND ({' OR '.join(term_token(t) for t in dict.fromkeys(terms))})"
         cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
         try:
             rows = self.read(

@@ -92,19 +92,23 @@ def test_reworded_duplicate_is_merged_and_the_setting_turns_it_off(tmp_path: Pat
 
 
 def test_the_recall_index_finds_near_duplicate_candidates(tmp_path: Path) -> None:
-    """The near check and the LLM's similar memories read the recall index (``memory_features``):
-    a candidate IS found (a silent "no candidates" would turn near-dedup off), by profile, and
-    with the AND query of the default threshold as well as the OR query below it."""
+    """The near check reads the stored near_key at the default threshold and the recall index
+    (``memory_features``) below it, as the LLM's similar memories do: a candidate IS found (a
+    silent "no candidates" would turn near-dedup off), by profile, by either lookup."""
     from memlocal import text
+    from memlocal.hygiene import near_key
 
     with bank_at(tmp_path / "a.db", dedup__enabled=False) as bank:
         first = bank.save(P, TEXT).memory
         bank.save(P, "Run the tests before every deploy").memory
         other = bank.save("other", TEXT).memory
         terms = sorted(text.terms(REWORDED))
-        assert [m.id for m in bank.store.similar(P, terms, 8, every=True)] == [first.id]
+        key = near_key(REWORDED)
+        assert key is not None and key == near_key(TEXT) and key == near_key(SAME)
+        assert [m.id for m in bank.store.find_by_near_key(P, key)] == [first.id]
+        assert [m.id for m in bank.store.find_by_near_key("other", key)] == [other.id]
         assert [m.id for m in bank.store.similar(P, terms, 8)][0] == first.id
-        assert [m.id for m in bank.store.similar("other", terms, 8, every=True)] == [other.id]
+        assert [m.id for m in bank.store.similar("other", terms, 8)] == [other.id]
         assert bank.store.similar(P, ["zzzunknown"], 8) == []
     with bank_at(tmp_path / "b.db", dedup__near_threshold=0.8) as bank:
         first = bank.save(P, TEXT).memory
@@ -227,8 +231,8 @@ def test_a_stale_key_never_merges(tmp_path: Path) -> None:
 
 
 def test_existing_databases_get_their_keys(tmp_path: Path) -> None:
-    """Migration 7 fills the keys of memories saved before it (the file is taken back to
-    schema 6: what migrations 7 and later added is removed)."""
+    """Migrations 7 and 9 fill the keys of memories saved before them (the file is taken back
+    to schema 6: what migrations 7 and later added is removed)."""
     path = tmp_path / "old.db"
     with bank_at(path) as bank:
         m = bank.save(P, TEXT).memory
@@ -240,6 +244,8 @@ def test_existing_databases_get_their_keys(tmp_path: Path) -> None:
     conn.execute("ALTER TABLE memories DROP COLUMN text_key")
     conn.execute("ALTER TABLE memories DROP COLUMN raw_key")
     conn.execute("DROP TABLE automation_outbox")  # migration 8
+    conn.execute("DROP INDEX memories_near_key")  # migration 9
+    conn.execute("ALTER TABLE memories DROP COLUMN near_key")
     conn.commit()
     conn.close()
     with bank_at(path) as bank:
@@ -429,3 +435,20 @@ def test_retention_policy_is_off_by_default(tmp_path: Path) -> None:
     with bank_at(tmp_path / "r.db", retention__enabled=True, retention__older_than="90d",
                  retention__staleness_above=0.0) as bank:
         assert bank.apply_retention() == {P: 1}
+
+
+_NEAR_WORDS = ("the", "a", "just", "not", "she", "he", "before", "after", "with", "editor", "editors", "dark",
+          "mode", "modes", "prefers", "preferred", "coffee", "tea", "Lisbon", "deploys", "Friday", "3", "4")
+
+
+@given(st.lists(st.sampled_from(_NEAR_WORDS), min_size=1, max_size=9),
+       st.lists(st.sampled_from(_NEAR_WORDS), min_size=1, max_size=9))
+def test_the_near_key_is_the_near_rule_at_its_default_threshold(a: list[str], b: list[str]) -> None:
+    """The stored key may stand in for the rule at 1.0 only if it is the same relation: equal
+    keys exactly when the guarded rule calls the two texts near-duplicates."""
+    from memlocal.hygiene import near_duplicate, near_key, signature
+
+    x, y = " ".join(a), " ".join(b)
+    rule = near_duplicate(signature(x), signature(y), 1.0)
+    kx, ky = near_key(x), near_key(y)
+    assert rule == (kx is not None and kx == ky)

@@ -260,6 +260,8 @@ def test_notes_written_before_the_upgrade_are_queued(tmp_path: Path) -> None:
     store.close()
     conn = sqlite3.connect(db)
     conn.execute("DROP TABLE automation_outbox")
+    conn.execute("DROP INDEX memories_near_key")  # and what migration 9 added: a schema-7 file
+    conn.execute("ALTER TABLE memories DROP COLUMN near_key")
     conn.execute("INSERT INTO automation_notes (automation_id, note, updated_us) VALUES ('old', 'kept', 1)")
     conn.execute("PRAGMA user_version = 7")
     conn.commit()
