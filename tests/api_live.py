@@ -1,5 +1,6 @@
-"""Helpers for the REST API tests: a real uvicorn server on a free 127.0.0.1 port, in a thread,
-and ``memlocal serve`` as a subprocess."""
+"""Helpers for the REST API tests: a real uvicorn server on a free 127.0.0.1 port, in a thread
+(``LiveServer``; ``ServedInProcess`` wires it as ``memlocal serve`` does), and ``memlocal serve`` as
+a subprocess (``ServeProcess``: for tests of the process itself, its start-up, signals and exit)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from typing import Any, Mapping
 import httpx
 import uvicorn
 from support import free_port, wait_for
+
+from memlocal import MemoryBank
+from memlocal.api import create_app
+from memlocal.config import Config
+from memlocal.errors import MemoryBankError
 
 
 class LiveServer:
@@ -43,6 +49,32 @@ class LiveServer:
         self.server.should_exit = True
         self._thread.join(15)
         self._sock.close()
+
+
+class ServedInProcess(LiveServer):
+    """What ``memlocal --db DB serve`` serves, wired the same way (the bank from the resolved config,
+    or the error that kept it from opening; the first background pull), on a ``LiveServer`` in this
+    process: the pages and the API are real HTTP, without a ~4 s interpreter start per test."""
+
+    def __init__(self, db: Path, env: Mapping[str, str] | None = None) -> None:
+        config = Config.load(overrides={"store.path": str(db)}, environ={**os.environ, **(env or {})})
+        self.bank: MemoryBank | MemoryBankError
+        try:
+            self.bank = MemoryBank.open(config=config)
+        except MemoryBankError as exc:
+            self.bank = exc
+        super().__init__(create_app(self.bank, config))
+
+    def __enter__(self) -> "ServedInProcess":
+        if isinstance(self.bank, MemoryBank):
+            self.bank.refresh_for_read(None)
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        if isinstance(self.bank, MemoryBank):
+            self.bank.close()
 
 
 class ServeProcess:
