@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 from hypothesis import settings as hypothesis_settings
+from hypothesis.configuration import set_hypothesis_home_dir
 from support import wait_for as _wait_for
 
 from memlocal import Config, MemoryBank
@@ -26,10 +27,13 @@ from memlocal import Config, MemoryBank
 # Plugin modules with fixtures for one area each (S3 server, fake Anthropic API, ...).
 pytest_plugins: list[str] = ["anthropic_fake", "s3server"]
 
-# Hypothesis keeps no example database: nothing is written into the repository (.hypothesis/);
-# and no per-example deadline, a wall-clock bound that a loaded machine breaks.
+# Hypothesis keeps no example database, and no per-example deadline (a wall-clock bound that a
+# loaded machine breaks). Its other files (the Unicode tables it would otherwise rebuild in every
+# worker, the constants it collects from the code) go to the user's cache, never the repository.
 hypothesis_settings.register_profile("memlocal", database=None, deadline=None)
 hypothesis_settings.load_profile("memlocal")
+set_hypothesis_home_dir(
+    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests" / "hypothesis"))
 
 
 @pytest.fixture(autouse=True)
