@@ -112,6 +112,9 @@ class FakeAnthropic:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY: the body, written after the headers, must not wait ~40 ms for the client's
+            # delayed ACK on a kept-alive connection.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
                 pass
