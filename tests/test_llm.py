@@ -441,21 +441,22 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env=env)
 
 
-def test_cli_save_uses_the_processor_and_no_llm_skips_it(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
-    db = str(tmp_path / "cli.db")
+def test_cli_save_uses_the_processor_and_no_llm_skips_it(anthropic_fake: FakeAnthropic, cli: Any) -> None:
+    """Through the CLI in process (``cli``); the test below runs it as a real process."""
+    room = {"MEMLOCAL_LLM_TIMEOUT_S": "60"}  # as run_cli: the first use may import the SDK
     anthropic_fake.respond(Reply.structured(GOOD))
-    done = run_cli("--db", db, "save", "-p", "ana", "--json", RAW)
-    assert done.returncode == 0, done.stderr
+    done = cli("save", "-p", "ana", "--json", RAW, env=room)
+    assert done.exit_code == 0, done.stderr
     m = json.loads(done.stdout)["memory"]
     assert (m["processedContent"], m["category"], m["confidence"]) == (GOOD["processedContent"], "preference", 0.9)
     assert anthropic_fake.count == 1
 
-    done = run_cli("--db", db, "save", "-p", "bob", "--no-llm", "--json", RAW)  # in "ana": deduplicated
-    assert done.returncode == 0, done.stderr
+    done = cli("save", "-p", "bob", "--no-llm", "--json", RAW, env=room)  # in "ana": deduplicated
+    assert done.exit_code == 0, done.stderr
     m = json.loads(done.stdout)["memory"]
     assert (m["processedContent"], m["category"], m["confidence"]) == (RAW, "general", 1.0)
     assert anthropic_fake.count == 1
-    assert FAKE_KEY not in done.stderr + done.stdout
+    assert FAKE_KEY not in done.output
 
 
 def test_cli_save_with_a_failing_api_still_saves(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
