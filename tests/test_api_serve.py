@@ -1,19 +1,24 @@
-"""``memlocal serve`` as a real process: start-up, the not-wired 503s, the token, the bind rule."""
+"""``memlocal serve`` as a real process: start-up, the not-wired 503s, the token, the bind rule.
+What does not depend on the process (the token check, the refusal's message for more hosts, reading
+the database afterwards) runs in process."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from api_live import ServeProcess, free_port
+from api_live import ServedInProcess, ServeProcess, free_port
+
+from memlocal.api.auth import check_bind
+from memlocal.errors import ConfigError
 
 TOKEN = "tok-" + "9" * 20
 
 
-def test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+def test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm(tmp_path: Path, cli: Any) -> None:
     db = tmp_path / "served.db"
     proc = ServeProcess(tmp_path, ["--db", str(db)])
     try:
@@ -27,9 +32,7 @@ def test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm(tmp_path: Path) 
     finally:
         assert proc.stop() == 0, proc.log
     # The save went to the database named by --db, durably.
-    out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "list", "--profile", "p1", "--json"],
-                         capture_output=True, text=True, check=True)
-    assert "served over HTTP" in out.stdout
+    assert "served over HTTP" in cli.at(db)("list", "--profile", "p1", "--json").stdout
 
 
 @pytest.mark.parametrize("case", ["unwritable path", "not a database"])
@@ -64,30 +67,28 @@ def test_serve_starts_when_the_store_cannot_be_opened_and_answers_503(tmp_path: 
 
 
 def test_token_from_the_environment_guards_every_request(tmp_path: Path) -> None:
-    proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "t.db")], env={"MEMLOCAL_API_TOKEN": TOKEN})
+    """The environment's token, served as ``serve`` wires it (in process: the process adds nothing
+    here; test_non_loopback_bind_with_a_token_is_allowed has a token in a real process)."""
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    try:
-        proc.wait_ready()
-        with httpx.Client(base_url=proc.url) as c:
+    with ServedInProcess(tmp_path / "t.db", env={"MEMLOCAL_API_TOKEN": TOKEN}) as served:
+        with httpx.Client(base_url=served.url) as c:
             assert c.get("/api/memory-bank/stats").status_code == 401
             assert c.get("/healthz").status_code == 401
             assert c.get("/api/memory-bank/stats", headers={"Authorization": "Bearer nope"}).status_code == 401
             assert c.get("/api/memory-bank/stats", headers=auth).status_code == 200
-    finally:
-        proc.stop()
 
 
-def test_non_loopback_bind_without_a_token_is_refused_at_start_up(tmp_path: Path) -> None:
-    for host in ("0.0.0.0", "::", "192.0.2.10", "example.com"):
-        r = subprocess.run(
-            [sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), "serve", "--host", host,
-             "--port", str(free_port())],
-            capture_output=True, text=True, timeout=60,
-        )
-        assert r.returncode != 0
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and "loopback" in lines[0] and "MEMLOCAL_API_TOKEN" in lines[0], (r.returncode, r.stdout, r.stderr)
+def test_non_loopback_bind_without_a_token_is_refused_at_start_up(tmp_path: Path, cli: Any) -> None:
+    """The command, as a real process, for the first host (its exit and its one line on stderr);
+    the rule it applies (``check_bind``, before anything is opened) for the others."""
+    code, out, err = cli.process("serve", "--host", "0.0.0.0", "--port", str(free_port()), db=tmp_path / "x.db")
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "loopback" in lines[0] and "MEMLOCAL_API_TOKEN" in lines[0], (code, out, err)
     assert not (tmp_path / "x.db").exists()  # refused before anything was opened
+    for host in ("::", "192.0.2.10", "example.com"):
+        with pytest.raises(ConfigError, match=f"refusing to listen on {re.escape(host)}, .*MEMLOCAL_API_TOKEN"):
+            check_bind(host, "")
 
 
 def test_non_loopback_bind_with_a_token_is_allowed(tmp_path: Path) -> None:
