@@ -7,6 +7,7 @@ write complete memory objects through the store (the same path the sync and impo
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from memlocal import Memory, MemoryBank
 from memlocal.model import default_summary, new_id, staleness_of
@@ -18,8 +19,14 @@ def days_ago(days: float) -> datetime:
     return NOW - timedelta(days=days)
 
 
-def put(
-    bank: MemoryBank,
+def put(bank: MemoryBank, profile: str, content: str, **fields: Any) -> Memory:
+    """``memory(...)`` written into ``bank``'s store as it is."""
+    m = memory(profile, content, **fields)
+    bank.store.upsert(m)
+    return m
+
+
+def memory(
     profile: str,
     content: str,
     *,
@@ -32,6 +39,7 @@ def put(
     summary: str | None = None,
     memory_id: str | None = None,
 ) -> Memory:
+    """A complete memory of ``profile`` with the given age, use and state (staleness as of ``NOW``)."""
     m = Memory(
         id=memory_id or new_id(),
         profile_name=profile,
@@ -45,6 +53,4 @@ def put(
         access_count=count,
         is_active=active,
     )
-    m = m.with_changes(staleness_score=staleness_of(m, NOW))
-    bank.store.upsert(m)
-    return m
+    return m.with_changes(staleness_score=staleness_of(m, NOW))

@@ -19,7 +19,7 @@ from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex
 from memlocal.scoring import SPEC, Ranking, ScoredMemory, rank_brute_force
-from memory_factory import NOW, days_ago, put
+from memory_factory import NOW, days_ago, memory, put
 
 VOCAB = ["server", "release", "deploy", "diet", "peanut", "allergy", "trip", "flight", "flights", "movie",
          "film", "boss", "report", "coffee", "email", "order", "caroline", "melanie", "paint", "the",
@@ -57,11 +57,17 @@ def _open(tmp: str) -> MemoryBank:
     return MemoryBank(path, config=Config.load(environ={}))
 
 
-def _put(bank: MemoryBank, spec: dict[str, Any], profile: str = "p", **over: Any) -> Memory:
+def _memory(spec: dict[str, Any], profile: str = "p", **over: Any) -> Memory:
     created = days_ago(spec["age"])
     last = None if spec["last"] is None else min(NOW, created + timedelta(days=spec["last"]))
-    return put(bank, profile, " ".join(spec["words"]), category=spec["category"], confidence=spec["confidence"],
-               created=created, last=last, count=spec["count"], active=spec["active"], **over)
+    return memory(profile, " ".join(spec["words"]), category=spec["category"], confidence=spec["confidence"],
+                  created=created, last=last, count=spec["count"], active=spec["active"], **over)
+
+
+def _put(bank: MemoryBank, spec: dict[str, Any], profile: str = "p", **over: Any) -> Memory:
+    m = _memory(spec, profile, **over)
+    bank.store.upsert(m)
+    return m
 
 
 def _key(results: list[ScoredMemory]) -> list[tuple[str, float]]:
@@ -227,7 +233,8 @@ def test_exact_on_a_few_thousand_memories(tmp_path: Path) -> None:
                     "category": rng.choice(CATEGORIES), "confidence": rng.choice([1.0, 0.8, 0.4]),
                     "age": rng.random() * 300, "last": rng.choice([None, 1.0, 20.0]),
                     "count": rng.choice([0, 0, 0, 1, 2, 7, 30]), "active": rng.random() > 0.05}
-            rows.append(_put(bank, spec))
+            rows.append(_memory(spec))
+        assert set(bank.store.import_batch(rows)) == {"imported"}  # one transaction, not 3,000
         memories = bank.store.iter_profile("p")
         for _ in range(25):
             q = " ".join(rng.choices(vocab, weights, k=rng.randint(1, 4)))
