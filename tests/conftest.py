@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 import pytest
 from hypothesis import settings as hypothesis_settings
 from hypothesis.configuration import set_hypothesis_home_dir
+import support
 from support import wait_for as _wait_for
 
 from memlocal import Config, MemoryBank
@@ -48,6 +49,14 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _empty_database(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The empty, migrated database that ``support.fresh_database`` copies."""
+    path = tmp_path_factory.mktemp("empty") / "empty.db"
+    MemoryBank(path, config=Config.load(environ={})).close()
+    support.EMPTY_DATABASE[:] = [path]
 
 
 @pytest.fixture

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import time
+from pathlib import Path
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
@@ -31,3 +33,14 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "the
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+# Set once per session by conftest's ``_empty_database`` fixture.
+EMPTY_DATABASE: list[Path] = []
+
+
+def fresh_database(path: Path) -> Path:
+    """``path`` as a copy of an empty, migrated database (made once per session): a bank opened on
+    it skips the schema migrations, which were most of the time of a property's small example."""
+    shutil.copyfile(EMPTY_DATABASE[0], path)
+    return path

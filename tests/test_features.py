@@ -22,6 +22,7 @@ from memlocal.scoring import memory_terms, rank_brute_force
 from memlocal.clusters import clusters_of
 from memlocal.store import MIGRATIONS, Store
 from memory_factory import NOW, put
+from support import fresh_database
 
 
 def _open(path: Path) -> MemoryBank:
@@ -167,7 +168,7 @@ _write = st.tuples(
 @settings(max_examples=60, deadline=None)
 @given(steps=st.lists(_write, min_size=1, max_size=14))
 def test_the_fts_table_stays_consistent_under_any_writes(steps: list[tuple[int, str, str, bool, str]]) -> None:
-    with tempfile.TemporaryDirectory() as tmp, _open(Path(tmp) / "m.db") as bank:
+    with tempfile.TemporaryDirectory() as tmp, _open(fresh_database(Path(tmp) / "m.db")) as bank:
         store = bank.store
         for i, profile, text, active, kind in steps:
             mid = f"mem-0000000{i}"

@@ -29,6 +29,7 @@ from memlocal.injection import (
 )
 from memlocal.scoring import SPEC
 from memory_factory import NOW, days_ago, put
+from support import fresh_database
 
 
 @pytest.fixture
@@ -171,7 +172,7 @@ memory_spec = st.fixed_dictionaries({
 @given(specs=st.lists(memory_spec, max_size=30), budget=st.integers(0, 2500),
        query=st.lists(words, max_size=3).map(" ".join))
 def test_budget_is_never_exceeded(specs: list[dict[str, Any]], budget: int, query: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp, MemoryBank(Path(tmp) / "m.db", config=settings_config(inject__budget_chars=budget)) as bank:
+    with tempfile.TemporaryDirectory() as tmp, MemoryBank(fresh_database(Path(tmp) / "m.db"), config=settings_config(inject__budget_chars=budget)) as bank:
         for s in specs:
             put(bank, "p", s["text"], category=s["category"], created=days_ago(s["age"]), confidence=s["confidence"])
         rendered = bank.render_context_block("p", query, now=NOW)

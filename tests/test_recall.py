@@ -4,7 +4,6 @@ another connection, another bank object on the same file)."""
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex
 from memlocal.scoring import SPEC, Ranking, ScoredMemory, rank_brute_force
 from memory_factory import NOW, days_ago, memory, put
+from support import fresh_database
 
 VOCAB = ["server", "release", "deploy", "diet", "peanut", "allergy", "trip", "flight", "flights", "movie",
          "film", "boss", "report", "coffee", "email", "order", "caroline", "melanie", "paint", "the",
@@ -38,23 +38,10 @@ memory_spec = st.fixed_dictionaries({
 query_text = st.lists(st.sampled_from([*VOCAB, "unknown", "AND", '"', "*"]), max_size=4).map(" ".join)
 
 
-_EMPTY: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _empty_database(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """One empty, migrated database for the module, copied by ``_open``."""
-    _EMPTY["db"] = tmp_path_factory.mktemp("empty") / "empty.db"
-    MemoryBank(_EMPTY["db"], config=Config.load(environ={})).close()
-
-
 def _open(tmp: str) -> MemoryBank:
-    """A bank on ``tmp``/m.db; a fresh file starts as a copy of the module's empty database: running
-    the migrations took most of an example's time in the properties below."""
+    """A bank on ``tmp``/m.db (a fresh file starts as a copy of the empty database)."""
     path = Path(tmp) / "m.db"
-    if not path.exists():
-        shutil.copyfile(_EMPTY["db"], path)
-    return MemoryBank(path, config=Config.load(environ={}))
+    return MemoryBank(path if path.exists() else fresh_database(path), config=Config.load(environ={}))
 
 
 def _memory(spec: dict[str, Any], profile: str = "p", **over: Any) -> Memory:
