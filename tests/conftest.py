@@ -28,13 +28,23 @@ from memlocal import Config, MemoryBank
 # Plugin modules with fixtures for one area each (S3 server, fake Anthropic API, ...).
 pytest_plugins: list[str] = ["anthropic_fake", "s3server"]
 
+# What the suite keeps between runs lives in the user's cache, never in the repository.
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests"
+
+# Compiled bytecode (pytest's rewritten test modules included) goes to CACHE/pycache, for this
+# process, the xdist workers and every subprocess a test starts: with PYTHONDONTWRITEBYTECODE set
+# (as on the team's machines) each process compiled memlocal and rewrote every test module again.
+sys.pycache_prefix = str(CACHE / "pycache")
+sys.dont_write_bytecode = False
+os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # Hypothesis keeps no example database, and no per-example deadline (a wall-clock bound that a
 # loaded machine breaks). Its other files (the Unicode tables it would otherwise rebuild in every
-# worker, the constants it collects from the code) go to the user's cache, never the repository.
+# worker, the constants it collects from the code) go to CACHE as well.
 hypothesis_settings.register_profile("memlocal", database=None, deadline=None)
 hypothesis_settings.load_profile("memlocal")
-set_hypothesis_home_dir(
-    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests" / "hypothesis"))
+set_hypothesis_home_dir(str(CACHE / "hypothesis"))
 
 
 @pytest.fixture(autouse=True)
