@@ -3,7 +3,8 @@
 - ``cli``: run ``memlocal`` against this test's database, in process (``cli(...)``) or as a real
   process (``cli.process(...)``); ``cli.json(...)`` parses the output of a command that must pass.
 - ``make_bank``: a local-only bank on a fresh file in ``tmp_path`` with settings given as keyword
-  arguments (``make_bank(inject__budget_chars=420)``), closed after the test.
+  arguments (``make_bank(inject__budget_chars=420)``), closed after the test. A new file (here and
+  in ``bank``) starts as a copy of the session's empty migrated database (``support.fresh_database``).
 - ``wait_for``: poll until a condition holds (``support.wait_for``).
 """
 
@@ -76,7 +77,7 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def bank(db_path: Path) -> Iterator[MemoryBank]:
-    with MemoryBank(db_path) as b:
+    with MemoryBank(db_path if db_path.exists() else support.fresh_database(db_path)) as b:
         yield b
 
 
@@ -92,7 +93,8 @@ def make_bank(tmp_path: Path) -> Iterator[Callable[..., MemoryBank]]:
     opened: list[MemoryBank] = []
 
     def make(path: Path | None = None, **settings: Any) -> MemoryBank:
-        bank = MemoryBank(path or tmp_path / f"bank-{len(opened)}.db", config=settings_config(**settings))
+        path = path or tmp_path / f"bank-{len(opened)}.db"
+        bank = MemoryBank(path if path.exists() else support.fresh_database(path), config=settings_config(**settings))
         opened.append(bank)
         return bank
 
