@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Callable, Final
 
 from memlocal.automation import AutomationNote, read_foreign_note, validate_automation_id
 from memlocal.errors import ValidationError, fold_whitespace
@@ -100,18 +100,23 @@ def decode(data: bytes, profile: str, memory_id: str) -> Memory:
     NaN/Infinity tokens, lone surrogates, a body whose id or profile is not the key's. It never
     raises anything but ``BadObject``: one object's trouble must not end a pass.
     """
-    obj = _read_json(data)
-    try:
-        memory = read_foreign(obj)
-    except ValidationError as exc:
-        raise BadObject(f"not a valid memory: {exc}") from None
-    except Exception as exc:  # containment: whatever else a hostile body provokes is a skip
-        raise BadObject(f"not a usable memory ({type(exc).__name__}: {_one_line(exc)})") from None
+    memory: Memory = _contained(read_foreign, _read_json(data), "memory", one_line=False)
     if memory.id != memory_id or memory.profile_name != profile:
         raise BadObject(
             f"key names {memory_id} in profile {profile} but the body is {memory.id} in profile {memory.profile_name}"
         )
     return memory
+
+
+def _contained(reader: Callable[[Any], Any], obj: Any, what: str, *, one_line: bool) -> Any:
+    """``reader(obj)``, with any exception turned into ``BadObject``: one object's trouble must
+    never end a pass (``one_line``: fold and cut a validation message too)."""
+    try:
+        return reader(obj)
+    except ValidationError as exc:
+        raise BadObject(f"not a valid {what}: {_one_line(exc) if one_line else exc}") from None
+    except Exception as exc:  # containment: whatever else a hostile body provokes is a skip
+        raise BadObject(f"not a usable {what} ({type(exc).__name__}: {_one_line(exc)})") from None
 
 
 def _one_line(exc: BaseException, limit: int = 200) -> str:
@@ -157,13 +162,7 @@ def encode_note(note: AutomationNote) -> bytes:
 def decode_note(data: bytes, automation_id: str) -> AutomationNote:
     """Read the body of ``memlocal/automations/<automation_id>.json``; ``BadObject`` if it cannot
     be used (the same strictness as ``decode``, tolerance from ``read_foreign_note``)."""
-    obj = _read_json(data)
-    try:
-        note = read_foreign_note(obj)
-    except ValidationError as exc:
-        raise BadObject(f"not a valid automation note: {_one_line(exc)}") from None
-    except Exception as exc:  # containment: whatever else a hostile body provokes is a skip
-        raise BadObject(f"not a usable automation note ({type(exc).__name__}: {_one_line(exc)})") from None
+    note: AutomationNote = _contained(read_foreign_note, _read_json(data), "automation note", one_line=True)
     if note.automation_id != automation_id:
         raise BadObject(f"key names automation {automation_id} but the body is automation {_one_line(note.automation_id)}")
     return note
