@@ -18,6 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+# What the suite keeps between runs lives in the user's cache, never in the repository.
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests"
+
+# Set before memlocal or any test module is imported, so nothing is compiled into the repository.
+# Compiled bytecode (pytest's rewritten test modules included) goes to CACHE/pycache, for this
+# process, the xdist workers and every subprocess a test starts: with PYTHONDONTWRITEBYTECODE set
+# (as on the team's machines) each process compiled memlocal and rewrote every test module again.
+sys.pycache_prefix = str(CACHE / "pycache")
+sys.dont_write_bytecode = False
+os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 import pytest
 from hypothesis import settings as hypothesis_settings
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -29,16 +41,6 @@ from memlocal import Config, MemoryBank
 # Plugin modules with fixtures for one area each (S3 server, fake Anthropic API, ...).
 pytest_plugins: list[str] = ["anthropic_fake", "s3server"]
 
-# What the suite keeps between runs lives in the user's cache, never in the repository.
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests"
-
-# Compiled bytecode (pytest's rewritten test modules included) goes to CACHE/pycache, for this
-# process, the xdist workers and every subprocess a test starts: with PYTHONDONTWRITEBYTECODE set
-# (as on the team's machines) each process compiled memlocal and rewrote every test module again.
-sys.pycache_prefix = str(CACHE / "pycache")
-sys.dont_write_bytecode = False
-os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Hypothesis keeps no example database, and no per-example deadline (a wall-clock bound that a
 # loaded machine breaks). Its other files (the Unicode tables it would otherwise rebuild in every
