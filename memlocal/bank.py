@@ -758,7 +758,8 @@ class MemoryBank:
         now: "datetime | None" = None,
     ) -> "builtins.list[ScoredMemory]":
         """``query_with_relevance``, then every returned memory is marked accessed (accessCount + 1,
-        lastAccessedAt = now, staleness recomputed) before this returns. The results show the
+        lastAccessedAt = now, staleness recomputed) before this returns (committed, visible to
+        every reader; not fsynced, as the spec calls MarkAccessed best-effort). The results show the
         values the ranking used, from before the bump. In evidence mode only memories that
         passed the gate are returned, so only they count as used (no feedback loop)."""
         results = self.query_with_relevance(profile, query, limit, min_score, exclude_ids, now=now)

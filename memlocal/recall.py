@@ -40,6 +40,8 @@ from .scoring import (
     maturity,
     prepare_query,
     score_parts,
+    score_with_topic,
+    topic_of,
     usage,
     weights_for,
     with_similarity,
@@ -312,13 +314,26 @@ class ProfileIndex:
         counted: dict[str, float] = {}
         sim = similarity or {}
 
+        best_seen = 0.0
+
         def visit(e: _Entry) -> None:
-            s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
+            nonlocal best_seen
             if sim:
+                s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
                 s, top, cos = with_similarity(s, rec, e.use, e.cm, top, sim.get(e.id), w)
                 if cos is not None:
                     counted[e.id] = cos
-            rows.append((e, s, rec, top))
+                rows.append((e, s, rec, top))
+                return
+            # Without the semantic signal the topic is known first: one below ratio × the best
+            # topic seen so far fails the gate whatever comes later (the best only grows), so its
+            # score is never computed. The kept rows and their floats are the same.
+            top = topic_of(e.terms, e.clusters, pq)
+            if top < ratio * best_seen:
+                return
+            if top > best_seen:
+                best_seen = top
+            rows.append((e, *score_with_topic(e.anchor_us, now_us, e.use, e.cm, top, w)))
 
         def visit_all(ids: Iterable[str]) -> None:
             for mid in ids:

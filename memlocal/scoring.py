@@ -185,6 +185,31 @@ def score_parts(
     return (w.recency * rec + w.usage * use + w.topic * top) * cmul, rec, top
 
 
+def topic_of(terms: Container[str], clusters: Container[str], pq: PreparedQuery) -> float:
+    """The topic part of :func:`score_parts` alone (same arithmetic, same float)."""
+    den = pq.denominator
+    if den <= 0.0:
+        return 0.0
+    covered = 0.0
+    for t, wt in zip(pq.terms, pq.weights):
+        if t in terms:
+            covered += wt
+    shared = 0
+    for c in pq.clusters:
+        if c in clusters:
+            shared += 1
+    return min(1.0, (covered + pq.cluster_weight * shared) / den)
+
+
+def score_with_topic(anchor_us: int, now_us: int, use: float, cmul: float, top: float,
+                     w: Weights) -> tuple[float, float, float]:
+    """The rest of :func:`score_parts` for a topic from :func:`topic_of`: (score, recency, topic),
+    the same floats. The gated index computes the topic first and skips this for a memory whose
+    topic can no longer pass the gate."""
+    rec = 0.5 ** ((max(0, now_us - anchor_us) / US_PER_DAY) / HALF_LIFE_DAYS)
+    return (w.recency * rec + w.usage * use + w.topic * top) * cmul, rec, top
+
+
 def similarity_bonus(cos: float) -> float:
     """What the semantic signal adds to a memory's topic: ``0.25·max(0, cos − 0.1)``."""
     return SIMILARITY_BONUS * max(0.0, cos - SIMILARITY_FLOOR)

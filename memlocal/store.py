@@ -594,28 +594,41 @@ class Store:
     # --- transactions -------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """An immediate write transaction. SQLite's ``busy_timeout`` is the one wait for another
         process's lock; past it the write fails with ``StoreError`` (no retry loop on top, which
-        would make a writer wait a multiple of the setting)."""
+        would make a writer wait a multiple of the setting).
+
+        ``durable=False`` commits without the fsync (``synchronous=NORMAL`` for this one
+        transaction): in WAL mode the database stays consistent and every reader sees the commit
+        at once, but a power cut may undo it. Only for best-effort writes (access bumps); the next
+        durable commit fsyncs the log, these frames included."""
         with self._lock:
+            # 1 is NORMAL; a connection already on NORMAL (the background marker's) is left as is.
+            relax = not durable and self.conn.execute("PRAGMA synchronous").fetchone()[0] != 1
+            if relax:
+                self.conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) and "busy" not in str(exc):
+                        raise
+                    raise StoreError(
+                        f"database {self.path} stayed locked by another process for store.busy_timeout_s "
+                        f"({self.busy_timeout_s:g} s)"
+                    ) from None
+                try:
+                    yield self.conn
+                except BaseException:
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
                     raise
-                raise StoreError(
-                    f"database {self.path} stayed locked by another process for store.busy_timeout_s "
-                    f"({self.busy_timeout_s:g} s)"
-                ) from None
-            try:
-                yield self.conn
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-            else:
-                self.conn.execute("COMMIT")
+                else:
+                    self.conn.execute("COMMIT")
+            finally:
+                if relax:
+                    self.conn.execute("PRAGMA synchronous = FULL")
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -773,7 +786,9 @@ class Store:
         """accessCount + 1, lastAccessedAt = now and staleness recomputed, in one transaction.
 
         The bump is also added to ``access_delta`` so that the sync can merge it into the bucket
-        without losing other hosts' bumps. Returns how many memories were updated.
+        without losing other hosts' bumps. Returns how many memories were updated. The commit is
+        not fsynced (``transaction(durable=False)``): the spec calls MarkAccessed best-effort, and
+        the fsync was most of a warm recall's time.
         """
         if not ids:
             return 0
@@ -781,7 +796,7 @@ class Store:
 
         now_us = to_us(now)
         updated = 0
-        with self.transaction() as c:
+        with self.transaction(durable=False) as c:
             for mid in dict.fromkeys(ids):
                 row = c.execute(
                     "SELECT category, confidence, access_count, created_us, last_accessed_us FROM memories"

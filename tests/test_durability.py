@@ -103,3 +103,23 @@ def test_a_writer_waits_the_busy_timeout_once_then_fails_in_one_line(
         blocker.close()
     assert 0.4 <= elapsed < 1.5, elapsed  # the old loop waited max(timeout, 1 s) x 2 on top of it
     assert bank.save("p", content="free again").memory.processed_content == "free again"
+
+
+def test_access_bumps_commit_without_the_fsync_and_saves_keep_it(bank: MemoryBank, db_path: Path) -> None:
+    """MarkAccessed is best-effort (spec): recall's bump commits at synchronous=NORMAL, visible to
+    another connection at once, and the connection is back on FULL for the next save."""
+    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
+    assert bank.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    seen: list[int] = []
+    bank.store.conn.set_trace_callback(lambda sql: seen.append(1) if "synchronous = NORMAL" in sql else None)
+    try:
+        assert [r.memory.id for r in bank.recall("p", "blue-green deploys")] == [saved.id]
+    finally:
+        bank.store.conn.set_trace_callback(None)
+    assert seen, "the bump did not relax the fsync"
+    assert bank.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    other = sqlite3.connect(db_path)
+    try:
+        assert other.execute("SELECT access_count FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == 1
+    finally:
+        other.close()
