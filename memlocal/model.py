@@ -187,6 +187,46 @@ def check_json_value(value: object) -> None:
     """Raise ``ValidationError`` unless ``value`` can be stored and written back as JSON:
     no lone surrogate in any string or key, no NaN or infinity, nesting at most
     ``MAX_JSON_DEPTH``. Walks iteratively (a hostile object cannot exhaust the stack)."""
+    if _plainly_valid(value):
+        return
+    _check_json_value(value)  # the walk that names what is wrong (or finds nothing after all)
+
+
+_SCALARS: Final = (int, bool, type(None))
+
+
+def _plainly_valid(value: object) -> bool:
+    """``True`` when ``value`` is certainly valid JSON to store: the common case, checked without
+    building a path for every member (an ASCII string needs no encoding check). ``False`` means
+    "let the full walk decide": something may be wrong, or a type is not one of JSON's own."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return False
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():  # type: ignore[attr-defined]
+                try:
+                    item.encode("utf-8")  # type: ignore[attr-defined]
+                except UnicodeEncodeError:
+                    return False
+        elif kind is dict:
+            for k, v in item.items():  # type: ignore[attr-defined]
+                if type(k) is not str or not k.isascii():
+                    return False
+                stack.append((v, depth + 1))
+        elif kind is list or kind is tuple:
+            stack.extend((v, depth + 1) for v in item)  # type: ignore[attr-defined]
+        elif kind is float:
+            if not math.isfinite(item):  # type: ignore[arg-type]
+                return False
+        elif kind not in _SCALARS:
+            return False
+    return True
+
+
+def _check_json_value(value: object) -> None:
     stack: list[tuple[object, str, int]] = [(value, "", 0)]
     while stack:
         item, where, depth = stack.pop()
