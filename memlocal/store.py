@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Sequence
 
 from .errors import NotFoundError, StoreError
 from .hygiene import near_key, text_key
@@ -124,14 +124,14 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
     )
 
 
+_OUTBOX_UPSERT: Final = ("INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES (?, ?, ?, ?)"
+                         " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
+                         " queued_us = excluded.queued_us")
+
+
 def _record_outbox(c: sqlite3.Connection, memory_id: str, profile: str, op: str) -> None:
     """The change log entry of a save (``put``) or deletion (``delete``); the latest op wins."""
-    c.execute(
-        "INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
-        " queued_us = excluded.queued_us",
-        (memory_id, profile, op, to_us(utcnow())),
-    )
+    c.execute(_OUTBOX_UPSERT, (memory_id, profile, op, to_us(utcnow())))
 
 
 # An automation note as the store keeps it: its text and updatedAt in µs.
@@ -675,16 +675,26 @@ class Store:
         outcomes: list[str] = []
         rows = [write_row(m) for m in memories]  # tokenised before the write lock is taken
         with self.transaction() as c:
+            owner: dict[str, str] = {}  # id -> profile of the ids already here
+            ids = [m.id for m in memories]
+            for i in range(0, len(ids), 500):  # SQLite's default limit is 999 variables
+                part = ids[i:i + 500]
+                owner.update(c.execute(f"SELECT id, profile FROM memories WHERE id IN ({', '.join('?' * len(part))})",
+                                       part).fetchall())
+            new: list[tuple[Any, ...]] = []
             for memory, write in zip(memories, rows):
-                row = c.execute("SELECT profile FROM memories WHERE id = ?", (memory.id,)).fetchone()
-                if row is None:
-                    c.execute(insert, write)
-                    _record_outbox(c, memory.id, memory.profile_name, "put")
+                profile = owner.get(memory.id)
+                if profile is None:
+                    owner[memory.id] = memory.profile_name  # a repeated id later in the batch is "unchanged"
+                    new.append(write)
                     outcomes.append("imported")
-                elif row[0] == memory.profile_name:
+                elif profile == memory.profile_name:
                     outcomes.append("unchanged")
                 else:
-                    outcomes.append(f"id {memory.id} already belongs to a memory of profile {row[0]}")
+                    outcomes.append(f"id {memory.id} already belongs to a memory of profile {profile}")
+            c.executemany(insert, new)
+            queued = to_us(utcnow())
+            c.executemany(_OUTBOX_UPSERT, [(w[0], w[1], "put", queued) for w in new])
         return outcomes
 
     def upsert(self, memory: Memory) -> None:
@@ -967,7 +977,8 @@ class Store:
         return (row_to_memory(rows[0]), int(rows[0][-1])) if rows else None
 
     def apply_remote(self, conn: sqlite3.Connection, memory: Memory, *, content: str = "remote",
-                     sent_delta: int = 0, set_staleness: bool = True) -> bool:
+                     sent_delta: int = 0, set_staleness: bool = True,
+                     row: tuple[Any, ...] | None = None) -> bool:
         """Fold a memory the bucket holds into the local row, inside ``conn``'s transaction.
 
         ``content``: ``remote`` takes the memory's content (inserting it if absent, unless its
@@ -975,16 +986,18 @@ class Store:
         access count becomes the memory's plus whatever local delta is still unmerged
         (``sent_delta`` of it went out with the write that produced ``memory``); lastAccessedAt
         the later of both. The put is cleared from the outbox. ``False`` (nothing changed) if
-        the id belongs to a memory of another profile here.
+        the id belongs to a memory of another profile here. ``row``: ``write_row(memory)``, when
+        the caller computed it already (off the write lock).
         """
         m = memory
+        written = row
         row = conn.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
         if row is None:
             deleted_here = conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
             if content == "remote" and not deleted_here:
                 conn.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
                              f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})",
-                             (*write_row(m), 0))
+                             (*(written or write_row(m)), 0))
         elif row[2] != m.profile_name:
             return False  # never touch a memory of another profile
         else:
@@ -998,7 +1011,7 @@ class Store:
                 sets.append("staleness = ?")
                 params.append(m.staleness_score)
             if content == "remote":
-                full = dict(zip(WRITE_COLUMNS, write_row(m)))
+                full = dict(zip(WRITE_COLUMNS, written or write_row(m)))
                 for col in (*_CONTENT_COLUMNS, "features"):
                     sets.append(f"{col} = ?")
                     params.append(full[col])
