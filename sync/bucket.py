@@ -97,6 +97,7 @@ class Listing:
     objects: list[Listed]
     pages: int
     prefixes: tuple[str, ...] = ()
+    truncated: bool = False  # stopped at ``max_pages`` with more keys in the range
 
 
 @runtime_checkable
@@ -112,8 +113,11 @@ class BucketClient(Protocol):
         """Raise ``BucketUnavailable`` unless the bucket exists and answers."""
         ...
 
-    def list(self, prefix: str, *, delimiter: str | None = None) -> Listing:
-        """Every object under ``prefix`` (with ``delimiter``, the common prefixes too)."""
+    def list(self, prefix: str, *, delimiter: str | None = None, start_after: str | None = None,
+             last: str | None = None, page_size: int | None = None, max_pages: int | None = None) -> Listing:
+        """Every object under ``prefix`` (with ``delimiter``, the common prefixes too); with
+        ``start_after``/``last``, only the keys in that range (``start_after`` < key ≤ ``last``);
+        ``max_pages`` stops early (``Listing.truncated``)."""
         ...
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
@@ -275,25 +279,41 @@ class Bucket:
         """Raise ``BucketUnavailable`` unless the bucket exists and answers."""
         self._call("HEAD bucket", self.client.head_bucket)
 
-    def list(self, prefix: str, *, delimiter: str | None = None) -> Listing:
+    def list(self, prefix: str, *, delimiter: str | None = None, start_after: str | None = None,
+             last: str | None = None, page_size: int | None = None, max_pages: int | None = None) -> Listing:
         """Every object under ``prefix`` (boto3's ListObjectsV2 paginator: no 1000-entry cap),
-        ``sync.list_page_size`` objects a page; with ``delimiter``, the common prefixes one level
-        down as well."""
+        ``sync.list_page_size`` objects a page (or ``page_size``); with ``delimiter``, the common
+        prefixes one level down as well.
+
+        A range (``start_after`` < key ≤ ``last``) lets a caller list one prefix as several
+        listings in parallel (``memlocal_sync.engine``): S3 returns keys in order, so paging
+        stops at the first page that passes ``last``. ``max_pages`` stops after that many pages
+        (``truncated`` then says whether keys were left)."""
         kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix,
-                                  "PaginationConfig": {"PageSize": self.page_size}}
+                                  "PaginationConfig": {"PageSize": page_size or self.page_size}}
         if delimiter:
             kwargs["Delimiter"] = delimiter
+        if start_after is not None:
+            kwargs["StartAfter"] = start_after
         objects: list[Listed] = []
         prefixes: list[str] = []
         pages = 0
+        truncated = False
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
                 pages += 1
-                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in page.get("Contents", [])]
+                contents = page.get("Contents", [])
+                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in contents
+                            if last is None or o["Key"] <= last]
                 prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+                if last is not None and contents and contents[-1]["Key"] >= last:
+                    break  # the rest of the prefix is past the range
+                if max_pages is not None and pages >= max_pages:
+                    truncated = bool(page.get("IsTruncated"))
+                    break
         except Exception as exc:  # raised while fetching a page; translated like every request
             raise _translate(exc, self.name, f"LIST {prefix}") from None
-        return Listing(objects, pages, tuple(prefixes))
+        return Listing(objects, pages, tuple(prefixes), truncated)
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``; at most ``max_bytes`` are ever read (a Range request)."""

@@ -184,6 +184,7 @@ class SyncEngine:
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
                                        page_size=int(config["sync.list_page_size"]))
         self._remote_ids: set[str] = set()
+        self.page_size = int(config["sync.list_page_size"])
 
     def close(self) -> None:
         self.bucket.close()
@@ -248,16 +249,23 @@ class SyncEngine:
                 local_rows = self.state.local_rows(profiles, hashes=hashes)
                 base = self.state.base_entries(profiles)
                 outbox_deletes = self.state.outbox_deletes(profiles)
-            # The content hashes (CPU) are computed while the listing waits on the server.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-sync-local") as helper:
+            snapshots = self._list_snapshots(profiles)
+            # A profile this host has nothing of (a fresh host's case) will take most of its
+            # memories from its snapshot: fetched and decoded here, as the content hashes are
+            # computed, while the listing waits on the server (CPU that would otherwise follow it).
+            known_profiles = {b.profile for b in base.values()} | {
+                (r[0].profile_name if hashes else r[1]) for r in local_rows}
+            fresh = {p: keys for p, keys in snapshots.items() if p not in known_profiles}
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlocal-sync-local") as helper:
                 local_future = helper.submit(self.state.local_entries_from, local_rows, hashes=hashes)
+                prefetch = helper.submit(self._prefetch_snapshots, fresh) if fresh else None
                 listing = []
                 for prefix in prefixes:
-                    part = self.bucket.list(prefix)
-                    listing.extend(part.objects)
-                    report.pages += part.pages
-                snapshots = self._list_snapshots(profiles)
+                    objects, pages = self._list(prefix)
+                    listing.extend(objects)
+                    report.pages += pages
                 local = local_future.result()
+                prefetched = prefetch.result() if prefetch is not None else {}
             known_bad: dict[str, tuple[str, str]] = {}
             for prefix in prefixes:
                 known_bad.update(self.state.known_bad(prefix))
@@ -277,7 +285,7 @@ class SyncEngine:
             self.state.apply(effects)
             # Profiles this pass changes are written by a later pass that finds them settled.
             busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
-            self._read_snapshots(plan, snapshots, report, set(local) | set(base))
+            self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
             self._execute(plan, report, pull_only=pull_only, progress=progress)
             if not pull_only and not report.errors:
                 self._write_snapshots(listing, local_rows, base, snapshots, report, busy)
@@ -318,6 +326,52 @@ class SyncEngine:
             log.debug("sync pass %s", report.summary())
         return report
 
+    # --- the listing (docs/sync.md, "Listing") ------------------------------------------------------
+
+    def _list(self, prefix: str) -> tuple[list[Listed], int]:
+        """Every object under ``prefix``, in key order, and the pages that took.
+
+        A prefix that fits one page costs one request, as before. Past it, the profile whose keys
+        the first page ended in is split into key ranges at the id's first hex digit
+        (``mem-1``…``mem-f``: ids are ``mem-`` plus random hex, so the ranges hold about the same
+        number of keys), listed in parallel on ``sync.workers`` threads, each with a page size
+        estimated from the first page's density; what comes after that profile is listed the
+        same way, from just past its last possible key. The ranges partition the key space
+        exactly (each is ``start_after`` < key ≤ ``last``), so nothing is listed twice or missed,
+        whatever odd keys the bucket holds; an estimate that is wrong costs a page, never a key.
+        On S3 the pages of a listing are sequential round trips; this makes them parallel (and
+        the client's parsing overlaps the server's work)."""
+        objects: list[Listed] = []
+        pages = 0
+        start: str | None = None
+        futures: list[Future[Any]] = []
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="memlocal-sync-list") as pool:
+            try:
+                while True:
+                    first = self.bucket.list(prefix, start_after=start, max_pages=1)
+                    objects += first.objects
+                    pages += first.pages
+                    if not first.truncated or not first.objects:
+                        break
+                    last = first.objects[-1].key
+                    ranges = _id_ranges(last)
+                    if ranges is None:  # not a memory key: go on page by page from it
+                        start = last
+                        continue
+                    size = _range_page_size(first.objects, last, self.page_size)
+                    futures += [pool.submit(self.bucket.list, prefix, start_after=lo, last=hi, page_size=size)
+                                for lo, hi in ranges]
+                    start = ranges[-1][1]  # past every key of that profile
+            finally:
+                for future in futures:  # wait for every range (the first error is raised below)
+                    future.exception()
+            for future in futures:
+                part = future.result()
+                objects += part.objects
+                pages += part.pages
+        objects.sort(key=lambda o: o.key)
+        return objects, pages
+
     # --- snapshots (docs/sync.md, "Snapshots") ------------------------------------------------------
 
     def _list_snapshots(self, profiles: Sequence[str] | None) -> dict[str, list[str]]:
@@ -331,22 +385,69 @@ class SyncEngine:
                 out.setdefault(parsed[0], []).append(obj.key)
         return out
 
+    def _prefetch_snapshots(self, snapshots: dict[str, list[str]]) -> dict[str, dict[str, _Prefetched]]:
+        """The first readable snapshot of each profile, every entry decoded and made ready to
+        insert (content hash, store row). Runs beside the listing; never raises (a snapshot that
+        cannot be used here is read again, or its objects fetched, after the plan)."""
+        from memlocal.store import write_row
+
+        out: dict[str, dict[str, _Prefetched]] = {}
+        for profile, keys in snapshots.items():
+            for key in keys:
+                try:
+                    data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
+                    entries = snapshot.read(data, profile)
+                except Exception as exc:  # containment: this is only a head start
+                    log.info("snapshot %s not read ahead: %s", key, exc)
+                    continue
+                ready: dict[str, _Prefetched] = {}
+                for obj_key, (etag, body) in entries.items():
+                    parsed = parse_key(obj_key)
+                    if parsed is None or len(body) > self.max_object_bytes:
+                        continue
+                    try:
+                        memory = decode(body, profile, parsed[1])
+                    except BadObject as exc:
+                        ready[obj_key] = _Prefetched(etag, body, None, exc.reason, "", None)
+                        continue
+                    try:
+                        row = write_row(memory)
+                    except Exception:  # containment: the usual path reports it
+                        row = None
+                    ready[obj_key] = _Prefetched(etag, body, memory, "", content_hash(memory), row)
+                out[profile] = ready
+                break
+        return out
+
     def _read_snapshots(self, plan: Plan, snapshots: dict[str, list[str]], report: PassReport,
-                        known: set[str]) -> None:
+                        known: set[str], prefetched: dict[str, dict[str, _Prefetched]] | None = None) -> None:
         """For each profile with many objects to fetch, take their bodies from its snapshot where
         the snapshot's ETag is the listing's (the listing is the truth); the rest are fetched.
 
         A memory new to this host (no local row, no base: a fresh host's case) is pulled here
-        at once, in batches; the others go through the usual fetch, with the body in hand."""
+        at once, in batches; the others go through the usual fetch, with the body in hand.
+        ``prefetched``: snapshots already read and decoded during the listing."""
         self._from_snapshot = {}
         if self.snapshot_min <= 0:
             return
+        prefetched = prefetched or {}
+        ready: dict[str, _Prefetched] = {}
         fetches: dict[str, dict[str, str]] = {}
         for action in plan.actions:
             if action.op is Op.FETCH and action.etag:
                 fetches.setdefault(action.profile, {})[object_key(action.profile, action.id)] = action.etag
         for profile, wanted in fetches.items():
             if len(wanted) < self.snapshot_min or profile not in snapshots:
+                continue
+            if profile in prefetched:
+                used = 0
+                for obj_key, etag in wanted.items():
+                    pre = prefetched[profile].get(obj_key)
+                    if pre is not None and pre.etag == etag:
+                        self._from_snapshot[obj_key] = pre.body
+                        ready[obj_key] = pre
+                        used += 1
+                report.counts["from_snapshot"] += used
                 continue
             for key in snapshots[profile]:
                 try:
@@ -374,6 +475,15 @@ class SyncEngine:
                 remaining.append(action)
                 continue
             del self._from_snapshot[key]
+            pre = ready.get(key)
+            if pre is not None and pre.memory is None:
+                report.counts["skipped_objects"] += 1
+                effects.append(SkipObject(key, action.etag, pre.reason))
+                continue
+            if pre is not None and pre.memory is not None:
+                report.counts["pulled"] += 1
+                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=pre.row))
+                continue
             try:
                 remote = decode(body, action.profile, action.id)
             except BadObject as exc:
@@ -815,6 +925,54 @@ class SyncEngine:
         counts["reid"] += 1
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
         return self._create(candidate, counts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefetched:
+    """One snapshot entry read ahead: its ETag and body, the memory (``None`` with the reason when
+    the body is unusable), its content hash and its store row (``write_row``; ``None`` if that
+    failed, left to the usual path)."""
+
+    etag: str
+    body: bytes
+    memory: Memory | None
+    reason: str
+    hash: str
+    row: tuple[Any, ...] | None
+
+
+# Sorts after any character a key can hold: ``<profile prefix>`` + this is past the profile's keys.
+_PAST: str = "\U0010ffff"
+_HEX: str = "0123456789abcdef"
+_ID_SPACE: int = 16 ** 8  # ids are mem- plus 8 hex digits
+
+
+def _id_ranges(last: str) -> list[tuple[str, str]] | None:
+    """The key ranges (``start_after``, ``last``) that cover the rest of ``last``'s profile after
+    ``last``: up to each next first hex digit of the id, then to the profile's end; ``None`` when
+    ``last`` is not a memory key."""
+    parsed = parse_key(last)
+    if parsed is None:
+        return None
+    head = f"{profile_prefix(parsed[0])}mem-"
+    bounds = [b for b in (head + h for h in _HEX[1:]) if b > last]
+    lows = [last, *bounds]
+    highs = [*bounds, profile_prefix(parsed[0]) + _PAST]
+    return list(zip(lows, highs))
+
+
+def _range_page_size(page: Sequence[Listed], last: str, default: int) -> int:
+    """A page size for one id range (a sixteenth of the id space), from how densely the first
+    page's keys of ``last``'s profile fill the ids they span; ``default`` without two of them."""
+    parsed = parse_key(last)
+    ids = [p[1] for p in map(parse_key, (o.key for o in page)) if p is not None and parsed and p[0] == parsed[0]]
+    if len(ids) < 2:
+        return default
+    span = int(ids[-1][4:], 16) - int(ids[0][4:], 16)
+    if span <= 0:
+        return default
+    per_range = (len(ids) - 1) / span * (_ID_SPACE / 16)
+    return max(1, min(default, int(per_range * 1.1) + 20))
 
 
 def _merged(remote: Memory, content: Memory, delta: int, *, local_last: datetime | None = None) -> Memory:

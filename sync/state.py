@@ -98,6 +98,7 @@ class Synced:
     sent_delta: int = 0
     content: Literal["remote", "local"] = "remote"
     set_staleness: bool = True
+    row: tuple[Any, ...] | None = None  # the memory's store row, when already computed (``write_row``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +265,7 @@ class SyncState:
                 if isinstance(eff, Synced):
                     m = eff.memory
                     if not store.apply_remote(c, m, content=eff.content, sent_delta=eff.sent_delta,
-                                              set_staleness=eff.set_staleness):
+                                              set_staleness=eff.set_staleness, row=eff.row):
                         continue  # the id belongs to a memory of another profile here
                     c.execute(
                         "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us) VALUES (?, ?, ?, ?, ?)"

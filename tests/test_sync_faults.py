@@ -162,8 +162,9 @@ def test_retries_are_bounded(hosts: Callable[..., Host], s3: S3, fault_proxy: Fa
 
 
 def test_a_listing_of_many_pages_is_pulled_whole(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
-    """25 objects listed 10 a page (``sync.list_page_size``; S3's own cap is 1000): three
-    listing pages (10 + 10 + 5), all pulled."""
+    """25 objects listed 10 a page (``sync.list_page_size``; S3's own cap is 1000): the first
+    page, then the rest of the profile as id ranges in parallel (docs/sync.md, "Listing"), all
+    pulled; the no-op pass after it lists the same pages."""
     template = dict(GO_OBJECT)
     template.pop("embeddingModel")
 
@@ -179,12 +180,45 @@ def test_a_listing_of_many_pages_is_pulled_whole(hosts: Callable[..., Host], s3:
     res = cli("sync", "run", "--json", "--progress", db=a.path, env=page_size)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report["pages"] == 3 and report["objects"] == 25 and report["counts"]["pulled"] == 25
+    # One probe page, then 16 ranges (the first holds the other 15 keys: two pages of 10), then
+    # one probe past the profile's last possible key.
+    assert report["pages"] == 1 + 2 + 15 + 1 and report["objects"] == 25 and report["counts"]["pulled"] == 25
     assert "sync" in res.stderr  # the progress bar's label
     assert a.bank.stats()["perProfile"] == {P: 25}
     assert len(a.ids(P)) == 25
     noop = a.sync()
-    assert noop.ok and noop.planned == {} and noop.pages == 3
+    assert noop.ok and noop.planned == {} and noop.pages == report["pages"]
+
+
+def test_a_listing_in_parallel_ranges_sees_every_key_exactly_once(hosts: Callable[..., Host], s3: S3) -> None:
+    """Ids spread over every first hex digit in two profiles, and odd keys between and around
+    the ranges (a key below ``mem-0``, one between ``mem-9…`` and ``mem-a…``, one past ``mem-f…``,
+    one directly under ``memory/``, a nested one), listed 3 a page: every memory is pulled once,
+    every odd key is reported once, and the no-op pass after it plans nothing."""
+    template = {k: v for k, v in GO_OBJECT.items() if k != "embeddingModel"}
+    valid = {"prof": [f"mem-{(i * 0x0fedcba7) % 16 ** 8:08x}" for i in range(1, 41)],
+             "other": [f"mem-{(i * 0x1234567) % 16 ** 8:08x}" for i in range(1, 13)]}
+    odd = ["memory/prof/a-note.json", "memory/prof/mem-9~.json", "memory/prof/mem-Z0000000.json",
+           "memory/prof/zz.json", "memory/prof/sub/mem-00000001.json", "memory/a-top.json", "memory/prof/mem-"]
+
+    def put(item: tuple[str, str]) -> None:
+        profile, mid = item
+        obj = dict(template, id=mid, profileName=profile, rawInput=f"memory {mid}", processedContent=f"memory {mid}",
+                   summary=f"memory {mid}")
+        s3.client.put_object(Bucket=s3.bucket, Key=f"memory/{profile}/{mid}.json", Body=json.dumps(obj).encode())
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, [(p, m) for p, ids in valid.items() for m in ids]))
+        list(pool.map(lambda k: s3.put_raw(k, b"not a memory"), odd))
+    a = hosts("a", sync__list_page_size=3)
+    report = a.sync()
+    assert report.result == "ok", report.reason
+    assert report.objects == 52 + len(odd)
+    assert report.counts["pulled"] == 52
+    assert sorted(s["key"] for s in report.skipped) == sorted(odd)
+    assert {p: sorted(a.ids(p)) for p in valid} == {p: sorted(ids) for p, ids in valid.items()}
+    noop = a.sync()
+    assert noop.ok and noop.planned == {} and noop.objects == report.objects
 
 
 def test_an_object_that_grows_after_the_listing_is_never_read_whole(
