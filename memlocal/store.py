@@ -17,6 +17,7 @@ Decisions:
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import sqlite3
 import threading
@@ -63,6 +64,27 @@ MEMORY_COLUMNS = (
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
 _SELECT_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
 # What a pull replaces when the bucket's content wins (access metadata is merged, not replaced).
+# What a memory's content is made of, as stored: everything but access metadata and what is
+# derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
+SIGNATURE_COLUMNS: Final = ("id", "profile", "raw_input", "processed_content", "summary", "category", "source",
+                            "confidence", "created_us", "is_active", "version", "extra")
+_ACTIVE_AT: Final = SIGNATURE_COLUMNS.index("is_active")
+
+
+def _signature(values: Sequence[Any]) -> str:
+    # repr of str, int, float and None is exact and stable; surrogatepass: never fails.
+    return hashlib.blake2b(repr(tuple(values)).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def content_signature(m: Memory) -> str:
+    """A fingerprint of ``m``'s stored content columns (``SIGNATURE_COLUMNS``), equal to what
+    :meth:`Store.content_signatures` computes from its row once stored. Two rows with the same
+    signature have the same content, so the same content hash."""
+    # The values memory_to_row writes for these columns (a REAL column reads back as a float).
+    return _signature((m.id, m.profile_name, m.raw_input, m.processed_content, m.summary, m.category, m.source,
+                       float(m.confidence), to_us(m.created_at), int(m.is_active), m.version, extra_json(m)))
+
+
 _CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "source", "confidence",
                     "created_us", "is_active", "version", "extra", "text_key", "raw_key", "near_key")
 
@@ -966,11 +988,30 @@ class Store:
         where, params = _scope(profiles)
         return [(r[0], r[1], int(r[2])) for r in self.read(f"SELECT id, profile, access_delta FROM memories{where}", params)]
 
-    def memories_with_deltas(self, profiles: Sequence[str] | None = None) -> builtins.list[tuple[Memory, int]]:
-        """Every memory with its access bumps not yet merged into the bucket."""
+    def memories_with_deltas(self, profiles: Sequence[str] | None = None,
+                             ids: Sequence[str] | None = None) -> builtins.list[tuple[Memory, int]]:
+        """Every memory (of ``profiles``; among ``ids``) with its access bumps not yet merged
+        into the bucket."""
         where, params = _scope(profiles)
-        rows = self.read(f"{_SELECT_DELTA}{where}", params)
+        if ids is None:
+            rows = self.read(f"{_SELECT_DELTA}{where}", params)
+        else:
+            rows = []
+            for i in range(0, len(ids), 500):  # SQLite's default limit is 999 variables
+                part = list(ids[i:i + 500])
+                cond = f"id IN ({', '.join('?' * len(part))})"
+                rows += self.read(f"{_SELECT_DELTA}{where}{' AND ' if where else ' WHERE '}{cond}", [*params, *part])
         return [(row_to_memory(r), int(r[-1])) for r in rows]
+
+    def content_signatures(self, profiles: Sequence[str] | None = None) -> builtins.list[tuple[str, str, int, bool, str]]:
+        """``(id, profile, access_delta, is_active, signature)`` of every memory (of
+        ``profiles``): :func:`content_signature` of each row, read without building memories. The
+        sync pairs a signature with the content hash it computed for it, so that an unchanged
+        memory is not hashed again on every pass."""
+        where, params = _scope(profiles)
+        cols = ", ".join(SIGNATURE_COLUMNS)
+        rows = self.read(f"SELECT {cols}, access_delta FROM memories{where}", params)
+        return [(r[0], r[1], int(r[-1]), bool(r[_ACTIVE_AT]), _signature(r[:-1])) for r in rows]
 
     def memory_with_delta(self, memory_id: str) -> tuple[Memory, int] | None:
         rows = self.read(f"{_SELECT_DELTA} WHERE id = ?", (memory_id,))

@@ -246,18 +246,17 @@ class SyncEngine:
             # it here; and memories, base and outbox are seen at one moment.
             hashes = not pull_only
             with self.store.snapshot():
-                local_rows = self.state.local_rows(profiles, hashes=hashes)
                 base = self.state.base_entries(profiles)
+                local_rows = self.state.local_rows(profiles, hashes=hashes, base=base)
                 outbox_deletes = self.state.outbox_deletes(profiles)
             snapshots = self._list_snapshots(profiles)
             # A profile this host has nothing of (a fresh host's case) will take most of its
             # memories from its snapshot: fetched and decoded here, as the content hashes are
             # computed, while the listing waits on the server (CPU that would otherwise follow it).
-            known_profiles = {b.profile for b in base.values()} | {
-                (r[0].profile_name if hashes else r[1]) for r in local_rows}
+            known_profiles = {b.profile for b in base.values()} | local_rows.profiles
             fresh = {p: keys for p, keys in snapshots.items() if p not in known_profiles}
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlocal-sync-local") as helper:
-                local_future = helper.submit(self.state.local_entries_from, local_rows, hashes=hashes)
+                local_future = helper.submit(self.state.local_entries_from, local_rows)
                 prefetch = helper.submit(self._prefetch_snapshots, fresh) if fresh else None
                 listing = []
                 for prefix in prefixes:
@@ -266,6 +265,8 @@ class SyncEngine:
                     report.pages += pages
                 local = local_future.result()
                 prefetched = prefetch.result() if prefetch is not None else {}
+            if hashes:
+                self.state.remember_signatures(local_rows, local, base)
             known_bad: dict[str, tuple[str, str]] = {}
             for prefix in prefixes:
                 known_bad.update(self.state.known_bad(prefix))
@@ -288,7 +289,7 @@ class SyncEngine:
             self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
             self._execute(plan, report, pull_only=pull_only, progress=progress)
             if not pull_only and not report.errors:
-                self._write_snapshots(listing, local_rows, base, snapshots, report, busy)
+                self._write_snapshots(listing, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
             guards = list(plan.guards)
             if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
@@ -498,7 +499,7 @@ class SyncEngine:
         self.state.apply(effects)
         plan.actions = remaining
 
-    def _write_snapshots(self, listing: list[Listed], local_rows: Sequence[Any], base: dict[str, Any],
+    def _write_snapshots(self, listing: list[Listed], base: dict[str, Any],
                          snapshots: dict[str, list[str]], report: PassReport, busy: set[str]) -> None:
         """Write the snapshot of each profile that agrees with the bucket, has at least
         ``sync.snapshot_min_objects`` objects, and whose snapshot in the bucket is not current.
@@ -511,7 +512,6 @@ class SyncEngine:
             parsed = parse_key(obj.key)
             if parsed is not None:
                 listed.setdefault(parsed[0], []).append(obj)
-        local = {m.id: (m, delta) for m, delta in local_rows}
         for profile, objects in listed.items():
             if len(objects) < self.snapshot_min or profile in busy:
                 continue
@@ -519,6 +519,9 @@ class SyncEngine:
             name = snapshot.digest((o.key, o.etag) for o in objects)
             if any(snapshot.parse_snapshot_key(k) == (profile, name) for k in current):
                 continue  # the bucket's snapshot is this listing's
+            # Read now (only for a snapshot to write): whatever changed since the pass began
+            # fails the checks below, and the profile waits for a later pass.
+            local = {m.id: (m, delta) for m, delta in self.store.memories_with_deltas([profile])}
             entries: list[tuple[str, str, bytes]] = []
             for obj in objects:
                 mid = obj.key.rsplit("/", 1)[-1][:-5]
@@ -779,7 +782,8 @@ class SyncEngine:
             assert loaded is not None
             # Keep our content; take the remote's access metadata (delta is added on apply).
             own = loaded[0].with_changes(access_count=remote.access_count, last_accessed_at=remote.last_accessed_at)
-            effects.append(Synced(own, etag, decision.base_hash, 0, "local", set_staleness=False))
+            effects.append(Synced(own, etag, decision.base_hash, 0, "local", set_staleness=False,
+                                  hash_is_memorys=decision.base_hash == content_hash(own)))
         if decision.push and loaded is not None:
             source = remote if decision.content == "remote" else loaded[0]
             delta = loaded[1]

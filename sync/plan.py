@@ -67,6 +67,9 @@ class Base:
     profile: str
     etag: str
     content_hash: str
+    # The local row's content signature (``memlocal.store.content_signature``) that
+    # ``content_hash`` is the hash of: while the row still has it, its hash is not computed again.
+    row_sig: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

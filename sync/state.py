@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence, Union
 
 from memlocal.automation import AutomationNote
 from memlocal.errors import MemoryBankError
 from memlocal.model import Memory, format_time, utcnow
-from memlocal.store import NoteState, Store, from_us, to_us
+from memlocal.store import NoteState, Store, content_signature, from_us, to_us
 
 from .objects import content_hash, note_hash, note_key, object_key
 from .plan import Base, Local, NoteSide
@@ -59,8 +59,14 @@ def _schema_2(c: Any) -> None:
               " content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)")
 
 
+def _schema_3(c: Any) -> None:
+    """``sync_base.row_sig``: the local row's content signature that the base's content hash
+    was computed for (NULL: unknown, hash the row). A no-op pass then hashes nothing."""
+    c.execute("ALTER TABLE sync_base ADD COLUMN row_sig TEXT")
+
+
 # Numbered migrations of the sync's tables, applied in order, each in one transaction.
-SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1, 2: _schema_2}
+SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1, 2: _schema_2, 3: _schema_3}
 SCHEMA_VERSION = max(SCHEMA)
 
 
@@ -84,6 +90,20 @@ def ensure_schema(store: Store) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class LocalRows:
+    """The local side of a pass as read (``SyncState.local_rows``): entries whose content hash
+    is known already, and the memories still to hash, with their unmerged access bumps."""
+
+    ready: dict[str, Local]
+    pending: list[tuple[Memory, int]]
+    signatures: dict[str, str] = field(default_factory=dict)  # of the pending memories, by id
+
+    @property
+    def profiles(self) -> set[str]:
+        return {e.profile for e in self.ready.values()} | {m.profile_name for m, _ in self.pending}
+
+
+@dataclass(frozen=True, slots=True)
 class Synced:
     """The bucket holds ``memory`` under ``etag``: record the base and fold it into the local row.
 
@@ -99,6 +119,9 @@ class Synced:
     content: Literal["remote", "local"] = "remote"
     set_staleness: bool = True
     row: tuple[Any, ...] | None = None  # the memory's store row, when already computed (``write_row``)
+    # ``base_hash`` is ``memory``'s own content hash (False: an older base kept for a local edit),
+    # so the base may record ``memory``'s content signature beside it.
+    hash_is_memorys: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,27 +218,58 @@ class SyncState:
     def local_entries(self, profiles: Sequence[str] | None = None, *, hashes: bool = True) -> dict[str, Local]:
         """The local side of the plan. ``hashes=False`` (a pull-only refresh, which never pushes
         content) reads three columns instead of every row whole."""
-        return self.local_entries_from(self.local_rows(profiles, hashes=hashes), hashes=hashes)
+        with self.store.snapshot():
+            base = self.base_entries(profiles) if hashes else {}
+            rows = self.local_rows(profiles, hashes=hashes, base=base)
+        return self.local_entries_from(rows)
 
-    def local_rows(self, profiles: Sequence[str] | None = None, *, hashes: bool = True) -> list[Any]:
-        """What ``local_entries`` is made of (the snapshot; one read): ``(memory, delta)``
-        pairs, or ``(id, profile, delta)`` without ``hashes``."""
+    def local_rows(self, profiles: Sequence[str] | None = None, *, hashes: bool = True,
+                   base: dict[str, Base] | None = None) -> LocalRows:
+        """What ``local_entries`` is made of, read at one moment (call it inside the store's
+        ``snapshot()``). A memory whose content signature is the one ``base`` recorded with its
+        content hash takes that hash as it is; only the others are read whole, to be hashed
+        (``local_entries_from``). Without ``hashes`` (a pull-only refresh, which never pushes
+        content): ids, profiles and deltas only."""
         if not hashes:
-            return list(self.store.access_deltas(profiles))
-        return list(self.store.memories_with_deltas(profiles))
+            return LocalRows({r[0]: Local(r[0], r[1], "", int(r[2])) for r in self.store.access_deltas(profiles)}, [])
+        base = base or {}
+        ready: dict[str, Local] = {}
+        stale: dict[str, str] = {}
+        for mid, profile, delta, active, sig in self.store.content_signatures(profiles):
+            b = base.get(mid)
+            if b is not None and b.row_sig == sig and b.profile == profile:
+                ready[mid] = Local(mid, profile, b.content_hash, delta, inactive=not active)
+            else:
+                stale[mid] = sig
+        if len(stale) > len(ready):  # mostly unknown (a first pass after an upgrade): one scan
+            pending = [r for r in self.store.memories_with_deltas(profiles) if r[0].id in stale]
+        else:
+            pending = self.store.memories_with_deltas(profiles, ids=list(stale)) if stale else []
+        return LocalRows(ready, pending, stale)
+
+    def remember_signatures(self, rows: LocalRows, local: dict[str, Local], base: dict[str, Base]) -> int:
+        """Record the content signature of each memory just hashed whose hash is its base's (an
+        unchanged memory whose signature was not known: a base from before signatures, or a row
+        rewritten to the same content), so the next pass takes its hash as it is. Guarded by the
+        hash, so a base that changed meanwhile is left alone. Returns how many were recorded."""
+        known = [(sig, mid, local[mid].content_hash) for mid, sig in rows.signatures.items()
+                 if mid in local and (b := base.get(mid)) is not None and b.content_hash == local[mid].content_hash]
+        if known:
+            with self.store.transaction() as c:
+                c.executemany("UPDATE sync_base SET row_sig = ? WHERE id = ? AND content_hash = ?", known)
+        return len(known)
 
     @staticmethod
-    def local_entries_from(rows: Sequence[Any], *, hashes: bool = True) -> dict[str, Local]:
-        """``local_entries`` of rows read by ``local_rows`` (CPU only: the content hashes)."""
-        if not hashes:
-            return {r[0]: Local(r[0], r[1], "", int(r[2])) for r in rows}
-        return {m.id: Local(m.id, m.profile_name, content_hash(m), delta, inactive=not m.is_active)
-                for m, delta in rows}
+    def local_entries_from(rows: LocalRows) -> dict[str, Local]:
+        """``local_entries`` of rows read by ``local_rows`` (CPU only: the content hashes of the
+        memories that need one)."""
+        return {**rows.ready, **{m.id: Local(m.id, m.profile_name, content_hash(m), delta, inactive=not m.is_active)
+                                 for m, delta in rows.pending}}
 
     def base_entries(self, profiles: Sequence[str] | None = None) -> dict[str, Base]:
         where, params = self._scope(profiles)
-        rows = self.store.read(f"SELECT id, profile, etag, content_hash FROM sync_base{where}", params)
-        return {r[0]: Base(r[0], r[1], r[2], r[3]) for r in rows}
+        rows = self.store.read(f"SELECT id, profile, etag, content_hash, row_sig FROM sync_base{where}", params)
+        return {r[0]: Base(r[0], r[1], r[2], r[3], r[4]) for r in rows}
 
     def outbox_deletes(self, profiles: Sequence[str] | None = None) -> dict[str, str]:
         return {mid: profile for mid, (profile, _op) in self.store.outbox(profiles, op="delete").items()}
@@ -248,7 +302,8 @@ class SyncState:
         return self.store.memory_with_delta(memory_id)
 
     def load_base(self, memory_id: str) -> Base | None:
-        rows = self.store.read("SELECT id, profile, etag, content_hash FROM sync_base WHERE id = ?", (memory_id,))
+        rows = self.store.read("SELECT id, profile, etag, content_hash, row_sig FROM sync_base WHERE id = ?",
+                               (memory_id,))
         return Base(*rows[0]) if rows else None
 
     # --- effects ----------------------------------------------------------------------------------
@@ -267,11 +322,14 @@ class SyncState:
                     if not store.apply_remote(c, m, content=eff.content, sent_delta=eff.sent_delta,
                                               set_staleness=eff.set_staleness, row=eff.row):
                         continue  # the id belongs to a memory of another profile here
+                    sig = content_signature(m) if eff.hash_is_memorys else None
                     c.execute(
-                        "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us) VALUES (?, ?, ?, ?, ?)"
+                        "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us, row_sig)"
+                        " VALUES (?, ?, ?, ?, ?, ?)"
                         " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, etag = excluded.etag,"
-                        " content_hash = excluded.content_hash, synced_us = excluded.synced_us",
-                        (m.id, m.profile_name, eff.etag, eff.base_hash, now_us),
+                        " content_hash = excluded.content_hash, synced_us = excluded.synced_us,"
+                        " row_sig = excluded.row_sig",
+                        (m.id, m.profile_name, eff.etag, eff.base_hash, now_us, sig),
                     )
                     c.execute("DELETE FROM sync_skipped WHERE key = ?", (object_key(m.profile_name, m.id),))
                 elif isinstance(eff, DeletedRemote):

@@ -163,6 +163,30 @@ def test_a_local_content_edit_is_pushed_with_if_match(hosts: Callable[..., Host]
     assert b.bank.get(P, mid).processed_content == "edited on A"
 
 
+def test_an_edit_of_any_content_column_is_pushed_though_hashes_are_remembered(
+        hosts: Callable[..., Host], s3: S3) -> None:
+    """A pass remembers each memory's content hash with its content signature (sync_base.row_sig)
+    and does not hash an unchanged row again; an edit of any one content column by another
+    writer changes the signature, so it is hashed and pushed."""
+    a, b = hosts("a"), hosts("b")
+    edits = {"raw_input": "'raw edited on A'", "source": "'inferred'", "extra": """'{"note": "edited on A"}'""",
+             "version": "2", "confidence": "0.25", "category": "'behavior'"}
+    ids = seed(a, b, len(edits))
+    sigs = a.bank.store.read("SELECT row_sig FROM sync_base")
+    assert len(sigs) == len(edits) and all(sig for (sig,) in sigs)
+    assert a.sync().summary().startswith("ok: nothing to do")
+    with a.bank.store.transaction() as c:  # edits by another writer, one column each
+        for mid, (column, value) in zip(ids, edits.items()):
+            c.execute(f"UPDATE memories SET {column} = {value} WHERE id = ?", (mid,))
+    report = a.sync()
+    assert report.counts["merged"] == len(edits), report.summary()
+    bodies = {mid: s3.get_json(f"memory/{P}/{mid}.json") for mid in ids}
+    got = [bodies[ids[0]]["rawInput"], bodies[ids[1]]["source"], bodies[ids[2]]["note"], bodies[ids[3]]["version"],
+           bodies[ids[4]]["confidence"], bodies[ids[5]]["category"]]
+    assert got == ["raw edited on A", "inferred", "edited on A", 2, 0.25, "behavior"]
+    assert a.sync().summary().startswith("ok: nothing to do")
+
+
 def test_an_id_taken_by_another_host_is_re_ided_never_overwritten(
         hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
     online = hosts("a", bucket__endpoint=outage.endpoint)   # offline: the save stays local
