@@ -97,14 +97,17 @@ TARGETS = {
     "cold open + first recall at 10k ≤ 100 ms": lambda r: r["recall"]["cold"]["10000_ms"] <= 100,
     "cold open + first recall at 100k ≤ 300 ms": lambda r: r["recall"]["cold"]["100000_ms"] <= 300,
     "warm recall p50 at 10k ≤ 3 ms": lambda r: r["recall"]["10000"]["p50_ms"] <= 3,
-    "save p50 ≤ 1.5× the bare insert": lambda r: r["save"]["p50_ms"] <= 1.5 * r["save"]["bare_p50_ms"],
+    # Issue 12's save target predates write-time hygiene; issue 15 allows 2x with it on.
+    "save p50 without deduplication ≤ 1.5× the bare insert": lambda r: r["save"]["plain_p50_ms"]
+    <= 1.5 * r["save"]["bare_p50_ms"],
     "save p50 with write-time hygiene ≤ 2× the bare insert": lambda r: r["save"]["p50_ms"]
     <= 2 * r["save"]["bare_p50_ms"],
     "inject p50 at 10k ≤ 10 ms": lambda r: r["inject"]["p50_ms"] <= 10,
     "import ≥ 5,000 memories/s": lambda r: r["import"]["per_s"] >= 5000,
     "start-up ≥ 50× faster than hydrating": lambda r: 50 * r["startup"]["open_first_recall_ms"]
     <= r["startup"]["hydrate_ms"],
-    "first push ≥ rclone copy's objects/s": lambda r: r["sync"]["push_per_s"] >= r["sync"]["rclone_per_s"],
+    "first push ≥ 1.5× rclone copy --s3-no-head's objects/s": lambda r: r["sync"]["push_per_s"]
+    >= 1.5 * r["sync"]["rclone_per_s"],
     "no-op pass over 10k objects ≤ 1 s": lambda r: r["sync"]["noop_pass_s"] <= 1.0,
     "fresh host ≥ 10× faster than fetching object by object": lambda r: 10 * r["sync"]["hydrate_s"]
     <= r["sync"]["hydrate_per_object_s"],

@@ -482,17 +482,16 @@ class SyncEngine:
                 effects.append(SkipObject(key, action.etag, pre.reason))
                 continue
             if pre is not None and pre.memory is not None:
-                report.counts["pulled"] += 1
                 effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=pre.row))
-                continue
-            try:
-                remote = decode(body, action.profile, action.id)
-            except BadObject as exc:
-                report.counts["skipped_objects"] += 1
-                effects.append(SkipObject(key, action.etag, exc.reason))
-                continue
+            else:
+                try:
+                    remote = decode(body, action.profile, action.id)
+                except BadObject as exc:
+                    report.counts["skipped_objects"] += 1
+                    effects.append(SkipObject(key, action.etag, exc.reason))
+                    continue
+                effects.append(Synced(remote, action.etag, content_hash(remote), 0, "remote"))
             report.counts["pulled"] += 1
-            effects.append(Synced(remote, action.etag, content_hash(remote), 0, "remote"))
             if len(effects) >= BATCH_SIZE * 4:
                 self.state.apply(effects)
                 effects = []
