@@ -17,6 +17,10 @@ def mcp_cmd(state: State, profile: str) -> None:
     memory_delete for PROFILE, and the memory_context prompt. Logs go to stderr."""
     # stdout carries the protocol: anything else printed there would corrupt it.
     from ..logs import configure_logging
+    from ..model import validate_profile
+
+    # A bad name is refused before the mcp SDK's import (~1.5 s), not after it.
+    validate_profile(profile)
 
     configure_logging(level=logging.WARNING)  # stdout is the protocol: only warnings, on stderr
     from ..mcp_server import run_stdio  # the mcp SDK is imported only for this command
