@@ -177,16 +177,47 @@ def _translate(exc: Exception, bucket: str, what: str) -> Exception:
 
 
 _LOADER: Any = None
-_LOADER_LOCK = threading.Lock()
+_SHARED_SESSION: Any = None
+_SESSION_LOCK = threading.Lock()
 
 
-def _shared_loader(core: Any) -> Any:
-    """The process's one botocore data loader (its caches hold the parsed service models)."""
+def _new_session() -> Any:
+    """A boto3 session on the process's one botocore data loader (its caches hold the parsed
+    service models: a loader of its own would parse botocore's S3 model again, ~0.3 s per client).
+    The caller holds ``_SESSION_LOCK``."""
+    import boto3
+    import botocore.session
+
+    from . import listing
+
     global _LOADER
-    with _LOADER_LOCK:
-        if _LOADER is None:
-            _LOADER = core.get_component("data_loader")
-        return _LOADER
+    core = botocore.session.get_session()
+    if _LOADER is None:
+        _LOADER = core.get_component("data_loader")
+    core.register_component("data_loader", _LOADER)
+    # The sync never reads a timestamp from a response (no decision depends on a clock), and
+    # parsing each listing entry's LastModified with dateutil was most of the client's CPU
+    # in a no-op pass over 10k objects: keep timestamps as the strings the server sent.
+    # And a listing page's body is read in one ElementTree pass (memlocal_sync.listing), not
+    # element by element through the service model: half the client's CPU of a listing.
+    core.register_component("response_parser_factory", listing.parser_factory())
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
+    return boto3.session.Session(botocore_session=core)
+
+
+def _s3_client(explicit_keys: bool, **kwargs: Any) -> Any:
+    """A new S3 client. With explicit keys it comes from the process's one session: a new session
+    registers botocore's ~1,000 event handlers again (~15 ms, most of a client's cost, and a pass
+    makes one); sessions are not thread-safe, hence the lock (the clients are). Without keys each
+    client has a session of its own, so that boto3's credential chain (environment, profile,
+    instance role) is read afresh, never cached for the life of the process."""
+    global _SHARED_SESSION
+    with _SESSION_LOCK:
+        if not explicit_keys:
+            return _new_session().client("s3", **kwargs)
+        if _SHARED_SESSION is None:
+            _SHARED_SESSION = _new_session()
+        return _SHARED_SESSION.client("s3", **kwargs)
 
 
 def _drop_expect_header(request: Any, **_: Any) -> None:
@@ -220,11 +251,7 @@ class Bucket:
         return self._client
 
     def _make_client(self) -> Any:
-        import boto3
-        import botocore.session
         from botocore.config import Config as BotoConfig
-
-        from . import listing
 
         s = self.settings
         cfg = BotoConfig(
@@ -240,19 +267,8 @@ class Bucket:
             response_checksum_validation="when_required",
             user_agent_extra="memlocal-sync",
         )
-        core = botocore.session.get_session()
-        # Every client of the process shares one loader: each new session would otherwise parse
-        # botocore's S3 model again (about 0.3 s of JSON per client, most of a short pass).
-        core.register_component("data_loader", _shared_loader(core))
-        # The sync never reads a timestamp from a response (no decision depends on a clock), and
-        # parsing each listing entry's LastModified with dateutil was most of the client's CPU
-        # in a no-op pass over 10k objects: keep timestamps as the strings the server sent.
-        # And a listing page's body is read in one ElementTree pass (memlocal_sync.listing), not
-        # element by element through the service model: half the client's CPU of a listing.
-        core.register_component("response_parser_factory", listing.parser_factory())
-        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
-        client = boto3.session.Session(botocore_session=core).client(
-            "s3",
+        client = _s3_client(
+            bool(s.access_key_id and s.secret_access_key),
             endpoint_url=s.endpoint,
             region_name=s.region,
             aws_access_key_id=s.access_key_id,
