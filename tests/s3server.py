@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from support import free_port
+from support import free_port, fresh_database
 
 from memlocal import Config, MemoryBank
 
@@ -413,6 +413,9 @@ class Host:
 
     def __init__(self, path: Path, overrides: dict[str, Any] | None = None) -> None:
         self.path = path
+        if not path.exists():  # a new host's file starts as the session's empty migrated database
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fresh_database(path)
         self.config = Config.load(overrides=overrides or {})
         self.bank = MemoryBank.open(path, config=self.config)
 
