@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import httpx
 import uvicorn
-from support import free_port, wait_for
+from support import free_port, http, wait_for
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -99,7 +99,7 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"memlocal serve exited {self.proc.returncode}: {self.log}")
             try:
-                httpx.get(self.url + "/healthz", headers=dict(headers or {}), timeout=1)
+                http.get(self.url + "/healthz", headers=dict(headers or {}), timeout=1)
                 return True
             except httpx.TransportError:
                 return False

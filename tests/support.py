@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import time
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:
+    import httpx
 
 T = TypeVar("T")
 
@@ -33,6 +38,46 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "the
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+@lru_cache(maxsize=None)
+def _ssl_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def http_client(base_url: str = "", **kwargs: Any) -> "httpx.Client":
+    """``httpx.Client(base_url, **kwargs)`` for the suite's servers. Every one of them is plain
+    HTTP on 127.0.0.1, yet a default client loads the CA bundle into a new SSL context (~50 ms, a
+    second or more on a loaded machine for a test that makes a few): these share one."""
+    import httpx
+
+    return httpx.Client(base_url=base_url, verify=_ssl_context(), **kwargs)
+
+
+class _Http:
+    """``httpx.get``/``post``/... (one request on a new client) on ``http_client``'s shared context."""
+
+    def request(self, method: str, url: str, **kwargs: Any) -> "httpx.Response":
+        with http_client(timeout=kwargs.pop("timeout", 5.0)) as client:
+            return client.request(method, url, **kwargs)
+
+    def get(self, url: str, **kwargs: Any) -> "httpx.Response":
+        return self.request("GET", url, **kwargs)
+
+    def head(self, url: str, **kwargs: Any) -> "httpx.Response":
+        return self.request("HEAD", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> "httpx.Response":
+        return self.request("POST", url, **kwargs)
+
+    def put(self, url: str, **kwargs: Any) -> "httpx.Response":
+        return self.request("PUT", url, **kwargs)
+
+    def delete(self, url: str, **kwargs: Any) -> "httpx.Response":
+        return self.request("DELETE", url, **kwargs)
+
+
+http = _Http()
 
 
 # Set once per session by conftest's ``_empty_database`` fixture.

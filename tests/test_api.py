@@ -9,6 +9,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from api_live import LiveServer
+from support import http_client
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -27,7 +28,7 @@ def api_bank(tmp_path: Path) -> Iterator[MemoryBank]:
 
 @pytest.fixture
 def client(api_bank: MemoryBank) -> Iterator[httpx.Client]:
-    with LiveServer(create_app(api_bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(api_bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         yield c
 
 
@@ -275,7 +276,7 @@ def test_raw_input_over_the_cap_is_413_naming_4096_bytes(client: httpx.Client) -
 
 def test_not_wired_answers_503_everywhere_and_healthz_is_degraded() -> None:
     reason = StoreError("cannot open database /nowhere/x.db: unable to open database file")
-    with LiveServer(create_app(reason, Config.load(environ={}))) as server, httpx.Client(base_url=server.url) as c:
+    with LiveServer(create_app(reason, Config.load(environ={}))) as server, http_client(base_url=server.url) as c:
         h = c.get("/healthz")
         assert h.status_code == 200 and h.json()["status"] == "degraded" and "/nowhere/x.db" in h.json()["reason"]
         calls = [
@@ -297,7 +298,7 @@ def test_not_wired_answers_503_everywhere_and_healthz_is_degraded() -> None:
 
 def test_token_is_required_on_every_request_when_configured(api_bank: MemoryBank) -> None:
     config = Config.load(environ={"MEMLOCAL_API_TOKEN": TOKEN})
-    with LiveServer(create_app(api_bank, config)) as server, httpx.Client(base_url=server.url) as c:
+    with LiveServer(create_app(api_bank, config)) as server, http_client(base_url=server.url) as c:
         for path in ("/api/memory-bank/stats", "/healthz", "/openapi.json", "/docs", "/api/no/such/thing"):
             r = c.get(path)
             assert_error(r, 401, "unauthorized", "Authorization")
@@ -347,7 +348,7 @@ def test_concurrent_requests_are_safe(client: httpx.Client) -> None:
     url = str(client.base_url)
 
     def worker(n: int) -> None:
-        with httpx.Client(base_url=url, timeout=60) as c:
+        with http_client(base_url=url, timeout=60) as c:
             for i in range(15):
                 r = c.post(f"/api/profiles/w{n % 3}/memories", json={"content": f"worker {n} item {i}"})
                 if r.status_code != 201:

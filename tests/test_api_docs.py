@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from api_live import LiveServer
+from support import http_client
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -55,7 +56,7 @@ def _refs(html: str) -> _Refs:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[MemoryBank, httpx.Client]]:
     with MemoryBank(tmp_path / "d.db", config=Config.load(environ={})) as bank, \
-            LiveServer(create_app(bank)) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+            LiveServer(create_app(bank)) as server, http_client(base_url=server.url, timeout=30) as client:
         yield bank, client
 
 
@@ -99,7 +100,7 @@ def test_fastapis_cdn_pages_are_off(served: Any) -> None:
 
 def test_the_docs_need_the_token_like_the_schema(tmp_path: Path) -> None:
     with MemoryBank(tmp_path / "d.db", config=Config.load(environ={})) as bank, \
-            LiveServer(create_app(bank, token=TOKEN)) as server, httpx.Client(base_url=server.url) as c:
+            LiveServer(create_app(bank, token=TOKEN)) as server, http_client(base_url=server.url) as c:
         for path in ("/docs", "/redoc", "/openapi.json"):
             assert c.get(path).status_code == 401
             assert c.get(path, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200

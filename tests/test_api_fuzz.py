@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Iterator
-
-import httpx
 import pytest
 import schemathesis
 from api_live import LiveServer
@@ -17,6 +15,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from support import http_client
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -154,7 +153,7 @@ BATTERY += [(m, f"{P}/{i}", {}) for i in BAD_IDS for m in ("GET", "DELETE")]
 
 @pytest.mark.parametrize(("method", "path", "kwargs"), BATTERY, ids=[f"{m} {p[:60]}" for m, p, _ in BATTERY])
 def test_malformed_requests_never_get_a_5xx(live: str, method: str, path: str, kwargs: dict[str, Any]) -> None:
-    with httpx.Client(base_url=live, timeout=30) as c:
+    with http_client(base_url=live, timeout=30) as c:
         r = c.request(method, path, **kwargs)
     assert r.status_code < 500, r.text
     if r.status_code >= 400 and method != "HEAD":
@@ -167,7 +166,7 @@ def test_the_battery_changed_nothing_it_should_not(tmp_path: Path) -> None:
     # Its own server: the module's is shared with schemathesis (whose valid cases do save), and
     # tests may run in any order and on any worker.
     for live in _serve_seeded(tmp_path / "battery.db"):
-        with httpx.Client(base_url=live, timeout=30) as c:
+        with http_client(base_url=live, timeout=30) as c:
             for method, path, kwargs in BATTERY:
                 c.request(method, path, **kwargs)
             # The two seeded memories, plus the battery's only valid save (JSON sent with a charset

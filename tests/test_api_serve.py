@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from api_live import ServedInProcess, ServeProcess, free_port
+from support import http, http_client
 
 from memlocal.api.auth import check_bind
 from memlocal.errors import ConfigError
@@ -23,7 +23,7 @@ def test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm(tmp_path: Path, 
     proc = ServeProcess(tmp_path, ["--db", str(db)])
     try:
         proc.wait_ready()
-        with httpx.Client(base_url=proc.url) as c:
+        with http_client(base_url=proc.url) as c:
             assert c.get("/healthz").json()["status"] == "ok"
             r = c.post("/api/profiles/p1/memories", json={"content": "served over HTTP"})
             assert r.status_code == 201
@@ -49,7 +49,7 @@ def test_serve_starts_when_the_store_cannot_be_opened_and_answers_503(tmp_path: 
     proc = ServeProcess(tmp_path, ["--db", str(db)])
     try:
         proc.wait_ready()
-        with httpx.Client(base_url=proc.url) as c:
+        with http_client(base_url=proc.url) as c:
             health = c.get("/healthz").json()
             assert health["status"] == "degraded" and needle in health["reason"]
             for method, path in (("GET", "/api/profiles/p1/memories"), ("POST", "/api/profiles/p1/memories"),
@@ -71,7 +71,7 @@ def test_token_from_the_environment_guards_every_request(tmp_path: Path) -> None
     here; test_non_loopback_bind_with_a_token_is_allowed has a token in a real process)."""
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with ServedInProcess(tmp_path / "t.db", env={"MEMLOCAL_API_TOKEN": TOKEN}) as served:
-        with httpx.Client(base_url=served.url) as c:
+        with http_client(base_url=served.url) as c:
             assert c.get("/api/memory-bank/stats").status_code == 401
             assert c.get("/healthz").status_code == 401
             assert c.get("/api/memory-bank/stats", headers={"Authorization": "Bearer nope"}).status_code == 401
@@ -96,7 +96,7 @@ def test_non_loopback_bind_with_a_token_is_allowed(tmp_path: Path) -> None:
                         host="0.0.0.0")
     try:
         proc.wait_ready()
-        assert httpx.get(proc.url + "/healthz").status_code == 401
-        assert httpx.get(proc.url + "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert http.get(proc.url + "/healthz").status_code == 401
+        assert http.get(proc.url + "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     finally:
         proc.stop()

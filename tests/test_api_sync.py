@@ -12,7 +12,7 @@ from typing import Any, Callable
 import httpx
 from api_live import LiveServer, ServeProcess
 from s3server import FaultProxy
-from support import wait_for
+from support import http_client, wait_for
 
 from memlocal.api import create_app
 
@@ -25,7 +25,7 @@ def ids(page: httpx.Response) -> set[str]:
 def test_reads_see_other_hosts_saves_soon_and_never_wait_for_them(hosts: Callable[..., Any], s3: Any) -> None:
     served, runner = hosts("dashboard", sync__refresh_ttl_s=0.2), hosts("runner")
     assert served.bank.replicator is not None
-    with LiveServer(create_app(served.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(served.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         # A save through the API is written through to the bucket.
         r = c.post("/api/profiles/p1/memories", json={"content": "saved via the dashboard"})
         assert r.status_code == 201 and r.json()["synced"] is True
@@ -68,7 +68,7 @@ def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., A
     paths = ["/api/memory-bank/stats", "/api/profiles", "/api/memory-bank", "/api/profiles/p1/memories",
              "/api/automations", "/api/automations/nightly/memory"]
     took: list[float] = []
-    with LiveServer(create_app(host.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(host.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         for path in paths * 5:
             t0 = time.perf_counter()
             r = c.get(path)
@@ -100,7 +100,7 @@ def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path,
                 conn.close()
 
         wait_for(pulled, what="the start-up pull")
-        with httpx.Client(base_url=proc.url, timeout=10) as c:
+        with http_client(base_url=proc.url, timeout=10) as c:
             assert c.get(f"/api/profiles/only-remote/memories/{saved.id}").status_code == 200
     finally:
         code = proc.stop()
@@ -116,7 +116,7 @@ def test_serve_with_sync_runs_the_daemon_in_process(tmp_path: Path, hosts: Calla
         # A profile that exists only in the bucket (the daemon's pass or the read path's
         # background pull brings it in, whichever is first).
         saved = runner.bank.save("only-remote", content="pulled by the daemon").memory
-        with httpx.Client(base_url=proc.url, timeout=10) as c:
+        with http_client(base_url=proc.url, timeout=10) as c:
             wait_for(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,
                      what=f"the daemon's pull: {proc.log_path}")
             assert c.get(f"/api/profiles/only-remote/memories/{saved.id}").status_code == 200

@@ -11,9 +11,9 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from api_live import LiveServer
+from support import http
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -99,14 +99,14 @@ def test_cli_and_rest_answer_both_questions(tmp_path: Path) -> None:
         bank.build_context_block("p", "second run")
         bank.drain()
         with LiveServer(create_app(bank)) as server:
-            r = httpx.get(server.url + "/api/memory-bank/p/injections", params={"limit": 1})
+            r = http.get(server.url + "/api/memory-bank/p/injections", params={"limit": 1})
             assert r.status_code == 200
             (last,) = r.json()["injections"]
             assert last["queryHash"] == query_hash("second run") and last["core"] == [tea.id]
-            r = httpx.get(server.url + "/api/memory-bank/p/injections", params={"memoryId": tea.id})
+            r = http.get(server.url + "/api/memory-bank/p/injections", params={"memoryId": tea.id})
             assert len(r.json()["injections"]) == 2
-            assert httpx.get(server.url + "/api/memory-bank/p/injections",
-                             params={"memoryId": "nope"}).status_code == 400
+            assert http.get(server.url + "/api/memory-bank/p/injections",
+                            params={"memoryId": "nope"}).status_code == 400
     out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p", "--memory", tea.id,
                           "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

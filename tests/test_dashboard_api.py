@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 from api_live import LiveServer
+from support import http_client
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -29,7 +30,7 @@ TOKEN = "dash-" + "7" * 24
 @pytest.fixture
 def served(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> Iterator[tuple[MemoryBank, httpx.Client]]:
     with make_bank(tmp_path / "d.db") as bank, LiveServer(create_app(bank)) as server:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
+        with http_client(base_url=server.url, timeout=30) as client:
             yield bank, client
 
 
@@ -71,7 +72,7 @@ def test_the_injection_preview_is_the_exact_block_and_names_what_the_budget_trim
         relevant = [bank.save("p1", content=f"When deploying the staging database, step {i} is to check the "
                               "replica lag first and wait for it to drain.", category="behavior").memory
                     for i in range(5)]
-        with httpx.Client(base_url=server.url) as c:
+        with http_client(base_url=server.url) as c:
             r = c.get("/api/profiles/p1/injection-preview", params={"q": "deploying staging database"})
         assert r.status_code == 200, r.text
         p = r.json()
@@ -129,7 +130,7 @@ def test_sync_status_with_a_bucket_is_what_sync_status_shows(tmp_path: Path, hos
     s3.put_raw("memory/p1/mem-0000beef.json", b"{not json")
     db = str(host.path)
     subprocess.run([sys.executable, "-m", "memlocal", "--db", db, "sync", "run"], check=False, capture_output=True)
-    with LiveServer(create_app(host.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(host.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         s = c.get("/api/sync/status").json()
     assert s["localOnly"] is False
     assert s["bucket"]["name"] == s3.bucket and s["bucket"]["source"] == "env:INTERNAL_S3_BUCKET"
@@ -149,7 +150,7 @@ def test_sync_status_with_a_bucket_is_what_sync_status_shows(tmp_path: Path, hos
 def test_the_page_and_its_assets_load_without_the_token_and_the_api_still_needs_it(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
     with make_bank(tmp_path / "d.db") as bank, LiveServer(create_app(bank, token=TOKEN)) as server:
         bank.save("p1", content="secret-ish memory text")
-        with httpx.Client(base_url=server.url) as c:
+        with http_client(base_url=server.url) as c:
             page = c.get("/")
             assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
             assert "default-src 'none'" in page.headers["content-security-policy"]
@@ -177,7 +178,7 @@ def test_the_page_and_its_assets_load_without_the_token_and_the_api_still_needs_
 
 def test_the_page_is_served_when_the_bank_is_not_wired(tmp_path: Path) -> None:
     with LiveServer(create_app(OSError("disk on fire"), Config.load(environ={}))) as server:
-        with httpx.Client(base_url=server.url) as c:
+        with http_client(base_url=server.url) as c:
             assert c.get("/").status_code == 200
             r = c.get("/api/profiles")
             assert r.status_code == 503 and "disk on fire" in r.json()["error"]["message"]

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from api_live import ServedInProcess
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright  # the [test] extra
+from support import http, http_client
 
 from memlocal import MemoryBank
 from memlocal.config import Config
@@ -119,7 +120,7 @@ def seeded(tmp_path: Path, seeded_file: tuple[Path, dict[str, Any]]) -> Iterator
     """A copy of the seeded bank for this test (tests delete and edit), served."""
     db = tmp_path / "dashboard.db"
     shutil.copyfile(seeded_file[0], db)
-    with ServedInProcess(db) as proc, httpx.Client(base_url=proc.url, timeout=30) as api:
+    with ServedInProcess(db) as proc, http_client(base_url=proc.url, timeout=30) as api:
         yield proc, api, seeded_file[1]
 
 
@@ -404,7 +405,7 @@ def test_sync_panel_with_a_bucket(page: Page, tmp_path: Path, s3: Any, cli: Any)
     s3.put_raw("memory/researcher/mem-0000beef.json", b"{not json")
     cli.at(db)("sync", "run")  # a pass with a corrupt object in the bucket: its exit code is not the point
     with ServedInProcess(db) as proc:
-        status = httpx.get(proc.url + "/api/sync/status").json()
+        status = http.get(proc.url + "/api/sync/status").json()
         page.goto(proc.url + "/#/sync")
         panel = page.locator("#sync-status")
         expect(panel).to_contain_text(s3.bucket)
@@ -495,7 +496,7 @@ def test_the_api_docs_render_offline_under_the_policy(browser: BrowserContext, t
         try:
             tab.goto(proc.url + "/docs")
             expect(tab.locator(".swagger-ui .info .title")).to_contain_text("memlocal")
-            schema = httpx.get(proc.url + "/openapi.json").json()
+            schema = http.get(proc.url + "/openapi.json").json()
             operations = sum(len(ops) for ops in schema["paths"].values())
             expect(tab.locator(".swagger-ui .opblock")).to_have_count(operations)
             tab.locator(".opblock-summary", has_text="/healthz").first.click()

@@ -14,13 +14,12 @@ import json
 import sys
 from pathlib import Path
 from typing import Any, Iterator
-
-import httpx
 import pytest
 from api_live import LiveServer
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import http, http_client
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -63,7 +62,7 @@ def test_library_rejects_lone_surrogates_in_every_text_field(bank: MemoryBank) -
 
 
 def test_rest_lone_surrogate_summary_is_a_400_and_the_connection_lives(bank: MemoryBank) -> None:
-    with LiveServer(create_app(bank)) as server, httpx.Client(base_url=server.url) as client:
+    with LiveServer(create_app(bank)) as server, http_client(base_url=server.url) as client:
         body = '{"content":"c","summary":"\\ud800"}'
         r = client.post(P, content=body, headers={"content-type": "application/json"})
         assert r.status_code == 400, r.text
@@ -168,22 +167,22 @@ def test_tokenless_server_answers_only_loopback_hosts(bank: MemoryBank) -> None:
     with LiveServer(create_app(bank)) as server:
         port = server.port
         evil = {"Host": f"attacker.example:{port}"}
-        r = httpx.get(server.url + "/api/memory-bank", headers=evil)
+        r = http.get(server.url + "/api/memory-bank", headers=evil)
         assert r.status_code == 421 and "Host" in r.json()["error"]["message"]
-        r = httpx.delete(f"{server.url}{P}/{mid}", headers={**evil, "Origin": "http://attacker.example"})
+        r = http.delete(f"{server.url}{P}/{mid}", headers={**evil, "Origin": "http://attacker.example"})
         assert r.status_code == 421
         for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost"):
-            assert httpx.get(server.url + "/api/memory-bank", headers={"Host": host}).status_code == 200, host
+            assert http.get(server.url + "/api/memory-bank", headers={"Host": host}).status_code == 200, host
         # A loopback Host with a foreign Origin: reads are fine, writes are refused.
         foreign = {"Origin": "http://attacker.example"}
-        assert httpx.get(server.url + "/api/memory-bank", headers=foreign).status_code == 200
-        r = httpx.delete(f"{server.url}{P}/{mid}", headers=foreign)
+        assert http.get(server.url + "/api/memory-bank", headers=foreign).status_code == 200
+        r = http.delete(f"{server.url}{P}/{mid}", headers=foreign)
         assert r.status_code == 403 and "Origin" in r.json()["error"]["message"]
-        r = httpx.post(server.url + P, json={"content": "x"}, headers={"Origin": "null"})
+        r = http.post(server.url + P, json={"content": "x"}, headers={"Origin": "null"})
         assert r.status_code == 403
         # Its own origin (the dashboard's fetches) and no Origin at all (curl, scripts) are fine.
-        assert httpx.post(server.url + P, json={"content": "x"}, headers={"Origin": server.url}).status_code == 201
-        assert httpx.delete(f"{server.url}{P}/{mid}").status_code == 204
+        assert http.post(server.url + P, json={"content": "x"}, headers={"Origin": server.url}).status_code == 201
+        assert http.delete(f"{server.url}{P}/{mid}").status_code == 204
 
 
 def test_allowed_hosts_with_a_token(bank: MemoryBank, tmp_path: Path) -> None:
@@ -194,10 +193,10 @@ def test_allowed_hosts_with_a_token(bank: MemoryBank, tmp_path: Path) -> None:
     with LiveServer(create_app(bank, cfg)) as server:
         for host, status in (("memory.internal:8765", 200), ("other.example", 200), ("127.0.0.1", 200),
                              ("attacker.example", 421)):
-            assert httpx.get(server.url + "/api/memory-bank", headers={**auth, "Host": host}).status_code == status
+            assert http.get(server.url + "/api/memory-bank", headers={**auth, "Host": host}).status_code == status
     open_cfg = Config.load(overrides={"serve.api_token": "t0k"})  # a token and no list: any Host
     with LiveServer(create_app(bank, open_cfg)) as server:
-        r = httpx.get(server.url + "/api/memory-bank", headers={**auth, "Host": "anything.example"})
+        r = http.get(server.url + "/api/memory-bank", headers={**auth, "Host": "anything.example"})
         assert r.status_code == 200
 
 
@@ -299,7 +298,7 @@ def test_rest_never_answers_5xx(fuzz_server: str, field: str, text: str) -> None
 
     body = json.dumps({"content": "c", field: text})  # ensure_ascii: lone surrogates travel as \\udXXX
     q = quote(text.encode("utf-8", "surrogatepass"))  # what a client that encodes surrogates would send
-    with httpx.Client(base_url=fuzz_server) as client:
+    with http_client(base_url=fuzz_server) as client:
         for request in (
             client.build_request("POST", P, content=body, headers={"content-type": "application/json"}),
             client.build_request("GET", f"/api/profiles/lim/memories/search?q={q}"),

@@ -12,14 +12,13 @@ import sqlite3
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator
-
-import httpx
 import pytest
 from api_live import LiveServer
 from anthropic_fake import FakeAnthropic, Reply
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import http_client
 
 from memlocal import MemoryBank, NotFoundError, ValidationError
 from memlocal.api import create_app
@@ -199,7 +198,7 @@ def test_dedup_on_every_face(tmp_path: Path) -> None:
         assert out["deduplicated"] is True and out["memory"]["id"] == first.id
         assert dispatch(bank, "memory_save", {"rawInput": REWORDED}, P)["memory"]["id"] == first.id
         # REST: 200 (nothing created), the same memory
-        with LiveServer(create_app(bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+        with LiveServer(create_app(bank)) as server, http_client(base_url=server.url, timeout=30) as c:
             r = c.post(f"/api/profiles/{P}/memories", json={"rawInput": SAME})
             assert r.status_code == 200 and r.json()["deduplicated"] is True
             assert r.json()["memory"]["id"] == first.id
@@ -325,7 +324,7 @@ def test_supersede_through_rest_and_the_tool(local: MemoryBank) -> None:
                                           "supersedes": old.id}, P)
     assert out["memory"]["supersedes"] == old.id and not local.get(P, old.id).is_active
     assert [m["id"] for m in dispatch(local, "memory_list", {}, P)["memories"]] == [out["memory"]["id"]]
-    with LiveServer(create_app(local)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(local)) as server, http_client(base_url=server.url, timeout=30) as c:
         r = c.post(f"/api/profiles/{P}/memories", json={"content": "The staging URL is s3.example.com",
                                                         "supersedes": out["memory"]["id"]})
         assert r.status_code == 201 and r.json()["memory"]["supersedes"] == out["memory"]["id"]

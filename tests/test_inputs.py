@@ -11,12 +11,12 @@ from typing import Any
 
 import anyio
 import click
-import httpx
 import jsonschema
 import pytest
 from api_live import LiveServer
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from support import http_client
 
 from memlocal import BankNotWiredError, MemoryBank
 from memlocal.api import create_app
@@ -178,7 +178,7 @@ def test_every_face_words_a_broken_rule_as_the_library_does(bank: MemoryBank) ->
             validate_arguments("memory_save", args)
         assert str(tool.value) == f"memory_save: {library.value}"
         messages.append((str(library.value), args))
-    with LiveServer(create_app(bank)) as server, httpx.Client(base_url=server.url) as client:
+    with LiveServer(create_app(bank)) as server, http_client(base_url=server.url) as client:
         for message, args in messages:
             r = client.post("/api/profiles/a/memories", json=args)
             assert (r.status_code, r.json()["error"]["message"]) == (400, message)

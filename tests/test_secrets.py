@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-import httpx
 import pytest
 from api_live import LiveServer
+from support import http
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -135,13 +135,13 @@ def test_every_face_reports_the_kinds_never_the_values(tmp_path: Path) -> None:
         assert out["redacted"] == ["stripe-key"] and value not in json.dumps(out)
         with LiveServer(create_app(bank)) as server:
             # Another note with the same key (the same text would be a duplicate of the tool's save).
-            r = httpx.post(server.url + "/api/profiles/p/memories", json={"content": "Invoices use " + text})
+            r = http.post(server.url + "/api/profiles/p/memories", json={"content": "Invoices use " + text})
             assert r.status_code == 201 and r.json()["redacted"] == ["stripe-key"] and value not in r.text
-            assert httpx.post(server.url + "/api/profiles/p/memories", json={"content": "tea"}).json()["redacted"] == []
+            assert http.post(server.url + "/api/profiles/p/memories", json={"content": "tea"}).json()["redacted"] == []
         cfg = Config.load(overrides={"secrets.mode": "reject"})
         with MemoryBank(db, config=cfg) as strict, LiveServer(create_app(strict)) as server:
             # Another note with the same key (the same text would be a duplicate of the tool's save).
-            r = httpx.post(server.url + "/api/profiles/p/memories", json={"content": "Invoices use " + text})
+            r = http.post(server.url + "/api/profiles/p/memories", json={"content": "Invoices use " + text})
             assert r.status_code == 422 and r.json()["error"]["code"] == "secret_found" and value not in r.text
     cli = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", "p", "--json", text],
                          capture_output=True, text=True, timeout=60)

@@ -341,14 +341,13 @@ def test_the_note_decoder_returns_a_note_or_a_skip_reason(value: Any, raw: bytes
 def test_the_conductors_api_sees_a_runners_note_without_a_pass(hosts: Callable[..., Host], s3: S3) -> None:
     """The REST reads of notes ask for a background pull (as the global memory reads do), so a
     note a runner wrote reaches the conductor's API without `--with-sync` or a cron pass."""
-    import httpx
     from api_live import LiveServer
-    from support import wait_for
+    from support import http_client, wait_for
 
     from memlocal.api import create_app
 
     conductor, runner = hosts("conductor", sync__refresh_ttl_s=0.2), hosts("runner")
-    with LiveServer(create_app(conductor.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(conductor.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         assert c.get("/api/automations/nightly/memory").json() == {"memory": ""}
         runner.bank.automations.put("nightly", "Stopped at page 3 of 7.")
         wait_for(lambda: c.get("/api/automations/nightly/memory").json()["memory"] == "Stopped at page 3 of 7.",

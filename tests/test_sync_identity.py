@@ -23,6 +23,7 @@ import httpx
 import pytest
 from api_live import LiveServer
 from click.testing import CliRunner
+from support import http, http_client
 
 from memlocal.api import create_app
 from memlocal.cli import main
@@ -84,7 +85,7 @@ def test_a_rest_read_on_b_answers_404_after_the_deletion(hosts: Callable[..., Ho
     gone = a.bank.save("alice", "read through the dashboard, then deleted").memory
     a.bank.save("bob", "another profile")
     assert b.sync().ok
-    with LiveServer(create_app(b.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(b.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         assert c.get(f"/api/profiles/alice/memories/{gone.id}").status_code == 200
         a.bank.delete("alice", gone.id)
         deadline = time.monotonic() + 20
@@ -198,7 +199,7 @@ def rclone_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[
         deadline = time.monotonic() + 20
         while True:
             try:
-                httpx.get(endpoint, timeout=1)
+                http.get(endpoint, timeout=1)
                 break
             except httpx.TransportError:
                 assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "rclone.log").read_text()

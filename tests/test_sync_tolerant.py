@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Callable
-
-import httpx
 import pytest
 from api_live import LiveServer
 from click.testing import CliRunner
+from support import http_client
 
 from memlocal.api import create_app
 from memlocal.cli import main
@@ -63,7 +62,7 @@ def cli(db: Path, *args: str) -> Any:
 
 
 def rest_reads_answer_200(host: Host, *ids: str) -> None:
-    with LiveServer(create_app(host.bank)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+    with LiveServer(create_app(host.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         for path in (f"/api/profiles/{P}/memories", "/api/memory-bank", "/api/memory-bank/stats", "/api/profiles",
                      *(f"/api/profiles/{P}/memories/{i}" for i in ids)):
             r = c.get(path)
