@@ -50,6 +50,13 @@ hypothesis_settings.load_profile("memlocal")
 set_hypothesis_home_dir(str(CACHE / "hypothesis"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``slow`` tests first (a stable sort, the same order in every xdist worker): workers are
+    handed tests in collection order, and a slow test handed out last keeps one worker busy while
+    the other idles at the end of the run."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test sees the developer's config, database, bucket or API key."""
