@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -119,8 +118,9 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
 
     wait_for(mid_pass, 120, "PUTs ahead of their recorded base")
     d.stop(signal.SIGKILL)
-    # The proxy still delivers requests that were in flight when the daemon died: let them land.
-    time.sleep(0.5)
+    # The proxy still delivers requests that were in flight when the daemon died: let them land
+    # (every request the proxy has read is answered).
+    wait_for(lambda: fault_proxy.received == fault_proxy.count(), 30, "the requests in flight to land")
     in_bucket, recorded = len(s3.keys()), query(db, "SELECT count(*) FROM sync_base")
     assert recorded < in_bucket < 400
     fault_proxy.delay_s = 0.0
