@@ -4,6 +4,7 @@ rejects a broken rule with the library's own message."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,7 +92,8 @@ def test_rest_bodies_and_parameters_are_the_models(openapi: dict[str, Any]) -> N
 
 def test_mcp_tool_schemas_are_the_models(tmp_path: Path) -> None:
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "memlocal", "--db", str(tmp_path / "m.db"), "mcp", "-p", "a"])
+                                   args=["-m", "memlocal", "--db", str(tmp_path / "m.db"), "mcp", "-p", "a"],
+                                   env=dict(os.environ))  # the test's environment, as in test_mcp
 
     async def listed() -> dict[str, Any]:
         async with stdio_client(params) as (r, w), ClientSession(r, w) as session:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -18,8 +19,11 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def server_params(db: Path, profile: str) -> StdioServerParameters:
+    # The test's environment (its isolated config and data folders, the bytecode cache outside the
+    # repository): by default the SDK passes the server only HOME, PATH, SHELL, TERM and the user.
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile]
+        command=sys.executable, args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile],
+        env=dict(os.environ),
     )
 
 
