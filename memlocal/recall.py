@@ -57,9 +57,10 @@ _LN2_PER_US: Final = math.log(2.0) / (HALF_LIFE_DAYS * US_PER_DAY)
 class _Entry:
     """What the index keeps of one active memory."""
 
-    __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters", "kx", "y")
+    __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters", "kx", "y",
+                 "features")
 
-    def __init__(self, row: Sequence[Any], t0_us: int) -> None:
+    def __init__(self, row: Sequence[Any], t0_us: int, like: "_Entry | None" = None) -> None:
         (mid, created_us, last_us, count, confidence, category, features, _active, processed, summary) = row[:10]
         self.id: str = mid
         self.created_us: int = created_us
@@ -71,8 +72,12 @@ class _Entry:
         # The stored features (memlocal.features); a row written without them is tokenised here.
         self.terms: frozenset[str]
         self.clusters: frozenset[str]
-        self.terms, self.clusters = parse_features(features if features is not None
-                                                   else features_of(processed, summary))
+        self.features: str | None = features
+        if like is not None and features is not None and like.features == features:
+            self.terms, self.clusters = like.terms, like.clusters  # same stored features: same sets
+        else:
+            self.terms, self.clusters = parse_features(features if features is not None
+                                                       else features_of(processed, summary))
         # Static sort keys: cm·recency = exp(kx − ln2·(now − t0)/halflife) for every ``now``,
         # so ordering by kx orders by cm·recency at any time; y = cm·usage does not move.
         self.kx: float = math.log(self.cm) + (self.anchor_us - t0_us) * _LN2_PER_US
@@ -115,6 +120,14 @@ def default_budget(n: int) -> int:
     return max(256, n // 16)
 
 
+def _move(lst: list[tuple[float, str]], old: tuple[float, str], new: tuple[float, str]) -> None:
+    """Replace ``old`` by ``new`` in the sorted ``lst``."""
+    i = bisect.bisect_left(lst, old)
+    if i < len(lst) and lst[i] == old:
+        del lst[i]
+    bisect.insort(lst, new)
+
+
 class ProfileIndex:
     """The recall index of one profile, kept current incrementally (see :class:`RecallIndex`)."""
 
@@ -127,12 +140,40 @@ class ProfileIndex:
         # Per tier (None = all): ascending lists of (-kx, id) and (-y, id), i.e. best first.
         self.by_x: dict[str | None, list[tuple[float, str]]] = {None: [], "core": [], "other": []}
         self.by_y: dict[str | None, list[tuple[float, str]]] = {None: [], "core": [], "other": []}
+        # Moves of those lists' items not made yet (access bumps): the evidence gate never reads
+        # the lists, so a recall's own bumps cost nothing there; whatever reads or edits them
+        # first makes them (``_sorted``).
+        self._moves: list[tuple[str, tuple[float, str], tuple[float, str], tuple[float, str], tuple[float, str]]] = []
         self.rev = -1
         self.resets = -1
 
     # -- maintenance --
 
+    def _sorted(self) -> None:
+        """Make the pending moves of the sorted lists: one by one when they are few, else by
+        re-sorting each list once (nearly sorted already, so about linear)."""
+        moves, self._moves = self._moves, []
+        if len(moves) <= 32:
+            for tier, old_x, new_x, old_y, new_y in moves:
+                for key in (None, tier):
+                    _move(self.by_x[key], old_x, new_x)
+                    _move(self.by_y[key], old_y, new_y)
+            return
+        # A moved id's tier did not change and nothing else touched it since (add and remove
+        # make the moves first), so its current entry holds its final place.
+        moved = {m[1][1] for m in moves}
+        for key, lst in self.by_x.items():
+            lst[:] = [t for t in lst if t[1] not in moved]
+            lst += [(-e.kx, e.id) for e in map(self.entries.__getitem__, moved) if key is None or e.tier == key]
+            lst.sort()
+        for key, lst in self.by_y.items():
+            lst[:] = [t for t in lst if t[1] not in moved]
+            lst += [(-e.y, e.id) for e in map(self.entries.__getitem__, moved) if key is None or e.tier == key]
+            lst.sort()
+
     def add(self, e: _Entry, *, sort: bool = True) -> None:
+        if self._moves:
+            self._sorted()
         self.entries[e.id] = e
         for t in e.terms:
             self.postings.setdefault(t, set()).add(e.id)
@@ -148,6 +189,8 @@ class ProfileIndex:
                 self.by_y[key].append((-e.y, e.id))
 
     def remove(self, memory_id: str) -> _Entry | None:
+        if self._moves:
+            self._sorted()
         e = self.entries.pop(memory_id, None)
         if e is None:
             return None
@@ -171,12 +214,25 @@ class ProfileIndex:
 
     def apply(self, row: Sequence[Any]) -> None:
         """Bring one changed row (as selected by ``_ROW_SQL``) into the index."""
+        old = self.entries.get(row[0])
+        if old is not None and row[7] == 1:
+            e = _Entry(row, self.t0_us, like=old)
+            if e.terms is old.terms and e.tier == old.tier:
+                # An access bump (or any change that leaves the features and the tier): the
+                # postings stay, only the sort keys and the counts move.
+                self.entries[e.id] = e
+                self.total_accesses += e.count - old.count
+                self._moves.append((e.tier, (-old.kx, old.id), (-e.kx, e.id), (-old.y, old.id), (-e.y, e.id)))
+                if len(self._moves) >= max(64, len(self.entries) // 16):
+                    self._sorted()  # bounded: a process that never reads the lists still makes them
+                return
         self.remove(row[0])
         if row[7] != 1:  # inactive: not ranked
             return
         self.add(_Entry(row, self.t0_us))
 
     def finish_bulk(self) -> None:
+        self._sorted()
         for lists in (self.by_x, self.by_y):
             for lst in lists.values():
                 lst.sort()
@@ -254,6 +310,8 @@ class ProfileIndex:
         # 2. Threshold walk over the two static orders. Any memory not yet visited has
         #    cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so its score
         #    is at most wR·bx + wU·by + wT·rest. Stop once that is below the k-th best score.
+        if self._moves:
+            self._sorted()
         xs, ys = self.by_x[tier], self.by_y[tier]
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         px = py = 0
@@ -355,7 +413,10 @@ class ProfileIndex:
         kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
         if common:
             bound = min(1.0, rest / pq.denominator)
-            if len(kept) < limit or min(r[3] for r in kept) <= bound + _EPS:
+            # A memory holding only common features has a topic of at most ``bound``: below the
+            # gate's floor (ratio × a best that can only grow), none of them can pass.
+            hopeless = bound < ratio * best - _EPS
+            if not hopeless and (len(kept) < limit or min(r[3] for r in kept) <= bound + _EPS):
                 for ids in common:
                     visit_all(ids)
                 kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)

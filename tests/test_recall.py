@@ -243,3 +243,30 @@ def test_timestamps_far_from_now_do_not_break_the_walk(bank: MemoryBank) -> None
     got = RecallIndex(bank.store).query("p", "anything", limit=8, min_score=0.0, now=NOW, ranking=SPEC)
     assert [r.memory.id for r in got] == [future.id, ancient.id]
     assert got[0].breakdown.recency == 1.0 and got[1].breakdown.recency < 1e-100
+
+
+def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Path) -> None:
+    """Access bumps move memories in the index's static orders lazily (the evidence gate never
+    reads them); after enough bumps to re-sort the orders at once, and after a few made one by
+    one, the spec mode's walk (which reads them) still equals the full scan, in both tiers."""
+    import random
+
+    rng = random.Random(5)
+    with _open(str(tmp_path)) as bank:
+        rows = [_memory({"words": rng.choices(VOCAB, k=rng.randint(2, 6)), "category": rng.choice(CATEGORIES),
+                         "confidence": rng.choice([1.0, 0.8, 0.4]), "age": rng.random() * 300,
+                         "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7]), "active": True})
+                for _ in range(300)]
+        assert set(bank.store.import_batch(rows)) == {"imported"}
+        index = RecallIndex(bank.store, cold_queries=0)
+        ids = [m.id for m in rows]
+        for rounds in (40, 4):  # 40 rounds of 8 bumps: re-sorted at once; then 4: one by one
+            for _ in range(rounds):
+                bank.store.mark_accessed("p", rng.sample(ids, 8), NOW)
+                index.query("p", rng.choice(VOCAB), limit=8, min_score=0.05, now=NOW)  # the gate: no walk
+            memories = bank.store.iter_profile("p")
+            for q in ("", *rng.sample(VOCAB, 4)):
+                for tier in (None, "core", "other"):
+                    want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
+                    got = index.query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
+                    assert _key(got) == _key(want)
