@@ -332,17 +332,16 @@ class SyncEngine:
     def _list(self, prefix: str) -> tuple[list[Listed], int]:
         """Every object under ``prefix``, in key order, and the pages that took.
 
-        A prefix that fits one page costs one request, as before. Past it, the profile whose keys
-        the first page ended in is split into key ranges at the id's first hex digit
-        (``mem-1``…``mem-f``: ids are ``mem-`` plus random hex, so the ranges hold about the same
-        number of keys), listed in parallel on ``sync.workers`` threads, each with a page size
-        estimated from the first page's density; what comes after that profile is listed the
-        same way, from just past its last possible key. The ranges partition the key space
-        exactly (each is ``start_after`` < key ≤ ``last``), so nothing is listed twice or missed,
-        whatever odd keys the bucket holds; an estimate that is wrong costs a page, never a key.
-        On S3 the pages of a listing are sequential round trips; this makes them parallel (and
-        the client's parsing overlaps the server's work)."""
-        objects: list[Listed] = []
+        A prefix that fits one page costs one request, as before. Past it, the rest of the
+        profile whose keys the first page ended in is listed as one listing per first hex digit
+        of the id (``…/mem-3`` from the last key seen, then ``…/mem-4`` … ``…/mem-f``; ids are
+        ``mem-`` plus random hex, so these hold about the same number of keys), plus two ranges
+        for whatever odd keys sort between and after them; in parallel on ``sync.workers``
+        threads. What comes after that profile is listed the same way, from just past its last
+        possible key. Together they cover every key once at least (a key two of them see is kept
+        once), whatever the bucket holds. On S3 the pages of a listing are sequential round
+        trips; this makes them parallel, and the client's parsing overlaps the server's work."""
+        found: dict[str, Listed] = {}
         pages = 0
         start: str | None = None
         futures: list[Future[Any]] = []
@@ -350,28 +349,26 @@ class SyncEngine:
             try:
                 while True:
                     first = self.bucket.list(prefix, start_after=start, max_pages=1)
-                    objects += first.objects
+                    found.update((o.key, o) for o in first.objects)
                     pages += first.pages
                     if not first.truncated or not first.objects:
                         break
                     last = first.objects[-1].key
-                    ranges = _id_ranges(last)
-                    if ranges is None:  # not a memory key: go on page by page from it
+                    parts = _id_listings(last)
+                    if parts is None:  # not a memory key: go on page by page from it
                         start = last
                         continue
-                    size = _range_page_size(first.objects, last, self.page_size)
-                    futures += [pool.submit(self.bucket.list, prefix, start_after=lo, last=hi, page_size=size)
-                                for lo, hi in ranges]
-                    start = ranges[-1][1]  # past every key of that profile
+                    futures += [pool.submit(self.bucket.list, part or prefix, start_after=lo, last=hi)
+                                for part, lo, hi in parts]
+                    start = parts[-1][2]  # past every key of that profile
             finally:
-                for future in futures:  # wait for every range (the first error is raised below)
+                for future in futures:  # wait for every listing (the first error is raised below)
                     future.exception()
             for future in futures:
                 part = future.result()
-                objects += part.objects
+                found.update((o.key, o) for o in part.objects)
                 pages += part.pages
-        objects.sort(key=lambda o: o.key)
-        return objects, pages
+        return [found[k] for k in sorted(found)], pages
 
     # --- snapshots (docs/sync.md, "Snapshots") ------------------------------------------------------
 
@@ -947,35 +944,29 @@ class _Prefetched:
 # Sorts after any character a key can hold: ``<profile prefix>`` + this is past the profile's keys.
 _PAST: str = "\U0010ffff"
 _HEX: str = "0123456789abcdef"
-_ID_SPACE: int = 16 ** 8  # ids are mem- plus 8 hex digits
 
 
-def _id_ranges(last: str) -> list[tuple[str, str]] | None:
-    """The key ranges (``start_after``, ``last``) that cover the rest of ``last``'s profile after
-    ``last``: up to each next first hex digit of the id, then to the profile's end; ``None`` when
-    ``last`` is not a memory key."""
+def _id_listings(last: str) -> list[tuple[str | None, str | None, str | None]] | None:
+    """The listings (prefix, ``start_after``, ``last``) that cover every key of ``last``'s profile
+    after ``last``; a ``None`` prefix is the pass's own. ``None`` when ``last`` is not a memory key.
+
+    One per first hex digit of the id from ``last``'s own on (a prefix listing: the server reads
+    and returns only those keys), and two ranges for the keys that no such prefix holds: those
+    between ``mem-9…`` and ``mem-a`` (``mem-A…``, ``mem-~``) and those after ``mem-f…`` (``zz.json``,
+    ``sub/…``). Keys between two consecutive digits' prefixes can only be the next prefix itself,
+    which its listing holds."""
     parsed = parse_key(last)
     if parsed is None:
         return None
-    head = f"{profile_prefix(parsed[0])}mem-"
-    bounds = [b for b in (head + h for h in _HEX[1:]) if b > last]
-    lows = [last, *bounds]
-    highs = [*bounds, profile_prefix(parsed[0]) + _PAST]
-    return list(zip(lows, highs))
-
-
-def _range_page_size(page: Sequence[Listed], last: str, default: int) -> int:
-    """A page size for one id range (a sixteenth of the id space), from how densely the first
-    page's keys of ``last``'s profile fill the ids they span; ``default`` without two of them."""
-    parsed = parse_key(last)
-    ids = [p[1] for p in map(parse_key, (o.key for o in page)) if p is not None and parsed and p[0] == parsed[0]]
-    if len(ids) < 2:
-        return default
-    span = int(ids[-1][4:], 16) - int(ids[0][4:], 16)
-    if span <= 0:
-        return default
-    per_range = (len(ids) - 1) / span * (_ID_SPACE / 16)
-    return max(1, min(default, int(per_range * 1.1) + 20))
+    profile = profile_prefix(parsed[0])
+    head = f"{profile}mem-"
+    digit = last[len(head)]
+    out: list[tuple[str | None, str | None, str | None]] = [(head + digit, last, None)]
+    out += [(head + h, None, None) for h in _HEX if h > digit]
+    if digit <= "9":
+        out.append((profile, head + "9" + _PAST, head + "a"))
+    out.append((profile, head + "f" + _PAST, profile + _PAST))
+    return out
 
 
 def _merged(remote: Memory, content: Memory, delta: int, *, local_last: datetime | None = None) -> Memory:

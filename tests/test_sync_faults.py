@@ -180,9 +180,9 @@ def test_a_listing_of_many_pages_is_pulled_whole(hosts: Callable[..., Host], s3:
     res = cli("sync", "run", "--json", "--progress", db=a.path, env=page_size)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    # One probe page, then 16 ranges (the first holds the other 15 keys: two pages of 10), then
-    # one probe past the profile's last possible key.
-    assert report["pages"] == 1 + 2 + 15 + 1 and report["objects"] == 25 and report["counts"]["pulled"] == 25
+    # One probe page; then the rest of mem-0… (the other 15 keys: two pages of 10), mem-1… to
+    # mem-f… (15 listings) and the two ranges for odd keys; then one probe past the profile.
+    assert report["pages"] == 1 + 2 + 15 + 2 + 1 and report["objects"] == 25 and report["counts"]["pulled"] == 25
     assert "sync" in res.stderr  # the progress bar's label
     assert a.bank.stats()["perProfile"] == {P: 25}
     assert len(a.ids(P)) == 25

@@ -292,19 +292,26 @@ def test_the_guard_share_is_a_setting_and_also_bounds_the_whole_pass() -> None:
     assert not [a for a in got.actions if a.op is Op.DELETE_LOCAL]
 
 
-def test_id_ranges_partition_the_rest_of_a_profile_exactly() -> None:
-    """The ranges a listing is split into (``start_after`` < key ≤ ``last``) hold every key after
-    the probe's last key up to the profile's end exactly once, and no key of the next profile."""
-    from memlocal_sync.engine import _id_ranges
+def test_id_listings_cover_the_rest_of_a_profile_and_nothing_else() -> None:
+    """The listings the rest of a profile is split into (a prefix, ``start_after`` < key ≤
+    ``last``) hold, together, every key after the probe's last key up to the profile's end,
+    odd keys included, and no key of the next profile."""
+    from memlocal_sync.engine import _id_listings
 
     keys = sorted([f"memory/p/mem-{h}{i:07x}.json" for h in "0123456789abcdef" for i in (0, 7, 0xfffffff)]
-                  + ["memory/p/mem-9~.json", "memory/p/mem-Z.json", "memory/p/mem-", "memory/p/zz.json",
-                     "memory/p/sub/x.json", "memory/p0/mem-00000000.json", "memory/q/mem-00000000.json"])
-    for probe_last in ("memory/p/mem-00000007.json", "memory/p/mem-9fffffff.json", "memory/p/mem-f0000007.json"):
-        ranges = _id_ranges(probe_last)
-        assert ranges is not None and ranges[0][0] == probe_last
-        rest = [k for k in keys if probe_last < k and k.startswith("memory/p/")]
-        covered = [k for lo, hi in ranges for k in keys if lo < k <= hi]
-        assert covered == rest  # in order, each once
-        assert all(k > ranges[-1][1] for k in keys if not k.startswith("memory/p/") and k > probe_last)
-    assert _id_ranges("memory/p/zz.json") is None
+                  + ["memory/p/mem-9~.json", "memory/p/mem-Z.json", "memory/p/mem-", "memory/p/mem-a",
+                     "memory/p/mem-f~", "memory/p/zz.json", "memory/p/sub/x.json", "memory/p/mem-3\U0010ffffz",
+                     "memory/p0/mem-00000000.json", "memory/q/mem-00000000.json"])
+
+    def listed(prefix: str | None, lo: str | None, hi: str | None) -> set[str]:
+        return {k for k in keys if k.startswith(prefix or "memory/") and (lo is None or k > lo)
+                and (hi is None or k <= hi)}
+
+    for probe_last in ("memory/p/mem-00000007.json", "memory/p/mem-3fffffff.json", "memory/p/mem-9fffffff.json",
+                       "memory/p/mem-b0000007.json", "memory/p/mem-f0000007.json"):
+        parts = _id_listings(probe_last)
+        assert parts is not None
+        covered = set().union(*(listed(*part) for part in parts))
+        assert covered == {k for k in keys if probe_last < k and k.startswith("memory/p/")}
+        assert all(k > parts[-1][2] for k in keys if not k.startswith("memory/p/") and k > probe_last)
+    assert _id_listings("memory/p/zz.json") is None
