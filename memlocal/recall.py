@@ -41,7 +41,7 @@ from .scoring import (
     prepare_query,
     score_parts,
     score_with_topic,
-    topic_of,
+    topic,
     usage,
     weights_for,
     with_similarity,
@@ -386,7 +386,7 @@ class ProfileIndex:
             # Without the semantic signal the topic is known first: one below ratio × the best
             # topic seen so far fails the gate whatever comes later (the best only grows), so its
             # score is never computed. The kept rows and their floats are the same.
-            top = topic_of(e.terms, e.clusters, pq)
+            top = topic(pq, e.terms, e.clusters)
             if top < ratio * best_seen:
                 return
             if top > best_seen:

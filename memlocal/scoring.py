@@ -139,8 +139,10 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
     return PreparedQuery(qterms, weights, qclusters, cw, total + cw * len(qclusters))
 
 
-def topic(pq: PreparedQuery, terms: frozenset[str], clusters: frozenset[str]) -> float:
-    """The topic signal of a memory (its ``terms`` and ``clusters``) for a prepared query."""
+def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) -> float:
+    """The topic signal of a memory (its ``terms`` and ``clusters``) for a prepared query.
+    ``terms`` and ``clusters`` only need ``in`` against ``pq``'s features (sets, or the cold
+    path's stored feature string with ``pq``'s features written as its space-delimited tokens)."""
     if pq.denominator <= 0.0:
         return 0.0
     covered = 0.0
@@ -165,47 +167,17 @@ def score_parts(
     w: Weights,
 ) -> tuple[float, float, float]:
     """(score, recency, topic) of one memory. Every ranking path scores through this one
-    function, so their floats are identical; it inlines :func:`recency`, :func:`topic` and
-    :func:`combine` (same arithmetic) because it runs once per memory visited. ``terms`` and
-    ``clusters`` only need ``in`` against ``pq``'s features (sets, or the cold path's stored
-    feature string with ``pq``'s features written as its space-delimited tokens)."""
-    rec = 0.5 ** ((max(0, now_us - anchor_us) / US_PER_DAY) / HALF_LIFE_DAYS)
-    top = 0.0
-    den = pq.denominator
-    if den > 0.0:
-        covered = 0.0
-        for t, wt in zip(pq.terms, pq.weights):
-            if t in terms:
-                covered += wt
-        shared = 0
-        for c in pq.clusters:
-            if c in clusters:
-                shared += 1
-        top = min(1.0, (covered + pq.cluster_weight * shared) / den)
-    return (w.recency * rec + w.usage * use + w.topic * top) * cmul, rec, top
-
-
-def topic_of(terms: Container[str], clusters: Container[str], pq: PreparedQuery) -> float:
-    """The topic part of :func:`score_parts` alone (same arithmetic, same float)."""
-    den = pq.denominator
-    if den <= 0.0:
-        return 0.0
-    covered = 0.0
-    for t, wt in zip(pq.terms, pq.weights):
-        if t in terms:
-            covered += wt
-    shared = 0
-    for c in pq.clusters:
-        if c in clusters:
-            shared += 1
-    return min(1.0, (covered + pq.cluster_weight * shared) / den)
+    function (or its two halves, :func:`topic` then :func:`score_with_topic`), so their floats
+    are identical."""
+    return score_with_topic(anchor_us, now_us, use, cmul, topic(pq, terms, clusters), w)
 
 
 def score_with_topic(anchor_us: int, now_us: int, use: float, cmul: float, top: float,
                      w: Weights) -> tuple[float, float, float]:
-    """The rest of :func:`score_parts` for a topic from :func:`topic_of`: (score, recency, topic),
-    the same floats. The gated index computes the topic first and skips this for a memory whose
-    topic can no longer pass the gate."""
+    """(score, recency, topic) of one memory whose :func:`topic` is ``top``; it inlines
+    :func:`recency` and :func:`combine` (same arithmetic) because it runs once per memory
+    visited. The gated index computes the topic first and skips this for a memory whose topic
+    can no longer pass the gate."""
     rec = 0.5 ** ((max(0, now_us - anchor_us) / US_PER_DAY) / HALF_LIFE_DAYS)
     return (w.recency * rec + w.usage * use + w.topic * top) * cmul, rec, top
 

@@ -63,7 +63,6 @@ MEMORY_COLUMNS = (
 )
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
 _SELECT_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
-# What a pull replaces when the bucket's content wins (access metadata is merged, not replaced).
 # What a memory's content is made of, as stored: everything but access metadata and what is
 # derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
 SIGNATURE_COLUMNS: Final = ("id", "profile", "raw_input", "processed_content", "summary", "category", "source",
@@ -85,6 +84,7 @@ def content_signature(m: Memory) -> str:
                        float(m.confidence), to_us(m.created_at), int(m.is_active), m.version, extra_json(m)))
 
 
+# What a pull replaces when the bucket's content wins (access metadata is merged, not replaced).
 _CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "source", "confidence",
                     "created_us", "is_active", "version", "extra", "text_key", "raw_key", "near_key")
 
@@ -144,6 +144,12 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
         text_key(m.raw_input) if m.raw_input != m.processed_content else None,
         near_key(m.processed_content),
     )
+
+
+def _id_batches(ids: Sequence[str]) -> Iterator[builtins.list[str]]:
+    """``ids`` in lists short enough for one ``IN (...)`` (SQLite's default limit is 999 variables)."""
+    for i in range(0, len(ids), 500):
+        yield list(ids[i:i + 500])
 
 
 _OUTBOX_UPSERT: Final = ("INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES (?, ?, ?, ?)"
@@ -698,9 +704,7 @@ class Store:
         rows = [write_row(m) for m in memories]  # tokenised before the write lock is taken
         with self.transaction() as c:
             owner: dict[str, str] = {}  # id -> profile of the ids already here
-            ids = [m.id for m in memories]
-            for i in range(0, len(ids), 500):  # SQLite's default limit is 999 variables
-                part = ids[i:i + 500]
+            for part in _id_batches([m.id for m in memories]):
                 owner.update(c.execute(f"SELECT id, profile FROM memories WHERE id IN ({', '.join('?' * len(part))})",
                                        part).fetchall())
             new: list[tuple[Any, ...]] = []
@@ -997,8 +1001,7 @@ class Store:
             rows = self.read(f"{_SELECT_DELTA}{where}", params)
         else:
             rows = []
-            for i in range(0, len(ids), 500):  # SQLite's default limit is 999 variables
-                part = list(ids[i:i + 500])
+            for part in _id_batches(ids):
                 cond = f"id IN ({', '.join('?' * len(part))})"
                 rows += self.read(f"{_SELECT_DELTA}{where}{' AND ' if where else ' WHERE '}{cond}", [*params, *part])
         return [(row_to_memory(r), int(r[-1])) for r in rows]
@@ -1031,18 +1034,17 @@ class Store:
         the caller computed it already (off the write lock).
         """
         m = memory
-        written = row
-        row = conn.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
-        if row is None:
+        here = conn.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
+        if here is None:
             deleted_here = conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
             if content == "remote" and not deleted_here:
                 conn.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
                              f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})",
-                             (*(written or write_row(m)), 0))
-        elif row[2] != m.profile_name:
+                             (*(row or write_row(m)), 0))
+        elif here[2] != m.profile_name:
             return False  # never touch a memory of another profile
         else:
-            delta, last_us = int(row[0]), row[1]
+            delta, last_us = int(here[0]), here[1]
             remaining = max(0, delta - sent_delta)
             remote_last = to_us(m.last_accessed_at)
             last = max(last_us or 0, remote_last or 0) or None
@@ -1052,7 +1054,7 @@ class Store:
                 sets.append("staleness = ?")
                 params.append(m.staleness_score)
             if content == "remote":
-                full = dict(zip(WRITE_COLUMNS, written or write_row(m)))
+                full = dict(zip(WRITE_COLUMNS, row or write_row(m)))
                 for col in (*_CONTENT_COLUMNS, "features"):
                     sets.append(f"{col} = ?")
                     params.append(full[col])

@@ -114,7 +114,7 @@ class BucketClient(Protocol):
         ...
 
     def list(self, prefix: str, *, delimiter: str | None = None, start_after: str | None = None,
-             last: str | None = None, page_size: int | None = None, max_pages: int | None = None) -> Listing:
+             last: str | None = None, max_pages: int | None = None) -> Listing:
         """Every object under ``prefix`` (with ``delimiter``, the common prefixes too); with
         ``start_after``/``last``, only the keys in that range (``start_after`` < key ≤ ``last``);
         ``max_pages`` stops early (``Listing.truncated``)."""
@@ -301,9 +301,9 @@ class Bucket:
         self._call("HEAD bucket", self.client.head_bucket)
 
     def list(self, prefix: str, *, delimiter: str | None = None, start_after: str | None = None,
-             last: str | None = None, page_size: int | None = None, max_pages: int | None = None) -> Listing:
+             last: str | None = None, max_pages: int | None = None) -> Listing:
         """Every object under ``prefix`` (boto3's ListObjectsV2 paginator: no 1000-entry cap),
-        ``sync.list_page_size`` objects a page (or ``page_size``); with ``delimiter``, the common
+        ``sync.list_page_size`` objects a page; with ``delimiter``, the common
         prefixes one level down as well.
 
         A range (``start_after`` < key ≤ ``last``) lets a caller list one prefix as several
@@ -311,7 +311,7 @@ class Bucket:
         stops at the first page that passes ``last``. ``max_pages`` stops after that many pages
         (``truncated`` then says whether keys were left)."""
         kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix,
-                                  "PaginationConfig": {"PageSize": page_size or self.page_size}}
+                                  "PaginationConfig": {"PageSize": self.page_size}}
         if delimiter:
             kwargs["Delimiter"] = delimiter
         if start_after is not None:

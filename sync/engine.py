@@ -184,7 +184,6 @@ class SyncEngine:
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
                                        page_size=int(config["sync.list_page_size"]))
         self._remote_ids: set[str] = set()
-        self.page_size = int(config["sync.list_page_size"])
 
     def close(self) -> None:
         self.bucket.close()
@@ -391,31 +390,41 @@ class SyncEngine:
 
         out: dict[str, dict[str, _Prefetched]] = {}
         for profile, keys in snapshots.items():
-            for key in keys:
-                try:
-                    data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
-                    entries = snapshot.read(data, profile)
-                except Exception as exc:  # containment: this is only a head start
-                    log.info("snapshot %s not read ahead: %s", key, exc)
+            try:
+                entries = self._first_snapshot(profile, keys)
+            except Exception as exc:  # containment: this is only a head start
+                log.info("snapshot of %s not read ahead: %s", profile, exc)
+                continue
+            if entries is None:
+                continue
+            ready: dict[str, _Prefetched] = {}
+            for obj_key, (etag, body) in entries.items():
+                parsed = parse_key(obj_key)
+                if parsed is None or len(body) > self.max_object_bytes:
                     continue
-                ready: dict[str, _Prefetched] = {}
-                for obj_key, (etag, body) in entries.items():
-                    parsed = parse_key(obj_key)
-                    if parsed is None or len(body) > self.max_object_bytes:
-                        continue
-                    try:
-                        memory = decode(body, profile, parsed[1])
-                    except BadObject as exc:
-                        ready[obj_key] = _Prefetched(etag, body, None, exc.reason, "", None)
-                        continue
-                    try:
-                        row = write_row(memory)
-                    except Exception:  # containment: the usual path reports it
-                        row = None
-                    ready[obj_key] = _Prefetched(etag, body, memory, "", content_hash(memory), row)
-                out[profile] = ready
-                break
+                try:
+                    memory = decode(body, profile, parsed[1])
+                except BadObject as exc:
+                    ready[obj_key] = _Prefetched(etag, body, None, exc.reason, "", None)
+                    continue
+                try:
+                    row = write_row(memory)
+                except Exception:  # containment: the usual path reports it
+                    row = None
+                ready[obj_key] = _Prefetched(etag, body, memory, "", content_hash(memory), row)
+            out[profile] = ready
         return out
+
+    def _first_snapshot(self, profile: str, keys: Sequence[str]) -> dict[str, tuple[str, bytes]] | None:
+        """The entries of the first of ``keys`` that reads as a snapshot of ``profile``
+        (``snapshot.read``), or ``None``."""
+        for key in keys:
+            try:
+                data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
+                return snapshot.read(data, profile)
+            except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
+                log.info("snapshot %s not used: %s", key, exc)
+        return None
 
     def _read_snapshots(self, plan: Plan, snapshots: dict[str, list[str]], report: PassReport,
                         known: set[str], prefetched: dict[str, dict[str, _Prefetched]] | None = None) -> None:
@@ -437,31 +446,20 @@ class SyncEngine:
         for profile, wanted in fetches.items():
             if len(wanted) < self.snapshot_min or profile not in snapshots:
                 continue
-            if profile in prefetched:
-                used = 0
-                for obj_key, etag in wanted.items():
-                    pre = prefetched[profile].get(obj_key)
-                    if pre is not None and pre.etag == etag:
-                        self._from_snapshot[obj_key] = pre.body
-                        ready[obj_key] = pre
-                        used += 1
-                report.counts["from_snapshot"] += used
+            ahead = prefetched.get(profile)
+            entries = ({k: (p.etag, p.body) for k, p in ahead.items()} if ahead is not None
+                       else self._first_snapshot(profile, snapshots[profile]))
+            if entries is None:
                 continue
-            for key in snapshots[profile]:
-                try:
-                    data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
-                    entries = snapshot.read(data, profile)
-                except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
-                    log.info("snapshot %s not used: %s", key, exc)
-                    continue
-                used = 0
-                for obj_key, etag in wanted.items():
-                    entry = entries.get(obj_key)
-                    if entry is not None and entry[0] == etag and len(entry[1]) <= self.max_object_bytes:
-                        self._from_snapshot[obj_key] = entry[1]
-                        used += 1
-                report.counts["from_snapshot"] += used
-                break
+            used = 0
+            for obj_key, etag in wanted.items():
+                entry = entries.get(obj_key)
+                if entry is not None and entry[0] == etag and len(entry[1]) <= self.max_object_bytes:
+                    self._from_snapshot[obj_key] = entry[1]
+                    if ahead is not None:
+                        ready[obj_key] = ahead[obj_key]
+                    used += 1
+            report.counts["from_snapshot"] += used
         if not self._from_snapshot:
             return
         effects: list[Effect] = []
