@@ -38,10 +38,13 @@ import Stemmer  # PyStemmer
 from .model import default_summary
 from .vocab import BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 2
+TERMS_VERSION: Final = 3
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
-# contractions written without an apostrophe, and a few fillers that carry no topic.
+# contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
+# one in a memory bank: it is the subject of the memories ("The user is allergic to…") and of
+# the questions about them ("what time zone is the user in?"), so as a term it only ties the
+# questions to the few memories that happen to say it.
 STOPWORDS: Final[frozenset[str]] = frozenset(
     """
     i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
@@ -58,7 +61,7 @@ STOPWORDS: Final[frozenset[str]] = frozenset(
     im youre hes shes weve theyve ive id youd hed wed theyd ill youll isnt arent wasnt werent
     hasnt havent hadnt doesnt dont didnt wont wouldnt shouldnt cant couldnt mustnt lets thats
     whos whats heres theres
-    can will just also may might must shall yes yeah ok okay oh hey hi
+    can will just also may might must shall yes yeah ok okay oh hey hi user users
     """.split()
 )
 

@@ -65,6 +65,15 @@ def test_everyday_questions_find_their_memory(dev: tuple[MemoryBank, dict[str, s
     assert all(r.evidence is not None and r.breakdown.topic > 0 for r in got)  # padding rate 0
 
 
+def test_the_user_is_no_topic(dev: tuple[MemoryBank, dict[str, str]]) -> None:
+    """"the user" is the subject of memories and questions alike, not evidence: the question
+    about the user's time zone is answered by the time-zone memory alone, not tied with the one
+    memory that happens to say "The user is allergic…"."""
+    bank, ids = dev
+    got = _keys(bank.query_with_relevance("dev", "what time zone is the user in?", now=NOW), ids)
+    assert got[0] == "lisbon" and "allergy" not in got, got
+
+
 def test_results_say_why_they_passed(dev: tuple[MemoryBank, dict[str, str]]) -> None:
     bank, ids = dev
     [top, *_] = bank.query_with_relevance("dev", "which test framework?", now=NOW)
