@@ -197,7 +197,13 @@ class FakeAnthropic:
 
 @pytest.fixture
 def anthropic_fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
-    """A fresh fake Messages API; ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_KEY`` point at it."""
+    """A fresh fake Messages API; ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_KEY`` point at it.
+
+    The SDK is imported here, before the test: an extraction's deadline counts the import (about
+    3 s of CPU, once per process, and twice that on a loaded machine), and these tests time the
+    network, not the import."""
+    import anthropic  # noqa: F401
+
     fake = FakeAnthropic()
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)

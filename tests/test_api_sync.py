@@ -35,6 +35,8 @@ def test_reads_see_other_hosts_saves_soon_and_never_wait_for_them(hosts: Callabl
         # save shows up on a later read, and the answer says how old its data is (``Age``).
         first = runner.bank.save("p1", content="saved on the runner").memory
         wait_for(lambda: first.id in ids(c.get("/api/profiles/p1/memories")), what="the runner's save")
+        # The pull's rows are visible a moment before the pull records its time (the Age): wait.
+        wait_for(lambda: "age" in c.get("/api/profiles/p1/memories").headers, what="the Age of the pulled data")
         assert int(c.get("/api/profiles/p1/memories").headers["age"]) >= 0
         assert c.get(f"/api/profiles/p1/memories/{first.id}").status_code == 200
         second = runner.bank.save("p1", content="another runner save about coffee").memory

@@ -15,8 +15,6 @@ import click
 import jsonschema
 import pytest
 from api_live import LiveServer
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from support import http_client
 
 from memlocal import BankNotWiredError, MemoryBank
@@ -91,6 +89,11 @@ def test_rest_bodies_and_parameters_are_the_models(openapi: dict[str, Any]) -> N
 
 
 def test_mcp_tool_schemas_are_the_models(tmp_path: Path) -> None:
+    # Imported here, not at collection: the MCP SDK takes about a second to import, in every
+    # xdist worker that collects this module.
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "memlocal", "--db", str(tmp_path / "m.db"), "mcp", "-p", "a"],
                                    env=dict(os.environ))  # the test's environment, as in test_mcp

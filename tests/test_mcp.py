@@ -6,14 +6,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import anyio
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from memlocal import MemoryBank
+
+# The SDK is imported by the tests that speak to the server, not at collection: it takes about a
+# second to import, in every xdist worker that collects this module.
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -21,6 +25,8 @@ pytestmark = pytest.mark.timeout(120)
 def server_params(db: Path, profile: str) -> StdioServerParameters:
     # The test's environment (its isolated config and data folders, the bytecode cache outside the
     # repository): by default the SDK passes the server only HOME, PATH, SHELL, TERM and the user.
+    from mcp.client.stdio import StdioServerParameters
+
     return StdioServerParameters(
         command=sys.executable, args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile],
         env=dict(os.environ),
@@ -44,6 +50,9 @@ def test_tools_round_trip_and_profile_isolation(tmp_path: Path) -> None:
     db = tmp_path / "mcp.db"
     with MemoryBank(db) as bank:
         bank.save("bob", content="Bob's secret: the staging password rotates on Fridays", category="fact")
+
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import stdio_client
 
     async def scenario() -> None:
         async with stdio_client(server_params(db, "alice")) as (r, w):

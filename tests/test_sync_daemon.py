@@ -108,7 +108,7 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
         s3: S3, tmp_path: Path, fault_proxy: FaultProxy, daemons: Callable[..., Daemon],
         hosts: Callable[..., Host]) -> None:
     db = tmp_path / "a" / "memlocal.db"
-    ids = local_saves(db, 400)
+    ids = local_saves(db, 200)  # at 20 ms a request on 4 workers, the pass takes about a second
     fault_proxy.delay_s = 0.02
     d = daemons(db, tmp_path / "daemon.log", INTERNAL_S3_ENDPOINT=fault_proxy.endpoint, MEMLOCAL_SYNC_WORKERS="4")
 
@@ -122,7 +122,7 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
     # (every request the proxy has read is answered).
     wait_for(lambda: fault_proxy.received == fault_proxy.count(), 30, "the requests in flight to land")
     in_bucket, recorded = len(s3.keys()), query(db, "SELECT count(*) FROM sync_base")
-    assert recorded < in_bucket < 400
+    assert recorded < in_bucket < 200
     fault_proxy.delay_s = 0.0
     # The same database after the "restart", through the same endpoint: the same bucket identity,
     # so the recorded base is kept (another endpoint would start an empty base, by design).
@@ -133,7 +133,7 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
     # object is adopted (never re-id'd, never pushed twice), whenever it landed.
     assert report.counts["reid"] == 0
     assert report.counts["adopted"] >= in_bucket - recorded, (dict(report.counts), in_bucket, recorded)
-    assert report.counts["adopted"] + report.counts["pushed"] == 400 - recorded
+    assert report.counts["adopted"] + report.counts["pushed"] == 200 - recorded
     assert sorted(s3.keys()) == sorted(f"memory/{P}/{i}.json" for i in ids)
     assert host.ids(P) == ids
     assert host.sync().summary().startswith("ok: nothing to do")
