@@ -18,8 +18,10 @@ def status(cli: Cli, env: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host], s3: S3, outage: Outage, cli: Cli) -> None:
-    env = {"INTERNAL_S3_ENDPOINT": outage.endpoint}
-    a = hosts("a", bucket__endpoint=outage.endpoint)
+    # Two attempts per request: the pass against the closed port fails after one back-off, not
+    # after four (up to 15 s of botocore's jittered back-off; test_sync_faults.py tests retries).
+    env = {"INTERNAL_S3_ENDPOINT": outage.endpoint, "MEMLOCAL_SYNC_ATTEMPTS": "2"}
+    a = hosts("a", bucket__endpoint=outage.endpoint, sync__attempts=2)
     t0 = time.monotonic()
     results = [a.bank.save(P, f"offline memory {i}") for i in range(100)]
     elapsed = time.monotonic() - t0
