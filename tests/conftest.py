@@ -55,7 +55,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     time waiting (for a subprocess or a server to start, a deadline or a back-off to pass,
     moto_server to answer), and the extra worker fills those gaps: on 2 cores, 3 workers took
     124-132 s where 2 took 144-155 s, and 4 workers (each collecting the suite and importing the
-    SDKs again) took 133-146 s; with ``--dist worksteal`` (addopts), 112-129 s (median ~119 s), as a worker that
+    SDKs again) took 133-146 s; with ``--dist worksteal`` (addopts), 112-129 s (median ~119 s over 14 runs), as a worker that
     runs out of tests takes half of another's instead of idling while it finishes its share.
     ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides it."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
