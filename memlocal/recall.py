@@ -161,15 +161,13 @@ class ProfileIndex:
             return
         # A moved id's tier did not change and nothing else touched it since (add and remove
         # make the moves first), so its current entry holds its final place.
-        moved = {m[1][1] for m in moves}
-        for key, lst in self.by_x.items():
-            lst[:] = [t for t in lst if t[1] not in moved]
-            lst += [(-e.kx, e.id) for e in map(self.entries.__getitem__, moved) if key is None or e.tier == key]
-            lst.sort()
-        for key, lst in self.by_y.items():
-            lst[:] = [t for t in lst if t[1] not in moved]
-            lst += [(-e.y, e.id) for e in map(self.entries.__getitem__, moved) if key is None or e.tier == key]
-            lst.sort()
+        gone = {m[1][1] for m in moves}
+        moved = [self.entries[i] for i in gone]
+        for lists, sort_key in ((self.by_x, lambda e: -e.kx), (self.by_y, lambda e: -e.y)):
+            for key, lst in lists.items():
+                lst[:] = [t for t in lst if t[1] not in gone]
+                lst += [(sort_key(e), e.id) for e in moved if key is None or e.tier == key]
+                lst.sort()
 
     def add(self, e: _Entry, *, sort: bool = True) -> None:
         if self._moves:

@@ -52,12 +52,9 @@ set_hypothesis_home_dir(str(CACHE / "hypothesis"))
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the usable cores. A worker spends about a third of its
-    time waiting (for a subprocess or a server to start, a deadline or a back-off to pass,
-    moto_server to answer), and the extra worker fills those gaps: on 2 cores, 3 workers took
-    124-132 s where 2 took 144-155 s, and 4 workers (each collecting the suite and importing the
-    SDKs again) took 133-146 s; with ``--dist worksteal`` (addopts), 112-129 s (median ~119 s over 14 runs), as a worker that
-    runs out of tests takes half of another's instead of idling while it finishes its share.
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides it."""
+    time waiting (a subprocess or a server starting, a deadline or a back-off, moto_server), and
+    the extra worker fills those gaps; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides it.
+    The measurements behind it: CONTRIBUTING.md, "Where the time goes"."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1

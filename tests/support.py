@@ -89,3 +89,18 @@ def fresh_database(path: Path) -> Path:
     it skips the schema migrations, which were most of the time of a property's small example."""
     shutil.copyfile(EMPTY_DATABASE[0], path)
     return path
+
+
+def mcp_server_params(db: Path, profile: str) -> Any:
+    """How an agent client starts ``memlocal mcp`` (the mcp SDK's ``StdioServerParameters``), with
+    the test's environment (its isolated config and data folders, the bytecode cache outside the
+    repository): by default the SDK passes the server only HOME, PATH, SHELL, TERM and the user.
+    The SDK is imported here, by the tests that start a server, not at collection."""
+    import os
+    import sys
+
+    from mcp.client.stdio import StdioServerParameters
+
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile],
+                                 env=dict(os.environ))

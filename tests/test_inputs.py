@@ -4,7 +4,6 @@ rejects a broken rule with the library's own message."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import click
 import jsonschema
 import pytest
 from api_live import LiveServer
-from support import http_client
+from support import http_client, mcp_server_params
 
 from memlocal import BankNotWiredError, MemoryBank
 from memlocal.api import create_app
@@ -92,11 +91,9 @@ def test_mcp_tool_schemas_are_the_models(tmp_path: Path) -> None:
     # Imported here, not at collection: the MCP SDK takes about a second to import, in every
     # xdist worker that collects this module.
     from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "memlocal", "--db", str(tmp_path / "m.db"), "mcp", "-p", "a"],
-                                   env=dict(os.environ))  # the test's environment, as in test_mcp
+    params = mcp_server_params(tmp_path / "m.db", "a")
 
     async def listed() -> dict[str, Any]:
         async with stdio_client(params) as (r, w), ClientSession(r, w) as session:

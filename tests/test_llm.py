@@ -48,9 +48,7 @@ def open_bank(db_path: Path, **overrides: Any) -> MemoryBank:
 
 @pytest.fixture
 def llm_bank(anthropic_fake: FakeAnthropic, db_path: Path) -> Iterator[MemoryBank]:
-    import anthropic  # noqa: F401  (the deadline counts the SDK's import; these tests time the network)
-
-    with open_bank(db_path) as bank:
+    with open_bank(db_path) as bank:  # (the anthropic_fake fixture has imported the SDK)
         yield bank
 
 

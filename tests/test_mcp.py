@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from support import mcp_server_params
 
 from memlocal import MemoryBank
 
@@ -17,20 +17,8 @@ from memlocal import MemoryBank
 # second to import, in every xdist worker that collects this module.
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def server_params(db: Path, profile: str) -> StdioServerParameters:
-    # The test's environment (its isolated config and data folders, the bytecode cache outside the
-    # repository): by default the SDK passes the server only HOME, PATH, SHELL, TERM and the user.
-    from mcp.client.stdio import StdioServerParameters
-
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile],
-        env=dict(os.environ),
-    )
 
 
 async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[bool, Any]:
@@ -55,7 +43,7 @@ def test_tools_round_trip_and_profile_isolation(tmp_path: Path) -> None:
     from mcp.client.stdio import stdio_client
 
     async def scenario() -> None:
-        async with stdio_client(server_params(db, "alice")) as (r, w):
+        async with stdio_client(mcp_server_params(db, "alice")) as (r, w):
             async with ClientSession(r, w) as s:
                 await s.initialize()
                 tools = {t.name: t for t in (await s.list_tools()).tools}
