@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -62,11 +63,17 @@ def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
     assert not any(n.startswith("sync/") for n in names)
     assert "memlocal/dashboard/static/index.html" in names
 
-    # A fresh environment: dependencies from the system site-packages, memlocal only from the wheel.
+    # A fresh environment: memlocal only from the wheel, its dependencies from the environment
+    # running this test (listed in a .pth file, so that folder's own .pth files, the editable
+    # install's finder among them, are not run). The interpreter's system site-packages are not
+    # used: what they hold differs from machine to machine.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                   check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
+    site_dir = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   check=True, capture_output=True, text=True, timeout=60).stdout.strip())
+    deps = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (site_dir / "_memlocal_test_deps.pth").write_text("".join(f"{d}\n" for d in deps))
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
                     str(wheel)], check=True, capture_output=True, timeout=300)
 
