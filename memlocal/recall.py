@@ -244,10 +244,10 @@ class ProfileIndex:
             ids = self.postings.get(t)
             if ids:
                 feats.append((len(ids), wt, ids))
-        for c in pq.clusters:
+        for c, cw in zip(pq.clusters, pq.cluster_weights):
             ids = self.cluster_postings.get(c)
             if ids:
-                feats.append((len(ids), pq.cluster_weight, ids))
+                feats.append((len(ids), cw, ids))
         return feats
 
     def prepare(self, query: str) -> PreparedQuery:
@@ -533,15 +533,15 @@ def cold_query(
     # exactly when the memory has it (tokens hold no space), so score_parts can test membership
     # on the string without splitting it; the same weights in the same order, so the same floats.
     pq_tok = PreparedQuery(tuple(f" {encode_term(t)} " for t in pq.terms), pq.weights,
-                           tuple(f" {CLUSTER_PREFIX}{c} " for c in pq.clusters), pq.cluster_weight, pq.denominator)
+                           tuple(f" {CLUSTER_PREFIX}{c} " for c in pq.clusters), pq.cluster_weights, pq.denominator)
     if spec:
         return ColdAnswer(_scan(conn, profile, pq_tok, w, now_us=now_us, limit=limit, min_score=min_score,
                                 excluded=set(exclude_ids), tier=tier), 0.0, {}, pq, w, mat)
     feats: list[tuple[int, float, str]] = [(pq_df, wt, term_token(t)) for t, wt, pq_df in
                                            zip(pq.terms, pq.weights, (df(t) for t in pq.terms))]
-    for c in pq.clusters:
+    for c, cw in zip(pq.clusters, pq.cluster_weights):
         size = conn.execute(_COUNT_SQL, (scope + cluster_token(c),)).fetchone()[0]
-        feats.append((size, pq.cluster_weight, cluster_token(c)))
+        feats.append((size, cw, cluster_token(c)))
     feats = [f for f in feats if f[0] > 0]  # nothing holds it (stale rows are visited anyway)
     budget = default_budget(n) if essential_budget is None else essential_budget
     selective, common, rest = split_features(feats, budget)

@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence
 
 from . import text
-from .clusters import clusters_of
+from .clusters import TERM_CLUSTERS, clusters_of
 from .model import CORE_CATEGORIES, Memory, to_us, utcnow
 from .text import memory_terms
 
@@ -37,7 +37,8 @@ HALF_LIFE_DAYS: Final = 30.0
 BASE_WEIGHTS: Final = (0.35, 0.30, 0.35)  # recency, usage, topic
 MATURITY_ACCESSES: Final = 50
 USAGE_FLOOR: Final = 0.6
-# A shared cluster counts as this fraction of the query's mean term weight (see docs/relevance.md).
+# Each cluster a query touches adds this fraction of the query's mean term weight, shared out
+# among its clusters by the weight of the query words in each (see docs/relevance.md).
 CLUSTER_WEIGHT: Final = 0.25
 # The optional semantic signal (memlocal.semantic) adds to the topic: BONUS·max(0, cos − FLOOR).
 SIMILARITY_BONUS: Final = 0.25
@@ -108,16 +109,18 @@ def idf(df: int, n: int) -> float:
 class PreparedQuery:
     """A query turned into weighted features against one profile's statistics.
 
-    topic(M) = (Σ_{t ∈ Q∩M} idf(t) + c·|C_Q ∩ C_M|) / (Σ_{t ∈ Q} idf(t) + c·|C_Q|),
-    with c = CLUSTER_WEIGHT · mean_{t ∈ Q} idf(t): the share of the (weighted) query that the
-    memory covers, where each cluster the query touches is one more, lighter, query feature
-    that a memory covers only if it touches the same cluster.
+    topic(M) = (Σ_{t ∈ Q∩M} idf(t) + Σ_{k ∈ C_Q∩C_M} c_k) / (Σ_{t ∈ Q} idf(t) + Σ_{k ∈ C_Q} c_k),
+    with c_k = CLUSTER_WEIGHT · mean_{t ∈ Q} idf(t) · |C_Q| · m_k / Σ_{j ∈ C_Q} m_j and
+    m_k = Σ_{t ∈ Q touching k} idf(t): the share of the (weighted) query that the memory covers,
+    where each cluster the query touches is one more, lighter, query feature that a memory covers
+    only if it touches the same cluster. Together the clusters weigh c = CLUSTER_WEIGHT · mean
+    idf each; a cluster that more (or rarer) query words touch takes more of that.
     """
 
     terms: tuple[str, ...]  # sorted: the summation order is fixed, so every path adds alike
     weights: tuple[float, ...]
     clusters: tuple[str, ...]
-    cluster_weight: float
+    cluster_weights: tuple[float, ...]  # c_k of each of ``clusters``
     denominator: float
 
     @property
@@ -129,14 +132,25 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
     """Tokenise ``query`` and weight its terms by IDF over ``n`` memories (``df(term)`` each)."""
     qterms = tuple(sorted(text.terms(query)))
     if not qterms:
-        return PreparedQuery((), (), (), 0.0, 0.0)
+        return PreparedQuery((), (), (), (), 0.0)
     weights = tuple(idf(df(t), n) for t in qterms)
     total = 0.0
     for w in weights:
         total += w
-    qclusters = tuple(sorted(clusters_of(frozenset(qterms))))
-    cw = CLUSTER_WEIGHT * total / len(qterms)
-    return PreparedQuery(qterms, weights, qclusters, cw, total + cw * len(qclusters))
+    per_cluster: dict[str, float] = {}
+    for t, w in zip(qterms, weights):  # in the terms' sorted order: the same floats every time
+        for c in TERM_CLUSTERS.get(t, ()):
+            per_cluster[c] = per_cluster.get(c, 0.0) + w
+    qclusters = tuple(sorted(per_cluster))
+    mass = 0.0
+    for c in qclusters:
+        mass += per_cluster[c]
+    share = CLUSTER_WEIGHT * total / len(qterms) * len(qclusters)
+    cws = tuple(share * per_cluster[c] / mass for c in qclusters)
+    denominator = total
+    for cw in cws:
+        denominator += cw
+    return PreparedQuery(qterms, weights, qclusters, cws, denominator)
 
 
 def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) -> float:
@@ -149,11 +163,10 @@ def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) ->
     for t, w in zip(pq.terms, pq.weights):
         if t in terms:
             covered += w
-    shared = 0
-    for c in pq.clusters:
+    for c, cw in zip(pq.clusters, pq.cluster_weights):
         if c in clusters:
-            shared += 1
-    return min(1.0, (covered + pq.cluster_weight * shared) / pq.denominator)
+            covered += cw
+    return min(1.0, covered / pq.denominator)
 
 
 def score_parts(

@@ -137,6 +137,22 @@ def test_diet_recalls_peanut_allergy_through_food() -> None:
     assert _topic("restaurant", texts, 0) == pytest.approx(1 / 5)
 
 
+def test_a_cluster_weighs_as_much_as_the_query_words_in_it() -> None:
+    # "restaurant" and "lunch" touch food, "book" touches travel: the query is mostly about food.
+    # The clusters' total weight is still c = 0.25 * mean idf per cluster, shared out in
+    # proportion to the idf of the query words in each, so the lunch memory ranks above the
+    # flight (one uniform c per cluster tied them: each covers one word of idf ln 2 and one cluster).
+    texts = ["Lunch order: vegetarian, no mushrooms", "Flight to Berlin on Friday, booked via Lufthansa"]
+    query = "book a restaurant for lunch"
+    ln2, ln6 = math.log(2), math.log(6)  # N = 2: book and lunch in one memory each, restaurant in none
+    total = 2 * ln2 + ln6
+    share = 0.25 * total / 3 * 2
+    food, travel = share * (ln6 + ln2) / total, share * ln2 / total
+    assert _topic(query, texts, 0) == pytest.approx((ln2 + food) / (total + share))
+    assert _topic(query, texts, 1) == pytest.approx((ln2 + travel) / (total + share))
+    assert _topic(query, texts, 0) > _topic(query, texts, 1)
+
+
 def test_no_shared_word_or_cluster_gives_zero() -> None:
     texts = ["I have a peanut allergy", "Paint the fence blue"]
     assert _topic("quarterly boss report", texts, 0) == 0.0
