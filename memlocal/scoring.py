@@ -26,7 +26,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence
+from typing import Any, Callable, Container, Final, Iterable, Mapping
 
 from . import text
 from .clusters import TERM_CLUSTERS, clusters_of
