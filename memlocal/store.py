@@ -1062,6 +1062,27 @@ class Store:
         conn.execute("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", (m.id,))
         return True
 
+    def insert_remote_absent(self, conn: sqlite3.Connection,
+                             items: Sequence[tuple[Memory, tuple[Any, ...] | None]]) -> set[str]:
+        """``apply_remote(conn, memory, content="remote", row=row)`` for each of ``items`` (distinct
+        ids) whose id this database does not hold, in a few statements (a fresh host pulls
+        thousands): each is inserted unless its deletion here is still queued, and its put is
+        cleared from the outbox. Returns the ids it took; the others are left to ``apply_remote``."""
+        ids = [m.id for m, _ in items]
+        present: set[str] = set()
+        deleted: set[str] = set()
+        for part in _id_batches(ids):
+            marks = ", ".join("?" * len(part))
+            present.update(r[0] for r in conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", part))
+            deleted.update(r[0] for r in conn.execute(
+                f"SELECT id FROM sync_outbox WHERE op = 'delete' AND id IN ({marks})", part))
+        absent = [(m, row) for m, row in items if m.id not in present]
+        conn.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
+                         f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})",
+                         [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted])
+        conn.executemany("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", [(m.id,) for m, _ in absent])
+        return {m.id for m, _ in absent}
+
     def delete_from_remote(self, conn: sqlite3.Connection, memory_id: str, profile: str) -> None:
         """Another host deleted the memory: delete it here, with any queued change of it."""
         conn.execute("DELETE FROM memories WHERE id = ? AND profile = ?", (memory_id, profile))

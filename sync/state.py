@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence, Union
 
@@ -316,23 +317,24 @@ class SyncState:
         now_us = to_us(utcnow())
         store = self.store
         with store.transaction() as c:
-            for eff in effects:
+            i = 0
+            while i < len(effects):
+                eff = effects[i]
                 if isinstance(eff, Synced):
-                    m = eff.memory
-                    if not store.apply_remote(c, m, content=eff.content, sent_delta=eff.sent_delta,
-                                              set_staleness=eff.set_staleness, row=eff.row):
-                        continue  # the id belongs to a memory of another profile here
-                    sig = content_signature(m) if eff.hash_is_memorys else None
-                    c.execute(
-                        "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us, row_sig)"
-                        " VALUES (?, ?, ?, ?, ?, ?)"
-                        " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, etag = excluded.etag,"
-                        " content_hash = excluded.content_hash, synced_us = excluded.synced_us,"
-                        " row_sig = excluded.row_sig",
-                        (m.id, m.profile_name, eff.etag, eff.base_hash, now_us, sig),
-                    )
-                    c.execute("DELETE FROM sync_skipped WHERE key = ?", (object_key(m.profile_name, m.id),))
-                elif isinstance(eff, DeletedRemote):
+                    # A run of consecutive Synced effects of distinct ids goes in a few statements
+                    # (a fresh host's pull is thousands of them); ids are independent rows, so
+                    # only a repeated id has to wait for the next run.
+                    run: list[Synced] = []
+                    seen: set[str] = set()
+                    while (i < len(effects) and isinstance(effects[i], Synced)
+                           and effects[i].memory.id not in seen):  # type: ignore[union-attr]
+                        run.append(effects[i])  # type: ignore[arg-type]
+                        seen.add(run[-1].memory.id)
+                        i += 1
+                    self._apply_synced(c, run, now_us)
+                    continue
+                i += 1
+                if isinstance(eff, DeletedRemote):
                     c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
                     store.clear_outbox(c, eff.id, "delete")
                 elif isinstance(eff, DeleteLocal):
@@ -367,6 +369,30 @@ class SyncState:
                     store.clear_note_outbox(c, eff.id)
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
+
+    def _apply_synced(self, c: sqlite3.Connection, run: list[Synced], now_us: int) -> None:
+        """Fold ``run`` (Synced effects of distinct ids) into the store and record their bases."""
+        store = self.store
+        pulled = [e for e in run if e.content == "remote"]
+        inserted = store.insert_remote_absent(c, [(e.memory, e.row) for e in pulled]) if len(pulled) > 1 else set()
+        recorded: list[Synced] = []
+        for eff in run:
+            if eff.memory.id not in inserted and not store.apply_remote(
+                    c, eff.memory, content=eff.content, sent_delta=eff.sent_delta,
+                    set_staleness=eff.set_staleness, row=eff.row):
+                continue  # the id belongs to a memory of another profile here
+            recorded.append(eff)
+        c.executemany(
+            "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us, row_sig)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, etag = excluded.etag,"
+            " content_hash = excluded.content_hash, synced_us = excluded.synced_us,"
+            " row_sig = excluded.row_sig",
+            [(e.memory.id, e.memory.profile_name, e.etag, e.base_hash, now_us,
+              content_signature(e.memory) if e.hash_is_memorys else None) for e in recorded],
+        )
+        c.executemany("DELETE FROM sync_skipped WHERE key = ?",
+                      [(object_key(e.memory.profile_name, e.memory.id),) for e in recorded])
 
     def reid(self, old_id: str, new_id: str) -> Memory | None:
         """Move the local memory ``old_id`` to ``new_id`` (another host owns ``old_id``).

@@ -83,3 +83,51 @@ def test_the_store_records_its_change_log_without_a_replicator(tmp_path: Path) -
         assert conn.execute("SELECT access_delta FROM memories WHERE id = ?", (kept.id,)).fetchone()[0] == 1
     finally:
         conn.close()
+
+
+def test_a_run_of_pulls_lands_as_the_same_pulls_one_at_a_time(tmp_path: Path) -> None:
+    """``SyncState.apply`` takes a run of pulled memories in a few statements (a fresh host pulls
+    thousands): the database ends exactly as when each is applied alone through
+    ``Store.apply_remote``, whatever each id meets here: nothing, a memory of the same profile, a
+    deletion not pushed yet, or a memory of another profile."""
+    from memory_factory import memory
+
+    from memlocal_sync.objects import content_hash
+    from memlocal_sync.state import Synced
+
+    def host(path: Path) -> Store:
+        store = Store(path)
+        store.upsert(memory("p", "Held here, edited there", memory_id="mem-000000a1", count=1))
+        store.upsert(memory("p", "Deleted here, the deletion not pushed yet", memory_id="mem-000000a2"))
+        store.upsert(memory("q", "Another profile's memory under the same id", memory_id="mem-000000a3"))
+        store.delete("p", "mem-000000a2")
+        return store
+
+    remote = [memory("p", "Held here, edited there: the bucket's newer text", memory_id="mem-000000a1", count=3),
+              memory("p", "Deleted here, the deletion not pushed yet", memory_id="mem-000000a2"),
+              memory("p", "An id that is another profile's here", memory_id="mem-000000a3"),
+              *(memory("p", f"Fresh memory {i} about green tea on night trains", memory_id=f"mem-0000010{i}")
+                for i in range(5))]
+    effects = [Synced(m, f'"etag-{m.id}"', content_hash(m)) for m in remote]
+    batched, single = host(tmp_path / "batched.db"), host(tmp_path / "single.db")
+    SyncState(batched).apply(effects)
+    for eff in effects:
+        SyncState(single).apply([eff])
+
+    def state(store: Store) -> tuple[object, ...]:
+        return (store.memories_with_deltas(),
+                store.read("SELECT id, profile, etag, content_hash, row_sig FROM sync_base ORDER BY id"),
+                store.read("SELECT id, op FROM sync_outbox ORDER BY id, op"),
+                store.read("SELECT key FROM sync_skipped ORDER BY key"),
+                store.integrity_check())
+
+    assert state(batched) == state(single)
+    got = {m.id: (m.profile_name, m.processed_content, m.access_count) for m, _ in batched.memories_with_deltas()}
+    assert got["mem-000000a1"] == ("p", "Held here, edited there: the bucket's newer text", 3)
+    assert "mem-000000a2" not in got  # its deletion is still queued: not brought back
+    assert got["mem-000000a3"][0] == "q"  # never touched
+    assert {f"mem-0000010{i}" for i in range(5)} <= got.keys()
+    with MemoryBank(tmp_path / "batched.db") as bank:  # the pulled rows are in the recall index
+        assert len(bank.query_with_relevance("p", "green tea on night trains")) == 5
+    batched.close()
+    single.close()
