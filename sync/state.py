@@ -4,7 +4,7 @@ skipped objects, pass records.
 The sync creates and migrates its own tables (``SCHEMA``, versioned by the ``meta`` key
 ``sync.schema``); the store owns ``memories`` and its change log (the outbox and each row's
 ``access_delta``), written inside the store's own transactions. This module never writes
-``memories``: synced changes go through the store's narrow methods (``apply_remote``,
+``memories``: synced changes go through the store's narrow methods (``apply_remote``, ``insert_remote_absent``,
 ``delete_from_remote``, ``reid``, ``clear_outbox``), each inside a ``Store.transaction``
 (``BEGIN IMMEDIATE``, durable commit) together with the sync's own rows. The engine hands this
 module *effects* in batches so that a pass over 10k memories is a few dozen commits, not 10k.
