@@ -268,6 +268,7 @@ def test_search_ranks_as_the_api_and_draws_each_breakdown(page: Page, seeded: An
     results = page.locator("ol.results > li")
     expect(results.first).to_be_visible()
     expected = api.get("/api/profiles/researcher/memories/search", params={"q": "diet snacks"}).json()["results"]
+    expect(results).to_have_count(len(expected))
     assert results.evaluate_all("ls => ls.map(l => l.dataset.id)") == [r["memory"]["id"] for r in expected]
     assert expected[0]["memory"]["id"] == ids["peanut"]  # "diet" finds the allergy through the food cluster
 
@@ -316,8 +317,10 @@ def test_injection_preview_shows_the_exact_block_its_size_and_what_was_trimmed(p
         "aria-valuetext", f"{preview['chars']:,} of 2,000 characters")
     assert preview["trimmed"], "the seeded profile overflows the budget"
     trimmed = page.locator("table.trimmed tbody tr")
+    expect(trimmed).to_have_count(len(preview["trimmed"]))
     assert trimmed.evaluate_all("rs => rs.map(r => r.dataset.id)") == [e["memory"]["id"] for e in preview["trimmed"]]
     included = page.locator("table.included tbody tr")
+    expect(included).to_have_count(len(preview["included"]))
     assert included.evaluate_all("rs => rs.map(r => r.dataset.id)") == [e["memory"]["id"] for e in preview["included"]]
     expect(page.get_by_role("heading", name=f"Trimmed to fit the budget ({len(preview['trimmed'])})")).to_be_visible()
     shoot(page, "injection-preview")
@@ -336,6 +339,7 @@ def test_runs_show_what_the_last_run_saw_and_which_runs_saw_a_memory(page: Page,
     page.goto(proc.url + "/#/profiles/researcher")
     page.get_by_role("link", name="Runs").click()
     rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(len(runs))  # the view renders after its fetch: wait, then read
     assert rows.evaluate_all("rs => rs.map(r => r.dataset.run)") == [str(r["id"]) for r in runs]
     expect(page.locator("#last-run")).to_contain_text(f"{len(runs[0]['core'])} core and {len(runs[0]['relevant'])} relevant")
     expect(rows.first).to_contain_text(runs[0]["queryHash"])
@@ -343,6 +347,7 @@ def test_runs_show_what_the_last_run_saw_and_which_runs_saw_a_memory(page: Page,
     # From a memory: the runs whose block carried it (the peanut allergy is core: both runs).
     rows.first.get_by_role("link", name=ids["peanut"]).click()
     expect(page.get_by_role("heading", name="Runs that saw this memory")).to_be_visible()
+    expect(page.locator("table.runs tbody tr")).to_have_count(len(runs))
     assert page.locator("table.runs tbody tr").evaluate_all("rs => rs.map(r => r.dataset.run)") == [
         str(r["id"]) for r in runs]
 
