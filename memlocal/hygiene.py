@@ -37,6 +37,9 @@ SUPERSEDED_BY: Final = "supersededBy"
 # Words the near-duplicate guard may ignore: articles and fillers that never change a statement.
 # Every other stopword (not, no, he, she, before, after, can, should, ...) must match exactly.
 FILLER_WORDS: Final = frozenset("a an the just really very so also too quite".split())
+# Stopwords that are forms of one verb count as that verb in the guard: "she uses" and "she used"
+# differ by tense only, as two forms of any other verb do once stemmed.
+GUARD_FORMS: Final = {form: "use" for form in ("use", "uses", "used", "using")}
 # Fewer terms than this and only an exact duplicate merges: short texts differ by one word.
 NEAR_MIN_TERMS: Final = 4
 # Default Jaccard threshold on the formula's terms (scripts/dedup_eval.py measured it on LoCoMo).
@@ -85,7 +88,7 @@ def signature(value: str) -> Signature:
         term = _word_term(word)
         if term is None:
             if word not in FILLER_WORDS:
-                guard.append(word.replace("'", ""))
+                guard.append(GUARD_FORMS.get(word) or word.replace("'", ""))
             continue
         if term not in seen:
             seen.add(term)

@@ -583,8 +583,8 @@ class Store:
                 self.conn.execute(f"PRAGMA user_version = {version}")
 
     def _check_features(self) -> None:
-        """Re-derive every memory's features when they were made by another tokenizer (the
-        stamp in ``meta`` differs from this code's fingerprint): once, on open."""
+        """Re-derive every memory's features and near-duplicate key when they were made by another
+        tokenizer (the stamp in ``meta`` differs from this code's fingerprint): once, on open."""
         from .features import FEATURES_META_KEY, fingerprint
 
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
@@ -598,6 +598,9 @@ class Store:
             # indexed with; deriving then indexes the new ones.
             c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
             derive_features(c)
+            # The near-duplicate keys are made of the same terms (migration 9).
+            rows = c.execute("SELECT id, processed_content FROM memories").fetchall()
+            c.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
 
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);

@@ -38,13 +38,14 @@ import Stemmer  # PyStemmer
 from .model import default_summary
 from .vocab import BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 3
+TERMS_VERSION: Final = 4
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
 # one in a memory bank: it is the subject of the memories ("The user is allergic to…") and of
 # the questions about them ("what time zone is the user in?"), so as a term it only ties the
-# questions to the few memories that happen to say it.
+# questions to the few memories that happen to say it. The verb "use" says how, not what
+# ("what database does staging use?" is not about "I use 4 spaces for indentation").
 STOPWORDS: Final[frozenset[str]] = frozenset(
     """
     i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
@@ -61,7 +62,7 @@ STOPWORDS: Final[frozenset[str]] = frozenset(
     im youre hes shes weve theyve ive id youd hed wed theyd ill youll isnt arent wasnt werent
     hasnt havent hadnt doesnt dont didnt wont wouldnt shouldnt cant couldnt mustnt lets thats
     whos whats heres theres
-    can will just also may might must shall yes yeah ok okay oh hey hi user users
+    can will just also may might must shall yes yeah ok okay oh hey hi user users use uses used using
     """.split()
 )
 

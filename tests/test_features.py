@@ -149,6 +149,24 @@ def test_a_tokenizer_change_re_derives_every_memory_on_open(tmp_path: Path) -> N
         assert [r.memory.id for r in bank.query_with_relevance("p", "pytest")] == [m.id]
 
 
+def test_a_tokenizer_change_re_derives_the_near_duplicate_keys_on_open(tmp_path: Path) -> None:
+    """The near-duplicate key (migration 9) is made of the same terms as the features: a stale
+    one would let a reworded duplicate saved after an upgrade slip past the check."""
+    from memlocal.hygiene import near_key
+
+    path = tmp_path / "m.db"
+    text = "Ana prefers dark mode in every editor she uses"
+    with _open(path) as bank:
+        m = bank.save("p", content=text).memory
+        with bank.store.transaction() as c:
+            c.execute("UPDATE memories SET near_key = 'from-an-older-tokenizer' WHERE id = ?", (m.id,))
+            c.execute("UPDATE meta SET value = 'an-older-tokenizer' WHERE key = ?", (FEATURES_META_KEY,))
+    with _open(path) as bank:
+        assert bank.store.read("SELECT near_key FROM memories WHERE id = ?", (m.id,)) == [(near_key(text),)]
+        again = bank.save("p", content="Ana prefers the dark mode in every editors she used")
+        assert again.deduplicated and again.memory.id == m.id
+
+
 def test_the_fingerprint_is_the_same_in_every_process() -> None:
     code = "from memlocal.features import fingerprint; print(fingerprint())"
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

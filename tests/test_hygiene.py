@@ -145,7 +145,7 @@ def test_inactive_memories_are_not_duplicates(local: MemoryBank) -> None:
 
 
 _WORDS = st.sampled_from(
-    "ana ben carla dev team prefers likes uses avoids deploys tests reads writes python go rust "
+    "ana ben carla dev team prefers likes owns avoids deploys tests reads writes python go rust "
     "coffee tea lunch monday friday editor vim emacs paris lisbon berlin shellfish peanuts "
     "morning evening json yaml docker kubernetes".split())
 _SMALL = st.sampled_from(["not", "never", "he", "she", "before", "after", "with", "without", "in", "on"])

@@ -116,6 +116,16 @@ def test_tokenizer_lowercases_drops_stopwords_and_stems() -> None:
     assert terms("the and of it") == frozenset()
 
 
+def test_use_is_a_filler_like_user() -> None:
+    # "what database does staging use?" is about the database, not about whatever else is used.
+    assert terms("What database does staging use?") == {"databas", "stage"}
+    assert terms("I use spaces; she used tabs, they are using both") == {"space", "tab"}
+    texts = ["I use 4 spaces for indentation in Python", "The staging database is Postgres 15"]
+    assert _topic("what database does staging use", texts, 1) == pytest.approx(1.0)
+    # The indentation memory shares only the tech cluster now: below the evidence gate (0.3 x best).
+    assert _topic("what database does staging use", texts, 0) == pytest.approx(1 / 9)
+
+
 def test_topic_hand_computed() -> None:
     # N = 2, each query word in one memory: idf = ln(1 + 1.5/1.5) = ln 2 for both.
     # Query clusters: peanut -> food, flight -> travel; c = 0.25 * mean idf = 0.25 ln 2.
