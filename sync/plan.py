@@ -167,7 +167,9 @@ def plan_pass(
         loc, b = local.get(mid), base.get(mid)
         deleting = mid in outbox_deletes and loc is None
         home = loc.profile if loc else b.profile if b else outbox_deletes.get(mid)
-        candidates = sorted(by_id.get(mid, []), key=lambda pe: pe[0])
+        candidates = by_id.get(mid, [])
+        if len(candidates) > 1:  # one id under several profiles: by profile (almost never)
+            candidates = sorted(candidates, key=lambda pe: pe[0])
         bad_here = bad.get(mid)
         if home is None:
             home = candidates[0][0] if candidates else bad_here[0] if bad_here else None
