@@ -179,6 +179,9 @@ def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> N
 
 # What the store writes for a memory: its columns plus its derived features.
 WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
+# A memory pulled from the bucket, inserted with no local access bumps (``apply_remote``).
+_INSERT_PULLED = (f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
+                  f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})")
 
 
 def write_row(m: Memory) -> tuple[Any, ...]:
@@ -201,6 +204,13 @@ def derive_features(conn: sqlite3.Connection, profile: str | None = None) -> int
     if profile is None:
         _stamp_features(conn)
     return len(rows)
+
+
+def derive_near_keys(conn: sqlite3.Connection) -> None:
+    """Set every memory's :func:`memlocal.hygiene.near_key` (migration 9, and again whenever the
+    tokenizer changes); inside the caller's write transaction."""
+    rows = conn.execute("SELECT id, processed_content FROM memories").fetchall()
+    conn.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
 
 
 def _stamp_features(conn: sqlite3.Connection) -> None:
@@ -468,8 +478,7 @@ def _migration_9(db: sqlite_utils.Database) -> None:
     grew with the profile."""
     c = db.conn
     c.execute("ALTER TABLE memories ADD COLUMN near_key TEXT")
-    rows = c.execute("SELECT id, processed_content FROM memories").fetchall()
-    c.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
+    derive_near_keys(c)
     c.execute("CREATE INDEX memories_near_key ON memories (profile, near_key) WHERE near_key IS NOT NULL")
 
 
@@ -598,9 +607,7 @@ class Store:
             # indexed with; deriving then indexes the new ones.
             c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
             derive_features(c)
-            # The near-duplicate keys are made of the same terms (migration 9).
-            rows = c.execute("SELECT id, processed_content FROM memories").fetchall()
-            c.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
+            derive_near_keys(c)  # made of the same terms
 
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);
@@ -1041,9 +1048,7 @@ class Store:
         if here is None:
             deleted_here = conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
             if content == "remote" and not deleted_here:
-                conn.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
-                             f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})",
-                             (*(row or write_row(m)), 0))
+                conn.execute(_INSERT_PULLED, (*(row or write_row(m)), 0))
         elif here[2] != m.profile_name:
             return False  # never touch a memory of another profile
         else:
@@ -1080,9 +1085,7 @@ class Store:
             deleted.update(r[0] for r in conn.execute(
                 f"SELECT id FROM sync_outbox WHERE op = 'delete' AND id IN ({marks})", part))
         absent = [(m, row) for m, row in items if m.id not in present]
-        conn.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
-                         f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})",
-                         [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted])
+        conn.executemany(_INSERT_PULLED, [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted])
         conn.executemany("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", [(m.id,) for m, _ in absent])
         return {m.id for m, _ in absent}
 

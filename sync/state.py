@@ -18,6 +18,7 @@ import json
 import logging
 import sqlite3
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Callable, Iterable, Literal, Sequence, Union
 
 from memlocal.automation import AutomationNote
@@ -326,11 +327,12 @@ class SyncState:
                     # only a repeated id has to wait for the next run.
                     run: list[Synced] = []
                     seen: set[str] = set()
-                    while (i < len(effects) and isinstance(effects[i], Synced)
-                           and effects[i].memory.id not in seen):  # type: ignore[union-attr]
-                        run.append(effects[i])  # type: ignore[arg-type]
-                        seen.add(run[-1].memory.id)
-                        i += 1
+                    for nxt in islice(effects, i, None):
+                        if not isinstance(nxt, Synced) or nxt.memory.id in seen:
+                            break
+                        run.append(nxt)
+                        seen.add(nxt.memory.id)
+                    i += len(run)
                     self._apply_synced(c, run, now_us)
                     continue
                 i += 1
