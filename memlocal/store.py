@@ -213,6 +213,19 @@ def derive_near_keys(conn: sqlite3.Connection) -> None:
     conn.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
 
 
+def derive_text_keys(conn: sqlite3.Connection) -> None:
+    """Set every memory's exact and near duplicate keys (``text_key``, ``raw_key``, ``near_key``)
+    and stamp them with :func:`memlocal.hygiene.keys_fingerprint`; inside the caller's write
+    transaction (whenever the key functions change)."""
+    from .hygiene import KEYS_META_KEY, keys_fingerprint
+
+    rows = conn.execute("SELECT id, raw_input, processed_content FROM memories").fetchall()
+    conn.executemany("UPDATE memories SET text_key = ?, raw_key = ?, near_key = ? WHERE id = ?",
+                     [(text_key(p), text_key(r) if r != p else None, near_key(p), i) for i, r, p in rows])
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                 (KEYS_META_KEY, keys_fingerprint()))
+
+
 def _stamp_features(conn: sqlite3.Connection) -> None:
     from .features import FEATURES_META_KEY, fingerprint
 
@@ -551,6 +564,7 @@ class Store:
             self._configure()
             self._migrate()
             self._check_features()
+            self._check_keys()
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(f"cannot use database {self.path}: {exc}") from None
@@ -608,6 +622,20 @@ class Store:
             c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
             derive_features(c)
             derive_near_keys(c)  # made of the same terms
+
+    def _check_keys(self) -> None:
+        """Re-derive every memory's duplicate keys when another version of the key functions made
+        them (the stamp in ``meta`` differs from :func:`memlocal.hygiene.keys_fingerprint`): once,
+        on open, so that a duplicate is always found by its key."""
+        from .hygiene import KEYS_META_KEY, keys_fingerprint
+
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
+        if row is not None and row[0] == keys_fingerprint():
+            return
+        with self.transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
+            if row is None or row[0] != keys_fingerprint():  # another process may have done it
+                derive_text_keys(c)
 
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);

@@ -193,7 +193,7 @@ def test_a_pulled_key_never_leaves_through_the_library_rest_or_dashboard_api(pul
                json.dumps([m.to_dict() for m in bank.history("p", "mem-00000abc")])]
     with LiveServer(create_app(bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         for path in ("/api/profiles/p/memories", "/api/profiles/p/memories/mem-00000abc",
-                     "/api/profiles/p/search?q=deploy+key", "/api/memory-bank", "/api/memory-bank?grouped=true",
+                     "/api/profiles/p/memories/search?q=deploy+key", "/api/memory-bank", "/api/memory-bank?grouped=true",
                      "/api/memory-bank?q=deploy", "/api/profiles/p/injection-preview?q=deploy+key"):
             r = c.get(path)
             assert r.status_code == 200, (path, r.text)

@@ -156,7 +156,7 @@ def test_import_redacts_too(bank: MemoryBank) -> None:
     text, value = SECRETS["aws-key"]
     line = json.dumps({"id": "mem-0000000b", "profileName": "p", "rawInput": text, "createdAt": "2024-01-01T00:00:00Z"})
     report = import_jsonl(bank, [line])
-    assert report.imported == 1 and report.to_dict()["redacted"] == [{"line": 1, "kinds": ["aws-key"]}]
+    assert report.imported == 1 and report.to_dict()["redacted"] == [{"line": 1, "kinds": ["aws-key"], "fields": []}]
     assert value not in bank.get("p", "mem-0000000b").raw_input
 
 
