@@ -168,7 +168,8 @@ def test_the_renderer_redacts_what_another_host_wrote(hosts: Callable[..., Any],
         "summary": "bot token", "category": "fact", "createdAt": "2024-01-01T00:00:00Z"})
     a = hosts("a")
     a.sync()
-    assert value in a.bank.get("p", "mem-00000abc").processed_content  # stored as pulled
+    assert value in a.bank.store.get("p", "mem-00000abc").processed_content  # stored as pulled
+    assert value not in a.bank.get("p", "mem-00000abc").processed_content  # and redacted on the way out
     block = a.bank.inject("p", "@memory", "what is the bot token?")
     assert "[REDACTED:slack-token]" in block and value not in block
 
