@@ -114,7 +114,8 @@ _TABLE: Final = _FoldTable()
 
 
 def _plain(text: str) -> bool:
-    return text.isascii() and not _ASCII_CONTROL.search(text)
+    # isprintable is one C pass and true for most ASCII text; tabs and line breaks need the regex.
+    return text.isascii() and (text.isprintable() or not _ASCII_CONTROL.search(text))
 
 
 def fold(text: str) -> str:

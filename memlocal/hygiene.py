@@ -80,10 +80,12 @@ class _SeparatorTable(dict[int, str]):
 _SEPARATORS: Final = _SeparatorTable()
 
 
-_ASCII_SEPARATORS: Final = re.compile("[%s]+" % re.escape("".join(
+# The tokens of an ASCII text: runs of anything but white space and separating punctuation.
+_ASCII_TOKEN_RE: Final = re.compile("[^\\s%s]+" % re.escape("".join(
     chr(c) for c in range(128) if unicodedata.category(chr(c)).startswith("P") and chr(c) not in _KEPT_PUNCTUATION)))
 
 
+@lru_cache(maxsize=4096)  # a save or an import row normalises the same text for both keys
 def normalise(value: str) -> str:
     """The form exact duplicates share (see the module docstring)."""
     folded = fold(value).casefold()
@@ -96,8 +98,11 @@ def normalise(value: str) -> str:
         folded, marked = _SIGN_RE.sub(_MARKS["-"], folded), True
     if "'" in folded and _INNER_APOSTROPHE_RE.search(folded):
         folded, marked = _INNER_APOSTROPHE_RE.sub(_MARKS["'"], folded), True
-    folded = _ASCII_SEPARATORS.sub(" ", folded) if folded.isascii() else folded.translate(_SEPARATORS)
-    return " ".join((folded.translate(_UNMARK) if marked else folded).split())
+    if folded.isascii():
+        out = " ".join(_ASCII_TOKEN_RE.findall(folded))
+    else:
+        out = " ".join(folded.translate(_SEPARATORS).split())
+    return out.translate(_UNMARK) if marked else out
 
 
 def text_key(value: str) -> str:
@@ -156,10 +161,11 @@ _DIGIT_RE: Final = re.compile(r"\d")
 _word_term = lru_cache(maxsize=1 << 16)(text.stem)
 
 
-def _marked(token: str) -> bool:
-    """A token whose exact form matters: a number with its sign, currency or percent, a name
-    with symbols (``c++``, ``c#``)."""
-    return bool(_DIGIT_RE.search(token)) or not token.replace("'", "").isalnum()
+# A token of normalise() whose exact form matters: one with a digit (a number with its sign,
+# currency or percent) or a symbol (``c++``, ``c#``): anything but letters and inner apostrophes.
+_MARK_RE: Final = re.compile(r"[^\w ']|[\d_]")
+_ASCII_MARK_RE: Final = re.compile(r"[^a-z ']")  # the same for ASCII (normalise() is lower case)
+_MARKED_TOKEN_RE: Final = re.compile(r"(?<![^ ])[^ ]*?(?:[^\w ']|[\d_])[^ ]*")
 
 
 def signature(value: str) -> Signature:
@@ -168,7 +174,9 @@ def signature(value: str) -> Signature:
     seq: list[str] = []
     seen: set[str] = set()
     guard: list[str] = []
-    numbers = {tok for tok in normalise(value).split() if _marked(tok)}
+    norm = normalise(value)
+    marked = _ASCII_MARK_RE.search(norm) if norm.isascii() else _MARK_RE.search(norm)
+    numbers = set(_MARKED_TOKEN_RE.findall(norm)) if marked else set()
     for word in text.words(value):
         term = _word_term(word)
         if term is None:
