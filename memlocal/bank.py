@@ -361,7 +361,7 @@ class MemoryBank:
 
         extraction: Extraction | None = None
         similar: builtins.list[Memory] = []
-        if extracting:
+        if raw_input is not None and content is None and use_llm and self._extractor is not None:
             if supersedes is None:  # the caller has not decided: the model may propose one
                 similar = self.store.similar(profile, _query_terms(raw_input), PROPOSAL_CANDIDATES)
             # No transaction is open here: the network wait holds no database lock.
