@@ -52,7 +52,7 @@ MEMORY_COLUMNS = (
     "near_key",
 )
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
-_SELECT_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
+SELECT_WITH_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
 
 
 def row_to_memory(row: Sequence[Any]) -> Memory:
@@ -105,7 +105,7 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
     )
 
 
-def _id_batches(ids: Sequence[str]) -> Iterator[builtins.list[str]]:
+def id_batches(ids: Sequence[str]) -> Iterator[builtins.list[str]]:
     """``ids`` in lists short enough for one ``IN (...)`` (SQLite's default limit is 999 variables)."""
     for i in range(0, len(ids), 500):
         yield list(ids[i:i + 500])
@@ -245,7 +245,7 @@ class Store(Database):
         rows = [write_row(m) for m in memories]  # tokenised before the write lock is taken
         with self.transaction() as c:
             owner: dict[str, str] = {}  # id -> profile of the ids already here
-            for part in _id_batches([m.id for m in memories]):
+            for part in id_batches([m.id for m in memories]):
                 owner.update(c.execute(f"SELECT id, profile FROM memories WHERE id IN ({', '.join('?' * len(part))})",
                                        part).fetchall())
             new: list[tuple[Any, ...]] = []

@@ -19,12 +19,12 @@ from ..model import Memory, to_us
 from ..replication import AccessDelta, SignedRow
 from .database import set_meta
 from .memories import (
-    _SELECT_DELTA,
+    SELECT_WITH_DELTA,
     WRITE_COLUMNS,
     NoteState,
     Store,
-    _id_batches,
     extra_json,
+    id_batches,
     row_to_memory,
     write_row,
 )
@@ -138,12 +138,12 @@ class StoreReplica:
         into the bucket."""
         where, params = _scope(profiles)
         if ids is None:
-            rows = self._store.read(f"{_SELECT_DELTA}{where}", params)
+            rows = self._store.read(f"{SELECT_WITH_DELTA}{where}", params)
         else:
             rows = []
-            for part in _id_batches(ids):
+            for part in id_batches(ids):
                 cond = f"id IN ({', '.join('?' * len(part))})"
-                rows += self._store.read(f"{_SELECT_DELTA}{where}{' AND ' if where else ' WHERE '}{cond}", [*params, *part])
+                rows += self._store.read(f"{SELECT_WITH_DELTA}{where}{' AND ' if where else ' WHERE '}{cond}", [*params, *part])
         return [(row_to_memory(r), int(r[-1])) for r in rows]
 
     def content_signatures(self, profiles: Sequence[str] | None = None) -> list[SignedRow]:
@@ -157,7 +157,7 @@ class StoreReplica:
         return [SignedRow(r[0], r[1], int(r[-1]), bool(r[_ACTIVE_AT]), _signature(r[:-1])) for r in rows]
 
     def memory_with_delta(self, memory_id: str) -> tuple[Memory, int] | None:
-        rows = self._store.read(f"{_SELECT_DELTA} WHERE id = ?", (memory_id,))
+        rows = self._store.read(f"{SELECT_WITH_DELTA} WHERE id = ?", (memory_id,))
         return (row_to_memory(rows[0]), int(rows[0][-1])) if rows else None
 
     def note_outbox(self) -> dict[str, str]:
@@ -238,7 +238,7 @@ class ReplicaTransaction:
         ids = [m.id for m, _ in items]
         present: set[str] = set()
         deleted: set[str] = set()
-        for part in _id_batches(ids):
+        for part in id_batches(ids):
             marks = ", ".join("?" * len(part))
             present.update(r[0] for r in self._conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", part))
             deleted.update(r[0] for r in self._conn.execute(
