@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..model import from_us, to_us, utcnow
 from .database import Database
 from .derive import derive_features, derive_near_keys
@@ -34,11 +36,25 @@ from .schemas import LEGACY_CHAIN
 MIGRATIONS = LEGACY_CHAIN
 SCHEMA_VERSION = LEGACY_VERSION
 
+
+
+def __getattr__(name: str) -> Any:
+    # The port's implementation loads on first use: it imports memlocal.replication, which a
+    # process that never syncs does not need.
+    if name in ("StoreReplica", "content_signature"):
+        from . import replica
+
+        return getattr(replica, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "MEMORY_COLUMNS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "StoreReplica",
     "WRITE_COLUMNS",
+    "content_signature",
     "Database",
     "IdTakenError",
     "MigrationSet",
