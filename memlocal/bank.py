@@ -585,7 +585,7 @@ class MemoryBank:
         for m in sorted(self.store.iter_profile(profile), key=lambda m: (m.created_at, m.id)):
             reason = retention_reason(m, rule, when)
             if reason is not None:
-                chosen.append(Pruned(m, reason))
+                chosen.append(Pruned(shown(m), reason))
         if not dry_run:
             for p in chosen:
                 try:
@@ -625,7 +625,7 @@ class MemoryBank:
         memory = self.store.delete(profile, memory_id)
         if self.replicator is not None:
             self.replicator.push_deleted(memory)
-        return memory
+        return shown(memory)
 
     def import_memories(self, memories: Sequence[Memory]) -> builtins.list[str]:
         """Insert memories written elsewhere (ids and timestamps kept) in one durable transaction,

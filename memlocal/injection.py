@@ -17,9 +17,10 @@ The memory block (docs/spec.md, "Prompt injection")::
 - The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
   characters (Unicode code points): relevant entries are dropped from the lowest score up first,
   then core entries from the lowest score up. Empty sections are omitted; no block when both are.
-- Memory text is folded onto one line, control and bidi-override characters are removed, and every
-  run of three or more hyphens becomes an em dash, so that no memory can end, restart or imitate
-  the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).
+- Memory text is redacted (:mod:`memlocal.redact`) and folded onto one line, control and
+  invisible characters are removed (:func:`memlocal.fold.is_invisible`), and every run of three or
+  more dashes (look-alikes included: :func:`memlocal.fold.is_dash`) becomes an em dash, so that no
+  memory can end, restart or imitate the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).
 - Operator-written contexts go in their own ``--- CONTEXT FROM OPERATOR ---`` block, labelled as
   a human operator's words, before the memory block (docs/spec.md, "Memory or context").
 """
