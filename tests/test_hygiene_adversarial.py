@@ -376,7 +376,7 @@ def disguised(draw: st.DrawFn, value: str) -> str:
 _OPENED: dict[int, Any] = {}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_generated_disguises_never_survive(hosts: Callable[..., Any], s3: Any, data: st.DataObject) -> None:
     kind = data.draw(st.sampled_from(sorted(KEYS)))
