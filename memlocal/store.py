@@ -482,6 +482,17 @@ def _migration_9(db: sqlite_utils.Database) -> None:
     c.execute("CREATE INDEX memories_near_key ON memories (profile, near_key) WHERE near_key IS NOT NULL")
 
 
+def _migration_10(db: sqlite_utils.Database) -> None:
+    """The two orders recall walks without an index in memory (``memlocal.recall.cold_query``):
+    a profile's memories by anchor (max of createdAt and lastAccessedAt, the recency signal's
+    age) and by access count (the usage signal). A query over common words then reads the few
+    rows that can reach its top-k instead of every row holding them."""
+    c = db.conn
+    c.execute("CREATE INDEX memories_profile_anchor ON memories"
+              " (profile, max(created_us, coalesce(last_accessed_us, created_us)))")
+    c.execute("CREATE INDEX memories_profile_count ON memories (profile, access_count)")
+
+
 # Numbered schema migrations, applied in order inside one transaction each.
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     1: _migration_1,
@@ -493,6 +504,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     7: _migration_7,
     8: _migration_8,
     9: _migration_9,
+    10: _migration_10,
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 

@@ -69,8 +69,10 @@ def _indexes(bank: MemoryBank, budget: int | None, max_rows: int = 4096) -> list
     """The two paths: the in-memory index (built on the first query), and the cold path that
     answers every query from the persisted FTS5 features (``max_rows`` 0: it gives up whenever
     it would have to read the common features' rows, and the index is built instead)."""
-    return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0),
-            RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows)]
+    return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0, background=False,
+                        direct=0 if budget == 0 else None),
+            RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows,
+                        direct=0 if budget == 0 else None)]
 
 
 def _check(bank: MemoryBank, indexes: list[RecallIndex], query: str, limit: int, min_score: float,
@@ -258,7 +260,7 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
                          "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7]), "active": True})
                 for _ in range(300)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
-        index = RecallIndex(bank.store, cold_queries=0)
+        index = RecallIndex(bank.store, cold_queries=0, background=False)
         ids = [m.id for m in rows]
         for rounds in (40, 4):  # 40 rounds of 8 bumps: re-sorted at once; then 4: one by one
             for _ in range(rounds):
