@@ -32,6 +32,7 @@ from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
     HALF_LIFE_DAYS,
+    USAGE_FLOOR,
     US_PER_DAY,
     Breakdown,
     PreparedQuery,
@@ -669,8 +670,34 @@ _COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features 
 _ANCHOR_SQL: Final = "max(created_us, coalesce(last_accessed_us, created_us))"
 _WALK_X_SQL: Final = _ROW_SQL + f" AND is_active = 1 ORDER BY {_ANCHOR_SQL} DESC"
 _WALK_Y_SQL: Final = _ROW_SQL + " AND is_active = 1 ORDER BY access_count DESC"
-# A class of memories (one set of common features held) up to this size is read whole.
+# A class of memories (one set of common features held) up to this size is read in the order
+# SQLite gives it (``_CLASS_SQL``); a larger, dense one is walked in the two indexed orders.
 _COLD_DIRECT: Final = 1024
+# The cold path reads up to this many postings of the query's rarest features row by row.
+_COLD_BUDGET: Final = 256
+# A class's rows ordered by the score SQLite computes with the formula's constants; only a hint
+# for the order of reading (every row read is scored in Python), so it needs SQLite's math
+# functions (3.35+, on in Python's builds; without them the class is read whole).
+_CLASS_SQL: Final = (
+    "SELECT m.id, m.created_us, m.last_accessed_us, m.access_count, m.confidence, m.category, m.features,"
+    f" (? * pow(0.5, (max(0, ? - max(m.created_us, coalesce(m.last_accessed_us, m.created_us)))"
+    f" / {float(US_PER_DAY)!r}) / {float(HALF_LIFE_DAYS)!r})"
+    f" + ? * (1.0 - {1.0 - USAGE_FLOOR!r} / (1.0 + log10(1 + max(0, m.access_count)))) + ?)"
+    " * (0.5 + 0.5 * m.confidence) AS hint"
+    " FROM memory_features f CROSS JOIN memories m ON m.rowid = f.rowid"
+    " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
+    " ORDER BY hint DESC"
+)
+# How far the hint may be from the exact score (a few ulps of pow and log10; scores are ≤ 1).
+_HINT_EPS: Final = 1e-9
+
+
+def _has_math(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.execute("SELECT pow(0.5, 1.0), log10(10.0)").fetchone()
+        return True
+    except sqlite3.OperationalError:
+        return False
 
 
 class ColdHit:
@@ -754,7 +781,8 @@ def cold_query(
                           (profile,)).fetchone()
     scope = f"{scope_token(profile)} AND " if others else ""
     # Rows without stored features (written by raw SQL, not derived yet): tokenised here.
-    stale = conn.execute(_ROW_SQL + " AND features IS NULL AND is_active = 1", (profile,)).fetchall()
+    stale = conn.execute(_ROW_SQL.replace("FROM memories", "FROM memories INDEXED BY memories_features_stale")
+                         + " AND features IS NULL AND is_active = 1", (profile,)).fetchall()
     stale_features = [features_of(r[8], r[9]) for r in stale]
     stale_tokens = [frozenset(f.split()) for f in stale_features]
     dfs: dict[str, int] = {}
@@ -783,11 +811,12 @@ def cold_query(
                 else conn.execute(_COUNT_SQL, (scope + tok,)).fetchone()[0])
         if size > 0:  # nothing holds it (stale rows are visited anyway)
             feats.append((size, weights[i], i))
-    budget = default_budget(n) if essential_budget is None else essential_budget
+    budget = _COLD_BUDGET if essential_budget is None else essential_budget
     selective, common, _ = split_features(feats, budget)
     if len(common) > _MAX_COMMON:
         selective += common[:-_MAX_COMMON]
         common = common[-_MAX_COMMON:]
+    ordered_sql = not spec and _has_math(conn)
     sim = {} if spec else (similarity or {})
     seen: set[str] = set(exclude_ids)
     excluded = set(seen)
@@ -896,6 +925,41 @@ def cold_query(
         seen.update(done)
         return found
 
+    def ordered(match: str, top: float) -> list[ColdRow]:
+        """The best ``limit`` of a class (topic ``top``) by score: SQLite orders the class's rows
+        by the score it computes (a hint: its pow and log10 may differ from Python's in the last
+        bits), each row read is scored exactly here, and the read stops once a row's hint is below
+        the ``limit``-th exact score by more than any such difference (so are all after it)."""
+        found: list[ColdRow] = []
+        best: list[float] = []
+        args = (w.recency, now_us, w.usage, w.topic * top, match, profile)
+        for cap in (4 * limit + 8, None):  # most classes end within a few rows: a bounded sort first
+            found.clear()
+            best.clear()
+            returned, stopped = 0, False
+            for r in conn.execute(_CLASS_SQL if cap is None else f"{_CLASS_SQL} LIMIT {cap}", args):
+                returned += 1
+                if len(best) >= limit and r[7] + _HINT_EPS < best[0]:
+                    stopped = True
+                    break
+                mid = r[0]
+                if mid in seen or not in_tier(r[5]):
+                    continue
+                anchor = max(r[1], r[2] or r[1])
+                use, cm = usage(r[3]), confidence_mul(r[4])
+                s, rec, _ = score_with_topic(anchor, now_us, use, cm, top, w)
+                if len(best) < limit:
+                    heapq.heappush(best, s)
+                elif s >= best[0]:
+                    heapq.heapreplace(best, s)
+                else:
+                    continue
+                found.append((ColdHit(mid, r[1], use, cm, r[6]), s, rec, top))
+            if stopped or cap is None or returned < cap:
+                break
+        seen.update(h.id for h, *_ in found)
+        return found
+
     if spec:
         all_common = 0
         for i in common:
@@ -935,10 +999,12 @@ def cold_query(
         if size == 0:
             continue
         before = len(rows)
-        if size <= direct:
-            if max_rows is not None and size > max_rows:
-                return None  # a test knob: the caller builds the index instead
+        if max_rows is not None and size > max_rows and size <= direct:
+            return None  # a test knob: the caller builds the index instead
+        if size <= direct and not ordered_sql:
             read(match)
+        elif size <= direct or size * 16 < n:  # sparse: a walk would skip more rows than it reads
+            rows += ordered(match, top)
         else:
             want = [padded_toks[i] for i in held]
             unwanted = [padded_toks[i] for i in others]
