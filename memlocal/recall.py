@@ -23,6 +23,7 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
+from itertools import chain, repeat
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Collection, Container, Final, Iterable, Mapping, Sequence, TypeVar
@@ -195,6 +196,52 @@ class ProfileIndex:
         self.tok_n.append(n)
         self.total_accesses += count
         return d
+
+    def _append_batch(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Many rows at once (a build): what ``_append`` does, with the per-token work in C
+        (one split of the batch's features, one ``map`` of the vocabulary) except the postings'
+        appends."""
+        d0 = len(self.ids)
+        feats = [r[6] if r[6] is not None else features_of(r[8], r[9]) for r in rows]
+        t0 = self.t0_us
+        for d, r in enumerate(rows, d0):
+            (mid, created_us, last_us, count, confidence, category) = r[:6]
+            self.ids.append(mid)
+            self.doc[mid] = d
+            anchor = max(created_us, last_us or created_us)
+            cm = confidence_mul(confidence)
+            use = usage(count)
+            self.created.append(created_us)
+            self.anchor.append(anchor)
+            self.count.append(count)
+            self.cm.append(cm)
+            self.use.append(use)
+            self.kx.append(math.log(cm) + (anchor - t0) * _LN2_PER_US)
+            self.y.append(cm * use)
+            self.core.append(1 if category in CORE_CATEGORIES else 0)
+            self.total_accesses += count
+        split = [f.split() for f in feats]
+        ns = [len(s) for s in split]
+        tokens = list(chain.from_iterable(split))
+        vocab, postings = self.vocab, self.postings
+        fids = list(map(vocab.get, tokens))
+        if None in fids:
+            for i, fid in enumerate(fids):
+                if fid is None:
+                    tok = tokens[i]
+                    fid = vocab.get(tok)
+                    if fid is None:
+                        fid = vocab[tok] = len(postings)
+                        postings.append(array("i"))
+                    fids[i] = fid
+        at = len(self.toks)
+        for n in ns:
+            self.tok_at.append(at)
+            at += n
+        self.tok_n.extend(ns)
+        self.toks.extend(fids)  # type: ignore[arg-type]  # no None left
+        for fid, d in zip(fids, chain.from_iterable(map(repeat, range(d0, d0 + len(rows)), ns))):
+            postings[fid].append(d)  # type: ignore[index]
 
     def _key_x(self, d: int) -> tuple[float, int]:
         moved = self._moved.get(d)
@@ -647,8 +694,7 @@ class ProfileIndex:
             batch = cur.fetchmany(2048)
             if not batch:
                 break
-            for r in batch:
-                idx._append(r)
+            idx._append_batch(batch)
             if pause is not None:
                 pause()
         idx._make_orders()
