@@ -1207,6 +1207,10 @@ class RecallIndex:
                     idx.remove(mid)
             for r in conn.execute(_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
                 idx.apply(r)
+            if len(idx._moved) >= 32:
+                # Access bumps are filed in the orders a few dozen at a time, so the walk that
+                # next reads them never has thousands to file (or a whole re-sort) to do first.
+                idx._sorted()
         idx.rev, idx.resets = rev, resets
         self._install(profile, idx)
         if idx.dead > max(1024, idx.size) and self.background:
