@@ -360,7 +360,9 @@ class ProfileIndex:
             fid = self.vocab[toks[i]]
             s = self._sets.get(fid)
             if s is None:
-                if len(self._sets) >= 64:  # a bound on what the cache holds: start again
+                # A bound on what the cache holds (about as many doc numbers as the profile
+                # has memories, a few MB at 100k): past it, start again.
+                if sum(map(len, self._sets.values())) + len(self.postings[fid]) > max(4096, 2 * len(self.doc)):
                     self._sets.clear()
                 s = self._sets[fid] = set(self.postings[fid])
             out[i] = s
