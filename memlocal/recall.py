@@ -479,18 +479,17 @@ class ProfileIndex:
     ) -> list[Hit]:
         """The spec's exact top ``limit`` (no gate) as hits, best first.
 
-        Docs holding a selective feature are grouped by the features they hold (one topic per
-        group) and each group's best are found (:meth:`_class_top`); every other doc has at most
-        the topic of all the common features, so a threshold walk over the static orders, which
-        visits them best cm·recency / cm·usage first, finds the rest. ``essential_budget`` caps
+        Docs holding a query feature are grouped by the features they hold (one topic per
+        group: posting by posting for the selective features, by set operations for the docs
+        holding only common ones) and each group's best are found (:meth:`_class_top`); a
+        threshold walk over the static orders, which visits docs best cm·recency / cm·usage
+        first, finds the best of those holding no query feature (topic 0). ``essential_budget`` caps
         how many postings are read one by one; it changes only the speed, never the answer.
         """
         w = weights_for(maturity(self.total_accesses))
         core = None if tier is None else int(tier == "core")
         skip = {self.doc[i] for i in exclude_ids if i in self.doc}
         hits: list[Hit] = []
-        rest_top = 0.0
-        common_bits: dict[int, int] = {}  # feature id -> its bit, for the walk's topic
         mask: dict[int, int] = {}
         topics: dict[int, float] = {}
 
@@ -500,6 +499,10 @@ class ProfileIndex:
                 t = topics[m] = topic(pq, *self.held(pq, m))
             return t
 
+        sets: dict[int, set[int]] = {}
+        self._sorted()
+        xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
+        k_now = (now_us - self.t0_us) * _LN2_PER_US
         if not pq.empty:
             lists, selective, common = self._plan(pq, essential_budget)
             sets = self._common_sets(pq, common)
@@ -509,31 +512,39 @@ class ProfileIndex:
                 classes.setdefault(m, []).append(d)
             for m, members in classes.items():
                 hits += self._class_top(members, topic_of(m), m, limit, now_us, w, core, skip)
-            all_common = 0
-            for i in common:
-                all_common |= 1 << i
-            rest_top = topic_of(all_common) if all_common else 0.0
-            nt = len(pq.terms)
-            vocab = self.vocab
-            for i in common:
-                tok = encode_term(pq.terms[i]) if i < nt else CLUSTER_PREFIX + pq.clusters[i - nt]
-                common_bits[vocab[tok]] = 1 << i
-        # The walk over every doc not scored above (docs holding only common features, or none).
-        self._sorted()
-        xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
-        anchor, use, cm, core_of, toks, tok_at, tok_n = (self.anchor, self.use, self.cm, self.core, self.toks,
-                                                         self.tok_at, self.tok_n)
+            # The docs holding only common features, a class per subset, best topic first; a
+            # class whose best possible score (the best cm·recency and cm·usage of the profile,
+            # its topic) is below the k-th score so far ends this, as do all after it.
+            subsets = []
+            for sub in range(1, 1 << len(common)):
+                m = 0
+                for j, i in enumerate(common):
+                    if sub >> j & 1:
+                        m |= 1 << i
+                subsets.append((topic_of(m), m))
+            subsets.sort(key=lambda c: -c[0])
+            top_x = math.exp(min(700.0, kx[xs[0]] - k_now)) if xs else 0.0
+            top_y = y[ys[0]] if ys else 0.0
+            for top, m in subsets:
+                kth = heapq.nsmallest(limit, (h[1] for h in hits if h[1] >= min_score), key=lambda s: -s)
+                if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
+                    break
+                members = self._subset(m, common, sets, mask, skip)
+                if members:
+                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip)
+        # The walk over every doc holding no query feature (topic 0).
+        anchor, use, cm, core_of = self.anchor, self.use, self.cm, self.core
         best = [h[1] for h in heapq.nsmallest(limit, hits, key=self._tie)]
         best = [s for s in best if s >= min_score]
         heapq.heapify(best)
-        k_now = (now_us - self.t0_us) * _LN2_PER_US
         nx, ny = len(xs), len(ys)
         px = py = 0
         done: set[int] = set()
-        topic_bound = w.topic * rest_top
+        common_sets = list(sets.values())
 
         def wanted(d: int) -> bool:
-            return d not in mask and d not in done and (core is None or core_of[d] == core) and d not in skip
+            return (d not in mask and d not in done and (core is None or core_of[d] == core) and d not in skip
+                    and not any(d in s for s in common_sets))
 
         while True:
             while px < nx and not wanted(xs[px]):
@@ -545,16 +556,11 @@ class ProfileIndex:
             bx = math.exp(min(700.0, kx[xs[px]] - k_now))
             by = y[ys[py]] if py < ny else 0.0
             threshold = max(best[0], min_score) if len(best) >= limit else min_score
-            if w.recency * bx + w.usage * by + topic_bound + _EPS < threshold:
+            if w.recency * bx + w.usage * by + _EPS < threshold:
                 break
             d = ys[py] if (w.usage * by > w.recency * bx and py < ny) else xs[px]
             done.add(d)
-            m = 0
-            if common_bits:
-                at = tok_at[d]
-                for fid in toks[at:at + tok_n[d]]:
-                    m |= common_bits.get(fid, 0)
-            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], topic_of(m) if m else 0.0, w)
+            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
             if s < min_score:
                 continue
             if len(best) < limit:
@@ -563,7 +569,7 @@ class ProfileIndex:
                 heapq.heapreplace(best, s)
             else:
                 continue
-            hits.append((d, s, rec, top, m))
+            hits.append((d, s, rec, top, 0))
         return heapq.nsmallest(limit, [h for h in hits if h[1] >= min_score], key=self._tie)
 
     def top_k_gated(
@@ -864,7 +870,7 @@ def cold_query(
     if len(common) > _MAX_COMMON:
         selective += common[:-_MAX_COMMON]
         common = common[-_MAX_COMMON:]
-    ordered_sql = not spec and _has_math(conn)
+    ordered_sql = _has_math(conn)
     sim = {} if spec else (similarity or {})
     seen: set[str] = set(exclude_ids)
     excluded = set(seen)
@@ -914,7 +920,6 @@ def cold_query(
         marks = ", ".join("?" for _ in wanted)
         for r in conn.execute(_ROW_SQL + f" AND is_active = 1 AND id IN ({marks})", (profile, *wanted)):
             visit(r, r[6] if r[6] is not None else features_of(r[8], r[9]))
-    selective_padded = [padded_toks[i] for i in selective]
 
     def walk(member: Callable[[str], float | None], top_bound: float, floor: float) -> list[ColdRow]:
         """The threshold walk over the store's two orders: every row that ``member`` accepts
@@ -1008,22 +1013,8 @@ def cold_query(
         seen.update(h.id for h, *_ in found)
         return found
 
-    if spec:
-        all_common = 0
-        for i in common:
-            all_common |= 1 << i
-
-        def unscored(padded: str) -> float | None:
-            if any(tok in padded for tok in selective_padded):
-                return None  # read above
-            return topic(pq_tok, padded, padded)
-
-        rows += walk(unscored, topic_of(all_common) if all_common else 0.0, min_score)
-        scored = [r for r in rows if r[1] >= min_score and r[0].id not in excluded]
-        return ColdAnswer(heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id)),
-                          0.0, {}, pq, w, mat)
-
-    # The classes of the memories holding only common features, best topic first.
+    # The classes of the memories holding only common features: one per subset, an FTS5
+    # expression (the held AND-ed, NOT any other feature), with its topic.
     pending: list[tuple[float, int]] = []
     for sub in range(1, 1 << len(common)):
         m = 0
@@ -1032,12 +1023,9 @@ def cold_query(
                 m |= 1 << i
         pending.append((topic_of(m), m))
     pending.sort(key=lambda c: -c[0])
-    best = max((r[3] for r in rows), default=0.0)
-    for top, m in pending:
-        if top <= 0.0 or top < ratio * best:
-            break  # fails the gate, and so does every class after it
-        if sum(1 for r in rows if r[3] > top and r[1] >= min_score and r[3] >= ratio * best) >= limit:
-            break  # ``limit`` rows above this topic pass the gate: no member could be kept
+
+    def class_rows(top: float, m: int) -> list[ColdRow] | None:
+        """The best ``limit`` of one class by score (``None``: the ``max_rows`` test knob)."""
         held = [i for i in common if m >> i & 1]
         others = selective + [i for i in common if not m >> i & 1]
         match = f"({scope}{' AND '.join(fts_toks[i] for i in held)})"
@@ -1045,27 +1033,61 @@ def cold_query(
             match += f" NOT ({' OR '.join(fts_toks[i] for i in others)})"
         size = conn.execute(_COUNT_SQL, (match,)).fetchone()[0]
         if size == 0:
-            continue
-        before = len(rows)
+            return []
         if max_rows is not None and size > max_rows and size <= direct:
-            return None  # a test knob: the caller builds the index instead
+            return None
         if size <= direct and not ordered_sql:
+            before = len(rows)
             read(match)
-        elif size <= direct or size * 16 < n:  # sparse: a walk would skip more rows than it reads
-            rows += ordered(match, top)
-        else:
-            want = [padded_toks[i] for i in held]
-            unwanted = [padded_toks[i] for i in others]
+            found = rows[before:]
+            del rows[before:]
+            return found
+        if size <= direct or size * 16 < n:  # sparse: a walk would skip more rows than it reads
+            return ordered(match, top)
+        want = [padded_toks[i] for i in held]
+        unwanted = [padded_toks[i] for i in others]
 
-            def in_class(padded: str, top: float = top, want: list[str] = want,
-                         unwanted: list[str] = unwanted) -> float | None:
-                if all(tok in padded for tok in want) and not any(tok in padded for tok in unwanted):
-                    return top
+        def in_class(padded: str) -> float | None:
+            if all(tok in padded for tok in want) and not any(tok in padded for tok in unwanted):
+                return top
+            return None
+
+        return walk(in_class, top, float("-inf"))
+
+    if spec:
+        # Each class's best (a class whose best possible score is below the k-th so far ends
+        # this), then one walk over the memories holding no query feature (topic 0).
+        for top, m in pending:
+            kth = heapq.nsmallest(limit, (r[1] for r in rows if r[1] >= min_score), key=lambda s: -s)
+            if len(kth) >= limit and w.recency + w.usage + w.topic * top + _EPS < kth[-1]:
+                break
+            found = class_rows(top, m)
+            if found is None:
                 return None
+            rows += found
+        every = padded_toks
 
-            rows += walk(in_class, top, float("-inf"))
-        if len(rows) > before:
+        def featureless(padded: str) -> float | None:
+            return None if any(tok in padded for tok in every) else 0.0
+
+        rows += walk(featureless, 0.0, min_score)
+        scored = [r for r in rows if r[1] >= min_score and r[0].id not in excluded]
+        return ColdAnswer(heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id)),
+                          0.0, {}, pq, w, mat)
+
+    # Evidence mode: the classes best topic first, as the in-memory index takes them.
+    best = max((r[3] for r in rows), default=0.0)
+    for top, m in pending:
+        if top <= 0.0 or top < ratio * best:
+            break  # fails the gate, and so does every class after it
+        if sum(1 for r in rows if r[3] > top and r[1] >= min_score and r[3] >= ratio * best) >= limit:
+            break  # ``limit`` rows above this topic pass the gate: no member could be kept
+        found = class_rows(top, m)
+        if found is None:
+            return None  # a test knob: the caller builds the index instead
+        if found:
             best = max(best, top)
+            rows += found
 
     def ident(h: ColdHit) -> tuple[int, str]:
         return h.created_us, h.id
