@@ -488,9 +488,11 @@ def _migration_10(db: sqlite_utils.Database) -> None:
     age) and by access count (the usage signal). A query over common words then reads the few
     rows that can reach its top-k instead of every row holding them."""
     c = db.conn
-    c.execute("CREATE INDEX memories_profile_anchor ON memories"
+    # IF NOT EXISTS: nothing else depends on them, and a file rolled back to an older version
+    # by hand may keep them.
+    c.execute("CREATE INDEX IF NOT EXISTS memories_profile_anchor ON memories"
               " (profile, max(created_us, coalesce(last_accessed_us, created_us)))")
-    c.execute("CREATE INDEX memories_profile_count ON memories (profile, access_count)")
+    c.execute("CREATE INDEX IF NOT EXISTS memories_profile_count ON memories (profile, access_count)")
 
 
 # Numbered schema migrations, applied in order inside one transaction each.

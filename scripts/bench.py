@@ -390,13 +390,12 @@ def long_lived(path: Path, queries: list[str], repeats: int) -> dict[str, Any]:
     back from the start, while its index is built in the background: the slowest of them, and
     its resident memory once the index is ready (the larger of that and the RSS right after the
     queries); medians over ``repeats`` processes."""
-    env = child_env(path)
+    env = child_env(path)  # its bytecode cache was filled by the start-up children (cold_recall)
     runs = []
-    for i in range(repeats + 1):
+    for _ in range(repeats):
         out = subprocess.run([sys.executable, "-c", _LONG_LIVED_CHILD, str(path), PROFILE, json.dumps(queries)],
                              capture_output=True, text=True, check=True, env=env)
-        if i:  # the first run fills the bytecode cache (and the page cache, as a server's host has)
-            runs.append(json.loads(out.stdout))
+        runs.append(json.loads(out.stdout))
     return {
         "max_ms": p50([max(r["times_ms"]) for r in runs]),
         "rss_mb": p50([max(r["rss_after_queries_mb"], r["rss_index_ready_mb"]) for r in runs]),
