@@ -719,8 +719,8 @@ _HIT_SQL: Final = (
     " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
 )
 _COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features MATCH ?"
-# The two orders of a profile's memories the store indexes (migration 10): by anchor, newest
-# first (the order of recency), and by access count (the order of usage).
+# The two orders of a profile's memories the store indexes (memlocal/store/schemas/recall.py,
+# step 3): by anchor, newest first (the order of recency), and by access count (of usage).
 _ANCHOR_SQL: Final = "max(created_us, coalesce(last_accessed_us, created_us))"
 _WALK_X_SQL: Final = _ROW_SQL + f" AND is_active = 1 ORDER BY {_ANCHOR_SQL} DESC"
 _WALK_Y_SQL: Final = _ROW_SQL + " AND is_active = 1 ORDER BY access_count DESC"
