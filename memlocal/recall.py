@@ -1093,7 +1093,7 @@ def cold_query(
         return h.created_us, h.id
 
     kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
-    return ColdAnswer(kept, best, {h.id: counted[h.id] for h, *_ in kept if h.id in counted},  # type: ignore[misc]
+    return ColdAnswer(kept, best, {h.id: counted[h.id] for h, *_ in kept if h.id in counted},
                       pq, w, mat)
 
 
