@@ -84,6 +84,10 @@ def _ascii_prototypes() -> dict[str, str]:
             continue
         target = homoglyphs[0]["c"].replace("\u200e", "")  # the data wraps RTL characters in LRMs
         if target and target.isascii() and target.isprintable():
+            if unicodedata.category(ch) == "Lu" and target.islower() and len(target) == 1:
+                # TR39 is caseless: capital I-likes (Cyrillic І, Greek Ι) share l's prototype.
+                # A capital stays a capital, so that AKIA with a Cyrillic І is still seen as AKIA.
+                target = "I" if target == "l" else target.upper()
             out[ch] = target
     return out
 

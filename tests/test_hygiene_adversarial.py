@@ -89,6 +89,13 @@ def test_reject_mode_refuses_a_hidden_key(make_bank: Callable[..., MemoryBank], 
         assert bank.stats()["totalMemories"] == 0
 
 
+def test_a_capital_lookalike_stays_a_capital() -> None:
+    """TR39 gives capital I-likes the prototype of l; AKIA with a Cyrillic І is still AKIA (found
+    by the generated-disguise property)."""
+    assert redact("the key is A\u200bK\u0406AIOSFODNN7EXAMPLE").kinds == ("aws-key",)
+    assert redact("the key is AK\u0399AIOSFODNN7EXAMPLE").kinds == ("aws-key",)
+
+
 @pytest.mark.parametrize("key,kind", [(STRIPE_LONG, "stripe-key"), (GHP_37, "github-token")])
 def test_a_key_of_any_length_is_redacted_whole(key: str, kind: str) -> None:
     assert len(key) in (107, 41)
