@@ -99,7 +99,7 @@ def _load(store: Store, rows: Sequence[tuple[Any, ...]]) -> list[Injection]:
         f" ({', '.join('?' for _ in ids)}) ORDER BY injection_id, tier, rank", ids
     ):
         members[injection_id][tier].append(memory_id)
-    return [Injection(i, from_us(at), p, h, n, tuple(members[i]["core"]), tuple(members[i]["relevant"]))  # type: ignore[arg-type]
+    return [Injection(i, from_us(at), p, h, n, tuple(members[i]["core"]), tuple(members[i]["relevant"]))
             for i, at, p, h, n in rows]
 
 

@@ -91,10 +91,11 @@ class NoteReplicator(Protocol):
 
 
 def _check_note(text: object) -> str:
-    size = len(check_text(text, "automation note").encode("utf-8"))
+    checked = check_text(text, "automation note")
+    size = len(checked.encode("utf-8"))
     if size > NOTE_MAX_BYTES:
         raise InputTooLargeError(f"automation note is {size} bytes of UTF-8; the cap is {NOTE_MAX_BYTES} bytes")
-    return text.strip()
+    return checked.strip()
 
 
 class AutomationNotes:
@@ -114,11 +115,11 @@ class AutomationNotes:
         if found is None:
             return None
         # Redacted on the way out too: a note pulled from the bucket did not pass through put.
-        return AutomationNote(automation_id, _redacted(found[0])[0], from_us(found[1]))  # type: ignore[arg-type]
+        return AutomationNote(automation_id, _redacted(found[0])[0], from_us(found[1]))
 
     def list(self) -> builtins.list[AutomationNote]:
         """Every automation's note, most recently written first (the dashboard's listing)."""
-        return [AutomationNote(a, _redacted(n)[0], from_us(u)) for a, n, u in self._store.notes()]  # type: ignore[arg-type]
+        return [AutomationNote(a, _redacted(n)[0], from_us(u)) for a, n, u in self._store.notes()]
 
     def put(self, automation_id: str, text: str, *, now: datetime | None = None) -> AutomationNote | None:
         """Replace the note (durably); an empty or blank ``text`` clears it and returns ``None``."""
@@ -132,7 +133,7 @@ class AutomationNotes:
         assert updated_us is not None
         self._store.note_put(automation_id, note, updated_us)
         # As stored (to the microsecond), so that it compares equal to what ``get`` returns.
-        stored = AutomationNote(automation_id, note, from_us(updated_us))  # type: ignore[arg-type]
+        stored = AutomationNote(automation_id, note, from_us(updated_us))
         if self._replicator is not None:
             self._replicator.push_note(automation_id, stored)  # after the commit; never raises
         return stored

@@ -711,7 +711,7 @@ class MemoryBank:
         from .model import format_time
         from .store import from_us
 
-        return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}  # type: ignore[arg-type]
+        return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}
                 for p, n, act in self.store.profile_activity()]
 
     def sync_status(self) -> dict[str, Any]:

@@ -116,7 +116,9 @@ def _below_one(value: float) -> str | None:
 
 def _age(value: str) -> str | None:
     try:
-        return None if not value else (parse_age(value) and None)
+        if value:
+            parse_age(value)
+        return None
     except ValidationError:
         return "not an age"
 

@@ -33,7 +33,7 @@ from typing import Final
 from . import clusters as _clusters
 from . import text as _text
 from .clusters import clusters_of
-from .scoring import memory_terms
+from .text import memory_terms
 
 # FTS5's ``ascii`` tokenizer: ASCII letters/digits and these characters form tokens, every
 # non-ASCII character is a token character, ASCII case is folded (our terms are lowercase).

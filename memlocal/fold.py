@@ -37,7 +37,10 @@ import re
 import unicodedata
 from functools import lru_cache
 from importlib import resources
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    import regex
 
 __all__ = ["DASH", "fold", "fold_map", "is_dash", "is_invisible", "skeleton", "strip_invisible"]
 
@@ -49,10 +52,10 @@ DASH: Final = "-"
 
 
 @lru_cache(maxsize=1)
-def _default_ignorable() -> "re.Pattern[str]":
+def _default_ignorable() -> regex.Pattern[str]:
     import regex  # the Unicode property tables Python's unicodedata lacks
 
-    return regex.compile(r"\p{Default_Ignorable_Code_Point}")  # type: ignore[no-any-return]
+    return regex.compile(r"\p{Default_Ignorable_Code_Point}")
 
 
 def is_invisible(ch: str) -> bool:

@@ -14,7 +14,7 @@ import re
 import secrets
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Final, Mapping
+from typing import Any, Final, Mapping, overload
 
 from .errors import InputTooLargeError, ValidationError, fold_whitespace
 
@@ -338,6 +338,12 @@ def utcnow() -> datetime:
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+@overload
+def to_us(dt: datetime) -> int: ...
+@overload
+def to_us(dt: None) -> None: ...
+@overload
+def to_us(dt: datetime | None) -> int | None: ...
 def to_us(dt: datetime | None) -> int | None:
     """Aware datetime -> integer microseconds since the epoch (exact, unlike float seconds)."""
     if dt is None:
@@ -346,6 +352,12 @@ def to_us(dt: datetime | None) -> int | None:
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+@overload
+def from_us(us: int) -> datetime: ...
+@overload
+def from_us(us: None) -> None: ...
+@overload
+def from_us(us: int | None) -> datetime | None: ...
 def from_us(us: int | None) -> datetime | None:
     """Integer microseconds since the epoch -> aware UTC datetime (the inverse of :func:`to_us`)."""
     if us is None:

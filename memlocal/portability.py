@@ -128,11 +128,11 @@ def import_jsonl(
             continue
         try:
             memory = _parse(line_no, line, profile)
-            raw, processed, summary, kinds = bank.redact_secrets(memory.raw_input, memory.processed_content,
-                                                                 memory.summary)
+            raw_input, processed, summary, kinds = bank.redact_secrets(memory.raw_input,
+                                                                       memory.processed_content, memory.summary)
             extra, extra_kinds, fields = bank.redact_fields(memory.extra) if memory.extra else ({}, (), ())
             if kinds or extra_kinds:
-                memory = memory.with_changes(raw_input=raw, processed_content=processed, summary=summary,
+                memory = memory.with_changes(raw_input=raw_input, processed_content=processed, summary=summary,
                                              extra=extra if extra_kinds else memory.extra)
                 report.redacted.append((line_no, merge_kinds((kinds, extra_kinds)), fields))
             batch.append((line_no, memory))

@@ -58,7 +58,8 @@ TIERS: Final = ("core", "other")
 def recency(anchor_us: int, now_us: int) -> float:
     """0.5 ** (age_days / 30); an anchor in the future (another host's clock) counts as age 0."""
     age_days = max(0, now_us - anchor_us) / US_PER_DAY
-    return 0.5 ** (age_days / HALF_LIFE_DAYS)
+    weight: float = 0.5 ** (age_days / HALF_LIFE_DAYS)  # float ** float is typed Any (it may be complex)
+    return weight
 
 
 def usage(access_count: int) -> float:

@@ -65,7 +65,7 @@ def parse_listing(body: bytes) -> dict[str, Any]:
     return out
 
 
-class _Parser(RestXMLParser):
+class _Parser(RestXMLParser):  # type: ignore[misc]  # botocore ships no types: its classes are Any
     """botocore's rest-xml parser, reading a ListObjectsV2 page's body with :func:`parse_listing`."""
 
     def _parse_payload(self, response: dict[str, Any], shape: Any, member_shapes: Any,
@@ -76,7 +76,7 @@ class _Parser(RestXMLParser):
         super()._parse_payload(response, shape, member_shapes, final_parsed)
 
 
-class _Factory(ResponseParserFactory):
+class _Factory(ResponseParserFactory):  # type: ignore[misc]  # as above
     def create_parser(self, protocol_name: str) -> Any:
         if protocol_name == "rest-xml":
             return _Parser(**self._defaults)

@@ -119,7 +119,7 @@ def _contained(reader: Callable[[Any], Any], obj: Any, what: str, *, one_line: b
         raise BadObject(f"not a usable {what} ({type(exc).__name__}: {_one_line(exc)})") from None
 
 
-def _one_line(exc: BaseException, limit: int = 200) -> str:
+def _one_line(exc: BaseException | str, limit: int = 200) -> str:
     text = fold_whitespace(exc)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

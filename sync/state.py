@@ -505,4 +505,4 @@ class SyncState:
 
 def as_note(automation_id: str, note: NoteState) -> AutomationNote:
     """A stored note ``(text, updated_us)`` as an ``AutomationNote``."""
-    return AutomationNote(automation_id, note[0], from_us(note[1]))  # type: ignore[arg-type]
+    return AutomationNote(automation_id, note[0], from_us(note[1]))

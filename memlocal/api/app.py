@@ -66,7 +66,8 @@ async def _bank(request: Request) -> MemoryBank:
     wired = request.app.state.bank
     if isinstance(wired, BaseException):
         raise BankNotWiredError(f"the memory bank is not wired: {wired}")
-    return wired
+    bank: MemoryBank = wired
+    return bank
 
 
 BankDep = Depends(_bank)

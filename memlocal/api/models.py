@@ -8,14 +8,16 @@ responses.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
-from pydantic.json_schema import JsonDict
 
 from ..inputs import SaveInput
 from ..model import CATEGORIES, ID_PATTERN
+
+# pydantic's JsonDict is not exported (pydantic.json_schema re-imports it privately).
+JsonDict = dict[str, Any]
 
 _CATEGORY_SCHEMA: JsonDict = {"enum": list(CATEGORIES)}
 _TIME: JsonDict = {"format": "date-time"}

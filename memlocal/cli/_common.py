@@ -22,6 +22,7 @@ from ..humanize import ellipsize, round_floats
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank
+    from ..model import Memory
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,7 +86,7 @@ class MemlocalGroup(click.Group):
                 cmd = ep.load()
         return cmd
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         """Run the CLI, printing every error, usage errors included, as one line on stderr."""
         kwargs.pop("standalone_mode", None)
         try:

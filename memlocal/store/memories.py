@@ -67,7 +67,7 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
         category=category,
         source=source,
         confidence=confidence,
-        created_at=from_us(created_us),  # type: ignore[arg-type]
+        created_at=from_us(created_us),
         last_accessed_at=from_us(last_us),
         access_count=access_count,
         staleness_score=staleness,
@@ -405,7 +405,7 @@ class Store(Database):
                     category=category,
                     confidence=confidence,
                     access_count=count + 1,
-                    created_at=from_us(created_us),  # type: ignore[arg-type]
+                    created_at=from_us(created_us),
                     last_accessed_at=from_us(last),
                     now=now,
                 )
@@ -528,7 +528,8 @@ class Store(Database):
         return [(p, n, act) for p, n, act in rows]
 
     def count(self) -> int:
-        return self.read("SELECT count(*) FROM memories")[0][0]
+        count: int = self.read("SELECT count(*) FROM memories")[0][0]
+        return count
 
     # --- automation notes (memlocal.automation) and their change log ---------------------------
     #
