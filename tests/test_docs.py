@@ -5,6 +5,7 @@ every REST route is in docs/rest.md. A failure says exactly what to document, an
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import click
@@ -158,3 +159,39 @@ def test_storage_md_names_the_full_text_tables_a_database_has(tmp_path: Path) ->
     gone = [f"docs/storage.md names `{t}`, which a new database no longer has: update the page"
             for t in sorted(set(re.findall(r"`(\w+_fts\w*)`", text)) - tables)]
     assert not missing + gone, "\n".join(missing + gone)
+
+
+def _layers_contract() -> list[list[str]]:
+    """The modules of each layer of the import-linter ``layers`` contract, top layer first."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    return [[m.strip() for m in layer.split(":")] for layer in layers]
+
+
+def _module_of_row(path: str) -> str:
+    """``memlocal/store/`` -> ``memlocal.store``, ``sync/plan.py`` -> ``memlocal_sync.plan``."""
+    dotted = path.removesuffix("/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    return "memlocal_sync" + dotted[len("sync"):] if dotted.split(".")[0] == "sync" else dotted
+
+
+def test_the_architecture_layers_are_the_layers_contract() -> None:
+    """docs/architecture.md's layer column is the import-linter contract: each row's module is in
+    the contract layer its column names, and the layers come bottom up in the contract's order."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| ([a-z]+) \| `([^`]+)` \|", text.split("## Module map", 1)[1].split("\n## ", 1)[0], re.M)
+    contract = _layers_contract()
+    names: dict[int, set[str]] = {}
+    order: list[int] = []
+    for layer, path in rows:
+        module = _module_of_row(path)
+        if module == "memlocal":  # the root package holds every layer; it only names the public API
+            continue
+        index = [i for i, mods in enumerate(contract) if any(module == m or module.startswith(m + ".") for m in mods)]
+        assert index, f"architecture.md: {path} is in no layer of the import-linter layers contract"
+        names.setdefault(index[0], set()).add(layer)
+        if not order or order[-1] != index[0]:
+            order.append(index[0])
+    assert all(len(n) == 1 for n in names.values()), f"one name per contract layer: {names}"
+    assert order == sorted(set(order), reverse=True) == list(range(len(contract)))[::-1], \
+        "architecture.md lists the contract's layers bottom up, each layer's rows together"
+    assert len({next(iter(n)) for n in names.values()}) == len(contract), "a name per layer, each its own"

@@ -46,6 +46,7 @@ def violations(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_a_library_module_importing_a_face_breaks_a_contract(violations: str) -> None:
     assert "faces are not imported by the library BROKEN" in violations
+    assert "the layers of the module map BROKEN" in violations
     assert "memlocal.store.memories -> memlocal.cli._common" in violations
 
 
