@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memlocal")
 
+# The spec's start-up warning without a bucket is said once per process (a CLI command is one).
+_warned_local_only = False
+
 REPLICATOR_ENTRY_POINTS = "memlocal.replicators"
 DAEMON_ENTRY_POINTS = "memlocal.daemons"
 
@@ -101,6 +104,14 @@ class Replicator(Protocol):
     def status(self) -> dict[str, Any]:
         """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
         the last pass and error, skipped objects (the dashboard's sync panel)."""
+        ...
+
+    def prepare(self, profile: str | None = None, *, wait: bool = True) -> None:
+        """The pull on open, called before every read (cheap after the first call). The first
+        call pulls the whole bucket on a background thread when this index has never completed a
+        pass against it (else queues a background refresh of ``profile``); with ``wait``, waits
+        for that pull until ``sync.hydrate_deadline_s`` after it began, then lets the read answer
+        from the local index (saying so once). Never raises."""
         ...
 
     def close(self) -> None: ...
@@ -252,8 +263,24 @@ class MemoryBank:
         except Exception:
             store.close()
             raise
+        if replicator is None:
+            _warn_local_only()
         return cls(store, config=config, replicator=replicator, extractor=extractor,
                    daemon_factory=_installed_daemon)
+
+    def prepare(self) -> None:
+        """Start the pull on open now, without waiting (a server's or an MCP server's start-up):
+        with a bucket, a host whose index has never completed a pass against it starts pulling
+        all of it (the first reads wait for it up to ``sync.hydrate_deadline_s``); a hydrated host
+        queues a background refresh of every profile. Reads do this themselves when it was not
+        done: ``MemoryBank.open`` alone sends no request."""
+        if self.replicator is not None:
+            self.replicator.prepare(None, wait=False)
+
+    def _ready(self, profile: str | None = None) -> None:
+        """Before a read: the pull on open (``Replicator.prepare``), waited for within its deadline."""
+        if self.replicator is not None:
+            self.replicator.prepare(profile, wait=True)
 
     @property
     def path(self) -> Path:
@@ -610,6 +637,7 @@ class MemoryBank:
         """One memory of ``profile``; ``NotFoundError`` if absent (or in another profile)."""
         validate_profile(profile)
         validate_id(memory_id)
+        self._ready(profile)
         return self.store.get(profile, memory_id)
 
     def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None,
@@ -621,6 +649,7 @@ class MemoryBank:
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
+        self._ready(profile)
         return self.store.list(profile, limit, offset, category=category, active_only=active_only)
 
     def list_all(
@@ -633,11 +662,15 @@ class MemoryBank:
             validate_category(category)
         if q is not None:
             check_text(q, "q")
+        self._ready()
         return self.store.list_all(limit, offset, q=q or None, category=category)
 
     def export(self, profile: str | None = None) -> Iterator[Memory]:
         """Every memory of ``profile`` (or of every profile, by name), oldest first. Read-only."""
-        profiles = [validate_profile(profile)] if profile is not None else sorted(self.store.profiles())
+        if profile is not None:
+            validate_profile(profile)
+        self._ready(profile)
+        profiles = [profile] if profile is not None else sorted(self.store.profiles())
         for name in profiles:
             memories = self.store.iter_profile(name)
             memories.sort(key=lambda m: (m.created_at, m.id))
@@ -645,6 +678,7 @@ class MemoryBank:
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
+        self._ready()
         out: dict[str, list[Memory]] = {}
         for memory in self.store.iter_all():
             out.setdefault(memory.profile_name, []).append(memory)
@@ -656,6 +690,7 @@ class MemoryBank:
         from .model import format_time
         from .store import from_us
 
+        self._ready()
         return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}  # type: ignore[arg-type]
                 for p, n, act in self.store.profile_activity()]
 
@@ -669,6 +704,7 @@ class MemoryBank:
 
     def stats(self) -> dict[str, Any]:
         """``{"totalMemories": N, "profilesWithMemory": K, "perProfile": {name: n}}``."""
+        self._ready()
         per_profile = self.store.profiles()
         return {
             "totalMemories": sum(per_profile.values()),
@@ -744,6 +780,7 @@ class MemoryBank:
             exclude_ids = (exclude_ids,)
         exclude = [validate_id(i) for i in exclude_ids]
         ranking = self.ranking()
+        self._ready(profile)
         return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now,
                                    ranking=ranking, similarity=self._similarity(profile, query, ranking))
 
@@ -795,6 +832,7 @@ class MemoryBank:
 
         validate_profile(profile)
         check_text(query, "query")
+        self._ready(profile)
         from .scoring import SPEC
 
         index = self._index()
@@ -866,12 +904,22 @@ class MemoryBank:
         check_text(prompt, "prompt")
         if query is not None:
             check_text(query, "query")
+        self._ready(profile)
         blocks = [operator_block(list(contexts))]
         if automation_id is not None:
             blocks.append(self.automations.block(automation_id))
         if memory_enabled(tools):
             blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
         return assemble(blocks, prompt)
+
+def _warn_local_only() -> None:
+    """The spec's start-up warning of a bank without a bucket, once per process (on stderr where
+    nothing configured logging: Python's last-resort handler prints warnings)."""
+    global _warned_local_only
+    if not _warned_local_only:
+        _warned_local_only = True
+        log.warning("no bucket configured (set INTERNAL_S3_BUCKET or S3_BUCKET to sync): memories stay on this host only")
+
 
 def _check_recall_args(limit: object, min_score: object) -> tuple[int, float]:
     return validate_int(limit, "limit", 1, PAGE_MAX_LIMIT), validate_min_score(min_score)
