@@ -27,7 +27,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from memlocal.automation import AutomationNote
 from memlocal.config import Config
@@ -38,10 +38,13 @@ from memlocal.store import NoteState, Store, to_us
 from . import marker
 from .breaker import HostBreaker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed
-from .engine import PassReport, SyncEngine
 from .objects import PREFIX, content_hash, decode, encode, encode_note, note_hash, note_key, object_key
 from .state import DeletedRemote, Effect, NoteDeletedRemote, NoteSynced, SyncState, Synced
-from .status import status_for
+
+if TYPE_CHECKING:
+    # The engine (and botocore's parsers, through the listing) is imported when a pull runs: a
+    # save, above all one the open breaker sends straight to the outbox, never needs it.
+    from .engine import PassReport, SyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -473,6 +476,8 @@ class S3Replicator:
         """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank),
         and this process's pull on open (``openPull``: ``pulling``, ``done``, ``failed`` with
         the reason, or ``none`` when the index was hydrated already or the pull is off)."""
+        from .status import status_for
+
         out = status_for(self.settings, self.store)
         hydration = self._hydration
         if hydration is None:
@@ -486,6 +491,8 @@ class S3Replicator:
 
     def _get_engine(self) -> SyncEngine:
         if self._engine is None:
+            from .engine import SyncEngine
+
             self._engine = SyncEngine(self.config, self.store, bucket=self._read_bucket)
             if self._closed:  # closed while this pull was starting: it stops at once
                 self._engine.cancel()

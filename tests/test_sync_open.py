@@ -140,3 +140,60 @@ def test_cli_saves_against_a_frozen_bucket_wait_for_one_timeout(
     status = cli.json("sync", "status", "--json", env=env)
     assert status["breaker"]["state"] == "open", status["breaker"]
     fault_proxy.thaw()
+
+
+def test_one_process_probes_the_half_open_breaker_while_the_others_write_to_the_outbox(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    import threading
+
+    # Two banks on one database: two processes of one host, as far as the index is concerned.
+    settings = {"bucket__endpoint": fault_proxy.endpoint, "sync__breaker_s": 0.0}
+    a, b = hosts("a", **settings), hosts("a", **settings)
+    fault_proxy.fail(1)  # the first request answers 503: the breaker opens (a window of 0 s: half-open at once)
+    assert a.bank.save(P, "the save that opens the breaker").synced is False
+    assert a.bank.sync_status()["breaker"]["state"] == "half-open"
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(method: str, path: str, headers: dict[str, str]) -> bool:
+        entered.set()
+        release.wait(30)
+        return True
+
+    fault_proxy.before(hold)
+    probe: list[Any] = []
+    prober = threading.Thread(target=lambda: probe.append(b.bank.save(P, "the probe, from the other process")))
+    prober.start()
+    assert entered.wait(30)
+    seen = fault_proxy.received
+    # While b probes, a's saves go straight to the outbox, without a request.
+    assert a.bank.save(P, "saved while the other process probes").synced is False
+    assert fault_proxy.received == seen
+    release.set()
+    prober.join(30)
+    assert probe and probe[0].synced is True  # the probe succeeded: closed for every process
+    assert a.bank.sync_status()["breaker"] == {"state": "closed"}
+    assert a.bank.save(P, "written through again").synced is True
+
+
+def test_a_completed_pass_closes_the_breaker(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy,
+                                            cli: Any) -> None:
+    a = hosts("a", bucket__endpoint=fault_proxy.endpoint, sync__breaker_s=600.0)
+    fault_proxy.fail(1)
+    assert a.bank.save(P, "the save that opens the breaker").synced is False
+    assert a.bank.save(P, "straight to the outbox").synced is False
+    res = cli.at(a.path)("sync", "status", env={"INTERNAL_S3_ENDPOINT": fault_proxy.endpoint})
+    assert "breaker:     open: saves on this host go to the outbox" in res.stdout, res.output
+    report = a.sync()
+    assert report.ok and report.counts["pushed"] == 2
+    assert a.bank.sync_status()["breaker"] == {"state": "closed"}
+    assert a.bank.save(P, "written through after the pass").synced is True
+
+
+def test_cli_reads_with_a_bucket_print_nothing_on_stderr(hosts: Callable[..., Host], s3: S3, cli: Any) -> None:
+    seeded(hosts, 2)
+    env = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true"}
+    first = cli.process("recall", "-p", P, "deploy note", env=env)  # hydrates
+    again = cli.process("recall", "-p", P, "deploy note", env=env)  # refreshes in the background, cancelled at exit
+    for res in (first, again):
+        assert res.exit_code == 0 and "deploy note" in res.stdout, res.output
+        assert res.stderr == "", res.stderr
