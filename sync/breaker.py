@@ -50,7 +50,10 @@ class HostBreaker:
         sql = ("SELECT failures, open_until_us, probe_until_us, reason, opened_us, failed_us FROM sync_breaker"
                " WHERE bucket = ?")
         rows = conn.execute(sql, (self.bucket,)).fetchall() if conn is not None else self.store.read(sql, (self.bucket,))
-        return tuple(rows[0]) if rows else None  # type: ignore[return-value]
+        if not rows:
+            return None
+        r = rows[0]
+        return int(r[0]), int(r[1]), int(r[2]), str(r[3]), int(r[4]), int(r[5])
 
     @staticmethod
     def _window_over(row: tuple[int, int, int, str, int, int], now_us: int) -> bool:

@@ -411,6 +411,7 @@ class S3Replicator:
         if not wait or self._notice == "":
             return
         hydration = self._hydration
+        notice: str | None
         if hydration is not None and not hydration.wait():
             notice = (f"the pull of the bucket is still running after {hydration.deadline_s:g} s "
                       "(sync.hydrate_deadline_s)")
@@ -473,21 +474,10 @@ class S3Replicator:
         return self.refresher.request(profile, ttl)
 
     def status(self) -> dict[str, Any]:
-        """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank),
-        and this process's pull on open (``openPull``: ``pulling``, ``done``, ``failed`` with
-        the reason, or ``none`` when the index was hydrated already or the pull is off)."""
+        """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank)."""
         from .status import status_for
 
-        out = status_for(self.settings, self.store)
-        hydration = self._hydration
-        if hydration is None:
-            out["openPull"] = {"state": "none"}
-        elif not hydration.done.is_set():
-            out["openPull"] = {"state": "pulling", "seconds": round(time.monotonic() - hydration.started, 3)}
-        else:
-            out["openPull"] = ({"state": "failed", "reason": hydration.problem} if hydration.problem
-                               else {"state": "done"})
-        return out
+        return status_for(self.settings, self.store)
 
     def _get_engine(self) -> SyncEngine:
         if self._engine is None:

@@ -22,7 +22,9 @@ from s3server import S3, FaultProxy, Host
 from memlocal import Config, MemoryBank
 
 P = "runner"
-ON = {"sync__pull_on_open": True}
+# A deadline no loaded machine reaches: these hosts must end up with the bucket's memories.
+ON = {"sync__pull_on_open": True, "sync__hydrate_deadline_s": 60.0}
+ENV_ON = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true", "MEMLOCAL_SYNC_HYDRATE_DEADLINE_S": "60"}
 
 
 def seeded(hosts: Callable[..., Host], n: int = 3) -> set[str]:
@@ -30,6 +32,7 @@ def seeded(hosts: Callable[..., Host], n: int = 3) -> set[str]:
     a = hosts("a")
     ids = {a.bank.save(P, content=f"the runner's deploy note number {i}").memory.id for i in range(n)}
     assert len(ids) == n
+    assert a.sync().ok  # in the bucket, whatever a loaded machine made of the write-through timeouts
     return ids
 
 
@@ -47,7 +50,7 @@ def test_a_fresh_host_has_the_buckets_memories_at_its_first_read(hosts: Callable
 
 def test_a_fresh_runner_cli_injects_the_buckets_memories(hosts: Callable[..., Host], s3: S3, cli: Any) -> None:
     seeded(hosts)
-    env = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true"}
+    env = ENV_ON
     res = cli("inject", "-p", P, "what is the deploy note?", env=env)
     assert res.exit_code == 0, res.output
     assert "the runner's deploy note number" in res.stdout
@@ -64,7 +67,7 @@ def test_a_fresh_mcp_server_answers_from_the_bucket(hosts: Callable[..., Host], 
     from support import mcp_server_params
 
     params = mcp_server_params(tmp_path / "fresh-mcp.db", P)
-    params.env = {**(params.env or {}), "MEMLOCAL_SYNC_PULL_ON_OPEN": "true"}
+    params.env = {**(params.env or {}), **ENV_ON}
 
     async def scenario() -> dict[str, Any]:
         async with stdio_client(params) as (r, w):
@@ -81,8 +84,8 @@ def test_past_the_deadline_a_fresh_host_answers_from_what_it_has_and_says_so_onc
         hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, caplog: pytest.LogCaptureFixture) -> None:
     seeded(hosts)
     fault_proxy.freeze()
-    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__hydrate_deadline_s=0.3,
-              sync__put_timeout_s=5.0, **ON)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__put_timeout_s=5.0,
+              **{**ON, "sync__hydrate_deadline_s": 0.3})
     with caplog.at_level(logging.WARNING):
         assert b.bank.list(P).total == 0
         assert b.bank.stats()["totalMemories"] == 0
@@ -191,7 +194,7 @@ def test_a_completed_pass_closes_the_breaker(hosts: Callable[..., Host], s3: S3,
 
 def test_cli_reads_with_a_bucket_print_nothing_on_stderr(hosts: Callable[..., Host], s3: S3, cli: Any) -> None:
     seeded(hosts, 2)
-    env = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true"}
+    env = ENV_ON
     first = cli.process("recall", "-p", P, "deploy note", env=env)  # hydrates
     again = cli.process("recall", "-p", P, "deploy note", env=env)  # refreshes in the background, cancelled at exit
     for res in (first, again):
