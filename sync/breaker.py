@@ -20,8 +20,8 @@ import time
 from typing import Any, Callable
 
 from memlocal.errors import MemoryBankError
-from memlocal.model import format_time
-from memlocal.store import Store, from_us
+from memlocal.model import format_time, from_us
+from memlocal.replication import Replica
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ _US = 1_000_000
 class HostBreaker:
     """The breaker of the bucket ``bucket`` (its identity) in the index ``store``."""
 
-    def __init__(self, store: Store, bucket: str, *, base_s: float, probe_lease_s: float,
+    def __init__(self, store: Replica, bucket: str, *, base_s: float, probe_lease_s: float,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.bucket = bucket
@@ -49,7 +49,7 @@ class HostBreaker:
     def _row(self, conn: Any = None) -> tuple[int, int, int, str, int, int] | None:
         sql = ("SELECT failures, open_until_us, probe_until_us, reason, opened_us, failed_us FROM sync_breaker"
                " WHERE bucket = ?")
-        rows = conn.execute(sql, (self.bucket,)).fetchall() if conn is not None else self.store.read(sql, (self.bucket,))
+        rows = conn.query(sql, (self.bucket,)) if conn is not None else self.store.read(sql, (self.bucket,))
         if not rows:
             return None
         r = rows[0]
@@ -83,7 +83,7 @@ class HostBreaker:
             now = self._now_us()
             if not self._window_over(row, now) or row[2] > now:
                 return False
-            with self.store.transaction(durable=False) as c:
+            with self.store.transaction() as c:
                 row = self._row(c)
                 if row is None:
                     return True  # closed meanwhile
@@ -102,8 +102,8 @@ class HostBreaker:
         try:
             if self._row() is None:
                 return
-            with self.store.transaction(durable=False) as c:
-                closed = c.execute("DELETE FROM sync_breaker WHERE bucket = ?", (self.bucket,)).rowcount
+            with self.store.transaction() as c:
+                closed = c.execute("DELETE FROM sync_breaker WHERE bucket = ?", (self.bucket,))
         except MemoryBankError as exc:
             log.debug("circuit breaker not closed in the index: %s", exc)
             return
@@ -116,7 +116,7 @@ class HostBreaker:
         now = self._now_us()
         with self._lock:
             try:
-                with self.store.transaction(durable=False) as c:
+                with self.store.transaction() as c:
                     row = self._row(c)
                     failures = (row[0] if row else 0) + 1
                     window = self.base_s * min(2 ** (failures - 1), MAX_FACTOR)

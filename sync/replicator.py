@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from memlocal.automation import AutomationNote
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError, SyncError
-from memlocal.model import Memory, validate_profile
-from memlocal.store import NoteState, Store, to_us
+from memlocal.model import Memory, to_us, validate_profile
+from memlocal.replication import NoteState, Replica
 
 from . import marker
 from .breaker import HostBreaker
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-def factory(config: Config, store: Store) -> "S3Replicator | None":
+def factory(config: Config, store: Replica) -> "S3Replicator | None":
     """The ``memlocal.replicators`` entry point: a replicator, or ``None`` without a bucket (the
     bank then runs local only, and ``MemoryBank.open`` says so once per process)."""
     settings = BucketSettings.from_config(config)
@@ -173,7 +173,7 @@ class _Hydration:
 class S3Replicator:
     """The bank's write-through hook for one store and one bucket."""
 
-    def __init__(self, config: Config, store: Store, settings: BucketSettings) -> None:
+    def __init__(self, config: Config, store: Replica, settings: BucketSettings) -> None:
         self.config = config
         self.store = store
         self.settings = settings

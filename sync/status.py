@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memlocal.store import Store
+from memlocal.replication import Replica
 
 from .breaker import HostBreaker
 from .bucket import BucketSettings
@@ -12,7 +12,7 @@ from .engine import pass_running
 from .state import META_LAST_ERROR, META_LAST_PASS, META_MARKER, SyncState
 
 
-def status_for(settings: BucketSettings | None, store: Store) -> dict[str, Any]:
+def status_for(settings: BucketSettings | None, store: Replica) -> dict[str, Any]:
     """``sync status`` of ``store`` against the bucket ``settings`` (also the replicator's
     ``status()``). ``hydrated``: when this index completed a pass of every profile against the
     bucket (``None``: never, so a bank opening here pulls it first); ``breaker``: the host's
