@@ -418,7 +418,13 @@ def bench_frozen(tmp: Path, plan: Plan) -> dict[str, Any]:
 
     from _benchlib import free_port
 
+    import resource
+
     cli_s, lib_s, rest_s = [], [], []
+    # Load-independent companions: the CLI processes' CPU seconds, and the connections that
+    # reached the bucket (each one waited out a timeout) per face.
+    cli_cpu: list[float] = []
+    reached: dict[str, list[int]] = {"cli": [], "lib": [], "rest": []}
     repeats, n_cli, n = plan.noop_repeats, plan.frozen_cli_saves, plan.frozen_saves
     with FrozenEndpoint() as frozen:
         settings = s3_env(frozen.endpoint)
@@ -429,18 +435,25 @@ def bench_frozen(tmp: Path, plan: Plan) -> dict[str, Any]:
         for rep in range(repeats):
             log(f"  frozen bucket: {n_cli} CLI saves, {n} library saves, {n} REST saves ({rep + 1}/{repeats})")
             db = tmp / f"frozen-cli-{rep}.db"
+            c0, a0 = resource.getrusage(resource.RUSAGE_CHILDREN), len(frozen.accepted)
             t = time.perf_counter()
             for i in range(n_cli):
                 subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", PROFILE,
                                 f"saved by runner step {i} while the bucket hangs"], capture_output=True, check=True,
                                env=env)
             cli_s.append(time.perf_counter() - t)
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cli_cpu.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+            reached["cli"].append(len(frozen.accepted) - a0)
+            a0 = len(frozen.accepted)
 
             t = time.perf_counter()
             with MemoryBank.open(tmp / f"frozen-lib-{rep}.db", config=Config.load(environ=settings)) as bank:
                 for i in range(n):
                     bank.save(PROFILE, content=f"library save {i} while the bucket hangs")
             lib_s.append(time.perf_counter() - t)
+            reached["lib"].append(len(frozen.accepted) - a0)
+            a0 = len(frozen.accepted)
 
             port = free_port()
             server = subprocess.Popen([sys.executable, "-m", "memlocal", "--db", str(tmp / f"frozen-rest-{rep}.db"),
@@ -466,10 +479,12 @@ def bench_frozen(tmp: Path, plan: Plan) -> dict[str, Any]:
                         if r.status_code != 201:
                             raise SystemExit(f"REST save answered {r.status_code}: {r.text[:200]}")
                     rest_s.append(time.perf_counter() - t)
+                    reached["rest"].append(len(frozen.accepted) - a0)
             finally:
                 server.terminate()
                 server.wait(timeout=30)
-    return {"cli_10_saves_s": cli_s, "lib_100_saves_s": lib_s, "rest_100_saves_s": rest_s}
+    return {"cli_10_saves_s": cli_s, "lib_100_saves_s": lib_s, "rest_100_saves_s": rest_s,
+            "cli_10_saves_cpu_s": cli_cpu, "connections": reached}
 
 
 def hydrate(endpoint: str, bucket: str, workers: int) -> tuple[float, int]:
@@ -672,7 +687,9 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
         "_details": {"fresh_runner_runs_s": runner_s, "fresh_runner_block_has_memories": all(runner_blocks),
                      "frozen_cli_10_saves_runs_s": frozen["cli_10_saves_s"],
                      "frozen_lib_100_saves_runs_s": frozen["lib_100_saves_s"],
-                     "frozen_rest_100_saves_runs_s": frozen["rest_100_saves_s"],"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
+                     "frozen_rest_100_saves_runs_s": frozen["rest_100_saves_s"],
+                     "frozen_cli_10_saves_cpu_s": frozen["cli_10_saves_cpu_s"],
+                     "frozen_connections": frozen["connections"],"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
                      "rclone_runs_per_s": rclone_rates, "rclone": rclone or "not installed (pip install -e '.[bench]')",
                      "rclone_with_head_per_s": p50(rclone_head_rates) if rclone_head_rates else None,
                      "noop_runs_s": noop_s, "noop_cpu_s": p50(noop_cpu), "noop_listing_pages": pages,
