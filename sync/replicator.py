@@ -366,7 +366,7 @@ class S3Replicator:
     def _pull(self, profile: str) -> bool:
         """One pull-only pass of ``profile`` (the background refresh's job; none while the
         host's breaker is open)."""
-        if self.breaker.blocked():
+        if self._closed or self.breaker.blocked():
             return False
         with self._refresh_gate:
             report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0, record=False,
@@ -375,7 +375,7 @@ class S3Replicator:
 
     def _pull_notes(self) -> bool:
         """One pull-only pass of the automation notes alone (the background refresh's job)."""
-        if self.breaker.blocked():
+        if self._closed or self.breaker.blocked():
             return False
         with self._refresh_gate:
             report = self._get_engine().run_pass(profiles=[], notes=True, pull_only=True, lock_timeout=0,
@@ -385,7 +385,7 @@ class S3Replicator:
     def _discover(self) -> list[str]:
         """``bucket_profiles`` for a background refresh of every profile: nothing while the
         host's breaker is open; a bucket that fails opens it."""
-        if self.breaker.blocked():
+        if self._closed or self.breaker.blocked():
             return []
         try:
             return self.bucket_profiles()
@@ -481,6 +481,8 @@ class S3Replicator:
 
     def _get_engine(self) -> SyncEngine:
         if self._engine is None:
+            if self._closed:  # a background pull that starts after the bank closed does nothing
+                raise SyncError("the bank is closed")
             from .engine import SyncEngine
 
             self._engine = SyncEngine(self.config, self.store, bucket=self._read_bucket)
