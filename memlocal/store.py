@@ -965,6 +965,45 @@ class Store:
             _record_outbox(c, old_id, profile, "put")
         return new, old
 
+    def convergence_candidates(self, profiles: Sequence[str] | None = None) -> builtins.list[Memory]:
+        """Active memories that another active memory may make redundant across hosts
+        (:func:`memlocal.hygiene.converge`): those sharing their profile, category and
+        exact-duplicate key with another active memory, and those that supersede a memory which
+        does not name them as its successor. One pass over the active rows (the duplicate test
+        is an index probe of ``memories_text_key``)."""
+        where, params = _scope(profiles)
+        scope = where.replace(" WHERE", " AND") if where else ""
+        rows = self.read(
+            f"{_SELECT} AS m WHERE is_active = 1{scope} AND ("
+            " EXISTS (SELECT 1 FROM memories d WHERE d.profile = m.profile AND d.text_key = m.text_key"
+            " AND d.is_active = 1 AND d.category = m.category AND d.id != m.id)"
+            " OR (json_extract(m.extra, '$.supersedes') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM memories o"
+            " WHERE o.id = json_extract(m.extra, '$.supersedes')"
+            " AND json_extract(o.extra, '$.supersededBy') IS m.id)))",
+            params,
+        )
+        return [row_to_memory(r) for r in rows]
+
+    def merge_access(self, memory_id: str, count: int, last_accessed: datetime | None) -> bool:
+        """Add ``count`` accesses (and a lastAccessedAt, the later one kept) to a memory, as
+        unmerged local bumps that the sync then merges into the bucket: the accesses of a copy
+        retired as its duplicate. ``False`` if the memory is gone."""
+        from .model import compute_staleness
+
+        with self.transaction() as c:
+            row = c.execute("SELECT category, confidence, access_count, created_us, last_accessed_us FROM memories"
+                            " WHERE id = ?", (memory_id,)).fetchone()
+            if row is None:
+                return False
+            category, confidence, have, created_us, last_us = row
+            last = max(last_us or 0, to_us(last_accessed) or 0) or None
+            staleness = compute_staleness(category=category, confidence=confidence, access_count=have + count,
+                                          created_at=from_us(created_us),  # type: ignore[arg-type]
+                                          last_accessed_at=from_us(last))
+            c.execute("UPDATE memories SET access_count = access_count + ?, access_delta = access_delta + ?,"
+                      " last_accessed_us = ?, staleness = ? WHERE id = ?", (count, count, last, staleness, memory_id))
+        return True
+
     def profiles(self) -> dict[str, int]:
         """Memory count per profile, largest first."""
         rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")

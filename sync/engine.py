@@ -33,7 +33,7 @@ from memlocal.store import NoteState, Store, to_us
 
 from . import marker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
-from . import snapshot
+from . import converge, snapshot
 from .objects import (
     NOTE_PREFIX,
     BadObject,
@@ -150,6 +150,7 @@ _COUNT_WORDS: dict[str, Callable[[int], str]] = {
     "deleted_remote": lambda n: f"deleted {n} in the bucket",
     "adopted": lambda n: f"adopted {n} already in the bucket",
     "reid": lambda n: f"gave {n} a new id",
+    "retired": lambda n: f"retired {plural(n, 'redundant copy', 'redundant copies')}",
     "conflicts": lambda n: plural(n, "conflict"),
     "notes_pushed": lambda n: f"pushed {plural(n, 'automation note')}",
     "notes_pulled": lambda n: f"pulled {plural(n, 'automation note')}",
@@ -287,6 +288,8 @@ class SyncEngine:
             busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
             self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
             self._execute(plan, report, pull_only=pull_only, progress=progress)
+            if not pull_only:
+                busy |= self._converge(profiles, report)
             if not pull_only and not report.errors:
                 self._write_snapshots(listing, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
@@ -325,6 +328,19 @@ class SyncEngine:
         else:
             log.debug("sync pass %s", report.summary())
         return report
+
+    def _converge(self, profiles: Sequence[str] | None, report: PassReport) -> set[str]:
+        """Hygiene across hosts once the pull is done (``sync.converge``): the profiles it changed.
+        Its trouble is reported, never the end of the pass."""
+        try:
+            return converge.run(self.state, self.bucket, profiles, report.counts,
+                                duplicates=bool(self.config["dedup.enabled"]))
+        except BucketUnavailable:
+            raise
+        except Exception as exc:  # containment: the pass's own work is done and recorded
+            log.exception("converging duplicates and successors failed")
+            report.errors.append(f"converge: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+            return set()
 
     # --- the listing (docs/sync.md, "Listing") ------------------------------------------------------
 
