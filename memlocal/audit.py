@@ -20,13 +20,17 @@ Decisions:
 from __future__ import annotations
 
 import hashlib
+import logging
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
+from .errors import StoreError, fold_whitespace
 from .model import format_time, validate_id, validate_profile
 from .store import Store, from_us, to_us
+
+log = logging.getLogger(__name__)
 
 def query_hash(query: str) -> str:
     """The audit's stand-in for a query: 16 hex digits of SHA-256."""
@@ -93,26 +97,46 @@ def _load(store: Store, rows: Sequence[tuple[Any, ...]]) -> list[Injection]:
     if not rows:
         return []
     ids = [r[0] for r in rows]
-    members: dict[int, dict[str, list[str]]] = {i: {"core": [], "relevant": []} for i in ids}
+    members: dict[Any, dict[str, list[str]]] = {i: {"core": [], "relevant": []} for i in ids}
     for injection_id, memory_id, tier in store.read(
         f"SELECT injection_id, memory_id, tier FROM injection_memories WHERE injection_id IN"
         f" ({', '.join('?' for _ in ids)}) ORDER BY injection_id, tier, rank", ids
     ):
-        members[injection_id][tier].append(memory_id)
-    return [Injection(i, from_us(at), p, h, n, tuple(members[i]["core"]), tuple(members[i]["relevant"]))  # type: ignore[arg-type]
-            for i, at, p, h, n in rows]
+        tiers = members.get(injection_id, {})
+        if tier in tiers and isinstance(memory_id, str):
+            tiers[tier].append(memory_id)
+    out = []
+    for i, at, p, h, n in rows:
+        # A row another tool damaged (a time that is not a number, a foreign tier) is left out
+        # of the answer, never the reason there is none.
+        if not (isinstance(i, int) and isinstance(at, int) and isinstance(p, str) and isinstance(n, int)):
+            log.warning("audit row %r is damaged: skipped", i)
+            continue
+        try:
+            when = from_us(at)
+        except (OverflowError, ValueError):
+            log.warning("audit row %r has an impossible time: skipped", i)
+            continue
+        out.append(Injection(i, when, p, h if isinstance(h, str) else "", n,  # type: ignore[arg-type]
+                             tuple(members[i]["core"]), tuple(members[i]["relevant"])))
+    return out
 
 
 def injections(store: Store, profile: str, *, memory_id: str | None = None, limit: int = 20) -> list[Injection]:
-    """The profile's rendered blocks, newest first; with ``memory_id``, only those that carried it."""
+    """The profile's rendered blocks, newest first; with ``memory_id``, only those that carried it.
+    Damaged rows are skipped; tables that cannot be read at all raise one ``StoreError``."""
     validate_profile(profile)
     if memory_id is not None:
         validate_id(memory_id)
-        rows = store.read(
-            "SELECT i.id, i.at_us, i.profile, i.query_hash, i.chars FROM injection_memories m"
-            " JOIN injections i ON i.id = m.injection_id WHERE m.memory_id = ? AND i.profile = ?"
-            " ORDER BY i.id DESC LIMIT ?", (memory_id, profile, limit))
-    else:
-        rows = store.read("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
-                          " ORDER BY id DESC LIMIT ?", (profile, limit))
-    return _load(store, rows)
+    try:
+        if memory_id is not None:
+            rows = store.read(
+                "SELECT i.id, i.at_us, i.profile, i.query_hash, i.chars FROM injection_memories m"
+                " JOIN injections i ON i.id = m.injection_id WHERE m.memory_id = ? AND i.profile = ?"
+                " ORDER BY i.id DESC LIMIT ?", (memory_id, profile, limit))
+        else:
+            rows = store.read("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
+                              " ORDER BY id DESC LIMIT ?", (profile, limit))
+        return _load(store, rows)
+    except sqlite3.Error as exc:  # a table dropped or altered by another tool
+        raise StoreError(f"the audit trail of {store.path} cannot be read: {fold_whitespace(exc)}") from None

@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Sequence
 
-from .errors import NotFoundError, StoreError
+from .errors import CorruptDatabaseError, DiskFullError, NotFoundError, StoreError, fold_whitespace
 from .hygiene import near_key, text_key
 from .model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 
@@ -521,6 +521,83 @@ class Page:
         }
 
 
+# SQLite's primary result codes that blame the file or the disk, not the statement.
+_SQLITE_FULL: Final = 13
+_SQLITE_CORRUPT: Final = frozenset({11, 26})  # CORRUPT, NOTADB
+_SQLITE_DISK: Final = frozenset({3, 8, 10, 14, 22})  # PERM, READONLY, IOERR, CANTOPEN, NOLFS
+
+
+def database_error(path: Path, exc: BaseException) -> StoreError | None:
+    """The one-line error a failure of the file or the disk becomes (``None`` for any other
+    exception, which keeps its own meaning: a constraint, a query FTS5 cannot parse, ...)."""
+    if not isinstance(exc, sqlite3.Error) or isinstance(exc, sqlite3.IntegrityError):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return None
+    name = getattr(exc, "sqlite_errorname", "") or str(code)
+    detail = f"{fold_whitespace(exc)} ({name})"
+    primary = code & 0xFF
+    if primary == _SQLITE_FULL:
+        return DiskFullError(f"database {path} is full: {detail}; nothing was written (free some disk space)")
+    if primary in _SQLITE_CORRUPT:
+        return CorruptDatabaseError(
+            f"database {path} is corrupt: {detail}; restore it from a backup (`sqlite3 {path.name} .recover` "
+            "saves what is readable), or move it aside and pull the bucket with `memlocal sync run`")
+    if primary in _SQLITE_DISK:
+        return StoreError(f"database {path}: {detail}; nothing was written (the disk may be full, "
+                          "read-only or failing)")
+    return None
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor of a store's connection: a failure of the file or the disk surfaces as the
+    ``StoreError`` of :func:`database_error`, whichever query of the library met it."""
+
+    def _translated(self, exc: sqlite3.Error) -> BaseException:
+        conn = self.connection
+        return database_error(conn.db_path if isinstance(conn, _Connection) else Path("?"), exc) or exc
+
+    def execute(self, sql: str, parameters: Any = (), /) -> "_Cursor":
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from None
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> "_Cursor":
+        try:
+            return super().executemany(sql, seq_of_parameters)
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from None
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from None
+
+    def fetchall(self) -> builtins.list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from None
+
+
+class _Connection(sqlite3.Connection):
+    """The store's connection: its queries run on :class:`_Cursor`."""
+
+    db_path: Path = Path("?")
+
+    def cursor(self, factory: Any = _Cursor) -> Any:  # type: ignore[override]
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:  # type: ignore[override]
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any:  # type: ignore[override]
+        return self.cursor().executemany(sql, parameters)
+
+
 class IdTakenError(StoreError):
     """Raised internally when a freshly drawn id already exists; the caller draws another."""
 
@@ -543,7 +620,9 @@ class Store:
                 timeout=busy_timeout_s,
                 isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE
                 check_same_thread=False,
+                factory=_Connection,
             )
+            conn.db_path = self.path
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from None
         self.conn = conn
@@ -551,9 +630,12 @@ class Store:
             self._configure()
             self._migrate()
             self._check_features()
+        except StoreError:
+            conn.close()
+            raise
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise StoreError(f"cannot use database {self.path}: {exc}") from None
+            raise database_error(self.path, exc) or StoreError(f"cannot use database {self.path}: {exc}") from None
 
     @cached_property
     def db(self) -> "sqlite_utils.Database":
@@ -651,19 +733,24 @@ class Store:
                     self.conn.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:
                     if "locked" not in str(exc) and "busy" not in str(exc):
-                        raise
+                        raise database_error(self.path, exc) or exc from None
                     raise StoreError(
                         f"database {self.path} stayed locked by another process for store.busy_timeout_s "
                         f"({self.busy_timeout_s:g} s)"
                     ) from None
                 try:
                     yield self.conn
-                except BaseException:
-                    if self.conn.in_transaction:
-                        self.conn.execute("ROLLBACK")
-                    raise
-                else:
                     self.conn.execute("COMMIT")
+                except BaseException as exc:
+                    if self.conn.in_transaction:
+                        try:
+                            self.conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass  # SQLite rolled back already (a failed COMMIT on a full disk)
+                    error = database_error(self.path, exc)
+                    if error is not None:
+                        raise error from None
+                    raise
             finally:
                 if relax:
                     self.conn.execute("PRAGMA synchronous = FULL")
