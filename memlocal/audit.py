@@ -7,9 +7,11 @@ hold what the memories must not. The record is written on the same background co
 access marks (``memlocal.injection.AccessMarker``), so a run never waits for it.
 
 Decisions:
-- The query hash is the first 16 hex digits of SHA-256 over the query's UTF-8 bytes: equal queries
-  can be recognised across runs, the text cannot be read back (a short, guessable query could be
-  confirmed by someone holding the database, who can read the memories anyway).
+- The query hash is the first 16 hex digits of HMAC-SHA-256 over the query's UTF-8 bytes, keyed
+  by a per-host secret kept beside the database (``<db>.audit-key``, 0600): equal queries can be
+  recognised across runs, the text cannot be read back, and a guessed query cannot be confirmed
+  from the database alone (a copy, a backup). Rows written before the key keep their plain
+  SHA-256 prefix; they stay readable, and simply match no new row.
 - A block with no memory in it is recorded too (size 0): "what did the last run see?" can be
   "nothing". Previews (the dashboard's injection preview) are not runs and are not recorded.
 - Retention: rows older than ``audit.retention_days`` and beyond the newest ``audit.max_rows`` are
@@ -20,11 +22,15 @@ Decisions:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
+import os
+import secrets
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Final, Sequence
 
 from .errors import StoreError, fold_whitespace
 from .model import format_time, validate_id, validate_profile
@@ -32,9 +38,57 @@ from .store import Store, from_us, to_us
 
 log = logging.getLogger(__name__)
 
-def query_hash(query: str) -> str:
-    """The audit's stand-in for a query: 16 hex digits of SHA-256."""
-    return hashlib.sha256(query.encode("utf-8")).hexdigest()[:16]
+# The host's audit key: a file beside the database (``<db>.audit-key``), random, 0600.
+KEY_SUFFIX: Final = ".audit-key"
+KEY_BYTES: Final = 32
+
+
+def key_path(db_path: Path) -> Path:
+    """Where the audit key of the database ``db_path`` lives (beside it)."""
+    return db_path.with_name(db_path.name + KEY_SUFFIX)
+
+
+def host_key(db_path: Path) -> bytes:
+    """The audit key of the database ``db_path``, created on first use.
+
+    Created once, atomically: the random bytes go to a private temporary file (0600, fsynced),
+    which is then hard-linked to the key's name; a link never replaces an existing file, so when
+    several processes create it at once the first link wins and every process reads that one.
+    ``OSError`` when it can neither be read nor created (a read-only folder).
+    """
+    path = key_path(db_path)
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            os.write(fd, secrets.token_bytes(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process linked its key first: that one is the host's
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    key = path.read_bytes()
+    if len(key) < 16:
+        raise OSError(f"the audit key {path} is damaged ({len(key)} bytes): delete it to make a new one")
+    return key
+
+
+def query_hash(query: str, key: bytes) -> str:
+    """The audit's stand-in for a query: 16 hex digits of HMAC-SHA-256 under the host's key, so
+    that someone holding the database but not the key cannot confirm a guessed query."""
+    return hmac.new(key, query.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
