@@ -1060,14 +1060,17 @@ class Store:
         is an index probe of ``memories_text_key``)."""
         where, params = _scope(profiles)
         scope = where.replace(" WHERE", " AND") if where else ""
+        # Two selects (an OR made SQLite test both sides on every row); ``extra != '{}'`` skips
+        # the JSON of the many memories without extra fields.
         rows = self.read(
-            f"{_SELECT} AS m WHERE is_active = 1{scope} AND ("
+            f"{_SELECT} WHERE rowid IN (SELECT m.rowid FROM memories m WHERE m.is_active = 1{scope} AND"
             " EXISTS (SELECT 1 FROM memories d WHERE d.profile = m.profile AND d.text_key = m.text_key"
             " AND d.is_active = 1 AND d.category = m.category AND d.id != m.id)"
-            " OR (json_extract(m.extra, '$.supersedes') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM memories o"
+            f" UNION SELECT m.rowid FROM memories m WHERE m.is_active = 1{scope} AND m.extra != '{{}}'"
+            " AND json_extract(m.extra, '$.supersedes') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM memories o"
             " WHERE o.id = json_extract(m.extra, '$.supersedes')"
-            " AND json_extract(o.extra, '$.supersededBy') IS m.id)))",
-            params,
+            " AND json_extract(o.extra, '$.supersededBy') IS m.id))",
+            [*params, *params],
         )
         return [row_to_memory(r) for r in rows]
 

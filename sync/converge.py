@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from memlocal.hygiene import SUPERSEDED_BY, Retirement, converge
 from memlocal.model import Memory
@@ -69,10 +69,31 @@ def plan(state: SyncState, profiles: Sequence[str] | None, *, duplicates: bool) 
     return out
 
 
-def run(state: SyncState, bucket: "BucketClient", profiles: Sequence[str] | None, counts: Counter[str], *,
+# Profiles a pull-only pass changed, which the next full pass converges (``meta``, JSON list).
+META_PENDING = "sync.converge_pending"
+
+
+def defer(state: SyncState, profiles: Iterable[str]) -> None:
+    """Remember ``profiles`` for the next full pass (a pull-only pass writes nothing to the bucket)."""
+    wanted = set(profiles)
+    if not wanted:
+        return
+    have = state.get_json(META_PENDING)
+    have = set(have) if isinstance(have, list) else set()
+    if not wanted <= have:
+        state.set_json(META_PENDING, sorted(have | wanted))
+
+
+def run(state: SyncState, bucket: "BucketClient", touched: Iterable[str], counts: Counter[str], *,
         duplicates: bool) -> set[str]:
-    """Decide and write this host's retirements; returns the profiles whose objects changed.
-    One retirement's failure is logged and left to the next pass."""
+    """Decide and write this host's retirements in the profiles this pass ``touched`` and those a
+    pull-only pass deferred (a profile nothing reached since its last convergence has nothing new
+    to converge, so a pass with nothing to do costs nothing here); returns the profiles whose
+    objects changed. One retirement's failure is left to the next pass."""
+    pending = state.get_json(META_PENDING)
+    profiles = sorted(set(touched) | (set(pending) if isinstance(pending, list) else set()))
+    if not profiles:
+        return set()
     changed: set[str] = set()
     for profile, r in plan(state, profiles, duplicates=duplicates):
         loaded, base = state.load_local(r.loser), state.load_base(r.loser)
@@ -92,4 +113,6 @@ def run(state: SyncState, bucket: "BucketClient", profiles: Sequence[str] | None
         state.apply([Synced(retired, etag, content_hash(retired), delta, "remote")])
         log.info("%s retired: %s of %s (the bucket's copies converge)", r.loser,
                  "a duplicate" if r.duplicate else "a concurrent successor", r.winner)
+    if pending:
+        state.set_json(META_PENDING, [])
     return changed

@@ -288,8 +288,7 @@ class SyncEngine:
             busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
             self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
             self._execute(plan, report, pull_only=pull_only, progress=progress)
-            if not pull_only:
-                busy |= self._converge(profiles, report)
+            busy |= self._converge(busy, report, pull_only=pull_only)
             if not pull_only and not report.errors:
                 self._write_snapshots(listing, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
@@ -329,11 +328,15 @@ class SyncEngine:
             log.debug("sync pass %s", report.summary())
         return report
 
-    def _converge(self, profiles: Sequence[str] | None, report: PassReport) -> set[str]:
-        """Hygiene across hosts once the pull is done (``sync.converge``): the profiles it changed.
-        Its trouble is reported, never the end of the pass."""
+    def _converge(self, touched: set[str], report: PassReport, *, pull_only: bool) -> set[str]:
+        """Hygiene across hosts once the pull is done (``sync.converge``) in the profiles this pass
+        touched; a pull-only pass leaves them to the next full pass. The profiles it changed;
+        its trouble is reported, never the end of the pass."""
         try:
-            return converge.run(self.state, self.bucket, profiles, report.counts,
+            if pull_only:
+                converge.defer(self.state, touched)
+                return set()
+            return converge.run(self.state, self.bucket, touched, report.counts,
                                 duplicates=bool(self.config["dedup.enabled"]))
         except BucketUnavailable:
             raise

@@ -58,6 +58,18 @@ def test_the_same_text_saved_on_two_hosts_converges_to_one_memory(hosts: Callabl
     assert count == 2 + 2  # b's two recalls, once, and the two blocks built above
 
 
+def test_a_pull_only_refresh_leaves_the_convergence_to_the_next_full_pass(hosts: Callable[..., Host], s3: S3) -> None:
+    a, b = hosts("a"), hosts("b")
+    ma = a.bank.save(P, "The staging cluster is in Frankfurt", category="fact").memory
+    mb = b.bank.save(P, "The staging cluster is in Frankfurt", category="fact").memory
+    assert b.sync(pull_only=True).ok  # the read path's refresh pulls a's copy and writes nothing
+    assert active(b, {ma.id, mb.id}) == {ma.id, mb.id}
+    report = b.sync()  # nothing else to do, but the pulled profile converges now
+    assert report.counts["retired"] == 1 and active(b, {ma.id, mb.id}) == {min(ma.id, mb.id)}
+    assert a.sync().ok and active(a, {ma.id, mb.id}) == {min(ma.id, mb.id)}
+    assert b.sync().summary().startswith("ok: nothing to do")
+
+
 def test_the_same_text_in_another_category_stays_apart(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
     ma = a.bank.save(P, "Deploys happen on Fridays", category="fact").memory
