@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Callable, Collection, Final, Iterable
+from typing import Callable, Collection, Container, Final, Iterable
 
 from . import text
 from .errors import ValidationError
@@ -241,7 +241,7 @@ def chain_head(start: str, get: Callable[[str], Memory | None]) -> Memory | None
 
 
 def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
-             in_bucket: Collection[str], *, duplicates: bool = True) -> list[Retirement]:
+             in_bucket: Container[str], *, duplicates: bool = True) -> list[Retirement]:
     """The retirements that make one profile's candidates converge (docs/hygiene.md, "Across hosts").
 
     ``memories``: active memories that may be redundant (each one's duplicates and its siblings

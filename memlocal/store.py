@@ -550,54 +550,6 @@ def database_error(path: Path, exc: BaseException) -> StoreError | None:
     return None
 
 
-class _Cursor(sqlite3.Cursor):
-    """A cursor of a store's connection: a failure of the file or the disk surfaces as the
-    ``StoreError`` of :func:`database_error`, whichever query of the library met it."""
-
-    def _translated(self, exc: sqlite3.Error) -> BaseException:
-        conn = self.connection
-        return database_error(conn.db_path if isinstance(conn, _Connection) else Path("?"), exc) or exc
-
-    def execute(self, sql: str, parameters: Any = (), /) -> "_Cursor":
-        try:
-            return super().execute(sql, parameters)
-        except sqlite3.Error as exc:
-            raise self._translated(exc) from None
-
-    def executemany(self, sql: str, seq_of_parameters: Any, /) -> "_Cursor":
-        try:
-            return super().executemany(sql, seq_of_parameters)
-        except sqlite3.Error as exc:
-            raise self._translated(exc) from None
-
-    def fetchone(self) -> Any:
-        try:
-            return super().fetchone()
-        except sqlite3.Error as exc:
-            raise self._translated(exc) from None
-
-    def fetchall(self) -> builtins.list[Any]:
-        try:
-            return super().fetchall()
-        except sqlite3.Error as exc:
-            raise self._translated(exc) from None
-
-
-class _Connection(sqlite3.Connection):
-    """The store's connection: its queries run on :class:`_Cursor`."""
-
-    db_path: Path = Path("?")
-
-    def cursor(self, factory: Any = _Cursor) -> Any:  # type: ignore[override]
-        return super().cursor(factory)
-
-    def execute(self, sql: str, parameters: Any = (), /) -> Any:  # type: ignore[override]
-        return self.cursor().execute(sql, parameters)
-
-    def executemany(self, sql: str, parameters: Any, /) -> Any:  # type: ignore[override]
-        return self.cursor().executemany(sql, parameters)
-
-
 class IdTakenError(StoreError):
     """Raised internally when a freshly drawn id already exists; the caller draws another."""
 
@@ -620,9 +572,7 @@ class Store:
                 timeout=busy_timeout_s,
                 isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE
                 check_same_thread=False,
-                factory=_Connection,
             )
-            conn.db_path = self.path
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from None
         self.conn = conn
@@ -757,7 +707,21 @@ class Store:
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self.conn.execute(sql, params).fetchall()
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise database_error(self.path, exc) or exc from None
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """SQLite's failures of the file or the disk, met in the block, as :func:`database_error`."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            error = database_error(self.path, exc)
+            if error is None:
+                raise
+            raise error from None
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -768,10 +732,17 @@ class Store:
                 return
             self.conn.execute("BEGIN")
             try:
-                yield self.conn
+                with self._translated():
+                    yield self.conn
             finally:
                 if self.conn.in_transaction:
-                    self.conn.execute("COMMIT")
+                    try:
+                        self.conn.execute("COMMIT")
+                    except sqlite3.Error:  # a read transaction has nothing to lose: end it anyway
+                        try:
+                            self.conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
 
     # --- memories -----------------------------------------------------------------------------
 
@@ -866,7 +837,7 @@ class Store:
             "profile = ? AND category = ?", [profile, category])
         if active_only:
             clause += " AND is_active = 1"
-        with self._lock:
+        with self._lock, self._translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT} WHERE {clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
@@ -888,7 +859,7 @@ class Store:
                          " OR instr(lower(summary), lower(?)))")
             params += [q, q, q]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
-        with self._lock:
+        with self._lock, self._translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT}{clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
