@@ -14,6 +14,9 @@ explains each rule, its setting and its cost.
   the terms leave out tells them apart: the same small words that carry meaning (negations,
   pronouns, prepositions, modals: "before" vs "after", "he" vs "she", "not"), the same numbers,
   and the shared terms in the same order ("Ana owes Ben" vs "Ben owes Ana").
+- **Across hosts** (:func:`converge`): after a sync pass has pulled, the copies that two hosts'
+  concurrent saves or supersessions made redundant, and which one stays active (decided by what
+  the bucket holds, never by a clock).
 - **Retention** (:func:`retention_reason`): which memories a prune removes.
 """
 
