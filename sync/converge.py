@@ -52,9 +52,9 @@ class InBucket:
 
 def plan(state: SyncState, profiles: Sequence[str] | None, *, duplicates: bool) -> list[tuple[str, Retirement]]:
     """``(profile, retirement)`` for every profile in scope (pure decisions over the local store)."""
-    store = state.store
+    replica = state.store
     by_profile: dict[str, list[Memory]] = {}
-    for m in store.convergence_candidates(profiles):
+    for m in replica.convergence_candidates(profiles):
         by_profile.setdefault(m.profile_name, []).append(m)
     out: list[tuple[str, Retirement]] = []
     for profile, candidates in sorted(by_profile.items()):
@@ -62,7 +62,8 @@ def plan(state: SyncState, profiles: Sequence[str] | None, *, duplicates: bool) 
 
         def get(memory_id: str, profile: str = profile, cache: dict[str, Memory | None] = cache) -> Memory | None:
             if memory_id not in cache:
-                cache[memory_id] = store.get_many(profile, [memory_id]).get(memory_id)
+                loaded = replica.memory_with_delta(memory_id)
+                cache[memory_id] = loaded[0] if loaded is not None and loaded[0].profile_name == profile else None
             return cache[memory_id]
 
         out += [(profile, r) for r in converge(candidates, get, InBucket(state, profile), duplicates=duplicates)]
@@ -109,7 +110,8 @@ def run(state: SyncState, bucket: "BucketClient", touched: Iterable[str], counts
         changed.add(profile)
         counts["retired"] += 1
         if r.duplicate and loser.access_count:
-            state.store.merge_access(r.winner, loser.access_count, loser.last_accessed_at)
+            with state.store.transaction() as t:
+                t.merge_access(r.winner, loser.access_count, loser.last_accessed_at)
         state.apply([Synced(retired, etag, content_hash(retired), delta, "remote")])
         log.info("%s retired: %s of %s (the bucket's copies converge)", r.loser,
                  "a duplicate" if r.duplicate else "a concurrent successor", r.winner)
