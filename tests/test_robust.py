@@ -70,6 +70,14 @@ def test_supersedes_is_a_memory_id_on_every_face(tmp_path: Path, cli: Any, rest:
     assert "rejected 1" in out + err and "Traceback" not in out + err
 
 
+def test_another_writers_object_is_read_without_a_link_that_is_not_an_id() -> None:
+    from memlocal.model import read_foreign
+
+    m = read_foreign(json.loads(_line("mem-cc000001", "a", supersedes=BAD_ID, supersededBy="mem-cc000002", other=1)))
+    assert m.supersedes is None and m.superseded_by == "mem-cc000002" and m.extra == {
+        "supersededBy": "mem-cc000002", "other": 1}
+
+
 def test_history_is_right_on_a_cycle_made_by_import(tmp_path: Path, cli: Any) -> None:
     path = tmp_path / "cycle.jsonl"
     path.write_text("\n".join([
