@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Iterator, Literal, Sequence
 
-from ..model import Memory, compute_staleness, from_us, to_us
+from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
 from ..replication import AccessDelta, SignedRow
 from .database import set_meta
 from .memories import (
@@ -310,13 +310,15 @@ class ReplicaTransaction:
         if row is None:
             return False
         category, confidence, have, created_us, last_us = row
+        # Counts stay in their domain (0 to 2^53): a hostile object's huge count must not grow.
+        added = max(0, min(have + max(0, count), COUNT_MAX) - have)
         last = max(last_us or 0, to_us(last_accessed) or 0) or None
-        staleness = compute_staleness(category=category, confidence=confidence, access_count=have + count,
+        staleness = compute_staleness(category=category, confidence=confidence, access_count=have + added,
                                       created_at=from_us(created_us),  # type: ignore[arg-type]
                                       last_accessed_at=from_us(last))
         self._conn.execute("UPDATE memories SET access_count = access_count + ?, access_delta = access_delta + ?,"
                            " last_accessed_us = ?, staleness = ? WHERE id = ?",
-                           (count, count, last, staleness, memory_id))
+                           (added, added, last, staleness, memory_id))
         return True
 
     def _note_is(self, automation_id: str, expected: NoteState | None) -> bool:
