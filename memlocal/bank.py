@@ -241,6 +241,7 @@ class MemoryBank:
         self._access_marker: AccessMarker | None = None  # fire-and-forget access bumps
         self._semantic: SemanticIndex | None = None  # with semantic.enabled and the extra installed
         self._automations: AutomationNotes | None = None
+        self._audit_key: bytes | None = None  # the host's audit key (memlocal.audit), read on first use
         self._closed = False
 
     @classmethod
@@ -919,13 +920,26 @@ class MemoryBank:
         if ids:
             self.mark_accessed(profile, ids, now=now)
         if self.config["audit.enabled"]:
-            from .audit import InjectionRecord, query_hash
+            from .audit import InjectionRecord
 
-            record = InjectionRecord(now or utcnow(), profile, query_hash(query), len(block.text),
+            record = InjectionRecord(now or utcnow(), profile, self._query_hash(query), len(block.text),
                                      tuple(s.memory.id for s in block.core), tuple(s.memory.id for s in block.relevant))
             self._background().submit_audit(record, max_rows=int(self.config["audit.max_rows"]),
                                             retention_days=float(self.config["audit.retention_days"]))
         return block.text
+
+    def _query_hash(self, query: str) -> str:
+        """The audit's keyed hash of ``query`` (``""`` when the host's key can neither be read nor
+        made, say in a read-only folder: the row is still recorded, without a hash)."""
+        from .audit import host_key, query_hash
+
+        if self._audit_key is None:
+            try:
+                self._audit_key = host_key(self.store.path)
+            except OSError as exc:
+                log.warning("audit rows go without a query hash: no audit key (%s)", exc)
+                self._audit_key = b""
+        return query_hash(query, self._audit_key) if self._audit_key else ""
 
     def injections(self, profile: str, *, memory_id: str | None = None, limit: int = 20) -> "builtins.list[Injection]":
         """The audit trail: the blocks rendered for ``profile``'s runs, newest first, each with

@@ -186,11 +186,17 @@ _SETTINGS: tuple[Setting, ...] = (
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
 
 
-def _coerce(setting: Setting, value: Any, origin: str) -> Any:
+def _coerce(setting: Setting, value: Any, origin: str, *, typed: bool = False) -> Any:
     """Convert ``value`` to the setting's type and check it against the setting's limits.
 
     One error for every source, naming the setting, where the value came from and what is allowed.
+    ``typed``: the source has types of its own (TOML), so a value must already be of the
+    setting's type (``interval_s = "30"`` is a string, not a number); the environment and flags
+    are text, which is parsed.
     """
+    if typed and isinstance(value, str) and setting.type is not str:
+        kind = {int: "an integer", float: "a number", bool: "true or false"}[setting.type]
+        raise ConfigError(f"{origin}: {setting.key} must be {kind} (without quotes), got the string {value!r}")
     value = _typed(setting, value, origin)
     if setting.problem(value) is not None:
         shown = "***" if setting.secret else repr(value)
@@ -223,6 +229,15 @@ def _typed(setting: Setting, value: Any, origin: str) -> Any:
             f"{origin}: {setting.key} must be a {t.__name__}, got {type(value).__name__} {value!r}"
         )
     return value
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` cannot be read as a config file (it is not a regular file)."""
+    if path.is_dir():
+        return "is a directory, not a config file"
+    if path.exists():
+        return "is not a regular file"
+    return "does not exist"
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -278,11 +293,11 @@ class Config:
         if config_path is not None:
             path = Path(config_path)
             if not path.is_file():
-                raise ConfigError(f"config file {path} does not exist")
+                raise ConfigError(f"config file {path} {_not_a_file(path)}")
         elif env.get("MEMLOCAL_CONFIG"):
             path = Path(env["MEMLOCAL_CONFIG"])
             if not path.is_file():
-                raise ConfigError(f"MEMLOCAL_CONFIG names {path}, which does not exist")
+                raise ConfigError(f"MEMLOCAL_CONFIG names {path}, which {_not_a_file(path)}")
         elif default_config_path().is_file():
             path = default_config_path()
         if path is not None:
@@ -296,7 +311,7 @@ class Config:
             for key, value in _flatten(data):
                 if key not in SETTINGS:
                     raise _unknown(key, str(path))
-                values[key] = _coerce(SETTINGS[key], value, str(path))
+                values[key] = _coerce(SETTINGS[key], value, str(path), typed=True)
                 sources[key] = origin
 
         env_used: dict[str, str] = {}

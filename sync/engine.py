@@ -35,7 +35,7 @@ from memlocal.replication import NoteState, Replica
 from . import marker
 from .breaker import HostBreaker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
-from . import snapshot
+from . import converge, snapshot
 from .objects import (
     NOTE_PREFIX,
     BadObject,
@@ -154,6 +154,7 @@ _COUNT_WORDS: dict[str, Callable[[int], str]] = {
     "deleted_remote": lambda n: f"deleted {n} in the bucket",
     "adopted": lambda n: f"adopted {n} already in the bucket",
     "reid": lambda n: f"gave {n} a new id",
+    "retired": lambda n: f"retired {plural(n, 'redundant copy', 'redundant copies')}",
     "conflicts": lambda n: plural(n, "conflict"),
     "notes_pushed": lambda n: f"pushed {plural(n, 'automation note')}",
     "notes_pulled": lambda n: f"pulled {plural(n, 'automation note')}",
@@ -341,6 +342,7 @@ class SyncEngine:
             self._check_cancelled()
             self._execute(plan, report, pull_only=pull_only, progress=progress)
             self._check_cancelled()
+            busy |= self._converge(busy, report, pull_only=pull_only)
             if not pull_only and not report.errors:
                 self._write_snapshots(listing, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
@@ -387,6 +389,23 @@ class SyncEngine:
         else:
             log.debug("sync pass %s", report.summary())
         return report
+
+    def _converge(self, touched: set[str], report: PassReport, *, pull_only: bool) -> set[str]:
+        """Hygiene across hosts once the pull is done (``sync.converge``) in the profiles this pass
+        touched; a pull-only pass leaves them to the next full pass. The profiles it changed;
+        its trouble is reported, never the end of the pass."""
+        try:
+            if pull_only:
+                converge.defer(self.state, touched)
+                return set()
+            return converge.run(self.state, self.bucket, touched, report.counts,
+                                duplicates=bool(self.config["dedup.enabled"]))
+        except BucketUnavailable:
+            raise
+        except Exception as exc:  # containment: the pass's own work is done and recorded
+            log.exception("converging duplicates and successors failed")
+            report.errors.append(f"converge: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+            return set()
 
     # --- the listing (docs/sync.md, "Listing") ------------------------------------------------------
 

@@ -327,7 +327,7 @@ class Store(Database):
             "profile = ? AND category = ?", [profile, category])
         if active_only:
             clause += " AND is_active = 1"
-        with self._lock:
+        with self._lock, self.translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT} WHERE {clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
@@ -349,7 +349,7 @@ class Store(Database):
                          " OR instr(lower(summary), lower(?)))")
             params += [q, q, q]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
-        with self._lock:
+        with self._lock, self.translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT}{clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
