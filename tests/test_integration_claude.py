@@ -12,7 +12,7 @@ import asyncio
 import os
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from anthropic.lib.tools import ToolError
@@ -23,12 +23,6 @@ from memlocal import MemoryBank
 from memlocal.integrations.claude import FILE_FIELD, MemlocalAsyncMemoryTool, MemlocalMemoryTool, category_for_path
 
 PROFILE = "claude"
-
-
-@pytest.fixture
-def bank(tmp_path: Path) -> Iterator[MemoryBank]:
-    with MemoryBank(tmp_path / "bank.db") as b:
-        yield b
 
 
 def outcome(tool: Any, command: dict[str, Any]) -> tuple[str, str]:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from langgraph.store.base import GetOp, InvalidNamespaceError, Item, ListNamespacesOp, MatchCondition, PutOp, SearchOp
@@ -21,12 +21,6 @@ from langgraph.store.memory import InMemoryStore
 
 from memlocal import MemoryBank
 from memlocal.integrations.langgraph import ITEM_FIELD, MemlocalSearchItem, MemlocalStore, namespace_of, profile_for
-
-
-@pytest.fixture
-def bank(tmp_path: Path) -> Iterator[MemoryBank]:
-    with MemoryBank(tmp_path / "bank.db") as b:
-        yield b
 
 
 @pytest.fixture
