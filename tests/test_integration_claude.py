@@ -339,3 +339,18 @@ def test_a_tool_runner_loop_saves_and_finds_memories(anthropic_fake: FakeAnthrop
     assert texts["toolu_04"] == ("Path /memories/../secrets would escape /memories directory", True)
     [hit] = bank.recall(PROFILE, "which language does Ana prefer?")
     assert hit.memory.processed_content == "Ana prefers Rust and is allergic to peanuts\n"
+
+
+def test_files_sync_to_another_host_as_memories(hosts: Any, s3: Any) -> None:
+    """A file Claude writes on host A is in the bucket at once (memory/<profile>/<id>.json) and
+    in host B's /memories after B's pass; B's edit supersedes it everywhere."""
+    a, b = hosts("a"), hosts("b")
+    tool_a, tool_b = MemlocalMemoryTool(a.bank, PROFILE), MemlocalMemoryTool(b.bank, PROFILE)
+    tool_a.call({"command": "create", "path": "/memories/team/oncall.md", "file_text": "Rui is on call this week\n"})
+    [key] = s3.keys()
+    assert key.startswith(f"memory/{PROFILE}/mem-") and s3.get_json(key)[FILE_FIELD] == "/memories/team/oncall.md"
+    assert b.sync().ok
+    assert tool_b.call({"command": "view", "path": "/memories/team/oncall.md"}).endswith("1\tRui is on call this week\n     2\t")
+    tool_b.call({"command": "str_replace", "path": "/memories/team/oncall.md", "old_str": "Rui", "new_str": "Ana"})
+    assert a.sync().ok
+    assert "Ana is on call" in tool_a.call({"command": "view", "path": "/memories/team/oncall.md"})

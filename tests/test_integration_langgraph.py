@@ -420,3 +420,12 @@ def test_item_equality_and_round_trip(store: MemlocalStore) -> None:
     store.put(("a",), "k", {"x": [1, {"y": None}], "t": "text"})
     item = store.get(("a",), "k")
     assert isinstance(item, Item) and item == store.get(("a",), "k") and item.value == {"x": [1, {"y": None}], "t": "text"}
+
+
+def test_items_sync_to_another_host(hosts: Any, s3: Any) -> None:
+    a, b = hosts("a"), hosts("b")
+    MemlocalStore(a.bank).put(("users", "ana"), "diet", {"text": "Ana is allergic to peanuts", "level": 3})
+    assert [k.split("/")[1] for k in s3.keys()] == ["users.ana"]
+    assert b.sync().ok
+    item = MemlocalStore(b.bank).get(("users", "ana"), "diet")
+    assert item is not None and item.value == {"text": "Ana is allergic to peanuts", "level": 3}

@@ -31,7 +31,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import (
@@ -331,7 +331,7 @@ def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     return all(p == "*" or k == p for k, p in pairs)
 
 
-_OPERATORS = {
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "$eq": lambda a, b: a == b,
     "$ne": lambda a, b: a != b,
     "$gt": lambda a, b: float(a) > float(b),
