@@ -169,7 +169,7 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
                 tree.dirs.add(path)
             else:
                 tree.files[path] = _File(text)
-        memories = sorted((m for m in self.bank.store.iter_profile(self.profile, active_only=True)
+        memories = sorted((m for m in self.bank.store.iter_with_extra(self.profile, FILE_FIELD)
                            if isinstance(m.extra.get(FILE_FIELD), str)), key=lambda m: (m.created_at, m.id))
         for m in memories:
             rel = self._relative(str(m.extra[FILE_FIELD]))
