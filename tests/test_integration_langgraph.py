@@ -429,3 +429,11 @@ def test_items_sync_to_another_host(hosts: Any, s3: Any) -> None:
     assert b.sync().ok
     item = MemlocalStore(b.bank).get(("users", "ana"), "diet")
     assert item is not None and item.value == {"text": "Ana is allergic to peanuts", "level": 3}
+
+
+def test_a_filtered_search_ranks_its_items_among_the_whole_profile(store: MemlocalStore) -> None:
+    for i in range(12):
+        store.put(("docs",), f"other{i}", {"text": f"coffee notes number {i}", "kind": "other"})
+    store.put(("docs",), "mine", {"text": "coffee tasting at nine", "kind": "mine"})
+    [hit] = store.search(("docs",), query="coffee notes", filter={"kind": "mine"}, limit=1)
+    assert hit.key == "mine" and hit.score is not None

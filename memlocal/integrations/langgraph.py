@@ -49,7 +49,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from ..model import CATEGORIES, RAW_INPUT_MAX_BYTES, Memory
+from ..model import CATEGORIES, PAGE_MAX_LIMIT, RAW_INPUT_MAX_BYTES, Memory
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank
@@ -249,8 +249,10 @@ class MemlocalStore(BaseStore):
         by_id = {s.memory.id: s for s in candidates if s.indexed}
         scored = []
         for profile in sorted({s.memory.profile_name for s in by_id.values()}):
-            size = sum(1 for s in by_id.values() if s.memory.profile_name == profile)
-            for hit in self.bank.query_with_relevance(profile, op.query, limit=min(max(size, 1), 1000), min_score=0.0):
+            # The whole profile is ranked (the filter's candidates may be anywhere in it), up to
+            # the recall limit's maximum; candidates past it come unscored.
+            size = min(len(self._load(profile, cache)), PAGE_MAX_LIMIT)
+            for hit in self.bank.query_with_relevance(profile, op.query, limit=max(size, 1), min_score=0.0):
                 if hit.memory.id in by_id:
                     scored.append(hit)
         scored.sort(key=lambda h: -h.score)  # stable: within a profile, the ranking's own order
