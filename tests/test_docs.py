@@ -177,7 +177,6 @@ def test_readme_python_examples_run(anthropic_fake: Any, tmp_path: Path, monkeyp
                         "input": {"command": "create", "path": "/memories/preferences/work.md",
                                   "file_text": "Reviews pull requests in the morning\n"}}], stop_reason="tool_use"),
         Reply.text("I'll remember that."))
-    monkeypatch.setenv("MEMLOCAL_LLM_ENABLED", "false")  # the library example's saves are not for the fake
     monkeypatch.chdir(tmp_path)
     blocks = _python_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
     assert len(blocks) >= 3, "README.md's library, Claude memory tool and LangGraph examples"
