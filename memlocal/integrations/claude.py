@@ -47,11 +47,14 @@ from anthropic.types.beta import (
 
 from ..errors import InputTooLargeError, MemoryBankError
 from ..model import CATEGORIES, RAW_INPUT_MAX_BYTES, Memory, validate_profile
+from ..store import MigrationSet
 
 if TYPE_CHECKING:
+    import sqlite_utils
+
     from ..bank import MemoryBank
 
-__all__ = ["FILE_FIELD", "ROOT", "MemlocalAsyncMemoryTool", "MemlocalMemoryTool", "category_for_path"]
+__all__ = ["FILE_FIELD", "ROOT", "SCHEMA", "MemlocalAsyncMemoryTool", "MemlocalMemoryTool", "category_for_path"]
 
 ROOT = "/memories"
 # The extra field of a memory that is a file: its path, "/memories/notes/user.md".
@@ -64,13 +67,21 @@ _LINE_NUMBER_WIDTH = len(str(_MAX_LINES))
 # What a directory's st_size is on ext4 (a block), the size the SDK's tool shows for a directory.
 _DIR_SIZE = 4096
 
-_SCHEMA = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
-    profile TEXT NOT NULL,
-    path TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('dir', 'file')),
-    text TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (profile, path)
-) WITHOUT ROWID"""
+
+
+def _create_paths(db: "sqlite_utils.Database") -> None:
+    db.execute(f"""CREATE TABLE {TABLE} (
+        profile TEXT NOT NULL,
+        path TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('dir', 'file')),
+        text TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (profile, path)
+    ) WITHOUT ROWID""")
+
+
+# The tool's own table, as a migration set of its own (docs/storage.md, "Migrations"), brought up
+# to date when a tool is made over a bank (cheap when current).
+SCHEMA = MigrationSet("claude_memory", {1: _create_paths})
 
 _WORD = re.compile(r"[a-z]+")
 # Path words that name a category: the category, its plural, British spelling.
@@ -156,8 +167,7 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
         self.bank = bank
         self.profile = validate_profile(profile)
         self._lock = threading.Lock()
-        with bank.store.transaction() as conn:
-            conn.execute(_SCHEMA)
+        bank.store.migrate(SCHEMA)
 
     # --- the directory -------------------------------------------------------------------------
 
