@@ -354,3 +354,9 @@ def test_files_sync_to_another_host_as_memories(hosts: Any, s3: Any) -> None:
     tool_b.call({"command": "str_replace", "path": "/memories/team/oncall.md", "old_str": "Rui", "new_str": "Ana"})
     assert a.sync().ok
     assert "Ana is on call" in tool_a.call({"command": "view", "path": "/memories/team/oncall.md"})
+
+
+def test_the_tools_table_is_a_migration_set_of_its_own(bank: MemoryBank) -> None:
+    MemlocalMemoryTool(bank, PROFILE)
+    MemlocalMemoryTool(bank, "other")  # current: nothing to do
+    assert bank.store.meta_get("schema.claude_memory") == "1"
