@@ -236,7 +236,8 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > RAW_INPUT_MAX_BYTES:
             raise InputTooLargeError(f"{ROOT}/{rel} would be {size} bytes")
-        dup = self.bank.find_duplicate(self.profile, text, exclude=[own.id] if own else [])
+        dup = self.bank.find_duplicate(self.profile, text, category=category_for_path(rel),
+                                       exclude=[own.id] if own else [])
         if dup is not None:
             where = dup.extra.get(FILE_FIELD)
             raise ToolError(f"No change was made: the text repeats memory {dup.id}"
