@@ -359,6 +359,8 @@ class MemoryBank:
         confidence: float | None = None,
         use_llm: bool = True,
         supersedes: str | None = None,
+        extra: "Mapping[str, Any] | None" = None,
+        deduplicate: bool | None = None,
     ) -> SaveResult:
         """Save a memory and return it once it is durably committed.
 
@@ -373,8 +375,14 @@ class MemoryBank:
         one replaces; in one transaction it becomes inactive (``supersededBy``) and the new one
         records ``supersedes``. With the LLM processor, the result may *propose* a memory to
         supersede (``proposed_supersedes``); nothing is superseded unless the caller asks.
+
+        ``extra``: fields beyond the spec's, kept on the memory and synced with it (the
+        integrations keep a file's path or a store item's key there; other readers ignore them).
+        ``deduplicate``: ``False`` skips the hygiene rule for this save (a caller that checked
+        with :meth:`find_duplicate` itself); ``None`` follows ``dedup.enabled``.
         """
         validate_profile(profile)
+        extra = _check_extra(extra)
         if raw_input is None and content is None:
             raise ValidationError("give rawInput or content")
         if raw_input is not None:
@@ -394,7 +402,7 @@ class MemoryBank:
         if supersedes is not None:
             self._check_supersedable(profile, supersedes)
 
-        dedup = bool(self.config["dedup.enabled"])
+        dedup = bool(self.config["dedup.enabled"]) if deduplicate is None else bool(deduplicate)
         given = content if content is not None else raw_input
         assert given is not None
         extracting = raw_input is not None and content is None and use_llm and self._extractor is not None
@@ -440,6 +448,7 @@ class MemoryBank:
                 category=category, confidence=confidence, access_count=0,
                 created_at=now, last_accessed_at=None, now=now,
             ),
+            extra=extra,
         )
         semantic = self.semantic
         vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
@@ -528,9 +537,28 @@ class MemoryBank:
             by = old.superseded_by
             raise ValidationError(f"{memory_id} is already inactive" + (f" (superseded by {by})" if by else ""))
 
-    def _exact_duplicate(self, profile: str, texts: Iterable[str], category: str | None) -> Memory | None:
+    def find_duplicate(self, profile: str, text: str, *, category: str | None = None,
+                       exclude: Iterable[str] = ()) -> Memory | None:
+        """The active memory of ``profile`` that a save of ``text`` in ``category`` (``None``: any)
+        would be deduplicated to (the exact rule, then the near rule when ``dedup.near`` is on),
+        ignoring the ids in ``exclude``; ``None`` when there is none or ``dedup.enabled`` is off.
+        Read-only."""
+        validate_profile(profile)
+        check_text(text, "text")
+        if category is not None:
+            validate_category(category)
+        if not self.config["dedup.enabled"]:
+            return None
+        skip = frozenset(exclude)
+        dup = self._exact_duplicate(profile, (text,), category, skip)
+        if dup is None and self.config["dedup.near"]:
+            dup = self._near_duplicate(profile, text, category, skip)
+        return dup
+
+    def _exact_duplicate(self, profile: str, texts: Iterable[str], category: str | None,
+                         skip: frozenset[str] = frozenset()) -> Memory | None:
         """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
-        ``category`` (``None``: any category)."""
+        ``category`` (``None``: any category), ignoring the ids in ``skip``."""
         from .hygiene import normalise, text_key
 
         wanted = {normalise(t) for t in texts}
@@ -538,13 +566,14 @@ class MemoryBank:
             if category is not None and m.category != category:
                 continue  # the same words as a preference and as a context are two memories
             # Confirm on the text: a key written by another tool could be stale.
-            if normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted:
+            if m.id not in skip and (normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted):
                 return m
         return None
 
-    def _near_duplicate(self, profile: str, processed: str, category: str) -> Memory | None:
-        """An active memory of ``profile`` in ``category`` that ``processed`` restates (the
-        guarded rule)."""
+    def _near_duplicate(self, profile: str, processed: str, category: str | None,
+                        skip: frozenset[str] = frozenset()) -> Memory | None:
+        """An active memory of ``profile`` in ``category`` (``None``: any) that ``processed``
+        restates (the guarded rule), ignoring the ids in ``skip``."""
         from . import text
         from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature, signature_key
 
@@ -558,7 +587,7 @@ class MemoryBank:
         else:
             candidates = self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES)
         for m in candidates:
-            if m.category != category:
+            if m.id in skip or (category is not None and m.category != category):
                 continue
             if jaccard(sig.terms, text.terms(m.processed_content)) < threshold:
                 continue  # cheap test first: the terms alone already rule it out
@@ -1022,6 +1051,25 @@ def _shown_block(block: "RenderedBlock") -> "RenderedBlock":
 
 def _check_recall_args(limit: object, min_score: object) -> tuple[int, float]:
     return validate_int(limit, "limit", 1, PAGE_MAX_LIMIT), validate_min_score(min_score)
+
+
+def _check_extra(extra: "Mapping[str, Any] | None") -> dict[str, Any]:
+    """A save's extra fields: JSON text that names none of the spec's fields nor the hygiene's."""
+    import json
+
+    from .hygiene import SUPERSEDED_BY, SUPERSEDES
+    from .model import JSON_FIELDS
+
+    if not extra:
+        return {}
+    reserved = sorted(set(extra) & {*JSON_FIELDS, SUPERSEDES, SUPERSEDED_BY})
+    if reserved:
+        raise ValidationError(f"extra fields may not name the memory's own fields: {', '.join(reserved)}")
+    try:
+        check_text(json.dumps(dict(extra), ensure_ascii=False), "an extra field")
+    except TypeError as exc:
+        raise ValidationError(f"extra fields must be JSON values: {exc}") from None
+    return dict(extra)
 
 
 def _check_paging(limit: object, offset: object) -> None:

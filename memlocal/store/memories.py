@@ -364,6 +364,13 @@ class Store(Database):
         sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
         return [row_to_memory(r) for r in self.read(sql, (profile,))]
 
+    def iter_with_extra(self, profile: str, name: str) -> builtins.list[Memory]:
+        """The active memories of ``profile`` that carry the extra field ``name`` (an
+        integration's files or items), found in SQL without reading the profile's others."""
+        sql = (f"{_SELECT} WHERE profile = ? AND is_active = 1 AND extra != '{{}}' "
+               "AND json_type(extra, ?) IS NOT NULL")
+        return [row_to_memory(r) for r in self.read(sql, (profile, f'$."{name}"'))]
+
     def delete(self, profile: str, memory_id: str) -> Memory:
         """Delete durably, with its outbox entry, and return what was deleted; ``NotFoundError``
         if absent."""
