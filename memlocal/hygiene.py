@@ -19,6 +19,9 @@ explains each rule, its setting and its cost.
   the terms leave out tells them apart: the same small words that carry meaning (negations,
   pronouns, prepositions, modals: "before" vs "after", "he" vs "she", "not"), the same numbers,
   and the shared terms in the same order ("Ana owes Ben" vs "Ben owes Ana").
+- **Across hosts** (:func:`converge`): after a sync pass has pulled, the copies that two hosts'
+  concurrent saves or supersessions made redundant, and which one stays active (decided by what
+  the bucket holds, never by a clock).
 - **Retention** (:func:`retention_reason`): which memories a prune removes.
 """
 
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from functools import lru_cache
-from typing import Collection, Final, Iterable
+from typing import Callable, Collection, Container, Final, Iterable
 
 import unicodedata
 
@@ -292,3 +295,98 @@ def retention_reason(memory: Memory, rule: RetentionRule, now: datetime) -> str 
             return None
         reasons.append(f"untouched for {idle.days} days")
     return ", ".join(reasons)
+
+
+# --- across hosts: convergence after a pull ----------------------------------------------------
+#
+# Two hosts may each save the same text, or each supersede the same memory, before either has
+# seen the other's write. Every host applies the rules below to what it holds once a pass has
+# pulled the bucket, and they all reach the same answer, because the answer depends only on what
+# the bucket holds (ids, and the old memory's ``supersededBy`` as the bucket arbitrated it with a
+# conditional write), never on a clock.
+
+# Links followed at most when walking a supersession chain (a cycle made by import ends it).
+CHAIN_LIMIT: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Retirement:
+    """Retire ``loser``: make it inactive, ``supersededBy`` ``winner``. ``duplicate``: the two are
+    the same text (the loser's access count is merged into the winner); otherwise the loser is a
+    concurrent successor of a memory that already has one."""
+
+    loser: str
+    winner: str
+    duplicate: bool
+
+
+def chain_head(start: str, get: Callable[[str], Memory | None]) -> Memory | None:
+    """The active memory reached from ``start`` by following ``supersededBy`` (``start`` itself
+    when it is active); ``None`` when a link is missing or the links make a cycle."""
+    seen: set[str] = set()
+    cur = get(start)
+    while cur is not None and len(seen) < CHAIN_LIMIT:
+        if cur.is_active:
+            return cur
+        seen.add(cur.id)
+        nxt = cur.superseded_by
+        if nxt is None or nxt in seen:
+            return None
+        cur = get(nxt)
+    return None
+
+
+def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
+             in_bucket: Container[str], *, duplicates: bool = True) -> list[Retirement]:
+    """The retirements that make one profile's candidates converge (docs/hygiene.md, "Across hosts").
+
+    ``memories``: active memories that may be redundant (each one's duplicates and its siblings
+    among them); ``get``: any stored memory of the profile by id; ``in_bucket``: ids whose local
+    copy is the one the bucket holds (only those may win or lose: a copy not yet pushed, or
+    edited here since, waits for a later pass).
+
+    1. **Concurrent successors.** An active memory that supersedes ``O`` while ``O`` names another
+       successor (``O.supersededBy``, which the bucket decided: the first supersession pushed) is
+       retired as superseded by the head of ``O``'s chain (its active end). When ``O`` is gone or
+       names none, the successors of ``O`` keep the one whose id sorts first.
+    2. **Duplicates.** Active memories with the same category and the same text (:func:`same_text`)
+       keep the one whose id sorts first; the others are retired as superseded by it. Memories
+       that supersede another are left to rule 1.
+
+    Every id in a result is in ``in_bucket``, and the winner of every retirement stays active.
+    """
+    pool = sorted({m.id: m for m in memories if m.is_active}.values(), key=lambda m: m.id)
+    out: list[Retirement] = []
+    retired: set[str] = set()
+    successors: dict[str, list[Memory]] = {}
+    for m in pool:
+        if m.supersedes is not None:
+            successors.setdefault(m.supersedes, []).append(m)
+    for old_id, group in successors.items():
+        old = get(old_id)
+        named = old.superseded_by if old is not None and old.profile_name == group[0].profile_name else None
+        if named is not None and old is not None and old.id in in_bucket:
+            head = chain_head(named, get)
+            if head is None or head.id not in in_bucket:
+                continue  # a broken chain, or a head not settled yet: nothing to decide
+            losers = [m for m in group if m.id != head.id and m.id != named]
+            winner = head.id
+        elif named is None:
+            held = [m for m in group if m.id in in_bucket]
+            if len(held) < 2:
+                continue
+            winner, losers = held[0].id, held[1:]
+        else:
+            continue  # the old memory's own state is not the bucket's yet
+        for m in losers:
+            if m.id in in_bucket:
+                out.append(Retirement(m.id, winner, duplicate=False))
+                retired.add(m.id)
+    if duplicates:
+        groups: dict[tuple[str, str, str], list[Memory]] = {}
+        for m in pool:
+            if m.id in in_bucket and m.id not in retired and m.supersedes is None:
+                groups.setdefault((m.profile_name, m.category, normalise(m.processed_content)), []).append(m)
+        for group in groups.values():
+            out += [Retirement(m.id, group[0].id, duplicate=True) for m in group[1:]]
+    return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -195,3 +196,29 @@ def test_the_architecture_layers_are_the_layers_contract() -> None:
     assert order == sorted(set(order), reverse=True) == list(range(len(contract)))[::-1], \
         "architecture.md lists the contract's layers bottom up, each layer's rows together"
     assert len({next(iter(n)) for n in names.values()}) == len(contract), "a name per layer, each its own"
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_readme_python_examples_run(anthropic_fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Every ```python block of README.md runs as written, in order, against a temporary database
+    (the isolated environment's data dir) and the fake Messages API (no network): the fake plays
+    Claude for the memory tool's example, creating a memory file, then answering."""
+    from anthropic_fake import Reply
+
+    anthropic_fake.respond(
+        Reply.message([{"type": "tool_use", "id": "toolu_readme", "name": "memory",
+                        "input": {"command": "create", "path": "/memories/preferences/work.md",
+                                  "file_text": "Reviews pull requests in the morning\n"}}], stop_reason="tool_use"),
+        Reply.text("I'll remember that."))
+    monkeypatch.chdir(tmp_path)
+    blocks = _python_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(blocks) >= 3, "README.md's library, Claude memory tool and LangGraph examples"
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
+    out = capsys.readouterr().out
+    assert "I'll remember that." in out and "/memories/preferences/work.md Reviews pull requests" in out
+    assert "diet " in out and "[('users', 'ana')]" in out

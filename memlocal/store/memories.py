@@ -327,7 +327,7 @@ class Store(Database):
             "profile = ? AND category = ?", [profile, category])
         if active_only:
             clause += " AND is_active = 1"
-        with self._lock:
+        with self._lock, self.translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT} WHERE {clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
@@ -349,7 +349,7 @@ class Store(Database):
                          " OR instr(lower(summary), lower(?)))")
             params += [q, q, q]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
-        with self._lock:
+        with self._lock, self.translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT}{clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
@@ -363,6 +363,13 @@ class Store(Database):
     def iter_profile(self, profile: str, *, active_only: bool = False) -> builtins.list[Memory]:
         sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
         return [row_to_memory(r) for r in self.read(sql, (profile,))]
+
+    def iter_with_extra(self, profile: str, name: str) -> builtins.list[Memory]:
+        """The active memories of ``profile`` that carry the extra field ``name`` (an
+        integration's files or items), found in SQL without reading the profile's others."""
+        sql = (f"{_SELECT} WHERE profile = ? AND is_active = 1 AND extra != '{{}}' "
+               "AND json_type(extra, ?) IS NOT NULL")
+        return [row_to_memory(r) for r in self.read(sql, (profile, f'$."{name}"'))]
 
     def delete(self, profile: str, memory_id: str) -> Memory:
         """Delete durably, with its outbox entry, and return what was deleted; ``NotFoundError``
