@@ -123,7 +123,8 @@ TARGETS = {
     lambda r: r["recall"]["first50_max_100000_ms"] <= 50,
     "a long-lived process at 100k: resident memory ≤ 150 MB": lambda r: r["recall"]["rss_100000_mb"] <= 150,
     "inject p50 at 10k ≤ 5 ms": lambda r: r["inject"]["p50_ms"] <= 5,
-    # Issue 12's save target predates write-time hygiene; issue 15 allows 2x with it on.
+    # The bare-insert target was set before write-time hygiene; the hygiene checks (duplicate
+    # keys, secrets) on every save are allowed twice the bare insert (docs/benchmarks.md).
     "save p50 without deduplication ≤ 1.5× the bare insert": lambda r: r["save"]["plain_p50_ms"]
     <= 1.5 * r["save"]["bare_p50_ms"],
     "save p50 with write-time hygiene ≤ 2× the bare insert": lambda r: r["save"]["p50_ms"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""False merges of the near-duplicate rule on LoCoMo's turns (issue 15, item 1).
+"""False merges of the near-duplicate rule on LoCoMo's turns.
 
 Every dialog turn of conversations 0-4 (``speaker: text``, as ``scripts/locomo_eval.py`` builds
 them) is a statement; LoCoMo's turns are distinct utterances, so every pair the rule merges is a

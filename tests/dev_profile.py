@@ -1,5 +1,5 @@
 """Test fixture: a realistic developer's profile of 30 memories with varied ages, use and
-categories (the profile issue 12 was measured on), written through the store with known
+categories (the profile the evidence gate was measured on), written through the store with known
 timestamps and counters (see ``memory_factory``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The injection audit trail (issue 15, item 4): one row per rendered block, written without
+"""The injection audit trail: one row per rendered block, written without
 delaying the run, answering "which runs saw this memory?" and "what did the last run see?"."""
 
 from __future__ import annotations

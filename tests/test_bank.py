@@ -1,4 +1,4 @@
-"""``MemoryBank`` construction: ``open()`` discovers, the constructor takes objects (issue 14, item 5)."""
+"""``MemoryBank`` construction: ``open()`` discovers, the constructor takes objects."""
 
 from __future__ import annotations
 

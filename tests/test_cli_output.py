@@ -1,4 +1,4 @@
-"""How the CLI reads (issue 14, item 2): --json everywhere data is printed, empty states, plurals,
+"""How the CLI reads: --json everywhere data is printed, empty states, plurals,
 cut text with an ellipsis, relative times in tables and ISO in JSON, rounded floats, colour only
 on a terminal and never with NO_COLOR, the serve banner, help that is not cut, a fast start."""
 

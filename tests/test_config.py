@@ -101,7 +101,7 @@ def test_config_example_lists_every_setting(tmp_path: Path) -> None:
     Config.load(write(tmp_path / "uncommented.toml", body), environ={})
 
 
-# --- limits (issue 14, item 3) ------------------------------------------------------------------
+# --- limits ---------------------------------------------------------------------------------------
 
 
 def test_every_number_has_limits() -> None:

@@ -129,6 +129,16 @@ def test_code_cites_docs_not_files_outside_the_repository() -> None:
     assert not offenders, f"cite docs/spec.md (or the page that states the rule) instead of DESIGN.md in: {offenders}"
 
 
+def test_code_comments_say_why_not_which_tracker_item() -> None:
+    """A comment that cites "issue 13, item 9" points at a tracker the repository does not carry:
+    say the reason, or cite the docs page that states the rule."""
+    citation = re.compile(r"\bissues? #?\d+|\bitems? \d+[a-z]?\b", re.I)
+    offenders = [f"{p.relative_to(ROOT)}:{n}" for folder in ("memlocal", "sync", "tests", "scripts")
+                 for p in (ROOT / folder).rglob("*.py") if p.name != "test_docs.py"
+                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if citation.search(line)]
+    assert not offenders, f"tracker citations in: {offenders}"
+
+
 def test_every_module_is_in_the_architecture_map() -> None:
     text = (DOCS / "architecture.md").read_text(encoding="utf-8")
     modules = [p for p in sorted((ROOT / "memlocal").glob("*.py")) if p.name != "__main__.py"]

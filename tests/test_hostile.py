@@ -1,4 +1,4 @@
-"""Hostile text and hostile origins (issue 15, item 0).
+"""Hostile text and hostile origins.
 
 Every text field of every face (library, CLI, REST, tools, MCP, import) is validated by one rule
 (valid Unicode: no lone surrogates), bad input gets a 4xx or one line, the MCP server answers every

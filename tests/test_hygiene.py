@@ -1,4 +1,4 @@
-"""Memory hygiene (issue 15, items 1, 2, 5): deduplication, supersession, retention.
+"""Memory hygiene: deduplication, supersession, retention.
 
 Every face is driven for real: the library, the CLI (click runner on a real file), the REST API
 (uvicorn + httpx), the ``memory_save`` tool, and the LLM processor against the fake Anthropic

@@ -1,5 +1,5 @@
 """The public surface: ``memlocal.__all__`` is exactly what the package exports, and no module
-reaches into another module's private names (issue 14, item 4)."""
+reaches into another module's private names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Evidence-gated ranking (issue 12) on a realistic developer profile: no off-topic padding,
+"""Evidence-gated ranking on a realistic developer profile: no off-topic padding,
 the everyday questions find their memory, spec mode reproduces the old ranking exactly, and
 only memories that passed the gate count as used."""
 
@@ -110,7 +110,7 @@ def test_inject_of_an_off_topic_prompt_has_no_relevant_entries(dev: tuple[Memory
 
 
 # Recorded with the code before the evidence gate (main at 704f3c1) on the same profile: spec
-# mode reproduces it exactly, padding and all (the failure issue 12 reported).
+# mode reproduces it exactly, padding and all (the off-topic padding the evidence gate removed).
 RECORDED_SPEC = {
     OFF_TOPIC: (["concise", "coffee", "migrations", "leak", "suite", "report", "tea", "flaky"],
                 [0.585103636621, 0.584650163527, 0.570255320754, 0.552415549106, 0.548759204087,
@@ -135,7 +135,7 @@ def test_spec_mode_reproduces_the_old_ranking(tmp_path: Path, query: str) -> Non
 
 
 def test_only_memories_that_passed_the_gate_count_as_used(tmp_path: Path) -> None:
-    """Ten unrelated questions used to make a padding memory the most used one (issue 12)."""
+    """Ten unrelated questions used to make a padding memory the most used one."""
     with _bank(tmp_path / "m.db") as bank:
         ids = {key: m.id for key, m in dev_profile(bank).items()}
         before = {m.id: m.access_count for m in bank.store.iter_profile("dev")}

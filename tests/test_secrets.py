@@ -1,4 +1,4 @@
-"""Secrets never stored (issue 15, item 3): each credential kind is redacted before it reaches the
+"""Secrets never stored: each credential kind is redacted before it reaches the
 database file (WAL included), the outbox or the bucket; reject mode leaves nothing behind; the
 block renderer redacts memories another host wrote; ordinary prose and ids are never hit."""
 

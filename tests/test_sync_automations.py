@@ -1,6 +1,6 @@
-"""Automation notes sync between hosts through ``memlocal/automations/<id>.json`` (issue 13,
-item 7): write-through, the outbox, the pass, the conflict rules and tolerant reads, against a
-real moto_server with two hosts."""
+"""Automation notes sync between hosts through ``memlocal/automations/<id>.json``: write-through,
+the outbox, the pass, the conflict rules and tolerant reads, against a real moto_server with two
+hosts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The store–sync boundary is one-way (issue 13, item 9).
+"""The store–sync boundary is one-way.
 
 The store owns ``memories`` and its change log (the outbox, access deltas) and records both
 inside its own transactions; the sync package creates its own tables and applies synced changes

@@ -1,4 +1,4 @@
-"""Saves never queue behind a sick bucket (issue 13, item 6): after a write-through failure or
+"""Saves never queue behind a sick bucket: after a write-through failure or
 timeout, later saves go straight to the outbox for a back-off window (a circuit breaker,
 half-open after the window); the next pass drains the outbox."""
 

@@ -1,4 +1,4 @@
-"""Access metadata converges (issue 13, item 2): lastAccessedAt becomes the later of the hosts'
+"""Access metadata converges: lastAccessedAt becomes the later of the hosts'
 values on every host and in the bucket, and access counts stay exact under 412 races."""
 
 from __future__ import annotations

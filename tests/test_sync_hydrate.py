@@ -1,4 +1,4 @@
-"""A fresh host hydrates from per-profile snapshots (issue 13, item 5; docs/sync.md, "Snapshots").
+"""A fresh host hydrates from per-profile snapshots (docs/sync.md, "Snapshots").
 
 A pass that finds a profile settled writes ``memlocal/snapshots/<profile>/<digest>.json.gz``; a
 fresh host reads it and fetches only the objects whose ETag differs from the listing's.

@@ -1,4 +1,4 @@
-"""Deletions always arrive; a wrong bucket still deletes nothing (issue 13, items 1 and 1b).
+"""Deletions always arrive; a wrong bucket still deletes nothing.
 
 The bucket carries an identity marker, ``memlocal/bucket.json`` (a random id and the layout
 version, created once with ``If-None-Match: *``); the base is tied to it. A profile's empty

@@ -1,4 +1,4 @@
-"""Tolerant reads of other hosts' objects, and hostile objects contained (issue 13, item 3).
+"""Tolerant reads of other hosts' objects, and hostile objects contained.
 
 An object another writer put in the bucket is read whenever it can be made valid (long summary,
 category case, confidence out of range, unknown fields kept; numbers clamped to their domains)
