@@ -39,6 +39,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Final
 
+from .errors import fold_whitespace
+
 if TYPE_CHECKING:
     import regex
 
@@ -204,4 +206,4 @@ def skeleton(line: str) -> str:
     folded = fold(line)
     if not folded.isascii():
         folded = "".join(DASH if is_dash(c) else c for c in folded)
-    return " ".join(folded.casefold().split())
+    return fold_whitespace(folded.casefold())

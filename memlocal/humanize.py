@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Final
 
+from .errors import fold_whitespace
+
 ELLIPSIS: Final = "…"
 JSON_FLOAT_DIGITS: Final = 6
 
@@ -26,7 +28,7 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
 def ellipsize(text: str, width: int) -> str:
     """``text`` on one line, at most ``width`` characters; when cut, it ends at a word boundary
     (a single long word is cut inside) and with ``…``, never mid-word without one."""
-    one_line = " ".join(text.split())
+    one_line = fold_whitespace(text)
     if len(one_line) <= width:
         return one_line
     if width <= 1:
@@ -41,7 +43,7 @@ def ellipsize(text: str, width: int) -> str:
 def shown_summary(summary: str, content: str) -> str:
     """A memory's summary for display: the default summary (the content's first 50 characters)
     gets a ``…`` when the content goes on, so a cut word reads as cut."""
-    folded = " ".join(content.split())
+    folded = fold_whitespace(content)
     if len(folded) > len(summary) and folded.startswith(summary) and not summary.endswith(ELLIPSIS):
         return summary.rstrip() + ELLIPSIS
     return summary

@@ -38,7 +38,7 @@ from typing import Callable, Collection, Container, Final, Iterable
 import unicodedata
 
 from . import text
-from .errors import ValidationError
+from .errors import ValidationError, fold_whitespace
 from .fold import fold
 from .model import CATEGORIES, CORE_CATEGORIES, Memory, compute_staleness, parse_age
 
@@ -104,7 +104,7 @@ def normalise(value: str) -> str:
     if folded.isascii():
         out = " ".join(_ASCII_TOKEN_RE.findall(folded))
     else:
-        out = " ".join(folded.translate(_SEPARATORS).split())
+        out = fold_whitespace(folded.translate(_SEPARATORS))
     return out.translate(_UNMARK) if marked else out
 
 

@@ -111,7 +111,7 @@ def user_message(raw_input: str, similar: Sequence[Memory] = ()) -> str:
     """The request's user turn: the note, and the existing memories it may replace."""
     if not similar:
         return f"<note>\n{raw_input}\n</note>"
-    shown = "\n".join(f'<memory id="{m.id}">{" ".join(m.processed_content.split())}</memory>' for m in similar)
+    shown = "\n".join(f'<memory id="{m.id}">{fold_whitespace(m.processed_content)}</memory>' for m in similar)
     return f"<existing>\n{shown}\n</existing>\n<note>\n{raw_input}\n</note>"
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Iterable, Iterator
 
 from .bank import MemoryBank
-from .errors import MemoryBankError
+from .errors import MemoryBankError, fold_whitespace
 from .model import Memory, validate_profile
 
 BATCH_SIZE = 500
@@ -83,7 +83,7 @@ def _parse(line_no: int, line: str, profile: str | None) -> Memory:
     except RecursionError:
         raise MemoryBankError("not valid JSON (nested too deeply to read)") from None
     except ValueError as exc:  # NaN/Infinity tokens, numbers of thousands of digits
-        raise MemoryBankError(f"not valid JSON ({' '.join(str(exc).split())[:200]})") from None
+        raise MemoryBankError(f"not valid JSON ({fold_whitespace(exc)[:200]})") from None
     if profile is not None and isinstance(data, dict):
         data = {**data, "profileName": profile}
     return Memory.from_dict(data)

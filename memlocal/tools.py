@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Mapping
 
 from pydantic import ValidationError as PydanticError
 
-from .errors import ValidationError
+from .errors import ValidationError, fold_whitespace
 from .inputs import (
     LIST_DEFAULT_LIMIT,
     LIST_MAX_LIMIT,
@@ -51,7 +51,7 @@ TOOL_INPUTS: Final[Mapping[str, type[InputModel]]] = dict(zip(
 
 
 def _description(model: type[InputModel]) -> str:
-    return " ".join((model.__doc__ or "").split())
+    return fold_whitespace(model.__doc__ or "")
 
 
 TOOLS: Final[tuple[dict[str, Any], ...]] = tuple(

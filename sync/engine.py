@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from filelock import FileLock, Timeout
 
 from memlocal.config import Config
-from memlocal.errors import SyncError
+from memlocal.errors import SyncError, fold_whitespace
 from memlocal.humanize import plural
 from memlocal.model import Memory, compute_staleness, format_time, new_id, to_us, utcnow
 from memlocal.replication import NoteState, Replica
@@ -376,7 +376,7 @@ class SyncEngine:
                 return report
             log.exception("sync pass failed")
             report.result = "failed"
-            report.reason = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            report.reason = f"internal error: {type(exc).__name__}: {fold_whitespace(exc)[:300]}"
         finally:
             report.duration_s = time.monotonic() - t0
             report.finished_at = format_time(utcnow())
@@ -404,7 +404,7 @@ class SyncEngine:
             raise
         except Exception as exc:  # containment: the pass's own work is done and recorded
             log.exception("converging duplicates and successors failed")
-            report.errors.append(f"converge: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+            report.errors.append(f"converge: {type(exc).__name__}: {fold_whitespace(exc)[:200]}")
             return set()
 
     # --- the listing (docs/sync.md, "Listing") ------------------------------------------------------
@@ -716,7 +716,7 @@ class SyncEngine:
             try:
                 self.state.apply([eff])
             except Exception as exc:
-                reason = f"cannot be stored here: {' '.join(str(exc).split())[:200]}"
+                reason = f"cannot be stored here: {fold_whitespace(exc)[:200]}"
                 if isinstance(eff, Synced):
                     key = object_key(eff.memory.profile_name, eff.memory.id)
                     log.warning("skipping %s: %s", key, reason)
