@@ -232,7 +232,7 @@ class MemoryBank:
         """
         self.config = config if config is not None else Config.defaults()
         if not isinstance(store, Store):
-            store = Store(Path(store), busy_timeout_s=float(self.config["store.busy_timeout_s"]))
+            store = Store(Path(store), busy_timeout_s=self.config.get_float("store.busy_timeout_s"))
         self.store = store
         self.replicator = replicator
         self._extractor = extractor
@@ -254,12 +254,12 @@ class MemoryBank:
         ``ANTHROPIC_API_KEY`` is set). ``config`` defaults to ``Config.load()``."""
         config = config if config is not None else Config.load()
         store = Store(Path(path) if path is not None else config.db_path,
-                      busy_timeout_s=float(config["store.busy_timeout_s"]))
+                      busy_timeout_s=config.get_float("store.busy_timeout_s"))
         try:
             replicator: Replicator | None = None
             # The bucket's replicator exists only with a bucket: without one, the sync package
             # is not even imported (a local-only one-shot process would pay ~60 ms for it).
-            for factory in _discover(REPLICATOR_ENTRY_POINTS) if str(config["bucket.name"]).strip() else ():
+            for factory in _discover(REPLICATOR_ENTRY_POINTS) if config.get_str("bucket.name").strip() else ():
                 from .store.replica import StoreReplica
 
                 replicator = factory(config, StoreReplica(store))
@@ -402,7 +402,7 @@ class MemoryBank:
         if supersedes is not None:
             self._check_supersedable(profile, supersedes)
 
-        dedup = bool(self.config["dedup.enabled"]) if deduplicate is None else bool(deduplicate)
+        dedup = self.config.get_bool("dedup.enabled") if deduplicate is None else bool(deduplicate)
         given = content if content is not None else raw_input
         assert given is not None
         extracting = raw_input is not None and content is None and use_llm and self._extractor is not None
@@ -580,7 +580,7 @@ class MemoryBank:
         sig = signature(processed)
         if len(sig.terms) < NEAR_MIN_TERMS:
             return None
-        threshold = float(self.config["dedup.near_threshold"])
+        threshold = self.config.get_float("dedup.near_threshold")
         if threshold >= 1.0:
             # At 1.0 the rule is an equivalence: one lookup of the stored near_key (migration 9).
             candidates = self.store.find_by_near_key(profile, signature_key(sig) or "")
@@ -659,9 +659,9 @@ class MemoryBank:
 
         if not self.config["retention.enabled"]:
             return None
-        cats = [c.strip() for c in str(self.config["retention.categories"]).split(",") if c.strip()]
-        staleness = float(self.config["retention.staleness_above"])
-        return RetentionRule.build(staleness_above=staleness, older_than=str(self.config["retention.older_than"]) or None,
+        cats = [c.strip() for c in self.config.get_str("retention.categories").split(",") if c.strip()]
+        staleness = self.config.get_float("retention.staleness_above")
+        return RetentionRule.build(staleness_above=staleness, older_than=self.config.get_str("retention.older_than") or None,
                                    categories=cats)
 
     def apply_retention(self, *, now: "datetime | None" = None) -> dict[str, int]:
@@ -701,7 +701,7 @@ class MemoryBank:
         validate_profile(profile)
         if self.replicator is None:
             return False
-        return self.replicator.refresh_if_stale(profile, float(self.config["sync.refresh_ttl_s"]) if ttl is None else ttl)
+        return self.replicator.refresh_if_stale(profile, self.config.get_float("sync.refresh_ttl_s") if ttl is None else ttl)
 
     def refresh_for_read(self, profile: str | None = None) -> float | None:
         """The read path's refresh policy: before answering a read of ``profile`` (``None``: a
@@ -714,7 +714,7 @@ class MemoryBank:
             validate_profile(profile)
         if self.replicator is None:
             return None
-        return self.replicator.request_refresh(profile, float(self.config["sync.refresh_ttl_s"]))
+        return self.replicator.request_refresh(profile, self.config.get_float("sync.refresh_ttl_s"))
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -803,7 +803,7 @@ class MemoryBank:
         if self._recall_index is None:
             from .recall import RecallIndex
 
-            self._recall_index = RecallIndex(self.store, int(self.config["recall.cache_profiles"]))
+            self._recall_index = RecallIndex(self.store, self.config.get_int("recall.cache_profiles"))
         return self._recall_index
 
     @property
@@ -822,8 +822,8 @@ class MemoryBank:
         from .errors import ConfigError
         from .scoring import MODES, Ranking
 
-        mode = str(self.config["ranking.mode"])
-        ratio = float(self.config["ranking.evidence_ratio"])
+        mode = self.config.get_str("ranking.mode")
+        ratio = self.config.get_float("ranking.evidence_ratio")
         if mode not in MODES:
             raise ConfigError(f"ranking.mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not 0.0 <= ratio <= 1.0:
@@ -934,9 +934,9 @@ class MemoryBank:
 
         return _shown_block(build_memory_block(
             ranked,
-            budget=int(self.config["inject.budget_chars"]),
-            relevant_limit=int(self.config["inject.relevant_limit"]),
-            min_score=float(self.config["inject.min_score"]),
+            budget=self.config.get_int("inject.budget_chars"),
+            relevant_limit=self.config.get_int("inject.relevant_limit"),
+            min_score=self.config.get_float("inject.min_score"),
         ))
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
@@ -953,8 +953,8 @@ class MemoryBank:
 
             record = InjectionRecord(now or utcnow(), profile, self._query_hash(query), len(block.text),
                                      tuple(s.memory.id for s in block.core), tuple(s.memory.id for s in block.relevant))
-            self._background().submit_audit(record, max_rows=int(self.config["audit.max_rows"]),
-                                            retention_days=float(self.config["audit.retention_days"]))
+            self._background().submit_audit(record, max_rows=self.config.get_int("audit.max_rows"),
+                                            retention_days=self.config.get_float("audit.retention_days"))
         return block.text
 
     def _query_hash(self, query: str) -> str:

@@ -351,6 +351,24 @@ class Config:
     def get(self, key: str, default: Any = None) -> Any:
         return self._values.get(key, default)
 
+    # Typed reads: ``config[key]`` is ``Any`` (the registry holds settings of several types), so a
+    # caller that needs a number or a string says which, once, here rather than with a cast.
+    def get_int(self, key: str) -> int:
+        """The setting ``key`` as an ``int``."""
+        return int(self[key])
+
+    def get_float(self, key: str) -> float:
+        """The setting ``key`` as a ``float`` (a TOML integer such as ``5`` included)."""
+        return float(self[key])
+
+    def get_str(self, key: str) -> str:
+        """The setting ``key`` as a ``str``."""
+        return str(self[key])
+
+    def get_bool(self, key: str) -> bool:
+        """The setting ``key`` as a ``bool``."""
+        return bool(self[key])
+
     def source(self, key: str) -> str:
         return self._sources.get(key, "default")
 

@@ -362,4 +362,4 @@ def extractor_from_config(config: Config) -> AnthropicExtractor | None:
     api_key = os.environ.get("ANTHROPIC_API_KEY", "")
     if not config["llm.enabled"] or not api_key:
         return None
-    return AnthropicExtractor(api_key, model=str(config["llm.model"]), timeout_s=float(config["llm.timeout_s"]))
+    return AnthropicExtractor(api_key, model=config.get_str("llm.model"), timeout_s=config.get_float("llm.timeout_s"))

@@ -62,7 +62,7 @@ class BucketSettings:
     @classmethod
     def from_config(cls, config: Config) -> "BucketSettings | None":
         """The configured bucket, or ``None`` when none is (local only)."""
-        name = str(config["bucket.name"]).strip()
+        name = config.get_str("bucket.name").strip()
         if not name:
             return None
         key_id = config["bucket.access_key_id"] or None  # both or neither: checked at load

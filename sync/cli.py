@@ -97,8 +97,8 @@ def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
     bank = state.bank()
     engine = SyncEngine(config, bank.replica)
     try:
-        SyncDaemon(engine, interval_s=float(config["sync.interval_s"]),
-                   debounce_s=float(config["sync.debounce_s"]), retention=bank.apply_retention).run()
+        SyncDaemon(engine, interval_s=config.get_float("sync.interval_s"),
+                   debounce_s=config.get_float("sync.debounce_s"), retention=bank.apply_retention).run()
     finally:
         engine.close()
 

@@ -52,8 +52,8 @@ def factory(config: Config, store: Replica, retention: Retention | None = None) 
     if settings is None:
         return None
     engine = SyncEngine(config, store, settings=settings)
-    return SyncDaemon(engine, interval_s=float(config["sync.interval_s"]),
-                      debounce_s=float(config["sync.debounce_s"]), close_engine=True, retention=retention)
+    return SyncDaemon(engine, interval_s=config.get_float("sync.interval_s"),
+                      debounce_s=config.get_float("sync.debounce_s"), close_engine=True, retention=retention)
 
 
 class SyncDaemon:
@@ -169,7 +169,7 @@ class SyncDaemon:
         elif config["retention.enabled"]:
             # Same one-thread executor: a retention run never overlaps a pass. First run after
             # one interval, so a daemon started by mistake can still be stopped first.
-            every = float(config["retention.interval_s"])
+            every = config.get_float("retention.interval_s")
             scheduler.add_job(self._retention_job, "interval", seconds=every, id=RETENTION_JOB_ID,
                               coalesce=True, max_instances=1)
             log.info("retention policy on: pruning every %gs", every)

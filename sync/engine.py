@@ -181,21 +181,21 @@ class SyncEngine:
         self.store = store
         self.state = SyncState(store)
         self.settings = settings
-        self.workers = int(config["sync.workers"])
-        self.max_object_bytes = int(config["sync.max_object_bytes"])
-        self.mass_delete_min = int(config["sync.mass_delete_min"])
-        self.snapshot_min = int(config["sync.snapshot_min_objects"])
+        self.workers = config.get_int("sync.workers")
+        self.max_object_bytes = config.get_int("sync.max_object_bytes")
+        self.mass_delete_min = config.get_int("sync.mass_delete_min")
+        self.snapshot_min = config.get_int("sync.snapshot_min_objects")
         # Bodies taken from snapshots for this pass's fetches, by key (read by the workers).
         self._from_snapshot: dict[str, bytes] = {}
-        self.max_delete_share = float(config["sync.max_delete_share"])
-        self.allow_unconditional = bool(config["sync.allow_unconditional"])
-        self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=float(config["sync.timeout_s"]),
-                                       attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
-                                       page_size=int(config["sync.list_page_size"]))
+        self.max_delete_share = config.get_float("sync.max_delete_share")
+        self.allow_unconditional = config.get_bool("sync.allow_unconditional")
+        self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=config.get_float("sync.timeout_s"),
+                                       attempts=config.get_int("sync.attempts"), pool_size=self.workers + 2,
+                                       page_size=config.get_int("sync.list_page_size"))
         self._remote_ids: set[str] = set()
         self._cancelled = threading.Event()
-        self.breaker = HostBreaker(store, settings.identity, base_s=float(config["sync.breaker_s"]),
-                                   probe_lease_s=2 * float(config["sync.put_timeout_s"]) + 1)
+        self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
+                                   probe_lease_s=2 * config.get_float("sync.put_timeout_s") + 1)
 
     def close(self) -> None:
         self.bucket.close()
@@ -399,7 +399,7 @@ class SyncEngine:
                 converge.defer(self.state, touched)
                 return set()
             return converge.run(self.state, self.bucket, touched, report.counts,
-                                duplicates=bool(self.config["dedup.enabled"]))
+                                duplicates=self.config.get_bool("dedup.enabled"))
         except BucketUnavailable:
             raise
         except Exception as exc:  # containment: the pass's own work is done and recorded

@@ -178,17 +178,17 @@ class S3Replicator:
         self.store = store
         self.settings = settings
         self.state = SyncState(store)
-        put_timeout = float(config["sync.put_timeout_s"])
+        put_timeout = config.get_float("sync.put_timeout_s")
         # One attempt: the outbox is the retry, and a save must not wait on backoff.
         self.bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=1, pool_size=4)
         # Reads tolerate one retry; still short, since a reader is waiting.
         self._read_bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=2,
-                                                 pool_size=int(config["sync.workers"]) + 2,
-                                                 page_size=int(config["sync.list_page_size"]))
+                                                 pool_size=config.get_int("sync.workers") + 2,
+                                                 page_size=config.get_int("sync.list_page_size"))
         self._engine: SyncEngine | None = None
         # The host's breaker (every process reads the same row of the index); the prober's lease
         # covers one write-through attempt and its recording.
-        self.breaker = HostBreaker(store, settings.identity, base_s=float(config["sync.breaker_s"]),
+        self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
                                    probe_lease_s=2 * put_timeout + 1)
         self._prepared = False
         self._prepare_lock = threading.Lock()
@@ -212,7 +212,7 @@ class S3Replicator:
         """Whether write-through may write: the bucket's identity marker is known and the server
         honours conditional writes (or last-writer-wins is allowed). The first save of a host
         that has not met the bucket yet reads (or creates) the marker and probes it, once."""
-        allow = bool(self.config["sync.allow_unconditional"])
+        allow = self.config.get_bool("sync.allow_unconditional")
         known = marker.writable(self.state, allow_unconditional=allow)
         if known is not None:
             return known
@@ -438,13 +438,13 @@ class S3Replicator:
             return
         if hydrated is not None:
             self._notice = ""
-            self.request_refresh(profile, float(self.config["sync.refresh_ttl_s"]))
+            self.request_refresh(profile, self.config.get_float("sync.refresh_ttl_s"))
             return
         if self.breaker.blocked():
             self._notice = ("the bucket failed recently and is not asked again until the circuit breaker's "
                             "window is over (see `memlocal sync status`)")
             return
-        deadline = float(self.config["sync.hydrate_deadline_s"])
+        deadline = self.config.get_float("sync.hydrate_deadline_s")
         self._hydration = _Hydration(lambda: self._hydrate(deadline), deadline)
 
     def _hydrate(self, deadline: float) -> PassReport | None:

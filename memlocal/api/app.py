@@ -187,7 +187,7 @@ def injection_preview(
         "query": q,
         "block": rendered.text,
         "chars": len(rendered.text),
-        "budget": int(bank.config["inject.budget_chars"]),
+        "budget": bank.config.get_int("inject.budget_chars"),
         "included": [entry(s) for s in (*rendered.core, *rendered.relevant)],
         "trimmed": [entry(s) for s in rendered.trimmed],
     }

@@ -66,7 +66,7 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
 
     flags = {"serve.host": host, "serve.port": port}
     config = state.config.with_overrides(**{k.replace(".", "__"): v for k, v in flags.items() if v is not None})
-    host, port = str(config["serve.host"]), int(config["serve.port"])
+    host, port = config.get_str("serve.host"), config.get_int("serve.port")
     check_bind(host, str(config["serve.api_token"] or ""))
 
     bank: MemoryBank | MemoryBankError
