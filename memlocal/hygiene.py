@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Collection, Final, Iterable
+from typing import Collection, Final, Iterable, Mapping
 
 from . import text
 from .errors import ValidationError
@@ -33,6 +33,9 @@ from .model import CATEGORIES, CORE_CATEGORIES, Memory, compute_staleness, parse
 # Extra fields of the memory object that record supersession (docs/hygiene.md).
 SUPERSEDES: Final = "supersedes"
 SUPERSEDED_BY: Final = "supersededBy"
+# The extra field a copy (a profile copy or rename, or an import whose id was taken) records its
+# original's id in: the lineage, and what makes a repeated import of the same file a no-op.
+COPIED_FROM: Final = "copiedFrom"
 
 # Words the near-duplicate guard may ignore: articles and fillers that never change a statement.
 # Every other stopword (not, no, he, she, before, after, can, should, ...) must match exactly.
@@ -44,6 +47,25 @@ GUARD_FORMS: Final = {form: "use" for form in ("use", "uses", "used", "using")}
 NEAR_MIN_TERMS: Final = 4
 # Default Jaccard threshold on the formula's terms (scripts/dedup_eval.py measured it on LoCoMo).
 DEFAULT_NEAR_THRESHOLD: Final = 1.0
+
+
+def relinked(memory: Memory, ids: Mapping[str, str]) -> Memory:
+    """``memory`` with its supersession links (``supersedes``, ``supersededBy``) moved to the new
+    ids of ``ids`` (old id -> new id); links to ids not in it are kept as they are."""
+    extra = dict(memory.extra)
+    for field_name in (SUPERSEDES, SUPERSEDED_BY):
+        target = extra.get(field_name)
+        if isinstance(target, str) and target in ids:
+            extra[field_name] = ids[target]
+    return memory if extra == memory.extra else memory.with_changes(extra=extra)
+
+
+def copy_of(memory: Memory, new_id: str, profile: str, ids: Mapping[str, str]) -> Memory:
+    """A copy of ``memory`` in ``profile`` under ``new_id``: every field kept (text, times, access
+    counts, state), its links moved through ``ids``, and ``copiedFrom`` naming the original it
+    was copied from (a copy of a copy names the copy: the lineage is a chain)."""
+    copy = relinked(memory, ids)
+    return copy.with_changes(id=new_id, profile_name=profile, extra={**copy.extra, COPIED_FROM: memory.id})
 
 
 def normalise(value: str) -> str:
