@@ -749,12 +749,20 @@ class MemoryBank:
         return {"localOnly": False, **self.replicator.status()}
 
     def stats(self) -> dict[str, Any]:
-        """``{"totalMemories": N, "profilesWithMemory": K, "perProfile": {name: n}}``."""
+        """``{"totalMemories": N, "activeMemories": A, "supersededMemories": N - A,
+        "profilesWithMemory": K, "perProfile": {name: n}, "perProfileActive": {name: a}}``: every
+        count includes superseded (inactive) memories except the ``active`` ones, which are what
+        ``list`` shows without ``--all`` and what recall and injection draw from."""
         per_profile = self.store.profiles()
+        active = self.store.active_counts()
+        total, live = sum(per_profile.values()), sum(active.values())
         return {
-            "totalMemories": sum(per_profile.values()),
+            "totalMemories": total,
+            "activeMemories": live,
+            "supersededMemories": total - live,
             "profilesWithMemory": len(per_profile),
             "perProfile": per_profile,
+            "perProfileActive": {p: active.get(p, 0) for p in per_profile},
         }
 
     # --- relevance, recall and injection (memlocal.recall, .injection, .automation) ----------

@@ -161,7 +161,8 @@ class RetentionRule:
     """Which memories a prune removes: all criteria given must hold (AND).
 
     ``categories``: the categories a prune may touch; ``None`` means every category except
-    preference and fact, which are removed only when named.
+    preference and fact, which are removed only when named, or every category for an
+    ``inactive`` rule (a superseded memory is never recalled or injected, whatever its category).
     """
 
     staleness_above: float | None = None
@@ -182,6 +183,8 @@ class RetentionRule:
     def allowed(self) -> frozenset[str]:
         if self.categories is not None:
             return self.categories
+        if self.inactive:
+            return frozenset(CATEGORIES)
         return frozenset(c for c in CATEGORIES if c not in CORE_CATEGORIES)
 
     @classmethod

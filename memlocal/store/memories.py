@@ -590,6 +590,11 @@ class Store(Database):
         rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")
         return {p: n for p, n in rows}
 
+    def active_counts(self) -> dict[str, int]:
+        """Active (not superseded) memory count per profile, for the profiles that have memories."""
+        rows = self.read("SELECT profile, sum(is_active) FROM memories GROUP BY profile")
+        return {p: int(n or 0) for p, n in rows}
+
     def profile_activity(self) -> builtins.list[tuple[str, int, int]]:
         """``(profile, memory count, last activity in µs)`` per profile, newest activity first;
         a profile's activity is its latest createdAt or lastAccessedAt."""
