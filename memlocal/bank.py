@@ -693,6 +693,15 @@ class MemoryBank:
         validate_id(memory_id)
         return self.store.get(profile, memory_id)
 
+    def get_many(self, profile: str, ids: Iterable[str]) -> dict[str, Memory]:
+        """The memories of ``profile`` among ``ids``, by id; ids not stored there are left out."""
+        validate_profile(profile)
+        checked = list(dict.fromkeys(validate_id(i) for i in ids))
+        found: dict[str, Memory] = {}
+        for i in range(0, len(checked), 500):  # one IN (...) stays under SQLite's variable limit
+            found.update(self.store.get_many(profile, checked[i:i + 500]))
+        return found
+
     def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None,
              active_only: bool = False) -> Page:
         """Memories of ``profile``, newest first, optionally of one ``category``; inactive

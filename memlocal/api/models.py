@@ -226,6 +226,8 @@ class InjectionList(_Model):
     """Rendered blocks, newest first."""
 
     injections: list[InjectionEntry]
+    summaries: dict[str, str] = Field(
+        description="memory id -> its summary, for the memories of these blocks still stored (deleted ones are absent)")
 
 
 class AutomationNoteEntry(_Model):
