@@ -7,9 +7,11 @@ hold what the memories must not. The record is written on the same background co
 access marks (``memlocal.injection.AccessMarker``), so a run never waits for it.
 
 Decisions:
-- The query hash is the first 16 hex digits of SHA-256 over the query's UTF-8 bytes: equal queries
-  can be recognised across runs, the text cannot be read back (a short, guessable query could be
-  confirmed by someone holding the database, who can read the memories anyway).
+- The query hash is the first 16 hex digits of HMAC-SHA-256 over the query's UTF-8 bytes, keyed
+  by a per-host secret kept beside the database (``<db>.audit-key``, 0600): equal queries can be
+  recognised across runs, the text cannot be read back, and a guessed query cannot be confirmed
+  from the database alone (a copy, a backup). Rows written before the key keep their plain
+  SHA-256 prefix; they stay readable, and simply match no new row.
 - A block with no memory in it is recorded too (size 0): "what did the last run see?" can be
   "nothing". Previews (the dashboard's injection preview) are not runs and are not recorded.
 - Retention: rows older than ``audit.retention_days`` and beyond the newest ``audit.max_rows`` are
@@ -20,17 +22,73 @@ Decisions:
 from __future__ import annotations
 
 import hashlib
+import hmac
+import logging
+import os
+import secrets
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Final, Sequence
 
+from .errors import StoreError, fold_whitespace
 from .model import format_time, validate_id, validate_profile
 from .store import Store, from_us, to_us
 
-def query_hash(query: str) -> str:
-    """The audit's stand-in for a query: 16 hex digits of SHA-256."""
-    return hashlib.sha256(query.encode("utf-8")).hexdigest()[:16]
+log = logging.getLogger(__name__)
+
+# The host's audit key: a file beside the database (``<db>.audit-key``), random, 0600.
+KEY_SUFFIX: Final = ".audit-key"
+KEY_BYTES: Final = 32
+
+
+def key_path(db_path: Path) -> Path:
+    """Where the audit key of the database ``db_path`` lives (beside it)."""
+    return db_path.with_name(db_path.name + KEY_SUFFIX)
+
+
+def host_key(db_path: Path) -> bytes:
+    """The audit key of the database ``db_path``, created on first use.
+
+    Created once, atomically: the random bytes go to a private temporary file (0600, fsynced),
+    which is then hard-linked to the key's name; a link never replaces an existing file, so when
+    several processes create it at once the first link wins and every process reads that one.
+    ``OSError`` when it can neither be read nor created (a read-only folder).
+    """
+    path = key_path(db_path)
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            os.write(fd, secrets.token_bytes(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process linked its key first: that one is the host's
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    key = path.read_bytes()
+    if len(key) < 16:
+        raise OSError(f"the audit key {path} is damaged ({len(key)} bytes): delete it to make a new one")
+    return key
+
+
+def query_hash(query: str, key: bytes) -> str:
+    """The audit's stand-in for a query: 16 hex digits of HMAC-SHA-256 under the host's key, so
+    that someone holding the database but not the key cannot confirm a guessed query."""
+    return hmac.new(key, query.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,26 +151,46 @@ def _load(store: Store, rows: Sequence[tuple[Any, ...]]) -> list[Injection]:
     if not rows:
         return []
     ids = [r[0] for r in rows]
-    members: dict[int, dict[str, list[str]]] = {i: {"core": [], "relevant": []} for i in ids}
+    members: dict[Any, dict[str, list[str]]] = {i: {"core": [], "relevant": []} for i in ids}
     for injection_id, memory_id, tier in store.read(
         f"SELECT injection_id, memory_id, tier FROM injection_memories WHERE injection_id IN"
         f" ({', '.join('?' for _ in ids)}) ORDER BY injection_id, tier, rank", ids
     ):
-        members[injection_id][tier].append(memory_id)
-    return [Injection(i, from_us(at), p, h, n, tuple(members[i]["core"]), tuple(members[i]["relevant"]))  # type: ignore[arg-type]
-            for i, at, p, h, n in rows]
+        tiers = members.get(injection_id, {})
+        if tier in tiers and isinstance(memory_id, str):
+            tiers[tier].append(memory_id)
+    out = []
+    for i, at, p, h, n in rows:
+        # A row another tool damaged (a time that is not a number, a foreign tier) is left out
+        # of the answer, never the reason there is none.
+        if not (isinstance(i, int) and isinstance(at, int) and isinstance(p, str) and isinstance(n, int)):
+            log.warning("audit row %r is damaged: skipped", i)
+            continue
+        try:
+            when = from_us(at)
+        except (OverflowError, ValueError):
+            log.warning("audit row %r has an impossible time: skipped", i)
+            continue
+        out.append(Injection(i, when, p, h if isinstance(h, str) else "", n,  # type: ignore[arg-type]
+                             tuple(members[i]["core"]), tuple(members[i]["relevant"])))
+    return out
 
 
 def injections(store: Store, profile: str, *, memory_id: str | None = None, limit: int = 20) -> list[Injection]:
-    """The profile's rendered blocks, newest first; with ``memory_id``, only those that carried it."""
+    """The profile's rendered blocks, newest first; with ``memory_id``, only those that carried it.
+    Damaged rows are skipped; tables that cannot be read at all raise one ``StoreError``."""
     validate_profile(profile)
     if memory_id is not None:
         validate_id(memory_id)
-        rows = store.read(
-            "SELECT i.id, i.at_us, i.profile, i.query_hash, i.chars FROM injection_memories m"
-            " JOIN injections i ON i.id = m.injection_id WHERE m.memory_id = ? AND i.profile = ?"
-            " ORDER BY i.id DESC LIMIT ?", (memory_id, profile, limit))
-    else:
-        rows = store.read("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
-                          " ORDER BY id DESC LIMIT ?", (profile, limit))
-    return _load(store, rows)
+    try:
+        if memory_id is not None:
+            rows = store.read(
+                "SELECT i.id, i.at_us, i.profile, i.query_hash, i.chars FROM injection_memories m"
+                " JOIN injections i ON i.id = m.injection_id WHERE m.memory_id = ? AND i.profile = ?"
+                " ORDER BY i.id DESC LIMIT ?", (memory_id, profile, limit))
+        else:
+            rows = store.read("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
+                              " ORDER BY id DESC LIMIT ?", (profile, limit))
+        return _load(store, rows)
+    except sqlite3.Error as exc:  # a table dropped or altered by another tool
+        raise StoreError(f"the audit trail of {store.path} cannot be read: {fold_whitespace(exc)}") from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
@@ -21,6 +21,7 @@ from .model import (
     PAGE_MAX_LIMIT,
     RAW_INPUT_MAX_BYTES,
     SUMMARY_MAX_CHARS,
+    cut_preview,
     Extraction,
     Memory,
     check_text,
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
     from .semantic import SemanticIndex
 
 log = logging.getLogger("memlocal")
+
+# The spec's start-up warning without a bucket is said once per process (a CLI command is one).
+_warned_local_only = False
 
 REPLICATOR_ENTRY_POINTS = "memlocal.replicators"
 DAEMON_ENTRY_POINTS = "memlocal.daemons"
@@ -102,6 +106,14 @@ class Replicator(Protocol):
     def status(self) -> dict[str, Any]:
         """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
         the last pass and error, skipped objects (the dashboard's sync panel)."""
+        ...
+
+    def prepare(self, profile: str | None = None, *, wait: bool = True) -> None:
+        """The pull on open, called before every read (cheap after the first call). The first
+        call pulls the whole bucket on a background thread when this index has never completed a
+        pass against it (else queues a background refresh of ``profile``); with ``wait``, waits
+        for that pull until ``sync.hydrate_deadline_s`` after it began, then lets the read answer
+        from the local index (saying so once). Never raises."""
         ...
 
     def close(self) -> None: ...
@@ -248,6 +260,7 @@ class MemoryBank:
         self._access_marker: AccessMarker | None = None  # fire-and-forget access bumps
         self._semantic: SemanticIndex | None = None  # with semantic.enabled and the extra installed
         self._automations: AutomationNotes | None = None
+        self._audit_key: bytes | None = None  # the host's audit key (memlocal.audit), read on first use
         self._closed = False
 
     @classmethod
@@ -279,8 +292,24 @@ class MemoryBank:
         except Exception:
             store.close()
             raise
+        if replicator is None:
+            _warn_local_only()
         return cls(store, config=config, replicator=replicator, extractor=extractor,
                    daemon_factory=_installed_daemon)
+
+    def prepare(self) -> None:
+        """Start the pull on open now, without waiting (a server's or an MCP server's start-up):
+        with a bucket, a host whose index has never completed a pass against it starts pulling
+        all of it (the first reads wait for it up to ``sync.hydrate_deadline_s``); a hydrated host
+        queues a background refresh of every profile. Reads do this themselves when it was not
+        done: ``MemoryBank.open`` alone sends no request."""
+        if self.replicator is not None:
+            self.replicator.prepare(None, wait=False)
+
+    def _ready(self, profile: str | None = None) -> None:
+        """Before a read: the pull on open (``Replicator.prepare``), waited for within its deadline."""
+        if self.replicator is not None:
+            self.replicator.prepare(profile, wait=True)
 
     @property
     def path(self) -> Path:
@@ -300,7 +329,7 @@ class MemoryBank:
         if self._automations is None:
             from .automation import AutomationNotes
 
-            self._automations = AutomationNotes(self.store, self.replicator)
+            self._automations = AutomationNotes(self.store, self.replicator, redactor=self.redact_note)
         return self._automations
 
     def start_sync_daemon(self) -> SyncDaemonHandle | None:
@@ -349,6 +378,8 @@ class MemoryBank:
         confidence: float | None = None,
         use_llm: bool = True,
         supersedes: str | None = None,
+        extra: "Mapping[str, Any] | None" = None,
+        deduplicate: bool | None = None,
     ) -> SaveResult:
         """Save a memory and return it once it is durably committed.
 
@@ -363,8 +394,14 @@ class MemoryBank:
         one replaces; in one transaction it becomes inactive (``supersededBy``) and the new one
         records ``supersedes``. With the LLM processor, the result may *propose* a memory to
         supersede (``proposed_supersedes``); nothing is superseded unless the caller asks.
+
+        ``extra``: fields beyond the spec's, kept on the memory and synced with it (the
+        integrations keep a file's path or a store item's key there; other readers ignore them).
+        ``deduplicate``: ``False`` skips the hygiene rule for this save (a caller that checked
+        with :meth:`find_duplicate` itself); ``None`` follows ``dedup.enabled``.
         """
         validate_profile(profile)
+        extra = _check_extra(extra)
         if raw_input is None and content is None:
             raise ValidationError("give rawInput or content")
         if raw_input is not None:
@@ -384,12 +421,14 @@ class MemoryBank:
         if supersedes is not None:
             self._check_supersedable(profile, supersedes)
 
-        dedup = bool(self.config["dedup.enabled"])
+        dedup = bool(self.config["dedup.enabled"]) if deduplicate is None else bool(deduplicate)
         given = content if content is not None else raw_input
         assert given is not None
+        extracting = raw_input is not None and content is None and use_llm and self._extractor is not None
         if dedup:
-            # Before the LLM: a repeated note costs no extraction call.
-            dup = self._exact_duplicate(profile, (given,))
+            # Before the LLM: a repeated note costs no extraction call. The category must match;
+            # when the model is to choose it, what it chose for the same text stands.
+            dup = self._exact_duplicate(profile, (given,), category or (None if extracting else "general"))
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
 
@@ -403,14 +442,14 @@ class MemoryBank:
 
         processed = content if content is not None else (extraction.processed_content if extraction else raw_input)
         assert processed is not None
+        category = category or (extraction.category if extraction else "general")
         if dedup:
-            dup = self._exact_duplicate(profile, (processed,)) if processed != given else None
+            dup = self._exact_duplicate(profile, (processed,), category) if processed != given else None
             if dup is None and self.config["dedup.near"]:
-                dup = self._near_duplicate(profile, processed)
+                dup = self._near_duplicate(profile, processed, category)
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
         now = utcnow()
-        category = category or (extraction.category if extraction else "general")
         confidence = confidence if confidence is not None else (extraction.confidence if extraction else 1.0)
         memory = Memory(
             id=new_id(),
@@ -428,6 +467,7 @@ class MemoryBank:
                 category=category, confidence=confidence, access_count=0,
                 created_at=now, last_accessed_at=None, now=now,
             ),
+            extra=extra,
         )
         semantic = self.semantic
         vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
@@ -476,8 +516,36 @@ class MemoryBank:
                                              f"redacted; the cap is {RAW_INPUT_MAX_BYTES} bytes")
         text = {name: r.text for name, r in found.items()}
         if "summary" in text:
-            text["summary"] = text["summary"][:SUMMARY_MAX_CHARS]  # a preview: a grown marker may be cut
+            text["summary"] = cut_preview(text["summary"], SUMMARY_MAX_CHARS)  # a preview: never half a marker
         return text.get("rawInput"), text.get("content"), text.get("summary"), kinds
+
+    def redact_fields(self, fields: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]:
+        """``secrets.mode`` applied to the unknown fields of an imported memory (any JSON value:
+        every string in it is checked). Returns the fields with credentials replaced, the kinds
+        found and the names of the fields that held them; ``SecretFoundError`` in reject mode."""
+        from .redact import check_mode, redact_json
+
+        out, kinds, names = {}, [], []
+        for name, value in fields.items():
+            out[name], found = redact_json(value)
+            if found:
+                names.append(name)
+                kinds += [k for k in found if k not in kinds]
+        if kinds and check_mode(self.config["secrets.mode"]) == "reject":
+            raise SecretFoundError(f"field {', '.join(names)} holds a credential ({', '.join(kinds)}); nothing was "
+                                   "saved (secrets.mode = reject)")
+        return out, tuple(kinds), tuple(names)
+
+    def redact_note(self, text: str) -> tuple[str, tuple[str, ...]]:
+        """``secrets.mode`` applied to an automation note: the note with its credentials
+        replaced and the kinds found; ``SecretFoundError`` in reject mode."""
+        from .redact import check_mode, redact
+
+        found = redact(text)
+        if found.kinds and check_mode(self.config["secrets.mode"]) == "reject":
+            raise SecretFoundError(f"the automation note holds a credential ({', '.join(found.kinds)}); nothing was "
+                                   "saved (secrets.mode = reject)")
+        return found.text, found.kinds
 
     # --- hygiene (memlocal.hygiene) -----------------------------------------------------------
 
@@ -488,19 +556,43 @@ class MemoryBank:
             by = old.superseded_by
             raise ValidationError(f"{memory_id} is already inactive" + (f" (superseded by {by})" if by else ""))
 
-    def _exact_duplicate(self, profile: str, texts: Iterable[str]) -> Memory | None:
-        """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly."""
+    def find_duplicate(self, profile: str, text: str, *, category: str | None = None,
+                       exclude: Iterable[str] = ()) -> Memory | None:
+        """The active memory of ``profile`` that a save of ``text`` in ``category`` (``None``: any)
+        would be deduplicated to (the exact rule, then the near rule when ``dedup.near`` is on),
+        ignoring the ids in ``exclude``; ``None`` when there is none or ``dedup.enabled`` is off.
+        Read-only."""
+        validate_profile(profile)
+        check_text(text, "text")
+        if category is not None:
+            validate_category(category)
+        if not self.config["dedup.enabled"]:
+            return None
+        skip = frozenset(exclude)
+        dup = self._exact_duplicate(profile, (text,), category, skip)
+        if dup is None and self.config["dedup.near"]:
+            dup = self._near_duplicate(profile, text, category, skip)
+        return dup
+
+    def _exact_duplicate(self, profile: str, texts: Iterable[str], category: str | None,
+                         skip: frozenset[str] = frozenset()) -> Memory | None:
+        """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
+        ``category`` (``None``: any category), ignoring the ids in ``skip``."""
         from .hygiene import normalise, text_key
 
         wanted = {normalise(t) for t in texts}
         for m in self.store.find_by_keys(profile, sorted({text_key(t) for t in texts})):
+            if category is not None and m.category != category:
+                continue  # the same words as a preference and as a context are two memories
             # Confirm on the text: a key written by another tool could be stale.
-            if normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted:
+            if m.id not in skip and (normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted):
                 return m
         return None
 
-    def _near_duplicate(self, profile: str, processed: str) -> Memory | None:
-        """An active memory of ``profile`` that ``processed`` restates (the guarded rule)."""
+    def _near_duplicate(self, profile: str, processed: str, category: str | None,
+                        skip: frozenset[str] = frozenset()) -> Memory | None:
+        """An active memory of ``profile`` in ``category`` (``None``: any) that ``processed``
+        restates (the guarded rule), ignoring the ids in ``skip``."""
         from . import text
         from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature, signature_key
 
@@ -514,6 +606,8 @@ class MemoryBank:
         else:
             candidates = self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES)
         for m in candidates:
+            if m.id in skip or (category is not None and m.category != category):
+                continue
             if jaccard(sig.terms, text.terms(m.processed_content)) < threshold:
                 continue  # cheap test first: the terms alone already rule it out
             if near_duplicate(sig, signature(m.processed_content), threshold):
@@ -529,7 +623,7 @@ class MemoryBank:
                 raise ValidationError(f"the text is the same memory as {dup.id}, the one it would supersede")
             dup, _old = self.store.supersede(profile, supersedes, dup, insert=False)
         synced = self.replicator.is_synced(dup) if self.replicator else False
-        return SaveResult(dup, synced, deduplicated=True, redacted=redacted)
+        return SaveResult(shown(dup), synced, deduplicated=True, redacted=redacted)
 
     def history(self, profile: str, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain through ``memory_id``, oldest first (just that memory when it
@@ -554,7 +648,7 @@ class MemoryBank:
                 else:
                     chain.append(found)
                 cur = found
-        return chain
+        return [shown(m) for m in chain]
 
     def prune(
         self, profile: str, rule: "RetentionRule", *, dry_run: bool = False, now: "datetime | None" = None
@@ -569,7 +663,7 @@ class MemoryBank:
         for m in sorted(self.store.iter_profile(profile), key=lambda m: (m.created_at, m.id)):
             reason = retention_reason(m, rule, when)
             if reason is not None:
-                chosen.append(Pruned(m, reason))
+                chosen.append(Pruned(shown(m), reason))
         if not dry_run:
             for p in chosen:
                 try:
@@ -609,7 +703,7 @@ class MemoryBank:
         memory = self.store.delete(profile, memory_id)
         if self.replicator is not None:
             self.replicator.push_deleted(memory)
-        return memory
+        return shown(memory)
 
     def copy_profile(self, source: str, target: str) -> ProfileCopy:
         """Copy every memory of ``source`` into ``target``, a profile with no memories, under new
@@ -693,7 +787,8 @@ class MemoryBank:
         """One memory of ``profile``; ``NotFoundError`` if absent (or in another profile)."""
         validate_profile(profile)
         validate_id(memory_id)
-        return self.store.get(profile, memory_id)
+        self._ready(profile)
+        return shown(self.store.get(profile, memory_id))
 
     def get_many(self, profile: str, ids: Iterable[str]) -> dict[str, Memory]:
         """The memories of ``profile`` among ``ids``, by id; ids not stored there are left out."""
@@ -713,7 +808,8 @@ class MemoryBank:
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
-        return self.store.list(profile, limit, offset, category=category, active_only=active_only)
+        self._ready(profile)
+        return _shown_page(self.store.list(profile, limit, offset, category=category, active_only=active_only))
 
     def list_all(
         self, limit: int = 50, offset: int = 0, *, q: str | None = None, category: str | None = None
@@ -725,21 +821,26 @@ class MemoryBank:
             validate_category(category)
         if q is not None:
             check_text(q, "q")
-        return self.store.list_all(limit, offset, q=q or None, category=category)
+        self._ready()
+        return _shown_page(self.store.list_all(limit, offset, q=q or None, category=category))
 
     def export(self, profile: str | None = None) -> Iterator[Memory]:
         """Every memory of ``profile`` (or of every profile, by name), oldest first. Read-only."""
-        profiles = [validate_profile(profile)] if profile is not None else sorted(self.store.profiles())
+        if profile is not None:
+            validate_profile(profile)
+        self._ready(profile)
+        profiles = [profile] if profile is not None else sorted(self.store.profiles())
         for name in profiles:
             memories = self.store.iter_profile(name)
             memories.sort(key=lambda m: (m.created_at, m.id))
-            yield from memories
+            yield from map(shown, memories)
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
+        self._ready()
         out: dict[str, list[Memory]] = {}
         for memory in self.store.iter_all():
-            out.setdefault(memory.profile_name, []).append(memory)
+            out.setdefault(memory.profile_name, []).append(shown(memory))
         return out
 
     def profiles(self) -> builtins.list[dict[str, Any]]:
@@ -748,6 +849,7 @@ class MemoryBank:
         from .model import format_time
         from .store import from_us
 
+        self._ready()
         return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}  # type: ignore[arg-type]
                 for p, n, act in self.store.profile_activity()]
 
@@ -764,6 +866,7 @@ class MemoryBank:
         "profilesWithMemory": K, "perProfile": {name: n}, "perProfileActive": {name: a}}``: every
         count includes superseded (inactive) memories except the ``active`` ones, which are what
         ``list`` shows without ``--all`` and what recall and injection draw from."""
+        self._ready()
         per_profile = self.store.profiles()
         active = self.store.active_counts()
         total, live = sum(per_profile.values()), sum(active.values())
@@ -844,8 +947,10 @@ class MemoryBank:
             exclude_ids = (exclude_ids,)
         exclude = [validate_id(i) for i in exclude_ids]
         ranking = self.ranking()
-        return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now,
-                                   ranking=ranking, similarity=self._similarity(profile, query, ranking))
+        self._ready(profile)
+        results = self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude,
+                                      now=now, ranking=ranking, similarity=self._similarity(profile, query, ranking))
+        return [_shown_scored(r) for r in results]
 
     def recall(
         self,
@@ -895,6 +1000,7 @@ class MemoryBank:
 
         validate_profile(profile)
         check_text(query, "query")
+        self._ready(profile)
         from .scoring import SPEC
 
         index = self._index()
@@ -908,12 +1014,12 @@ class MemoryBank:
             return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier,
                                ranking=ranking, similarity=similarity)
 
-        return build_memory_block(
+        return _shown_block(build_memory_block(
             ranked,
             budget=int(self.config["inject.budget_chars"]),
             relevant_limit=int(self.config["inject.relevant_limit"]),
             min_score=float(self.config["inject.min_score"]),
-        )
+        ))
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
@@ -925,13 +1031,26 @@ class MemoryBank:
         if ids:
             self.mark_accessed(profile, ids, now=now)
         if self.config["audit.enabled"]:
-            from .audit import InjectionRecord, query_hash
+            from .audit import InjectionRecord
 
-            record = InjectionRecord(now or utcnow(), profile, query_hash(query), len(block.text),
+            record = InjectionRecord(now or utcnow(), profile, self._query_hash(query), len(block.text),
                                      tuple(s.memory.id for s in block.core), tuple(s.memory.id for s in block.relevant))
             self._background().submit_audit(record, max_rows=int(self.config["audit.max_rows"]),
                                             retention_days=float(self.config["audit.retention_days"]))
         return block.text
+
+    def _query_hash(self, query: str) -> str:
+        """The audit's keyed hash of ``query`` (``""`` when the host's key can neither be read nor
+        made, say in a read-only folder: the row is still recorded, without a hash)."""
+        from .audit import host_key, query_hash
+
+        if self._audit_key is None:
+            try:
+                self._audit_key = host_key(self.store.path)
+            except OSError as exc:
+                log.warning("audit rows go without a query hash: no audit key (%s)", exc)
+                self._audit_key = b""
+        return query_hash(query, self._audit_key) if self._audit_key else ""
 
     def injections(self, profile: str, *, memory_id: str | None = None, limit: int = 20) -> "builtins.list[Injection]":
         """The audit trail: the blocks rendered for ``profile``'s runs, newest first, each with
@@ -966,6 +1085,7 @@ class MemoryBank:
         check_text(prompt, "prompt")
         if query is not None:
             check_text(query, "query")
+        self._ready(profile)
         blocks = [operator_block(list(contexts))]
         if automation_id is not None:
             blocks.append(self.automations.block(automation_id))
@@ -973,8 +1093,65 @@ class MemoryBank:
             blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
         return assemble(blocks, prompt)
 
+def _warn_local_only() -> None:
+    """The spec's start-up warning of a bank without a bucket, once per process (on stderr where
+    nothing configured logging: Python's last-resort handler prints warnings)."""
+    global _warned_local_only
+    if not _warned_local_only:
+        _warned_local_only = True
+        log.warning("no bucket configured (set INTERNAL_S3_BUCKET or S3_BUCKET to sync): memories stay on this host only")
+
+
+def shown(memory: Memory) -> Memory:
+    """``memory`` as every face returns it: credentials redacted from its texts and unknown
+    fields. A memory pulled from the bucket never went through this host's save, and the bucket's
+    copy is the other writer's to fix; every memory this host saved is returned unchanged."""
+    from .redact import redact, redact_json
+
+    raw, processed, summary = redact(memory.raw_input), redact(memory.processed_content), redact(memory.summary)
+    extra, extra_kinds = redact_json(dict(memory.extra)) if memory.extra else (memory.extra, ())
+    if not (raw.kinds or processed.kinds or summary.kinds or extra_kinds):
+        return memory
+    return memory.with_changes(raw_input=raw.text, processed_content=processed.text,
+                               summary=cut_preview(summary.text, SUMMARY_MAX_CHARS), extra=extra)
+
+
+def _shown_page(page: Page) -> Page:
+    return replace(page, memories=[shown(m) for m in page.memories])
+
+
+def _shown_scored(scored: "ScoredMemory") -> "ScoredMemory":
+    memory = shown(scored.memory)
+    return scored if memory is scored.memory else replace(scored, memory=memory)
+
+
+def _shown_block(block: "RenderedBlock") -> "RenderedBlock":
+    """The block's memories as the faces show them (its text is redacted as it is rendered)."""
+    return replace(block, core=tuple(map(_shown_scored, block.core)),
+                   relevant=tuple(map(_shown_scored, block.relevant)), trimmed=tuple(map(_shown_scored, block.trimmed)))
+
+
 def _check_recall_args(limit: object, min_score: object) -> tuple[int, float]:
     return validate_int(limit, "limit", 1, PAGE_MAX_LIMIT), validate_min_score(min_score)
+
+
+def _check_extra(extra: "Mapping[str, Any] | None") -> dict[str, Any]:
+    """A save's extra fields: JSON text that names none of the spec's fields nor the hygiene's."""
+    import json
+
+    from .hygiene import SUPERSEDED_BY, SUPERSEDES
+    from .model import JSON_FIELDS
+
+    if not extra:
+        return {}
+    reserved = sorted(set(extra) & {*JSON_FIELDS, SUPERSEDES, SUPERSEDED_BY})
+    if reserved:
+        raise ValidationError(f"extra fields may not name the memory's own fields: {', '.join(reserved)}")
+    try:
+        check_text(json.dumps(dict(extra), ensure_ascii=False), "an extra field")
+    except TypeError as exc:
+        raise ValidationError(f"extra fields must be JSON values: {exc}") from None
+    return dict(extra)
 
 
 def _check_paging(limit: object, offset: object) -> None:

@@ -160,7 +160,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("sync.interval_s", float, 30.0, "seconds between the daemon's reconciliation passes", ("MEMLOCAL_SYNC_INTERVAL_S",), above=0, max=_DAY),
     Setting("sync.debounce_s", float, 1.0, "how long the daemon lets local writes settle before an early pass", ("MEMLOCAL_SYNC_DEBOUNCE_S",), min=0, max=3600),
     Setting("sync.put_timeout_s", float, 3.0, "timeout of a save's write-through PUT (no retries: the outbox retries)", ("MEMLOCAL_SYNC_PUT_TIMEOUT_S",), above=0, max=600),
-    Setting("sync.breaker_s", float, 15.0, "after a write-through failure or timeout, saves go straight to the outbox for this many seconds (doubling while the bucket stays sick, up to 8x); then one save tries again", ("MEMLOCAL_SYNC_BREAKER_S",), min=0, max=_DAY),
+    Setting("sync.breaker_s", float, 15.0, "after a write-through failure or timeout, saves of every process on this host go straight to the outbox for this many seconds (doubling while the bucket stays sick, up to 8x); then one save tries again", ("MEMLOCAL_SYNC_BREAKER_S",), min=0, max=_DAY),
     Setting("sync.timeout_s", float, 10.0, "connect/read timeout of one bucket request during a pass", ("MEMLOCAL_SYNC_TIMEOUT_S",), above=0, max=600),
     Setting("sync.attempts", int, 5, "attempts per bucket request on throttling, 5xx and connection errors", ("MEMLOCAL_SYNC_ATTEMPTS",), min=1, max=20),
     Setting("sync.workers", int, 16, "concurrent bucket requests during a pass", ("MEMLOCAL_SYNC_WORKERS",), min=1, max=256),
@@ -170,6 +170,8 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("sync.max_object_bytes", int, 1048576, "bucket objects larger than this are skipped and reported", ("MEMLOCAL_SYNC_MAX_OBJECT_BYTES",), min=8192, max=1 << 30),
     Setting("sync.list_page_size", int, 1000, "objects per bucket listing page (S3 returns at most 1000)", ("MEMLOCAL_SYNC_LIST_PAGE_SIZE",), min=1, max=1000),
     Setting("sync.snapshot_min_objects", int, 100, "profiles with at least this many objects get a snapshot object (memlocal/snapshots/) that fresh hosts read instead of every object; 0 turns snapshots off", ("MEMLOCAL_SYNC_SNAPSHOT_MIN_OBJECTS",), min=0, max=10_000_000),
+    Setting("sync.pull_on_open", bool, True, "a host pulls the bucket when a bank opens: the whole bucket before the first read while this host has never completed a pass against it (within sync.hydrate_deadline_s), else a background refresh", ("MEMLOCAL_SYNC_PULL_ON_OPEN",)),
+    Setting("sync.hydrate_deadline_s", float, 5.0, "how long the first read of a host that has never completed a pass against its bucket waits for that pull; past it, reads answer from the local index (and say so once)", ("MEMLOCAL_SYNC_HYDRATE_DEADLINE_S",), min=0, max=3600),
     Setting("sync.refresh_ttl_s", float, 2.0, "a read asks for a background pull of its profile when the last one is older than this", ("MEMLOCAL_SYNC_REFRESH_TTL_S",), min=0, max=_DAY),
     Setting("audit.enabled", bool, True, "record each rendered memory block (when, profile, memory ids per tier, size, query hash)", ("MEMLOCAL_AUDIT_ENABLED",)),
     Setting("audit.max_rows", int, 10000, "injection audit rows kept (the newest); 0 means no cap", ("MEMLOCAL_AUDIT_MAX_ROWS",), min=0, max=100_000_000),
@@ -184,11 +186,17 @@ _SETTINGS: tuple[Setting, ...] = (
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
 
 
-def _coerce(setting: Setting, value: Any, origin: str) -> Any:
+def _coerce(setting: Setting, value: Any, origin: str, *, typed: bool = False) -> Any:
     """Convert ``value`` to the setting's type and check it against the setting's limits.
 
     One error for every source, naming the setting, where the value came from and what is allowed.
+    ``typed``: the source has types of its own (TOML), so a value must already be of the
+    setting's type (``interval_s = "30"`` is a string, not a number); the environment and flags
+    are text, which is parsed.
     """
+    if typed and isinstance(value, str) and setting.type is not str:
+        kind = {int: "an integer", float: "a number", bool: "true or false"}[setting.type]
+        raise ConfigError(f"{origin}: {setting.key} must be {kind} (without quotes), got the string {value!r}")
     value = _typed(setting, value, origin)
     if setting.problem(value) is not None:
         shown = "***" if setting.secret else repr(value)
@@ -221,6 +229,15 @@ def _typed(setting: Setting, value: Any, origin: str) -> Any:
             f"{origin}: {setting.key} must be a {t.__name__}, got {type(value).__name__} {value!r}"
         )
     return value
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` cannot be read as a config file (it is not a regular file)."""
+    if path.is_dir():
+        return "is a directory, not a config file"
+    if path.exists():
+        return "is not a regular file"
+    return "does not exist"
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -276,11 +293,11 @@ class Config:
         if config_path is not None:
             path = Path(config_path)
             if not path.is_file():
-                raise ConfigError(f"config file {path} does not exist")
+                raise ConfigError(f"config file {path} {_not_a_file(path)}")
         elif env.get("MEMLOCAL_CONFIG"):
             path = Path(env["MEMLOCAL_CONFIG"])
             if not path.is_file():
-                raise ConfigError(f"MEMLOCAL_CONFIG names {path}, which does not exist")
+                raise ConfigError(f"MEMLOCAL_CONFIG names {path}, which {_not_a_file(path)}")
         elif default_config_path().is_file():
             path = default_config_path()
         if path is not None:
@@ -294,7 +311,7 @@ class Config:
             for key, value in _flatten(data):
                 if key not in SETTINGS:
                     raise _unknown(key, str(path))
-                values[key] = _coerce(SETTINGS[key], value, str(path))
+                values[key] = _coerce(SETTINGS[key], value, str(path), typed=True)
                 sources[key] = origin
 
         env_used: dict[str, str] = {}

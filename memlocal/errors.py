@@ -82,6 +82,20 @@ class StoreError(MemoryBankError):
     code = "store"
 
 
+class DiskFullError(StoreError):
+    """The disk (or the database's size limit) is full: the write was not made."""
+
+    http_status = 507
+    code = "disk_full"
+
+
+class CorruptDatabaseError(StoreError):
+    """The database file is damaged (SQLite found a malformed page or no database at all)."""
+
+    http_status = 500
+    code = "corrupt"
+
+
 class SyncError(MemoryBankError):
     """A sync pass could not complete (bucket unreachable, another pass holds the lock, guard)."""
 

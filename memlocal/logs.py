@@ -16,7 +16,8 @@ import re
 import sys
 from typing import Final
 
-__all__ = ["OWN_LOGGERS", "QUIET_LIBRARIES", "RedactingFilter", "configure_logging", "redact_credentials"]
+__all__ = ["OWN_LOGGERS", "QUIET_LIBRARIES", "HeldWarnings", "RedactingFilter", "configure_logging",
+           "hold_warnings", "redact_credentials"]
 
 OWN_LOGGERS: Final = ("memlocal", "memlocal_sync")
 QUIET_LIBRARIES: Final = (
@@ -55,6 +56,40 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class HeldWarnings(logging.Handler):
+    """memlocal's warnings of a one-shot command, held until it ends (``hold_warnings``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+        self.addFilter(RedactingFilter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def finish(self, *, show: bool) -> None:
+        """Stop holding; with ``show``, print what was held on stderr, one line each."""
+        for name in OWN_LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+        records, self.records = self.records, []
+        if show:
+            for record in records:
+                print(record.getMessage(), file=sys.stderr)
+
+
+def hold_warnings() -> HeldWarnings:
+    """For a one-shot CLI command: hold memlocal's own warnings until ``finish`` (the CLI prints
+    them after a command that succeeded, and drops them after an error, so that a failing command
+    prints its one error line only). Holds nothing when logging is configured already (a
+    long-running command, a test run): those print as they come."""
+    held = HeldWarnings()
+    if logging.getLogger().handlers:
+        return held
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).addHandler(held)
+    return held
+
+
 def configure_logging(verbose: bool = False, *, level: int = logging.INFO, timestamps: bool = False) -> None:
     """Set up stderr logging for a long-running command (see the module docstring).
 
@@ -63,6 +98,7 @@ def configure_logging(verbose: bool = False, *, level: int = logging.INFO, times
     """
     fmt = ("%(asctime)s " if timestamps else "") + "%(levelname)-8s %(name)s: %(message)s"
     root = logging.getLogger()
+    held = [h for name in OWN_LOGGERS for h in logging.getLogger(name).handlers if isinstance(h, HeldWarnings)]
     if not any(getattr(h, "_memlocal", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(fmt))
@@ -78,3 +114,8 @@ def configure_logging(verbose: bool = False, *, level: int = logging.INFO, times
         logging.getLogger(name).setLevel(own)
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for h in dict.fromkeys(held):  # a long-running command logs as things happen: nothing is held
+        records, h.records = h.records, []
+        h.finish(show=False)
+        for record in records:
+            logging.getLogger(record.name).handle(record)

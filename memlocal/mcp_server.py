@@ -134,9 +134,15 @@ def _answer_unparsable(line: str) -> SessionMessage | None:
         return None
     if not isinstance(data, dict) or "method" not in data:
         return None
+    if "id" not in data:
+        return None  # a notification: JSON-RPC answers none
     request_id = data.get("id")
     if isinstance(request_id, bool) or not isinstance(request_id, (int, str)) or _invalid_text(request_id):
-        return None  # a notification, or an id we could not echo back
+        # An id that cannot be echoed (a lone surrogate cannot be written as UTF-8): JSON-RPC's
+        # answer to a request whose id cannot be read is an Invalid Request error with a null id.
+        reason = _invalid_text(request_id, "the request id") or "the request id must be a string or an integer"
+        return SessionMessage(types.JSONRPCError(
+            jsonrpc="2.0", id=None, error=types.ErrorData(code=types.INVALID_REQUEST, message=reason)))
     params = data.get("params")
     if data.get("method") == "tools/call" and isinstance(params, dict):
         name = params.get("name") if isinstance(params.get("name"), str) and not _invalid_text(params["name"]) else "tool"

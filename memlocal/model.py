@@ -98,6 +98,23 @@ def validate_id(memory_id: object) -> str:
     return memory_id
 
 
+# The extra fields that link memories (docs/hygiene.md, "Supersession"): each holds a memory id.
+LINK_FIELDS: Final = ("supersedes", "supersededBy")
+
+
+def _checked_links(extra: dict[str, Any], *, lenient: bool) -> dict[str, Any]:
+    """``extra`` with its supersession links checked as memory ids. Strict (new input: an
+    import) raises ``ValidationError``; ``lenient`` (another writer's object) drops a link that
+    is not a memory id, the one change that makes such an object valid. ``null`` means no link."""
+    bad = [f for f in LINK_FIELDS if extra.get(f) is not None and not (isinstance(extra[f], str) and _ID_RE.fullmatch(extra[f]))]
+    if not bad:
+        return extra
+    if not lenient:
+        raise ValidationError(f"{bad[0]} must be a memory id (mem- followed by 8 lowercase hex digits), "
+                              f"got {_short(extra[bad[0]])}")
+    return {k: v for k, v in extra.items() if k not in bad}
+
+
 def validate_category(category: object) -> str:
     if category not in CATEGORIES:
         raise ValidationError(f"unknown category {category!r}: expected one of {', '.join(CATEGORIES)}")
@@ -170,9 +187,26 @@ def validate_summary(summary: object) -> str:
     return summary
 
 
+# What memlocal.redact puts in place of a credential: a preview never cuts one in half.
+_MARKER_RE: Final = re.compile(r"\[REDACTED:[a-z-]+\]")
+
+
+def cut_preview(text: str, limit: int = SUMMARY_MAX_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, but never inside a ``[REDACTED:<kind>]`` marker:
+    a marker that would be cut goes whole."""
+    if len(text) <= limit:
+        return text
+    if "[REDACTED:" in text:
+        for m in _MARKER_RE.finditer(text, 0, limit + 32):
+            if m.start() < limit < m.end():
+                return text[:m.start()].rstrip()
+    return text[:limit]
+
+
 def default_summary(text: str) -> str:
-    """The spec's deterministic preview: the first 50 characters, on one line."""
-    return fold_whitespace(text)[:SUMMARY_MAX_CHARS]
+    """The spec's deterministic preview: the first 50 characters, on one line (a credential's
+    marker is never cut: see :func:`cut_preview`)."""
+    return cut_preview(fold_whitespace(text))
 
 
 def _short(value: object, limit: int = 40) -> str:
@@ -475,6 +509,7 @@ class Memory:
         extra = {k: v for k, v in data.items() if k not in JSON_FIELDS}
         if extra:  # unknown fields are stored and re-sent verbatim: they must be valid text too
             check_text(json.dumps(extra, ensure_ascii=False, default=str), "an unknown field")
+            extra = _checked_links(extra, lenient=lenient)
         return cls(
             id=validate_id(data["id"]),
             profile_name=validate_profile(data["profileName"]),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, Sequence
 
@@ -96,6 +97,11 @@ class ReplicaTransaction(Protocol):
 
     def reid(self, old_id: str, new_id: str) -> bool: ...
 
+    def merge_access(self, memory_id: str, count: int, last_accessed: datetime | None) -> bool:
+        """Add ``count`` accesses (and a lastAccessedAt, the later kept) to a memory as unmerged
+        local bumps: those of a copy retired as its duplicate. ``False`` if the memory is gone."""
+        ...
+
     def apply_remote_note(self, automation_id: str, note: NoteState, expected: NoteState | None) -> bool: ...
 
     def delete_note_from_remote(self, automation_id: str, expected: NoteState) -> bool: ...
@@ -143,6 +149,12 @@ class Replica(Protocol):
     def content_signatures(self, profiles: Sequence[str] | None = None) -> list[SignedRow]: ...
 
     def memory_with_delta(self, memory_id: str) -> tuple[Memory, int] | None: ...
+
+    def convergence_candidates(self, profiles: Sequence[str] | None = None) -> list[Memory]:
+        """Active memories another active memory may make redundant across hosts
+        (``memlocal.hygiene.converge``): those sharing profile, category and exact-duplicate key
+        with another, and those superseding a memory that does not name them as its successor."""
+        ...
 
     def exists(self, memory_id: str) -> bool: ...
 

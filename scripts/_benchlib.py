@@ -276,6 +276,41 @@ def stop_moto(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+class FrozenEndpoint:
+    """A bucket endpoint that accepts connections and never answers (a hung bucket): a TCP
+    server on 127.0.0.1 whose accepted sockets are held open, unread, until ``close``."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(128)
+        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _addr = self._sock.accept()
+            except OSError:  # closed
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self._sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+    def __enter__(self) -> "FrozenEndpoint":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def reset_moto(endpoint: str) -> None:
     """Wipe every bucket of the moto_server (``POST /moto-api/reset``)."""
     req = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST", data=b"")

@@ -19,7 +19,14 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 - startup: a fresh process opening the 10k database and answering a first recall, vs hydrating the
            same 10k memories from the bucket (list + GET every object, 16 threads, decoded);
 - sync:    the first push of those 10k memories to moto_server (objects/s) vs ``rclone copy`` of the
-           same 10k JSON bodies to the same server; and a no-op pass over the 10k objects.
+           same 10k JSON bodies to the same server; and a no-op pass over the 10k objects;
+           ``fresh_runner_inject_s``: a new runner (empty data dir) runs one ``memlocal inject``
+           against that bucket (10k memories and their snapshot), the whole process, wall clock
+           (interpreter, imports, open, hydrate on open, inject); the frozen bucket (an endpoint
+           that accepts connections and never answers): ``frozen_cli_10_saves_s``, ten
+           ``memlocal save`` processes on a fresh data dir, the first included;
+           ``frozen_lib_100_saves_s``, ``MemoryBank.open`` and 100 saves; ``frozen_rest_100_saves_s``,
+           100 ``POST``s to a ``memlocal serve`` on a fresh data dir. Default timeouts and breaker.
 
 - cold:    ``recall.cold.<n>_ms``: a fresh interpreter opens the <n> database and answers one recall
            (median over processes; ``import memlocal`` not counted); ``cli.recall_ms``: a whole
@@ -33,7 +40,8 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 
 ``--json`` prints exactly: save.{p50_ms, plain_p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
 fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, recall.first50_max_<n>_ms, recall.rss_<n>_mb, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
-hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, hydrate_s, hydrate_per_object_s}; ``--details`` adds a ``details`` object
+hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, hydrate_s, hydrate_per_object_s, fresh_runner_inject_s,
+frozen_cli_10_saves_s, frozen_lib_100_saves_s, frozen_rest_100_saves_s}; ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
 """
@@ -59,7 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import (  # noqa: E402
-    BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, build, cpu_seconds, fts_query, p50, pct, reset_moto,
+    BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, FrozenEndpoint, build, cpu_seconds, fts_query, p50, pct, reset_moto,
     rnd, s3_client, s3_env, same_ranking, start_moto, stop_moto,
 )
 
@@ -88,6 +96,11 @@ class Plan:
     workers: int = 16
     first_queries: int = 50  # the long-lived process's first recalls
     seed: int = 7
+    # The frozen bucket: CLI save processes, library and REST saves, and the put timeout (None:
+    # the shipped default; the smoke test shortens everything).
+    frozen_cli_saves: int = 10
+    frozen_saves: int = 100
+    frozen_put_timeout_s: float | None = None
 
 
 QUICK = Plan()
@@ -124,6 +137,11 @@ TARGETS = {
     "no-op pass over 10k objects ≤ 1 s": lambda r: r["sync"]["noop_pass_s"] <= 1.0,
     "fresh host ≥ 10× faster than fetching object by object": lambda r: 10 * r["sync"]["hydrate_s"]
     <= r["sync"]["hydrate_per_object_s"],
+    "fresh runner's inject (open + hydrate + inject) at 10k ≤ 5 s": lambda r: r["sync"]["fresh_runner_inject_s"] <= 5
+    and r["sync"]["_details"]["fresh_runner_block_has_memories"],
+    "frozen bucket: 10 CLI saves ≤ 8 s in all": lambda r: r["sync"]["frozen_cli_10_saves_s"] <= 8,
+    "frozen bucket: 100 library saves < 5 s": lambda r: r["sync"]["frozen_lib_100_saves_s"] < 5,
+    "frozen bucket: 100 REST saves < 5 s": lambda r: r["sync"]["frozen_rest_100_saves_s"] < 5,
 }
 
 
@@ -452,6 +470,108 @@ def cli_recall(path: Path, queries: list[str]) -> list[float]:
     return runs
 
 
+def runner_env(path: Path, endpoint: str) -> dict[str, str]:
+    """A runner's environment: the bucket at ``endpoint``, no user config, no other memlocal
+    setting of this shell, compiled bytecode beside ``path`` (``child_env``)."""
+    env = {k: v for k, v in child_env(path).items() if not k.startswith(("MEMLOCAL_", "S3_", "INTERNAL_S3_"))}
+    env["XDG_CONFIG_HOME"] = str(path.parent)
+    return {**env, **s3_env(endpoint)}
+
+
+def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str]) -> tuple[list[float], list[bool]]:
+    """``sync.fresh_runner_inject_s``: per query a new runner, with an empty data dir, runs one
+    ``memlocal inject`` against the bucket: the whole process, wall clock (interpreter, imports,
+    open, the hydrate on open, the block). Also whether each block held the bucket's memories."""
+    runs, included = [], []
+    for i, q in enumerate([queries[0], *queries]):
+        db = tmp / f"runner-{i}" / "memlocal.db"
+        env = runner_env(tmp / "x", endpoint)  # the bytecode cache the other children use
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "inject", "--profile", PROFILE, q],
+                             capture_output=True, text=True, check=True, env=env)
+        if i:  # the first run fills the bytecode cache
+            runs.append(time.perf_counter() - t)
+            included.append("CONTEXT FROM MEMORY" in out.stdout)
+    return runs, included
+
+
+def bench_frozen(tmp: Path, plan: Plan) -> dict[str, Any]:
+    """A bucket endpoint that accepts connections and never answers, default timeouts and breaker:
+    ten ``memlocal save`` processes on a fresh data dir (the first included), 100 library saves
+    (``MemoryBank.open`` included), 100 REST saves to a ``memlocal serve``; seconds in all each."""
+    import httpx
+
+    from _benchlib import free_port
+
+    import resource
+
+    cli_s, lib_s, rest_s = [], [], []
+    # Load-independent companions: the CLI processes' CPU seconds, and the connections that
+    # reached the bucket (each one waited out a timeout) per face.
+    cli_cpu: list[float] = []
+    reached: dict[str, list[int]] = {"cli": [], "lib": [], "rest": []}
+    repeats, n_cli, n = plan.noop_repeats, plan.frozen_cli_saves, plan.frozen_saves
+    with FrozenEndpoint() as frozen:
+        settings = s3_env(frozen.endpoint)
+        if plan.frozen_put_timeout_s is not None:
+            settings["MEMLOCAL_SYNC_PUT_TIMEOUT_S"] = str(plan.frozen_put_timeout_s)
+        # The bytecode cache the fresh runners filled (they ran first).
+        env = {**runner_env(tmp / "x", frozen.endpoint), **settings}
+        for rep in range(repeats):
+            log(f"  frozen bucket: {n_cli} CLI saves, {n} library saves, {n} REST saves ({rep + 1}/{repeats})")
+            db = tmp / f"frozen-cli-{rep}.db"
+            c0, a0 = resource.getrusage(resource.RUSAGE_CHILDREN), len(frozen.accepted)
+            t = time.perf_counter()
+            for i in range(n_cli):
+                subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", PROFILE,
+                                f"saved by runner step {i} while the bucket hangs"], capture_output=True, check=True,
+                               env=env)
+            cli_s.append(time.perf_counter() - t)
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cli_cpu.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+            reached["cli"].append(len(frozen.accepted) - a0)
+            a0 = len(frozen.accepted)
+
+            t = time.perf_counter()
+            with MemoryBank.open(tmp / f"frozen-lib-{rep}.db", config=Config.load(environ=settings)) as bank:
+                for i in range(n):
+                    bank.save(PROFILE, content=f"library save {i} while the bucket hangs")
+            lib_s.append(time.perf_counter() - t)
+            reached["lib"].append(len(frozen.accepted) - a0)
+            a0 = len(frozen.accepted)
+
+            port = free_port()
+            server = subprocess.Popen([sys.executable, "-m", "memlocal", "--db", str(tmp / f"frozen-rest-{rep}.db"),
+                                       "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            try:
+                base = f"http://127.0.0.1:{port}"
+                with httpx.Client(base_url=base, timeout=60) as client:
+                    deadline = time.monotonic() + 60
+                    while True:
+                        try:
+                            if client.get("/healthz").status_code == 200:
+                                break
+                        except httpx.TransportError:
+                            pass
+                        if time.monotonic() > deadline:
+                            raise SystemExit("memlocal serve did not start")
+                        time.sleep(0.05)
+                    t = time.perf_counter()
+                    for i in range(n):
+                        r = client.post(f"/api/profiles/{PROFILE}/memories",
+                                        json={"content": f"REST save {i} while the bucket hangs"})
+                        if r.status_code != 201:
+                            raise SystemExit(f"REST save answered {r.status_code}: {r.text[:200]}")
+                    rest_s.append(time.perf_counter() - t)
+                    reached["rest"].append(len(frozen.accepted) - a0)
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
+    return {"cli_10_saves_s": cli_s, "lib_100_saves_s": lib_s, "rest_100_saves_s": rest_s,
+            "cli_10_saves_cpu_s": cli_cpu, "connections": reached}
+
+
 def hydrate(endpoint: str, bucket: str, workers: int) -> tuple[float, int]:
     """What an in-memory design does at start-up: list the prefix, GET and decode every object
     (``workers`` threads, the sync's own client settings). Returns (milliseconds, memories)."""
@@ -544,6 +664,8 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     hydrate_s, hydrate_per_object_s = [], []  # a fresh host's first pass, with and without snapshots
     push_server_cpu, rclone_server_cpu = [], []  # moto_server's CPU seconds per object
     rclone_head_rates: list[float] = []
+    runner_s: list[float] = []  # fresh runners' memlocal inject, with whether each block had memories
+    runner_blocks: list[bool] = []
     pages = 0
     try:
         client = s3_client(endpoint)
@@ -606,6 +728,8 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                             fresh.close()
                         if not report.ok or report.counts["pulled"] != count:
                             raise SystemExit(f"hydration: {report.summary()}")
+                log(f"  sync: fresh runners' memlocal inject against {count} memories")
+                runner_s, runner_blocks = fresh_runner_inject(endpoint, tmp, queries)
             log("  start-up baseline: hydrating from the bucket")
             ms, n = hydrate(endpoint, BUCKET, plan.workers)
             if n != count:
@@ -631,6 +755,8 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     finally:
         stop_moto(proc)
 
+    log("  sync: a frozen bucket")
+    frozen = bench_frozen(tmp, plan)
     log("  start-up: fresh processes opening the database")
     runs = startup_local(source, queries)
     sync = {
@@ -639,7 +765,16 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
         "noop_pass_s": p50(noop_s),
         "hydrate_s": p50(hydrate_s),
         "hydrate_per_object_s": p50(hydrate_per_object_s),
-        "_details": {"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
+        "fresh_runner_inject_s": p50(runner_s),
+        "frozen_cli_10_saves_s": p50(frozen["cli_10_saves_s"]),
+        "frozen_lib_100_saves_s": p50(frozen["lib_100_saves_s"]),
+        "frozen_rest_100_saves_s": p50(frozen["rest_100_saves_s"]),
+        "_details": {"fresh_runner_runs_s": runner_s, "fresh_runner_block_has_memories": all(runner_blocks),
+                     "frozen_cli_10_saves_runs_s": frozen["cli_10_saves_s"],
+                     "frozen_lib_100_saves_runs_s": frozen["lib_100_saves_s"],
+                     "frozen_rest_100_saves_runs_s": frozen["rest_100_saves_s"],
+                     "frozen_cli_10_saves_cpu_s": frozen["cli_10_saves_cpu_s"],
+                     "frozen_connections": frozen["connections"],"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
                      "rclone_runs_per_s": rclone_rates, "rclone": rclone or "not installed (pip install -e '.[bench]')",
                      "rclone_with_head_per_s": p50(rclone_head_rates) if rclone_head_rates else None,
                      "noop_runs_s": noop_s, "noop_cpu_s": p50(noop_cpu), "noop_listing_pages": pages,
@@ -814,6 +949,10 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         if s.get("hydrate_s") and s.get("hydrate_per_object_s"):
             lines.append(f"sync fresh host     {f(s['hydrate_s'], '.2f')} s from the snapshot   object by object "
                          f"{f(s['hydrate_per_object_s'], '.2f')} s   ({s['hydrate_per_object_s'] / s['hydrate_s']:.1f}×)")
+        lines.append(f"sync fresh runner   memlocal inject {f(s['fresh_runner_inject_s'], '.2f')} s, whole process "
+                     f"({'bucket memories in every block' if sd['fresh_runner_block_has_memories'] else 'SOME BLOCKS WITHOUT bucket memories'})")
+        lines.append(f"sync frozen bucket  10 CLI saves {f(s['frozen_cli_10_saves_s'], '.2f')} s   100 library saves "
+                     f"{f(s['frozen_lib_100_saves_s'], '.2f')} s   100 REST saves {f(s['frozen_rest_100_saves_s'], '.2f')} s")
     lines.append("")
     for name, ok in targets.items():
         mark = "met" if ok else ("not measured" if ok is None else "MISSED")
@@ -837,6 +976,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, help="repeats of import, start-up, no-op pass")
     ap.add_argument("--sync-repeats", type=int, help="repeats of the first push, rclone copy and hydration")
     ap.add_argument("--startup-size", type=int, help="the recall size reused for inject/import/start-up/sync")
+    ap.add_argument("--frozen", help="the frozen bucket's CLI saves, saves and put timeout, e.g. 2,5,0.2 "
+                                     "(default 10,100 and the shipped timeout; the smoke test's shortcut)")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     changes: dict[str, Any] = {}
@@ -854,6 +995,9 @@ def main(argv: list[str] | None = None) -> int:
         changes.update(import_repeats=args.repeats, startup_repeats=args.repeats, noop_repeats=args.repeats)
     if args.sync_repeats:
         changes["sync_repeats"] = args.sync_repeats
+    if args.frozen:
+        cli_saves, saves, put_timeout = args.frozen.split(",")
+        changes.update(frozen_cli_saves=int(cli_saves), frozen_saves=int(saves), frozen_put_timeout_s=float(put_timeout))
     if changes:
         plan = Plan(**{**plan.__dict__, **changes})
     sections = {s.strip() for s in args.only.split(",") if s.strip()}

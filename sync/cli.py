@@ -160,6 +160,16 @@ def status_cmd(state: State, as_json: bool) -> None:
     err = data["lastError"]
     click.echo(f"last error:  {_when(err['at'])} {err['message']}" if err else "last error:  none")
     click.echo(f"pass running: {'yes' if data['passRunning'] else 'no'}")
+    if b is not None:
+        hydrated = data["hydrated"]
+        click.echo(f"hydrated:    {_when(hydrated['at']) if hydrated else 'never (a bank opening here pulls the bucket first)'}")
+        breaker = data["breaker"]
+        if breaker["state"] == "closed":
+            click.echo("breaker:     closed (saves write through)")
+        else:
+            until = "the next save probes the bucket" if breaker["state"] == "half-open" else f"until {breaker['openUntil']}"
+            click.echo(f"breaker:     {breaker['state']}: saves on this host go to the outbox, {until} "
+                       f"({plural(breaker['failures'], 'failure')}; {breaker['reason']})")
     if data["skipped"]:
         click.echo(f"skipped:     {plural(len(data['skipped']), 'object')}")
         click.echo(table([(s["key"], s["reason"]) for s in data["skipped"]], ("key", "reason"), max_width=None))

@@ -14,6 +14,7 @@ so nothing is duplicated and nothing is lost.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,8 +33,9 @@ from memlocal.model import Memory, compute_staleness, format_time, new_id, to_us
 from memlocal.replication import NoteState, Replica
 
 from . import marker
+from .breaker import HostBreaker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
-from . import snapshot
+from . import converge, snapshot
 from .objects import (
     NOTE_PREFIX,
     BadObject,
@@ -115,6 +117,8 @@ class PassReport:
     errors: list[str] = field(default_factory=list)
     # Things a person should know about this pass (a base reset and why, last-writer-wins).
     notes: list[str] = field(default_factory=list)
+    # The pass failed because the bucket could not be used (unreachable, timed out, denied).
+    unavailable: bool = False
 
     @property
     def ok(self) -> bool:
@@ -150,6 +154,7 @@ _COUNT_WORDS: dict[str, Callable[[int], str]] = {
     "deleted_remote": lambda n: f"deleted {n} in the bucket",
     "adopted": lambda n: f"adopted {n} already in the bucket",
     "reid": lambda n: f"gave {n} a new id",
+    "retired": lambda n: f"retired {plural(n, 'redundant copy', 'redundant copies')}",
     "conflicts": lambda n: plural(n, "conflict"),
     "notes_pushed": lambda n: f"pushed {plural(n, 'automation note')}",
     "notes_pulled": lambda n: f"pulled {plural(n, 'automation note')}",
@@ -158,6 +163,10 @@ _COUNT_WORDS: dict[str, Callable[[int], str]] = {
     "notes_deleted_remote": lambda n: f"deleted {plural(n, 'automation note')} in the bucket",
     "note_conflicts": lambda n: plural(n, "automation note conflict"),
 }
+
+
+class PassCancelled(SyncError):
+    """The pass was cancelled (``SyncEngine.cancel``: its process is closing the bank)."""
 
 
 class SyncEngine:
@@ -184,31 +193,73 @@ class SyncEngine:
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
                                        page_size=int(config["sync.list_page_size"]))
         self._remote_ids: set[str] = set()
+        self._cancelled = threading.Event()
+        self.breaker = HostBreaker(store, settings.identity, base_s=float(config["sync.breaker_s"]),
+                                   probe_lease_s=2 * float(config["sync.put_timeout_s"]) + 1)
 
     def close(self) -> None:
         self.bucket.close()
+
+    def cancel(self) -> None:
+        """Stop the pass in flight (and any later one) soon: no new request is started, requests
+        in flight finish, what was applied stays applied. For a process closing its bank while a
+        background pull runs, so that it can exit without waiting for the pull."""
+        self._cancelled.set()
+
+    def _check_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise PassCancelled("the pass was cancelled")
 
     # --- the pass -------------------------------------------------------------------------------
 
     def run_pass(self, *, force: bool = False, reupload: bool = False, profiles: Sequence[str] | None = None,
                  pull_only: bool = False, progress: Progress | None = None, lock_timeout: float = 0.0,
-                 record: bool = True, notes: bool | None = None) -> PassReport:
+                 record: bool = True, notes: bool | None = None, trip_breaker: bool = False) -> PassReport:
         """One pass over every profile (or ``profiles``; ``[]``: none) and, with ``notes`` (by
         default: when every profile is in scope), the automation notes. Never raises for bucket
         trouble: the report says ``failed`` and why. Raises ``SyncError`` if another pass holds
-        the lock."""
+        the lock.
+
+        A pass that completes closes the host's write-through breaker (the bucket answers);
+        with ``trip_breaker``, one that fails for the bucket opens it (the read path's pulls,
+        which run unasked and must not each wait out a sick bucket)."""
+        report = self._locked_pass(lock_timeout, force=force, reupload=reupload, profiles=profiles,
+                                   pull_only=pull_only, progress=progress,
+                                   notes=profiles is None if notes is None else notes)
+        assert report is not None
+        return self._finish(report, record=record, trip_breaker=trip_breaker)
+
+    def hydrate(self, lock_timeout: float) -> PassReport | None:
+        """A fresh host's pull of the whole bucket (the snapshot path; every profile and the
+        automation notes, pull only), recorded as a pass. ``None`` without a pass when, once the
+        lock is held, this index has completed a pass of every profile against the bucket (it
+        waited for another process's pass, which did it). A failure for the bucket opens the
+        host's breaker."""
+        report = self._locked_pass(lock_timeout, force=False, reupload=False, profiles=None, pull_only=True,
+                                   progress=None, notes=True, unless_hydrated=True)
+        return None if report is None else self._finish(report, record=True, trip_breaker=True)
+
+    def _locked_pass(self, lock_timeout: float, *, unless_hydrated: bool = False, **kwargs: Any) -> PassReport | None:
         lock = FileLock(str(lock_path(self.store.path)), timeout=lock_timeout)
         try:
             lock.acquire()
         except Timeout:
             raise SyncError(f"another sync pass is running on {self.store.path}") from None
         try:
-            report = self._pass(force=force, reupload=reupload, profiles=profiles, pull_only=pull_only,
-                                progress=progress, notes=profiles is None if notes is None else notes)
+            if unless_hydrated and self.state.hydrated(self.settings.identity) is not None:
+                return None
+            return self._pass(**kwargs)
         finally:
             lock.release()
+
+    def _finish(self, report: PassReport, *, record: bool, trip_breaker: bool) -> PassReport:
         if record:
             self._record(report)
+        if report.result == "failed" and report.unavailable:
+            if trip_breaker:
+                self.breaker.failure(report.reason)
+        elif report.result != "failed":
+            self.breaker.success()
         return report
 
     def _record(self, report: PassReport) -> None:
@@ -232,6 +283,7 @@ class SyncEngine:
             # The identity marker first: it decides whether an empty listing may delete anything.
             identity = marker.check(self.bucket, self.state, allow_unconditional=self.allow_unconditional,
                                     reupload=reupload, pull_only=pull_only)
+            self._check_cancelled()
             report.notes += self.state.pop_notes() + identity.notes
             for note in report.notes:
                 log.warning("%s", note)
@@ -264,6 +316,7 @@ class SyncEngine:
                     report.pages += pages
                 local = local_future.result()
                 prefetched = prefetch.result() if prefetch is not None else {}
+            self._check_cancelled()
             if hashes:
                 self.state.remember_signatures(local_rows, local, base)
             known_bad: dict[str, tuple[str, str]] = {}
@@ -286,7 +339,10 @@ class SyncEngine:
             # Profiles this pass changes are written by a later pass that finds them settled.
             busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
             self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
+            self._check_cancelled()
             self._execute(plan, report, pull_only=pull_only, progress=progress)
+            self._check_cancelled()
+            busy |= self._converge(busy, report, pull_only=pull_only)
             if not pull_only and not report.errors:
                 self._write_snapshots(listing, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
@@ -305,26 +361,51 @@ class SyncEngine:
             if report.errors and report.result == "ok":
                 report.result = "errors"
                 report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
+            if not report.errors and profiles is None:
+                # Every profile pulled: this host is hydrated (a fresh host's open no longer waits).
+                self.state.set_hydrated(self.settings.identity, identity.id)
         except BucketUnavailable as exc:
-            report.result, report.reason = "failed", str(exc)
+            report.result, report.reason, report.unavailable = "failed", str(exc), True
         except marker.MarkerGone as exc:
             report.result, report.reason = "guarded", str(exc)
         except SyncError as exc:
             report.result, report.reason = "failed", str(exc)
         except Exception as exc:  # containment: a pass records itself whatever went wrong
+            if self._cancelled.is_set():  # its bank was closed under it: expected, not a fault
+                report.result, report.reason = "failed", "the pass was cancelled"
+                return report
             log.exception("sync pass failed")
             report.result = "failed"
             report.reason = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         finally:
             report.duration_s = time.monotonic() - t0
             report.finished_at = format_time(utcnow())
-        if report.result == "failed":
+        if report.result == "failed" and self._cancelled.is_set():
+            log.debug("sync pass cancelled: %s", report.reason)
+        elif report.result == "failed":
             log.warning("sync pass failed: %s", report.reason)
         elif any(report.counts.values()) or report.skipped or report.notes:
             log.info("sync pass %s", report.summary())  # one INFO line per pass that did something
         else:
             log.debug("sync pass %s", report.summary())
         return report
+
+    def _converge(self, touched: set[str], report: PassReport, *, pull_only: bool) -> set[str]:
+        """Hygiene across hosts once the pull is done (``sync.converge``) in the profiles this pass
+        touched; a pull-only pass leaves them to the next full pass. The profiles it changed;
+        its trouble is reported, never the end of the pass."""
+        try:
+            if pull_only:
+                converge.defer(self.state, touched)
+                return set()
+            return converge.run(self.state, self.bucket, touched, report.counts,
+                                duplicates=bool(self.config["dedup.enabled"]))
+        except BucketUnavailable:
+            raise
+        except Exception as exc:  # containment: the pass's own work is done and recorded
+            log.exception("converging duplicates and successors failed")
+            report.errors.append(f"converge: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+            return set()
 
     # --- the listing (docs/sync.md, "Listing") ------------------------------------------------------
 
@@ -576,7 +657,7 @@ class SyncEngine:
 
             def submit_more() -> None:
                 # Keep the queue bounded so a cancelled pass stops quickly.
-                while not cancelled and len(pending) < self.workers * 4:
+                while not cancelled and not self._cancelled.is_set() and len(pending) < self.workers * 4:
                     action = next(queue, None)
                     if action is None:
                         return

@@ -11,15 +11,23 @@ profile from the bucket with a delimiter listing of ``memory/`` and queues each,
 automation notes) on a background
 thread and returns at once with the age of the local data, so a request never waits on the
 bucket. ``refresh_if_stale`` is the blocking form, for callers that want the pull done.
+
+``prepare`` is the pull on open (``MemoryBank`` calls it before its first read): a host whose
+index has never completed a pass against this bucket pulls all of it (the engine's snapshot
+path) on a background thread, and reads wait for it up to ``sync.hydrate_deadline_s``; a
+hydrated host asks for a background refresh, as a REST read does. The write-through breaker is
+the host's (``memlocal_sync.breaker``): its state is in the index, shared by every process.
+Background pulls run on daemon threads and are cancelled when the bank closes, so a one-shot
+process never waits at exit for a pull it no longer needs.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from memlocal.automation import AutomationNote
 from memlocal.config import Config
@@ -28,43 +36,33 @@ from memlocal.model import Memory, to_us, validate_profile
 from memlocal.replication import NoteState, Replica
 
 from . import marker
+from .breaker import HostBreaker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed
-from .engine import SyncEngine
 from .objects import PREFIX, content_hash, decode, encode, encode_note, note_hash, note_key, object_key
 from .state import DeletedRemote, Effect, NoteDeletedRemote, NoteSynced, SyncState, Synced
-from .status import status_for
+
+if TYPE_CHECKING:
+    # The engine (and botocore's parsers, through the listing) is imported when a pull runs: a
+    # save, above all one the open breaker sends straight to the outbox, never needs it.
+    from .engine import PassReport, SyncEngine
 
 log = logging.getLogger(__name__)
 
-_warned_local_only = False
-_warn_lock = threading.Lock()
-
-
 def factory(config: Config, store: Replica) -> "S3Replicator | None":
-    """The ``memlocal.replicators`` entry point: a replicator, or ``None`` without a bucket.
-
-    Without a bucket the bank runs local only; that is said once per process, as a warning on
-    the ``sync`` logger (shown where the application configures logging: the daemon, the server).
-    """
-    global _warned_local_only
+    """The ``memlocal.replicators`` entry point: a replicator, or ``None`` without a bucket (the
+    bank then runs local only, and ``MemoryBank.open`` says so once per process)."""
     settings = BucketSettings.from_config(config)
-    if settings is None:
-        with _warn_lock:
-            if not _warned_local_only:
-                _warned_local_only = True
-                log.warning("no bucket configured (INTERNAL_S3_BUCKET and S3_BUCKET are unset): "
-                            "memories stay on this host only")
-        return None
-    return S3Replicator(config, store, settings)
+    return S3Replicator(config, store, settings) if settings is not None else None
 
 
 class Refresher:
-    """Background pulls for readers (issue 13, item 4): a request never waits on the bucket.
+    """Background pulls for readers: a request never waits on the bucket.
 
     ``request(key, ttl)`` queues a refresh of ``key`` (a profile; ``None``: discover every
     profile from the bucket and queue each) unless one is queued or running already, or the last
     attempt is younger than ``ttl``; it returns at once. One worker thread runs them in turn: the
-    pass lock is per database, so two pulls of one process could not run at once anyway.
+    pass lock is per database, so two pulls of one process could not run at once anyway. It is a
+    daemon thread: a process exits without waiting for a pull it no longer needs.
     """
 
     def __init__(self, pull: Callable[[str], bool], discover: Callable[[], list[str]],
@@ -72,7 +70,8 @@ class Refresher:
         self._pull = pull
         self._discover = discover
         self._pull_notes = pull_notes
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-refresh")
+        self._queue: queue.SimpleQueue[tuple[str | None, float] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._inflight: set[str | None] = set()
         self._attempted: dict[str | None, float] = {}
@@ -89,13 +88,18 @@ class Refresher:
             if due:
                 self._inflight.add(key)
                 self._attempted[key] = now
-        if due:
-            try:
-                self._pool.submit(self._run, key, ttl)
-            except RuntimeError:  # shut down meanwhile
-                with self._lock:
-                    self._inflight.discard(key)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="memlocal-refresh", daemon=True)
+                    self._thread.start()
+                self._queue.put((key, ttl))
         return self.age(key)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None or self._closed:
+                return
+            self._run(*item)
 
     def age(self, key: str | None) -> float | None:
         now = time.monotonic()
@@ -130,49 +134,40 @@ class Refresher:
                     self._pulled[key] = time.monotonic()
 
     def close(self) -> None:
+        """Run nothing more (what is queued is dropped; the pull in flight is the engine's to cancel)."""
         with self._lock:
             self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._queue.put(None)
 
 
-class Breaker:
-    """A circuit breaker for write-through: after a failure or timeout, ``allow()`` says no for a
-    back-off window (``base_s``, doubling on each consecutive failure up to 8x), so saves go
-    straight to the outbox instead of each waiting out the timeout; after the window one call
-    is let through (half-open): its success closes the breaker, its failure opens it again."""
+class _Hydration:
+    """A fresh host's pull of the whole bucket, on a daemon thread; reads wait for it up to the
+    deadline (``sync.hydrate_deadline_s``, counted from its start)."""
 
-    MAX_FACTOR = 8
+    def __init__(self, run: Callable[[], PassReport | None], deadline_s: float) -> None:
+        self.deadline_s = deadline_s
+        self.started = time.monotonic()
+        self.done = threading.Event()
+        self.problem: str | None = None  # why the index may lack the bucket's memories
+        self._run_fn = run
+        threading.Thread(target=self._run, name="memlocal-hydrate", daemon=True).start()
 
-    def __init__(self, base_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.base_s = base_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._failures = 0
-        self._open_until: float | None = None
-        self._trial = False
+    def _run(self) -> None:
+        try:
+            report = self._run_fn()
+            if report is not None and report.result not in ("ok", "guarded"):
+                self.problem = report.reason or report.result
+        except SyncError as exc:  # another process's pass held the lock past the deadline
+            self.problem = str(exc)
+        except Exception as exc:  # containment: a read is answered from the local index regardless
+            self.problem = f"{type(exc).__name__}: {exc}"
+            log.debug("the pull on open failed", exc_info=True)
+        finally:
+            self.done.set()
 
-    def allow(self) -> bool:
-        with self._lock:
-            if self._open_until is None:
-                return True
-            if self._clock() < self._open_until or self._trial:
-                return False
-            self._trial = True  # half-open: this caller is the one trial
-            return True
-
-    def success(self) -> None:
-        with self._lock:
-            if self._open_until is not None:
-                log.info("bucket answers again: write-through resumed")
-            self._failures, self._open_until, self._trial = 0, None, False
-
-    def failure(self) -> None:
-        with self._lock:
-            self._failures += 1
-            window = self.base_s * min(2 ** (self._failures - 1), self.MAX_FACTOR)
-            self._open_until = self._clock() + window
-            self._trial = False
-        log.warning("write-through failed: saves go to the outbox for %.0f s (the sync pass pushes them)", window)
+    def wait(self) -> bool:
+        """Wait for the pull until the deadline; whether it finished."""
+        return self.done.wait(max(0.0, self.deadline_s - (time.monotonic() - self.started)))
 
 
 class S3Replicator:
@@ -191,12 +186,20 @@ class S3Replicator:
                                                  pool_size=int(config["sync.workers"]) + 2,
                                                  page_size=int(config["sync.list_page_size"]))
         self._engine: SyncEngine | None = None
-        self.breaker = Breaker(float(config["sync.breaker_s"]))
+        # The host's breaker (every process reads the same row of the index); the prober's lease
+        # covers one write-through attempt and its recording.
+        self.breaker = HostBreaker(store, settings.identity, base_s=float(config["sync.breaker_s"]),
+                                   probe_lease_s=2 * put_timeout + 1)
+        self._prepared = False
+        self._prepare_lock = threading.Lock()
+        self._hydration: _Hydration | None = None
+        self._notice: str | None = None  # what the first read must say (once) about the pull on open
+        self._closed = False
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._last_pull: dict[str, float] = {}
         self._refresh_gate = threading.Lock()
-        self.refresher = Refresher(self._pull, self.bucket_profiles, self._pull_notes)
+        self.refresher = Refresher(self._pull, self._discover, self._pull_notes)
         try:
             if self.state.ensure_bucket(settings.identity):
                 log.warning("bucket changed to %s: its base starts empty (nothing is deleted)", settings.describe())
@@ -245,11 +248,11 @@ class S3Replicator:
             log.warning("%s already exists in the bucket: left in the outbox for the next pass", key)
             return False
         except BucketUnavailable as exc:
-            self.breaker.failure()
+            self.breaker.failure(str(exc))
             log.info("save of %s stays in the outbox: %s", memory.id, exc)
             return False
         except Exception as exc:  # never fail a save that is already durable locally
-            self.breaker.failure()
+            self.breaker.failure(f"{type(exc).__name__}: {exc}")
             log.warning("save of %s stays in the outbox: %s", memory.id, exc)
             return False
         self.breaker.success()
@@ -282,7 +285,7 @@ class S3Replicator:
         try:
             self.bucket.delete(object_key(memory.profile_name, memory.id))
         except Exception as exc:
-            self.breaker.failure()
+            self.breaker.failure(str(exc))
             log.info("deletion of %s stays in the outbox: %s", memory.id, exc)
             return False
         self.breaker.success()
@@ -319,7 +322,7 @@ class S3Replicator:
             log.info("automation note %s changed in the bucket: left in the outbox for the next pass", automation_id)
             return False
         except Exception as exc:  # never fail a write that is already durable locally
-            self.breaker.failure()
+            self.breaker.failure(str(exc))
             log.info("automation note %s stays in the outbox: %s", automation_id, exc)
             return False
         self.breaker.success()
@@ -361,17 +364,96 @@ class S3Replicator:
             return report.result in ("ok", "guarded")
 
     def _pull(self, profile: str) -> bool:
-        """One pull-only pass of ``profile`` (the background refresh's job)."""
+        """One pull-only pass of ``profile`` (the background refresh's job; none while the
+        host's breaker is open)."""
+        if self._closed or self.breaker.blocked():
+            return False
         with self._refresh_gate:
-            report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0, record=False)
+            report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0, record=False,
+                                                 trip_breaker=True)
         return report.result in ("ok", "guarded")
 
     def _pull_notes(self) -> bool:
         """One pull-only pass of the automation notes alone (the background refresh's job)."""
+        if self._closed or self.breaker.blocked():
+            return False
         with self._refresh_gate:
             report = self._get_engine().run_pass(profiles=[], notes=True, pull_only=True, lock_timeout=0,
-                                                 record=False)
+                                                 record=False, trip_breaker=True)
         return report.result in ("ok", "guarded")
+
+    def _discover(self) -> list[str]:
+        """``bucket_profiles`` for a background refresh of every profile: nothing while the
+        host's breaker is open; a bucket that fails opens it."""
+        if self._closed or self.breaker.blocked():
+            return []
+        try:
+            return self.bucket_profiles()
+        except BucketUnavailable as exc:
+            self.breaker.failure(str(exc))
+            raise
+
+    # --- the pull on open ---------------------------------------------------------------------------
+
+    def prepare(self, profile: str | None = None, *, wait: bool = True) -> None:
+        """The pull on open. The first call decides: with ``sync.pull_on_open``, a host whose
+        index has never completed a pass against this bucket pulls all of it on a background
+        thread (unless the host's breaker is open); a hydrated host queues a background refresh
+        of ``profile`` (``None``: every profile), as a REST read does. With ``wait`` (a read is
+        about to be answered), wait for that first pull until ``sync.hydrate_deadline_s`` after
+        it began; if it has not made the index ready by then, say so once (a warning) and let
+        the read answer from what the index has. Never raises."""
+        with self._prepare_lock:
+            first = not self._prepared
+            self._prepared = True
+            if first:
+                self._start_open_pull(profile)
+        if not wait or self._notice == "":
+            return
+        hydration = self._hydration
+        notice: str | None
+        if hydration is not None and not hydration.wait():
+            notice = (f"the pull of the bucket is still running after {hydration.deadline_s:g} s "
+                      "(sync.hydrate_deadline_s)")
+        elif hydration is not None:
+            notice = hydration.problem and f"the pull of the bucket failed: {hydration.problem}"
+        else:
+            notice = self._notice
+        with self._prepare_lock:
+            if self._notice == "":
+                return
+            self._notice = ""  # said (or nothing to say): later reads neither wait nor repeat it
+        if notice:
+            log.warning("answering from this host's index, which may lack memories from the bucket: %s", notice)
+
+    def _start_open_pull(self, profile: str | None) -> None:
+        if not self.config["sync.pull_on_open"]:
+            self._notice = ""
+            return
+        try:
+            hydrated = self.state.hydrated(self.settings.identity)
+        except MemoryBankError as exc:  # an unreadable index: reads will say why
+            log.debug("pull on open skipped: %s", exc)
+            self._notice = ""
+            return
+        if hydrated is not None:
+            self._notice = ""
+            self.request_refresh(profile, float(self.config["sync.refresh_ttl_s"]))
+            return
+        if self.breaker.blocked():
+            self._notice = ("the bucket failed recently and is not asked again until the circuit breaker's "
+                            "window is over (see `memlocal sync status`)")
+            return
+        deadline = float(self.config["sync.hydrate_deadline_s"])
+        self._hydration = _Hydration(lambda: self._hydrate(deadline), deadline)
+
+    def _hydrate(self, deadline: float) -> PassReport | None:
+        with self._refresh_gate:
+            if self._closed:
+                return None
+            # Another process's pass (a daemon starting beside it) is waited for up to the
+            # deadline; it pulls every profile too, and this one then has nothing to do.
+            return self._get_engine().hydrate(lock_timeout=deadline)
 
     def bucket_profiles(self) -> list[str]:
         """The profiles the bucket holds (one delimiter listing of ``memory/``) and this host's."""
@@ -393,14 +475,28 @@ class S3Replicator:
 
     def status(self) -> dict[str, Any]:
         """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank)."""
+        from .status import status_for
+
         return status_for(self.settings, self.store)
 
     def _get_engine(self) -> SyncEngine:
         if self._engine is None:
+            if self._closed:  # a background pull that starts after the bank closed does nothing
+                raise SyncError("the bank is closed")
+            from .engine import SyncEngine
+
             self._engine = SyncEngine(self.config, self.store, bucket=self._read_bucket)
+            if self._closed:  # closed while this pull was starting: it stops at once
+                self._engine.cancel()
         return self._engine
 
     def close(self) -> None:
+        """Stop the background pulls (a pull in flight stops after its requests in flight; it
+        is not waited for) and release the bucket clients."""
+        self._closed = True
+        if self._engine is not None:
+            self._engine.cancel()
         self.refresher.close()
         self.bucket.close()
-        self._read_bucket.close()
+        if self._hydration is None or self._hydration.done.is_set():
+            self._read_bucket.close()

@@ -37,6 +37,9 @@ META_LAST_ERROR = "sync.last_error"
 META_SCHEMA = "sync.schema"
 META_MARKER = "sync.marker"  # the bucket identity marker this host synced with (sync.marker module)
 META_NOTES = "sync.notes"  # things the next pass must say (a base reset at start-up, say)
+# The bucket (and marker id) against which this index last completed a pass of every profile: a
+# host without it pulls the bucket when a bank opens, before its first read (docs/sync.md).
+META_HYDRATED = "sync.hydrated"
 
 
 # --- the sync's own tables ------------------------------------------------------------------------
@@ -67,9 +70,19 @@ def _schema_3(c: Any) -> None:
     c.execute("ALTER TABLE sync_base ADD COLUMN row_sig TEXT")
 
 
+def _schema_4(c: Any) -> None:
+    """``sync_breaker``: the write-through circuit breaker of every process on this host, per
+    configured bucket (``memlocal_sync.breaker``): consecutive failures, until when it is open (wall
+    clock, microseconds), until when one process holds the half-open probe, why, since when (the
+    first failure) and the last failure."""
+    c.execute("CREATE TABLE IF NOT EXISTS sync_breaker (bucket TEXT PRIMARY KEY, failures INTEGER NOT NULL,"
+              " open_until_us INTEGER NOT NULL, probe_until_us INTEGER NOT NULL, reason TEXT NOT NULL,"
+              " opened_us INTEGER NOT NULL, failed_us INTEGER NOT NULL)")
+
+
 # The sync's tables as a named migration set (the store's one runner applies it, each step in one
 # transaction with its stamp). A new table or column is a new step: the next number.
-SYNC_SCHEMA = MigrationSet("sync", {1: _schema_1, 2: _schema_2, 3: _schema_3}, stamp_key=META_SCHEMA)
+SYNC_SCHEMA = MigrationSet("sync", {1: _schema_1, 2: _schema_2, 3: _schema_3, 4: _schema_4}, stamp_key=META_SCHEMA)
 SCHEMA_VERSION = SYNC_SCHEMA.version
 
 
@@ -414,6 +427,7 @@ class SyncState:
             c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
             c.meta_delete(META_MARKER)
+            c.meta_delete(META_HYDRATED)
             c.meta_set(META_BUCKET, identity)
         if had_base:
             self.add_note(f"the configured bucket changed to {identity.replace('|', ' ')}: starting from an "
@@ -427,6 +441,20 @@ class SyncState:
             c.execute("DELETE FROM sync_base")
             c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
+            c.meta_delete(META_HYDRATED)
+
+    def hydrated(self, bucket: str) -> dict[str, Any] | None:
+        """When this index completed a pass of every profile against ``bucket`` (its identity:
+        endpoint and name) and the marker it met, or ``None`` (never: a fresh host)."""
+        value = self.get_json(META_HYDRATED)
+        return value if isinstance(value, dict) and value.get("bucket") == bucket else None
+
+    def set_hydrated(self, bucket: str, marker_id: str) -> None:
+        """Record that a pass of every profile against ``bucket`` completed (kept until the
+        configured bucket or its marker changes)."""
+        current = self.hydrated(bucket)
+        if current is None or current.get("marker") != marker_id:
+            self.set_json(META_HYDRATED, {"bucket": bucket, "marker": marker_id, "at": format_time(utcnow())})
 
     def add_note(self, note: str) -> None:
         """Keep ``note`` for the next pass's report (said once, then dropped)."""

@@ -171,6 +171,9 @@ def s3(moto_server: S3Server, monkeypatch: pytest.MonkeyPatch, _isolated_env: No
         "MEMLOCAL_SYNC_TIMEOUT_S": "5",
         "MEMLOCAL_SYNC_PUT_TIMEOUT_S": "2",
         "MEMLOCAL_SYNC_WORKERS": "8",
+        # Hosts here pull when a test runs a pass: a pull on open would race with it (for the
+        # pass lock, and in the requests a test counts). tests/test_sync_open.py turns it on.
+        "MEMLOCAL_SYNC_PULL_ON_OPEN": "false",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -88,7 +88,7 @@ def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path,
     runner = hosts("runner")
     saved = runner.bank.save("only-remote", content="pulled at start-up").memory
     db = tmp_path / "served.db"
-    proc = ServeProcess(tmp_path, ["--db", str(db)])
+    proc = ServeProcess(tmp_path, ["--db", str(db)], env={"MEMLOCAL_SYNC_PULL_ON_OPEN": "true"})
     try:
         proc.wait_ready()  # /healthz only: no read that would ask for a refresh
 

@@ -17,9 +17,13 @@ from support import http
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
-from memlocal.audit import query_hash
+from memlocal.audit import host_key, query_hash
 from memlocal.config import Config
 from memlocal.model import utcnow
+
+
+def _key(bank: MemoryBank) -> bytes:
+    return host_key(bank.store.path)
 
 
 def _bank(path: Path, **settings: object) -> MemoryBank:
@@ -39,8 +43,8 @@ def test_a_row_per_rendered_block(tmp_path: Path) -> None:
         last, first = bank.injections("p")
         assert (first.core, first.relevant) == ((tea.id,), (deploy.id,))
         assert first.chars == len(block.split("\nWhen does")[0]) and first.query_hash == query_hash(
-            "When does the server deploy?")
-        assert last.core == (tea.id,) and last.query_hash == query_hash("Write a poem")
+            "When does the server deploy?", _key(bank))
+        assert last.core == (tea.id,) and last.query_hash == query_hash("Write a poem", _key(bank))
         saw_deploy = [i.id for i in (last, first) if deploy.id in i.relevant]
         assert [i.id for i in bank.injections("p", memory_id=deploy.id)] == saw_deploy
         assert [i.id for i in bank.injections("p", memory_id=tea.id)] == [last.id, first.id]
@@ -83,7 +87,7 @@ def test_cap_and_retention(tmp_path: Path) -> None:
             bank.build_context_block("p", f"run {i}")
         bank.drain()
         rows = bank.injections("p", limit=50)
-        assert [r.query_hash for r in rows] == [query_hash(f"run {i}") for i in (4, 3, 2)]
+        assert [r.query_hash for r in rows] == [query_hash(f"run {i}", _key(bank)) for i in (4, 3, 2)]
         assert bank.store.read("SELECT count(*) FROM injection_memories")[0][0] == 3  # cascaded
     with _bank(tmp_path / "off.db", **{"audit.enabled": False}) as bank:
         bank.build_context_block("p", "x")
@@ -102,7 +106,7 @@ def test_cli_and_rest_answer_both_questions(tmp_path: Path) -> None:
             r = http.get(server.url + "/api/memory-bank/p/injections", params={"limit": 1})
             assert r.status_code == 200
             (last,) = r.json()["injections"]
-            assert last["queryHash"] == query_hash("second run") and last["core"] == [tea.id]
+            assert last["queryHash"] == query_hash("second run", _key(bank)) and last["core"] == [tea.id]
             r = http.get(server.url + "/api/memory-bank/p/injections", params={"memoryId": tea.id})
             assert len(r.json()["injections"]) == 2
             assert http.get(server.url + "/api/memory-bank/p/injections",
@@ -113,7 +117,7 @@ def test_cli_and_rest_answer_both_questions(tmp_path: Path) -> None:
     assert [i["core"] for i in json.loads(out.stdout)["injections"]] == [[tea.id], [tea.id]]
     out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p"],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and tea.id in out.stdout and query_hash("tea please") in out.stdout
+    assert out.returncode == 0 and tea.id in out.stdout and query_hash("tea please", host_key(db)) in out.stdout
 
 
 @pytest.mark.parametrize("bad", [["audit", "-p", "../x"], ["audit", "-p", "p", "--memory", "mem-x"]])
@@ -121,3 +125,41 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, bad: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), *bad],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def _key_of(db: str) -> str:
+    from memlocal.audit import host_key
+
+    return host_key(Path(db)).hex()
+
+
+def test_the_query_hash_is_keyed_by_a_host_secret(tmp_path: Path) -> None:
+    """Someone holding the database alone cannot confirm a guessed query: the hash is an HMAC
+    under a per-host key kept beside the database (0600), which every process of the host shares."""
+    import hashlib
+    import hmac
+    import multiprocessing
+    import os
+    import stat
+
+    db = tmp_path / "k.db"
+    with multiprocessing.get_context("fork").Pool(4) as pool:  # several processes create it at once
+        keys = set(pool.map(_key_of, [str(db)] * 8))
+    assert len(keys) == 1
+    key_file = tmp_path / "k.db.audit-key"
+    assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name != "k.db.audit-key"] == []  # no temporary left behind
+    key = bytes.fromhex(keys.pop())
+    with _bank(db) as bank:
+        bank.save("p", content="Prefers green tea", category="preference")
+        bank.build_context_block("p", "deploy the tea service")
+        bank.drain()
+        (row,) = bank.injections("p")
+    assert row.query_hash != hashlib.sha256(b"deploy the tea service").hexdigest()[:16]
+    assert row.query_hash == hmac.new(key, b"deploy the tea service", hashlib.sha256).hexdigest()[:16]
+    assert row.query_hash == query_hash("deploy the tea service", key)
+    # Rows written before the key existed (a plain SHA-256 prefix) stay readable as they are.
+    with sqlite3.connect(str(db)) as conn:
+        conn.execute("INSERT INTO injections (at_us, profile, query_hash, chars) VALUES (1, 'p', 'abcdef0123456789', 0)")
+    with _bank(db) as bank:
+        assert "abcdef0123456789" in [r.query_hash for r in bank.injections("p", limit=5)]

@@ -49,7 +49,7 @@ def test_config_file_from_memlocal_config_and_user_dir(tmp_path: Path, monkeypat
     [
         ("[recall]\nlimt = 3\n", "did you mean recall.limit"),
         ("[nothing]\nx = 1\n", "unknown setting"),
-        ("[recall]\nlimit = 'many'\n", "recall.limit must be a int"),
+        ("[recall]\nlimit = 'many'\n", "recall.limit must be an integer"),
         ("[llm]\nenabled = 1\n", "llm.enabled must be a bool"),
         ("[recall\nlimit = 3\n", "not valid TOML"),
     ],

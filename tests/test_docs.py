@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -158,3 +159,29 @@ def test_storage_md_names_the_full_text_tables_a_database_has(tmp_path: Path) ->
     gone = [f"docs/storage.md names `{t}`, which a new database no longer has: update the page"
             for t in sorted(set(re.findall(r"`(\w+_fts\w*)`", text)) - tables)]
     assert not missing + gone, "\n".join(missing + gone)
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_readme_python_examples_run(anthropic_fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Every ```python block of README.md runs as written, in order, against a temporary database
+    (the isolated environment's data dir) and the fake Messages API (no network): the fake plays
+    Claude for the memory tool's example, creating a memory file, then answering."""
+    from anthropic_fake import Reply
+
+    anthropic_fake.respond(
+        Reply.message([{"type": "tool_use", "id": "toolu_readme", "name": "memory",
+                        "input": {"command": "create", "path": "/memories/preferences/work.md",
+                                  "file_text": "Reviews pull requests in the morning\n"}}], stop_reason="tool_use"),
+        Reply.text("I'll remember that."))
+    monkeypatch.chdir(tmp_path)
+    blocks = _python_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(blocks) >= 3, "README.md's library, Claude memory tool and LangGraph examples"
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
+    out = capsys.readouterr().out
+    assert "I'll remember that." in out and "/memories/preferences/work.md Reviews pull requests" in out
+    assert "diet " in out and "[('users', 'ana')]" in out

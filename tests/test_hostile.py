@@ -159,6 +159,16 @@ def test_mcp_answers_a_call_with_a_lone_surrogate(mcp: RawMcp) -> None:
     assert not mcp.call("memory_save", {"content": "fine"}).get("isError")  # still serving
 
 
+@pytest.mark.timeout(120)
+def test_mcp_answers_a_request_whose_id_is_a_lone_surrogate(mcp: RawMcp) -> None:
+    """The id cannot be echoed (no UTF-8 holds a lone surrogate): JSON-RPC's Invalid Request,
+    with a null id, and the server goes on serving."""
+    mcp.send({"jsonrpc": "2.0", "id": "\ud800", "method": "tools/list", "params": {}})
+    answer = json.loads(mcp.lines.get(timeout=30))
+    assert answer["id"] is None and answer["error"]["code"] == -32600 and "request id" in answer["error"]["message"]
+    assert not mcp.call("memory_save", {"content": "still serving"}).get("isError")
+
+
 # --- origins ------------------------------------------------------------------------------------
 
 

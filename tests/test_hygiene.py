@@ -451,3 +451,21 @@ def test_the_near_key_is_the_near_rule_at_its_default_threshold(a: list[str], b:
     rule = near_duplicate(signature(x), signature(y), 1.0)
     kx, ky = near_key(x), near_key(y)
     assert rule == (kx is not None and kx == ky)
+
+
+def test_find_duplicate_and_a_save_that_skips_the_rule(bank: MemoryBank) -> None:
+    first = bank.save("p", content="The deploy key rotates every Monday").memory
+    assert bank.find_duplicate("p", "the deploy key rotates every monday.") == first
+    assert bank.find_duplicate("p", "The deploy key rotates every Monday", exclude=[first.id]) is None
+    again = bank.save("p", content="The deploy key rotates every Monday", deduplicate=False)
+    assert not again.deduplicated and again.memory.id != first.id
+
+
+def test_a_saves_extra_fields_are_kept_and_checked(bank: MemoryBank) -> None:
+    saved = bank.save("p", content="a note with a path", extra={"memoryFile": "/memories/n.md"}).memory
+    assert bank.get("p", saved.id).extra == {"memoryFile": "/memories/n.md"}
+    assert saved.to_dict()["memoryFile"] == "/memories/n.md"
+    for bad in ({"summary": "x"}, {"supersededBy": "mem-00000000"}, {"when": object()}):
+        with pytest.raises(ValidationError):
+            bank.save("p", content="never stored", extra=bad)
+    assert bank.list("p").total == 1

@@ -216,7 +216,7 @@ class InjectionEntry(_Model):
     id: int
     at: str = Field(json_schema_extra=_TIME)
     profile: str
-    query_hash: str = Field(description="16 hex digits of SHA-256 over the query (the text is not kept)")
+    query_hash: str = Field(description="16 hex digits of HMAC-SHA-256 over the query, keyed by the host's audit key (the text is not kept)")
     chars: int = Field(description="the block's length in characters; 0 when nothing was injected")
     core: list[str] = Field(description="memory ids in the core tier, best first")
     relevant: list[str] = Field(description="memory ids in the relevant tier, best first")

@@ -86,7 +86,25 @@ class MemlocalGroup(click.Group):
         return cmd
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Run the CLI, printing every error, usage errors included, as one line on stderr."""
+        """Run the CLI, printing every error, usage errors included, as one line on stderr.
+
+        memlocal's own warnings (the start-up one of a bank without a bucket, a sick bucket's)
+        are held until the command ends (``memlocal.logs.hold_warnings``): printed after a
+        command that succeeded, dropped after one that failed, whose one error line says what
+        matters. Long-running commands configure logging, which prints them at once."""
+        from ..logs import hold_warnings
+
+        held = hold_warnings()
+        try:
+            self._run(*args, **kwargs)
+        except SystemExit as exc:
+            held.finish(show=exc.code in (0, None))
+            raise
+        except BaseException:
+            held.finish(show=False)
+            raise
+
+    def _run(self, *args: Any, **kwargs: Any) -> None:
         kwargs.pop("standalone_mode", None)
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]

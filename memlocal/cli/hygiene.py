@@ -21,12 +21,18 @@ def history(state: State, profile: str, memory_id: str, as_json: bool) -> None:
         echo_json({"chain": [m.to_dict() for m in chain]})
         return
     first, last = chain[0], chain[-1]
+    shown = {m.id for m in chain}
+
+    def end(link: str) -> str:
+        # A link back into the chain is a cycle (import can make one), not a missing memory.
+        return "in this chain: the links make a cycle" if link in shown else "no longer stored"
+
     if first.supersedes:
-        click.echo(f"(supersedes {first.supersedes}, no longer stored)")
+        click.echo(f"(supersedes {first.supersedes}, {end(first.supersedes)})")
     rows = [(m.id, ago(m.created_at), memory_state(m), shown_summary(m.summary, m.processed_content)) for m in chain]
     click.echo(table(rows, ("id", "created", "state", "summary")))
     if last.superseded_by:
-        click.echo(f"(superseded by {last.superseded_by}, no longer stored)")
+        click.echo(f"(superseded by {last.superseded_by}, {end(last.superseded_by)})")
 
 
 @main.command()

@@ -23,6 +23,8 @@ def mcp_cmd(state: State, profile: str) -> None:
     validate_profile(profile)
 
     configure_logging(level=logging.WARNING)  # stdout is the protocol: only warnings, on stderr
+    bank = state.bank()
+    bank.prepare()  # a fresh host's pull of the bucket runs while the SDK loads (~1.5 s)
     from ..mcp_server import run_stdio  # the mcp SDK is imported only for this command
 
-    run_stdio(state.bank(), profile)
+    run_stdio(bank, profile)

@@ -111,10 +111,11 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     server = uvicorn.Server(uvicorn.Config(create_app(bank, config), host=host, port=port, log_level="info"))
     try:
         if isinstance(bank, MemoryBank):
-            # One pull of every profile the bucket holds, in the background, with or without
-            # --with-sync: the first reads answer from the local index at once, and a profile
-            # that exists only in the bucket shows up as soon as that pull lands.
-            bank.refresh_for_read(None)
+            # The pull on open, started now, with or without --with-sync: a fresh host pulls the
+            # whole bucket and its first reads wait for it up to sync.hydrate_deadline_s; a
+            # hydrated one refreshes every profile in the background, and its reads answer from
+            # the local index at once.
+            bank.prepare()
         if with_sync and isinstance(bank, MemoryBank):
             daemon = bank.start_sync_daemon()
             if daemon is None:

@@ -19,9 +19,9 @@ import threading
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, Iterator, Sequence
 
-from ..errors import StoreError
+from ..errors import CorruptDatabaseError, DiskFullError, StoreError, fold_whitespace
 
 if TYPE_CHECKING:
     # Imported only to migrate (and by ``Database.db``): opening an up-to-date database, which a
@@ -29,6 +29,35 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from .migrations import MigrationSet
+
+
+# SQLite's primary result codes that blame the file or the disk, not the statement.
+_SQLITE_FULL: Final = 13
+_SQLITE_CORRUPT: Final = frozenset({11, 26})  # CORRUPT, NOTADB
+_SQLITE_DISK: Final = frozenset({3, 8, 10, 14, 22})  # PERM, READONLY, IOERR, CANTOPEN, NOLFS
+
+
+def database_error(path: Path, exc: BaseException) -> StoreError | None:
+    """The one-line error a failure of the file or the disk becomes (``None`` for any other
+    exception, which keeps its own meaning: a constraint, a query FTS5 cannot parse, ...)."""
+    if not isinstance(exc, sqlite3.Error) or isinstance(exc, sqlite3.IntegrityError):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return None
+    name = getattr(exc, "sqlite_errorname", "") or str(code)
+    detail = f"{fold_whitespace(exc)} ({name})"
+    primary = code & 0xFF
+    if primary == _SQLITE_FULL:
+        return DiskFullError(f"database {path} is full: {detail}; nothing was written (free some disk space)")
+    if primary in _SQLITE_CORRUPT:
+        return CorruptDatabaseError(
+            f"database {path} is corrupt: {detail}; restore it from a backup (`sqlite3 {path.name} .recover` "
+            "saves what is readable), or move it aside and pull the bucket with `memlocal sync run`")
+    if primary in _SQLITE_DISK:
+        return StoreError(f"database {path}: {detail}; nothing was written (the disk may be full, "
+                          "read-only or failing)")
+    return None
 
 
 class Database:
@@ -60,9 +89,12 @@ class Database:
             self._configure()
             self._migrate()
             self._opened()
+        except StoreError:
+            conn.close()
+            raise
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise StoreError(f"cannot use database {self.path}: {exc}") from None
+            raise database_error(self.path, exc) or StoreError(f"cannot use database {self.path}: {exc}") from None
 
     @cached_property
     def db(self) -> "sqlite_utils.Database":
@@ -137,26 +169,46 @@ class Database:
                     self.conn.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:
                     if "locked" not in str(exc) and "busy" not in str(exc):
-                        raise
+                        raise database_error(self.path, exc) or exc from None
                     raise StoreError(
                         f"database {self.path} stayed locked by another process for store.busy_timeout_s "
                         f"({self.busy_timeout_s:g} s)"
                     ) from None
                 try:
                     yield self.conn
-                except BaseException:
-                    if self.conn.in_transaction:
-                        self.conn.execute("ROLLBACK")
-                    raise
-                else:
                     self.conn.execute("COMMIT")
+                except BaseException as exc:
+                    if self.conn.in_transaction:
+                        try:
+                            self.conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass  # SQLite rolled back already (a failed COMMIT on a full disk)
+                    error = database_error(self.path, exc)
+                    if error is not None:
+                        raise error from None
+                    raise
             finally:
                 if relax:
                     self.conn.execute("PRAGMA synchronous = FULL")
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self.conn.execute(sql, params).fetchall()
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise database_error(self.path, exc) or exc from None
+
+    @contextmanager
+    def translated(self) -> Iterator[None]:
+        """SQLite's failures of the file or the disk, met in the block, as :func:`database_error`
+        (for queries on ``conn`` outside ``transaction``, ``read`` and ``snapshot``, which do it)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            error = database_error(self.path, exc)
+            if error is None:
+                raise
+            raise error from None
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -167,10 +219,17 @@ class Database:
                 return
             self.conn.execute("BEGIN")
             try:
-                yield self.conn
+                with self.translated():
+                    yield self.conn
             finally:
                 if self.conn.in_transaction:
-                    self.conn.execute("COMMIT")
+                    try:
+                        self.conn.execute("COMMIT")
+                    except sqlite3.Error:  # a read transaction has nothing to lose: end it anyway
+                        try:
+                            self.conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
 
     # --- key/value metadata -------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from ..errors import NotFoundError, StoreError
 from ..hygiene import near_key, text_key
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
-from .derive import derive_features, derive_near_keys
+from .derive import derive_features, derive_near_keys, derive_text_keys
 from .schemas import CORE_SETS
 from .schemas.lineage import COPIED_FROM_SQL
 
@@ -185,6 +185,7 @@ class Store(Database):
 
     def _opened(self) -> None:
         self._check_features()
+        self._check_keys()
 
     def _check_features(self) -> None:
         """Re-derive every memory's features and near-duplicate key when they were made by another
@@ -203,6 +204,20 @@ class Store(Database):
             c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
             derive_features(c)
             derive_near_keys(c)  # made of the same terms
+
+    def _check_keys(self) -> None:
+        """Re-derive every memory's duplicate keys when another version of the key functions made
+        them (the stamp in ``meta`` differs from :func:`memlocal.hygiene.keys_fingerprint`): once,
+        on open, so that a duplicate is always found by its key."""
+        from ..hygiene import KEYS_META_KEY, keys_fingerprint
+
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
+        if row is not None and row[0] == keys_fingerprint():
+            return
+        with self.transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
+            if row is None or row[0] != keys_fingerprint():  # another process may have done it
+                derive_text_keys(c)
 
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);
@@ -401,7 +416,7 @@ class Store(Database):
             "profile = ? AND category = ?", [profile, category])
         if active_only:
             clause += " AND is_active = 1"
-        with self._lock:
+        with self._lock, self.translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT} WHERE {clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
@@ -423,7 +438,7 @@ class Store(Database):
                          " OR instr(lower(summary), lower(?)))")
             params += [q, q, q]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
-        with self._lock:
+        with self._lock, self.translated():
             total = self.conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
             rows = self.conn.execute(
                 f"{_SELECT}{clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
@@ -437,6 +452,13 @@ class Store(Database):
     def iter_profile(self, profile: str, *, active_only: bool = False) -> builtins.list[Memory]:
         sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
         return [row_to_memory(r) for r in self.read(sql, (profile,))]
+
+    def iter_with_extra(self, profile: str, name: str) -> builtins.list[Memory]:
+        """The active memories of ``profile`` that carry the extra field ``name`` (an
+        integration's files or items), found in SQL without reading the profile's others."""
+        sql = (f"{_SELECT} WHERE profile = ? AND is_active = 1 AND extra != '{{}}' "
+               "AND json_type(extra, ?) IS NOT NULL")
+        return [row_to_memory(r) for r in self.read(sql, (profile, f'$."{name}"'))]
 
     def delete(self, profile: str, memory_id: str) -> Memory:
         """Delete durably, with its outbox entry, and return what was deleted; ``NotFoundError``

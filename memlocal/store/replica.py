@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Iterator, Literal, Sequence
 
-from ..model import Memory, to_us
+from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
 from ..replication import AccessDelta, SignedRow
 from .database import set_meta
 from .memories import (
@@ -160,6 +161,25 @@ class StoreReplica:
         rows = self._store.read(f"{SELECT_WITH_DELTA} WHERE id = ?", (memory_id,))
         return (row_to_memory(rows[0]), int(rows[0][-1])) if rows else None
 
+    def convergence_candidates(self, profiles: Sequence[str] | None = None) -> list[Memory]:
+        """See :meth:`memlocal.replication.Replica.convergence_candidates`: one pass over the
+        active rows, the duplicate test an index probe of ``memories_text_key``."""
+        where, params = _scope(profiles)
+        scope = where.replace(" WHERE", " AND") if where else ""
+        # Two selects (an OR made SQLite test both sides on every row); ``extra != '{}'`` skips
+        # the JSON of the many memories without extra fields.
+        rows = self._store.read(
+            f"{SELECT_WITH_DELTA} WHERE rowid IN (SELECT m.rowid FROM memories m WHERE m.is_active = 1{scope} AND"
+            " EXISTS (SELECT 1 FROM memories d WHERE d.profile = m.profile AND d.text_key = m.text_key"
+            " AND d.is_active = 1 AND d.category = m.category AND d.id != m.id)"
+            f" UNION SELECT m.rowid FROM memories m WHERE m.is_active = 1{scope} AND m.extra != '{{}}'"
+            " AND json_extract(m.extra, '$.supersedes') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM memories o"
+            " WHERE o.id = json_extract(m.extra, '$.supersedes')"
+            " AND json_extract(o.extra, '$.supersededBy') IS m.id))",
+            [*params, *params],
+        )
+        return [row_to_memory(r) for r in rows]
+
     def note_outbox(self) -> dict[str, str]:
         """The notes' change log: ``{automation_id: op}`` with ``op`` ``put`` or ``delete``."""
         return {r[0]: r[1] for r in self._store.read("SELECT automation_id, op FROM automation_outbox")}
@@ -279,6 +299,26 @@ class ReplicaTransaction:
             return False
         self._conn.execute("DELETE FROM memories WHERE id = ?", (old_id,))
         self._conn.execute("UPDATE sync_outbox SET id = ? WHERE id = ?", (new_id, old_id))
+        return True
+
+    def merge_access(self, memory_id: str, count: int, last_accessed: datetime | None) -> bool:
+        """Add ``count`` accesses (and a lastAccessedAt, the later kept) to a memory, as unmerged
+        local bumps that the sync then merges into the bucket, staleness recomputed. ``False`` if
+        the memory is gone."""
+        row = self._conn.execute("SELECT category, confidence, access_count, created_us, last_accessed_us"
+                                 " FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        if row is None:
+            return False
+        category, confidence, have, created_us, last_us = row
+        # Counts stay in their domain (0 to 2^53): a hostile object's huge count must not grow.
+        added = max(0, min(have + max(0, count), COUNT_MAX) - have)
+        last = max(last_us or 0, to_us(last_accessed) or 0) or None
+        staleness = compute_staleness(category=category, confidence=confidence, access_count=have + added,
+                                      created_at=from_us(created_us),  # type: ignore[arg-type]
+                                      last_accessed_at=from_us(last))
+        self._conn.execute("UPDATE memories SET access_count = access_count + ?, access_delta = access_delta + ?,"
+                           " last_accessed_us = ?, staleness = ? WHERE id = ?",
+                           (added, added, last, staleness, memory_id))
         return True
 
     def _note_is(self, automation_id: str, expected: NoteState | None) -> bool:
