@@ -151,6 +151,25 @@ class Pruned:
         return {"memory": self.memory.to_dict(), "reason": self.reason}
 
 
+@dataclass(frozen=True, slots=True)
+class ProfileCopy:
+    """What a profile copy or rename did: each original id and its copy's new id (oldest first),
+    and how many of the writes (the copies' saves, a rename's deletions) the bucket already has;
+    the rest are in the change log for the next sync pass."""
+
+    source: str
+    target: str
+    renamed: bool
+    ids: tuple[tuple[str, str], ...]
+    synced: int
+    pending: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "target": self.target, "renamed": self.renamed,
+                "copied": len(self.ids), "ids": {old: new for old, new in self.ids},
+                "synced": self.synced, "pending": self.pending}
+
+
 # Memories shown to the LLM processor when it may propose one to supersede.
 PROPOSAL_CANDIDATES = 3
 # Candidates the near-duplicate rule examines (the recall index's best matches).
@@ -686,11 +705,57 @@ class MemoryBank:
             self.replicator.push_deleted(memory)
         return shown(memory)
 
-    def import_memories(self, memories: Sequence[Memory]) -> builtins.list[str]:
+    def copy_profile(self, source: str, target: str) -> ProfileCopy:
+        """Copy every memory of ``source`` into ``target``, a profile with no memories, under new
+        ids, in one durable transaction. A copy keeps every field (text, category, confidence,
+        times, access counts, active or superseded), its supersession links point at the other
+        copies, and ``copiedFrom`` names its original. The copies are saves: written through to
+        the bucket when one is configured, else queued for the next sync pass.
+
+        ``NotFoundError`` when ``source`` has no memories, ``ValidationError`` when ``target``
+        has some or is ``source``.
+        """
+        return self._copy_profile(source, target, move=False)
+
+    def rename_profile(self, source: str, target: str) -> ProfileCopy:
+        """Rename ``source`` to ``target`` (a profile with no memories): in one durable transaction
+        every memory is copied as :meth:`copy_profile` does and the originals are deleted. A memory's
+        bucket key holds its profile (``memory/<profile>/<id>.json``) and an id is unique across
+        profiles on every host, so a rename is new ids plus deletions, synced like any save and
+        delete: the other hosts' next pass pulls the copies and deletes the originals (a rename of more than
+        ``sync.mass_delete_min`` memories is held there by the mass-delete guard, as any mass
+        deletion is, until ``memlocal sync run --force``)."""
+        return self._copy_profile(source, target, move=True)
+
+    def _copy_profile(self, source: str, target: str, *, move: bool) -> ProfileCopy:
+        validate_profile(source)
+        validate_profile(target)
+        if source == target:
+            raise ValidationError(f"{'rename' if move else 'copy'} {source} to itself: give another target profile")
+        pairs = self.store.copy_profile(source, target, move=move)
+        synced = 0
+        if self.replicator is not None:
+            for _original, copy in pairs:
+                synced += self.replicator.push_saved(copy)
+            if move:
+                for original, _copy in pairs:
+                    synced += self.replicator.push_deleted(original)
+        writes = len(pairs) * (2 if move else 1)
+        return ProfileCopy(source, target, move, tuple((o.id, c.id) for o, c in pairs), synced, writes - synced)
+
+    def relink(self, ids: Sequence[str], copied: "Mapping[str, str]") -> int:
+        """After an import that gave some memories new ids (``copied``: old id -> new id), move
+        the supersession links of the imported memories ``ids`` that still point at an old id."""
+        return self.store.relink(ids, dict(copied)) if copied else 0
+
+    def import_memories(self, memories: Sequence[Memory], copied: "dict[str, str] | None" = None
+                        ) -> builtins.list[str]:
         """Insert memories written elsewhere (ids and timestamps kept) in one durable transaction,
         never overwriting; queued for the bucket like saves. One outcome per memory: ``imported``,
-        ``unchanged`` (already in that profile) or why it was rejected (see ``memlocal.portability``)."""
-        return self.store.import_batch(memories)
+        ``unchanged`` (already in that profile, or a copy of it is), ``copied:<new id>`` (its id
+        belongs to another profile's memory, so it was stored as a copy under a new id, recorded
+        in ``copied``), or why it was rejected (see ``memlocal.portability``)."""
+        return self.store.import_batch(memories, copied)
 
     def refresh_if_stale(self, profile: str, ttl: float | None = None) -> bool:
         """Pull ``profile``'s memories from the bucket if the last pull is older than ``ttl`` s
@@ -724,6 +789,15 @@ class MemoryBank:
         validate_id(memory_id)
         self._ready(profile)
         return shown(self.store.get(profile, memory_id))
+
+    def get_many(self, profile: str, ids: Iterable[str]) -> dict[str, Memory]:
+        """The memories of ``profile`` among ``ids``, by id; ids not stored there are left out."""
+        validate_profile(profile)
+        checked = list(dict.fromkeys(validate_id(i) for i in ids))
+        found: dict[str, Memory] = {}
+        for i in range(0, len(checked), 500):  # one IN (...) stays under SQLite's variable limit
+            found.update(self.store.get_many(profile, checked[i:i + 500]))
+        return found
 
     def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None,
              active_only: bool = False) -> Page:
@@ -788,13 +862,21 @@ class MemoryBank:
         return {"localOnly": False, **self.replicator.status()}
 
     def stats(self) -> dict[str, Any]:
-        """``{"totalMemories": N, "profilesWithMemory": K, "perProfile": {name: n}}``."""
+        """``{"totalMemories": N, "activeMemories": A, "supersededMemories": N - A,
+        "profilesWithMemory": K, "perProfile": {name: n}, "perProfileActive": {name: a}}``: every
+        count includes superseded (inactive) memories except the ``active`` ones, which are what
+        ``list`` shows without ``--all`` and what recall and injection draw from."""
         self._ready()
         per_profile = self.store.profiles()
+        active = self.store.active_counts()
+        total, live = sum(per_profile.values()), sum(active.values())
         return {
-            "totalMemories": sum(per_profile.values()),
+            "totalMemories": total,
+            "activeMemories": live,
+            "supersededMemories": total - live,
             "profilesWithMemory": len(per_profile),
             "perProfile": per_profile,
+            "perProfileActive": {p: active.get(p, 0) for p in per_profile},
         }
 
     # --- relevance, recall and injection (memlocal.recall, .injection, .automation) ----------

@@ -42,10 +42,16 @@ def ellipsize(text: str, width: int) -> str:
 
 def shown_summary(summary: str, content: str) -> str:
     """A memory's summary for display: the default summary (the content's first 50 characters)
-    gets a ``…`` when the content goes on, so a cut word reads as cut."""
+    gets a ``…`` when the content goes on, after its last whole word (a word the 50 characters cut
+    is left out, as :func:`ellipsize` does)."""
     folded = fold_whitespace(content)
     if len(folded) > len(summary) and folded.startswith(summary) and not summary.endswith(ELLIPSIS):
-        return summary.rstrip() + ELLIPSIS
+        cut = summary
+        if not folded[len(summary)].isspace() and not summary[-1:].isspace():
+            space = cut.rfind(" ")  # the summary ends inside a word: end at the word before it
+            if space >= len(cut) // 2:
+                cut = cut[:space]
+        return cut.rstrip(" ,;:.-") + ELLIPSIS
     return summary
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from functools import lru_cache
-from typing import Callable, Collection, Container, Final, Iterable
+from typing import Callable, Collection, Container, Final, Iterable, Mapping
 
 import unicodedata
 
@@ -45,6 +45,9 @@ from .model import CATEGORIES, CORE_CATEGORIES, Memory, compute_staleness, parse
 # Extra fields of the memory object that record supersession (docs/hygiene.md).
 SUPERSEDES: Final = "supersedes"
 SUPERSEDED_BY: Final = "supersededBy"
+# The extra field a copy (a profile copy or rename, or an import whose id was taken) records its
+# original's id in: the lineage, and what makes a repeated import of the same file a no-op.
+COPIED_FROM: Final = "copiedFrom"
 
 # Words the near-duplicate guard may ignore: articles and fillers that never change a statement.
 # Every other stopword (not, no, he, she, before, after, can, should, ...) must match exactly.
@@ -56,6 +59,25 @@ GUARD_FORMS: Final = {form: "use" for form in ("use", "uses", "used", "using")}
 NEAR_MIN_TERMS: Final = 4
 # Default Jaccard threshold on the formula's terms (scripts/dedup_eval.py measured it on LoCoMo).
 DEFAULT_NEAR_THRESHOLD: Final = 1.0
+
+
+def relinked(memory: Memory, ids: Mapping[str, str]) -> Memory:
+    """``memory`` with its supersession links (``supersedes``, ``supersededBy``) moved to the new
+    ids of ``ids`` (old id -> new id); links to ids not in it are kept as they are."""
+    extra = dict(memory.extra)
+    for field_name in (SUPERSEDES, SUPERSEDED_BY):
+        target = extra.get(field_name)
+        if isinstance(target, str) and target in ids:
+            extra[field_name] = ids[target]
+    return memory if extra == memory.extra else memory.with_changes(extra=extra)
+
+
+def copy_of(memory: Memory, new_id: str, profile: str, ids: Mapping[str, str]) -> Memory:
+    """A copy of ``memory`` in ``profile`` under ``new_id``: every field kept (text, times, access
+    counts, state), its links moved through ``ids``, and ``copiedFrom`` naming the original it
+    was copied from (a copy of a copy names the copy: the lineage is a chain)."""
+    copy = relinked(memory, ids)
+    return copy.with_changes(id=new_id, profile_name=profile, extra={**copy.extra, COPIED_FROM: memory.id})
 
 
 # Punctuation that carries meaning inside a token and is kept: number sign, percent and per
@@ -235,7 +257,8 @@ class RetentionRule:
     """Which memories a prune removes: all criteria given must hold (AND).
 
     ``categories``: the categories a prune may touch; ``None`` means every category except
-    preference and fact, which are removed only when named.
+    preference and fact, which are removed only when named, or every category for an
+    ``inactive`` rule (a superseded memory is never recalled or injected, whatever its category).
     """
 
     staleness_above: float | None = None
@@ -256,6 +279,8 @@ class RetentionRule:
     def allowed(self) -> frozenset[str]:
         if self.categories is not None:
             return self.categories
+        if self.inactive:
+            return frozenset(CATEGORIES)
         return frozenset(c for c in CATEGORIES if c not in CORE_CATEGORIES)
 
     @classmethod

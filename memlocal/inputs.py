@@ -182,21 +182,31 @@ class SaveInput(InputModel):
 
 class RecallInput(InputModel):
     """Search this profile's memories by topic. Returns only memories the query gives evidence
-    for (shared words or topics), ranked, each with the relevance breakdown (recency, usage,
-    topic, confidence) and the evidence it matched on. Counts as a use of every memory returned."""
+    for (shared words or topics), ranked: each result is lean (id, category, content, a summary
+    when it says more than the content's start, the score to 3 decimals, a brief relevance
+    breakdown: recency, usage, topic, confidence; and the words and topics it matched on). Set
+    full to true for every field of each memory and the complete breakdown. Counts as a use of
+    every memory returned."""
 
     query: Query = Field(description="What you are looking for.")
     limit: RecallLimit | None = Field(None, description="Most results to return (default: the recall.limit "
                                       "setting, 8).")
     min_score: MinScore | None = Field(None, description="Lowest score to return (default: the "
                                        "recall.min_score setting, 0.05).")
+    full: bool = Field(False, description="true: each result carries the whole memory record (rawInput, "
+                       "processedContent, times, counts, ...) and the complete breakdown (weights, maturity) "
+                       "and evidence (strength).")
 
 
 class ListInput(InputModel):
-    """List this profile's active memories, newest first. Read-only: does not count as a use."""
+    """List this profile's active memories, newest first: each lean (id, category, content, a
+    summary when it says more than the content's start, createdAt); set full to true for every
+    field. Read-only: does not count as a use."""
 
     limit: ListLimit = Field(LIST_DEFAULT_LIMIT, description="Page size.")
     offset: Offset = Field(0, description="Memories to skip.")
+    full: bool = Field(False, description="true: every field of each memory (rawInput, processedContent, "
+                       "access counts, staleness, ...).")
 
 
 class DeleteInput(InputModel):

@@ -8,7 +8,11 @@ Import rules (decided here; the spec is silent):
   same memories, and importing the same file twice creates no duplicate: a line whose id is
   already present in that profile is ``unchanged`` (the local copy, with any access counted
   since, is kept: an import never overwrites);
-- a line whose id belongs to a memory of another profile is rejected with that reason;
+- a line whose id belongs to a memory of another profile (``--profile`` into the same database,
+  to copy a profile, or a rare id collision between hosts) is imported as a copy with a new id:
+  its ``copiedFrom`` names the line's id, its supersession links follow the other new ids, and
+  it is reported (``new ids``); a line whose profile already holds a copy of it is
+  ``unchanged``, so importing the same file twice still creates nothing new;
 - ``profile`` (the CLI's ``--profile``) moves every imported memory into that profile;
 - imported memories go through the same write path as saves, so with a bucket configured they are
   queued in the sync outbox and pushed by the next pass;
@@ -29,6 +33,8 @@ from .errors import MemoryBankError, fold_whitespace
 from .model import Memory, validate_profile
 
 BATCH_SIZE = 500
+# The outcome of a line stored as a copy: this prefix and the new id.
+COPIED = "copied:"
 
 
 def export_memories(bank: MemoryBank, profile: str | None = None) -> Iterator[Memory]:
@@ -53,9 +59,13 @@ class ImportReport:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     # (line, kinds, unknown fields that held a credential)
     redacted: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    # Lines imported as copies under a new id: (line, the line's id, the new id).
+    new_ids: list[tuple[int, str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
-        text = f"imported {self.imported}, unchanged {self.unchanged}, rejected {len(self.rejected)}"
+        copies = (f" ({len(self.new_ids)} with new ids: their ids belong to memories of another profile)"
+                  if self.new_ids else "")
+        text = f"imported {self.imported}{copies}, unchanged {self.unchanged}, rejected {len(self.rejected)}"
         if not self.redacted:
             return text
         fields = sorted({f for _, _, names in self.redacted for f in names})
@@ -68,6 +78,7 @@ class ImportReport:
             "unchanged": self.unchanged,
             "rejected": [{"line": n, "reason": r} for n, r in self.rejected],
             "redacted": [{"line": n, "kinds": list(k), "fields": list(f)} for n, k, f in self.redacted],
+            "newIds": [{"line": n, "id": old, "newId": new} for n, old, new in self.new_ids],
         }
 
 
@@ -102,12 +113,20 @@ def import_jsonl(
         validate_profile(profile)
     report = ImportReport()
     batch: list[tuple[int, Memory]] = []
+    copied: dict[str, str] = {}  # a line's id -> its copy's new id, across batches
+    stored: list[str] = []  # the ids this import stored
 
     def flush() -> None:
-        outcomes = bank.import_memories([m for _, m in batch])
-        for (line_no, _), outcome in zip(batch, outcomes):
+        outcomes = bank.import_memories([m for _, m in batch], copied)
+        for (line_no, memory), outcome in zip(batch, outcomes):
             if outcome == "imported":
                 report.imported += 1
+                stored.append(memory.id)
+            elif outcome.startswith(COPIED):
+                report.imported += 1
+                new_id = outcome[len(COPIED):]
+                report.new_ids.append((line_no, memory.id, new_id))
+                stored.append(new_id)
             elif outcome == "unchanged":
                 report.unchanged += 1
             else:
@@ -146,5 +165,6 @@ def import_jsonl(
             flush()
     if batch:
         flush()
+    bank.relink(stored, copied)  # links to lines that came later in the file than the link
     report.rejected.sort()
     return report

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Mapping
 from pydantic import ValidationError as PydanticError
 
 from .errors import ValidationError, fold_whitespace
+from .humanize import round_floats
 from .inputs import (
     LIST_DEFAULT_LIMIT,
     LIST_MAX_LIMIT,
@@ -31,6 +32,8 @@ from .model import MEMORY_TOOL_NAMES, validate_profile
 
 if TYPE_CHECKING:
     from .bank import MemoryBank
+    from .model import Memory
+    from .scoring import ScoredMemory
 
 __all__ = [
     "LIST_DEFAULT_LIMIT",
@@ -40,6 +43,8 @@ __all__ = [
     "TOOL_INPUTS",
     "TOOLS",
     "dispatch",
+    "lean_memory",
+    "lean_result",
     "tool_definitions",
     "validate_arguments",
 ]
@@ -92,6 +97,39 @@ def validate_arguments(tool_name: str, arguments: object) -> InputModel:
         raise type(exc)(f"{tool_name}: {exc}") from None
 
 
+# Decimals of the scores in a lean result: enough to order and compare them, short in a context.
+LEAN_DIGITS: Final = 3
+
+
+def lean_memory(memory: "Memory") -> dict[str, Any]:
+    """What an agent needs of a memory: ``id``, ``category``, ``content`` (processedContent),
+    ``summary`` only when it is not just the content's beginning, and ``createdAt``."""
+    out: dict[str, Any] = {"id": memory.id, "category": memory.category, "content": memory.processed_content}
+    if not fold_whitespace(memory.processed_content).startswith(fold_whitespace(memory.summary)):
+        out["summary"] = memory.summary
+    out["createdAt"] = memory.to_dict()["createdAt"]
+    return out
+
+
+def lean_result(scored: "ScoredMemory") -> dict[str, Any]:
+    """One recall result for an agent's context: the memory (:func:`lean_memory`, without its
+    time), the score and the breakdown's four signals to :data:`LEAN_DIGITS` decimals, and the
+    evidence in brief (the query's terms and clusters it shares; its semantic similarity, if any)."""
+    out = lean_memory(scored.memory)
+    del out["createdAt"]
+    b = scored.breakdown
+    out["score"] = round(scored.score, LEAN_DIGITS)
+    out["breakdown"] = round_floats({"recency": b.recency, "usage": b.usage, "topic": b.topic,
+                                     "confidenceMul": b.confidence_mul}, LEAN_DIGITS)
+    if scored.evidence is not None:
+        e = scored.evidence
+        evidence: dict[str, Any] = {"terms": list(e.terms), "clusters": list(e.clusters)}
+        if e.semantic is not None:
+            evidence["semantic"] = round(e.semantic, LEAN_DIGITS)
+        out["evidence"] = evidence
+    return out
+
+
 def dispatch(
     bank: "MemoryBank", tool_name: str, arguments: Mapping[str, Any] | None, session_profile: str
 ) -> dict[str, Any]:
@@ -99,9 +137,11 @@ def dispatch(
 
     - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds],
       "proposedSupersedes": id | None}``
-    - ``memory_recall`` -> ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}, "evidence": {...}}]}``
+    - ``memory_recall`` -> ``{"results": [lean result, ...]}`` (:func:`lean_result`); with
+      ``full: true``, ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}, "evidence": {...}}]}``
       (marks every returned memory accessed)
-    - ``memory_list`` -> ``{"memories": [...], "total": n, "limit": l, "offset": o}``
+    - ``memory_list`` -> ``{"memories": [lean memory, ...], "total": n, "limit": l, "offset": o}``
+      (:func:`lean_memory`); with ``full: true`` every field of each memory
     - ``memory_delete`` -> ``{"deleted": id}`` (``NotFoundError`` if the session's profile has no such id)
     """
     if not session_profile:
@@ -114,9 +154,15 @@ def dispatch(
         return result.to_dict()
     if isinstance(args, RecallInput):
         scored = bank.recall(profile, args.query, limit=args.limit, min_score=args.min_score)
-        return {"results": [s.to_dict() for s in scored]}
+        if args.full:
+            return {"results": [round_floats(s.to_dict()) for s in scored]}
+        return {"results": [lean_result(s) for s in scored]}
     if isinstance(args, ListInput):
-        return bank.list(profile, limit=args.limit, offset=args.offset, active_only=True).to_dict()
+        page = bank.list(profile, limit=args.limit, offset=args.offset, active_only=True)
+        if args.full:
+            return page.to_dict()
+        return {"memories": [lean_memory(m) for m in page], "total": page.total, "limit": page.limit,
+                "offset": page.offset}
     assert isinstance(args, DeleteInput)
     deleted = bank.delete(profile, args.id)
     return {"deleted": deleted.id}

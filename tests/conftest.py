@@ -73,6 +73,8 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for var in list(os.environ):
         if var.startswith(("MEMLOCAL_", "ANTHROPIC_", "INTERNAL_S3_", "S3_", "AWS_")):
             monkeypatch.delenv(var, raising=False)
+    # Tables fit COLUMNS (pytest-xdist sets it to 80 in its workers): a test that wants a width sets it.
+    monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     # boto3 must never find real credentials or reach a real endpoint from a test.

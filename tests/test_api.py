@@ -228,12 +228,14 @@ def test_memory_bank_grouped_and_flattened(client: httpx.Client) -> None:
 
 def test_stats(client: httpx.Client) -> None:
     assert client.get("/api/memory-bank/stats").json() == {
-        "totalMemories": 0, "profilesWithMemory": 0, "perProfile": {}}
+        "totalMemories": 0, "activeMemories": 0, "supersededMemories": 0, "profilesWithMemory": 0,
+        "perProfile": {}, "perProfileActive": {}}
     for profile, n in (("a", 3), ("b", 1)):
         for i in range(n):
             save(client, profile, content=f"m{i}")
     assert client.get("/api/memory-bank/stats").json() == {
-        "totalMemories": 4, "profilesWithMemory": 2, "perProfile": {"a": 3, "b": 1}}
+        "totalMemories": 4, "activeMemories": 4, "supersededMemories": 0, "profilesWithMemory": 2,
+        "perProfile": {"a": 3, "b": 1}, "perProfileActive": {"a": 3, "b": 1}}
 
 
 # --- errors -----------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ def test_save_get_list_delete_stats(cli: Cli) -> None:
     human = cli("list", "-p", "ana").output
     assert "dark mode" in human and "4 of 4" in human
     stats = cli.json("stats", "--json")
-    assert stats == {"totalMemories": 4, "profilesWithMemory": 1, "perProfile": {"ana": 4}}
+    assert stats == {"totalMemories": 4, "activeMemories": 4, "supersededMemories": 0, "profilesWithMemory": 1,
+                     "perProfile": {"ana": 4}, "perProfileActive": {"ana": 4}}
     deleted = cli("delete", "-p", "ana", mid)
     assert deleted.exit_code == 0 and mid in deleted.output
     assert cli("get", "-p", "ana", mid).exit_code != 0

@@ -136,9 +136,11 @@ def test_cut_summaries_end_in_an_ellipsis(tmp_path: Path) -> None:
     saved = cli(db, "save", "-p", "ana", LONG).output
     memory = json.loads(cli(db, "list", "-p", "ana", "--json").output)["memories"][0]
     assert memory["summary"] == LONG[:50]  # the data stays the spec's first 50 characters
-    assert f"{LONG[:50]}…" in saved
+    # Shown up to the last word the 50 characters hold whole, then "…" (never a cut word).
+    shown = LONG[:50].rsplit(" ", 1)[0].rstrip(" ,;:.-") + "…"
+    assert f"{shown}  " in saved and LONG[:50] not in saved
     row = cli(db, "list", "-p", "ana").output.splitlines()[2]
-    assert row.endswith(LONG[:50] + "…")
+    assert row.endswith(shown)
     assert shown_summary("dark mode", "Ana prefers dark mode") == "dark mode"  # a written summary is left alone
 
 

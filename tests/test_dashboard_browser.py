@@ -334,7 +334,11 @@ def test_runs_show_what_the_last_run_saw_and_which_runs_saw_a_memory(page: Page,
     with MemoryBank(tmp_path / "dashboard.db", config=Config.load(environ={})) as bank:
         bank.inject("researcher", "@memory", "deploying the staging database")
         bank.inject("researcher", "@memory", "a trip to Lisbon")
-    runs = api.get("/api/memory-bank/researcher/injections").json()["injections"]
+        yaml = bank.save("researcher", content="Prefers YAML output now.", category="preference",
+                         supersedes=ids["json"]).memory.id
+    answer = api.get("/api/memory-bank/researcher/injections").json()
+    runs = answer["injections"]
+    assert answer["summaries"][ids["peanut"]] == "Peanut allergy"
     assert len(runs) == 2
     page.goto(proc.url + "/#/profiles/researcher")
     page.get_by_role("link", name="Runs").click()
@@ -343,13 +347,21 @@ def test_runs_show_what_the_last_run_saw_and_which_runs_saw_a_memory(page: Page,
     assert rows.evaluate_all("rs => rs.map(r => r.dataset.run)") == [str(r["id"]) for r in runs]
     expect(page.locator("#last-run")).to_contain_text(f"{len(runs[0]['core'])} core and {len(runs[0]['relevant'])} relevant")
     expect(rows.first).to_contain_text(runs[0]["queryHash"])
+    # Each memory of a run is a link named by its summary, its id in the title.
+    link = rows.first.get_by_role("link", name="Peanut allergy", exact=True)
+    expect(link).to_have_attribute("title", ids["peanut"])
     shoot(page, "runs")
     # From a memory: the runs whose block carried it (the peanut allergy is core: both runs).
-    rows.first.get_by_role("link", name=ids["peanut"]).click()
+    link.click()
     expect(page.get_by_role("heading", name="Runs that saw this memory")).to_be_visible()
     expect(page.locator("table.runs tbody tr")).to_have_count(len(runs))
     assert page.locator("table.runs tbody tr").evaluate_all("rs => rs.map(r => r.dataset.run)") == [
         str(r["id"]) for r in runs]
+    # A memory's supersedes is a link to the memory it replaced.
+    page.goto(proc.url + f"/#/profiles/researcher/memories/{yaml}")
+    page.locator('dd[data-field="supersedes"]').get_by_role("link", name=ids["json"]).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Prefers JSON output")
+    expect(page.locator('dd[data-field="supersededBy"] a')).to_have_text(yaml)
 
 
 # --- automation notes ------------------------------------------------------------------------------

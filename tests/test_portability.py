@@ -98,11 +98,12 @@ def test_import_into_another_profile_and_id_clashes(tmp_path: Path, cli: Cli) ->
     cli("export", "-p", "alice", "-o", dump, db=src)
     code, out, _ = cli("import", dump, "--profile", "alice-copy", "--json", db=tmp_path / "new.db")
     assert code == 0 and json.loads(out)["imported"] == 2
-    # Into the source database under another name: the ids already belong to alice, never overwritten.
-    code, out, err = cli("import", dump, "--profile", "mallory", db=src)
-    assert code == 1 and "already belongs to a memory of profile alice" in err
+    # Into the source database under another name: the ids belong to alice, so the copies get new
+    # ids (alice's memories are never overwritten).
+    code, out, err = cli("import", dump, "--profile", "mallory", "--json", db=src)
+    assert code == 0 and len(json.loads(out)["newIds"]) == 2
     with MemoryBank(src) as bank:
-        assert bank.stats()["perProfile"] == {"alice": 2, "bob": 2}
+        assert bank.stats()["perProfile"] == {"alice": 2, "bob": 2, "mallory": 2}
 
 
 def test_imported_memories_are_queued_for_sync(tmp_path: Path, hosts: Any, s3: Any, cli: Cli) -> None:

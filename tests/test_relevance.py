@@ -82,8 +82,9 @@ def test_results_say_why_they_passed(dev: tuple[MemoryBank, dict[str, str]]) -> 
     assert top.evidence.to_dict() == {"terms": ["framework", "test"], "clusters": ["tech"], "strength": 1.0,
                                       "best": 1.0}
     out = dispatch(bank, "memory_recall", {"query": "which test framework?"}, "dev")
-    assert out["results"][0]["evidence"]["terms"] == ["framework", "test"]
-    assert set(out["results"][0]) == {"memory", "score", "breakdown", "evidence"}
+    assert out["results"][0]["evidence"] == {"terms": ["framework", "test"], "clusters": ["tech"]}
+    full = dispatch(bank, "memory_recall", {"query": "which test framework?", "full": True}, "dev")
+    assert set(full["results"][0]) == {"memory", "score", "breakdown", "evidence"}
 
 
 def test_weak_matches_below_the_ratio_are_left_out(tmp_path: Path) -> None:

@@ -25,8 +25,8 @@ def test_definitions_are_registrable_data() -> None:
     props = {t["name"]: set(t["inputSchema"]["properties"]) for t in tools}
     assert props == {
         "memory_save": {"rawInput", "content", "category", "confidence", "summary", "supersedes"},
-        "memory_recall": {"query", "limit", "minScore"},
-        "memory_list": {"limit", "offset"},
+        "memory_recall": {"query", "limit", "minScore", "full"},
+        "memory_list": {"limit", "offset", "full"},
         "memory_delete": {"id"},
     }
     json.dumps(tools)  # plain JSON
@@ -92,9 +92,9 @@ def test_save_recall_list_delete(bank: MemoryBank) -> None:
     recalled = dispatch(bank, "memory_recall", {"query": "which package manager, pnpm or npm?", "limit": 1}, "a")
     json.dumps(recalled)
     [hit] = recalled["results"]
-    assert hit["memory"]["id"] == mem["id"]
-    assert set(hit["breakdown"]) == {"recency", "usage", "topic", "confidenceMul", "weights", "maturity", "score"}
-    assert hit["score"] == hit["breakdown"]["score"] > 0
+    assert hit["id"] == mem["id"]
+    assert set(hit["breakdown"]) == {"recency", "usage", "topic", "confidenceMul"}
+    assert hit["score"] > 0
     assert bank.get("a", mem["id"]).access_count == 1  # recall counts as a use
 
     page = dispatch(bank, "memory_list", {"limit": 1, "offset": 1}, "a")
@@ -113,7 +113,7 @@ def test_a_session_never_reaches_another_profile(bank: MemoryBank) -> None:
     theirs = dispatch(bank, "memory_save", {"content": "Beta deploys with Helm too"}, "beta")["memory"]
 
     recalled = dispatch(bank, "memory_recall", {"query": "deploys helm", "minScore": 0}, "alpha")["results"]
-    assert [r["memory"]["id"] for r in recalled] == [mine["id"]]
+    assert [r["id"] for r in recalled] == [mine["id"]]
     listed = dispatch(bank, "memory_list", {"limit": 100}, "alpha")
     assert [m["id"] for m in listed["memories"]] == [mine["id"]] and listed["total"] == 1
 
@@ -126,3 +126,42 @@ def test_a_session_never_reaches_another_profile(bank: MemoryBank) -> None:
             dispatch(bank, tool, args, "alpha")
     assert bank.get("beta", theirs["id"]).access_count == 0  # untouched, not even counted as used
     assert dispatch(bank, "memory_list", {}, "beta")["total"] == 1
+
+
+def test_recall_and_list_are_lean_unless_full_is_asked(bank: MemoryBank) -> None:
+    long = ("The staging cluster runs Kubernetes 1.29 and deploys every weekday at 10:00 through Argo CD, "
+            "with a manual gate")
+    saved = dispatch(bank, "memory_save", {"rawInput": long}, "a")["memory"]
+    dispatch(bank, "memory_save", {"content": "Prefers pnpm", "summary": "package manager choice",
+                                   "category": "preference"}, "a")
+    [hit] = dispatch(bank, "memory_recall", {"query": "when does staging deploy?"}, "a")["results"]
+    # Only what an agent needs: no rawInput beside processedContent, no default summary repeating the
+    # content's start, the score and the four signals to 3 decimals, the evidence without its numbers.
+    assert set(hit) == {"id", "category", "content", "score", "breakdown", "evidence"}
+    assert (hit["id"], hit["category"], hit["content"]) == (saved["id"], "general", long)
+    assert set(hit["evidence"]) == {"terms", "clusters"} and "deploy" in hit["evidence"]["terms"]
+    for value in (hit["score"], *hit["breakdown"].values()):
+        assert value == round(value, 3)
+    assert len(json.dumps(hit)) < len(long) + 250
+    full = dispatch(bank, "memory_recall", {"query": "when does staging deploy?", "full": True}, "a")["results"][0]
+    assert set(full) == {"memory", "score", "breakdown", "evidence"}
+    assert full["memory"]["rawInput"] == long and set(full["breakdown"]) >= {"weights", "maturity", "score"}
+    assert full["score"] == round(full["score"], 6) and "strength" in full["evidence"]
+
+    page = dispatch(bank, "memory_list", {}, "a")
+    assert [set(m) for m in page["memories"]] == [{"id", "category", "content", "summary", "createdAt"},
+                                                  {"id", "category", "content", "createdAt"}]
+    assert page["memories"][0]["summary"] == "package manager choice"
+    assert (page["total"], page["limit"], page["offset"]) == (2, 20, 0)
+    full_page = dispatch(bank, "memory_list", {"full": True}, "a")
+    assert full_page["memories"][1] == bank.get("a", saved["id"]).to_dict()
+    with pytest.raises(ValidationError, match="full"):
+        dispatch(bank, "memory_list", {"full": "yes"}, "a")
+
+
+def test_the_tool_descriptions_say_results_are_lean() -> None:
+    tools = {t["name"]: t for t in tool_definitions()}
+    for name in ("memory_recall", "memory_list"):
+        assert "lean" in tools[name]["description"] and "full to true" in tools[name]["description"]
+        assert tools[name]["inputSchema"]["properties"]["full"] == {
+            "type": "boolean", "default": False, "description": tools[name]["inputSchema"]["properties"]["full"]["description"]}

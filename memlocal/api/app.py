@@ -22,6 +22,7 @@ from .. import __version__, dashboard
 from ..bank import MemoryBank
 from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
+from ..humanize import shown_summary
 from ..inputs import AutomationId, AutomationNoteInput, Category, MemoryId, MinScore, Offset, PageLimit, ProfileName
 from ..model import CORE_CATEGORIES
 from . import errors
@@ -269,8 +270,12 @@ def profile_injections(
 ) -> dict[str, Any]:
     """The memory blocks rendered for the profile's runs, newest first: when, the memory ids of
     each tier, the block's size and a hash of the query (never its text). The first entry is
-    what the last run saw; with ``memoryId``, the runs that saw that memory. Local to this host."""
-    return {"injections": [i.to_dict() for i in bank.injections(name, memory_id=memory_id, limit=limit)]}
+    what the last run saw; with ``memoryId``, the runs that saw that memory. Local to this host.
+    ``summaries``: the summary of each of those memories still stored (deleted ones are absent)."""
+    runs = bank.injections(name, memory_id=memory_id, limit=limit)
+    found = bank.get_many(name, [i for r in runs for i in (*r.core, *r.relevant)])
+    return {"injections": [r.to_dict() for r in runs],
+            "summaries": {i: shown_summary(m.summary, m.processed_content) for i, m in found.items()}}
 
 
 @router.get("/memory-bank/stats", response_model=Stats, summary="Roll-up counts")

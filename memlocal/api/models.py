@@ -155,9 +155,12 @@ class GroupedMemories(_Model):
 
 
 class Stats(_Model):
-    total_memories: int
+    total_memories: int = Field(description="every memory, superseded ones included")
+    active_memories: int = Field(description="memories not superseded (what lists show and recall draws from)")
+    superseded_memories: int = Field(description="inactive memories, superseded by another")
     profiles_with_memory: int
-    per_profile: dict[str, int]
+    per_profile: dict[str, int] = Field(description="every memory of each profile")
+    per_profile_active: dict[str, int] = Field(description="the active memories of each profile")
 
 
 class AutomationNote(_Model):
@@ -225,6 +228,8 @@ class InjectionList(_Model):
     """Rendered blocks, newest first."""
 
     injections: list[InjectionEntry]
+    summaries: dict[str, str] = Field(
+        description="memory id -> its summary, for the memories of these blocks still stored (deleted ones are absent)")
 
 
 class AutomationNoteEntry(_Model):

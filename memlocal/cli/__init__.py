@@ -7,7 +7,7 @@ group, so the library never imports them by name.
 
 from __future__ import annotations
 
-from . import audit_cmd, config_cmd, hygiene, mcp_cmd, memories, portability, recall, serve  # noqa: F401  (register commands)
+from . import audit_cmd, config_cmd, hygiene, mcp_cmd, memories, portability, profile_cmd, recall, serve  # noqa: F401  (register commands)
 from ._common import main
 
 __all__ = ["main"]

@@ -256,16 +256,43 @@ class Progress:
         self.close()
 
 
+# The narrowest a column is cut to when the table must fit the terminal.
+MIN_COLUMN = 8
+
+
+def terminal_width() -> int:
+    """The width tables fit: ``COLUMNS`` when set, else the terminal's when standard output is
+    one; 0 otherwise (a pipe or a file: nothing is narrowed)."""
+    import shutil
+
+    value = os.environ.get("COLUMNS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+
+
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, max_width: int | None = 60,
           right: Sequence[str] = ()) -> str:
     """An aligned text table with a dim header; cells are folded to one line and cut to
     ``max_width`` characters with ``…`` (``None``: never cut, for paths and keys); columns named
-    in ``right`` (numbers) are right-aligned."""
+    in ``right`` (numbers) are right-aligned. A table of cut cells fits the terminal's width
+    (:func:`terminal_width`): its widest columns are cut further, to ``MIN_COLUMN`` at least."""
     cells = [[ellipsize(str(c), max_width) if max_width else fold_whitespace(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
             widths[i] = max(widths[i], len(c))
+    room = terminal_width()
+    if max_width and room and cells:
+        target = list(widths)
+        while sum(target) + 2 * (len(target) - 1) > room:
+            widest = max(range(len(target)), key=lambda i: target[i])
+            if target[widest] <= max(MIN_COLUMN, len(headers[widest])):
+                break  # every column at its narrowest: the line wraps
+            target[widest] -= 1
+        if target != widths:
+            cells = [[ellipsize(c, w) if len(c) > w else c for c, w in zip(row, target)] for row in cells]
+            widths = target
 
     def line(values: Sequence[str]) -> str:
         return "  ".join(v.rjust(w) if h in right else v.ljust(w)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..model import format_time
+from ..humanize import ago
 from ._common import State, echo_json, json_option, main, pass_state, profile_option, table
 
 
@@ -26,7 +26,7 @@ def audit(state: State, profile: str, memory_id: str | None, limit: int, as_json
         click.echo("no recorded runs" + (f" saw {memory_id}" if memory_id else ""))
         return
     click.echo(table(
-        [(format_time(r.at), r.chars, r.query_hash, " ".join(r.core) or "-", " ".join(r.relevant) or "-")
+        [(ago(r.at), r.chars, r.query_hash, " ".join(r.core) or "-", " ".join(r.relevant) or "-")
          for r in rows],
         ("at", "chars", "query hash", "core", "relevant"),
     ))

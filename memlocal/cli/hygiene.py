@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..humanize import ago, shown_summary
 from ..hygiene import RetentionRule
 from ._common import InputChoice, State, echo_json, json_option, main, memory_state, pass_state, profile_option, table
 
@@ -28,7 +29,7 @@ def history(state: State, profile: str, memory_id: str, as_json: bool) -> None:
 
     if first.supersedes:
         click.echo(f"(supersedes {first.supersedes}, {end(first.supersedes)})")
-    rows = [(m.id, m.to_dict()["createdAt"], memory_state(m), m.summary) for m in chain]
+    rows = [(m.id, ago(m.created_at), memory_state(m), shown_summary(m.summary, m.processed_content)) for m in chain]
     click.echo(table(rows, ("id", "created", "state", "summary")))
     if last.superseded_by:
         click.echo(f"(superseded by {last.superseded_by}, {end(last.superseded_by)})")
@@ -39,7 +40,7 @@ def history(state: State, profile: str, memory_id: str, as_json: bool) -> None:
 @click.option("--staleness-above", type=float, help="Prune memories whose current staleness is above X (0-1).")
 @click.option("--older-than", metavar="AGE", help="Prune memories untouched for longer than AGE (e.g. 90d, 12h, 2w).")
 @click.option("--category", "categories", multiple=True, type=InputChoice("SaveInput", "category"),
-              help="Only these categories (repeatable). Default: all but preference and fact.")
+              help="Only these categories (repeatable). Default: all but preference and fact; with --inactive, all.")
 @click.option("--inactive", is_flag=True, help="Prune inactive (superseded) memories.")
 @click.option("--dry-run", is_flag=True, help="List what would be pruned; change nothing.")
 @json_option
@@ -49,7 +50,7 @@ def prune(state: State, profile: str, staleness_above: float | None, older_than:
     """Delete memories by staleness, age or state (every criterion given must hold).
 
     Deletions go through the normal delete path, so they reach the bucket. Preferences and facts
-    are never pruned unless named with --category."""
+    are never pruned unless named with --category, or superseded (--inactive)."""
     rule = RetentionRule.build(staleness_above=staleness_above, older_than=older_than,
                                categories=categories, inactive=inactive)
     pruned = state.bank().prune(profile, rule, dry_run=dry_run)
@@ -57,7 +58,8 @@ def prune(state: State, profile: str, staleness_above: float | None, older_than:
         echo_json({"dryRun": dry_run, "count": len(pruned), "pruned": [p.to_dict() for p in pruned]})
         return
     if pruned:
-        rows = [(p.memory.id, p.memory.category, p.memory.summary, p.reason) for p in pruned]
+        rows = [(p.memory.id, p.memory.category, shown_summary(p.memory.summary, p.memory.processed_content), p.reason)
+                for p in pruned]
         click.echo(table(rows, ("id", "category", "summary", "why")))
     verb = "would prune" if dry_run else "pruned"
     click.echo(f"{verb} {len(pruned)} memories of {profile}")

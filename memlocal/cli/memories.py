@@ -132,7 +132,16 @@ def list_cmd(state: State, profile: str, limit: int, offset: int, show_all: bool
     click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary") + (("state",) if show_all else ()),
                      right=("conf", "used")))
     first = page.offset + 1
-    click.echo(dim(f"{first}–{page.offset + len(page)} of {plural(page.total, 'memory')}, newest first"))
+    stats = state.bank().stats()
+    active = stats["perProfileActive"].get(profile, 0)
+    superseded = stats["perProfile"].get(profile, 0) - active
+    if not superseded:
+        counted = plural(page.total, "memory")
+    elif show_all:
+        counted = f"{plural(page.total, 'memory')} ({active} active, {superseded} superseded)"
+    else:
+        counted = f"{page.total} active {'memory' if page.total == 1 else 'memories'} ({superseded} superseded: --all lists them)"
+    click.echo(dim(f"{first}–{page.offset + len(page)} of {counted}, newest first"))
 
 
 @main.command()
@@ -153,12 +162,15 @@ def delete(state: State, profile: str, memory_id: str, as_json: bool) -> None:
 @json_option
 @pass_state
 def stats(state: State, as_json: bool) -> None:
-    """Memory counts: total, profiles with memory, per profile."""
+    """Memory counts: total, active and superseded, per profile."""
     data = state.bank().stats()
     if as_json:
         echo_json(data)
         return
     click.echo(f"{plural(data['totalMemories'], 'memory')} in {plural(data['profilesWithMemory'], 'profile')}"
+               f" ({data['activeMemories']} active, {data['supersededMemories']} superseded)"
                f"  {dim(str(state.bank().path))}")
     if data["perProfile"]:
-        click.echo(table(sorted(data["perProfile"].items()), ("profile", "memories"), right=("memories",)))
+        active = data["perProfileActive"]
+        rows = [(p, active[p], n - active[p]) for p, n in sorted(data["perProfile"].items())]
+        click.echo(table(rows, ("profile", "active", "superseded"), right=("active", "superseded")))

@@ -50,7 +50,8 @@ def import_cmd(state: State, file: str, profile: str | None, as_json: bool) -> N
     """Import JSON Lines written by `memlocal export` (or another implementation of the spec).
 
     Every line is validated; bad lines are reported with their number and reason, the rest are
-    imported with their ids and timestamps. Importing the same file twice creates no duplicate.
+    imported with their ids and timestamps. A line whose id belongs to another profile's memory
+    here is imported as a copy under a new id. Importing the same file twice creates no duplicate.
     """
     from ..portability import import_jsonl
 

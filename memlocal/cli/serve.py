@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 from typing import TYPE_CHECKING
 
 import click
@@ -33,13 +34,30 @@ def _banner(config: Config, bank: MemoryBank | MemoryBankError, host: str, port:
         else:
             where = f" at {b['endpoint']}" if b.get("endpoint") else ""
             bucket = f"{b['name']}{where} " + dim(f"(from {b['source']})")
-    lines = [f"memlocal {__version__} serving", f"  database:   {database}", f"  bucket:     {bucket}"]
-    if port:
-        lines += [f"  dashboard:  {base}/", f"  API docs:   {base}/docs  {dim('(and /redoc)')}"]
-    else:
-        lines.append(dim("  dashboard:  the port is chosen at start-up: see uvicorn's line below"))
+    lines = [f"memlocal {__version__} serving", f"  database:   {database}", f"  bucket:     {bucket}",
+             f"  dashboard:  {base}/", f"  API docs:   {base}/docs  {dim('(and /redoc)')}"]
     for line in lines:
         click.echo(line, err=True)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (as uvicorn binds one: address reuse on, inheritable),
+    or a one-line error naming the address and the reason."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 @main.command()
@@ -68,6 +86,9 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     config = state.config.with_overrides(**{k.replace(".", "__"): v for k, v in flags.items() if v is not None})
     host, port = config.get_str("serve.host"), config.get_int("serve.port")
     check_bind(host, str(config["serve.api_token"] or ""))
+    # The port first: a port in use is one line, before any banner or database work.
+    sock = _listen(host, port)
+    port = sock.getsockname()[1]  # the one chosen, for --port 0
 
     bank: MemoryBank | MemoryBankError
     try:
@@ -99,10 +120,10 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
             daemon = bank.start_sync_daemon()
             if daemon is None:
                 click.echo("Warning: --with-sync: no bucket is configured, so there is nothing to sync", err=True)
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         if daemon is not None:
             daemon.stop()
         if isinstance(bank, MemoryBank):
             bank.close()
-    # A port already in use: uvicorn has logged why and exits 3 (SystemExit passes through).

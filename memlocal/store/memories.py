@@ -25,6 +25,7 @@ from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: t
 from .database import Database
 from .derive import derive_features, derive_near_keys, derive_text_keys
 from .schemas import CORE_SETS
+from .schemas.lineage import COPIED_FROM_SQL
 
 
 MEMORY_COLUMNS = (
@@ -250,36 +251,124 @@ class Store(Database):
                 raise IdTakenError(f"id {memory.id} already exists") from None
             raise
 
-    def import_batch(self, memories: Sequence[Memory]) -> list[str]:
+    def import_batch(self, memories: Sequence[Memory], copied: dict[str, str] | None = None) -> list[str]:
         """Insert many memories in one durable transaction, never overwriting.
 
         Returns one outcome per memory: ``imported``, ``unchanged`` (the id is already in that
-        profile) or a rejection reason (the id belongs to another profile).
+        profile, or that profile already holds a copy of it), or ``copied:<new id>``: the id
+        belongs to a memory of another profile, so the memory is stored as a copy with a new id
+        (``copiedFrom`` names the id it had). ``copied`` (old id -> new id) collects those new ids
+        across batches; links (``supersedes``/``supersededBy``) to ids already in it are moved.
         """
+        from ..hygiene import copy_of, relinked
+        from ..model import new_id
+
+        copied = {} if copied is None else copied
         placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
         insert = f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})"
         outcomes: list[str] = []
-        rows = [write_row(m) for m in memories]  # tokenised before the write lock is taken
+        rows = {m.id: write_row(m) for m in memories}  # tokenised before the write lock is taken
         with self.transaction() as c:
             owner: dict[str, str] = {}  # id -> profile of the ids already here
             for part in id_batches([m.id for m in memories]):
                 owner.update(c.execute(f"SELECT id, profile FROM memories WHERE id IN ({', '.join('?' * len(part))})",
                                        part).fetchall())
+            # (profile, copiedFrom) -> id of the copies already here: a line whose copy is in its
+            # profile is unchanged, whether or not its own id is still taken.
+            copies: dict[tuple[str, str], str] = {}
+            by_profile: dict[str, builtins.list[str]] = {}
+            for m in memories:
+                by_profile.setdefault(m.profile_name, []).append(m.id)
+            for name, wanted in by_profile.items():
+                for part in id_batches(wanted):
+                    copies.update(((name, src), mid) for mid, src in c.execute(
+                        f"SELECT id, {COPIED_FROM_SQL} FROM memories WHERE profile = ? AND {COPIED_FROM_SQL}"
+                        f" IN ({', '.join('?' * len(part))})", (name, *part)).fetchall())
             new: list[tuple[Any, ...]] = []
-            for memory, write in zip(memories, rows):
+            for memory in memories:
                 profile = owner.get(memory.id)
-                if profile is None:
+                if (memory.profile_name, memory.id) in copies:
+                    outcomes.append("unchanged")
+                elif profile is None:
                     owner[memory.id] = memory.profile_name  # a repeated id later in the batch is "unchanged"
-                    new.append(write)
+                    moved = relinked(memory, copied)
+                    new.append(rows[memory.id] if moved is memory else write_row(moved))
                     outcomes.append("imported")
                 elif profile == memory.profile_name:
                     outcomes.append("unchanged")
                 else:
-                    outcomes.append(f"id {memory.id} already belongs to a memory of profile {profile}")
+                    fresh = new_id()
+                    while fresh in owner or c.execute("SELECT 1 FROM memories WHERE id = ?", (fresh,)).fetchone():
+                        fresh = new_id()  # a collision is checked, never assumed away
+                    copied[memory.id] = fresh
+                    owner[fresh] = memory.profile_name
+                    copies[(memory.profile_name, memory.id)] = fresh
+                    new.append(write_row(copy_of(memory, fresh, memory.profile_name, copied)))
+                    outcomes.append(f"copied:{fresh}")
             c.executemany(insert, new)
             queued = to_us(utcnow())
             c.executemany(_OUTBOX_UPSERT, [(w[0], w[1], "put", queued) for w in new])
         return outcomes
+
+    def relink(self, ids: Sequence[str], copied: dict[str, str]) -> int:
+        """Move the links of the memories ``ids`` that point at an old id of ``copied`` to its new
+        id (an import's forward references, once every line is in), durably and through the
+        change log; how many memories changed."""
+        from ..hygiene import relinked
+
+        changed = 0
+        with self.transaction() as c:
+            for part in id_batches(ids):
+                rows = c.execute(f"{_SELECT} WHERE id IN ({', '.join('?' * len(part))})", part).fetchall()
+                for row in rows:
+                    memory = row_to_memory(row)
+                    moved = relinked(memory, copied)
+                    if moved is not memory:
+                        c.execute("UPDATE memories SET extra = ? WHERE id = ?", (extra_json(moved), moved.id))
+                        _record_outbox(c, moved.id, moved.profile_name, "put")
+                        changed += 1
+        return changed
+
+    def copy_profile(self, source: str, target: str, *, move: bool) -> builtins.list[tuple[Memory, Memory]]:
+        """Copy every memory of ``source`` into the empty profile ``target`` under new ids, and with
+        ``move`` delete the originals (a rename), in one durable transaction with every change in
+        the change log. Returns ``(original, copy)`` pairs, oldest first.
+
+        ``NotFoundError`` when ``source`` has no memory; ``ValidationError`` when ``target`` has
+        some (a copy never merges into, nor overwrites, a profile).
+        """
+        from ..errors import ValidationError
+        from ..hygiene import copy_of
+        from ..model import new_id
+
+        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
+        with self.transaction() as c:
+            held = c.execute("SELECT count(*) FROM memories WHERE profile = ?", (target,)).fetchone()[0]
+            if held:
+                raise ValidationError(f"profile {target} already has {held} memor{'y' if held == 1 else 'ies'}; "
+                                      "copy or rename into a profile that has none")
+            rows = c.execute(f"SELECT {', '.join(MEMORY_COLUMNS)}, features FROM memories WHERE profile = ?"
+                             " ORDER BY created_us, id", (source,)).fetchall()
+            if not rows:
+                raise NotFoundError(f"profile {source} has no memories")
+            originals = [row_to_memory(r) for r in rows]
+            ids: dict[str, str] = {}
+            for m in originals:
+                fresh = new_id()
+                while fresh in ids.values() or c.execute("SELECT 1 FROM memories WHERE id = ?", (fresh,)).fetchone():
+                    fresh = new_id()  # a collision is checked, never assumed away
+                ids[m.id] = fresh
+            copies = [copy_of(m, ids[m.id], target, ids) for m in originals]
+            # The features depend on the text only: the copy reuses the original's.
+            c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})",
+                          [(*memory_to_row(m), r[-1]) for m, r in zip(copies, rows)])
+            queued = to_us(utcnow())
+            c.executemany(_OUTBOX_UPSERT, [(m.id, target, "put", queued) for m in copies])
+            if move:
+                for part in id_batches([m.id for m in originals]):
+                    c.execute(f"DELETE FROM memories WHERE id IN ({', '.join('?' * len(part))})", part)
+                c.executemany(_OUTBOX_UPSERT, [(m.id, source, "delete", queued) for m in originals])
+        return list(zip(originals, copies))
 
     def upsert(self, memory: Memory) -> None:
         """Insert or fully replace a memory as it is, recording no change (test fixtures, tools)."""
@@ -524,6 +613,11 @@ class Store(Database):
         """Memory count per profile, largest first."""
         rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")
         return {p: n for p, n in rows}
+
+    def active_counts(self) -> dict[str, int]:
+        """Active (not superseded) memory count per profile, for the profiles that have memories."""
+        rows = self.read("SELECT profile, sum(is_active) FROM memories GROUP BY profile")
+        return {p: int(n or 0) for p, n in rows}
 
     def profile_activity(self) -> builtins.list[tuple[str, int, int]]:
         """``(profile, memory count, last activity in µs)`` per profile, newest activity first;

@@ -403,9 +403,13 @@ async function memoryView(name, id) {
     else value = String(value);
     return [h("dt", {}, label), h("dd", { "data-field": key }, value)];
   });
-  // Fields written by other implementations of the spec are kept and shown as they are.
+  // Fields written by other implementations of the spec are kept and shown as they are; the
+  // supersession links lead to the memory they name (in this profile).
   for (const key of Object.keys(m).filter((k) => !known.has(k))) {
-    rows.push([h("dt", {}, key), h("dd", { "data-field": key }, JSON.stringify(m[key]))]);
+    const value = (key === "supersedes" || key === "supersededBy") && typeof m[key] === "string"
+      ? h("a", { href: hashFor(["profiles", name, "memories", m[key]]) }, m[key])
+      : JSON.stringify(m[key]);
+    rows.push([h("dt", {}, key), h("dd", { "data-field": key }, value)]);
   }
   return h("div", {},
     h("nav", { "aria-label": "Breadcrumb", class: "crumbs" }, h("a", { href: "#/" }, "Profiles"), " / ",
@@ -417,7 +421,7 @@ async function memoryView(name, id) {
     h("h2", {}, "rawInput"),
     h("pre", { class: "text", "data-field": "rawInput" }, m.rawInput),
     h("h2", {}, "Runs that saw this memory"),
-    runsTable(name, seen.injections, "No recorded run's context block carried this memory.", m.id),
+    runsTable(name, seen.injections, seen.summaries, "No recorded run's context block carried this memory.", m.id),
     h("div", { class: "actions" },
       h("button", { type: "button", class: "danger", onclick: () => deleteMemory(m, () => go(hashFor(["profiles", name]))) }, "Delete this memory"),
       h("a", { href: hashFor(["profiles", name]) }, "Back to " + name)));
@@ -527,12 +531,15 @@ async function injectView(name, params) {
 
 const RUNS_SHOWN = 20;
 
-/** Rendered blocks as a table: when, size, query hash, the memories of each tier (linked). */
-function runsTable(name, runs, empty, highlight) {
+/** Rendered blocks as a table: when, size, query hash, the memories of each tier, each a link
+ * named by its summary (``summaries``: id -> summary; a memory deleted since shows its id, unlinked). */
+function runsTable(name, runs, summaries, empty, highlight) {
   if (!runs.length) return h("p", { class: "muted", "data-empty": "runs" }, empty);
   const ids = (list) => list.length
-    ? h("span", {}, list.map((id, i) => [i ? " " : "", h("a", { href: hashFor(["profiles", name, "memories", id]),
-      class: id === highlight ? "this" : null }, id)]))
+    ? h("ul", { class: "memlinks" }, list.map((id) => h("li", { "data-id": id }, id in summaries
+      ? h("a", { href: hashFor(["profiles", name, "memories", id]), title: id,
+        class: id === highlight ? "this" : null }, summaries[id])
+      : h("span", { class: "muted", title: "deleted since" }, id + " (deleted)"))))
     : h("span", { class: "muted" }, "none");
   return table("Rendered context blocks, newest first", ["When", "Characters", "Query hash", "Core", "Relevant"],
     runs.map((r) => ({
@@ -542,7 +549,7 @@ function runsTable(name, runs, empty, highlight) {
 }
 
 async function runsView(name) {
-  const { injections } = await api("GET", "/api/memory-bank/" + encodeURIComponent(name) + "/injections", { query: { limit: RUNS_SHOWN } });
+  const { injections, summaries } = await api("GET", "/api/memory-bank/" + encodeURIComponent(name) + "/injections", { query: { limit: RUNS_SHOWN } });
   const root = h("div", {}, profileHeader(name, "Runs"),
     h("p", { class: "lead" }, "The memory block each run of this profile received, newest first: which memories, in which tier, how large, and a hash of the query (the query itself is not kept). Recorded on this host only."));
   if (injections.length) {
@@ -551,7 +558,7 @@ async function runsView(name) {
       h("p", { id: "last-run" }, `${time(last.at).textContent}: ${last.core.length} core and ${last.relevant.length} relevant ${last.core.length + last.relevant.length === 1 ? "memory" : "memories"}, ${last.chars} characters.`));
   }
   root.append(h("h2", {}, "Recent runs"),
-    runsTable(name, injections, "No run has been injected with this profile's memories yet (or the audit trail is off: audit.enabled)."));
+    runsTable(name, injections, summaries, "No run has been injected with this profile's memories yet (or the audit trail is off: audit.enabled)."));
   return root;
 }
 

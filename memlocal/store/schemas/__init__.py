@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..migrations import MigrationSet
 from .audit import AUDIT
 from .automation import AUTOMATION
+from .lineage import LINEAGE
 from .memories import MEMORIES
 from .recall import RECALL
 from .semantic import SEMANTIC
@@ -18,7 +19,7 @@ from .semantic import SEMANTIC
 __all__ = ["CORE_SETS", "LEGACY_CHAIN"]
 
 # Run in this order: later sets build on the ``memories`` table.
-CORE_SETS: tuple[MigrationSet, ...] = (MEMORIES, RECALL, SEMANTIC, AUDIT, AUTOMATION)
+CORE_SETS: tuple[MigrationSet, ...] = (MEMORIES, RECALL, SEMANTIC, AUDIT, AUTOMATION, LINEAGE)
 
 # The old single chain (``PRAGMA user_version`` 1 to 9), step by step: how a database of any old
 # version was built (tests build one with these).
