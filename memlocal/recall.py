@@ -23,6 +23,7 @@ from typing import Any, Final, Iterable, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
+from .features import term_count
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
     HALF_LIFE_DAYS,
@@ -37,6 +38,7 @@ from .scoring import (
     confidence_mul,
     evidence_of,
     gate_select,
+    literal,
     maturity,
     prepare_query,
     score_parts,
@@ -58,7 +60,7 @@ class _Entry:
     """What the index keeps of one active memory."""
 
     __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters", "kx", "y",
-                 "features")
+                 "features", "length")
 
     def __init__(self, row: Sequence[Any], t0_us: int, like: "_Entry | None" = None) -> None:
         (mid, created_us, last_us, count, confidence, category, features, _active, processed, summary) = row[:10]
@@ -78,6 +80,7 @@ class _Entry:
         else:
             self.terms, self.clusters = parse_features(features if features is not None
                                                        else features_of(processed, summary))
+        self.length: int = len(self.terms)  # the topic's length normalisation
         # Static sort keys: cm·recency = exp(kx − ln2·(now − t0)/halflife) for every ``now``,
         # so ordering by kx orders by cm·recency at any time; y = cm·usage does not move.
         self.kx: float = math.log(self.cm) + (self.anchor_us - t0_us) * _LN2_PER_US
@@ -278,7 +281,7 @@ class ProfileIndex:
 
         def visit(e: _Entry) -> None:
             seen.add(e.id)
-            s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
+            s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w, e.length)
             if s >= min_score:
                 if len(best) < limit:
                     heapq.heappush(best, s)
@@ -375,7 +378,7 @@ class ProfileIndex:
         def visit(e: _Entry) -> None:
             nonlocal best_seen
             if sim:
-                s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
+                s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w, e.length)
                 s, top, cos = with_similarity(s, rec, e.use, e.cm, top, sim.get(e.id), w)
                 if cos is not None:
                     counted[e.id] = cos
@@ -384,7 +387,7 @@ class ProfileIndex:
             # Without the semantic signal the topic is known first: one below ratio × the best
             # topic seen so far fails the gate whatever comes later (the best only grows), so its
             # score is never computed. The kept rows and their floats are the same.
-            top = topic(pq, e.terms, e.clusters)
+            top = topic(pq, e.terms, e.clusters, e.length)
             if top < ratio * best_seen:
                 return
             if top > best_seen:
@@ -408,16 +411,22 @@ class ProfileIndex:
         def ident(e: _Entry) -> tuple[int, str]:
             return e.created_us, e.id
 
-        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+        def strong(e: _Entry) -> bool:
+            return e.id in counted or literal(pq, e.terms)
+
+        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident, strong=strong)
         if common:
             bound = min(1.0, rest / pq.denominator)
             # A memory holding only common features has a topic of at most ``bound``: below the
-            # gate's floor (ratio × a best that can only grow), none of them can pass.
+            # gate's floor (ratio × a best that can only grow), none of them can pass. Otherwise
+            # one could displace a kept memory of weaker evidence (a cluster alone), or of less.
             hopeless = bound < ratio * best - _EPS
-            if not hopeless and (len(kept) < limit or min(r[3] for r in kept) <= bound + _EPS):
+            if not hopeless and (len(kept) < limit or not all(strong(r[0]) for r in kept)
+                                 or min(r[3] for r in kept) <= bound + _EPS):
                 for ids in common:
                     visit_all(ids)
-                kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+                kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident,
+                                         strong=strong)
         return kept, best, {r[0].id: counted[r[0].id] for r in kept if r[0].id in counted}  # type: ignore[return-value]
 
 
@@ -562,7 +571,7 @@ def cold_query(
         anchor = max(created_us, last_us or created_us)
         use, cm = usage(count), confidence_mul(confidence)
         padded = f" {features} "  # encoded terms and "@cluster"s: one string serves as both
-        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w)
+        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w, term_count(features))
         if sim:
             score, top, cos = with_similarity(score, rec, use, cm, top, sim.get(mid), w)
             if cos is not None:
@@ -587,13 +596,17 @@ def cold_query(
     def ident(h: ColdHit) -> tuple[int, str]:
         return h.created_us, h.id
 
-    kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
-    if common and (len(kept) < limit or min(r[3] for r in kept) <= min(1.0, rest / pq.denominator) + _EPS):
+    def strong(h: ColdHit) -> bool:
+        return h.id in counted or literal(pq_tok, f" {h.features} ")
+
+    kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident, strong=strong)
+    if common and (len(kept) < limit or not all(strong(r[0]) for r in kept)
+                   or min(r[3] for r in kept) <= min(1.0, rest / pq.denominator) + _EPS):
         if max_rows is not None and common_rows > max_rows:
             return None  # reading them row by row would cost more than building the index
         not_selective = f" NOT ({' OR '.join(selective)})" if selective else ""
         read(f"{scope}({' OR '.join(common)}){not_selective}")
-        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident, strong=strong)
     return ColdAnswer(kept, best, {h.id: counted[h.id] for h, *_ in kept if h.id in counted},  # type: ignore[misc]
                       pq, w, mat)
 
@@ -618,7 +631,7 @@ def _scan(conn: sqlite3.Connection, profile: str, pq_tok: PreparedQuery, w: Weig
         anchor = max(created_us, last_us or created_us)
         use, cm = usage(count), confidence_mul(confidence)
         padded = f" {features} "
-        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w)
+        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w, term_count(features))
         if score >= min_score:
             scored.append((ColdHit(mid, created_us, use, cm, features), score, rec, top))
     return heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))

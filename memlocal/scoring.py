@@ -47,6 +47,11 @@ SIMILARITY_FLOOR: Final = 0.1
 # queries reach 0.22 against a developer's memories (docs/relevance.md). Below it, similarity
 # only adds to the topic of memories that have lexical evidence. (Not Final: scripts sweep it.)
 SIMILARITY_EVIDENCE = 0.3
+# Length normalisation of the topic: a memory of ``n`` terms covers the query 1 / (1 + n / 48)
+# as strongly as a one-word one. It is BM25's (k1 = 0.3, b = 0.75, every term once, a typical
+# memory of 10 terms) up to a constant factor: among memories with the same evidence, the one
+# that says less else is more about the query (docs/relevance.md, "Topic").
+LENGTH_SCALE: Final = 48.0
 US_PER_DAY: Final = 86_400_000_000
 
 TIERS: Final = ("core", "other")
@@ -153,10 +158,17 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
     return PreparedQuery(qterms, weights, qclusters, cws, denominator)
 
 
-def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) -> float:
-    """The topic signal of a memory (its ``terms`` and ``clusters``) for a prepared query.
+def length_norm(length: int) -> float:
+    """The topic's length factor for a memory of ``length`` terms: 1 / (1 + length / 48)."""
+    return 1.0 / (1.0 + length / LENGTH_SCALE)
+
+
+def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str], length: int = 0) -> float:
+    """The topic signal of a memory (its ``terms``, ``clusters`` and number of terms ``length``)
+    for a prepared query: the share of the weighted query it covers, times :func:`length_norm`.
     ``terms`` and ``clusters`` only need ``in`` against ``pq``'s features (sets, or the cold
-    path's stored feature string with ``pq``'s features written as its space-delimited tokens)."""
+    path's stored feature string with ``pq``'s features written as its space-delimited tokens).
+    It never exceeds the covered share, the bound the index's pruning relies on."""
     if pq.denominator <= 0.0:
         return 0.0
     covered = 0.0
@@ -166,7 +178,17 @@ def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) ->
     for c, cw in zip(pq.clusters, pq.cluster_weights):
         if c in clusters:
             covered += cw
-    return min(1.0, covered / pq.denominator)
+    if covered <= 0.0:
+        return 0.0
+    return min(1.0, covered / pq.denominator) * length_norm(length)
+
+
+def literal(pq: PreparedQuery, terms: Container[str]) -> bool:
+    """True when the memory (its ``terms``) shares a query term, not only a cluster."""
+    for t in pq.terms:
+        if t in terms:
+            return True
+    return False
 
 
 def score_parts(
@@ -178,11 +200,12 @@ def score_parts(
     clusters: Container[str],
     pq: PreparedQuery,
     w: Weights,
+    length: int = 0,
 ) -> tuple[float, float, float]:
-    """(score, recency, topic) of one memory. Every ranking path scores through this one
-    function (or its two halves, :func:`topic` then :func:`score_with_topic`), so their floats
-    are identical."""
-    return score_with_topic(anchor_us, now_us, use, cmul, topic(pq, terms, clusters), w)
+    """(score, recency, topic) of one memory (``length``: its number of terms). Every ranking
+    path scores through this one function (or its two halves, :func:`topic` then
+    :func:`score_with_topic`), so their floats are identical."""
+    return score_with_topic(anchor_us, now_us, use, cmul, topic(pq, terms, clusters, length), w)
 
 
 def score_with_topic(anchor_us: int, now_us: int, use: float, cmul: float, top: float,
@@ -335,14 +358,19 @@ Row = tuple[Any, float, float, float]  # (item, score, recency, topic)
 
 
 def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: float,
-                ident: Callable[[Any], tuple[int, str]]) -> tuple[list[Row], float]:
+                ident: Callable[[Any], tuple[int, str]],
+                strong: Callable[[Any], bool] | None = None) -> tuple[list[Row], float]:
     """The evidence gate: of ``rows`` (every candidate with topic > 0 that could pass, including
     the best one), keep those with topic ≥ ``ratio``·best and score ≥ ``min_score``, at most
-    ``limit`` of them, most evidence first (ties: higher score, newer createdAt, smaller id).
+    ``limit`` of them, in the evidence order: strong evidence first (``strong(item)``: a shared
+    query term or a counted similarity; a shared cluster alone is weak), then the most evidence
+    (topic), then the higher score, newer createdAt, smaller id.
 
-    Returns them ordered by the composite rank key, and the best topic. ``ident(item)`` gives
-    (createdAt µs, id). Both ranking paths (the index and the full scan) select through this
-    function, so they agree exactly.
+    Returns them in that order, and the best topic. ``ident(item)`` gives (createdAt µs, id).
+    Every ranking path (the index, the cold path, the full scan) selects through this function,
+    so they agree exactly. The composite score only breaks ties of evidence: recency and use
+    then cannot carry a memory above one the query gives more evidence for, which is what made
+    what a run was shown crowd out what the next task needs (docs/relevance.md).
     """
     rows = [r for r in rows if r[3] > 0.0]
     if not rows:
@@ -351,12 +379,11 @@ def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: flo
     floor = ratio * best
     passing = [r for r in rows if r[3] >= floor and r[1] >= min_score]
 
-    def by_evidence(r: Row) -> tuple[float, float, int, str]:
+    def by_evidence(r: Row) -> tuple[bool, float, float, int, str]:
         created, mid = ident(r[0])
-        return (-r[3], -r[1], -created, mid)
+        return (strong is not None and not strong(r[0]), -r[3], -r[1], -created, mid)
 
     kept = heapq.nsmallest(limit, passing, key=by_evidence)  # = sorted(...)[:limit], without sorting all
-    kept.sort(key=lambda r: rank_key(r[1], *ident(r[0])))
     return kept, best
 
 
@@ -408,7 +435,7 @@ def rank_brute_force(
         use = usage(m.access_count)
         cm = confidence_mul(m.confidence)
         cs = clusters_of(ts)
-        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
+        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w, len(ts))
         if ranking.gated:
             cos = similarity.get(m.id) if similarity else None
             score, top, cos = with_similarity(score, rec, use, cm, top, cos, w)
@@ -418,7 +445,8 @@ def rank_brute_force(
             out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
     if ranking.gated:
         kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
-                                 ident=lambda item: (item[1], item[0].id))
+                                 ident=lambda item: (item[1], item[0].id),
+                                 strong=lambda item: item[6] is not None or literal(pq, item[4]))
         return [ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
                              evidence_of(pq, ts, cs, top, best, cos))
                 for (m, _, use, cm, ts, cs, cos), score, rec, top in kept]

@@ -261,13 +261,15 @@ def test_time_zone_query_finds_the_timezone_memory() -> None:
 def test_composite_score_hand_computed(bank: MemoryBank) -> None:
     put(bank, "p", "Peanut allergy", created=days_ago(30), confidence=0.5)
     [r] = bank.query_with_relevance("p", "peanut allergy", now=NOW)
-    # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1; confidenceMul 0.75.
-    assert r.score == pytest.approx((0.5 * 0.5 + 0.5 * 1.0) * 0.75)
+    # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1 · 1/(1 + 3/48) (terms: peanut, allergi,
+    # and the broader diet); confidenceMul 0.75.
+    top = 1.0 / (1.0 + 3 / 48)
+    assert r.score == pytest.approx((0.5 * 0.5 + 0.5 * top) * 0.75)
     b = r.breakdown.to_dict()
     assert set(b) == {"recency", "usage", "topic", "confidenceMul", "weights", "maturity", "score"}
     assert b["weights"] == pytest.approx({"recency": 0.5, "usage": 0.0, "topic": 0.5})
     assert (b["recency"], b["usage"], b["topic"], b["confidenceMul"], b["maturity"]) == pytest.approx(
-        (0.5, 0.6, 1.0, 0.75, 0.0))
+        (0.5, 0.6, top, 0.75, 0.0))
     assert b["score"] == r.score
 
 
