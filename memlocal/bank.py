@@ -806,8 +806,9 @@ class MemoryBank:
         min_score = float(self.config["inject.min_score"])
 
         def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
-            # The core tier always applies (the spec's rule); the relevant tier needs evidence.
-            if tier == "core":
+            # The core tier (and its preferences) always applies (the spec's rule); the relevant
+            # tier needs evidence.
+            if tier != "other":
                 return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier, ranking=SPEC)
             return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier, ranking=ranking)
 

@@ -309,7 +309,8 @@ def build_evidence_block(
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
     ``evidence``: the gated ranking of the task over every category (the memories it gives
-    evidence for, most relevant first); ``ranked``: the spec's tiers (only the core tier is read).
+    evidence for, most relevant first); ``ranked``: the spec's ranking of a tier (the core tier
+    and its preferences alone, ``"preference"``, are read).
     Entries are admitted in this order, each only if the block still fits ``budget``:
 
     1. the profile's preferences, best first, while together they fit in ``preference_share`` of
@@ -348,9 +349,7 @@ def build_evidence_block(
 
     share = preference_share * budget
     spent = 0
-    for s in core:
-        if s.memory.category != "preference":
-            continue
+    for s in ranked("preference", max_core_entries(budget), 0.0):
         cost = len(entry_line(s.memory.category, s.memory.processed_content)) + 1
         if spent + cost > share:
             break

@@ -27,6 +27,7 @@ from .features import term_count
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
     HALF_LIFE_DAYS,
+    PREFERENCE_TIER,
     US_PER_DAY,
     Breakdown,
     PreparedQuery,
@@ -60,7 +61,7 @@ class _Entry:
     """What the index keeps of one active memory."""
 
     __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters", "kx", "y",
-                 "features", "length")
+                 "features", "length", "preference")
 
     def __init__(self, row: Sequence[Any], t0_us: int, like: "_Entry | None" = None) -> None:
         (mid, created_us, last_us, count, confidence, category, features, _active, processed, summary) = row[:10]
@@ -71,6 +72,7 @@ class _Entry:
         self.cm: float = confidence_mul(confidence)
         self.use: float = usage(count)
         self.tier: str = "core" if category in CORE_CATEGORIES else "other"
+        self.preference: bool = category == "preference"
         # The stored features (memlocal.features); a row written without them is tokenised here.
         self.terms: frozenset[str]
         self.clusters: frozenset[str]
@@ -139,6 +141,7 @@ class ProfileIndex:
         self.entries: dict[str, _Entry] = {}
         self.postings: dict[str, set[str]] = {}
         self.cluster_postings: dict[str, set[str]] = {}
+        self.preferences: set[str] = set()  # the "preference" tier: few, scored directly
         self.total_accesses = 0
         # Per tier (None = all): ascending lists of (-kx, id) and (-y, id), i.e. best first.
         self.by_x: dict[str | None, list[tuple[float, str]]] = {None: [], "core": [], "other": []}
@@ -176,6 +179,8 @@ class ProfileIndex:
         if self._moves:
             self._sorted()
         self.entries[e.id] = e
+        if e.preference:
+            self.preferences.add(e.id)
         for t in e.terms:
             self.postings.setdefault(t, set()).add(e.id)
         for c in e.clusters:
@@ -195,6 +200,7 @@ class ProfileIndex:
         e = self.entries.pop(memory_id, None)
         if e is None:
             return None
+        self.preferences.discard(memory_id)
         for t in e.terms:
             ids = self.postings[t]
             ids.discard(memory_id)
@@ -278,6 +284,15 @@ class ProfileIndex:
         seen: set[str] = set(exclude_ids)
         scored: list[tuple[_Entry, float, float, float]] = []
         best: list[float] = []  # min-heap of the best ``limit`` scores so far
+        if tier == PREFERENCE_TIER:  # a profile's preferences are few: every one is scored
+            for mid in self.preferences:
+                if mid not in seen:
+                    e = entries[mid]
+                    s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w, e.length)
+                    if s >= min_score:
+                        scored.append((e, s, rec, top))
+            scored.sort(key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))
+            return scored[:limit]
 
         def visit(e: _Entry) -> None:
             seen.add(e.id)
@@ -619,7 +634,9 @@ def _scan(conn: sqlite3.Connection, profile: str, pq_tok: PreparedQuery, w: Weig
     """The spec's top ``limit`` of every active memory of ``profile`` in ``tier``, scored from
     the stored features (``pq_tok``: the query over stored tokens, see :func:`cold_query`)."""
     sql = _ROW_SQL + " AND is_active = 1"
-    if tier is not None:
+    if tier == PREFERENCE_TIER:
+        sql += " AND category = 'preference'"
+    elif tier is not None:
         sql += f" AND {'' if tier == 'core' else 'NOT '}{_CORE_SQL}"
     scored: list[ColdRow] = []
     for r in conn.execute(sql, (profile,)):

@@ -55,6 +55,9 @@ LENGTH_SCALE: Final = 48.0
 US_PER_DAY: Final = 86_400_000_000
 
 TIERS: Final = ("core", "other")
+# Not a tier of the spec: the core tier's preferences alone (spec-mode ranking only), which the
+# evidence block reads so that every preference can apply whatever the facts' ranks.
+PREFERENCE_TIER: Final = "preference"
 
 
 # --- the signals -----------------------------------------------------------------------------
@@ -351,6 +354,8 @@ def rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int,
 def _in_tier(category: str, tier: str | None) -> bool:
     if tier is None:
         return True
+    if tier == PREFERENCE_TIER:
+        return category == "preference"
     return (category in CORE_CATEGORIES) == (tier == "core")
 
 
