@@ -288,7 +288,7 @@ class ProfileIndex:
             for mid in self.preferences:
                 if mid not in seen:
                     e = entries[mid]
-                    s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w, e.length)
+                    s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
                     if s >= min_score:
                         scored.append((e, s, rec, top))
             scored.sort(key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))
@@ -296,7 +296,7 @@ class ProfileIndex:
 
         def visit(e: _Entry) -> None:
             seen.add(e.id)
-            s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w, e.length)
+            s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
             if s >= min_score:
                 if len(best) < limit:
                     heapq.heappush(best, s)
@@ -648,7 +648,7 @@ def _scan(conn: sqlite3.Connection, profile: str, pq_tok: PreparedQuery, w: Weig
         anchor = max(created_us, last_us or created_us)
         use, cm = usage(count), confidence_mul(confidence)
         padded = f" {features} "
-        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w, term_count(features))
+        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w)  # spec: no length norm
         if score >= min_score:
             scored.append((ColdHit(mid, created_us, use, cm, features), score, rec, top))
     return heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))

@@ -440,7 +440,8 @@ def rank_brute_force(
         use = usage(m.access_count)
         cm = confidence_mul(m.confidence)
         cs = clusters_of(ts)
-        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w, len(ts))
+        # The length normalisation is the evidence mode's; the spec mode keeps the spec's topic.
+        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w, len(ts) if ranking.gated else 0)
         if ranking.gated:
             cos = similarity.get(m.id) if similarity else None
             score, top, cos = with_similarity(score, rec, use, cm, top, cos, w)
