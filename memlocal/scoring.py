@@ -47,11 +47,12 @@ SIMILARITY_FLOOR: Final = 0.1
 # queries reach 0.22 against a developer's memories (docs/relevance.md). Below it, similarity
 # only adds to the topic of memories that have lexical evidence. (Not Final: scripts sweep it.)
 SIMILARITY_EVIDENCE = 0.3
-# Length normalisation of the topic: a memory of ``n`` terms covers the query 1 / (1 + n / 48)
-# as strongly as a one-word one. It is BM25's (k1 = 0.3, b = 0.75, every term once, a typical
-# memory of 10 terms) up to a constant factor: among memories with the same evidence, the one
-# that says less else is more about the query (docs/relevance.md, "Topic").
-LENGTH_SCALE: Final = 48.0
+# Length normalisation of the topic (evidence mode): a memory of ``n`` terms covers the query
+# 1 / (1 + n / 500) as strongly as a one-word one, BM25's form for a term that occurs once
+# against a fixed length. Among memories with the same evidence, the one that says less else is
+# more about the query; gentle, so that it orders near-ties rather than overruling coverage
+# (a stronger one, 1 / (1 + n / 48), cost LoCoMo's long dialog turns 0.012 R@8; docs/relevance.md).
+LENGTH_SCALE: Final = 500.0
 US_PER_DAY: Final = 86_400_000_000
 
 TIERS: Final = ("core", "other")
@@ -162,7 +163,7 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
 
 
 def length_norm(length: int) -> float:
-    """The topic's length factor for a memory of ``length`` terms: 1 / (1 + length / 48)."""
+    """The topic's length factor for a memory of ``length`` terms: 1 / (1 + length / 500)."""
     return 1.0 / (1.0 + length / LENGTH_SCALE)
 
 

@@ -13,6 +13,7 @@ from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.errors import ConfigError
 from memlocal.injection import CORE_HEADING, RELEVANT_HEADING
+from memlocal.scoring import length_norm
 from memlocal.tools import dispatch
 from dev_profile import dev_profile
 from memory_factory import NOW
@@ -80,7 +81,7 @@ def test_results_say_why_they_passed(dev: tuple[MemoryBank, dict[str, str]]) -> 
     assert top.memory.id == ids["pytest"]
     assert top.evidence is not None
     # Full coverage of the query, normalised by the memory's 5 terms (docs/relevance.md, "Topic").
-    strength = 1.0 / (1.0 + 5 / 48)
+    strength = length_norm(5)
     evidence = top.evidence.to_dict()
     assert evidence == {"terms": ["framework", "test"], "clusters": ["tech"], "strength": evidence["strength"],
                         "best": evidence["strength"]}

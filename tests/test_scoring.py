@@ -263,9 +263,9 @@ def test_time_zone_query_finds_the_timezone_memory() -> None:
 def test_composite_score_hand_computed(bank: MemoryBank) -> None:
     put(bank, "p", "Peanut allergy", created=days_ago(30), confidence=0.5)
     [r] = bank.query_with_relevance("p", "peanut allergy", now=NOW)
-    # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1 · 1/(1 + 4/48) (terms: peanut, allergi,
+    # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1 · 1/(1 + 4/500) (terms: peanut, allergi,
     # and the broader diet and food); confidenceMul 0.75.
-    top = 1.0 / (1.0 + 4 / 48)
+    top = length_norm(4)
     assert r.score == pytest.approx((0.5 * 0.5 + 0.5 * top) * 0.75)
     b = r.breakdown.to_dict()
     assert set(b) == {"recency", "usage", "topic", "confidenceMul", "weights", "maturity", "score"}
