@@ -6,17 +6,21 @@ The memory block (docs/spec.md, "Prompt injection")::
     --- CONTEXT FROM MEMORY ---
     Core knowledge (always apply):
     * [preference] ...
+
     Relevant to this task:
     * [behavior] ...
     ---
     <user prompt here>
 
-- Core tier: every active preference and fact memory, best score first. Relevant tier: the top
-  ``inject.relevant_limit`` (8) of the other categories with score ≥ ``inject.min_score`` (0.05).
-  Core memories are never in the relevant tier, since the tiers split the categories.
+- Core entries are preference and fact memories, relevant entries the other categories; the
+  spec's empty line separates the sections when both are present.
+- Evidence mode (default, :func:`build_evidence_block`): the preferences within half the
+  budget, then what the task gives evidence for in either tier, then the rest of the core tier
+  in the room left. Spec mode (:func:`build_memory_block`): the spec's tiers, the core tier best
+  score first, the relevant tier the top ``inject.relevant_limit`` (8) with score ≥
+  ``inject.min_score`` (0.05), trimmed relevant first, then core, lowest score first.
 - The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
-  characters (Unicode code points): relevant entries are dropped from the lowest score up first,
-  then core entries from the lowest score up. Empty sections are omitted; no block when both are.
+  characters (Unicode code points). Empty sections are omitted; no block when both are.
 - Memory text is folded onto one line, control and bidi-override characters are removed, and every
   run of three or more hyphens becomes an em dash, so that no memory can end, restart or imitate
   the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).

@@ -7,7 +7,8 @@ score = (wR·recency + wU·usage + wT·topic) · confidenceMul        (docs/spec
   0.9 at 999, strictly increasing toward 1.0.
 - maturity = min(1, totalAccesses / 50) over the profile's active memories; wU = 0.30·m and the
   slack 0.30·(1 − m) goes to recency and topic in proportion to their 0.35 / 0.35 (half each).
-- topic    = IDF-weighted query coverage plus shared clusters (see :func:`prepare_query`).
+- topic    = IDF-weighted query coverage plus shared clusters (see :func:`prepare_query`), in
+  evidence mode times a gentle length normalisation (:func:`length_norm`).
 - confidenceMul = 0.5 + 0.5·confidence.
 
 Ranking modes (:class:`Ranking`): ``evidence`` (default) returns only memories the query gives
@@ -331,9 +332,10 @@ class Ranking:
 
     ``evidence`` (default): a memory is a result only with evidence from the query, a topic > 0
     (a shared term or a shared cluster), at least ``ratio`` times the best topic of any
-    candidate; of those, the ``limit`` with the most evidence (ties: higher score) are kept, and
-    the composite score orders them. ``spec``: the spec's literal rule, the top ``limit`` by
-    score over every memory (no gate).
+    candidate; of those, the ``limit`` first in the evidence order (:func:`gate_select`: a
+    shared term before a shared cluster alone, then the most evidence, the score breaking ties)
+    are kept, in that order. ``spec``: the spec's literal rule, the top ``limit`` by score over
+    every memory (no gate).
     """
 
     mode: str = "evidence"
