@@ -300,6 +300,8 @@ class MemoryBank:
         if self._closed:
             return
         self._closed = True
+        if self._recall_index is not None:
+            self._recall_index.close()  # a background build reads the file: it stops first
         if self._access_marker is not None:
             self._access_marker.close()  # drains queued access bumps first
         if self.replicator is not None:

@@ -86,16 +86,6 @@ def parse(features: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(terms), frozenset(tail.split(" " + CLUSTER_PREFIX)) if tail else frozenset()
 
 
-def term_count(features: str) -> int:
-    """How many terms a stored features string holds (the tokens before the first cluster), the
-    length the topic is normalised by; the same as ``len(parse(features)[0])``."""
-    cut = features.find(" " + CLUSTER_PREFIX)
-    head = features if cut < 0 else features[:cut]
-    if head.startswith(CLUSTER_PREFIX):  # no terms, only clusters (cannot happen: clusters come from terms)
-        return 0
-    return head.count(" ") + 1 if head else 0
-
-
 def term_token(term: str) -> str:
     """The FTS5 query (one quoted token) that finds memories holding ``term``."""
     return f'"{encode_term(term)}"'

@@ -7,8 +7,7 @@ score = (wR·recency + wU·usage + wT·topic) · confidenceMul        (docs/spec
   0.9 at 999, strictly increasing toward 1.0.
 - maturity = min(1, totalAccesses / 50) over the profile's active memories; wU = 0.30·m and the
   slack 0.30·(1 − m) goes to recency and topic in proportion to their 0.35 / 0.35 (half each).
-- topic    = IDF-weighted query coverage plus shared clusters (see :func:`prepare_query`), in
-  evidence mode times a gentle length normalisation (:func:`length_norm`).
+- topic    = IDF-weighted query coverage plus shared clusters (see :func:`prepare_query`).
 - confidenceMul = 0.5 + 0.5·confidence.
 
 Ranking modes (:class:`Ranking`): ``evidence`` (default) returns only memories the query gives
@@ -48,12 +47,6 @@ SIMILARITY_FLOOR: Final = 0.1
 # queries reach 0.22 against a developer's memories (docs/relevance.md). Below it, similarity
 # only adds to the topic of memories that have lexical evidence. (Not Final: scripts sweep it.)
 SIMILARITY_EVIDENCE = 0.3
-# Length normalisation of the topic (evidence mode): a memory of ``n`` terms covers the query
-# 1 / (1 + n / 500) as strongly as a one-word one, BM25's form for a term that occurs once
-# against a fixed length. Among memories with the same evidence, the one that says less else is
-# more about the query; gentle, so that it orders near-ties rather than overruling coverage
-# (a stronger one, 1 / (1 + n / 48), cost LoCoMo's long dialog turns 0.012 R@8; docs/relevance.md).
-LENGTH_SCALE: Final = 500.0
 US_PER_DAY: Final = 86_400_000_000
 
 TIERS: Final = ("core", "other")
@@ -163,17 +156,12 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
     return PreparedQuery(qterms, weights, qclusters, cws, denominator)
 
 
-def length_norm(length: int) -> float:
-    """The topic's length factor for a memory of ``length`` terms: 1 / (1 + length / 500)."""
-    return 1.0 / (1.0 + length / LENGTH_SCALE)
-
-
-def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str], length: int = 0) -> float:
-    """The topic signal of a memory (its ``terms``, ``clusters`` and number of terms ``length``)
-    for a prepared query: the share of the weighted query it covers, times :func:`length_norm`.
+def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) -> float:
+    """The topic signal of a memory (its ``terms`` and ``clusters``) for a prepared query: the
+    share of the weighted query it covers. It depends only on which of the query's features the
+    memory holds, so the index ranks a class of memories holding the same ones with one topic.
     ``terms`` and ``clusters`` only need ``in`` against ``pq``'s features (sets, or the cold
-    path's stored feature string with ``pq``'s features written as its space-delimited tokens).
-    It never exceeds the covered share, the bound the index's pruning relies on."""
+    path's stored feature string with ``pq``'s features written as its space-delimited tokens)."""
     if pq.denominator <= 0.0:
         return 0.0
     covered = 0.0
@@ -183,9 +171,7 @@ def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str], le
     for c, cw in zip(pq.clusters, pq.cluster_weights):
         if c in clusters:
             covered += cw
-    if covered <= 0.0:
-        return 0.0
-    return min(1.0, covered / pq.denominator) * length_norm(length)
+    return min(1.0, covered / pq.denominator)
 
 
 def literal(pq: PreparedQuery, terms: Container[str]) -> bool:
@@ -205,12 +191,11 @@ def score_parts(
     clusters: Container[str],
     pq: PreparedQuery,
     w: Weights,
-    length: int = 0,
 ) -> tuple[float, float, float]:
-    """(score, recency, topic) of one memory (``length``: its number of terms). Every ranking
-    path scores through this one function (or its two halves, :func:`topic` then
-    :func:`score_with_topic`), so their floats are identical."""
-    return score_with_topic(anchor_us, now_us, use, cmul, topic(pq, terms, clusters, length), w)
+    """(score, recency, topic) of one memory. Every ranking path scores through this one
+    function (or its two halves, :func:`topic` then :func:`score_with_topic`), so their floats
+    are identical."""
+    return score_with_topic(anchor_us, now_us, use, cmul, topic(pq, terms, clusters), w)
 
 
 def score_with_topic(anchor_us: int, now_us: int, use: float, cmul: float, top: float,
@@ -443,8 +428,7 @@ def rank_brute_force(
         use = usage(m.access_count)
         cm = confidence_mul(m.confidence)
         cs = clusters_of(ts)
-        # The length normalisation is the evidence mode's; the spec mode keeps the spec's topic.
-        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w, len(ts) if ranking.gated else 0)
+        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
         if ranking.gated:
             cos = similarity.get(m.id) if similarity else None
             score, top, cos = with_similarity(score, rec, use, cm, top, cos, w)

@@ -13,7 +13,6 @@ from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.errors import ConfigError
 from memlocal.injection import CORE_HEADING, RELEVANT_HEADING
-from memlocal.scoring import length_norm
 from memlocal.tools import dispatch
 from dev_profile import dev_profile
 from memory_factory import NOW
@@ -80,12 +79,8 @@ def test_results_say_why_they_passed(dev: tuple[MemoryBank, dict[str, str]]) -> 
     [top, *_] = bank.query_with_relevance("dev", "which test framework?", now=NOW)
     assert top.memory.id == ids["pytest"]
     assert top.evidence is not None
-    # Full coverage of the query, normalised by the memory's 5 terms (docs/relevance.md, "Topic").
-    strength = length_norm(5)
-    evidence = top.evidence.to_dict()
-    assert evidence == {"terms": ["framework", "test"], "clusters": ["tech"], "strength": evidence["strength"],
-                        "best": evidence["strength"]}
-    assert evidence["strength"] == pytest.approx(strength)
+    assert top.evidence.to_dict() == {"terms": ["framework", "test"], "clusters": ["tech"], "strength": 1.0,
+                                      "best": 1.0}
     out = dispatch(bank, "memory_recall", {"query": "which test framework?"}, "dev")
     assert out["results"][0]["evidence"]["terms"] == ["framework", "test"]
     assert set(out["results"][0]) == {"memory", "score", "breakdown", "evidence"}

@@ -12,8 +12,6 @@ from memlocal.config import Config
 from memlocal.clusters import CLUSTER_NAMES, CLUSTER_TERMS, CLUSTER_WORDS, clusters_of
 from memlocal.model import compute_staleness
 from memlocal.scoring import (
-    length_norm,
-    memory_terms,
     confidence_mul,
     maturity,
     prepare_query,
@@ -263,9 +261,8 @@ def test_time_zone_query_finds_the_timezone_memory() -> None:
 def test_composite_score_hand_computed(bank: MemoryBank) -> None:
     put(bank, "p", "Peanut allergy", created=days_ago(30), confidence=0.5)
     [r] = bank.query_with_relevance("p", "peanut allergy", now=NOW)
-    # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1 · 1/(1 + 4/500) (terms: peanut, allergi,
-    # and the broader diet and food); confidenceMul 0.75.
-    top = length_norm(4)
+    # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1; confidenceMul 0.75.
+    top = 1.0
     assert r.score == pytest.approx((0.5 * 0.5 + 0.5 * top) * 0.75)
     b = r.breakdown.to_dict()
     assert set(b) == {"recency", "usage", "topic", "confidenceMul", "weights", "maturity", "score"}
@@ -283,9 +280,8 @@ def test_mature_profile_uses_full_usage_weight(bank: MemoryBank) -> None:
     put(bank, "p", "Another heavily used memory", count=41)
     r = bank.query_with_relevance("p", "indentation tabs", min_score=0.0, now=NOW)[0]
     assert r.breakdown.maturity == 1.0
-    # recency from lastAccessedAt (30 days): 0.5; usage(9) = 0.8; topic 1, length-normalised.
-    top = length_norm(len(memory_terms("Uses tabs for indentation", "Uses tabs for indentation")))
-    assert r.score == pytest.approx(0.35 * 0.5 + 0.30 * 0.8 + 0.35 * top)
+    # recency from lastAccessedAt (30 days): 0.5; usage(9) = 0.8; topic 1.
+    assert r.score == pytest.approx(0.35 * 0.5 + 0.30 * 0.8 + 0.35 * 1.0)
 
 
 def _spec_bank(path: Path) -> MemoryBank:

@@ -207,8 +207,10 @@ class Store(Database):
         """Derive the features that ``profile``'s memories lack (rows written without them);
         best effort: returns how many were derived, 0 when the database cannot be written now."""
         with self._lock:
-            if not self.conn.execute("SELECT 1 FROM memories WHERE profile = ? AND features IS NULL LIMIT 1",
-                                     (profile,)).fetchone():
+            # INDEXED BY: the partial index answers in one probe; the planner, without
+            # statistics, may otherwise pick another (profile, ...) index and scan the profile.
+            if not self.conn.execute("SELECT 1 FROM memories INDEXED BY memories_features_stale"
+                                     " WHERE profile = ? AND features IS NULL LIMIT 1", (profile,)).fetchone():
                 return 0
             try:
                 with self.transaction() as c:
