@@ -112,7 +112,7 @@ _DIRECT: Final = 384
 _MAX_COMMON: Final = 6
 
 Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask of the query features held)
-R = TypeVar("R", bound=tuple[Any, float, float, float])
+R = TypeVar("R", bound=Sequence[Any])  # a row: (item, score, recency, topic, ...)
 
 _TAKE, _SKIP, _STOP = 0, 1, 2
 

@@ -204,7 +204,7 @@ class BruteForce:
             created = to_us(m.created_at) or 0
             anchor = max(created, to_us(m.last_accessed_at) or created)
             use, cm = usage(m.access_count), confidence_mul(m.confidence)
-            s, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w, len(ts) if ranking.gated else 0)
+            s, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
             if ranking.gated:
                 if top > 0.0:  # only memories with evidence can pass the gate
                     rows.append(((m, created, use, cm, ts, cs), s, rec, top))
