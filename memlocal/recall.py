@@ -143,7 +143,6 @@ def _class_verdict(rows: Iterable[R], top: float, strong: bool, best: float, *, 
     return _SKIP if before >= limit else _TAKE
 
 
-
 class ProfileIndex:
     """The recall index of one profile, kept current incrementally (see :class:`RecallIndex`).
 
