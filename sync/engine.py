@@ -49,7 +49,7 @@ from .objects import (
     parse_key,
     profile_prefix,
 )
-from .plan import Action, Local, Op, Plan, after_fetch, note_winner, plan_notes, plan_pass
+from .plan import Action, Local, Op, Plan, after_fetch, held_summary, note_winner, plan_notes, plan_pass
 from .state import (
     META_LAST_ERROR,
     META_LAST_PASS,
@@ -269,11 +269,12 @@ class SyncEngine:
             known_bad: dict[str, tuple[str, str]] = {}
             for prefix in prefixes:
                 known_bad.update(self.state.known_bad(prefix))
+            explained: set[str] = set()
             plan = plan_pass(
                 local, listing, base, outbox_deletes, known_bad,
                 max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
                 max_delete_share=self.max_delete_share, verified=identity.verified,
-                force=force, pull_only=pull_only,
+                force=force, pull_only=pull_only, explained=explained,
             )
             report.objects = plan.objects
             report.planned = dict(plan.counts())
@@ -283,6 +284,18 @@ class SyncEngine:
             listed = {k.key for k in listing}
             effects += [Unskip(key) for key in known_bad if key not in listed]
             self.state.apply(effects)
+            note_plan: Plan | None = None
+            notes_seen: dict[str, NoteState] = {}
+            if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
+                note_plan, notes_seen = self._plan_notes(report, verified=identity.verified, force=force,
+                                                         pull_only=pull_only)
+            guards = list(plan.guards) + (note_plan.guards if note_plan is not None else [])
+            if guards:
+                # One guard for the whole pass: whichever rule tripped, for memories or for notes,
+                # no unexplained local deletion of either goes through.
+                plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
+                if note_plan is not None:
+                    note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
             # Profiles this pass changes are written by a later pass that finds them settled.
             busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
             self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
@@ -290,18 +303,20 @@ class SyncEngine:
             if not pull_only and not report.errors:
                 self._write_snapshots(listing, base, snapshots, report, busy)
             self._collect_skips(plan, report, prefixes)
-            guards = list(plan.guards)
-            if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
-                note_plan = self._sync_notes(report, verified=identity.verified, force=force, pull_only=pull_only)
+            if note_plan is not None:
+                self._run_notes(note_plan, notes_seen, report, pull_only=pull_only)
                 self._collect_skips(note_plan, report, [NOTE_PREFIX])
-                guards += note_plan.guards
             if guards:
                 report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
                                   "reason": g.reason} for g in guards]
                 report.result = "guarded"
+                applied = report.counts["deleted_local"]
+                done = (f"only the {plural(applied, 'deletion')} other hosts recorded in the bucket "
+                        f"{'was' if applied == 1 else 'were'} applied here" if applied
+                        else "nothing was deleted locally")
                 report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in guards))
-                                 + "; nothing was deleted locally (run `memlocal sync run --force` to apply, or "
-                                 "`--reupload` to push local memories and notes back)")
+                                 + f"; {held_summary(guards)}: {done} (run `memlocal sync run --force` to apply, "
+                                 "or `--reupload` to push local memories and notes back)")
             if report.errors and report.result == "ok":
                 report.result = "errors"
                 report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
@@ -789,10 +804,10 @@ class SyncEngine:
 
     # --- automation notes: memlocal/automations/<id>.json (docs/sync.md, "Automation notes") ----
 
-    def _sync_notes(self, report: PassReport, *, verified: bool, force: bool, pull_only: bool) -> Plan:
-        """Reconcile the automation notes (few and small: one request each, in turn). Bucket
-        trouble raises ``BucketUnavailable`` like the memories' part; any other failure of one
-        note is reported for that note alone."""
+    def _plan_notes(self, report: PassReport, *, verified: bool, force: bool,
+                    pull_only: bool) -> tuple[Plan, dict[str, NoteState]]:
+        """List and plan the automation notes (few and small); bucket trouble raises
+        ``BucketUnavailable`` like the memories' part. Returns the plan and the local notes it saw."""
         notes, base, deletes = self.state.note_entries()
         # (Not in the report's ``pages``/``objects``: those describe the listing of ``memory/``.)
         listing = self.bucket.list(NOTE_PREFIX)
@@ -809,6 +824,11 @@ class SyncEngine:
                                  if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
         effects += [Unskip(key) for key in known_bad if key not in listed]
         self.state.apply(effects)
+        return plan, notes
+
+    def _run_notes(self, plan: Plan, notes: dict[str, NoteState], report: PassReport, *, pull_only: bool) -> None:
+        """The planned notes' actions, one request each, in turn; any failure other than bucket
+        trouble is reported for that note alone."""
         for action in plan.actions:
             try:
                 self.state.apply(self._note_action(action, notes.get(action.id), report.counts, pull_only))
@@ -817,7 +837,6 @@ class SyncEngine:
             except Exception as exc:  # one note's trouble must not stop the others
                 log.exception("sync %s of automation note %s failed", action.op.value, action.id)
                 report.errors.append(f"{action.op.value} automation note {action.id}: {exc}")
-        return plan
 
     def _note_action(self, action: Action, seen: NoteState | None, counts: Counter[str],
                      pull_only: bool) -> list[Effect]:
