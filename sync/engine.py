@@ -33,7 +33,7 @@ from memlocal.store import NoteState, Store, to_us
 
 from . import marker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
-from . import snapshot
+from . import changes, snapshot
 from .objects import (
     NOTE_PREFIX,
     BadObject,
@@ -52,6 +52,7 @@ from .objects import (
 from .plan import Action, Local, Op, Plan, after_fetch, held_summary, note_winner, plan_notes, plan_pass
 from .state import (
     META_LAST_ERROR,
+    Changed,
     META_LAST_PASS,
     DeletedRemote,
     DeleteLocal,
@@ -72,6 +73,9 @@ log = logging.getLogger(__name__)
 
 # Read-modify-write attempts on 412 before an access merge is left for the next pass.
 MERGE_ATTEMPTS = 8
+# Changes named by the segments a pass reads, beyond which a full listing (with snapshots) is
+# the better way to catch up.
+RECORD_MAX_CHANGES = 2000
 # Effects are committed when this many are waiting, or this many seconds after the last commit.
 BATCH_SIZE = 500
 BATCH_SECONDS = 0.5
@@ -115,6 +119,11 @@ class PassReport:
     errors: list[str] = field(default_factory=list)
     # Things a person should know about this pass (a base reset and why, last-writer-wins).
     notes: list[str] = field(default_factory=list)
+    # ``record``: the pass followed the change record (no listing); ``full``: it listed the
+    # bucket; ``scoped``: some profiles' prefixes, listed (the read path's refresh, --profile).
+    mode: str = "full"
+    segments: int = 0  # change segments read
+    record_note: str = ""  # why the record was not followed, when it could have been
 
     @property
     def ok(self) -> bool:
@@ -127,6 +136,7 @@ class PassReport:
             "pages": self.pages, "objects": self.objects, "planned": dict(self.planned),
             "counts": dict(self.counts), "skipped": self.skipped, "guards": self.guards,
             "errors": self.errors[:20], "errorCount": len(self.errors), "notes": self.notes,
+            "mode": self.mode, "segments": self.segments, "recordNote": self.record_note,
         }
 
     def summary(self) -> str:
@@ -136,6 +146,9 @@ class PassReport:
         if self.skipped:
             parts.append(f"skipped {plural(len(self.skipped), 'object')}")
         done = ", ".join(parts) or ("nothing to do" if self.result in ("ok", "guarded") else "nothing done")
+        if self.mode == "record":
+            return (f"{self.result}: {done} (change record: {plural(self.segments, 'new segment')}, "
+                    f"no listing, {self.duration_s:.2f}s)")
         return (f"{self.result}: {done} ({plural(self.objects, 'object')} in "
                 f"{plural(self.pages, 'listing page')}, {self.duration_s:.2f}s)")
 
@@ -184,6 +197,9 @@ class SyncEngine:
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
                                        page_size=int(config["sync.list_page_size"]))
         self._remote_ids: set[str] = set()
+        self.full_listing_s = float(config["sync.full_listing_s"])
+        self.reprobe_s = float(config["sync.reprobe_s"])
+        self.changes = changes.ChangeLog(self.bucket, retention_s=float(config["sync.change_retention_days"]) * 86400)
 
     def close(self) -> None:
         self.bucket.close()
@@ -192,11 +208,11 @@ class SyncEngine:
 
     def run_pass(self, *, force: bool = False, reupload: bool = False, profiles: Sequence[str] | None = None,
                  pull_only: bool = False, progress: Progress | None = None, lock_timeout: float = 0.0,
-                 record: bool = True, notes: bool | None = None) -> PassReport:
+                 record: bool = True, notes: bool | None = None, full: bool = False) -> PassReport:
         """One pass over every profile (or ``profiles``; ``[]``: none) and, with ``notes`` (by
         default: when every profile is in scope), the automation notes. Never raises for bucket
         trouble: the report says ``failed`` and why. Raises ``SyncError`` if another pass holds
-        the lock."""
+        the lock. ``full``: list the bucket even if the change record says nothing changed."""
         lock = FileLock(str(lock_path(self.store.path)), timeout=lock_timeout)
         try:
             lock.acquire()
@@ -204,7 +220,7 @@ class SyncEngine:
             raise SyncError(f"another sync pass is running on {self.store.path}") from None
         try:
             report = self._pass(force=force, reupload=reupload, profiles=profiles, pull_only=pull_only,
-                                progress=progress, notes=profiles is None if notes is None else notes)
+                                progress=progress, notes=profiles is None if notes is None else notes, full=full)
         finally:
             lock.release()
         if record:
@@ -221,7 +237,7 @@ class SyncEngine:
             log.warning("could not record the sync pass: %s", exc)
 
     def _pass(self, *, force: bool, reupload: bool, profiles: Sequence[str] | None, pull_only: bool,
-              progress: Progress | None, notes: bool) -> PassReport:
+              progress: Progress | None, notes: bool, full: bool = False) -> PassReport:
         t0 = time.monotonic()
         scope = "all" if profiles is None else ",".join([*profiles, *(["automation notes"] if notes else [])])
         report = PassReport(scope=scope, started_at=format_time(utcnow()))
@@ -231,13 +247,58 @@ class SyncEngine:
                             self.settings.describe())
             # The identity marker first: it decides whether an empty listing may delete anything.
             identity = marker.check(self.bucket, self.state, allow_unconditional=self.allow_unconditional,
-                                    reupload=reupload, pull_only=pull_only)
+                                    reupload=reupload, pull_only=pull_only, reprobe_s=self.reprobe_s)
             report.notes += self.state.pop_notes() + identity.notes
             for note in report.notes:
                 log.warning("%s", note)
             if reupload:
                 self.state.forget_base(profiles)
-            prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
+            self._reconcile(report, identity, force=force, reupload=reupload, profiles=profiles,
+                            pull_only=pull_only, progress=progress, notes=notes, full=full)
+            if report.errors and report.result == "ok":
+                report.result = "errors"
+                report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
+        except BucketUnavailable as exc:
+            report.result, report.reason = "failed", str(exc)
+        except marker.MarkerGone as exc:
+            report.result, report.reason = "guarded", str(exc)
+        except SyncError as exc:
+            report.result, report.reason = "failed", str(exc)
+        except Exception as exc:  # containment: a pass records itself whatever went wrong
+            log.exception("sync pass failed")
+            report.result = "failed"
+            report.reason = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        finally:
+            report.duration_s = time.monotonic() - t0
+            report.finished_at = format_time(utcnow())
+        if report.result == "failed":
+            log.warning("sync pass failed: %s", report.reason)
+        elif any(report.counts.values()) or report.skipped or report.notes:
+            log.info("sync pass %s", report.summary())  # one INFO line per pass that did something
+        else:
+            log.debug("sync pass %s", report.summary())
+        return report
+
+    def _reconcile(self, report: PassReport, identity: marker.Identity, *, force: bool, reupload: bool,
+                   profiles: Sequence[str] | None, pull_only: bool, progress: Progress | None, notes: bool,
+                   full: bool) -> None:
+        """The pass after the marker check: read the change record, then either the changes it
+        names (``mode`` ``record``) or a full listing (``full``), plan, act, publish."""
+        view = self._record_view(identity, profiles=profiles, pull_only=pull_only, reupload=reupload, full=full)
+        report.mode = "record" if view.incremental else "full" if profiles is None and not pull_only else "scoped"
+        report.segments = len(view.segments)
+        if view.reason:
+            report.record_note = view.reason
+        prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
+        snapshots: dict[str, list[str]] = {}
+        prefetched: dict[str, dict[str, _Prefetched]] = {}
+        if view.incremental:
+            side = self._record_side(view.segments)
+            if side is None:  # nothing changed anywhere: the marker and one segment GET
+                self._finish_record(report, identity, view, pull_only=pull_only)
+                return
+            local, listing, base, outbox_deletes, notes = side
+        else:
             # The local side is read *before* the listing, in one read transaction. A local
             # change made after this snapshot (a save written through, with its base, while the
             # listing runs) then looks like "in the bucket, unknown here", a fetch that re-reads
@@ -266,80 +327,159 @@ class SyncEngine:
                 prefetched = prefetch.result() if prefetch is not None else {}
             if hashes:
                 self.state.remember_signatures(local_rows, local, base)
-            known_bad: dict[str, tuple[str, str]] = {}
-            for prefix in prefixes:
-                known_bad.update(self.state.known_bad(prefix))
-            explained: set[str] = set()
-            plan = plan_pass(
-                local, listing, base, outbox_deletes, known_bad,
-                max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
-                max_delete_share=self.max_delete_share, verified=identity.verified,
-                force=force, pull_only=pull_only, explained=explained,
-            )
-            report.objects = plan.objects
-            report.planned = dict(plan.counts())
-            self._remote_ids = {k.key.rsplit("/", 1)[-1][:-5] for k in listing}
-            effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
-                                     if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
+        known_bad: dict[str, tuple[str, str]] = {}
+        for prefix in prefixes:
+            known_bad.update(self.state.known_bad(prefix))
+        explained = self.state.explained()
+        plan = plan_pass(
+            local, listing, base, outbox_deletes, known_bad,
+            max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
+            max_delete_share=self.max_delete_share, verified=identity.verified,
+            force=force, pull_only=pull_only, explained=explained,
+        )
+        report.objects = plan.objects
+        report.planned = dict(plan.counts())
+        self._remote_ids = {k.key.rsplit("/", 1)[-1][:-5] for k in listing}
+        effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
+                                 if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
+        if not view.incremental:  # only a full listing shows that a skipped object is gone
             listed = {k.key for k in listing}
             effects += [Unskip(key) for key in known_bad if key not in listed]
-            self.state.apply(effects)
-            note_plan: Plan | None = None
-            notes_seen: dict[str, NoteState] = {}
-            if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
-                note_plan, notes_seen = self._plan_notes(report, verified=identity.verified, force=force,
-                                                         pull_only=pull_only)
-            guards = list(plan.guards) + (note_plan.guards if note_plan is not None else [])
-            if guards:
-                # One guard for the whole pass: whichever rule tripped, for memories or for notes,
-                # no unexplained local deletion of either goes through.
-                plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
-                if note_plan is not None:
-                    note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
-            # Profiles this pass changes are written by a later pass that finds them settled.
-            busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
-            self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
-            self._execute(plan, report, pull_only=pull_only, progress=progress)
-            if not pull_only and not report.errors:
-                self._write_snapshots(listing, base, snapshots, report, busy)
-            self._collect_skips(plan, report, prefixes)
+        self.state.apply(effects)
+        note_plan: Plan | None = None
+        notes_seen: dict[str, NoteState] = {}
+        if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
+            note_plan, notes_seen = self._plan_notes(report, verified=identity.verified, force=force,
+                                                     pull_only=pull_only)
+        guards = list(plan.guards) + (note_plan.guards if note_plan is not None else [])
+        if guards:
+            # One guard for the whole pass: whichever rule tripped, for memories or for notes,
+            # no unexplained local deletion of either goes through.
+            plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
             if note_plan is not None:
-                self._run_notes(note_plan, notes_seen, report, pull_only=pull_only)
-                self._collect_skips(note_plan, report, [NOTE_PREFIX])
-            if guards:
-                report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
-                                  "reason": g.reason} for g in guards]
-                report.result = "guarded"
-                applied = report.counts["deleted_local"]
-                done = (f"only the {plural(applied, 'deletion')} other hosts recorded in the bucket "
-                        f"{'was' if applied == 1 else 'were'} applied here" if applied
-                        else "nothing was deleted locally")
-                report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in guards))
-                                 + f"; {held_summary(guards)}: {done} (run `memlocal sync run --force` to apply, "
-                                 "or `--reupload` to push local memories and notes back)")
-            if report.errors and report.result == "ok":
-                report.result = "errors"
-                report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
-        except BucketUnavailable as exc:
-            report.result, report.reason = "failed", str(exc)
-        except marker.MarkerGone as exc:
-            report.result, report.reason = "guarded", str(exc)
-        except SyncError as exc:
-            report.result, report.reason = "failed", str(exc)
-        except Exception as exc:  # containment: a pass records itself whatever went wrong
-            log.exception("sync pass failed")
-            report.result = "failed"
-            report.reason = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-        finally:
-            report.duration_s = time.monotonic() - t0
-            report.finished_at = format_time(utcnow())
-        if report.result == "failed":
-            log.warning("sync pass failed: %s", report.reason)
-        elif any(report.counts.values()) or report.skipped or report.notes:
-            log.info("sync pass %s", report.summary())  # one INFO line per pass that did something
-        else:
-            log.debug("sync pass %s", report.summary())
-        return report
+                note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
+        # Profiles this pass changes are written by a later pass that finds them settled.
+        busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
+        if not view.incremental:
+            self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
+        self._execute(plan, report, pull_only=pull_only, progress=progress)
+        if not pull_only and not report.errors and not view.incremental:
+            self._write_snapshots(listing, base, snapshots, report, busy)
+        self._collect_skips(plan, report, prefixes)
+        if note_plan is not None:
+            self._run_notes(note_plan, notes_seen, report, pull_only=pull_only)
+            self._collect_skips(note_plan, report, [NOTE_PREFIX])
+        if guards:
+            report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
+                              "reason": g.reason} for g in guards]
+            report.result = "guarded"
+            applied = report.counts["deleted_local"]
+            done = (f"only the {plural(applied, 'deletion')} other hosts recorded in the bucket "
+                    f"{'was' if applied == 1 else 'were'} applied here" if applied
+                    else "nothing was deleted locally")
+            report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in guards))
+                             + f"; {held_summary(guards)}: {done} (run `memlocal sync run --force` to apply, "
+                             "or `--reupload` to push local memories and notes back)")
+        self._finish_record(report, identity, view, pull_only=pull_only)
+
+    # --- the change record (docs/sync.md, "The change record") ----------------------------------
+
+    def _record_view(self, identity: marker.Identity, *, profiles: Sequence[str] | None, pull_only: bool,
+                     reupload: bool, full: bool) -> "_RecordView":
+        """Whether this pass may follow the change record instead of listing, and the segments
+        it reads. Scoped and pull-only passes list their prefixes as before and leave the record
+        alone; on a server that ignores conditional writes the record is never used (two hosts
+        could take one segment number)."""
+        if profiles is not None or pull_only or not identity.conditional or not identity.id:
+            return _RecordView(False, [], None)
+        now = time.time()
+        cs = self.state.changes_state()
+        same = cs.get("marker") == identity.id and identity.verified
+        cursor = cs.get("cursor") if same else None
+        segments: list[changes.Segment] = []
+        reason = ""
+        trusted = isinstance(cursor, int) and now - float(cs.get("checked") or 0) < self.changes.trust_s
+        if not same or cursor is None:
+            reason = "no change record followed yet for this bucket: listed in full"
+        elif not trusted:
+            reason = "the change record was last read too long ago (sync.change_retention_days / 2): listed in full"
+        if trusted:
+            assert isinstance(cursor, int)
+            try:
+                segments = self.changes.read_new(identity.id, cursor)
+            except changes.Untrusted as exc:
+                trusted, reason = False, f"the change record cannot be trusted ({exc}): listed in full"
+                segments = []
+        tail = (segments[-1].seq if segments else cursor) if trusted else self.changes.find_tail()
+        deletes = [(c.key, parsed[1], seg.seq) for seg in segments for c in seg.changes
+                   if c.op == "delete" and (parsed := parse_key(c.key)) is not None]
+        if deletes:
+            self.state.record_deletes(deletes)
+        due = (full or reupload or self.full_listing_s <= 0
+               or now - float(cs.get("fullAt") or 0) >= self.full_listing_s)
+        size = sum(len(seg.changes) for seg in segments)
+        if trusted and not due and size <= RECORD_MAX_CHANGES:
+            return _RecordView(True, segments, tail, "", cursor)
+        if trusted and size > RECORD_MAX_CHANGES:
+            reason = f"{size} changes recorded since the last pass: listed in full (snapshots apply)"
+        return _RecordView(False, segments, tail, reason if not (full or due) or not trusted else "", cursor)
+
+    def _record_side(self, segments: Sequence[changes.Segment]) -> (
+            tuple[dict[str, Local], list[Listed], dict[str, Any], dict[str, str], bool] | None):
+        """The plan's three sides for the ids the segments name and the ids with local work,
+        with a listing made of the base's ETags and the segments' changes; ``None`` when there
+        is nothing at all to do."""
+        latest: dict[str, changes.Change] = {}
+        for seg in segments:
+            for c in seg.changes:
+                latest[c.key] = c
+        note_work = any(k.startswith(NOTE_PREFIX) for k in latest) or bool(self.store.note_outbox())
+        ids = {parsed[1] for k in latest if (parsed := parse_key(k)) is not None} | self.state.local_work_ids()
+        if not ids and not note_work:
+            return None
+        with self.store.snapshot():
+            base = self.state.base_for(ids)
+            rows = self.store.memories_with_deltas(None, ids=sorted(ids))
+            outbox_deletes = self.state.outbox_deletes()
+        local = {m.id: Local(m.id, m.profile_name, content_hash(m), d, inactive=not m.is_active) for m, d in rows}
+        listing: dict[str, Listed] = {}
+        for mid, b in base.items():
+            key = object_key(b.profile, mid)
+            listing[key] = Listed(key, b.etag, 0)
+        for key, c in latest.items():
+            if parse_key(key) is None:
+                continue
+            if c.op == "put":
+                listing[key] = Listed(key, c.etag, c.size)
+            else:
+                listing.pop(key, None)
+        return local, [listing[k] for k in sorted(listing)], base, outbox_deletes, note_work
+
+    def _finish_record(self, report: PassReport, identity: marker.Identity, view: "_RecordView", *,
+                       pull_only: bool) -> None:
+        """After the pass: move the cursor (only past a pass that applied everything), publish
+        this host's journal, and now and then compact the record."""
+        if pull_only or not identity.conditional or not identity.id:
+            return
+        now = time.time()
+        clean = report.result == "ok" and not report.errors
+        if clean and view.tail is not None:
+            if view.incremental:
+                self.state.update_changes(identity.id, cursor_from=view.cursor, cursor=view.tail, checked=now,
+                                          tail=view.tail, now=now)
+            else:
+                self.state.update_changes(identity.id, cursor=view.tail, checked=now, fullAt=now,
+                                          tail=view.tail, now=now)
+        try:
+            report.counts["segments_published"] += changes.publish_journal(self.changes, self.state, identity.id)
+            if clean and not view.incremental and view.tail is not None:
+                report.counts["segments_compacted"] += self.changes.compact()
+                self.state.forget_deletes_before(to_us(utcnow()) - int(self.changes.retention_s * 1e6))
+        except BucketUnavailable:
+            raise
+        except Exception as exc:  # the journal stays; the next pass or save publishes it
+            log.warning("change record not published: %s", exc)
+            report.errors.append(f"change record: {exc}")
 
     # --- the listing (docs/sync.md, "Listing") ------------------------------------------------------
 
@@ -676,9 +816,10 @@ class SyncEngine:
         elif op is Op.UPDATE:
             effects = self._update(action.id, action.profile, action.etag, counts)
         elif op is Op.DELETE_REMOTE:
-            self.bucket.delete(object_key(action.profile, action.id))
+            key = object_key(action.profile, action.id)
+            self.bucket.delete(key)
             counts["deleted_remote"] += 1
-            effects = [DeletedRemote(action.id)]
+            effects = [DeletedRemote(action.id), Changed(key, "", "delete")]
         elif op is Op.DELETE_LOCAL:
             counts["deleted_local"] += 1
             effects = [DeleteLocal(action.id, action.profile)]
@@ -705,7 +846,9 @@ class SyncEngine:
             # Someone holds that key: our own earlier PUT, or another host's memory.
             return self._fetch(memory.id, memory.profile_name, "", counts)
         counts["pushed"] += 1
-        effects: list[Effect] = [Synced(sent, etag, content_hash(sent), 0, "local", set_staleness=False)]
+        body = encode(sent)
+        effects: list[Effect] = [Synced(sent, etag, content_hash(sent), 0, "local", set_staleness=False),
+                                 Changed(key, etag, "put", len(body))]
         if delta > 0:
             effects += self._merge(memory.id, memory.profile_name, sent, etag, counts)
         return effects
@@ -721,8 +864,9 @@ class SyncEngine:
     def _push(self, body: Memory, delta: int, etag: str, counts: Counter[str], *, attempt: int) -> list[Effect]:
         """PUT ``body`` (whose count already includes ``delta``) with ``If-Match: etag``."""
         key = object_key(body.profile_name, body.id)
+        data = encode(body)
         try:
-            new_etag = self.bucket.replace(key, encode(body), etag)
+            new_etag = self.bucket.replace(key, data, etag)
         except PreconditionFailed:
             counts["precondition_failed"] += 1
             if attempt >= MERGE_ATTEMPTS:
@@ -733,7 +877,7 @@ class SyncEngine:
             counts["deleted_local"] += 1
             return [DeleteLocal(body.id, body.profile_name)]
         counts["merged"] += 1
-        return [Synced(body, new_etag, content_hash(body), delta, "local")]
+        return [Synced(body, new_etag, content_hash(body), delta, "local"), Changed(key, new_etag, "put", len(data))]
 
     def _merge(self, memory_id: str, profile: str, remote: Memory, etag: str, counts: Counter[str],
                *, attempt: int = 1) -> list[Effect]:
@@ -784,6 +928,8 @@ class SyncEngine:
                 counts["pulled"] += 1
             elif local.content_hash == rhash and self.state.load_base(memory_id) is None:
                 counts["adopted"] += 1
+                # Our own earlier write whose record may never have been journalled.
+                effects.append(Changed(key, etag, "put", len(data)))
             else:
                 counts["updated"] += 1
             effects.append(Synced(remote, etag, decision.base_hash, 0, "remote"))
@@ -847,7 +993,7 @@ class SyncEngine:
         if op is Op.DELETE_REMOTE:
             self.bucket.delete(note_key(nid))
             counts["notes_deleted_remote"] += 1
-            return [NoteDeletedRemote(nid)]
+            return [NoteDeletedRemote(nid), Changed(note_key(nid), "", "delete")]
         if op is Op.DELETE_LOCAL:
             assert seen is not None
             counts["notes_deleted_local"] += 1
@@ -864,7 +1010,7 @@ class SyncEngine:
             except PreconditionFailed:  # another host wrote this automation's note first
                 return self._fetch_note(nid, "", counts)
             counts["notes_pushed"] += 1
-            return [NoteSynced(nid, current, etag, note_hash(note), current)]
+            return [NoteSynced(nid, current, etag, note_hash(note), current), Changed(note_key(nid), etag, "put")]
         if op is Op.UPDATE:
             return self._push_note(nid, current, action.etag, counts, attempt=1)
         raise AssertionError(op)  # pragma: no cover - REID never happens to notes
@@ -885,7 +1031,7 @@ class SyncEngine:
             counts["notes_deleted_local"] += 1
             return [NoteDeleteLocal(nid, current)]
         counts["notes_pushed"] += 1
-        return [NoteSynced(nid, current, new_etag, note_hash(note), current)]
+        return [NoteSynced(nid, current, new_etag, note_hash(note), current), Changed(note_key(nid), new_etag, "put")]
 
     def _fetch_note(self, nid: str, listed_etag: str, counts: Counter[str], *, pull_only: bool = False,
                     attempt: int = 1) -> list[Effect]:
@@ -942,6 +1088,19 @@ class SyncEngine:
         counts["reid"] += 1
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
         return self._create(candidate, counts)
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordView:
+    """What the change record says for one pass: follow it (``incremental``) or list in full;
+    the segments read; the last segment number known before the listing (``tail``: the cursor
+    once the pass completes); why the record was not followed (``reason``)."""
+
+    incremental: bool
+    segments: list["changes.Segment"]
+    tail: int | None
+    reason: str = ""
+    cursor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,11 @@ META_LAST_ERROR = "sync.last_error"
 META_SCHEMA = "sync.schema"
 META_MARKER = "sync.marker"  # the bucket identity marker this host synced with (sync.marker module)
 META_NOTES = "sync.notes"  # things the next pass must say (a base reset at start-up, say)
+# The change record as this host follows it (``memlocal_sync.changes``): the marker it belongs
+# to, the cursor (last segment applied) and when it was last confirmed, the last segment number
+# known and when, and when the last full listing completed.
+META_CHANGES = "sync.changes"
+META_HOST = "sync.host"  # this database's random id, named in the segments it publishes
 
 
 # --- the sync's own tables ------------------------------------------------------------------------
@@ -67,8 +72,19 @@ def _schema_3(c: Any) -> None:
     c.execute("ALTER TABLE sync_base ADD COLUMN row_sig TEXT")
 
 
+def _schema_4(c: Any) -> None:
+    """The change record's local side (``memlocal_sync.changes``): ``sync_journal``, what this
+    host wrote to the bucket and has not published yet (written in the transaction that records
+    the write, so a crash never loses one); ``sync_delete_record``, the delete records read from
+    the bucket, which explain the disappearances they name (kept for the record's retention)."""
+    c.execute("CREATE TABLE IF NOT EXISTS sync_journal (n INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,"
+              " etag TEXT NOT NULL, op TEXT NOT NULL, size INTEGER NOT NULL)")
+    c.execute("CREATE TABLE IF NOT EXISTS sync_delete_record (key TEXT PRIMARY KEY, id TEXT NOT NULL,"
+              " seq INTEGER NOT NULL, seen_us INTEGER NOT NULL)")
+
+
 # Numbered migrations of the sync's tables, applied in order, each in one transaction.
-SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1, 2: _schema_2, 3: _schema_3}
+SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1, 2: _schema_2, 3: _schema_3, 4: _schema_4}
 SCHEMA_VERSION = max(SCHEMA)
 
 
@@ -195,8 +211,19 @@ class NoteForget:
     id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """This host wrote ``key`` (``put``, now at ``etag``) or deleted it (``delete``): journal it
+    for the change record, in the same transaction as the write's own effect."""
+
+    key: str
+    etag: str
+    op: str
+    size: int = 0
+
+
 Effect = Union[Synced, DeletedRemote, DeleteLocal, Forget, SkipObject, Unskip, NoteSynced, NoteDeletedRemote,
-               NoteDeleteLocal, NoteForget]
+               NoteDeleteLocal, NoteForget, Changed]
 
 
 class SyncState:
@@ -369,6 +396,9 @@ class SyncState:
                 elif isinstance(eff, NoteForget):
                     c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
                     store.clear_note_outbox(c, eff.id)
+                elif isinstance(eff, Changed):
+                    c.execute("INSERT INTO sync_journal (key, etag, op, size) VALUES (?, ?, ?, ?)",
+                              (eff.key, eff.etag, eff.op, eff.size))
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
 
@@ -423,7 +453,9 @@ class SyncState:
             c.execute("DELETE FROM sync_base")
             c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
-            c.execute("DELETE FROM meta WHERE key = ?", (META_MARKER,))
+            c.execute("DELETE FROM sync_delete_record")
+            c.execute("DELETE FROM sync_journal")
+            c.execute("DELETE FROM meta WHERE key IN (?, ?)", (META_MARKER, META_CHANGES))
             c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                       (META_BUCKET, identity))
         if had_base:
@@ -438,6 +470,93 @@ class SyncState:
             c.execute("DELETE FROM sync_base")
             c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
+            c.execute("DELETE FROM sync_delete_record")
+            c.execute("DELETE FROM sync_journal")
+            c.execute("DELETE FROM meta WHERE key = ?", (META_CHANGES,))
+
+    # --- the change record's local side (memlocal_sync.changes) --------------------------------
+
+    def host_id(self) -> str:
+        """This database's random id (made once), named in the segments it publishes."""
+        current = self.store.meta_get(META_HOST)
+        if current:
+            return current
+        import secrets
+
+        self.store.meta_set(META_HOST, secrets.token_hex(8))
+        return self.store.meta_get(META_HOST) or ""
+
+    def changes_state(self) -> dict[str, Any]:
+        state = self.get_json(META_CHANGES)
+        return state if isinstance(state, dict) else {}
+
+    def update_changes(self, marker_id: str, **values: Any) -> None:
+        """Merge ``values`` into the change-record state of ``marker_id`` (another marker's state
+        is dropped). ``cursor_from``/``cursor``: move the cursor only if it is still there;
+        ``tail``: only forward."""
+        with self.store.transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (META_CHANGES,)).fetchone()
+            try:
+                state = json.loads(row[0]) if row else {}
+            except ValueError:
+                state = {}
+            if not isinstance(state, dict) or state.get("marker") != marker_id:
+                state = {"marker": marker_id}
+            expected = values.pop("cursor_from", "any")
+            if "cursor" in values and expected != "any" and state.get("cursor") != expected:
+                values.pop("cursor")
+                values.pop("checked", None)
+            tail = values.pop("tail", None)
+            if tail is not None and (not isinstance(state.get("tail"), int) or tail >= state["tail"]):
+                state["tail"] = tail
+                state["tailAt"] = values.get("now", state.get("tailAt"))
+            values.pop("now", None)
+            state.update(values)
+            c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                      (META_CHANGES, json.dumps(state, sort_keys=True)))
+
+    def journal(self, limit: int) -> list[tuple[int, str, str, str, int]]:
+        """The oldest ``limit`` writes not yet published: ``(n, key, etag, op, size)``."""
+        return [tuple(r) for r in self.store.read(  # type: ignore[misc]
+            "SELECT n, key, etag, op, size FROM sync_journal ORDER BY n LIMIT ?", (limit,))]
+
+    def journal_done(self, upto: int) -> None:
+        with self.store.transaction() as c:
+            c.execute("DELETE FROM sync_journal WHERE n <= ?", (upto,))
+
+    def record_deletes(self, records: Iterable[tuple[str, str, int]]) -> None:
+        """Keep delete records read from the bucket: ``(key, id, seq)``."""
+        now_us = to_us(utcnow())
+        with self.store.transaction() as c:
+            c.executemany("INSERT INTO sync_delete_record (key, id, seq, seen_us) VALUES (?, ?, ?, ?)"
+                          " ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, seen_us = excluded.seen_us",
+                          [(k, i, s, now_us) for k, i, s in records])
+
+    def explained(self) -> set[str]:
+        """Ids whose disappearance a delete record explains."""
+        return {r[0] for r in self.store.read("SELECT id FROM sync_delete_record")}
+
+    def forget_deletes_before(self, before_us: int) -> None:
+        with self.store.transaction() as c:
+            c.execute("DELETE FROM sync_delete_record WHERE seen_us < ?", (before_us,))
+
+    def local_work_ids(self) -> set[str]:
+        """Ids with something for the bucket: queued saves and deletions, unmerged access bumps,
+        memories never synced. SQLite only, no object is read whole."""
+        rows = self.store.read(
+            "SELECT id FROM sync_outbox UNION SELECT id FROM memories WHERE access_delta > 0"
+            " UNION SELECT m.id FROM memories m WHERE NOT EXISTS (SELECT 1 FROM sync_base b WHERE b.id = m.id)")
+        return {r[0] for r in rows}
+
+    def base_for(self, ids: Iterable[str]) -> dict[str, Base]:
+        out: dict[str, Base] = {}
+        ids = list(ids)
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            rows = self.store.read("SELECT id, profile, etag, content_hash, row_sig FROM sync_base WHERE id IN"
+                                   f" ({', '.join('?' * len(part))})", part)
+            out.update((r[0], Base(r[0], r[1], r[2], r[3], r[4])) for r in rows)
+        return out
 
     def add_note(self, note: str) -> None:
         """Keep ``note`` for the next pass's report (said once, then dropped)."""
