@@ -28,7 +28,7 @@ from filelock import FileLock, Timeout
 from memlocal.config import Config
 from memlocal.errors import SyncError
 from memlocal.humanize import plural
-from memlocal.model import Memory, compute_staleness, format_time, new_id, utcnow
+from memlocal.model import Memory, compute_staleness, format_time, new_id, parse_time, utcnow
 from memlocal.store import NoteState, Store, to_us
 
 from . import marker
@@ -197,6 +197,9 @@ class SyncEngine:
                                        attempts=int(config["sync.attempts"]), pool_size=self.workers + 2,
                                        page_size=int(config["sync.list_page_size"]))
         self._remote_ids: set[str] = set()
+        # The marker, segment number and time of the snapshots read in this pass, by profile.
+        self._snapshot_meta: dict[str, dict[str, Any]] = {}
+        self._snapshot_modified: dict[str, str] = {}  # snapshot key -> LastModified (listed)
         self.full_listing_s = float(config["sync.full_listing_s"])
         self.reprobe_s = float(config["sync.reprobe_s"])
         self.changes = changes.ChangeLog(self.bucket, retention_s=float(config["sync.change_retention_days"]) * 86400)
@@ -292,7 +295,12 @@ class SyncEngine:
         prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
         snapshots: dict[str, list[str]] = {}
         prefetched: dict[str, dict[str, _Prefetched]] = {}
-        if view.incremental:
+        fresh_listing = self._fresh_listing(identity, view) if view.fresh else None
+        if fresh_listing is not None:
+            report.mode = "snapshot"
+            listing, snapshots, prefetched, view = fresh_listing
+            base, local, outbox_deletes = {}, {}, self.state.outbox_deletes()
+        elif view.incremental:
             side = self._record_side(view.segments)
             if side is None:  # nothing changed anywhere: the marker and one segment GET
                 self._finish_record(report, identity, view, pull_only=pull_only)
@@ -342,7 +350,7 @@ class SyncEngine:
         self._remote_ids = {k.key.rsplit("/", 1)[-1][:-5] for k in listing}
         effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
                                  if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
-        if not view.incremental:  # only a full listing shows that a skipped object is gone
+        if report.mode != "record":  # only a listing shows that a skipped object is gone
             listed = {k.key for k in listing}
             effects += [Unskip(key) for key in known_bad if key not in listed]
         self.state.apply(effects)
@@ -360,11 +368,12 @@ class SyncEngine:
                 note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
         # Profiles this pass changes are written by a later pass that finds them settled.
         busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
-        if not view.incremental:
+        if report.mode != "record":
             self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
         self._execute(plan, report, pull_only=pull_only, progress=progress)
-        if not pull_only and not report.errors and not view.incremental:
-            self._write_snapshots(listing, base, snapshots, report, busy)
+        if not pull_only and not report.errors and report.mode in ("full", "scoped"):
+            self._write_snapshots(listing, base, snapshots, report, busy, marker_id=identity.id or None,
+                                  seq=view.tail if identity.conditional else None)
         self._collect_skips(plan, report, prefixes)
         if note_plan is not None:
             self._run_notes(note_plan, notes_seen, report, pull_only=pull_only)
@@ -417,12 +426,68 @@ class SyncEngine:
             self.state.record_deletes(deletes)
         due = (full or reupload or self.full_listing_s <= 0
                or now - float(cs.get("fullAt") or 0) >= self.full_listing_s)
+        if not same and not full and self.snapshot_min > 0 and self.state.is_empty():
+            return _RecordView(False, [], tail, reason, None, fresh=True)
         size = sum(len(seg.changes) for seg in segments)
         if trusted and not due and size <= RECORD_MAX_CHANGES:
             return _RecordView(True, segments, tail, "", cursor)
         if trusted and size > RECORD_MAX_CHANGES:
             reason = f"{size} changes recorded since the last pass: listed in full (snapshots apply)"
         return _RecordView(False, segments, tail, reason if not (full or due) or not trusted else "", cursor)
+
+    def _fresh_listing(self, identity: marker.Identity, view: "_RecordView") -> (
+            tuple[list[Listed], dict[str, list[str]], dict[str, dict[str, "_Prefetched"]], "_RecordView"] | None):
+        """A fresh host's listing without listing every object: each profile's current snapshot
+        (one made under this marker, less than half the record's retention old, and naming the
+        segment number its listing began at) stands for that profile's listing, with the
+        segments after that number applied; profiles without one are listed. ``None`` (list in
+        full) when the record cannot be followed from the oldest such snapshot."""
+        snapshots = self._list_snapshots(None)
+        if not snapshots:
+            return None
+        profiles = {p.rstrip("/").rsplit("/", 1)[-1]
+                    for p in self.bucket.list(profile_prefix(None), delimiter="/").prefixes}
+        self._snapshot_meta = {}
+        prefetched = self._prefetch_snapshots(snapshots)
+        now = time.time()
+        usable: dict[str, int] = {}
+        for profile in prefetched:
+            meta = self._snapshot_meta.get(profile, {})
+            seq, created = meta.get("seq"), meta.get("createdAt")
+            try:
+                age = now - parse_time(created).timestamp()  # type: ignore[union-attr]
+            except Exception:
+                continue
+            if (meta.get("marker") == identity.id and isinstance(seq, int) and not isinstance(seq, bool)
+                    and 0 <= age < self.changes.trust_s):
+                usable[profile] = seq
+        if not usable:
+            return None
+        start = min(usable.values())
+        try:
+            segments = self.changes.read_new(identity.id, start)
+        except changes.Untrusted as exc:
+            log.info("fresh host: listing in full (%s)", exc)
+            return None
+        listing: dict[str, Listed] = {}
+        for profile, seq in usable.items():
+            for key, entry in prefetched[profile].items():
+                listing[key] = Listed(key, entry.etag, len(entry.body))
+        for seg in segments:
+            for c in seg.changes:
+                parsed = parse_key(c.key)
+                if parsed is None or usable.get(parsed[0], seg.seq) >= seg.seq:
+                    continue  # not a memory, a profile listed below, or already in its snapshot
+                if c.op == "put":
+                    listing[c.key] = Listed(c.key, c.etag, c.size)
+                else:
+                    listing.pop(c.key, None)
+        for profile in sorted((profiles | set(snapshots)) - set(usable)):
+            objects, _pages = self._list(profile_prefix(profile))
+            listing.update((o.key, o) for o in objects)
+        tail = segments[-1].seq if segments else start
+        return ([listing[k] for k in sorted(listing)], snapshots, prefetched,
+                _RecordView(False, segments, tail, "", None, fresh=True))
 
     def _record_side(self, segments: Sequence[changes.Segment]) -> (
             tuple[dict[str, Local], list[Listed], dict[str, Any], dict[str, str], bool] | None):
@@ -467,12 +532,15 @@ class SyncEngine:
             if view.incremental:
                 self.state.update_changes(identity.id, cursor_from=view.cursor, cursor=view.tail, checked=now,
                                           tail=view.tail, now=now)
+            elif report.mode == "snapshot":  # the record from here on; a full listing at the next pass
+                self.state.update_changes(identity.id, cursor=view.tail, checked=now, fullAt=0,
+                                          tail=view.tail, now=now)
             else:
                 self.state.update_changes(identity.id, cursor=view.tail, checked=now, fullAt=now,
                                           tail=view.tail, now=now)
         try:
             report.counts["segments_published"] += changes.publish_journal(self.changes, self.state, identity.id)
-            if clean and not view.incremental and view.tail is not None:
+            if clean and report.mode == "full" and view.tail is not None:
                 report.counts["segments_compacted"] += self.changes.compact()
                 self.state.forget_deletes_before(to_us(utcnow()) - int(self.changes.retention_s * 1e6))
         except BucketUnavailable:
@@ -535,7 +603,17 @@ class SyncEngine:
             parsed = snapshot.parse_snapshot_key(obj.key)
             if parsed is not None and (profiles is None or parsed[0] in profiles):
                 out.setdefault(parsed[0], []).append(obj.key)
+                self._snapshot_modified[obj.key] = obj.modified
         return out
+
+    def _snapshot_aging(self, key: str) -> bool:
+        """Whether a snapshot is a quarter of the record's retention old: rewritten then, so that a
+        fresh host always finds one young enough to follow the record from (half of it)."""
+        try:
+            written = parse_time(self._snapshot_modified.get(key, "")).timestamp()  # type: ignore[union-attr]
+        except Exception:
+            return False  # no time from the server: written when the profile changes
+        return time.time() - written >= self.changes.trust_s / 2
 
     def _prefetch_snapshots(self, snapshots: dict[str, list[str]]) -> dict[str, dict[str, _Prefetched]]:
         """The first readable snapshot of each profile, every entry decoded and made ready to
@@ -576,7 +654,9 @@ class SyncEngine:
         for key in keys:
             try:
                 data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
-                return snapshot.read(data, profile)
+                entries, meta = snapshot.read_with_meta(data, profile)
+                self._snapshot_meta[profile] = meta
+                return entries
             except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
                 log.info("snapshot %s not used: %s", key, exc)
         return None
@@ -649,7 +729,8 @@ class SyncEngine:
         plan.actions = remaining
 
     def _write_snapshots(self, listing: list[Listed], base: dict[str, Any],
-                         snapshots: dict[str, list[str]], report: PassReport, busy: set[str]) -> None:
+                         snapshots: dict[str, list[str]], report: PassReport, busy: set[str], *,
+                         marker_id: str | None = None, seq: int | None = None) -> None:
         """Write the snapshot of each profile that agrees with the bucket, has at least
         ``sync.snapshot_min_objects`` objects, and whose snapshot in the bucket is not current.
         A snapshot only holds objects whose exact memory this host has (base ETag = listed ETag,
@@ -666,8 +747,8 @@ class SyncEngine:
                 continue
             current = snapshots.get(profile, [])
             name = snapshot.digest((o.key, o.etag) for o in objects)
-            if any(snapshot.parse_snapshot_key(k) == (profile, name) for k in current):
-                continue  # the bucket's snapshot is this listing's
+            if any(snapshot.parse_snapshot_key(k) == (profile, name) and not self._snapshot_aging(k) for k in current):
+                continue  # the bucket's snapshot is this listing's (and young enough for a fresh host)
             # Read now (only for a snapshot to write): whatever changed since the pass began
             # fails the checks below, and the profile waits for a later pass.
             local = {m.id: (m, delta) for m, delta in self.store.memories_with_deltas([profile])}
@@ -680,7 +761,8 @@ class SyncEngine:
                     break
                 entries.append((obj.key, obj.etag, encode(here[0])))
             else:
-                key, body = snapshot.build(profile, entries)
+                key, body = snapshot.build(profile, entries, marker=marker_id, seq=seq,
+                                           created_at=format_time(utcnow()))
                 try:
                     self.bucket.put(key, body)
                     for old in current:
@@ -1101,6 +1183,7 @@ class _RecordView:
     tail: int | None
     reason: str = ""
     cursor: int | None = None
+    fresh: bool = False  # a host with nothing yet: it may take snapshots for listings
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,20 +67,33 @@ def digest(entries: Iterable[tuple[str, str]]) -> str:
     return h.hexdigest()[:16]
 
 
-def build(profile: str, entries: Iterable[tuple[str, str, bytes]]) -> tuple[str, bytes]:
-    """``(key, body)`` of the snapshot of ``profile`` holding ``(key, etag, object body)``."""
+def build(profile: str, entries: Iterable[tuple[str, str, bytes]], *, marker: str | None = None,
+          seq: int | None = None, created_at: str | None = None) -> tuple[str, bytes]:
+    """``(key, body)`` of the snapshot of ``profile`` holding ``(key, etag, object body)``.
+
+    ``marker``, ``seq``, ``created_at``: the bucket's identity marker and the change record's
+    last segment number when the listing the snapshot was made from began, and when it was
+    written; with them a fresh host can take the snapshot for the profile's listing, then apply
+    the segments after ``seq`` (``memlocal_sync.engine``)."""
     items = sorted(entries)
-    payload = {
+    payload: dict[str, object] = {
         "format": FORMAT,
         "profile": profile,
         "objects": [{"key": k, "etag": e, "body": b.decode("utf-8")} for k, e, b in items],
     }
+    if marker is not None and seq is not None:
+        payload.update(marker=marker, seq=seq, createdAt=created_at)
     data = gzip.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
     return snapshot_key(profile, digest((k, e) for k, e, _ in items)), data
 
 
 def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
     """``{key: (etag, object body)}`` of a snapshot of ``profile``; ``BadObject`` if it is not one."""
+    return read_with_meta(data, profile)[0]
+
+
+def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, bytes]], dict[str, object]]:
+    """``read``, and the snapshot's ``marker``, ``seq`` and ``createdAt`` (absent: ``{}``)."""
     try:
         inflater = zlib.decompressobj(wbits=31)  # gzip
         raw = inflater.decompress(data, MAX_SNAPSHOT_BYTES)
@@ -106,4 +119,5 @@ def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
                 out[key] = (etag, body.encode("utf-8"))
             except UnicodeEncodeError:  # a lone surrogate: fetch that object instead
                 continue
-    return out
+    meta = {k: doc[k] for k in ("marker", "seq", "createdAt") if k in doc}
+    return out, meta

@@ -540,6 +540,11 @@ class SyncState:
         with self.store.transaction() as c:
             c.execute("DELETE FROM sync_delete_record WHERE seen_us < ?", (before_us,))
 
+    def is_empty(self) -> bool:
+        """No memory here and nothing synced: a fresh host."""
+        rows = self.store.read("SELECT EXISTS (SELECT 1 FROM memories) OR EXISTS (SELECT 1 FROM sync_base)")
+        return not rows[0][0]
+
     def local_work_ids(self) -> set[str]:
         """Ids with something for the bucket: queued saves and deletions, unmerged access bumps,
         memories never synced. SQLite only, no object is read whole."""

@@ -147,3 +147,23 @@ def test_old_segments_are_compacted_but_never_the_newest(hosts: Callable[..., Ho
     report = a.sync()
     assert report.ok and report.counts["segments_compacted"] == 2
     assert _segments(s3) == [3]
+
+
+def test_a_fresh_host_takes_snapshots_for_listings_and_the_record_for_what_changed_since(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    small = {"sync__snapshot_min_objects": 3, **RECORD}
+    a = hosts("a", **small)
+    ids = [a.bank.save(P, f"memory number {i}").memory.id for i in range(6)]
+    a.bank.save("tiny", "a profile too small for a snapshot")
+    assert a.sync(full=True).counts["snapshots"] == 1
+    later = a.bank.save(P, "saved after the snapshot").memory.id      # in the record only
+    a.bank.delete(P, ids[0])                                           # a delete record
+    fresh = hosts("fresh", bucket__endpoint=fault_proxy.endpoint, **small)
+    report = fresh.sync()
+    assert report.ok and report.mode == "snapshot", report.to_dict()
+    assert fresh.ids(P) == {*ids[1:], later} and len(fresh.ids("tiny")) == 1
+    assert report.counts["from_snapshot"] == 5
+    listed = [p for _m, p, _s in fault_proxy.requests if "list-type" in p]
+    assert not [p for p in listed if "prefix=memory%2Fresearcher" in p], listed   # no listing of its objects
+    # Its next pass lists in full (writers that keep no record), then follows the record.
+    assert fresh.sync().mode == "full" and fresh.sync().mode == "record"
