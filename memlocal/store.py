@@ -997,6 +997,12 @@ class Store:
             params.append(op)
         return {r[0]: (r[1], r[2]) for r in self.read(f"SELECT id, profile, op FROM sync_outbox{where}", params)}
 
+    def changed_ids(self) -> set[str]:
+        """Ids with a change the bucket may not have: queued in the outbox, or with unmerged
+        access bumps (what a sync pass that follows the change record reconciles)."""
+        rows = self.read("SELECT id FROM sync_outbox UNION SELECT id FROM memories WHERE access_delta > 0")
+        return {r[0] for r in rows}
+
     def access_deltas(self, profiles: Sequence[str] | None = None) -> builtins.list[tuple[str, str, int]]:
         """``(id, profile, access_delta)`` of every memory: the cheap local side of a pull."""
         where, params = _scope(profiles)

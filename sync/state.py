@@ -542,16 +542,13 @@ class SyncState:
 
     def is_empty(self) -> bool:
         """No memory here and nothing synced: a fresh host."""
-        rows = self.store.read("SELECT EXISTS (SELECT 1 FROM memories) OR EXISTS (SELECT 1 FROM sync_base)")
-        return not rows[0][0]
+        return self.store.count() == 0 and not self.store.read("SELECT 1 FROM sync_base LIMIT 1")
 
     def local_work_ids(self) -> set[str]:
-        """Ids with something for the bucket: queued saves and deletions, unmerged access bumps,
-        memories never synced. SQLite only, no object is read whole."""
-        rows = self.store.read(
-            "SELECT id FROM sync_outbox UNION SELECT id FROM memories WHERE access_delta > 0"
-            " UNION SELECT m.id FROM memories m WHERE NOT EXISTS (SELECT 1 FROM sync_base b WHERE b.id = m.id)")
-        return {r[0] for r in rows}
+        """Ids with something for the bucket: queued saves and deletions, unmerged access bumps.
+        (A memory written without a change-log entry, as ``Store.upsert`` does, waits for the
+        next full listing.)"""
+        return self.store.changed_ids()
 
     def base_for(self, ids: Iterable[str]) -> dict[str, Base]:
         out: dict[str, Base] = {}
