@@ -58,7 +58,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import (  # noqa: E402
-    BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, build, cpu_seconds, fts_query, p50, pct, reset_moto,
+    BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, build, cpu_seconds, free_port, fts_query, p50, pct, reset_moto,
     rnd, s3_client, s3_env, same_ranking, start_moto, stop_moto,
 )
 
@@ -527,7 +527,11 @@ def bench_noop_100k(tmp: Path, plan: Plan, n: int = 100_000) -> dict[str, Any]:
                                 stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
+        for _ in range(20):  # moto prints a banner of its own first
+            line = proc.stdout.readline()
+            if line.strip() == b"ready" or not line:
+                break
+        if line.strip() != b"ready":
             raise SystemExit(f"the filled moto_server did not start (see {tmp / 'moto-100k.log'})")
         endpoint = f"http://127.0.0.1:{port}"
         config = Config.load(environ=s3_env(endpoint, BUCKET, plan.workers))
