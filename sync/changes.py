@@ -120,7 +120,8 @@ def decode_segment(data: bytes, seq: int) -> Segment:
             raise Untrusted(f"{segment_key(seq)} holds a change that is not one")
         changes.append(Change(c["key"], c.get("etag", ""), c["op"], max(0, c.get("size", 0))))
     try:
-        created = parse_time(doc.get("createdAt")).timestamp()  # type: ignore[arg-type]
+        when = parse_time(doc.get("createdAt"))
+        created = when.timestamp() if when is not None else 0.0
     except Exception:
         created = 0.0
     return Segment(seq, doc["marker"], str(doc.get("host", "")), created, tuple(changes))

@@ -299,7 +299,9 @@ class SyncEngine:
         if fresh_listing is not None:
             report.mode = "snapshot"
             listing, snapshots, prefetched, view = fresh_listing
-            base, local, outbox_deletes = {}, {}, self.state.outbox_deletes()
+            base: dict[str, Any] = {}
+            local: dict[str, Local] = {}
+            outbox_deletes = self.state.outbox_deletes()
         elif view.incremental:
             side = self._record_side(view.segments)
             if side is None:  # nothing changed anywhere: the marker and one segment GET
@@ -542,7 +544,7 @@ class SyncEngine:
             report.counts["segments_published"] += changes.publish_journal(self.changes, self.state, identity.id)
             if clean and report.mode == "full" and view.tail is not None:
                 report.counts["segments_compacted"] += self.changes.compact()
-                self.state.forget_deletes_before(to_us(utcnow()) - int(self.changes.retention_s * 1e6))
+                self.state.forget_deletes_before(int((now - self.changes.retention_s) * 1e6))
         except BucketUnavailable:
             raise
         except Exception as exc:  # the journal stays; the next pass or save publishes it

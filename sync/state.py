@@ -517,8 +517,8 @@ class SyncState:
 
     def journal(self, limit: int) -> list[tuple[int, str, str, str, int]]:
         """The oldest ``limit`` writes not yet published: ``(n, key, etag, op, size)``."""
-        return [tuple(r) for r in self.store.read(  # type: ignore[misc]
-            "SELECT n, key, etag, op, size FROM sync_journal ORDER BY n LIMIT ?", (limit,))]
+        rows = self.store.read("SELECT n, key, etag, op, size FROM sync_journal ORDER BY n LIMIT ?", (limit,))
+        return [(int(n), str(k), str(e), str(op), int(size)) for n, k, e, op, size in rows]
 
     def journal_done(self, upto: int) -> None:
         with self.store.transaction() as c:
