@@ -401,6 +401,10 @@ class SyncEngine:
         it reads. Scoped and pull-only passes list their prefixes as before and leave the record
         alone; on a server that ignores conditional writes the record is never used (two hosts
         could take one segment number)."""
+        if profiles is None and pull_only and identity.id and self.snapshot_min > 0 and self.state.is_empty():
+            # A fresh host's pull (hydration on open): snapshots stand for listings; the record's
+            # cursor is left to its first full pass.
+            return _RecordView(False, [], None, "", None, fresh=True)
         if profiles is not None or pull_only or not identity.conditional or not identity.id:
             return _RecordView(False, [], None)
         now = time.time()

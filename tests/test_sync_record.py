@@ -167,3 +167,7 @@ def test_a_fresh_host_takes_snapshots_for_listings_and_the_record_for_what_chang
     assert not [p for p in listed if "prefix=memory%2Fresearcher" in p], listed   # no listing of its objects
     # Its next pass lists in full (writers that keep no record), then follows the record.
     assert fresh.sync().mode == "full" and fresh.sync().mode == "record"
+    # A fresh host's pull-only pass (hydration on open) takes the same path, and writes nothing.
+    reader = hosts("reader", **small)
+    report = reader.sync(pull_only=True)
+    assert report.ok and report.mode == "snapshot" and reader.ids(P) == {*ids[1:], later}
