@@ -465,7 +465,7 @@ class SyncEngine:
             except Exception:
                 continue
             if (meta.get("marker") == identity.id and isinstance(seq, int) and not isinstance(seq, bool)
-                    and 0 <= age < self.changes.trust_s):
+                    and 0 <= age < self.changes.trust_s and meta.get("dropped") == 0):
                 usable[profile] = seq
         if not usable:
             return None

@@ -93,7 +93,8 @@ def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
 
 
 def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, bytes]], dict[str, object]]:
-    """``read``, and the snapshot's ``marker``, ``seq`` and ``createdAt`` (absent: ``{}``)."""
+    """``read``, and the snapshot's ``marker``, ``seq`` and ``createdAt`` (when it has them), and
+    ``dropped``: how many of its entries were not used (outside the profile, malformed)."""
     try:
         inflater = zlib.decompressobj(wbits=31)  # gzip
         raw = inflater.decompress(data, MAX_SNAPSHOT_BYTES)
@@ -109,8 +110,10 @@ def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, byte
         raise BadObject("snapshot has no object list")
     prefix = f"{PREFIX}{profile}/"
     out: dict[str, tuple[str, bytes]] = {}
+    dropped = 0  # entries not used: such a snapshot may help a fetch, never stand for a listing
     for entry in objects:
         if not isinstance(entry, dict):
+            dropped += 1
             continue
         key, etag, body = entry.get("key"), entry.get("etag"), entry.get("body")
         # An entry outside the profile's prefix is never used: the snapshot cannot write elsewhere.
@@ -118,6 +121,9 @@ def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, byte
             try:
                 out[key] = (etag, body.encode("utf-8"))
             except UnicodeEncodeError:  # a lone surrogate: fetch that object instead
-                continue
+                dropped += 1
+        else:
+            dropped += 1
     meta = {k: doc[k] for k in ("marker", "seq", "createdAt") if k in doc}
+    meta["dropped"] = dropped
     return out, meta
