@@ -119,7 +119,7 @@ def check(bucket: Bucket, state: Any, *, allow_unconditional: bool, reupload: bo
     endpoint starts from no remembered marker at all (``SyncState.ensure_bucket``), so it is
     probed at once.
     """
-    now = time.time() if now is None else now
+    now = float(int(time.time() if now is None else now))  # whole seconds: the same after a JSON round trip
     remembered = state.get_json(META_MARKER)
     if not isinstance(remembered, dict) or not isinstance(remembered.get("id"), str):
         remembered = None
