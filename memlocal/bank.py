@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .hygiene import RetentionRule
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
+    from .replication import Replica
     from .scoring import Ranking, ScoredMemory
     from .semantic import SemanticIndex
 
@@ -162,13 +163,18 @@ def _discover(group: str) -> list[Any]:
     return [ep.load() for ep in entry_points(group=group)]
 
 
-def _installed_daemon(config: Config, store: Store) -> Any:
+# A sync daemon's factory: the configuration, the store as the replication port, and the
+# retention policy to run (``MemoryBank.apply_retention``). ``None`` without a bucket.
+DaemonFactory = Callable[["Config", "Replica", Callable[[], "Mapping[str, int]"]], Any]
+
+
+def _installed_daemon(config: Config, store: Replica, retention: Callable[[], Mapping[str, int]]) -> Any:
     """The installed sync daemon's factory, looked up only when a daemon is started (loading the
     sync package costs a one-shot process such as ``memlocal recall`` more than its query)."""
     daemons = _discover(DAEMON_ENTRY_POINTS)
     if not daemons:
         raise ConfigError(f"no sync daemon is installed (entry point group {DAEMON_ENTRY_POINTS} is empty)")
-    return daemons[0](config, store)
+    return daemons[0](config, store, retention)
 
 
 class SyncDaemonHandle:
@@ -204,7 +210,7 @@ class MemoryBank:
         config: Config | None = None,
         replicator: Replicator | None = None,
         extractor: Extractor | None = None,
-        daemon_factory: Callable[[Config, Store], Any] | None = None,
+        daemon_factory: DaemonFactory | None = None,
     ) -> None:
         """A bank over ``store`` (a :class:`Store`, or the path of a database file to open).
 
@@ -241,7 +247,9 @@ class MemoryBank:
             # The bucket's replicator exists only with a bucket: without one, the sync package
             # is not even imported (a local-only one-shot process would pay ~60 ms for it).
             for factory in _discover(REPLICATOR_ENTRY_POINTS) if str(config["bucket.name"]).strip() else ():
-                replicator = factory(config, store)
+                from .store.replica import StoreReplica
+
+                replicator = factory(config, StoreReplica(store))
                 if replicator is not None:
                     break
             extractor: Extractor | None = None
@@ -260,6 +268,14 @@ class MemoryBank:
         return self.store.path
 
     @property
+    def replica(self) -> "Replica":
+        """This bank's store as the replication port (:mod:`memlocal.replication`): all that a
+        replicator (the sync package) is given of it."""
+        from .store.replica import StoreReplica
+
+        return StoreReplica(self.store)
+
+    @property
     def automations(self) -> "AutomationNotes":
         """The automation notes kept in this bank (get, list, put, clear, delete, block)."""
         if self._automations is None:
@@ -276,7 +292,7 @@ class MemoryBank:
         """
         if self._daemon_factory is None:
             raise ConfigError(f"no sync daemon is installed (entry point group {DAEMON_ENTRY_POINTS} is empty)")
-        daemon = self._daemon_factory(self.config, self.store)
+        daemon = self._daemon_factory(self.config, self.replica, self.apply_retention)
         return SyncDaemonHandle(daemon) if daemon is not None else None
 
     def close(self) -> None:

@@ -580,6 +580,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     from memlocal_sync.objects import encode
 
     from memlocal.store import Store
+    from memlocal.store.replica import StoreReplica
 
     queries = Corpus(plan.seed + 2).queries(plan.startup_repeats)
     proc, endpoint = start_moto(tmp / "moto.log")
@@ -609,7 +610,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
             db = tmp / f"sync-{rep}.db"
             shutil.copyfile(source, db)
             store = Store(db)
-            engine = SyncEngine(config, store)
+            engine = SyncEngine(config, StoreReplica(store))
             try:
                 log(f"  sync: first push of {count} memories ({rep + 1}/{plan.sync_repeats})")
                 m0 = cpu_seconds(proc.pid)
@@ -648,7 +649,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                         log(f"  sync: a fresh host hydrating {count} memories"
                             f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{plan.noop_repeats})")
                         fresh = Store(tmp / f"fresh-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db")
-                        engine = SyncEngine(snapshots, fresh)
+                        engine = SyncEngine(snapshots, StoreReplica(fresh))
                         try:
                             t = time.perf_counter()
                             report = engine.run_pass()

@@ -25,6 +25,7 @@ from _benchlib import BUCKET, fill, s3_client, s3_env, start_moto, stop_moto  # 
 
 from memlocal import Config  # noqa: E402
 from memlocal.store import Store  # noqa: E402
+from memlocal.store.replica import StoreReplica  # noqa: E402
 
 
 def run(count: int, workers: int) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def run(count: int, workers: int) -> dict[str, Any]:
 
         a = Store(tmp / "a.db")
         fill(a, count)
-        engine = SyncEngine(config, a)
+        engine = SyncEngine(config, StoreReplica(a))
         t0 = time.perf_counter()
         report = engine.run_pass()
         push_s = time.perf_counter() - t0
@@ -56,7 +57,7 @@ def run(count: int, workers: int) -> dict[str, Any]:
         engine.close()
 
         b = Store(tmp / "b.db")
-        engine = SyncEngine(config, b)
+        engine = SyncEngine(config, StoreReplica(b))
         t0 = time.perf_counter()
         report = engine.run_pass()
         pull_s = time.perf_counter() - t0

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from memlocal.cli._common import Progress, State, dim, echo_json, json_option, pass_state, table
+from memlocal.cli.plugin import Progress, State, dim, echo_json, json_option, pass_state, table
 from memlocal.humanize import plural
 
 if TYPE_CHECKING:  # the engine (boto3, the store) is imported when a command runs: `memlocal --help` stays fast
@@ -29,7 +29,7 @@ def _settings(state: State) -> BucketSettings | None:
 def _engine(state: State) -> SyncEngine:
     from .engine import SyncEngine
 
-    return SyncEngine(state.config, state.bank().store)
+    return SyncEngine(state.config, state.bank().replica)
 
 
 @click.group("sync")
@@ -96,10 +96,11 @@ def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
     config = state.config
     if interval is not None:
         config = config.with_overrides(sync__interval_s=interval)
-    engine = SyncEngine(config, state.bank().store)
+    bank = state.bank()
+    engine = SyncEngine(config, bank.replica)
     try:
         SyncDaemon(engine, interval_s=float(config["sync.interval_s"]),
-                   debounce_s=float(config["sync.debounce_s"])).run()
+                   debounce_s=float(config["sync.debounce_s"]), retention=bank.apply_retention).run()
     finally:
         engine.close()
 
@@ -121,7 +122,7 @@ def status_data(state: State) -> dict[str, Any]:
     """Everything ``sync status`` shows, as JSON-ready data."""
     from .status import status_for
 
-    return status_for(_settings(state), state.bank().store)
+    return status_for(_settings(state), state.bank().replica)
 
 
 @sync_group.command("status")

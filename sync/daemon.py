@@ -8,7 +8,9 @@
 - A wake-up during a pass marks the pass dirty; the job runs again right after it.
 - SIGTERM / SIGINT: stop watching, let the pass in flight finish, shut the scheduler down, exit.
 - With ``retention.enabled`` (off by default), a second job prunes every profile by the
-  configured policy every ``retention.interval_s``, on the same executor (never during a pass).
+  configured policy every ``retention.interval_s``, on the same executor (never during a pass):
+  the library hands the daemon that policy as a callback (``retention``; the bank's
+  ``apply_retention``), so the daemon never opens a bank of its own.
 - Passes never overlap across processes either: the engine's lock file; a tick that finds the
   lock held by another process (``memlocal sync run`` from cron, say) is skipped.
 """
@@ -21,12 +23,12 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from memlocal.config import Config
 from memlocal.errors import SyncError
 from memlocal.humanize import plural
-from memlocal.store import Store
+from memlocal.replication import Replica
 
 from .bucket import BucketSettings
 from .engine import PassReport, SyncEngine, lock_path
@@ -37,23 +39,31 @@ JOB_ID = "memlocal-sync-pass"
 RETENTION_JOB_ID = "memlocal-retention"
 
 
-def factory(config: Config, store: Store) -> "SyncDaemon | None":
+# The retention policy as the library hands it over: prunes every profile, returns
+# ``{profile: memories pruned}`` (``MemoryBank.apply_retention``).
+Retention = Callable[[], Mapping[str, int]]
+
+
+def factory(config: Config, store: Replica, retention: Retention | None = None) -> "SyncDaemon | None":
     """The ``memlocal.daemons`` entry point (``memlocal serve --with-sync``): a daemon sharing
-    the caller's store, or ``None`` without a bucket. Its ``run()`` blocks until ``stop()``."""
+    the caller's store (through the replication port) and running its ``retention`` policy, or
+    ``None`` without a bucket. Its ``run()`` blocks until ``stop()``."""
     settings = BucketSettings.from_config(config)
     if settings is None:
         return None
     engine = SyncEngine(config, store, settings=settings)
     return SyncDaemon(engine, interval_s=float(config["sync.interval_s"]),
-                      debounce_s=float(config["sync.debounce_s"]), close_engine=True)
+                      debounce_s=float(config["sync.debounce_s"]), close_engine=True, retention=retention)
 
 
 class SyncDaemon:
     """Runs ``engine`` passes on an interval and on local writes until ``stop()`` or a signal."""
 
     def __init__(self, engine: SyncEngine, *, interval_s: float, debounce_s: float = 1.0,
-                 on_pass: Callable[[PassReport], None] | None = None, close_engine: bool = False) -> None:
+                 on_pass: Callable[[PassReport], None] | None = None, close_engine: bool = False,
+                 retention: Retention | None = None) -> None:
         self.engine = engine
+        self.retention = retention
         self.interval_s = interval_s
         self.debounce_s = max(0.05, debounce_s)
         self.on_pass = on_pass
@@ -122,11 +132,10 @@ class SyncDaemon:
     def _retention_job(self) -> None:
         """Apply the configured retention policy (``retention.*``) through the bank's normal
         delete path, so the deletions reach the bucket. Off unless ``retention.enabled``."""
-        from memlocal import MemoryBank
-
+        if self.retention is None:
+            return
         try:
-            with MemoryBank.open(self.engine.store.path, config=self.engine.config) as bank:
-                pruned = bank.apply_retention()
+            pruned = self.retention()
         except Exception:  # the daemon outlives one bad run
             log.exception("retention run failed")
             return
@@ -155,7 +164,9 @@ class SyncDaemon:
         scheduler.add_job(self._job, "interval", seconds=self.interval_s, id=JOB_ID,
                           next_run_time=datetime.now(timezone.utc), coalesce=True, max_instances=1)
         config = self.engine.config
-        if config["retention.enabled"]:
+        if config["retention.enabled"] and self.retention is None:
+            log.warning("retention.enabled is set but this daemon was given no retention policy: not pruning")
+        elif config["retention.enabled"]:
             # Same one-thread executor: a retention run never overlaps a pass. First run after
             # one interval, so a daemon started by mistake can still be stopped first.
             every = float(config["retention.interval_s"])

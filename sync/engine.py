@@ -28,8 +28,8 @@ from filelock import FileLock, Timeout
 from memlocal.config import Config
 from memlocal.errors import SyncError
 from memlocal.humanize import plural
-from memlocal.model import Memory, compute_staleness, format_time, new_id, parse_time, utcnow
-from memlocal.store import NoteState, Store, to_us
+from memlocal.model import Memory, compute_staleness, format_time, new_id, parse_time, to_us, utcnow
+from memlocal.replication import NoteState, Replica
 
 from . import marker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
@@ -176,7 +176,7 @@ _COUNT_WORDS: dict[str, Callable[[int], str]] = {
 class SyncEngine:
     """Runs reconciliation passes for one database against one bucket."""
 
-    def __init__(self, config: Config, store: Store, *, bucket: BucketClient | None = None,
+    def __init__(self, config: Config, store: Replica, *, bucket: BucketClient | None = None,
                  settings: BucketSettings | None = None) -> None:
         settings = settings or (bucket.settings if bucket else BucketSettings.from_config(config))
         if settings is None:
@@ -625,8 +625,6 @@ class SyncEngine:
         """The first readable snapshot of each profile, every entry decoded and made ready to
         insert (content hash, store row). Runs beside the listing; never raises (a snapshot that
         cannot be used here is read again, or its objects fetched, after the plan)."""
-        from memlocal.store import write_row
-
         out: dict[str, dict[str, _Prefetched]] = {}
         for profile, keys in snapshots.items():
             try:
@@ -647,7 +645,7 @@ class SyncEngine:
                     ready[obj_key] = _Prefetched(etag, body, None, exc.reason, "", None)
                     continue
                 try:
-                    row = write_row(memory)
+                    row = self.store.prepare(memory)
                 except Exception:  # containment: the usual path reports it
                     row = None
                 ready[obj_key] = _Prefetched(etag, body, memory, "", content_hash(memory), row)
@@ -1195,7 +1193,7 @@ class _RecordView:
 @dataclass(frozen=True, slots=True)
 class _Prefetched:
     """One snapshot entry read ahead: its ETag and body, the memory (``None`` with the reason when
-    the body is unusable), its content hash and its store row (``write_row``; ``None`` if that
+    the body is unusable), its content hash and its store row (``Replica.prepare``; ``None`` if that
     failed, left to the usual path)."""
 
     etag: str

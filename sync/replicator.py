@@ -24,8 +24,8 @@ from typing import Any, Callable
 from memlocal.automation import AutomationNote
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError, SyncError
-from memlocal.model import Memory, validate_profile
-from memlocal.store import NoteState, Store, to_us
+from memlocal.model import Memory, to_us, validate_profile
+from memlocal.replication import NoteState, Replica
 
 from . import changes, marker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed
@@ -40,7 +40,7 @@ _warned_local_only = False
 _warn_lock = threading.Lock()
 
 
-def factory(config: Config, store: Store) -> "S3Replicator | None":
+def factory(config: Config, store: Replica) -> "S3Replicator | None":
     """The ``memlocal.replicators`` entry point: a replicator, or ``None`` without a bucket.
 
     Without a bucket the bank runs local only; that is said once per process, as a warning on
@@ -178,7 +178,7 @@ class Breaker:
 class S3Replicator:
     """The bank's write-through hook for one store and one bucket."""
 
-    def __init__(self, config: Config, store: Store, settings: BucketSettings) -> None:
+    def __init__(self, config: Config, store: Replica, settings: BucketSettings) -> None:
         self.config = config
         self.store = store
         self.settings = settings

@@ -1,12 +1,13 @@
 """The sync's side of the local SQLite file: base (of memories and of automation notes),
 skipped objects, pass records.
 
-The sync creates and migrates its own tables (``SCHEMA``, versioned by the ``meta`` key
-``sync.schema``); the store owns ``memories`` and its change log (the outbox and each row's
-``access_delta``), written inside the store's own transactions. This module never writes
-``memories``: synced changes go through the store's narrow methods (``apply_remote``, ``insert_remote_absent``,
-``delete_from_remote``, ``reid``, ``clear_outbox``), each inside a ``Store.transaction``
-(``BEGIN IMMEDIATE``, durable commit) together with the sync's own rows. The engine hands this
+The sync declares its own tables as a named migration set (``SYNC_SCHEMA``, versioned by the
+``meta`` key ``sync.schema``), run by the store's one migration runner; the store owns
+``memories`` and its change log (the outbox and each row's ``access_delta``), written inside the
+store's own transactions. This module sees the store only through the replication port
+(:mod:`memlocal.replication`): synced changes go through a ``ReplicaTransaction``
+(``apply_remote``, ``insert_remote_absent``, ``delete_from_remote``, ``reid``, ``clear_outbox``;
+``BEGIN IMMEDIATE``, durable commit) together with the sync's own rows. The engine hands this
 module *effects* in batches so that a pass over 10k memories is a few dozen commits, not 10k.
 Every effect is idempotent and re-reads the row it changes inside the transaction, so an access
 bump or a deletion that lands while a request is in flight is never lost or undone.
@@ -16,15 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Callable, Iterable, Literal, Sequence, Union
+from typing import Any, Iterable, Literal, Sequence, Union
 
 from memlocal.automation import AutomationNote
 from memlocal.errors import MemoryBankError
-from memlocal.model import Memory, format_time, utcnow
-from memlocal.store import NoteState, Store, content_signature, from_us, to_us
+from memlocal.model import Memory, format_time, from_us, to_us, utcnow
+from memlocal.replication import MigrationSet, NoteState, PreparedRow, Replica, ReplicaTransaction
 
 from .objects import content_hash, note_hash, note_key, object_key
 from .plan import Base, Local, NoteSide
@@ -83,25 +83,15 @@ def _schema_4(c: Any) -> None:
               " seq INTEGER NOT NULL, seen_us INTEGER NOT NULL)")
 
 
-# Numbered migrations of the sync's tables, applied in order, each in one transaction.
-SCHEMA: dict[int, Callable[[Any], None]] = {1: _schema_1, 2: _schema_2, 3: _schema_3, 4: _schema_4}
-SCHEMA_VERSION = max(SCHEMA)
+# The sync's tables as a named migration set (the store's one runner applies it, each step in one
+# transaction with its stamp). A new table or column is a new step: the next number.
+SYNC_SCHEMA = MigrationSet("sync", {1: _schema_1, 2: _schema_2, 3: _schema_3, 4: _schema_4}, stamp_key=META_SCHEMA)
+SCHEMA_VERSION = SYNC_SCHEMA.version
 
 
-def ensure_schema(store: Store) -> None:
+def ensure_schema(store: Replica) -> None:
     """Create or migrate the sync's tables in ``store`` (cheap when they are current)."""
-    current = int(store.meta_get(META_SCHEMA) or 0)
-    if current >= SCHEMA_VERSION:
-        return
-    for version in sorted(v for v in SCHEMA if v > current):
-        with store.transaction() as c:
-            # Another process may have migrated while we waited for the write lock.
-            row = c.execute("SELECT value FROM meta WHERE key = ?", (META_SCHEMA,)).fetchone()
-            if row is not None and int(row[0]) >= version:
-                continue
-            SCHEMA[version](c)
-            c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                      (META_SCHEMA, str(version)))
+    store.migrate(SYNC_SCHEMA)
 
 
 # --- effects ------------------------------------------------------------------------------------
@@ -136,7 +126,7 @@ class Synced:
     sent_delta: int = 0
     content: Literal["remote", "local"] = "remote"
     set_staleness: bool = True
-    row: tuple[Any, ...] | None = None  # the memory's store row, when already computed (``write_row``)
+    row: PreparedRow | None = None  # the memory's store row, when already computed (``Replica.prepare``)
     # ``base_hash`` is ``memory``'s own content hash (False: an older base kept for a local edit),
     # so the base may record ``memory``'s content signature beside it.
     hash_is_memorys: bool = True
@@ -227,9 +217,9 @@ Effect = Union[Synced, DeletedRemote, DeleteLocal, Forget, SkipObject, Unskip, N
 
 
 class SyncState:
-    """Reads and writes of the sync tables on one ``Store`` (created here if missing)."""
+    """Reads and writes of the sync tables on one ``Replica`` (created here if missing)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Replica) -> None:
         self.store = store
         try:
             ensure_schema(store)
@@ -260,16 +250,16 @@ class SyncState:
         (``local_entries_from``). Without ``hashes`` (a pull-only refresh, which never pushes
         content): ids, profiles and deltas only."""
         if not hashes:
-            return LocalRows({r[0]: Local(r[0], r[1], "", int(r[2])) for r in self.store.access_deltas(profiles)}, [])
+            return LocalRows({r.id: Local(r.id, r.profile, "", r.delta) for r in self.store.access_deltas(profiles)}, [])
         base = base or {}
         ready: dict[str, Local] = {}
         stale: dict[str, str] = {}
-        for mid, profile, delta, active, sig in self.store.content_signatures(profiles):
-            b = base.get(mid)
-            if b is not None and b.row_sig == sig and b.profile == profile:
-                ready[mid] = Local(mid, profile, b.content_hash, delta, inactive=not active)
+        for r in self.store.content_signatures(profiles):
+            b = base.get(r.id)
+            if b is not None and b.row_sig == r.signature and b.profile == r.profile:
+                ready[r.id] = Local(r.id, r.profile, b.content_hash, r.delta, inactive=not r.active)
             else:
-                stale[mid] = sig
+                stale[r.id] = r.signature
         if len(stale) > len(ready):  # mostly unknown (a first pass after an upgrade): one scan
             pending = [r for r in self.store.memories_with_deltas(profiles) if r[0].id in stale]
         else:
@@ -365,13 +355,13 @@ class SyncState:
                 i += 1
                 if isinstance(eff, DeletedRemote):
                     c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
-                    store.clear_outbox(c, eff.id, "delete")
+                    c.clear_outbox(eff.id, "delete")
                 elif isinstance(eff, DeleteLocal):
-                    store.delete_from_remote(c, eff.id, eff.profile)
+                    c.delete_from_remote(eff.id, eff.profile)
                     c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
                 elif isinstance(eff, Forget):
                     c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
-                    store.clear_outbox(c, eff.id, only_if_absent=True)
+                    c.clear_outbox(eff.id, only_if_absent=True)
                 elif isinstance(eff, SkipObject):
                     c.execute("INSERT INTO sync_skipped (key, etag, reason, seen_us) VALUES (?, ?, ?, ?)"
                               " ON CONFLICT(key) DO UPDATE SET etag = excluded.etag, reason = excluded.reason,"
@@ -379,7 +369,7 @@ class SyncState:
                 elif isinstance(eff, Unskip):
                     c.execute("DELETE FROM sync_skipped WHERE key = ?", (eff.key,))
                 elif isinstance(eff, NoteSynced):
-                    store.apply_remote_note(c, eff.id, eff.note, eff.expected)
+                    c.apply_remote_note(eff.id, eff.note, eff.expected)
                     c.execute(
                         "INSERT INTO sync_note_base (automation_id, etag, content_hash, synced_us) VALUES (?, ?, ?, ?)"
                         " ON CONFLICT(automation_id) DO UPDATE SET etag = excluded.etag,"
@@ -389,28 +379,28 @@ class SyncState:
                     c.execute("DELETE FROM sync_skipped WHERE key = ?", (note_key(eff.id),))
                 elif isinstance(eff, NoteDeletedRemote):
                     c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
-                    store.clear_note_outbox(c, eff.id)
+                    c.clear_note_outbox(eff.id)
                 elif isinstance(eff, NoteDeleteLocal):
-                    store.delete_note_from_remote(c, eff.id, eff.expected)
+                    c.delete_note_from_remote(eff.id, eff.expected)
                     c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
                 elif isinstance(eff, NoteForget):
                     c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
-                    store.clear_note_outbox(c, eff.id)
+                    c.clear_note_outbox(eff.id)
                 elif isinstance(eff, Changed):
                     c.execute("INSERT INTO sync_journal (key, etag, op, size) VALUES (?, ?, ?, ?)",
                               (eff.key, eff.etag, eff.op, eff.size))
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
 
-    def _apply_synced(self, c: sqlite3.Connection, run: list[Synced], now_us: int) -> None:
+    def _apply_synced(self, c: ReplicaTransaction, run: list[Synced], now_us: int) -> None:
         """Fold ``run`` (Synced effects of distinct ids) into the store and record their bases."""
         store = self.store
         pulled = [e for e in run if e.content == "remote"]
-        inserted = store.insert_remote_absent(c, [(e.memory, e.row) for e in pulled]) if len(pulled) > 1 else set()
+        inserted = c.insert_remote_absent([(e.memory, e.row) for e in pulled]) if len(pulled) > 1 else set()
         recorded: list[Synced] = []
         for eff in run:
-            if eff.memory.id not in inserted and not store.apply_remote(
-                    c, eff.memory, content=eff.content, sent_delta=eff.sent_delta,
+            if eff.memory.id not in inserted and not c.apply_remote(
+                    eff.memory, content=eff.content, sent_delta=eff.sent_delta,
                     set_staleness=eff.set_staleness, row=eff.row):
                 continue  # the id belongs to a memory of another profile here
             recorded.append(eff)
@@ -421,7 +411,7 @@ class SyncState:
             " content_hash = excluded.content_hash, synced_us = excluded.synced_us,"
             " row_sig = excluded.row_sig",
             [(e.memory.id, e.memory.profile_name, e.etag, e.base_hash, now_us,
-              content_signature(e.memory) if e.hash_is_memorys else None) for e in recorded],
+              store.signature(e.memory) if e.hash_is_memorys else None) for e in recorded],
         )
         c.executemany("DELETE FROM sync_skipped WHERE key = ?",
                       [(object_key(e.memory.profile_name, e.memory.id),) for e in recorded])
@@ -432,7 +422,7 @@ class SyncState:
         No deletion is queued for ``old_id``: the bucket's object under it is not ours.
         """
         with self.store.transaction() as c:
-            if not self.store.reid(c, old_id, new_id):
+            if not c.reid(old_id, new_id):
                 return None
             c.execute("DELETE FROM sync_base WHERE id = ?", (old_id,))
         loaded = self.load_local(new_id)
@@ -448,16 +438,16 @@ class SyncState:
         if current == identity:
             return False
         with self.store.transaction() as c:
-            had_base = c.execute("SELECT 1 FROM sync_base LIMIT 1").fetchone() is not None
-            had_base |= c.execute("SELECT 1 FROM sync_note_base LIMIT 1").fetchone() is not None
+            had_base = bool(c.query("SELECT 1 FROM sync_base LIMIT 1"))
+            had_base |= bool(c.query("SELECT 1 FROM sync_note_base LIMIT 1"))
             c.execute("DELETE FROM sync_base")
             c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
             c.execute("DELETE FROM sync_delete_record")
             c.execute("DELETE FROM sync_journal")
-            c.execute("DELETE FROM meta WHERE key IN (?, ?)", (META_MARKER, META_CHANGES))
-            c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                      (META_BUCKET, identity))
+            c.meta_delete(META_MARKER)
+            c.meta_delete(META_CHANGES)
+            c.meta_set(META_BUCKET, identity)
         if had_base:
             self.add_note(f"the configured bucket changed to {identity.replace('|', ' ')}: starting from an "
                           "empty base, nothing deleted")
@@ -472,7 +462,7 @@ class SyncState:
             c.execute("DELETE FROM sync_skipped")
             c.execute("DELETE FROM sync_delete_record")
             c.execute("DELETE FROM sync_journal")
-            c.execute("DELETE FROM meta WHERE key = ?", (META_CHANGES,))
+            c.meta_delete(META_CHANGES)
 
     # --- the change record's local side (memlocal_sync.changes) --------------------------------
 
@@ -495,9 +485,9 @@ class SyncState:
         is dropped). ``cursor_from``/``cursor``: move the cursor only if it is still there;
         ``tail``: only forward."""
         with self.store.transaction() as c:
-            row = c.execute("SELECT value FROM meta WHERE key = ?", (META_CHANGES,)).fetchone()
+            rows = c.query("SELECT value FROM meta WHERE key = ?", (META_CHANGES,))
             try:
-                state = json.loads(row[0]) if row else {}
+                state = json.loads(rows[0][0]) if rows else {}
             except ValueError:
                 state = {}
             if not isinstance(state, dict) or state.get("marker") != marker_id:
@@ -512,8 +502,7 @@ class SyncState:
                 state["tailAt"] = values.get("now", state.get("tailAt"))
             values.pop("now", None)
             state.update(values)
-            c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                      (META_CHANGES, json.dumps(state, sort_keys=True)))
+            c.meta_set(META_CHANGES, json.dumps(state, sort_keys=True))
 
     def journal(self, limit: int) -> list[tuple[int, str, str, str, int]]:
         """The oldest ``limit`` writes not yet published: ``(n, key, etag, op, size)``."""
@@ -542,7 +531,7 @@ class SyncState:
 
     def is_empty(self) -> bool:
         """No memory here and nothing synced: a fresh host."""
-        return self.store.count() == 0 and not self.store.read("SELECT 1 FROM sync_base LIMIT 1")
+        return not self.store.profiles() and not self.store.read("SELECT 1 FROM sync_base LIMIT 1")
 
     def local_work_ids(self) -> set[str]:
         """Ids with something for the bucket: queued saves and deletions, unmerged access bumps.
@@ -572,7 +561,7 @@ class SyncState:
         if not notes:
             return []
         with self.store.transaction() as c:
-            c.execute("DELETE FROM meta WHERE key = ?", (META_NOTES,))
+            c.meta_delete(META_NOTES)
         return [str(n) for n in notes] if isinstance(notes, list) else []
 
     def forget_base(self, profiles: Sequence[str] | None = None) -> int:
@@ -582,7 +571,7 @@ class SyncState:
         with self.store.transaction() as c:
             if profiles is None:  # automation notes belong to no profile: a full reupload only
                 c.execute("DELETE FROM sync_note_base")
-            return c.execute(f"DELETE FROM sync_base{where}", params).rowcount
+            return c.execute(f"DELETE FROM sync_base{where}", params)
 
     def get_json(self, key: str) -> Any:
         text = self.store.meta_get(key)
@@ -600,10 +589,10 @@ class SyncState:
         """(memories with no base, memories with a base and unmerged access bumps)."""
         base = {r[0] for r in self.store.read("SELECT id FROM sync_base")}
         saves = access = 0
-        for mid, _profile, delta in self.store.access_deltas():
-            if mid not in base:
+        for r in self.store.access_deltas():
+            if r.id not in base:
                 saves += 1
-            elif delta > 0:
+            elif r.delta > 0:
                 access += 1
         return saves, access
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from memlocal.store import Store
+from memlocal.replication import Replica
 
 from .bucket import BucketSettings
 from .engine import pass_running
 from .state import META_LAST_ERROR, META_LAST_PASS, META_MARKER, SyncState
 
 
-def status_for(settings: BucketSettings | None, store: Store) -> dict[str, Any]:
+def status_for(settings: BucketSettings | None, store: Replica) -> dict[str, Any]:
     """``sync status`` of ``store`` against the bucket ``settings`` (also the replicator's ``status()``)."""
     st = SyncState(store)
     return {

@@ -426,7 +426,7 @@ class Host:
         """One pass (``SyncEngine.run_pass``)."""
         from memlocal_sync.engine import SyncEngine
 
-        engine = SyncEngine(self.config, self.bank.store)
+        engine = SyncEngine(self.config, self.bank.replica)
         try:
             return engine.run_pass(**kwargs)
         finally:

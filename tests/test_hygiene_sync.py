@@ -106,8 +106,8 @@ def test_the_daemon_runs_the_retention_policy_when_enabled(hosts: Callable[..., 
     fact = a.bank.save(P, "The repository is monorepo-x", category="fact").memory
     _age(a, old.id, 60)
     _age(a, fact.id, 60)
-    engine = SyncEngine(a.config, a.bank.store)
-    daemon = SyncDaemon(engine, interval_s=60, debounce_s=0.1)
+    engine = SyncEngine(a.config, a.bank.replica)
+    daemon = SyncDaemon(engine, interval_s=60, debounce_s=0.1, retention=a.bank.apply_retention)
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     try:

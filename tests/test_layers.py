@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
@@ -25,14 +27,30 @@ def test_lint_imports_is_clean() -> None:
     assert f"Contracts: {len(contracts)} kept, 0 broken." in result.stdout
 
 
-def test_a_library_module_importing_a_face_breaks_a_contract(tmp_path: Path) -> None:
-    """The contracts do catch a violation: a copy of the packages where the store imports the CLI."""
-    shutil.copytree(ROOT / "memlocal", tmp_path / "memlocal", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "sync", tmp_path / "memlocal_sync", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    store = tmp_path / "memlocal" / "store.py"
-    store.write_text(store.read_text() + "\nfrom .cli import _common  # a layer violation\n")
-    result = lint_imports(tmp_path)
+@pytest.fixture(scope="module")
+def violations(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``lint-imports`` on a copy of the packages with two violations: the store imports the CLI,
+    and a sync module imports a store internal (one run: each costs seconds)."""
+    tmp = tmp_path_factory.mktemp("violations")
+    shutil.copytree(ROOT / "memlocal", tmp / "memlocal", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "sync", tmp / "memlocal_sync", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
+    store = tmp / "memlocal" / "store" / "memories.py"
+    store.write_text(store.read_text() + "\nfrom ..cli import _common  # a layer violation\n")
+    state = tmp / "memlocal_sync" / "state.py"
+    state.write_text(state.read_text() + "\nfrom memlocal.store.memories import write_row  # past the port\n")
+    result = lint_imports(tmp)
     assert result.returncode != 0
-    assert "faces are not imported by the library BROKEN" in result.stdout
-    assert "memlocal.store -> memlocal.cli._common" in result.stdout
+    return result.stdout
+
+
+def test_a_library_module_importing_a_face_breaks_a_contract(violations: str) -> None:
+    assert "faces are not imported by the library BROKEN" in violations
+    assert "memlocal.store.memories -> memlocal.cli._common" in violations
+
+
+def test_a_sync_module_importing_a_store_internal_breaks_the_port_contract(violations: str) -> None:
+    """The sync package may import from memlocal only the replication port and the public modules
+    the contract allows (pyproject.toml, docs/architecture.md)."""
+    assert "the sync imports only the port and public modules BROKEN" in violations
+    assert "memlocal_sync.state -> memlocal.store.memories" in violations

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from memlocal.model import format_time, utcnow
 from memlocal.store import Store
+from memlocal.store.replica import StoreReplica
 from s3server import S3, FaultProxy, Host, Outage
 
 NOTES = "memlocal/automations/"
@@ -150,13 +151,13 @@ def test_bucket_down_the_outbox_drains_later(hosts: Callable[..., Host], s3: S3,
     a.bank.automations.put("n2", "written offline, then cleared")
     a.bank.automations.clear("n2")
     assert a.bank.sync_status()["pending"]["automationNotes"] == 2
-    assert a.bank.store.note_outbox() == {"n1": "put", "n2": "delete"}
+    assert a.bank.replica.note_outbox() == {"n1": "put", "n2": "delete"}
     assert a.sync().result == "failed"
     outage.up()
     report = a.sync()
     assert report.ok and report.counts["notes_pushed"] == 1
     assert s3.keys(NOTES) == [key("n1")]
-    assert a.bank.store.note_outbox() == {}
+    assert a.bank.replica.note_outbox() == {}
     assert a.bank.sync_status()["pending"]["automationNotes"] == 0
     b = hosts("b")
     assert b.sync().ok and note_of(b, "n1") == "written offline"
@@ -167,7 +168,7 @@ def test_the_daemon_wakes_for_a_queued_note(hosts: Callable[..., Host], outage: 
     from memlocal_sync.state import SyncState
 
     a = hosts("a", bucket__endpoint=outage.endpoint)
-    state = SyncState(a.bank.store)
+    state = SyncState(a.bank.replica)
     assert not state.has_local_work()
     a.bank.automations.put("n1", "queued")
     assert state.has_local_work()
@@ -268,7 +269,7 @@ def test_notes_written_before_the_upgrade_are_queued(tmp_path: Path) -> None:
     conn.close()
     store = Store(db)
     try:
-        assert store.note_outbox() == {"old": "put"}
+        assert StoreReplica(store).note_outbox() == {"old": "put"}
     finally:
         store.close()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from memlocal import MemoryBank
 from memlocal.bank import Replicator
 from memlocal.store import Store
+from memlocal.store.replica import StoreReplica
 
 from memlocal_sync.bucket import Bucket, BucketClient, BucketSettings
 from memlocal_sync.state import SyncState
@@ -63,8 +64,8 @@ def test_the_sync_creates_its_own_tables(tmp_path: Path) -> None:
     assert "memories" in tables and "sync_outbox" in tables
     assert "automation_outbox" in tables
     assert not tables & {"sync_base", "sync_skipped", "sync_note_base"}  # not the store's
-    SyncState(store)
-    SyncState(store)  # idempotent
+    SyncState(StoreReplica(store))
+    SyncState(StoreReplica(store))  # idempotent
     tables = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"sync_base", "sync_skipped", "sync_note_base"} <= tables
     store.close()
@@ -88,7 +89,7 @@ def test_the_store_records_its_change_log_without_a_replicator(tmp_path: Path) -
 def test_a_run_of_pulls_lands_as_the_same_pulls_one_at_a_time(tmp_path: Path) -> None:
     """``SyncState.apply`` takes a run of pulled memories in a few statements (a fresh host pulls
     thousands): the database ends exactly as when each is applied alone through
-    ``Store.apply_remote``, whatever each id meets here: nothing, a memory of the same profile, a
+    ``ReplicaTransaction.apply_remote``, whatever each id meets here: nothing, a memory of the same profile, a
     deletion not pushed yet, or a memory of another profile."""
     from memory_factory import memory
 
@@ -110,19 +111,19 @@ def test_a_run_of_pulls_lands_as_the_same_pulls_one_at_a_time(tmp_path: Path) ->
                 for i in range(5))]
     effects = [Synced(m, f'"etag-{m.id}"', content_hash(m)) for m in remote]
     batched, single = host(tmp_path / "batched.db"), host(tmp_path / "single.db")
-    SyncState(batched).apply(effects)
+    SyncState(StoreReplica(batched)).apply(effects)
     for eff in effects:
-        SyncState(single).apply([eff])
+        SyncState(StoreReplica(single)).apply([eff])
 
     def state(store: Store) -> tuple[object, ...]:
-        return (store.memories_with_deltas(),
+        return (StoreReplica(store).memories_with_deltas(),
                 store.read("SELECT id, profile, etag, content_hash, row_sig FROM sync_base ORDER BY id"),
                 store.read("SELECT id, op FROM sync_outbox ORDER BY id, op"),
                 store.read("SELECT key FROM sync_skipped ORDER BY key"),
                 store.integrity_check())
 
     assert state(batched) == state(single)
-    got = {m.id: (m.profile_name, m.processed_content, m.access_count) for m, _ in batched.memories_with_deltas()}
+    got = {m.id: (m.profile_name, m.processed_content, m.access_count) for m, _ in StoreReplica(batched).memories_with_deltas()}
     assert got["mem-000000a1"] == ("p", "Held here, edited there: the bucket's newer text", 3)
     assert "mem-000000a2" not in got  # its deletion is still queued: not brought back
     assert got["mem-000000a3"][0] == "q"  # never touched

@@ -32,7 +32,7 @@ def test_a_save_written_through_during_the_listing_is_kept(hosts: Callable[..., 
         return True
 
     fault_proxy.after(save_after_listing)
-    engine = SyncEngine(a.config, a.bank.store)
+    engine = SyncEngine(a.config, a.bank.replica)
     try:
         report = engine.run_pass()
     finally:

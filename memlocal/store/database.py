@@ -1,0 +1,192 @@
+"""The SQLite file itself: the connection, its transactions, the ``meta`` key/value table and
+the schema's migrations (run by :mod:`memlocal.store.migrations`).
+
+Decisions:
+- WAL journal with ``synchronous=FULL``: a commit is fsynced before ``save`` returns, and readers
+  never block the writer.
+- The connection runs in autocommit mode and every write is an explicit ``BEGIN IMMEDIATE``
+  transaction, so a writer takes the lock up front (no deadlock-prone lock upgrades) and waits
+  ``busy_timeout`` (``store.busy_timeout_s``) for other processes; past that the write fails
+  with one line saying so.
+- Schema changes are named migration sets, one per owner (``memlocal/store/schemas/``), each
+  versioned by its own stamp in ``meta`` (docs/storage.md, "Migrations").
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from ..errors import StoreError
+
+if TYPE_CHECKING:
+    # Imported only to migrate (and by ``Database.db``): opening an up-to-date database, which a
+    # one-shot ``memlocal recall`` does, never pays for sqlite_utils and its plugin scan.
+    import sqlite_utils
+
+    from .migrations import MigrationSet
+
+
+class Database:
+    """One SQLite file: connection, transactions, ``meta`` and migrations.
+
+    One connection per ``Database``; a re-entrant lock makes it usable from the background thread
+    that marks memories accessed.
+    """
+
+    # The migration sets run on open, in order (a subclass names its tables' sets).
+    migration_sets: tuple[MigrationSet, ...] = ()
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.RLock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=busy_timeout_s,
+                isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE
+                check_same_thread=False,
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from None
+        self.conn = conn
+        try:
+            self._configure()
+            self._migrate()
+            self._opened()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"cannot use database {self.path}: {exc}") from None
+
+    @cached_property
+    def db(self) -> "sqlite_utils.Database":
+        """A sqlite_utils view of the connection (made on first use: importing sqlite_utils
+        loads its plugins, which a fresh process answering one recall should not pay for)."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
+
+    def _configure(self) -> None:
+        c = self.conn
+        c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.DatabaseError(f"could not switch to WAL journal (got {mode})")
+        # FULL: in WAL mode the commit fsyncs the log, so an acknowledged save survives power loss.
+        c.execute("PRAGMA synchronous = FULL")
+        c.execute("PRAGMA foreign_keys = ON")
+
+    def _migrate(self) -> None:
+        """Bring ``migration_sets`` (the subclass's own tables) up to date."""
+        from .migrations import LEGACY_VERSION, run
+
+        if not self.migration_sets:
+            return
+        current = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if current > LEGACY_VERSION:
+            raise sqlite3.DatabaseError(
+                f"schema version {current} is newer than this memlocal ({LEGACY_VERSION}); upgrade memlocal"
+            )
+        run(self, self.migration_sets, legacy_version=LEGACY_VERSION)
+
+    def migrate(self, migrations: "MigrationSet") -> None:
+        """Bring one more migration set (an optional package's own tables) up to date; cheap
+        when it is current. ``StoreError`` when the database cannot be written."""
+        from .migrations import run
+
+        try:
+            run(self, (migrations,))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot migrate {migrations.name} in {self.path}: {exc}") from None
+
+    def _opened(self) -> None:
+        """Hook run once the schema is current (a subclass's checks on open)."""
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.conn.close()
+            except sqlite3.Error:
+                pass
+
+    # --- transactions -------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """An immediate write transaction. SQLite's ``busy_timeout`` is the one wait for another
+        process's lock; past it the write fails with ``StoreError`` (no retry loop on top, which
+        would make a writer wait a multiple of the setting).
+
+        ``durable=False`` commits without the fsync (``synchronous=NORMAL`` for this one
+        transaction): in WAL mode the database stays consistent and every reader sees the commit
+        at once, but a power cut may undo it. Only for best-effort writes (access bumps); the next
+        durable commit fsyncs the log, these frames included."""
+        with self._lock:
+            # 1 is NORMAL; a connection already on NORMAL (the background marker's) is left as is.
+            relax = not durable and self.conn.execute("PRAGMA synchronous").fetchone()[0] != 1
+            if relax:
+                self.conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) and "busy" not in str(exc):
+                        raise
+                    raise StoreError(
+                        f"database {self.path} stayed locked by another process for store.busy_timeout_s "
+                        f"({self.busy_timeout_s:g} s)"
+                    ) from None
+                try:
+                    yield self.conn
+                except BaseException:
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
+                    raise
+                else:
+                    self.conn.execute("COMMIT")
+            finally:
+                if relax:
+                    self.conn.execute("PRAGMA synchronous = FULL")
+
+    def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every query inside sees the same committed state (WAL snapshot)."""
+        with self._lock:
+            if self.conn.in_transaction:  # already inside a transaction of this connection
+                yield self.conn
+                return
+            self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            finally:
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
+
+    # --- key/value metadata -------------------------------------------------------------------
+
+    def meta_get(self, key: str) -> str | None:
+        rows = self.read("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self.transaction() as c:
+            set_meta(c, key, value)
+
+    def integrity_check(self) -> str:
+        return str(self.read("PRAGMA integrity_check")[0][0])
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    """Write one ``meta`` entry inside the caller's write transaction."""
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                 (key, value))

@@ -1,0 +1,551 @@
+"""Memories in the local SQLite index: their rows, CRUD, lists and the hygiene look-ups.
+
+Decisions:
+- sqlite-utils creates the schema and the FTS5 index with its sync triggers; the hot paths are
+  plain SQL on the same connection (:class:`memlocal.store.database.Database`).
+- Timestamps are integer microseconds since the epoch (exact round trip, cheap ordering);
+  ``NULL`` ``last_accessed_us`` means never accessed (Go's zero time in JSON).
+- Every write records its change in the change log (``sync_outbox``, ``automation_outbox``) in
+  the same transaction; the sync reads and applies changes only through the replication port
+  (:mod:`memlocal.replication`, implemented by :mod:`memlocal.store.replica`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Iterator, Sequence
+
+from ..errors import NotFoundError, StoreError
+from ..hygiene import near_key, text_key
+from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
+from .database import Database
+from .derive import derive_features, derive_near_keys
+from .schemas import CORE_SETS
+
+
+MEMORY_COLUMNS = (
+    "id",
+    "profile",
+    "raw_input",
+    "processed_content",
+    "summary",
+    "category",
+    "source",
+    "confidence",
+    "created_us",
+    "last_accessed_us",
+    "access_count",
+    "staleness",
+    "is_active",
+    "version",
+    "extra",
+    # Derived, never read back into a Memory: hygiene.text_key of processedContent and rawInput,
+    # for the exact-duplicate lookup (migration 7), and hygiene.near_key of processedContent for
+    # the near-duplicate lookup at the default threshold (migration 9). Every writer goes
+    # through memory_to_row.
+    "text_key",
+    "raw_key",
+    "near_key",
+)
+_SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
+SELECT_WITH_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
+
+
+def row_to_memory(row: Sequence[Any]) -> Memory:
+    (mid, profile, raw, processed, summary, category, source, confidence, created_us,
+     last_us, access_count, staleness, is_active, version, extra) = row[:15]
+    return Memory(
+        id=mid,
+        profile_name=profile,
+        raw_input=raw,
+        processed_content=processed,
+        summary=summary,
+        category=category,
+        source=source,
+        confidence=confidence,
+        created_at=from_us(created_us),  # type: ignore[arg-type]
+        last_accessed_at=from_us(last_us),
+        access_count=access_count,
+        staleness_score=staleness,
+        is_active=bool(is_active),
+        version=version,
+        extra=json.loads(extra) if extra and extra != "{}" else {},
+    )
+
+
+def extra_json(m: Memory) -> str:
+    """The ``extra`` column: the memory's unknown fields as sorted JSON."""
+    return json.dumps(dict(m.extra), sort_keys=True, ensure_ascii=False) if m.extra else "{}"
+
+
+def memory_to_row(m: Memory) -> tuple[Any, ...]:
+    return (
+        m.id,
+        m.profile_name,
+        m.raw_input,
+        m.processed_content,
+        m.summary,
+        m.category,
+        m.source,
+        m.confidence,
+        to_us(m.created_at),
+        to_us(m.last_accessed_at),
+        m.access_count,
+        m.staleness_score,
+        int(m.is_active),
+        m.version,
+        extra_json(m),
+        text_key(m.processed_content),
+        text_key(m.raw_input) if m.raw_input != m.processed_content else None,
+        near_key(m.processed_content),
+    )
+
+
+def id_batches(ids: Sequence[str]) -> Iterator[builtins.list[str]]:
+    """``ids`` in lists short enough for one ``IN (...)`` (SQLite's default limit is 999 variables)."""
+    for i in range(0, len(ids), 500):
+        yield list(ids[i:i + 500])
+
+
+_OUTBOX_UPSERT: Final = ("INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES (?, ?, ?, ?)"
+                         " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
+                         " queued_us = excluded.queued_us")
+
+
+def _record_outbox(c: sqlite3.Connection, memory_id: str, profile: str, op: str) -> None:
+    """The change log entry of a save (``put``) or deletion (``delete``); the latest op wins."""
+    c.execute(_OUTBOX_UPSERT, (memory_id, profile, op, to_us(utcnow())))
+
+
+# An automation note as the store keeps it: its text and updatedAt in µs.
+NoteState = tuple[str, int]
+
+
+def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> None:
+    """The change log entry of a note written (``put``) or cleared (``delete``); the latest wins."""
+    c.execute(
+        "INSERT INTO automation_outbox (automation_id, op, queued_us) VALUES (?, ?, ?)"
+        " ON CONFLICT(automation_id) DO UPDATE SET op = excluded.op, queued_us = excluded.queued_us",
+        (automation_id, op, to_us(utcnow())),
+    )
+
+
+# --- the persisted features (the recall index's tokens; memlocal.features) ---------------------
+
+# What the store writes for a memory: its columns plus its derived features.
+WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
+
+
+def write_row(m: Memory) -> tuple[Any, ...]:
+    """``memory_to_row(m)`` plus the memory's features (for an INSERT of ``WRITE_COLUMNS``)."""
+    from ..features import features_of
+
+    return (*memory_to_row(m), features_of(m.processed_content, m.summary))
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of memories, newest first, with the total the page was cut from."""
+
+    memories: list[Memory]
+    total: int
+    limit: int
+    offset: int
+
+    def __iter__(self) -> Iterator[Memory]:
+        return iter(self.memories)
+
+    def __len__(self) -> int:
+        return len(self.memories)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "memories": [m.to_dict() for m in self.memories],
+            "total": self.total,
+            "limit": self.limit,
+            "offset": self.offset,
+        }
+
+
+class IdTakenError(StoreError):
+    """Raised internally when a freshly drawn id already exists; the caller draws another."""
+
+
+class Store(Database):
+    """The memories of one SQLite file: durable writes and the queries the bank needs (the
+    connection, transactions and ``meta`` are :class:`Database`'s)."""
+
+    # The library's own tables, migrated on open (memlocal.store.schemas).
+    migration_sets = CORE_SETS
+
+    def _opened(self) -> None:
+        self._check_features()
+
+    def _check_features(self) -> None:
+        """Re-derive every memory's features and near-duplicate key when they were made by another
+        tokenizer (the stamp in ``meta`` differs from this code's fingerprint): once, on open."""
+        from ..features import FEATURES_META_KEY, fingerprint
+
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
+        if row is not None and row[0] == fingerprint():
+            return
+        with self.transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
+            if row is not None and row[0] == fingerprint():
+                return  # another process re-derived them while we waited for the lock
+            # Clearing first lets the triggers remove each old document with the values it was
+            # indexed with; deriving then indexes the new ones.
+            c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
+            derive_features(c)
+            derive_near_keys(c)  # made of the same terms
+
+    def derive_stale_features(self, profile: str) -> int:
+        """Derive the features that ``profile``'s memories lack (rows written without them);
+        best effort: returns how many were derived, 0 when the database cannot be written now."""
+        with self._lock:
+            if not self.conn.execute("SELECT 1 FROM memories WHERE profile = ? AND features IS NULL LIMIT 1",
+                                     (profile,)).fetchone():
+                return 0
+            try:
+                with self.transaction() as c:
+                    return derive_features(c, profile)
+            except (sqlite3.Error, StoreError):
+                return 0  # read-only file, or locked for too long: the query derives them in memory
+
+
+    # --- memories -----------------------------------------------------------------------------
+
+    def insert(self, memory: Memory) -> None:
+        """Insert a new memory durably, with its outbox entry in the same transaction;
+        ``IdTakenError`` if its id exists (in any profile)."""
+        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
+        row = write_row(memory)  # tokenised before the write lock is taken
+        try:
+            with self.transaction() as c:
+                c.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})", row)
+                _record_outbox(c, memory.id, memory.profile_name, "put")
+        except sqlite3.IntegrityError as exc:
+            if "memories.id" in str(exc) or "UNIQUE" in str(exc):
+                raise IdTakenError(f"id {memory.id} already exists") from None
+            raise
+
+    def import_batch(self, memories: Sequence[Memory]) -> list[str]:
+        """Insert many memories in one durable transaction, never overwriting.
+
+        Returns one outcome per memory: ``imported``, ``unchanged`` (the id is already in that
+        profile) or a rejection reason (the id belongs to another profile).
+        """
+        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
+        insert = f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})"
+        outcomes: list[str] = []
+        rows = [write_row(m) for m in memories]  # tokenised before the write lock is taken
+        with self.transaction() as c:
+            owner: dict[str, str] = {}  # id -> profile of the ids already here
+            for part in id_batches([m.id for m in memories]):
+                owner.update(c.execute(f"SELECT id, profile FROM memories WHERE id IN ({', '.join('?' * len(part))})",
+                                       part).fetchall())
+            new: list[tuple[Any, ...]] = []
+            for memory, write in zip(memories, rows):
+                profile = owner.get(memory.id)
+                if profile is None:
+                    owner[memory.id] = memory.profile_name  # a repeated id later in the batch is "unchanged"
+                    new.append(write)
+                    outcomes.append("imported")
+                elif profile == memory.profile_name:
+                    outcomes.append("unchanged")
+                else:
+                    outcomes.append(f"id {memory.id} already belongs to a memory of profile {profile}")
+            c.executemany(insert, new)
+            queued = to_us(utcnow())
+            c.executemany(_OUTBOX_UPSERT, [(w[0], w[1], "put", queued) for w in new])
+        return outcomes
+
+    def upsert(self, memory: Memory) -> None:
+        """Insert or fully replace a memory as it is, recording no change (test fixtures, tools)."""
+        cols = ", ".join(WRITE_COLUMNS)
+        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in WRITE_COLUMNS if c != "id")
+        row = write_row(memory)
+        with self.transaction() as c:
+            c.execute(
+                f"INSERT INTO memories ({cols}) VALUES ({placeholders}) ON CONFLICT(id) DO UPDATE SET {updates}",
+                row,
+            )
+
+    def get(self, profile: str, memory_id: str) -> Memory:
+        rows = self.read(f"{_SELECT} WHERE id = ? AND profile = ?", (memory_id, profile))
+        if not rows:
+            raise NotFoundError(f"no memory {memory_id} in profile {profile}")
+        return row_to_memory(rows[0])
+
+    def find(self, memory_id: str) -> Memory | None:
+        """A memory by id in any profile (ids are unique across the store)."""
+        rows = self.read(f"{_SELECT} WHERE id = ?", (memory_id,))
+        return row_to_memory(rows[0]) if rows else None
+
+    def get_many(
+        self, profile: str, ids: Sequence[str], *, conn: sqlite3.Connection | None = None
+    ) -> dict[str, Memory]:
+        """The memories of ``profile`` among ``ids`` (absent ones are left out), by id."""
+        if not ids:
+            return {}
+        # "+profile": look rows up by primary key, not by scanning the profile index
+        sql = f"{_SELECT} WHERE id IN ({', '.join('?' for _ in ids)}) AND +profile = ?"
+        if conn is not None:
+            rows = conn.execute(sql, (*ids, profile)).fetchall()
+        else:
+            rows = self.read(sql, (*ids, profile))
+        return {r[0]: row_to_memory(r) for r in rows}
+
+    def exists(self, memory_id: str) -> bool:
+        return bool(self.read("SELECT 1 FROM memories WHERE id = ?", (memory_id,)))
+
+    def list(self, profile: str, limit: int, offset: int, *, category: str | None = None,
+             active_only: bool = False) -> Page:
+        clause, params = ("profile = ?", [profile]) if category is None else (
+            "profile = ? AND category = ?", [profile, category])
+        if active_only:
+            clause += " AND is_active = 1"
+        with self._lock:
+            total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
+            rows = self.conn.execute(
+                f"{_SELECT} WHERE {clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            ).fetchall()
+        return Page([row_to_memory(r) for r in rows], total, limit, offset)
+
+    def list_all(self, limit: int, offset: int, *, q: str | None = None, category: str | None = None) -> Page:
+        """Memories of every profile, newest first, optionally filtered by ``category`` and by
+        ``q``: a substring of rawInput, processedContent or summary (SQLite ``lower()``, so the
+        match ignores case for ASCII letters only)."""
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if category is not None:
+            where.append("category = ?")
+            params.append(category)
+        if q:
+            where.append("(instr(lower(raw_input), lower(?)) OR instr(lower(processed_content), lower(?))"
+                         " OR instr(lower(summary), lower(?)))")
+            params += [q, q, q]
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        with self._lock:
+            total = self.conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
+            rows = self.conn.execute(
+                f"{_SELECT}{clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
+            ).fetchall()
+        return Page([row_to_memory(r) for r in rows], total, limit, offset)
+
+    def iter_all(self) -> builtins.list[Memory]:
+        """Every memory, by profile name and newest first within a profile."""
+        return [row_to_memory(r) for r in self.read(f"{_SELECT} ORDER BY profile, created_us DESC, id DESC")]
+
+    def iter_profile(self, profile: str, *, active_only: bool = False) -> builtins.list[Memory]:
+        sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
+        return [row_to_memory(r) for r in self.read(sql, (profile,))]
+
+    def delete(self, profile: str, memory_id: str) -> Memory:
+        """Delete durably, with its outbox entry, and return what was deleted; ``NotFoundError``
+        if absent."""
+        with self.transaction() as c:
+            row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (memory_id, profile)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no memory {memory_id} in profile {profile}")
+            memory = row_to_memory(row)
+            c.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+            _record_outbox(c, memory_id, profile, "delete")
+        return memory
+
+    def mark_accessed(self, profile: str, ids: Sequence[str], now: datetime) -> int:
+        """accessCount + 1, lastAccessedAt = now and staleness recomputed, in one transaction.
+
+        The bump is also added to ``access_delta`` so that the sync can merge it into the bucket
+        without losing other hosts' bumps. Returns how many memories were updated. The commit is
+        not fsynced (``transaction(durable=False)``): the spec calls MarkAccessed best-effort, and
+        the fsync was most of a warm recall's time.
+        """
+        if not ids:
+            return 0
+        from ..model import compute_staleness
+
+        now_us = to_us(now)
+        updated = 0
+        with self.transaction(durable=False) as c:
+            for mid in dict.fromkeys(ids):
+                row = c.execute(
+                    "SELECT category, confidence, access_count, created_us, last_accessed_us FROM memories"
+                    " WHERE id = ? AND profile = ?",
+                    (mid, profile),
+                ).fetchone()
+                if row is None:
+                    continue  # deleted meanwhile: nothing to bump
+                category, confidence, count, created_us, last_us = row
+                last = max(last_us or 0, now_us or 0)
+                staleness = compute_staleness(
+                    category=category,
+                    confidence=confidence,
+                    access_count=count + 1,
+                    created_at=from_us(created_us),  # type: ignore[arg-type]
+                    last_accessed_at=from_us(last),
+                    now=now,
+                )
+                c.execute(
+                    "UPDATE memories SET access_count = access_count + 1, access_delta = access_delta + 1,"
+                    " last_accessed_us = ?, staleness = ? WHERE id = ?",
+                    (last, staleness, mid),
+                )
+                updated += 1
+        return updated
+
+    # --- hygiene: duplicates and supersession (memlocal.hygiene) -------------------------------
+
+    def find_by_keys(self, profile: str, keys: Sequence[str]) -> builtins.list[Memory]:
+        """Active memories of ``profile`` whose processedContent or rawInput has one of these
+        :func:`memlocal.hygiene.text_key` values, oldest first (callers confirm on the text)."""
+        if not keys:
+            return []
+        marks = ", ".join("?" for _ in keys)
+        # Two index lookups (memories_text_key, memories_raw_key): with an OR, SQLite scanned the
+        # whole profile, which made every save O(profile size).
+        rows = self.read(
+            f"{_SELECT} WHERE rowid IN (SELECT rowid FROM memories WHERE profile = ? AND text_key IN ({marks})"
+            f" UNION SELECT rowid FROM memories WHERE profile = ? AND raw_key IN ({marks}))"
+            " AND is_active = 1 ORDER BY created_us, id",
+            (profile, *keys, profile, *keys),
+        )
+        return [row_to_memory(r) for r in rows]
+
+    def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
+        """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
+        first (callers confirm with the rule itself)."""
+        rows = self.read(f"{_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1 ORDER BY created_us, id",
+                         (profile, key))
+        return [row_to_memory(r) for r in rows]
+
+    def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
+        """Up to ``limit`` active memories of ``profile`` that share the most (rarest) of
+        ``terms`` (the formula's stems, :func:`memlocal.text.terms`), best first: bm25 over the
+        recall index ``memory_features`` (migration 4), scoped by the profile's token."""
+        from ..features import scope_token, term_token
+
+        if not terms or limit <= 0:
+            return []
+        match = f"{scope_token(profile)} AND ({' OR '.join(term_token(t) for t in dict.fromkeys(terms))})"
+        cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
+        try:
+            rows = self.read(
+                f"SELECT {cols} FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
+                " WHERE memory_features MATCH ? AND m.profile = ? AND m.is_active = 1"
+                " ORDER BY f.rank LIMIT ?",
+                (match, profile, limit),
+            )
+        except sqlite3.OperationalError:  # a query FTS5 cannot parse: no candidates, no merge
+            return []
+        return [row_to_memory(r) for r in rows]
+
+    def supersede(
+        self,
+        profile: str,
+        old_id: str,
+        new: Memory,
+        *,
+        insert: bool,
+    ) -> tuple[Memory, Memory]:
+        """In one durable transaction: store ``new`` (``insert``) or mark the stored ``new`` as
+        superseding, and retire ``old_id`` (``isActive: false``, ``supersededBy``).
+
+        Returns ``(new, old)`` as stored. ``NotFoundError`` if ``old_id`` is not in ``profile``;
+        ``ValidationError`` if it is already inactive or ``new`` already supersedes another.
+        Both memories are recorded in the outbox (the change log) in the same transaction.
+        """
+        from ..errors import ValidationError
+        from ..hygiene import SUPERSEDED_BY, SUPERSEDES
+
+        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
+        with self.transaction() as c:
+            row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (old_id, profile)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no memory {old_id} in profile {profile} to supersede")
+            old = row_to_memory(row)
+            if not old.is_active:
+                by = old.extra.get(SUPERSEDED_BY)
+                raise ValidationError(f"{old_id} is already inactive" + (f" (superseded by {by})" if by else ""))
+            if insert:
+                new = new.with_changes(extra={**new.extra, SUPERSEDES: old_id})
+                try:
+                    c.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})",
+                              memory_to_row(new))
+                except sqlite3.IntegrityError:
+                    raise IdTakenError(f"id {new.id} already exists") from None
+            else:
+                cur = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (new.id, profile)).fetchone()
+                if cur is None:
+                    raise NotFoundError(f"no memory {new.id} in profile {profile}")
+                new = row_to_memory(cur)
+                prior = new.extra.get(SUPERSEDES)
+                if prior not in (None, old_id):
+                    raise ValidationError(f"{new.id} already supersedes {prior}")
+                new = new.with_changes(extra={**new.extra, SUPERSEDES: old_id})
+                c.execute("UPDATE memories SET extra = ? WHERE id = ?", (extra_json(new), new.id))
+            old = old.with_changes(is_active=False, extra={**old.extra, SUPERSEDED_BY: new.id})
+            c.execute("UPDATE memories SET is_active = 0, extra = ? WHERE id = ?", (extra_json(old), old_id))
+            _record_outbox(c, new.id, profile, "put")
+            _record_outbox(c, old_id, profile, "put")
+        return new, old
+
+    def profiles(self) -> dict[str, int]:
+        """Memory count per profile, largest first."""
+        rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")
+        return {p: n for p, n in rows}
+
+    def profile_activity(self) -> builtins.list[tuple[str, int, int]]:
+        """``(profile, memory count, last activity in µs)`` per profile, newest activity first;
+        a profile's activity is its latest createdAt or lastAccessedAt."""
+        rows = self.read(
+            "SELECT profile, count(*), max(max(created_us, coalesce(last_accessed_us, 0))) AS act"
+            " FROM memories GROUP BY profile ORDER BY act DESC, profile"
+        )
+        return [(p, n, act) for p, n, act in rows]
+
+    def count(self) -> int:
+        return self.read("SELECT count(*) FROM memories")[0][0]
+
+    # --- automation notes (memlocal.automation) and their change log ---------------------------
+    #
+    # A note is ``(text, updated_us)``. Writes record their change in ``automation_outbox`` in
+    # the same transaction; the sync reads that log and applies what the bucket holds through the
+    # replication port's conditional changes (memlocal.store.replica), which change a note only if
+    # it is still what the sync saw, so a note written here while a pass runs is never overwritten
+    # or deleted by that pass.
+
+    def note_get(self, automation_id: str) -> NoteState | None:
+        """The note of ``automation_id`` as ``(text, updated_us)``, or ``None``."""
+        rows = self.read("SELECT note, updated_us FROM automation_notes WHERE automation_id = ?", (automation_id,))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def notes(self) -> builtins.list[tuple[str, str, int]]:
+        """Every note as ``(automation_id, text, updated_us)``, most recently written first."""
+        rows = self.read("SELECT automation_id, note, updated_us FROM automation_notes"
+                         " ORDER BY updated_us DESC, automation_id")
+        return [(a, n, u) for a, n, u in rows]
+
+    def note_put(self, automation_id: str, note: str, updated_us: int) -> None:
+        """Write a note durably, with its outbox entry."""
+        with self.transaction() as c:
+            c.execute(
+                "INSERT INTO automation_notes (automation_id, note, updated_us) VALUES (?, ?, ?)"
+                " ON CONFLICT(automation_id) DO UPDATE SET note = excluded.note, updated_us = excluded.updated_us",
+                (automation_id, note, updated_us),
+            )
+            _record_note_outbox(c, automation_id, "put")
+
+    def note_delete(self, automation_id: str) -> bool:
+        """Remove a note durably, with its outbox entry; ``True`` if there was one."""
+        with self.transaction() as c:
+            if c.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,)).rowcount == 0:
+                return False
+            _record_note_outbox(c, automation_id, "delete")
+            return True

@@ -1,0 +1,324 @@
+"""The store behind the replication port (:mod:`memlocal.replication`): the change log and the
+synced changes, the only way the sync package reads or changes memories and notes.
+
+The sync package never writes ``memories`` itself: it reads the change log (the outbox and each
+row's ``access_delta``) and applies what it learnt from the bucket through a
+:class:`ReplicaTransaction` (``StoreReplica.transaction()``), in which the sync's own tables (its
+base) commit together with the change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Iterator, Literal, Sequence
+
+from ..model import Memory, to_us
+from ..replication import AccessDelta, SignedRow
+from .database import set_meta
+from .memories import (
+    SELECT_WITH_DELTA,
+    WRITE_COLUMNS,
+    NoteState,
+    Store,
+    extra_json,
+    id_batches,
+    row_to_memory,
+    write_row,
+)
+
+if TYPE_CHECKING:
+    from ..replication import PreparedRow
+    from .migrations import MigrationSet
+
+# What a memory's content is made of, as stored: everything but access metadata and what is
+# derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
+SIGNATURE_COLUMNS: Final = ("id", "profile", "raw_input", "processed_content", "summary", "category", "source",
+                            "confidence", "created_us", "is_active", "version", "extra")
+_ACTIVE_AT: Final = SIGNATURE_COLUMNS.index("is_active")
+
+# What a pull replaces when the bucket's content wins (access metadata is merged, not replaced).
+_CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "source", "confidence",
+                    "created_us", "is_active", "version", "extra", "text_key", "raw_key", "near_key")
+
+# A memory pulled from the bucket, inserted with no local access bumps (``apply_remote``).
+_INSERT_PULLED = (f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
+                  f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})")
+
+
+def _signature(values: Sequence[Any]) -> str:
+    # repr of str, int, float and None is exact and stable; surrogatepass: never fails.
+    return hashlib.blake2b(repr(tuple(values)).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def content_signature(m: Memory) -> str:
+    """A fingerprint of ``m``'s stored content columns (``SIGNATURE_COLUMNS``), equal to what
+    :meth:`StoreReplica.content_signatures` computes from its row once stored. Two rows with the
+    same signature have the same content, so the same content hash."""
+    # The values memory_to_row writes for these columns (a REAL column reads back as a float).
+    return _signature((m.id, m.profile_name, m.raw_input, m.processed_content, m.summary, m.category, m.source,
+                       float(m.confidence), to_us(m.created_at), int(m.is_active), m.version, extra_json(m)))
+
+
+def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """A ``WHERE profile IN (...)`` clause for ``profiles`` (``None``: every profile)."""
+    if profiles is None:
+        return "", []
+    return f" WHERE profile IN ({', '.join('?' for _ in profiles)})", list(profiles)
+
+
+class StoreReplica:
+    """A :class:`~memlocal.store.Store` as the replication port (:class:`memlocal.replication.Replica`)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @property
+    def path(self) -> Path:
+        return self._store.path
+
+    def migrate(self, migrations: MigrationSet) -> None:
+        self._store.migrate(migrations)
+
+    @contextmanager
+    def transaction(self) -> Iterator[ReplicaTransaction]:
+        with self._store.transaction() as conn:
+            yield ReplicaTransaction(conn)
+
+    def snapshot(self) -> Any:
+        return self._store.snapshot()
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._store.read(sql, params)
+
+    def meta_get(self, key: str) -> str | None:
+        return self._store.meta_get(key)
+
+    def meta_set(self, key: str, value: str) -> None:
+        self._store.meta_set(key, value)
+
+    def exists(self, memory_id: str) -> bool:
+        return self._store.exists(memory_id)
+
+    def profiles(self) -> dict[str, int]:
+        return self._store.profiles()
+
+    def prepare(self, memory: Memory) -> PreparedRow:
+        return write_row(memory)
+
+    def signature(self, memory: Memory) -> str:
+        return content_signature(memory)
+
+    def note_get(self, automation_id: str) -> NoteState | None:
+        return self._store.note_get(automation_id)
+
+    def notes(self) -> list[tuple[str, str, int]]:
+        return self._store.notes()
+
+    # --- the change log -----------------------------------------------------------------------
+
+    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:
+        """The change log: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``."""
+        where, params = _scope(profiles)
+        if op is not None:
+            where = (where + " AND" if where else " WHERE") + " op = ?"
+            params.append(op)
+        return {r[0]: (r[1], r[2]) for r in self._store.read(f"SELECT id, profile, op FROM sync_outbox{where}", params)}
+
+    def changed_ids(self) -> set[str]:
+        """Ids with a change the bucket may not have: queued in the outbox, or with unmerged
+        access bumps (what a sync pass that follows the change record reconciles)."""
+        rows = self._store.read("SELECT id FROM sync_outbox UNION SELECT id FROM memories WHERE access_delta > 0")
+        return {r[0] for r in rows}
+
+    def access_deltas(self, profiles: Sequence[str] | None = None) -> list[AccessDelta]:
+        """``(id, profile, access_delta)`` of every memory: the cheap local side of a pull."""
+        where, params = _scope(profiles)
+        return [AccessDelta(r[0], r[1], int(r[2])) for r in self._store.read(f"SELECT id, profile, access_delta FROM memories{where}", params)]
+
+    def memories_with_deltas(self, profiles: Sequence[str] | None = None,
+                             ids: Sequence[str] | None = None) -> list[tuple[Memory, int]]:
+        """Every memory (of ``profiles``; among ``ids``) with its access bumps not yet merged
+        into the bucket."""
+        where, params = _scope(profiles)
+        if ids is None:
+            rows = self._store.read(f"{SELECT_WITH_DELTA}{where}", params)
+        else:
+            rows = []
+            for part in id_batches(ids):
+                cond = f"id IN ({', '.join('?' * len(part))})"
+                rows += self._store.read(f"{SELECT_WITH_DELTA}{where}{' AND ' if where else ' WHERE '}{cond}", [*params, *part])
+        return [(row_to_memory(r), int(r[-1])) for r in rows]
+
+    def content_signatures(self, profiles: Sequence[str] | None = None) -> list[SignedRow]:
+        """``(id, profile, access_delta, is_active, signature)`` of every memory (of
+        ``profiles``): :func:`content_signature` of each row, read without building memories. The
+        sync pairs a signature with the content hash it computed for it, so that an unchanged
+        memory is not hashed again on every pass."""
+        where, params = _scope(profiles)
+        cols = ", ".join(SIGNATURE_COLUMNS)
+        rows = self._store.read(f"SELECT {cols}, access_delta FROM memories{where}", params)
+        return [SignedRow(r[0], r[1], int(r[-1]), bool(r[_ACTIVE_AT]), _signature(r[:-1])) for r in rows]
+
+    def memory_with_delta(self, memory_id: str) -> tuple[Memory, int] | None:
+        rows = self._store.read(f"{SELECT_WITH_DELTA} WHERE id = ?", (memory_id,))
+        return (row_to_memory(rows[0]), int(rows[0][-1])) if rows else None
+
+    def note_outbox(self) -> dict[str, str]:
+        """The notes' change log: ``{automation_id: op}`` with ``op`` ``put`` or ``delete``."""
+        return {r[0]: r[1] for r in self._store.read("SELECT automation_id, op FROM automation_outbox")}
+
+
+class ReplicaTransaction:
+    """The replication port's unit of work: one durable store transaction (see
+    :class:`memlocal.replication.ReplicaTransaction`)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._conn.execute(sql, params).rowcount
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.executemany(sql, rows)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def meta_set(self, key: str, value: str) -> None:
+        set_meta(self._conn, key, value)
+
+    def meta_delete(self, key: str) -> None:
+        self._conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+    # --- memories: synced changes ---------------------------------------------------------------
+
+    def apply_remote(self, memory: Memory, *, content: Literal["remote", "local"] = "remote",
+                     sent_delta: int = 0, set_staleness: bool = True,
+                     row: PreparedRow | None = None) -> bool:
+        """Fold a memory the bucket holds into the local row.
+
+        ``content``: ``remote`` takes the memory's content (inserting it if absent, unless its
+        deletion here is still queued); ``local`` keeps the local content (our own push). The
+        access count becomes the memory's plus whatever local delta is still unmerged
+        (``sent_delta`` of it went out with the write that produced ``memory``); lastAccessedAt
+        the later of both. The put is cleared from the outbox. ``False`` (nothing changed) if
+        the id belongs to a memory of another profile here. ``row``: ``write_row(memory)``, when
+        the caller computed it already (off the write lock).
+        """
+        m = memory
+        here = self._conn.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
+        if here is None:
+            deleted_here = self._conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
+            if content == "remote" and not deleted_here:
+                self._conn.execute(_INSERT_PULLED, (*(row or write_row(m)), 0))
+        elif here[2] != m.profile_name:
+            return False  # never touch a memory of another profile
+        else:
+            delta, last_us = int(here[0]), here[1]
+            remaining = max(0, delta - sent_delta)
+            remote_last = to_us(m.last_accessed_at)
+            last = max(last_us or 0, remote_last or 0) or None
+            sets = ["access_count = ?", "access_delta = ?", "last_accessed_us = ?"]
+            params: list[Any] = [m.access_count + remaining, remaining, last]
+            if set_staleness:
+                sets.append("staleness = ?")
+                params.append(m.staleness_score)
+            if content == "remote":
+                full = dict(zip(WRITE_COLUMNS, row or write_row(m)))
+                for col in (*_CONTENT_COLUMNS, "features"):
+                    sets.append(f"{col} = ?")
+                    params.append(full[col])
+            self._conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", (*params, m.id))
+        self._conn.execute("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", (m.id,))
+        return True
+
+    def insert_remote_absent(self,
+                             items: Sequence[tuple[Memory, PreparedRow | None]]) -> set[str]:
+        """``apply_remote(memory, content="remote", row=row)`` for each of ``items`` (distinct
+        ids) whose id this database does not hold, in a few statements (a fresh host pulls
+        thousands): each is inserted unless its deletion here is still queued, and its put is
+        cleared from the outbox. Returns the ids it took; the others are left to ``apply_remote``."""
+        ids = [m.id for m, _ in items]
+        present: set[str] = set()
+        deleted: set[str] = set()
+        for part in id_batches(ids):
+            marks = ", ".join("?" * len(part))
+            present.update(r[0] for r in self._conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", part))
+            deleted.update(r[0] for r in self._conn.execute(
+                f"SELECT id FROM sync_outbox WHERE op = 'delete' AND id IN ({marks})", part))
+        absent = [(m, row) for m, row in items if m.id not in present]
+        self._conn.executemany(_INSERT_PULLED, [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted])
+        self._conn.executemany("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", [(m.id,) for m, _ in absent])
+        return {m.id for m, _ in absent}
+
+    def delete_from_remote(self, memory_id: str, profile: str) -> None:
+        """Another host deleted the memory: delete it here, with any queued change of it."""
+        self._conn.execute("DELETE FROM memories WHERE id = ? AND profile = ?", (memory_id, profile))
+        self._conn.execute("DELETE FROM sync_outbox WHERE id = ?", (memory_id,))
+
+    def clear_outbox(self, memory_id: str, op: str | None = None,
+                     *, only_if_absent: bool = False) -> None:
+        """Drop the outbox entry of ``memory_id`` (of ``op`` only, if given; only when the memory
+        is gone, with ``only_if_absent``): the bucket has the change."""
+        sql = "DELETE FROM sync_outbox WHERE id = ?"
+        params: list[Any] = [memory_id]
+        if op is not None:
+            sql += " AND op = ?"
+            params.append(op)
+        if only_if_absent:
+            sql += " AND NOT EXISTS (SELECT 1 FROM memories WHERE id = ?)"
+            params.append(memory_id)
+        self._conn.execute(sql, params)
+
+    def reid(self, old_id: str, new_id: str) -> bool:
+        """Move the memory ``old_id`` to ``new_id`` with its outbox entry; ``False`` if absent.
+
+        No deletion is queued for ``old_id``: the bucket's object under it is another memory.
+        """
+        cols = ", ".join(("?" if col == "id" else col) for col in WRITE_COLUMNS)
+        cur = self._conn.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
+                           f" SELECT {cols}, access_delta FROM memories WHERE id = ?", (new_id, old_id))
+        if cur.rowcount == 0:
+            return False
+        self._conn.execute("DELETE FROM memories WHERE id = ?", (old_id,))
+        self._conn.execute("UPDATE sync_outbox SET id = ? WHERE id = ?", (new_id, old_id))
+        return True
+
+    def _note_is(self, automation_id: str, expected: NoteState | None) -> bool:
+        row = self._conn.execute("SELECT note, updated_us FROM automation_notes WHERE automation_id = ?",
+                           (automation_id,)).fetchone()
+        return (None if row is None else (row[0], row[1])) == expected
+
+    def apply_remote_note(self, automation_id: str, note: NoteState,
+                          expected: NoteState | None) -> bool:
+        """The bucket holds ``note``: make it the local note, if
+        the local note is still ``expected`` (``None``: absent; pass ``note`` itself for a note
+        this host pushed). Its put leaves the outbox. ``False`` (nothing changed) when the
+        note changed here meanwhile: that change stays queued."""
+        if not self._note_is(automation_id, expected):
+            return False
+        self._conn.execute(
+            "INSERT INTO automation_notes (automation_id, note, updated_us) VALUES (?, ?, ?)"
+            " ON CONFLICT(automation_id) DO UPDATE SET note = excluded.note, updated_us = excluded.updated_us",
+            (automation_id, *note),
+        )
+        self._conn.execute("DELETE FROM automation_outbox WHERE automation_id = ? AND op = 'put'", (automation_id,))
+        return True
+
+    def delete_note_from_remote(self, automation_id: str, expected: NoteState) -> bool:
+        """Another host removed the note: remove it here if it is still ``expected``."""
+        if not self._note_is(automation_id, expected):
+            return False
+        self._conn.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,))
+        self._conn.execute("DELETE FROM automation_outbox WHERE automation_id = ?", (automation_id,))
+        return True
+
+    def clear_note_outbox(self, automation_id: str) -> None:
+        """The bucket has this host's deletion of the note: drop it from the outbox (unless the
+        note was written again meanwhile)."""
+        self._conn.execute("DELETE FROM automation_outbox WHERE automation_id = ? AND op = 'delete'"
+                     " AND NOT EXISTS (SELECT 1 FROM automation_notes WHERE automation_id = ?)",
+                     (automation_id, automation_id))

@@ -1,0 +1,149 @@
+"""The persisted recall index's schema (owned by ``memlocal.recall``; docs/relevance.md):
+``profile_revs`` and the rev triggers, the features and their FTS5 index.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..derive import derive_features
+from ..migrations import MigrationSet
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+
+def _migration_2(db: sqlite_utils.Database) -> None:
+    """Change tracking for the recall index (owned by ``memlocal.recall``; see docs/relevance.md).
+
+    ``profile_revs`` holds, per profile, a counter bumped by every insert, scoring-relevant update
+    and delete of its memories (``resets`` counts deletions and moves out), and each memory row
+    carries the ``rev`` of its last change. A process that caches a profile's recall index asks
+    one indexed row whether anything changed and then reads only the rows with a newer ``rev``;
+    triggers keep this true for every writer (other processes, the sync, the sqlite3 shell).
+    The FTS update trigger is narrowed to the indexed text columns, so that an access bump no
+    longer rewrites the full-text index.
+    """
+    c = db.conn
+    c.execute("ALTER TABLE memories ADD COLUMN rev INTEGER NOT NULL DEFAULT 0")
+    c.execute("CREATE INDEX memories_profile_rev ON memories (profile, rev)")
+    c.execute(
+        "CREATE TABLE profile_revs (profile TEXT PRIMARY KEY, rev INTEGER NOT NULL DEFAULT 0,"
+        " resets INTEGER NOT NULL DEFAULT 0)"
+    )
+    c.execute("INSERT INTO profile_revs (profile) SELECT DISTINCT profile FROM memories")
+    # Not "INSERT OR IGNORE": inside a trigger the outer statement's conflict policy wins, and
+    # an upsert's is ABORT. This form cannot conflict.
+    bump = (
+        "INSERT INTO profile_revs (profile) SELECT NEW.profile"
+        " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);"
+        " UPDATE profile_revs SET rev = rev + 1 WHERE profile = NEW.profile;"
+        " UPDATE memories SET rev = (SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
+        " WHERE id = NEW.id;"
+    )
+    c.execute(f"CREATE TRIGGER memories_rev_ai AFTER INSERT ON memories BEGIN {bump} END")
+    # Only columns that change a score, a rendering or membership; never rev itself.
+    c.execute(
+        "CREATE TRIGGER memories_rev_au AFTER UPDATE OF profile, processed_content, summary, category,"
+        " confidence, created_us, last_accessed_us, access_count, is_active ON memories BEGIN"
+        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1"
+        " WHERE profile = OLD.profile AND OLD.profile <> NEW.profile;"
+        f" {bump} END"
+    )
+    c.execute(
+        "CREATE TRIGGER memories_rev_ad AFTER DELETE ON memories BEGIN"
+        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1 WHERE profile = OLD.profile; END"
+    )
+    c.execute("DROP TRIGGER IF EXISTS memories_au")
+    c.execute(
+        "CREATE TRIGGER memories_au AFTER UPDATE OF processed_content, summary ON memories BEGIN"
+        " INSERT INTO memories_fts (memories_fts, rowid, processed_content, summary)"
+        " VALUES ('delete', old.rowid, old.processed_content, old.summary);"
+        " INSERT INTO memories_fts (rowid, processed_content, summary)"
+        " VALUES (new.rowid, new.processed_content, new.summary); END"
+    )
+
+
+def _migration_4(db: sqlite_utils.Database) -> None:
+    """The persisted recall index (owned by ``memlocal.recall``; see docs/storage.md).
+
+    - ``memories.features``: the formula's own tokens of the memory (its stemmed terms and its
+      clusters, :mod:`memlocal.features`), written by the store in the same transaction as the
+      memory; ``NULL`` means "not derived yet" (a row written by raw SQL, or whose text changed
+      under a writer that does not derive them), found through a partial index and derived
+      lazily by the next recall of that profile.
+    - ``memory_features``: a contentless FTS5 table (``detail=none``) of the active memories'
+      features plus a profile scope token, kept by triggers from that column. A fresh process
+      finds a query's candidates and their document frequencies there, without tokenising the
+      bank. It replaces the FTS5 index over the raw text, which nothing read.
+    - ``profile_revs.active`` / ``.accesses``: per profile, the number of active memories and
+      the sum of their accessCount (the IDF's N and the maturity), kept by triggers.
+
+    Every existing memory's features are derived here (back-fill), stamped with
+    ``features.fingerprint()`` in ``meta``.
+    """
+    from ...features import FTS_TOKENIZE
+
+    c = db.conn
+    for name in ("memories_ai", "memories_ad", "memories_au"):
+        c.execute(f"DROP TRIGGER IF EXISTS {name}")
+    c.execute("DROP TABLE IF EXISTS memories_fts")
+    c.execute("ALTER TABLE memories ADD COLUMN features TEXT")
+    c.execute("CREATE INDEX memories_features_stale ON memories (profile) WHERE features IS NULL")
+    # What is indexed, row by row: the FTS5 table reads its documents from here (external
+    # content), and its own triggers forget exactly what they indexed, whatever order the
+    # memories' triggers run in. Plain SQL keeps this table, so no write can desynchronise it.
+    c.execute("CREATE TABLE memory_features_docs (rowid INTEGER PRIMARY KEY, features TEXT NOT NULL)")
+    c.execute(
+        "CREATE VIRTUAL TABLE memory_features USING fts5(features, content='memory_features_docs',"
+        f" content_rowid='rowid', detail=none, columnsize=0, tokenize=\"{FTS_TOKENIZE}\")"
+    )
+    fts_add = "INSERT INTO memory_features (rowid, features) VALUES (NEW.rowid, NEW.features);"
+    fts_drop = ("INSERT INTO memory_features (memory_features, rowid, features)"
+                " VALUES ('delete', OLD.rowid, OLD.features);")
+    c.execute(f"CREATE TRIGGER memory_features_docs_ai AFTER INSERT ON memory_features_docs BEGIN {fts_add} END")
+    c.execute(f"CREATE TRIGGER memory_features_docs_ad AFTER DELETE ON memory_features_docs BEGIN {fts_drop} END")
+    c.execute(f"CREATE TRIGGER memory_features_docs_au AFTER UPDATE ON memory_features_docs BEGIN {fts_drop}"
+              f" {fts_add} END")
+    # The document of an active memory with features: its profile's scope token, then its features.
+    doc = "INSERT INTO memory_features_docs (rowid, features) SELECT NEW.rowid, '=' || hex(NEW.profile) || ' ' || NEW.features WHERE NEW.is_active = 1 AND NEW.features IS NOT NULL"
+    c.execute(f"CREATE TRIGGER memories_features_ai AFTER INSERT ON memories BEGIN {doc}; END")
+    c.execute("CREATE TRIGGER memories_features_ad AFTER DELETE ON memories BEGIN"
+              " DELETE FROM memory_features_docs WHERE rowid = OLD.rowid; END")
+    # When the text changed but the writer left the features as they were (a raw SQL update,
+    # the sync's), they are stale: the row leaves the index and its features are cleared.
+    text_changed = "(OLD.processed_content IS NOT NEW.processed_content OR OLD.summary IS NOT NEW.summary)"
+    stale = f"{text_changed} AND NEW.features IS OLD.features"
+    c.execute(
+        "CREATE TRIGGER memories_features_au AFTER UPDATE OF profile, features, is_active, processed_content,"
+        " summary ON memories WHEN OLD.profile IS NOT NEW.profile OR OLD.features IS NOT NEW.features"
+        f" OR OLD.is_active IS NOT NEW.is_active OR {text_changed} BEGIN"
+        " DELETE FROM memory_features_docs WHERE rowid = OLD.rowid;"
+        f" {doc} AND NOT ({stale});"
+        f" UPDATE memories SET features = NULL WHERE rowid = NEW.rowid AND NEW.features IS NOT NULL AND {stale};"
+        " END"
+    )
+    c.execute("ALTER TABLE profile_revs ADD COLUMN active INTEGER NOT NULL DEFAULT 0")
+    c.execute("ALTER TABLE profile_revs ADD COLUMN accesses INTEGER NOT NULL DEFAULT 0")
+    c.execute("INSERT INTO profile_revs (profile) SELECT DISTINCT profile FROM memories"
+              " WHERE profile NOT IN (SELECT profile FROM profile_revs)")
+    c.execute(
+        "UPDATE profile_revs SET active = (SELECT count(*) FROM memories m WHERE m.profile = profile_revs.profile"
+        " AND m.is_active = 1), accesses = (SELECT coalesce(sum(access_count), 0) FROM memories m"
+        " WHERE m.profile = profile_revs.profile AND m.is_active = 1)"
+    )
+    ensure = ("INSERT INTO profile_revs (profile) SELECT NEW.profile"
+              " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);")
+    plus = ("UPDATE profile_revs SET active = active + 1, accesses = accesses + NEW.access_count"
+            " WHERE profile = NEW.profile AND NEW.is_active = 1;")
+    minus = ("UPDATE profile_revs SET active = active - 1, accesses = accesses - OLD.access_count"
+             " WHERE profile = OLD.profile AND OLD.is_active = 1;")
+    c.execute(f"CREATE TRIGGER memories_counts_ai AFTER INSERT ON memories BEGIN {ensure} {plus} END")
+    c.execute(f"CREATE TRIGGER memories_counts_ad AFTER DELETE ON memories BEGIN {minus} END")
+    c.execute(f"CREATE TRIGGER memories_counts_au AFTER UPDATE OF profile, is_active, access_count ON memories"
+              f" BEGIN {minus} {ensure} {plus} END")
+    derive_features(c)
+
+
+# Each step is named by its number in the single chain that came before named sets.
+RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4}, legacy={1: 2, 2: 4})

@@ -1,0 +1,62 @@
+"""The one migration mechanism (memlocal/store/migrations.py): named sets, their stamps, and the
+files stamped by the single chain that came before them (docs/storage.md, "Migrations")."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from memlocal.errors import StoreError
+from memlocal.replication import MigrationSet
+from memlocal.store import MIGRATIONS, Store
+from memlocal.store.migrations import versions
+from memlocal.store.schemas import CORE_SETS
+
+
+def _create_breaker(db: object) -> None:
+    db.execute("CREATE TABLE breaker (host TEXT PRIMARY KEY, open_until_us INTEGER NOT NULL)")  # type: ignore[attr-defined]
+
+
+def _add_reason(db: object) -> None:
+    db.execute("ALTER TABLE breaker ADD COLUMN reason TEXT")  # type: ignore[attr-defined]
+
+
+def test_a_new_set_is_created_stamped_and_then_left_alone(tmp_path: Path) -> None:
+    store = Store(tmp_path / "m.db")
+    try:
+        first = MigrationSet("breaker", {1: _create_breaker})
+        store.migrate(first)
+        store.migrate(first)  # current: nothing runs again
+        assert store.meta_get("schema.breaker") == "1"
+        store.migrate(MigrationSet("breaker", {1: _create_breaker, 2: _add_reason}))  # a later release
+        assert store.meta_get("schema.breaker") == "2"
+        assert [r[1] for r in store.read("PRAGMA table_info(breaker)")] == ["host", "open_until_us", "reason"]
+        with pytest.raises(StoreError, match="schema breaker version 2 is newer than this memlocal"):
+            store.migrate(first)  # an older release meets the newer table
+    finally:
+        store.close()
+
+
+def test_a_file_of_the_old_chain_reads_every_set_as_current(tmp_path: Path) -> None:
+    """Files stamped ``user_version = 9`` before named sets have no set stamps: each set counts its
+    old steps as applied, and opening such a file stamps nothing."""
+    path = tmp_path / "old.db"
+    for _ in range(2):
+        Store(path).close()
+        conn = sqlite3.connect(path)
+        assert conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'schema.%'").fetchone() == (0,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (9,)
+        assert versions(conn, CORE_SETS) == {s.name: s.version for s in CORE_SETS}
+        conn.close()
+
+
+def test_the_old_chain_is_every_set_s_old_steps_in_order() -> None:
+    assert sorted(MIGRATIONS) == list(range(1, 10))
+    assert {s.name for s in CORE_SETS} == {"memories", "recall", "semantic", "audit", "automation"}
+
+
+def test_a_step_must_not_leave_a_gap() -> None:
+    with pytest.raises(ValueError, match="without gaps"):
+        MigrationSet("bad", {1: _create_breaker, 3: _add_reason})
