@@ -505,6 +505,7 @@ def bench_noop_100k(tmp: Path, plan: Plan, n: int = 100_000) -> dict[str, Any]:
 
     from memlocal.model import Memory, format_time, new_id
     from memlocal.store import Store
+    from memlocal.store.replica import StoreReplica
 
     log(f"  sync: filling a moto_server with {n} objects (in its own process, no HTTP)")
     now = utcnow()
@@ -543,14 +544,14 @@ def bench_noop_100k(tmp: Path, plan: Plan, n: int = 100_000) -> dict[str, Any]:
         endpoint = f"http://127.0.0.1:{port}"
         config = Config.load(environ=s3_env(endpoint, BUCKET, plan.workers))
         store = Store(tmp / "noop-100k.db")
-        engine = SyncEngine(config, store)
+        engine = SyncEngine(config, StoreReplica(store))
         try:
             log(f"  sync: a fresh host hydrating {n} memories (for the no-op passes that follow)")
             t = time.perf_counter()
             report = engine.run_pass()
             hydrate = time.perf_counter() - t
             if not report.ok or report.counts["pulled"] != n or report.mode != "snapshot":
-                raise SystemExit(f"hydration of {n}: {report.summary()}")
+                raise SystemExit(f"hydration of {n}: {report.summary()}: {report.reason}")
             # A fresh host lists the bucket in full on its next pass (once); moto_server's listing
             # costs O(bucket) per page (minutes at 100k), so that one listing is recorded as done
             # here: the passes timed below are the ones every later poll makes.
