@@ -24,7 +24,7 @@ import builtins
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Callable, Final, Protocol
 
 from .errors import InputTooLargeError, ValidationError
 from .injection import NOTE_HEADER, NOTE_PREAMBLE, context_block
@@ -100,9 +100,12 @@ def _check_note(text: object) -> str:
 class AutomationNotes:
     """The automation notes of one store (``MemoryBank.automations``)."""
 
-    def __init__(self, store: Store, replicator: NoteReplicator | None = None) -> None:
+    def __init__(self, store: Store, replicator: NoteReplicator | None = None,
+                 redactor: Callable[[str], tuple[str, tuple[str, ...]]] | None = None) -> None:
         self._store = store
         self._replicator = replicator
+        # secrets.mode applied to a note before it is stored (the bank's); default: redact.
+        self._redactor = redactor or _redacted
 
     def get(self, automation_id: str) -> AutomationNote | None:
         """The note of ``automation_id``, or ``None`` when it has none."""
@@ -110,11 +113,12 @@ class AutomationNotes:
         found = self._store.note_get(automation_id)
         if found is None:
             return None
-        return AutomationNote(automation_id, found[0], from_us(found[1]))  # type: ignore[arg-type]
+        # Redacted on the way out too: a note pulled from the bucket did not pass through put.
+        return AutomationNote(automation_id, _redacted(found[0])[0], from_us(found[1]))  # type: ignore[arg-type]
 
     def list(self) -> builtins.list[AutomationNote]:
         """Every automation's note, most recently written first (the dashboard's listing)."""
-        return [AutomationNote(a, n, from_us(u)) for a, n, u in self._store.notes()]  # type: ignore[arg-type]
+        return [AutomationNote(a, _redacted(n)[0], from_us(u)) for a, n, u in self._store.notes()]  # type: ignore[arg-type]
 
     def put(self, automation_id: str, text: str, *, now: datetime | None = None) -> AutomationNote | None:
         """Replace the note (durably); an empty or blank ``text`` clears it and returns ``None``."""
@@ -123,6 +127,7 @@ class AutomationNotes:
         if not note:
             self.clear(automation_id)
             return None
+        note = self._redactor(note)[0]  # credentials never reach the store, the bucket or a prompt
         updated_us = to_us(now or utcnow())
         assert updated_us is not None
         self._store.note_put(automation_id, note, updated_us)
@@ -148,6 +153,13 @@ class AutomationNotes:
         """The note as a context block for the automation's next run ("" without a note)."""
         note = self.get(automation_id)
         return note_block(note.note) if note is not None else ""
+
+
+def _redacted(text: str) -> tuple[str, tuple[str, ...]]:
+    from .redact import redact
+
+    found = redact(text)
+    return found.text, found.kinds
 
 
 def note_block(note: str) -> str:

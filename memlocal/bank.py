@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
@@ -21,6 +21,7 @@ from .model import (
     PAGE_MAX_LIMIT,
     RAW_INPUT_MAX_BYTES,
     SUMMARY_MAX_CHARS,
+    cut_preview,
     Extraction,
     Memory,
     check_text,
@@ -281,7 +282,7 @@ class MemoryBank:
         if self._automations is None:
             from .automation import AutomationNotes
 
-            self._automations = AutomationNotes(self.store, self.replicator)
+            self._automations = AutomationNotes(self.store, self.replicator, redactor=self.redact_note)
         return self._automations
 
     def start_sync_daemon(self) -> SyncDaemonHandle | None:
@@ -300,6 +301,8 @@ class MemoryBank:
         if self._closed:
             return
         self._closed = True
+        if self._recall_index is not None:
+            self._recall_index.close()  # a background build reads the file: it stops first
         if self._access_marker is not None:
             self._access_marker.close()  # drains queued access bumps first
         if self.replicator is not None:
@@ -366,9 +369,11 @@ class MemoryBank:
         dedup = bool(self.config["dedup.enabled"])
         given = content if content is not None else raw_input
         assert given is not None
+        extracting = raw_input is not None and content is None and use_llm and self._extractor is not None
         if dedup:
-            # Before the LLM: a repeated note costs no extraction call.
-            dup = self._exact_duplicate(profile, (given,))
+            # Before the LLM: a repeated note costs no extraction call. The category must match;
+            # when the model is to choose it, what it chose for the same text stands.
+            dup = self._exact_duplicate(profile, (given,), category or (None if extracting else "general"))
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
 
@@ -382,14 +387,14 @@ class MemoryBank:
 
         processed = content if content is not None else (extraction.processed_content if extraction else raw_input)
         assert processed is not None
+        category = category or (extraction.category if extraction else "general")
         if dedup:
-            dup = self._exact_duplicate(profile, (processed,)) if processed != given else None
+            dup = self._exact_duplicate(profile, (processed,), category) if processed != given else None
             if dup is None and self.config["dedup.near"]:
-                dup = self._near_duplicate(profile, processed)
+                dup = self._near_duplicate(profile, processed, category)
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
         now = utcnow()
-        category = category or (extraction.category if extraction else "general")
         confidence = confidence if confidence is not None else (extraction.confidence if extraction else 1.0)
         memory = Memory(
             id=new_id(),
@@ -455,8 +460,36 @@ class MemoryBank:
                                              f"redacted; the cap is {RAW_INPUT_MAX_BYTES} bytes")
         text = {name: r.text for name, r in found.items()}
         if "summary" in text:
-            text["summary"] = text["summary"][:SUMMARY_MAX_CHARS]  # a preview: a grown marker may be cut
+            text["summary"] = cut_preview(text["summary"], SUMMARY_MAX_CHARS)  # a preview: never half a marker
         return text.get("rawInput"), text.get("content"), text.get("summary"), kinds
+
+    def redact_fields(self, fields: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]:
+        """``secrets.mode`` applied to the unknown fields of an imported memory (any JSON value:
+        every string in it is checked). Returns the fields with credentials replaced, the kinds
+        found and the names of the fields that held them; ``SecretFoundError`` in reject mode."""
+        from .redact import check_mode, redact_json
+
+        out, kinds, names = {}, [], []
+        for name, value in fields.items():
+            out[name], found = redact_json(value)
+            if found:
+                names.append(name)
+                kinds += [k for k in found if k not in kinds]
+        if kinds and check_mode(self.config["secrets.mode"]) == "reject":
+            raise SecretFoundError(f"field {', '.join(names)} holds a credential ({', '.join(kinds)}); nothing was "
+                                   "saved (secrets.mode = reject)")
+        return out, tuple(kinds), tuple(names)
+
+    def redact_note(self, text: str) -> tuple[str, tuple[str, ...]]:
+        """``secrets.mode`` applied to an automation note: the note with its credentials
+        replaced and the kinds found; ``SecretFoundError`` in reject mode."""
+        from .redact import check_mode, redact
+
+        found = redact(text)
+        if found.kinds and check_mode(self.config["secrets.mode"]) == "reject":
+            raise SecretFoundError(f"the automation note holds a credential ({', '.join(found.kinds)}); nothing was "
+                                   "saved (secrets.mode = reject)")
+        return found.text, found.kinds
 
     # --- hygiene (memlocal.hygiene) -----------------------------------------------------------
 
@@ -467,19 +500,23 @@ class MemoryBank:
             by = old.superseded_by
             raise ValidationError(f"{memory_id} is already inactive" + (f" (superseded by {by})" if by else ""))
 
-    def _exact_duplicate(self, profile: str, texts: Iterable[str]) -> Memory | None:
-        """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly."""
+    def _exact_duplicate(self, profile: str, texts: Iterable[str], category: str | None) -> Memory | None:
+        """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
+        ``category`` (``None``: any category)."""
         from .hygiene import normalise, text_key
 
         wanted = {normalise(t) for t in texts}
         for m in self.store.find_by_keys(profile, sorted({text_key(t) for t in texts})):
+            if category is not None and m.category != category:
+                continue  # the same words as a preference and as a context are two memories
             # Confirm on the text: a key written by another tool could be stale.
             if normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted:
                 return m
         return None
 
-    def _near_duplicate(self, profile: str, processed: str) -> Memory | None:
-        """An active memory of ``profile`` that ``processed`` restates (the guarded rule)."""
+    def _near_duplicate(self, profile: str, processed: str, category: str) -> Memory | None:
+        """An active memory of ``profile`` in ``category`` that ``processed`` restates (the
+        guarded rule)."""
         from . import text
         from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature, signature_key
 
@@ -493,6 +530,8 @@ class MemoryBank:
         else:
             candidates = self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES)
         for m in candidates:
+            if m.category != category:
+                continue
             if jaccard(sig.terms, text.terms(m.processed_content)) < threshold:
                 continue  # cheap test first: the terms alone already rule it out
             if near_duplicate(sig, signature(m.processed_content), threshold):
@@ -508,7 +547,7 @@ class MemoryBank:
                 raise ValidationError(f"the text is the same memory as {dup.id}, the one it would supersede")
             dup, _old = self.store.supersede(profile, supersedes, dup, insert=False)
         synced = self.replicator.is_synced(dup) if self.replicator else False
-        return SaveResult(dup, synced, deduplicated=True, redacted=redacted)
+        return SaveResult(shown(dup), synced, deduplicated=True, redacted=redacted)
 
     def history(self, profile: str, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain through ``memory_id``, oldest first (just that memory when it
@@ -533,7 +572,7 @@ class MemoryBank:
                 else:
                     chain.append(found)
                 cur = found
-        return chain
+        return [shown(m) for m in chain]
 
     def prune(
         self, profile: str, rule: "RetentionRule", *, dry_run: bool = False, now: "datetime | None" = None
@@ -548,7 +587,7 @@ class MemoryBank:
         for m in sorted(self.store.iter_profile(profile), key=lambda m: (m.created_at, m.id)):
             reason = retention_reason(m, rule, when)
             if reason is not None:
-                chosen.append(Pruned(m, reason))
+                chosen.append(Pruned(shown(m), reason))
         if not dry_run:
             for p in chosen:
                 try:
@@ -588,7 +627,7 @@ class MemoryBank:
         memory = self.store.delete(profile, memory_id)
         if self.replicator is not None:
             self.replicator.push_deleted(memory)
-        return memory
+        return shown(memory)
 
     def import_memories(self, memories: Sequence[Memory]) -> builtins.list[str]:
         """Insert memories written elsewhere (ids and timestamps kept) in one durable transaction,
@@ -626,7 +665,7 @@ class MemoryBank:
         """One memory of ``profile``; ``NotFoundError`` if absent (or in another profile)."""
         validate_profile(profile)
         validate_id(memory_id)
-        return self.store.get(profile, memory_id)
+        return shown(self.store.get(profile, memory_id))
 
     def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None,
              active_only: bool = False) -> Page:
@@ -637,7 +676,7 @@ class MemoryBank:
         _check_paging(limit, offset)
         if category is not None:
             validate_category(category)
-        return self.store.list(profile, limit, offset, category=category, active_only=active_only)
+        return _shown_page(self.store.list(profile, limit, offset, category=category, active_only=active_only))
 
     def list_all(
         self, limit: int = 50, offset: int = 0, *, q: str | None = None, category: str | None = None
@@ -649,7 +688,7 @@ class MemoryBank:
             validate_category(category)
         if q is not None:
             check_text(q, "q")
-        return self.store.list_all(limit, offset, q=q or None, category=category)
+        return _shown_page(self.store.list_all(limit, offset, q=q or None, category=category))
 
     def export(self, profile: str | None = None) -> Iterator[Memory]:
         """Every memory of ``profile`` (or of every profile, by name), oldest first. Read-only."""
@@ -657,13 +696,13 @@ class MemoryBank:
         for name in profiles:
             memories = self.store.iter_profile(name)
             memories.sort(key=lambda m: (m.created_at, m.id))
-            yield from memories
+            yield from map(shown, memories)
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
         out: dict[str, list[Memory]] = {}
         for memory in self.store.iter_all():
-            out.setdefault(memory.profile_name, []).append(memory)
+            out.setdefault(memory.profile_name, []).append(shown(memory))
         return out
 
     def profiles(self) -> builtins.list[dict[str, Any]]:
@@ -760,8 +799,9 @@ class MemoryBank:
             exclude_ids = (exclude_ids,)
         exclude = [validate_id(i) for i in exclude_ids]
         ranking = self.ranking()
-        return self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude, now=now,
-                                   ranking=ranking, similarity=self._similarity(profile, query, ranking))
+        results = self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude,
+                                      now=now, ranking=ranking, similarity=self._similarity(profile, query, ranking))
+        return [_shown_scored(r) for r in results]
 
     def recall(
         self,
@@ -824,12 +864,12 @@ class MemoryBank:
             return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier,
                                ranking=ranking, similarity=similarity)
 
-        return build_memory_block(
+        return _shown_block(build_memory_block(
             ranked,
             budget=int(self.config["inject.budget_chars"]),
             relevant_limit=int(self.config["inject.relevant_limit"]),
             min_score=float(self.config["inject.min_score"]),
-        )
+        ))
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
@@ -888,6 +928,35 @@ class MemoryBank:
         if memory_enabled(tools):
             blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
         return assemble(blocks, prompt)
+
+def shown(memory: Memory) -> Memory:
+    """``memory`` as every face returns it: credentials redacted from its texts and unknown
+    fields. A memory pulled from the bucket never went through this host's save, and the bucket's
+    copy is the other writer's to fix; every memory this host saved is returned unchanged."""
+    from .redact import redact, redact_json
+
+    raw, processed, summary = redact(memory.raw_input), redact(memory.processed_content), redact(memory.summary)
+    extra, extra_kinds = redact_json(dict(memory.extra)) if memory.extra else (memory.extra, ())
+    if not (raw.kinds or processed.kinds or summary.kinds or extra_kinds):
+        return memory
+    return memory.with_changes(raw_input=raw.text, processed_content=processed.text,
+                               summary=cut_preview(summary.text, SUMMARY_MAX_CHARS), extra=extra)
+
+
+def _shown_page(page: Page) -> Page:
+    return replace(page, memories=[shown(m) for m in page.memories])
+
+
+def _shown_scored(scored: "ScoredMemory") -> "ScoredMemory":
+    memory = shown(scored.memory)
+    return scored if memory is scored.memory else replace(scored, memory=memory)
+
+
+def _shown_block(block: "RenderedBlock") -> "RenderedBlock":
+    """The block's memories as the faces show them (its text is redacted as it is rendered)."""
+    return replace(block, core=tuple(map(_shown_scored, block.core)),
+                   relevant=tuple(map(_shown_scored, block.relevant)), trimmed=tuple(map(_shown_scored, block.trimmed)))
+
 
 def _check_recall_args(limit: object, min_score: object) -> tuple[int, float]:
     return validate_int(limit, "limit", 1, PAGE_MAX_LIMIT), validate_min_score(min_score)

@@ -3,11 +3,16 @@
 Pure functions (no store, no I/O); :class:`memlocal.MemoryBank` applies them. docs/hygiene.md
 explains each rule, its setting and its cost.
 
-- **Exact duplicates.** Two texts are the same memory when their normalised forms are equal:
-  NFKC, case-folded, Latin diacritics stripped, punctuation dropped, whitespace collapsed (the
-  words of :func:`memlocal.text.words`, joined by one space). :func:`text_key` is a short hash of
-  that form, stored beside each memory so the check is one indexed lookup; a hit is always
-  confirmed on the texts themselves, so a stale key can never merge two different memories.
+- **Exact duplicates.** Two memories are the same when they have the same category and their
+  texts have the same :func:`normalise` form: the one normalisation of every check
+  (:func:`memlocal.fold.fold`: invisible characters dropped, NFKC, look-alikes mapped to ASCII),
+  case folded, Latin diacritics stripped, whitespace collapsed, and punctuation that only
+  separates words dropped; what carries meaning is kept: the sign of a number (``-5``), currency
+  and other symbols (``$``, ``€``, ``+``, ``°``), ``%``, ``#`` and ``@`` (``C++``, ``C#``),
+  decimal points and thousands separators between digits. :func:`exact_key` is the identity of a
+  memory under this rule (category and text); :func:`text_key`, the hash of the text alone, is
+  stored beside each memory so the check is one indexed lookup; a hit is always confirmed on the
+  texts and the category, so a stale key can never merge two different memories.
 - **Near duplicates** (:func:`near_duplicate`): the same statement reworded slightly. Candidates
   are found through the formula's own terms (Snowball stems, stopwords removed); a pair merges
   only when the Jaccard similarity of their terms reaches ``dedup.near_threshold`` *and* nothing
@@ -23,11 +28,15 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from functools import lru_cache
 from typing import Collection, Final, Iterable
 
+import unicodedata
+
 from . import text
 from .errors import ValidationError
+from .fold import fold
 from .model import CATEGORIES, CORE_CATEGORIES, Memory, compute_staleness, parse_age
 
 # Extra fields of the memory object that record supersession (docs/hygiene.md).
@@ -46,9 +55,54 @@ NEAR_MIN_TERMS: Final = 4
 DEFAULT_NEAR_THRESHOLD: Final = 1.0
 
 
+# Punctuation that carries meaning inside a token and is kept: number sign, percent and per
+# mille, at, ampersand. Symbols (category S: + $ € ° ^ ...) are always kept.
+_KEPT_PUNCTUATION: Final = frozenset("#%\u2030\u2031@&")
+# A "-" is a sign when a digit (or a decimal point and a digit) follows and no letter or digit
+# precedes: "-5", "-.5", "(-5)"; in "dark-mode" or "5-6" it only joins words.
+_SIGN_RE: Final = re.compile(r"(?<![^\W_])-(?=\.?\d)")
+_DECIMAL_RE: Final = re.compile(r"(?<=\d)[.,](?=\d)")
+_INNER_APOSTROPHE_RE: Final = re.compile(r"(?<=[^\W_])'(?=[^\W_])")
+# Placeholders (control characters, which fold() never leaves) for what the punctuation pass keeps.
+_MARKS: Final = {"-": "\x01", ".": "\x02", ",": "\x03", "'": "\x04"}
+_UNMARK: Final = str.maketrans({v: k for k, v in _MARKS.items()})
+
+
+class _SeparatorTable(dict[int, str]):
+    """``str.translate`` table: punctuation that only separates words becomes a space."""
+
+    def __missing__(self, code: int) -> str:
+        ch = chr(code)
+        self[code] = value = " " if unicodedata.category(ch).startswith("P") and ch not in _KEPT_PUNCTUATION else ch
+        return value
+
+
+_SEPARATORS: Final = _SeparatorTable()
+
+
+# The tokens of an ASCII text: runs of anything but white space and separating punctuation.
+_ASCII_TOKEN_RE: Final = re.compile("[^\\s%s]+" % re.escape("".join(
+    chr(c) for c in range(128) if unicodedata.category(chr(c)).startswith("P") and chr(c) not in _KEPT_PUNCTUATION)))
+
+
+@lru_cache(maxsize=4096)  # a save or an import row normalises the same text for both keys
 def normalise(value: str) -> str:
-    """The form exact duplicates share: case, whitespace, punctuation and diacritics folded."""
-    return " ".join(text.words(value))
+    """The form exact duplicates share (see the module docstring)."""
+    folded = fold(value).casefold()
+    if not folded.isascii():
+        folded = text.strip_diacritics(folded.translate(text.APOSTROPHES))
+    marked = False
+    if ("." in folded or "," in folded) and _DECIMAL_RE.search(folded):
+        folded, marked = _DECIMAL_RE.sub(lambda m: _MARKS[m.group()], folded), True
+    if "-" in folded and _SIGN_RE.search(folded):
+        folded, marked = _SIGN_RE.sub(_MARKS["-"], folded), True
+    if "'" in folded and _INNER_APOSTROPHE_RE.search(folded):
+        folded, marked = _INNER_APOSTROPHE_RE.sub(_MARKS["'"], folded), True
+    if folded.isascii():
+        out = " ".join(_ASCII_TOKEN_RE.findall(folded))
+    else:
+        out = " ".join(folded.translate(_SEPARATORS).split())
+    return out.translate(_UNMARK) if marked else out
 
 
 def text_key(value: str) -> str:
@@ -56,8 +110,39 @@ def text_key(value: str) -> str:
     return hashlib.blake2b(normalise(value).encode("utf-8"), digest_size=8).hexdigest()
 
 
+def exact_key(category: str, value: str) -> str:
+    """The identity of a memory under the exact-duplicate rule: a 16-hex-digit hash of its
+    category and :func:`normalise` of its text. Two memories are exact duplicates exactly when
+    their keys are equal (up to the hash), on any host: the key depends on nothing else."""
+    return hashlib.blake2b(f"{category}\x1f{normalise(value)}".encode("utf-8"), digest_size=8).hexdigest()
+
+
+# The meta key under which the store records :func:`keys_fingerprint` of its stored keys.
+KEYS_META_KEY: Final = "hygiene.keys"
+
+
+@lru_cache(maxsize=1)
+def keys_fingerprint() -> str:
+    """A digest of everything that decides the stored duplicate keys (:func:`text_key`,
+    :func:`near_key`): the source of this module, of :mod:`memlocal.fold` and of
+    :mod:`memlocal.text`, the confusables data's version and Python's Unicode version. The store
+    derives every key again when the digest it recorded differs (``Store`` on open)."""
+    import confusable_homoglyphs
+
+    from . import fold as _fold
+
+    h = hashlib.sha256(b"hygiene-keys-1")
+    for src in (__file__, _fold.__file__, text.__file__):
+        try:
+            h.update(Path(src).read_bytes())
+        except OSError:  # no source shipped: the versions below still stamp the data
+            pass
+    h.update(f"{confusable_homoglyphs.__version__}/{unicodedata.unidata_version}".encode())
+    return h.hexdigest()[:16]
+
+
 def same_text(a: str, b: str) -> bool:
-    """Whether ``a`` and ``b`` are exact duplicates (the rule :func:`text_key` indexes)."""
+    """Whether ``a`` and ``b`` have the same text under the exact rule (:func:`text_key`)."""
     return normalise(a) == normalise(b)
 
 
@@ -68,7 +153,7 @@ class Signature:
     terms: frozenset[str]  # the formula's terms (stems, stopwords removed)
     sequence: tuple[str, ...]  # those terms in text order, first occurrences
     guard: tuple[str, ...]  # the meaningful small words, sorted (a multiset)
-    numbers: frozenset[str]
+    numbers: frozenset[str]  # the tokens of normalise() that hold a digit or a kept symbol
 
 
 _DIGIT_RE: Final = re.compile(r"\d")
@@ -76,15 +161,23 @@ _DIGIT_RE: Final = re.compile(r"\d")
 _word_term = lru_cache(maxsize=1 << 16)(text.stem)
 
 
+# A token of normalise() whose exact form matters: one with a digit (a number with its sign,
+# currency or percent) or a symbol (``c++``, ``c#``): anything but letters and inner apostrophes.
+_MARK_RE: Final = re.compile(r"[^\w ']|[\d_]")
+_ASCII_MARK_RE: Final = re.compile(r"[^a-z ']")  # the same for ASCII (normalise() is lower case)
+_MARKED_TOKEN_RE: Final = re.compile(r"(?<![^ ])[^ ]*?(?:[^\w ']|[\d_])[^ ]*")
+
+
 def signature(value: str) -> Signature:
-    """The :class:`Signature` of a text."""
+    """The :class:`Signature` of a text (after the one normalisation, :func:`memlocal.fold.fold`)."""
+    value = fold(value)
     seq: list[str] = []
     seen: set[str] = set()
     guard: list[str] = []
-    numbers: set[str] = set()
+    norm = normalise(value)
+    marked = _ASCII_MARK_RE.search(norm) if norm.isascii() else _MARK_RE.search(norm)
+    numbers = set(_MARKED_TOKEN_RE.findall(norm)) if marked else set()
     for word in text.words(value):
-        if _DIGIT_RE.search(word):
-            numbers.add(word)
         term = _word_term(word)
         if term is None:
             if word not in FILLER_WORDS:

@@ -17,9 +17,10 @@ The memory block (docs/spec.md, "Prompt injection")::
 - The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
   characters (Unicode code points): relevant entries are dropped from the lowest score up first,
   then core entries from the lowest score up. Empty sections are omitted; no block when both are.
-- Memory text is folded onto one line, control and bidi-override characters are removed, and every
-  run of three or more hyphens becomes an em dash, so that no memory can end, restart or imitate
-  the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).
+- Memory text is redacted (:mod:`memlocal.redact`) and folded onto one line, control and
+  invisible characters are removed (:func:`memlocal.fold.is_invisible`), and every run of three or
+  more dashes (look-alikes included: :func:`memlocal.fold.is_dash`) becomes an em dash, so that no
+  memory can end, restart or imitate the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).
 - Operator-written contexts go in their own ``--- CONTEXT FROM OPERATOR ---`` block, labelled as
   a human operator's words, before the memory block (docs/spec.md, "Memory or context").
 """
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
 
 from .errors import fold_whitespace
+from .fold import is_dash, strip_invisible
+from .fold import skeleton as fold_skeleton
 from .model import CATEGORIES, MEMORY_TOOL_NAMES, check_text, utcnow
 
 if TYPE_CHECKING:
@@ -69,11 +72,10 @@ MEMORY_CAPABILITY: Final = "@memory"
 # The shortest possible entry line ("* [fact] x") plus its newline: bounds how many can fit.
 _MIN_ENTRY_CHARS: Final = len("* [fact] x") + 1
 
-# Dashes that look like "-": hyphens, figure/en/em dashes, the horizontal bar, minus signs and
-# their small and fullwidth forms. Runs of three or more (any mix) are rendered as one em dash.
-DASH_LOOKALIKES: Final = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2043\u2e3a\u2e3b\ufe58\ufe63\uff0d"
-_DASH_TO_HYPHEN: Final = str.maketrans({c: "-" for c in DASH_LOOKALIKES})
-_DASH_RUN: Final = re.compile(f"[{DASH_LOOKALIKES}]{{3,}}")
+# Runs of three or more dashes (any mix of "-" and what reads as a dash: memlocal.fold.is_dash)
+# are rendered as one em dash.
+_ASCII_DASH_RUN: Final = re.compile(r"-{3,}")
+_MARKED_DASH_RUN: Final = re.compile(r"\x00{3,}")
 # The prefix that quotes a context line which would otherwise pose as a block's structure.
 QUOTE: Final = "> "
 
@@ -95,23 +97,36 @@ def memory_enabled(tools: Iterable[str] | str | None) -> bool:
 
 
 def _clean_chars(text: str) -> str:
-    """Drop control characters (line breaks are handled by the callers) and format characters:
-    zero-width spaces and joiners, word joiners, the BOM, bidi marks, overrides and isolates
-    (U+061C included), soft hyphens, tag characters. All are invisible (category Cf), so they can
-    only hide or reorder text, never carry meaning the reader can see."""
-    return "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf"))
+    """Drop control characters (line breaks are handled by the callers) and every invisible
+    character (:func:`memlocal.fold.is_invisible`: format characters such as zero-width spaces
+    and joiners, bidi marks, overrides and isolates, soft hyphens, tag characters; default-
+    ignorable ones such as the Hangul fillers, the combining grapheme joiner and variation
+    selectors; the blank U+2800). They can only hide or reorder text, never carry meaning the
+    reader can see."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(ch for ch in strip_invisible(text) if unicodedata.category(ch) != "Cc")
 
 
-def _fold_dashes(text: str) -> str:
-    return text.translate(_DASH_TO_HYPHEN)
+def _fold_dash_runs(text: str) -> str:
+    """Every run of three or more dashes (look-alikes included) made one em dash."""
+    if text.isascii():
+        return _ASCII_DASH_RUN.sub("\u2014", text)
+    marks = "".join("\x00" if is_dash(ch) else "." for ch in text)
+    out, pos = [], 0
+    for m in _MARKED_DASH_RUN.finditer(marks):
+        out += [text[pos:m.start()], "\u2014"]
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def skeleton(line: str) -> str:
-    """What a line *looks like*, for matching against block delimiters and headers: invisible
-    characters dropped, NFKC (fullwidth letters and dashes become ASCII), every dash look-alike
-    made ``-``, case folded and whitespace collapsed."""
-    text = unicodedata.normalize("NFKC", _clean_chars(line))
-    return " ".join(_fold_dashes(_clean_chars(text)).casefold().split())
+    """What a line *looks like*, for matching against block delimiters and headers: the one
+    normalisation of every check (:func:`memlocal.fold.fold`: invisible characters dropped, NFKC,
+    TR39 look-alikes mapped to ASCII), every dash look-alike made ``-``, case folded and
+    whitespace collapsed."""
+    return fold_skeleton(line)
 
 
 @lru_cache(maxsize=1)
@@ -141,11 +156,12 @@ def poses_as_structure(line: str) -> bool:
 
 def one_line(text: str) -> str:
     """Memory text as one harmless line: whitespace (every Unicode line break included) folded
-    to single spaces, control/format characters dropped, runs of ``---`` turned into ``—``."""
+    to single spaces, control and invisible characters dropped, runs of ``---`` (look-alike
+    dashes included) turned into ``—``."""
     folded = fold_whitespace(text)
-    if not folded.isprintable():  # rare: controls, bidi or zero-width marks left (non-printable)
+    if not (folded.isascii() and folded.isprintable()):  # controls, invisible characters
         folded = fold_whitespace(_clean_chars(folded))
-    return _DASH_RUN.sub("\u2014", folded)
+    return _fold_dash_runs(folded)
 
 
 def safe_lines(text: str) -> list[str]:
@@ -154,8 +170,11 @@ def safe_lines(text: str) -> list[str]:
     line that poses as structure (:func:`poses_as_structure`) is quoted with ``QUOTE``."""
     out = []
     for line in text.splitlines():  # every Unicode line boundary, not only "\n"
-        line = _DASH_RUN.sub("\u2014", _clean_chars(line.replace("\t", "    ")).rstrip())
-        out.append(QUOTE + line if poses_as_structure(line) else line)
+        line = _clean_chars(line.replace("\t", "    ")).rstrip()
+        # Judged before its dash runs are folded: "--- X ---" starts with two dashes, "— X —" not.
+        poses = poses_as_structure(line)
+        line = _fold_dash_runs(line)
+        out.append(QUOTE + line if poses else line)
     while out and not out[-1]:
         out.pop()
     while out and not out[0]:
@@ -275,8 +294,12 @@ def build_memory_block(ranked: Ranker, *, budget: int, relevant_limit: int, min_
 
 
 def context_block(header: str, preamble: str, texts: Sequence[str]) -> str:
-    """A labelled block of multi-line texts (separated by a blank line), or "" when all are empty."""
-    parts = [lines for lines in (safe_lines(t) for t in texts) if lines]
+    """A labelled block of multi-line texts (separated by a blank line), or "" when all are empty.
+    Credentials are redacted first: an operator context is never stored, and a note may have
+    been written by another host."""
+    from .redact import redact
+
+    parts = [lines for lines in (safe_lines(redact(t).text) for t in texts) if lines]
     if not parts:
         return ""
     lines = [header, preamble]

@@ -170,9 +170,26 @@ def validate_summary(summary: object) -> str:
     return summary
 
 
+# What memlocal.redact puts in place of a credential: a preview never cuts one in half.
+_MARKER_RE: Final = re.compile(r"\[REDACTED:[a-z-]+\]")
+
+
+def cut_preview(text: str, limit: int = SUMMARY_MAX_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, but never inside a ``[REDACTED:<kind>]`` marker:
+    a marker that would be cut goes whole."""
+    if len(text) <= limit:
+        return text
+    if "[REDACTED:" in text:
+        for m in _MARKER_RE.finditer(text, 0, limit + 32):
+            if m.start() < limit < m.end():
+                return text[:m.start()].rstrip()
+    return text[:limit]
+
+
 def default_summary(text: str) -> str:
-    """The spec's deterministic preview: the first 50 characters, on one line."""
-    return fold_whitespace(text)[:SUMMARY_MAX_CHARS]
+    """The spec's deterministic preview: the first 50 characters, on one line (a credential's
+    marker is never cut: see :func:`cut_preview`)."""
+    return cut_preview(fold_whitespace(text))
 
 
 def _short(value: object, limit: int = 40) -> str:

@@ -13,7 +13,9 @@ Import rules (decided here; the spec is silent):
 - imported memories go through the same write path as saves, so with a bucket configured they are
   queued in the sync outbox and pushed by the next pass;
 - credentials are handled as in a save (``secrets.mode``): redacted (the line is imported and
-  listed with the kinds found) or, in reject mode, the line is rejected.
+  listed with the kinds found) or, in reject mode, the line is rejected. Unknown fields (kept
+  for other writers) are checked too, every string in them: a credential there is redacted in
+  place and the line lists the fields that held one (``fields``); reject mode rejects the line.
 """
 
 from __future__ import annotations
@@ -49,18 +51,23 @@ class ImportReport:
     imported: int = 0
     unchanged: int = 0
     rejected: list[tuple[int, str]] = field(default_factory=list)
-    redacted: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    # (line, kinds, unknown fields that held a credential)
+    redacted: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
 
     def summary(self) -> str:
         text = f"imported {self.imported}, unchanged {self.unchanged}, rejected {len(self.rejected)}"
-        return text + (f", redacted credentials in {len(self.redacted)}" if self.redacted else "")
+        if not self.redacted:
+            return text
+        fields = sorted({f for _, _, names in self.redacted for f in names})
+        return text + f", redacted credentials in {len(self.redacted)}" + (
+            f" (unknown fields redacted: {', '.join(fields)})" if fields else "")
 
     def to_dict(self) -> dict[str, object]:
         return {
             "imported": self.imported,
             "unchanged": self.unchanged,
             "rejected": [{"line": n, "reason": r} for n, r in self.rejected],
-            "redacted": [{"line": n, "kinds": list(k)} for n, k in self.redacted],
+            "redacted": [{"line": n, "kinds": list(k), "fields": list(f)} for n, k, f in self.redacted],
         }
 
 
@@ -89,6 +96,8 @@ def import_jsonl(
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Validate and import JSON Lines; see the module docstring for the rules."""
+    from .redact import merge_kinds
+
     if profile is not None:
         validate_profile(profile)
     report = ImportReport()
@@ -121,9 +130,11 @@ def import_jsonl(
             memory = _parse(line_no, line, profile)
             raw, processed, summary, kinds = bank.redact_secrets(memory.raw_input, memory.processed_content,
                                                                  memory.summary)
-            if kinds:
-                memory = memory.with_changes(raw_input=raw, processed_content=processed, summary=summary)
-                report.redacted.append((line_no, kinds))
+            extra, extra_kinds, fields = bank.redact_fields(memory.extra) if memory.extra else ({}, (), ())
+            if kinds or extra_kinds:
+                memory = memory.with_changes(raw_input=raw, processed_content=processed, summary=summary,
+                                             extra=extra if extra_kinds else memory.extra)
+                report.redacted.append((line_no, merge_kinds((kinds, extra_kinds)), fields))
             batch.append((line_no, memory))
         except MemoryBankError as exc:
             report.rejected.append((line_no, str(exc)))

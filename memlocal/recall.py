@@ -1,9 +1,12 @@
 """The recall index: an exact, fast top-k of one profile's memories for a query.
 
-:class:`RecallIndex` keeps, per profile, the memories' terms, an inverted index, and two orders
-(by confidenceMul·recency, by confidenceMul·usage), and runs a threshold-algorithm walk that
-scores exactly every memory that could still reach the top-k and stops once an upper bound on
-all the others falls below the k-th best score. It scores with :func:`memlocal.scoring.score_parts`,
+:class:`RecallIndex` keeps, per profile, a compact inverted index (posting lists of doc numbers
+in typed arrays) and two orders (by confidenceMul·recency, by confidenceMul·usage). A memory's
+topic depends only on which of the query's features it holds, so candidates are ranked a class
+(one set of features held) at a time, best topic first, with set operations on the long posting
+lists and a threshold-algorithm walk inside a large class that stops once an upper bound on the
+members not visited falls below the k-th best score; the index is built beside the queries, on
+a background thread, while the persisted features answer them. It scores with :func:`memlocal.scoring.score_parts`,
 the function the reference full scan (:func:`memlocal.scoring.rank_brute_force`) uses, so the
 floats, and hence the ranking, are identical. The formula itself lives in :mod:`memlocal.scoring`
 (pure); this module adds what needs the store: reading rows and keeping the index fresh.
@@ -14,23 +17,27 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import logging
 import sqlite3
 import threading
+import time
+from array import array
 from collections import OrderedDict
+from itertools import chain, repeat
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Container, Final, Iterable, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
     HALF_LIFE_DAYS,
+    USAGE_FLOOR,
     US_PER_DAY,
     Breakdown,
     PreparedQuery,
     Ranking,
-    Row,
     ScoredMemory,
     Weights,
     rank_key,
@@ -38,6 +45,7 @@ from .scoring import (
     evidence_of,
     gate_select,
     maturity,
+    recency,
     prepare_query,
     score_parts,
     score_with_topic,
@@ -48,40 +56,12 @@ from .scoring import (
 )
 from .store import Store
 
+log = logging.getLogger("memlocal")
+
 # Slack for float rounding in the pruning bound: a memory is skipped only when its bound is below
 # the k-th best score by more than this, so ties and near-ties are always scored exactly.
 _EPS: Final = 1e-9
 _LN2_PER_US: Final = math.log(2.0) / (HALF_LIFE_DAYS * US_PER_DAY)
-
-
-class _Entry:
-    """What the index keeps of one active memory."""
-
-    __slots__ = ("id", "created_us", "anchor_us", "count", "cm", "use", "tier", "terms", "clusters", "kx", "y",
-                 "features")
-
-    def __init__(self, row: Sequence[Any], t0_us: int, like: "_Entry | None" = None) -> None:
-        (mid, created_us, last_us, count, confidence, category, features, _active, processed, summary) = row[:10]
-        self.id: str = mid
-        self.created_us: int = created_us
-        self.anchor_us: int = max(created_us, last_us or created_us)
-        self.count: int = count
-        self.cm: float = confidence_mul(confidence)
-        self.use: float = usage(count)
-        self.tier: str = "core" if category in CORE_CATEGORIES else "other"
-        # The stored features (memlocal.features); a row written without them is tokenised here.
-        self.terms: frozenset[str]
-        self.clusters: frozenset[str]
-        self.features: str | None = features
-        if like is not None and features is not None and like.features == features:
-            self.terms, self.clusters = like.terms, like.clusters  # same stored features: same sets
-        else:
-            self.terms, self.clusters = parse_features(features if features is not None
-                                                       else features_of(processed, summary))
-        # Static sort keys: cm·recency = exp(kx − ln2·(now − t0)/halflife) for every ``now``,
-        # so ordering by kx orders by cm·recency at any time; y = cm·usage does not move.
-        self.kx: float = math.log(self.cm) + (self.anchor_us - t0_us) * _LN2_PER_US
-        self.y: float = self.cm * self.use
 
 
 # The text is read only for a row without stored features (``NULL``: derived lazily).
@@ -116,143 +96,375 @@ def split_features(feats: list[tuple[int, float, F]], budget: int) -> tuple[list
 
 
 def default_budget(n: int) -> int:
-    """How many postings are scored up front for a profile of ``n`` memories: max(256, n/16)."""
-    return max(256, n // 16)
+    """How many postings are read one by one for a query over ``n`` memories: max(256, n/64).
+    Memories holding only features with longer lists are found by set operations, a class at a
+    time (:meth:`ProfileIndex.top_k_gated`), so this bounds the per-posting Python work."""
+    return max(256, n // 64)
 
 
-def _move(lst: list[tuple[float, str]], old: tuple[float, str], new: tuple[float, str]) -> None:
-    """Replace ``old`` by ``new`` in the sorted ``lst``."""
-    i = bisect.bisect_left(lst, old)
-    if i < len(lst) and lst[i] == old:
-        del lst[i]
-    bisect.insort(lst, new)
+# A class of memories holding the same query features with more members than this is ranked by
+# the threshold walk over the static orders instead of scoring every member.
+_DIRECT: Final = 384
+# At most this many common features are split into classes (2^k subsets); any more are read
+# posting by posting like the selective ones (a query rarely holds more than three).
+_MAX_COMMON: Final = 6
+
+Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask of the query features held)
 
 
 class ProfileIndex:
-    """The recall index of one profile, kept current incrementally (see :class:`RecallIndex`)."""
+    """The recall index of one profile, kept current incrementally (see :class:`RecallIndex`).
+
+    Lean by construction: a memory is a *doc* number; its fields live in typed arrays indexed by
+    it (no object per memory); its features are interned ids in one flat array; each feature's
+    posting list is an ``array('i')`` of doc numbers, ascending; the two static orders (by
+    cm·recency and by cm·usage) are ``array('i')`` too. A doc whose features or tier change gets a
+    new number (the old slot is dead until the next full build); an access bump updates in place.
+    """
 
     def __init__(self, t0_us: int) -> None:
         self.t0_us = t0_us
-        self.entries: dict[str, _Entry] = {}
-        self.postings: dict[str, set[str]] = {}
-        self.cluster_postings: dict[str, set[str]] = {}
+        self.ids: list[str | None] = []
+        self.doc: dict[str, int] = {}
+        self.created = array("q")
+        self.anchor = array("q")
+        self.count = array("q")
+        self.cm = array("d")
+        self.use = array("d")
+        self.kx = array("d")  # log(cm) + ln2·(anchor − t0)/halflife: orders cm·recency at any time
+        self.y = array("d")  # cm·usage
+        self.core = array("b")
+        self.tok_at = array("q")  # where the doc's feature ids start in ``toks``
+        self.tok_n = array("i")
+        self.toks = array("i")
+        self.vocab: dict[str, int] = {}  # stored token ("term", "~hex" or "@cluster") -> feature id
+        self.postings: list[array[int]] = []
         self.total_accesses = 0
-        # Per tier (None = all): ascending lists of (-kx, id) and (-y, id), i.e. best first.
-        self.by_x: dict[str | None, list[tuple[float, str]]] = {None: [], "core": [], "other": []}
-        self.by_y: dict[str | None, list[tuple[float, str]]] = {None: [], "core": [], "other": []}
-        # Moves of those lists' items not made yet (access bumps): the evidence gate never reads
-        # the lists, so a recall's own bumps cost nothing there; whatever reads or edits them
-        # first makes them (``_sorted``).
-        self._moves: list[tuple[str, tuple[float, str], tuple[float, str], tuple[float, str], tuple[float, str]]] = []
+        self.dead = 0
+        self.by_x = array("i")  # live docs by (−kx, doc)
+        self.by_y = array("i")  # live docs by (−y, doc)
+        # Docs whose sort keys moved (access bumps) since the orders were last made, with the keys
+        # they are filed under: the orders are fixed when next read (``_sorted``).
+        self._moved: dict[int, tuple[float, float]] = {}
         self.rev = -1
         self.resets = -1
+        self.direct = _DIRECT  # a speed knob (tests walk every class); never changes the answer
+        # Sets of the long posting lists queries split into classes, made on first use and kept
+        # current as docs come and go (a set answers membership and intersections in C).
+        self._sets: dict[int, set[int]] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self.doc)
 
     # -- maintenance --
 
+    def _append(self, row: Sequence[Any]) -> int:
+        (mid, created_us, last_us, count, confidence, category, features) = row[:7]
+        if features is None:  # not derived yet: tokenised here
+            features = features_of(row[8], row[9])
+        d = len(self.ids)
+        self.ids.append(mid)
+        self.doc[mid] = d
+        anchor = max(created_us, last_us or created_us)
+        cm = confidence_mul(confidence)
+        self.created.append(created_us)
+        self.anchor.append(anchor)
+        self.count.append(count)
+        self.cm.append(cm)
+        use = usage(count)
+        self.use.append(use)
+        self.kx.append(math.log(cm) + (anchor - self.t0_us) * _LN2_PER_US)
+        self.y.append(cm * use)
+        self.core.append(1 if category in CORE_CATEGORIES else 0)
+        self.tok_at.append(len(self.toks))
+        vocab, postings, toks = self.vocab, self.postings, self.toks
+        n = 0
+        for tok in features.split():
+            fid = vocab.get(tok)
+            if fid is None:
+                fid = vocab[tok] = len(postings)
+                postings.append(array("i"))
+            postings[fid].append(d)
+            toks.append(fid)
+            n += 1
+        if self._sets:
+            for fid in toks[len(toks) - n:]:
+                s = self._sets.get(fid)
+                if s is not None:
+                    s.add(d)
+        self.tok_n.append(n)
+        self.total_accesses += count
+        return d
+
+    def _append_batch(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Many rows at once (a build): what ``_append`` does, with the per-token work in C
+        (one split of the batch's features, one ``map`` of the vocabulary) except the postings'
+        appends."""
+        d0 = len(self.ids)
+        feats = [r[6] if r[6] is not None else features_of(r[8], r[9]) for r in rows]
+        t0 = self.t0_us
+        for d, r in enumerate(rows, d0):
+            (mid, created_us, last_us, count, confidence, category) = r[:6]
+            self.ids.append(mid)
+            self.doc[mid] = d
+            anchor = max(created_us, last_us or created_us)
+            cm = confidence_mul(confidence)
+            use = usage(count)
+            self.created.append(created_us)
+            self.anchor.append(anchor)
+            self.count.append(count)
+            self.cm.append(cm)
+            self.use.append(use)
+            self.kx.append(math.log(cm) + (anchor - t0) * _LN2_PER_US)
+            self.y.append(cm * use)
+            self.core.append(1 if category in CORE_CATEGORIES else 0)
+            self.total_accesses += count
+        split = [f.split() for f in feats]
+        ns = [len(s) for s in split]
+        tokens = list(chain.from_iterable(split))
+        vocab, postings = self.vocab, self.postings
+        fids = list(map(vocab.get, tokens))
+        if None in fids:
+            for i, fid in enumerate(fids):
+                if fid is None:
+                    tok = tokens[i]
+                    fid = vocab.get(tok)
+                    if fid is None:
+                        fid = vocab[tok] = len(postings)
+                        postings.append(array("i"))
+                    fids[i] = fid
+        at = len(self.toks)
+        for n in ns:
+            self.tok_at.append(at)
+            at += n
+        self.tok_n.extend(ns)
+        self.toks.extend(fids)  # type: ignore[arg-type]  # no None left
+        for fid, d in zip(fids, chain.from_iterable(map(repeat, range(d0, d0 + len(rows)), ns))):
+            postings[fid].append(d)  # type: ignore[index]
+
+    def _key_x(self, d: int) -> tuple[float, int]:
+        moved = self._moved.get(d)
+        return (-(moved[0] if moved is not None else self.kx[d]), d)
+
+    def _key_y(self, d: int) -> tuple[float, int]:
+        moved = self._moved.get(d)
+        return (-(moved[1] if moved is not None else self.y[d]), d)
+
+    def _unfile(self, d: int) -> None:
+        """Take ``d`` out of both orders (where it is filed: its old keys if it moved)."""
+        for order, key in ((self.by_x, self._key_x), (self.by_y, self._key_y)):
+            i = bisect.bisect_left(order, key(d), key=key)
+            if i < len(order) and order[i] == d:
+                del order[i]
+        self._moved.pop(d, None)
+
+    def _file(self, d: int) -> None:
+        bisect.insort(self.by_x, d, key=self._key_x)
+        bisect.insort(self.by_y, d, key=self._key_y)
+
     def _sorted(self) -> None:
-        """Make the pending moves of the sorted lists: one by one when they are few, else by
-        re-sorting each list once (nearly sorted already, so about linear)."""
-        moves, self._moves = self._moves, []
-        if len(moves) <= 32:
-            for tier, old_x, new_x, old_y, new_y in moves:
-                for key in (None, tier):
-                    _move(self.by_x[key], old_x, new_x)
-                    _move(self.by_y[key], old_y, new_y)
+        """File the moved docs at their new keys: one by one when they are few, else by making
+        both orders again (about linear: timsort on nearly sorted data)."""
+        if not self._moved:
             return
-        # A moved id's tier did not change and nothing else touched it since (add and remove
-        # make the moves first), so its current entry holds its final place.
-        gone = {m[1][1] for m in moves}
-        moved = [self.entries[i] for i in gone]
-        for lists, sort_key in ((self.by_x, lambda e: -e.kx), (self.by_y, lambda e: -e.y)):
-            for key, lst in lists.items():
-                lst[:] = [t for t in lst if t[1] not in gone]
-                lst += [(sort_key(e), e.id) for e in moved if key is None or e.tier == key]
-                lst.sort()
+        if len(self._moved) <= max(32, len(self.doc) // 512):
+            for d in list(self._moved):
+                self._unfile(d)
+                self._file(d)
+            return
+        self._moved.clear()
+        self._make_orders()
 
-    def add(self, e: _Entry, *, sort: bool = True) -> None:
-        if self._moves:
-            self._sorted()
-        self.entries[e.id] = e
-        for t in e.terms:
-            self.postings.setdefault(t, set()).add(e.id)
-        for c in e.clusters:
-            self.cluster_postings.setdefault(c, set()).add(e.id)
-        self.total_accesses += e.count
-        for key in (None, e.tier):
-            if sort:
-                bisect.insort(self.by_x[key], (-e.kx, e.id))
-                bisect.insort(self.by_y[key], (-e.y, e.id))
-            else:
-                self.by_x[key].append((-e.kx, e.id))
-                self.by_y[key].append((-e.y, e.id))
+    def _make_orders(self) -> None:
+        live = [d for d in self.doc.values()]
+        live.sort()
+        kx, y = self.kx, self.y
+        self.by_x = array("i", sorted(live, key=kx.__getitem__, reverse=True))  # ties: ascending doc
+        self.by_y = array("i", sorted(live, key=y.__getitem__, reverse=True))
 
-    def remove(self, memory_id: str) -> _Entry | None:
-        if self._moves:
-            self._sorted()
-        e = self.entries.pop(memory_id, None)
-        if e is None:
-            return None
-        for t in e.terms:
-            ids = self.postings[t]
-            ids.discard(memory_id)
-            if not ids:
-                del self.postings[t]
-        for c in e.clusters:
-            ids = self.cluster_postings[c]
-            ids.discard(memory_id)
-            if not ids:
-                del self.cluster_postings[c]
-        self.total_accesses -= e.count
-        for key in (None, e.tier):
-            for lst, item in ((self.by_x[key], (-e.kx, e.id)), (self.by_y[key], (-e.y, e.id))):
-                i = bisect.bisect_left(lst, item)
-                if i < len(lst) and lst[i] == item:
-                    del lst[i]
-        return e
+    def _kill(self, d: int) -> None:
+        """Remove doc ``d`` (from the id map, its postings and the orders); its slot stays dead."""
+        self._unfile(d)
+        mid = self.ids[d]
+        assert mid is not None
+        del self.doc[mid]
+        self.ids[d] = None
+        at = self.tok_at[d]
+        for fid in self.toks[at:at + self.tok_n[d]]:
+            lst = self.postings[fid]
+            i = bisect.bisect_left(lst, d)
+            if i < len(lst) and lst[i] == d:
+                del lst[i]
+            s = self._sets.get(fid)
+            if s is not None:
+                s.discard(d)
+        self.total_accesses -= self.count[d]
+        self.dead += 1
+
+    def remove(self, memory_id: str) -> bool:
+        d = self.doc.get(memory_id)
+        if d is None:
+            return False
+        self._kill(d)
+        return True
 
     def apply(self, row: Sequence[Any]) -> None:
         """Bring one changed row (as selected by ``_ROW_SQL``) into the index."""
-        old = self.entries.get(row[0])
-        if old is not None and row[7] == 1:
-            e = _Entry(row, self.t0_us, like=old)
-            if e.terms is old.terms and e.tier == old.tier:
+        d = self.doc.get(row[0])
+        if d is not None and row[7] == 1 and row[6] is not None:
+            at, n = self.tok_at[d], self.tok_n[d]
+            vocab = self.vocab
+            same = ((1 if row[5] in CORE_CATEGORIES else 0) == self.core[d]
+                    and [vocab.get(t, -1) for t in row[6].split()] == self.toks[at:at + n].tolist())
+            if same:
                 # An access bump (or any change that leaves the features and the tier): the
-                # postings stay, only the sort keys and the counts move.
-                self.entries[e.id] = e
-                self.total_accesses += e.count - old.count
-                self._moves.append((e.tier, (-old.kx, old.id), (-e.kx, e.id), (-old.y, old.id), (-e.y, e.id)))
-                if len(self._moves) >= max(64, len(self.entries) // 16):
-                    self._sorted()  # bounded: a process that never reads the lists still makes them
+                # postings stay, the fields change in place, the orders later (``_sorted``).
+                if d not in self._moved:
+                    self._moved[d] = (self.kx[d], self.y[d])
+                (_, created_us, last_us, count, confidence) = row[:5]
+                anchor = max(created_us, last_us or created_us)
+                cm = confidence_mul(confidence)
+                self.total_accesses += count - self.count[d]
+                self.created[d], self.anchor[d], self.count[d], self.cm[d] = created_us, anchor, count, cm
+                self.use[d] = usage(count)
+                self.kx[d] = math.log(cm) + (anchor - self.t0_us) * _LN2_PER_US
+                self.y[d] = cm * self.use[d]
                 return
-        self.remove(row[0])
+        if d is not None:
+            self._kill(d)
         if row[7] != 1:  # inactive: not ranked
             return
-        self.add(_Entry(row, self.t0_us))
-
-    def finish_bulk(self) -> None:
-        self._sorted()
-        for lists in (self.by_x, self.by_y):
-            for lst in lists.values():
-                lst.sort()
+        self._file(self._append(row))
 
     # -- queries --
 
-    def features(self, pq: PreparedQuery) -> list[tuple[int, float, set[str]]]:
-        """The query's features held by some memory: (posting-list size, weight, the ids)."""
-        feats: list[tuple[int, float, set[str]]] = []
-        for t, wt in zip(pq.terms, pq.weights):
-            ids = self.postings.get(t)
-            if ids:
-                feats.append((len(ids), wt, ids))
-        for c, cw in zip(pq.clusters, pq.cluster_weights):
-            ids = self.cluster_postings.get(c)
-            if ids:
-                feats.append((len(ids), cw, ids))
-        return feats
+    def _lists(self, pq: PreparedQuery) -> list[array[int] | None]:
+        """The posting list of each of the query's features (terms, then clusters; pq's order)."""
+        vocab, postings = self.vocab, self.postings
+        out: list[array[int] | None] = []
+        for tok in self._tokens(pq):
+            fid = vocab.get(tok)
+            out.append(postings[fid] if fid is not None and postings[fid] else None)
+        return out
+
+    @staticmethod
+    def _tokens(pq: PreparedQuery) -> list[str]:
+        return [encode_term(t) for t in pq.terms] + [CLUSTER_PREFIX + c for c in pq.clusters]
+
+    def _common_sets(self, pq: PreparedQuery, common: list[int]) -> dict[int, set[int]]:
+        """The posting sets of the query's common features (feature index -> set), cached."""
+        toks = self._tokens(pq)
+        out: dict[int, set[int]] = {}
+        for i in common:
+            fid = self.vocab[toks[i]]
+            s = self._sets.get(fid)
+            if s is None:
+                # A bound on what the cache holds (about as many doc numbers as the profile
+                # has memories, a few MB at 100k): past it, start again.
+                if sum(map(len, self._sets.values())) + len(self.postings[fid]) > max(4096, 2 * len(self.doc)):
+                    self._sets.clear()
+                s = self._sets[fid] = set(self.postings[fid])
+            out[i] = s
+        return out
 
     def prepare(self, query: str) -> PreparedQuery:
-        postings = self.postings
-        return prepare_query(query, lambda t: len(postings.get(t, ())), len(self.entries))
+        vocab, postings = self.vocab, self.postings
+
+        def df(term: str) -> int:
+            fid = vocab.get(encode_term(term))
+            return len(postings[fid]) if fid is not None else 0
+
+        return prepare_query(query, df, len(self.doc))
+
+    def held(self, pq: PreparedQuery, mask: int) -> tuple[frozenset[str], frozenset[str]]:
+        """The query's terms and clusters a doc with ``mask`` holds (bit i: feature i, pq's order)."""
+        nt = len(pq.terms)
+        return (frozenset(t for i, t in enumerate(pq.terms) if mask >> i & 1),
+                frozenset(c for i, c in enumerate(pq.clusters) if mask >> (nt + i) & 1))
+
+    def _plan(self, pq: PreparedQuery, budget: int | None) -> tuple[list[array[int] | None], list[int], list[int]]:
+        """The query's posting lists, and which features are read posting by posting (selective)
+        and which are split into classes (common, at most ``_MAX_COMMON``)."""
+        lists = self._lists(pq)
+        weights = pq.weights + pq.cluster_weights
+        feats = [(len(p), weights[i], i) for i, p in enumerate(lists) if p]
+        budget = default_budget(len(self.doc)) if budget is None else budget
+        selective, common, _ = split_features(feats, budget)
+        if len(common) > _MAX_COMMON:  # common is shortest first: the shortest extra ones go selective
+            selective += common[:-_MAX_COMMON]
+            common = common[-_MAX_COMMON:]
+        return lists, selective, common
+
+    def _masks(self, lists: list[array[int] | None], selective: list[int], common: list[int],
+               sets: dict[int, set[int]]) -> dict[int, int]:
+        """Doc -> mask of the query features it holds, for every doc holding a selective one."""
+        mask: dict[int, int] = {}
+        get = mask.get
+        for i in selective:
+            bit = 1 << i
+            for d in lists[i]:  # type: ignore[union-attr]
+                mask[d] = get(d, 0) | bit
+        if mask:
+            for i in common:
+                bit = 1 << i
+                for d in mask.keys() & sets[i]:
+                    mask[d] |= bit
+        return mask
+
+    def _class_top(self, members: Collection[int], top: float, mask: int, limit: int, now_us: int, w: Weights,
+                   core: int | None, skip: Container[int]) -> list[Hit]:
+        """The best ``limit`` of ``members`` (docs sharing one topic ``top``) by the gate's order
+        within one topic: higher score, newer createdAt, smaller id. Few members are all scored;
+        many are found by the threshold walk over the two static orders: a member not visited yet
+        has cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so its score is
+        at most wR·bx + wU·by + wT·top; the walk stops once that is below the ``limit``-th score."""
+        anchor, use, cm, core_of = self.anchor, self.use, self.cm, self.core
+        hits: list[Hit] = []
+        if len(members) <= self.direct:
+            for d in members:
+                if (core is None or core_of[d] == core) and d not in skip:
+                    hits.append((d, *score_with_topic(anchor[d], now_us, use[d], cm[d], top, w), mask))
+            return heapq.nsmallest(limit, hits, key=self._tie)
+        if not isinstance(members, (set, frozenset)):
+            members = set(members)
+        self._sorted()
+        xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
+        k_now = (now_us - self.t0_us) * _LN2_PER_US
+        nx, ny = len(xs), len(ys)
+        px = py = 0
+        done: set[int] = set()
+        best: list[float] = []  # min-heap of the best ``limit`` scores so far
+        topic_bound = w.topic * top
+
+        def wanted(d: int) -> bool:
+            return d in members and d not in done and (core is None or core_of[d] == core) and d not in skip
+
+        while True:
+            while px < nx and not wanted(xs[px]):
+                px += 1
+            while py < ny and not wanted(ys[py]):
+                py += 1
+            if px >= nx:
+                break
+            bx = math.exp(min(700.0, kx[xs[px]] - k_now))  # capped: an anchor centuries ahead
+            by = y[ys[py]] if py < ny else 0.0
+            if len(best) >= limit and w.recency * bx + w.usage * by + topic_bound + _EPS < best[0]:
+                break
+            d = ys[py] if (w.usage * by > w.recency * bx and py < ny) else xs[px]
+            done.add(d)
+            s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
+            if len(best) < limit:
+                heapq.heappush(best, s)
+            elif s >= best[0]:  # equal may still win on the tie-break
+                heapq.heapreplace(best, s)
+            else:
+                continue
+            hits.append((d, s, rec, top, mask))
+        return heapq.nsmallest(limit, hits, key=self._tie)
+
+    def _tie(self, h: Hit) -> tuple[float, int, str]:
+        return rank_key(h[1], self.created[h[0]], self.ids[h[0]] or "")
 
     def top_k(
         self,
@@ -264,77 +476,101 @@ class ProfileIndex:
         exclude_ids: Iterable[str] = (),
         tier: str | None = None,
         essential_budget: int | None = None,
-    ) -> list[tuple[_Entry, float, float, float]]:
-        """The exact top ``limit`` entries as (entry, score, recency, topic), best first.
+    ) -> list[Hit]:
+        """The spec's exact top ``limit`` (no gate) as hits, best first.
 
-        ``essential_budget`` caps how many postings are scored up front (default: 256 or 1/16
-        of the profile); it changes only the speed, never the answer.
+        Docs holding a query feature are grouped by the features they hold (one topic per
+        group: posting by posting for the selective features, by set operations for the docs
+        holding only common ones) and each group's best are found (:meth:`_class_top`); a
+        threshold walk over the static orders, which visits docs best cm·recency / cm·usage
+        first, finds the best of those holding no query feature (topic 0). ``essential_budget`` caps
+        how many postings are read one by one; it changes only the speed, never the answer.
         """
         w = weights_for(maturity(self.total_accesses))
-        entries = self.entries
-        seen: set[str] = set(exclude_ids)
-        scored: list[tuple[_Entry, float, float, float]] = []
-        best: list[float] = []  # min-heap of the best ``limit`` scores so far
+        core = None if tier is None else int(tier == "core")
+        skip = {self.doc[i] for i in exclude_ids if i in self.doc}
+        hits: list[Hit] = []
+        mask: dict[int, int] = {}
+        topics: dict[int, float] = {}
 
-        def visit(e: _Entry) -> None:
-            seen.add(e.id)
-            s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
-            if s >= min_score:
-                if len(best) < limit:
-                    heapq.heappush(best, s)
-                elif s >= best[0]:  # equal may still win on the tie-break
-                    heapq.heapreplace(best, s)
-                else:
-                    return  # below the k-th best: cannot be in the top-k
-                scored.append((e, s, rec, top))
+        def topic_of(m: int) -> float:
+            t = topics.get(m)
+            if t is None:
+                t = topics[m] = topic(pq, *self.held(pq, m))
+            return t
 
-        # 1. Features (query terms, then clusters) with short posting lists are "essential":
-        #    every memory holding one is scored now. The others, with long lists, are common and
-        #    so light (IDF); ``rest`` bounds the topic a memory holding only those can reach.
-        rest = 0.0
-        if not pq.empty:
-            budget = default_budget(len(entries)) if essential_budget is None else essential_budget
-            selective, _, rest = split_features(self.features(pq), budget)
-            for ids in selective:
-                for mid in ids:
-                    if mid not in seen:
-                        e = entries[mid]
-                        if tier is None or e.tier == tier:
-                            visit(e)
-                        else:
-                            seen.add(mid)
-            rest = min(1.0, rest / pq.denominator)
-
-        # 2. Threshold walk over the two static orders. Any memory not yet visited has
-        #    cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so its score
-        #    is at most wR·bx + wU·by + wT·rest. Stop once that is below the k-th best score.
-        if self._moves:
-            self._sorted()
-        xs, ys = self.by_x[tier], self.by_y[tier]
+        sets: dict[int, set[int]] = {}
+        self._sorted()
+        xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
-        px = py = 0
+        if not pq.empty:
+            lists, selective, common = self._plan(pq, essential_budget)
+            sets = self._common_sets(pq, common)
+            mask = self._masks(lists, selective, common, sets)
+            classes: dict[int, list[int]] = {}
+            for d, m in mask.items():
+                classes.setdefault(m, []).append(d)
+            for m, members in classes.items():
+                hits += self._class_top(members, topic_of(m), m, limit, now_us, w, core, skip)
+            # The docs holding only common features, a class per subset, best topic first; a
+            # class whose best possible score (the best cm·recency and cm·usage of the profile,
+            # its topic) is below the k-th score so far ends this, as do all after it.
+            subsets = []
+            for sub in range(1, 1 << len(common)):
+                m = 0
+                for j, i in enumerate(common):
+                    if sub >> j & 1:
+                        m |= 1 << i
+                subsets.append((topic_of(m), m))
+            subsets.sort(key=lambda c: -c[0])
+            top_x = math.exp(min(700.0, kx[xs[0]] - k_now)) if xs else 0.0
+            top_y = y[ys[0]] if ys else 0.0
+            for top, m in subsets:
+                kth = heapq.nsmallest(limit, (h[1] for h in hits if h[1] >= min_score), key=lambda s: -s)
+                if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
+                    break
+                members = self._subset(m, common, sets, mask, skip)
+                if members:
+                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip)
+        # The walk over every doc holding no query feature (topic 0).
+        anchor, use, cm, core_of = self.anchor, self.use, self.cm, self.core
+        best = [h[1] for h in heapq.nsmallest(limit, hits, key=self._tie)]
+        best = [s for s in best if s >= min_score]
+        heapq.heapify(best)
         nx, ny = len(xs), len(ys)
-        topic_bound = w.topic * rest
-        while px < nx:
-            while px < nx and xs[px][1] in seen:
+        px = py = 0
+        done: set[int] = set()
+        common_sets = list(sets.values())
+
+        def wanted(d: int) -> bool:
+            return (d not in mask and d not in done and (core is None or core_of[d] == core) and d not in skip
+                    and not any(d in s for s in common_sets))
+
+        while True:
+            while px < nx and not wanted(xs[px]):
                 px += 1
-            while py < ny and ys[py][1] in seen:
+            while py < ny and not wanted(ys[py]):
                 py += 1
             if px >= nx:
                 break
-            bx = math.exp(min(700.0, -xs[px][0] - k_now))  # capped: an anchor centuries ahead
-            by = -ys[py][0] if py < ny else 0.0
-            bound = w.recency * bx + w.usage * by + topic_bound
+            bx = math.exp(min(700.0, kx[xs[px]] - k_now))
+            by = y[ys[py]] if py < ny else 0.0
             threshold = max(best[0], min_score) if len(best) >= limit else min_score
-            if bound + _EPS < threshold:
+            if w.recency * bx + w.usage * by + _EPS < threshold:
                 break
-            if w.usage * by > w.recency * bx and py < ny:
-                visit(entries[ys[py][1]])
+            d = ys[py] if (w.usage * by > w.recency * bx and py < ny) else xs[px]
+            done.add(d)
+            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
+            if s < min_score:
+                continue
+            if len(best) < limit:
+                heapq.heappush(best, s)
+            elif s >= best[0]:
+                heapq.heapreplace(best, s)
             else:
-                visit(entries[xs[px][1]])
-        scored.sort(key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))
-        return scored[:limit]
-
+                continue
+            hits.append((d, s, rec, top, 0))
+        return heapq.nsmallest(limit, [h for h in hits if h[1] >= min_score], key=self._tie)
 
     def top_k_gated(
         self,
@@ -348,77 +584,129 @@ class ProfileIndex:
         tier: str | None = None,
         essential_budget: int | None = None,
         similarity: Mapping[str, float] | None = None,
-    ) -> tuple[list[tuple[_Entry, float, float, float]], float, dict[str, float]]:
+    ) -> tuple[list[Hit], float, dict[int, float]]:
         """The evidence-gated top ``limit`` (see :class:`Ranking`), the best topic, and the
-        similarity that counted for each kept memory (the semantic signal), exactly as
+        similarity that counted for each kept doc (the semantic signal), exactly as
         :func:`gate_select` over every memory holding a query feature, plus the ``similarity``
         top-k (:func:`memlocal.scoring.with_similarity`), would give them.
 
-        Only memories holding a query term or cluster can pass, so only posting lists are read.
-        Selective features (short lists) are scored first; the common ones bound the topic a
-        memory holding only those can reach (``rest``). When the gate already keeps ``limit``
-        memories whose topic is above that bound, no other memory can displace them, and the
-        common lists are skipped; otherwise they are scored too. The memories of the similarity
-        top-k are always scored (a memory outside it gains nothing, so the bound still holds).
+        The topic of a memory depends only on which of the query's features it holds, so the
+        candidates fall into *classes*, one per set of features held, each with one topic
+        (:func:`memlocal.scoring.topic` of that set). Docs holding a selective feature (short
+        posting lists) are classed posting by posting; the docs holding only common ones are
+        classed by set operations on the common lists (one class per subset), never one by one.
+        The gate orders by topic first, so classes are taken best topic first, and a class's own
+        best are found by :meth:`_class_top`; it stops at a class whose topic fails the gate
+        (ratio × the best topic), or below ``limit`` passing rows of a higher topic. The
+        similarity top-k are scored one by one (a memory outside it gains nothing).
         """
         if pq.empty:
             return [], 0.0, {}
         w = weights_for(maturity(self.total_accesses))
-        entries = self.entries
-        seen: set[str] = set(exclude_ids)
-        rows: list[Row] = []
-        counted: dict[str, float] = {}
-        sim = similarity or {}
+        core = None if tier is None else int(tier == "core")
+        doc, anchor, use, cm, core_of = self.doc, self.anchor, self.use, self.cm, self.core
+        skip = {doc[i] for i in exclude_ids if i in doc}
+        lists, selective, common = self._plan(pq, essential_budget)
+        sets = self._common_sets(pq, common)
+        mask = self._masks(lists, selective, common, sets)
+        topics: dict[int, float] = {}
 
-        best_seen = 0.0
+        def topic_of(m: int) -> float:
+            t = topics.get(m)
+            if t is None:
+                t = topics[m] = topic(pq, *self.held(pq, m))
+            return t
 
-        def visit(e: _Entry) -> None:
-            nonlocal best_seen
-            if sim:
-                s, rec, top = score_parts(e.anchor_us, now_us, e.use, e.cm, e.terms, e.clusters, pq, w)
-                s, top, cos = with_similarity(s, rec, e.use, e.cm, top, sim.get(e.id), w)
-                if cos is not None:
-                    counted[e.id] = cos
-                rows.append((e, s, rec, top))
-                return
-            # Without the semantic signal the topic is known first: one below ratio × the best
-            # topic seen so far fails the gate whatever comes later (the best only grows), so its
-            # score is never computed. The kept rows and their floats are the same.
-            top = topic(pq, e.terms, e.clusters)
-            if top < ratio * best_seen:
-                return
-            if top > best_seen:
-                best_seen = top
-            rows.append((e, *score_with_topic(e.anchor_us, now_us, e.use, e.cm, top, w)))
+        rows: list[Hit] = []
+        counted: dict[int, float] = {}
+        for mid, cos in (similarity or {}).items():
+            d = doc.get(mid)
+            if d is None or d in skip or (core is not None and core_of[d] != core):
+                continue
+            skip.add(d)  # scored here, not in its class
+            m = mask.get(d)
+            if m is None:
+                m = 0
+                for i in common:
+                    if d in sets[i]:
+                        m |= 1 << i
+            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], topic_of(m) if m else 0.0, w)
+            s, top, cos_used = with_similarity(s, rec, use[d], cm[d], top, cos, w)
+            if cos_used is not None:
+                counted[d] = cos_used
+            rows.append((d, s, rec, top, m))
 
-        def visit_all(ids: Iterable[str]) -> None:
-            for mid in ids:
-                if mid not in seen:
-                    seen.add(mid)
-                    e = entries.get(mid)
-                    if e is not None and (tier is None or e.tier == tier):
-                        visit(e)
+        classes: dict[int, list[int]] = {}
+        for d, m in mask.items():
+            if d not in skip and (core is None or core_of[d] == core):
+                classes.setdefault(m, []).append(d)
+        # Every class, by topic: (topic, mask, members or None for a subset of the common features).
+        pending: list[tuple[float, int, list[int] | None]] = [(topic_of(m), m, ms) for m, ms in classes.items()]
+        k = len(common)
+        for sub in range(1, 1 << k):
+            m = 0
+            for j in range(k):
+                if sub >> j & 1:
+                    m |= 1 << common[j]
+            pending.append((topic_of(m), m, None))
+        pending.sort(key=lambda c: -c[0])
+        best = max((r[3] for r in rows), default=0.0)
+        for top, m, members in pending:
+            if top <= 0.0 or top < ratio * best:
+                break  # fails the gate, and so does every class after it
+            if sum(1 for r in rows if r[3] > top and r[1] >= min_score and r[3] >= ratio * best) >= limit:
+                break  # ``limit`` rows above this topic pass the gate: no member could be kept
+            if members is None:
+                members = self._subset(m, common, sets, mask, skip)
+                if not members:
+                    continue
+            found = self._class_top(members, top, m, limit, now_us, w, core, skip)
+            if found:
+                best = max(best, top)
+                rows += found
 
-        budget = default_budget(len(entries)) if essential_budget is None else essential_budget
-        selective, common, rest = split_features(self.features(pq), budget)
-        for ids in selective:
-            visit_all(ids)
-        visit_all(sim)
+        def ident(item: tuple[int, int]) -> tuple[int, str]:
+            return self.created[item[0]], self.ids[item[0]] or ""
 
-        def ident(e: _Entry) -> tuple[int, str]:
-            return e.created_us, e.id
+        kept, best = gate_select([((h[0], h[4]), h[1], h[2], h[3]) for h in rows], limit=limit, ratio=ratio,
+                                 min_score=min_score, ident=ident)
+        hits: list[Hit] = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
+        return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
 
-        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
-        if common:
-            bound = min(1.0, rest / pq.denominator)
-            # A memory holding only common features has a topic of at most ``bound``: below the
-            # gate's floor (ratio × a best that can only grow), none of them can pass.
-            hopeless = bound < ratio * best - _EPS
-            if not hopeless and (len(kept) < limit or min(r[3] for r in kept) <= bound + _EPS):
-                for ids in common:
-                    visit_all(ids)
-                kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
-        return kept, best, {r[0].id: counted[r[0].id] for r in kept if r[0].id in counted}  # type: ignore[return-value]
+    def _subset(self, m: int, common: list[int], sets: dict[int, set[int]], mask: Mapping[int, int],
+                skip: set[int]) -> list[int]:
+        """The docs holding exactly the common features of mask ``m`` and no selective one."""
+        ins = sorted((sets[i] for i in common if m >> i & 1), key=len)
+        out = set(ins[0])
+        for s in ins[1:]:
+            out &= s
+            if not out:
+                return []
+        for i in common:
+            if not m >> i & 1:
+                out -= sets[i]
+        out.difference_update(mask)
+        out -= skip
+        return list(out)
+
+    @classmethod
+    def build(cls, conn: sqlite3.Connection, profile: str, t0_us: int,
+              pause: Callable[[], None] | None = None) -> "ProfileIndex":
+        """A full index of ``profile`` read inside the caller's read transaction; ``pause`` is
+        called every few thousand rows (the background builder yields there)."""
+        idx = cls(t0_us)
+        row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
+        idx.rev, idx.resets = row if row is not None else (0, 0)
+        cur = conn.execute(_ROW_SQL + " AND is_active = 1", (profile,))
+        while True:
+            batch = cur.fetchmany(2048)
+            if not batch:
+                break
+            idx._append_batch(batch)
+            if pause is not None:
+                pause()
+        idx._make_orders()
+        return idx
 
 
 # --- the cold path: a first query answered from the persisted features --------------------------
@@ -431,6 +719,39 @@ _HIT_SQL: Final = (
     " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
 )
 _COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features MATCH ?"
+# The two orders of a profile's memories the store indexes (memlocal/store/schemas/recall.py,
+# step 3): by anchor, newest first (the order of recency), and by access count (of usage).
+_ANCHOR_SQL: Final = "max(created_us, coalesce(last_accessed_us, created_us))"
+_WALK_X_SQL: Final = _ROW_SQL + f" AND is_active = 1 ORDER BY {_ANCHOR_SQL} DESC"
+_WALK_Y_SQL: Final = _ROW_SQL + " AND is_active = 1 ORDER BY access_count DESC"
+# A class of memories (one set of common features held) up to this size is read in the order
+# SQLite gives it (``_CLASS_SQL``); a larger, dense one is walked in the two indexed orders.
+_COLD_DIRECT: Final = 1024
+# The cold path reads up to this many postings of the query's rarest features row by row.
+_COLD_BUDGET: Final = 256
+# A class's rows ordered by the score SQLite computes with the formula's constants; only a hint
+# for the order of reading (every row read is scored in Python), so it needs SQLite's math
+# functions (3.35+, on in Python's builds; without them the class is read whole).
+_CLASS_SQL: Final = (
+    "SELECT m.id, m.created_us, m.last_accessed_us, m.access_count, m.confidence, m.category, m.features,"
+    f" (? * pow(0.5, (max(0, ? - max(m.created_us, coalesce(m.last_accessed_us, m.created_us)))"
+    f" / {float(US_PER_DAY)!r}) / {float(HALF_LIFE_DAYS)!r})"
+    f" + ? * (1.0 - {1.0 - USAGE_FLOOR!r} / (1.0 + log10(1 + max(0, m.access_count)))) + ?)"
+    " * (0.5 + 0.5 * m.confidence) AS hint"
+    " FROM memory_features f CROSS JOIN memories m ON m.rowid = f.rowid"
+    " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
+    " ORDER BY hint DESC"
+)
+# How far the hint may be from the exact score (a few ulps of pow and log10; scores are ≤ 1).
+_HINT_EPS: Final = 1e-9
+
+
+def _has_math(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.execute("SELECT pow(0.5, 1.0), log10(10.0)").fetchone()
+        return True
+    except sqlite3.OperationalError:
+        return False
 
 
 class ColdHit:
@@ -477,6 +798,7 @@ def cold_query(
     essential_budget: int | None = None,
     max_rows: int | None = None,
     spec: bool = False,
+    direct: int = _COLD_DIRECT,
 ) -> ColdAnswer | None:
     """An evidence-gated query answered from the persisted features, without building an index
     (``spec``: the spec mode's top-k instead, see the end).
@@ -488,21 +810,20 @@ def cold_query(
 
     Statistics are the profile's true ones: N and the accesses from ``profile_revs`` (kept by
     triggers), each term's document frequency from the FTS5 table ``memory_features`` (plus rows
-    whose features are not derived yet, tokenised here). Candidates are read in two steps, as
-    the in-memory index does: first the memories holding a *selective* feature (a short posting
-    list); the *common* features are light (low IDF), and when the gate already keeps ``limit``
-    memories whose topic is above what the common features alone can give, no memory holding
-    only those could displace one, so they are never read. When they must be read and hold more
-    than ``max_rows`` memories (default: no limit), ``None``: the caller builds the full index
-    instead. Reading even most of the profile's rows costs less than building the index (which
-    reads all of them and more), so by default the first query never waits for the build; a
-    long-lived process builds the index on its next query. Runs inside the caller's read
-    transaction.
+    whose features are not derived yet, tokenised here). The memories holding a *selective*
+    feature (a short posting list) are read and scored. Those holding only *common* ones fall
+    into classes, one per subset of the common features held, each with one topic; they are
+    taken best topic first, as the in-memory index does, and a class is sized with an FTS5
+    count: a small one (up to ``direct`` memories) is read whole; a large one is walked in the
+    two orders the store indexes (memories by anchor, newest first, and by access count), which
+    stops once no member not read yet could reach the class's ``limit``-th score. So a query
+    reads a bounded number of rows however common its words. ``max_rows``: when a class to read
+    whole holds more, ``None`` (the caller builds the index instead; a test knob). Runs inside
+    the caller's read transaction.
 
-    ``spec``: the spec's literal top ``limit`` by score (no gate, ``similarity`` ignored) needs
-    every memory of the tier, so they are all read and scored from their stored features: the
-    full scan, without tokenising, which still costs less than building the index (inject's core
-    tier in a fresh process).
+    ``spec``: the spec's literal top ``limit`` by score (no gate, ``similarity`` ignored): the
+    memories holding a selective feature are read and scored, then one walk over both orders
+    scores the others (their topic is at most that of all the common features).
     """
     row = conn.execute("SELECT active, accesses FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
     n, accesses = row if row is not None else (0, 0)
@@ -514,7 +835,8 @@ def cold_query(
                           (profile,)).fetchone()
     scope = f"{scope_token(profile)} AND " if others else ""
     # Rows without stored features (written by raw SQL, not derived yet): tokenised here.
-    stale = conn.execute(_ROW_SQL + " AND features IS NULL AND is_active = 1", (profile,)).fetchall()
+    stale = conn.execute(_ROW_SQL.replace("FROM memories", "FROM memories INDEXED BY memories_features_stale")
+                         + " AND features IS NULL AND is_active = 1", (profile,)).fetchall()
     stale_features = [features_of(r[8], r[9]) for r in stale]
     stale_tokens = [frozenset(f.split()) for f in stale_features]
     dfs: dict[str, int] = {}
@@ -534,30 +856,45 @@ def cold_query(
     # on the string without splitting it; the same weights in the same order, so the same floats.
     pq_tok = PreparedQuery(tuple(f" {encode_term(t)} " for t in pq.terms), pq.weights,
                            tuple(f" {CLUSTER_PREFIX}{c} " for c in pq.clusters), pq.cluster_weights, pq.denominator)
-    if spec:
-        return ColdAnswer(_scan(conn, profile, pq_tok, w, now_us=now_us, limit=limit, min_score=min_score,
-                                excluded=set(exclude_ids), tier=tier), 0.0, {}, pq, w, mat)
-    feats: list[tuple[int, float, str]] = [(pq_df, wt, term_token(t)) for t, wt, pq_df in
-                                           zip(pq.terms, pq.weights, (df(t) for t in pq.terms))]
-    for c, cw in zip(pq.clusters, pq.cluster_weights):
-        size = conn.execute(_COUNT_SQL, (scope + cluster_token(c),)).fetchone()[0]
-        feats.append((size, cw, cluster_token(c)))
-    feats = [f for f in feats if f[0] > 0]  # nothing holds it (stale rows are visited anyway)
-    budget = default_budget(n) if essential_budget is None else essential_budget
-    selective, common, rest = split_features(feats, budget)
-    sizes = {token: size for size, _, token in feats}
-    common_rows = sum(sizes[token] for token in common)
-    sim = similarity or {}
+    padded_toks = pq_tok.terms + pq_tok.clusters
+    fts_toks = [term_token(t) for t in pq.terms] + [cluster_token(c) for c in pq.clusters]
+    weights = pq.weights + pq.cluster_weights
+    feats: list[tuple[int, float, int]] = []
+    for i, tok in enumerate(fts_toks):
+        size = (df(pq.terms[i]) if i < len(pq.terms)
+                else conn.execute(_COUNT_SQL, (scope + tok,)).fetchone()[0])
+        if size > 0:  # nothing holds it (stale rows are visited anyway)
+            feats.append((size, weights[i], i))
+    budget = _COLD_BUDGET if essential_budget is None else essential_budget
+    selective, common, _ = split_features(feats, budget)
+    if len(common) > _MAX_COMMON:
+        selective += common[:-_MAX_COMMON]
+        common = common[-_MAX_COMMON:]
+    ordered_sql = _has_math(conn)
+    sim = {} if spec else (similarity or {})
     seen: set[str] = set(exclude_ids)
+    excluded = set(seen)
     rows: list[ColdRow] = []
     counted: dict[str, float] = {}
+    topics: dict[int, float] = {}
+
+    def topic_of(mask: int) -> float:
+        t = topics.get(mask)
+        if t is None:
+            nt = len(pq.terms)
+            t = topics[mask] = topic(pq, frozenset(x for j, x in enumerate(pq.terms) if mask >> j & 1),
+                                     frozenset(x for j, x in enumerate(pq.clusters) if mask >> (nt + j) & 1))
+        return t
+
+    def in_tier(category: str) -> bool:
+        return tier is None or (category in CORE_CATEGORIES) == (tier == "core")
 
     def visit(r: Sequence[Any], features: str) -> None:
         (mid, created_us, last_us, count, confidence, category) = r[:6]
         if mid in seen:
             return
         seen.add(mid)
-        if tier is not None and (category in CORE_CATEGORIES) != (tier == "core"):
+        if not in_tier(category):
             return
         anchor = max(created_us, last_us or created_us)
         use, cm = usage(count), confidence_mul(confidence)
@@ -567,7 +904,7 @@ def cold_query(
             score, top, cos = with_similarity(score, rec, use, cm, top, sim.get(mid), w)
             if cos is not None:
                 counted[mid] = cos
-        if top > 0.0:
+        if top > 0.0 or spec:
             rows.append((ColdHit(mid, created_us, use, cm, features), score, rec, top))
 
     def read(match: str) -> None:
@@ -577,55 +914,198 @@ def cold_query(
     for r, f in zip(stale, stale_features):
         visit(r, f)
     if selective:
-        read(f"{scope}({' OR '.join(selective)})")
+        read(f"{scope}({' OR '.join(fts_toks[i] for i in selective)})")
     wanted = [mid for mid in sim if mid not in seen]
     if wanted:  # the similarity top-k that shares no selective feature: read by id
         marks = ", ".join("?" for _ in wanted)
         for r in conn.execute(_ROW_SQL + f" AND is_active = 1 AND id IN ({marks})", (profile, *wanted)):
             visit(r, r[6] if r[6] is not None else features_of(r[8], r[9]))
 
+    def walk(member: Callable[[str], float | None], top_bound: float, floor: float) -> list[ColdRow]:
+        """The threshold walk over the store's two orders: every row that ``member`` accepts
+        (its topic) and that could still reach the ``limit``-th score (at least ``floor``) is
+        scored; any other has anchor ≤ the anchor at the first order's position and access count
+        ≤ the count at the second's (and confidenceMul ≤ 1), so its score is at most
+        wR·recency + wU·usage of those + wT·``top_bound``; the walk stops below the ``limit``-th."""
+        heads: list[tuple[Sequence[Any], str, float] | None] = [None, None]
+        cursors = [conn.execute(_WALK_X_SQL, (profile,))]
+        if w.usage > 0.0:
+            cursors.append(conn.execute(_WALK_Y_SQL, (profile,)))
+        done: set[str] = set()
+        found: list[ColdRow] = []
+        best: list[float] = []
+
+        def head(k: int) -> tuple[Sequence[Any], str, float] | None:
+            h = heads[k]
+            if h is not None and h[0][0] not in done:
+                return h
+            for r in cursors[k]:
+                if r[0] in done or r[0] in seen or r[6] is None or not in_tier(r[5]):
+                    continue
+                padded = f" {r[6]} "
+                t = member(padded)
+                if t is not None:
+                    heads[k] = (r, padded, t)
+                    return heads[k]
+            heads[k] = None
+            return None
+
+        while True:
+            hx = head(0)
+            if hx is None:
+                break
+            hy = head(1) if len(cursors) > 1 else None
+            r = hx[0]
+            bx = recency(max(r[1], r[2] or r[1]), now_us)
+            by = usage(hy[0][3]) if hy is not None else 0.0
+            threshold = max(best[0], floor) if len(best) >= limit else floor
+            if w.recency * bx + w.usage * by + w.topic * top_bound + _EPS < threshold:
+                break
+            r, padded, t = hy if (hy is not None and w.usage * by > w.recency * bx) else hx
+            done.add(r[0])
+            anchor = max(r[1], r[2] or r[1])
+            use, cm = usage(r[3]), confidence_mul(r[4])
+            s, rec, top = score_with_topic(anchor, now_us, use, cm, t, w)
+            if s < floor:
+                continue
+            if len(best) < limit:
+                heapq.heappush(best, s)
+            elif s >= best[0]:
+                heapq.heapreplace(best, s)
+            else:
+                continue
+            found.append((ColdHit(r[0], r[1], use, cm, r[6]), s, rec, top))
+        seen.update(done)
+        return found
+
+    def ordered(match: str, top: float) -> list[ColdRow]:
+        """The best ``limit`` of a class (topic ``top``) by score: SQLite orders the class's rows
+        by the score it computes (a hint: its pow and log10 may differ from Python's in the last
+        bits), each row read is scored exactly here, and the read stops once a row's hint is below
+        the ``limit``-th exact score by more than any such difference (so are all after it)."""
+        found: list[ColdRow] = []
+        best: list[float] = []
+        args = (w.recency, now_us, w.usage, w.topic * top, match, profile)
+        for cap in (4 * limit + 8, None):  # most classes end within a few rows: a bounded sort first
+            found.clear()
+            best.clear()
+            returned, stopped = 0, False
+            for r in conn.execute(_CLASS_SQL if cap is None else f"{_CLASS_SQL} LIMIT {cap}", args):
+                returned += 1
+                if len(best) >= limit and r[7] + _HINT_EPS < best[0]:
+                    stopped = True
+                    break
+                mid = r[0]
+                if mid in seen or not in_tier(r[5]):
+                    continue
+                anchor = max(r[1], r[2] or r[1])
+                use, cm = usage(r[3]), confidence_mul(r[4])
+                s, rec, _ = score_with_topic(anchor, now_us, use, cm, top, w)
+                if len(best) < limit:
+                    heapq.heappush(best, s)
+                elif s >= best[0]:
+                    heapq.heapreplace(best, s)
+                else:
+                    continue
+                found.append((ColdHit(mid, r[1], use, cm, r[6]), s, rec, top))
+            if stopped or cap is None or returned < cap:
+                break
+        seen.update(h.id for h, *_ in found)
+        return found
+
+    # The classes of the memories holding only common features: one per subset, an FTS5
+    # expression (the held AND-ed, NOT any other feature), with its topic.
+    pending: list[tuple[float, int]] = []
+    for sub in range(1, 1 << len(common)):
+        m = 0
+        for j, i in enumerate(common):
+            if sub >> j & 1:
+                m |= 1 << i
+        pending.append((topic_of(m), m))
+    pending.sort(key=lambda c: -c[0])
+
+    def class_rows(top: float, m: int) -> list[ColdRow] | None:
+        """The best ``limit`` of one class by score (``None``: the ``max_rows`` test knob)."""
+        held = [i for i in common if m >> i & 1]
+        others = selective + [i for i in common if not m >> i & 1]
+        match = f"({scope}{' AND '.join(fts_toks[i] for i in held)})"
+        if others:
+            match += f" NOT ({' OR '.join(fts_toks[i] for i in others)})"
+        size = conn.execute(_COUNT_SQL, (match,)).fetchone()[0]
+        if size == 0:
+            return []
+        if max_rows is not None and size > max_rows and size <= direct:
+            return None
+        if size <= direct and not ordered_sql:
+            before = len(rows)
+            read(match)
+            found = rows[before:]
+            del rows[before:]
+            return found
+        if size <= direct or size * 16 < n:  # sparse: a walk would skip more rows than it reads
+            return ordered(match, top)
+        want = [padded_toks[i] for i in held]
+        unwanted = [padded_toks[i] for i in others]
+
+        def in_class(padded: str) -> float | None:
+            if all(tok in padded for tok in want) and not any(tok in padded for tok in unwanted):
+                return top
+            return None
+
+        return walk(in_class, top, float("-inf"))
+
+    if spec:
+        # Each class's best (a class whose best possible score is below the k-th so far ends
+        # this), then one walk over the memories holding no query feature (topic 0).
+        for top, m in pending:
+            kth = heapq.nsmallest(limit, (r[1] for r in rows if r[1] >= min_score), key=lambda s: -s)
+            if len(kth) >= limit and w.recency + w.usage + w.topic * top + _EPS < kth[-1]:
+                break
+            found = class_rows(top, m)
+            if found is None:
+                return None
+            rows += found
+        every = padded_toks
+
+        def featureless(padded: str) -> float | None:
+            return None if any(tok in padded for tok in every) else 0.0
+
+        rows += walk(featureless, 0.0, min_score)
+        scored = [r for r in rows if r[1] >= min_score and r[0].id not in excluded]
+        return ColdAnswer(heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id)),
+                          0.0, {}, pq, w, mat)
+
+    # Evidence mode: the classes best topic first, as the in-memory index takes them.
+    best = max((r[3] for r in rows), default=0.0)
+    for top, m in pending:
+        if top <= 0.0 or top < ratio * best:
+            break  # fails the gate, and so does every class after it
+        if sum(1 for r in rows if r[3] > top and r[1] >= min_score and r[3] >= ratio * best) >= limit:
+            break  # ``limit`` rows above this topic pass the gate: no member could be kept
+        found = class_rows(top, m)
+        if found is None:
+            return None  # a test knob: the caller builds the index instead
+        if found:
+            best = max(best, top)
+            rows += found
+
     def ident(h: ColdHit) -> tuple[int, str]:
         return h.created_us, h.id
 
     kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
-    if common and (len(kept) < limit or min(r[3] for r in kept) <= min(1.0, rest / pq.denominator) + _EPS):
-        if max_rows is not None and common_rows > max_rows:
-            return None  # reading them row by row would cost more than building the index
-        not_selective = f" NOT ({' OR '.join(selective)})" if selective else ""
-        read(f"{scope}({' OR '.join(common)}){not_selective}")
-        kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
-    return ColdAnswer(kept, best, {h.id: counted[h.id] for h, *_ in kept if h.id in counted},  # type: ignore[misc]
+    return ColdAnswer(kept, best, {h.id: counted[h.id] for h, *_ in kept if h.id in counted},
                       pq, w, mat)
-
-
-_CORE_SQL: Final = "category IN (" + ", ".join(f"'{c}'" for c in sorted(CORE_CATEGORIES)) + ")"
-
-
-def _scan(conn: sqlite3.Connection, profile: str, pq_tok: PreparedQuery, w: Weights, *, now_us: int, limit: int,
-          min_score: float, excluded: set[str], tier: str | None) -> list[ColdRow]:
-    """The spec's top ``limit`` of every active memory of ``profile`` in ``tier``, scored from
-    the stored features (``pq_tok``: the query over stored tokens, see :func:`cold_query`)."""
-    sql = _ROW_SQL + " AND is_active = 1"
-    if tier is not None:
-        sql += f" AND {'' if tier == 'core' else 'NOT '}{_CORE_SQL}"
-    scored: list[ColdRow] = []
-    for r in conn.execute(sql, (profile,)):
-        (mid, created_us, last_us, count, confidence, _category, features) = r[:7]
-        if mid in excluded:
-            continue
-        if features is None:  # not derived yet: tokenised here
-            features = features_of(r[8], r[9])
-        anchor = max(created_us, last_us or created_us)
-        use, cm = usage(count), confidence_mul(confidence)
-        padded = f" {features} "
-        score, rec, top = score_parts(anchor, now_us, use, cm, padded, padded, pq_tok, w)
-        if score >= min_score:
-            scored.append((ColdHit(mid, created_us, use, cm, features), score, rec, top))
-    return heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id))
 
 
 class RecallIndex:
     """Per-bank cache of :class:`ProfileIndex` objects, one per recently used profile.
+
+    No query waits for an index to be built. A profile's first ``cold_queries`` queries are
+    answered from the persisted features (:func:`cold_query`; a one-shot process such as
+    ``memlocal recall`` or ``inject`` never builds anything); the next one starts the build on a
+    background thread, with its own read-only connection, and is answered from the persisted
+    features too, as is every query until the index is ready: the same answer, float for float.
+    ``background=False`` builds in the foreground instead (tests of the index itself).
 
     Freshness: one indexed read of ``profile_revs`` (kept by triggers, migration 2) per query;
     when it moved, only rows with a newer ``rev`` are read, plus the id list after deletions.
@@ -633,23 +1113,107 @@ class RecallIndex:
     """
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
-                 cold_queries: int = 2, cold_max_rows: int | None = None) -> None:
+                 cold_queries: int = 2, cold_max_rows: int | None = None, background: bool = True,
+                 direct: int | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
-        # How many queries of a profile are answered from the persisted features (:func:`cold_query`)
-        # before its index is built: a one-shot process (``memlocal recall``, and ``inject``, which
-        # ranks two tiers) never pays for the build; a long-lived one builds it on its third query
-        # and is then warm.
         self.cold_queries = cold_queries
         self.cold_max_rows = cold_max_rows
+        self.background = background
+        self.direct = direct  # a speed knob for tests (see ProfileIndex.direct); None = automatic
+        # Called on the builder thread with the profile once its index is built, before it is
+        # installed (tests hold the build there to query while it is "still building").
+        self.build_hook: Callable[[str], None] | None = None
         self._cold: dict[str, int] = {}
         self._indexes: OrderedDict[str, ProfileIndex] = OrderedDict()
+        self._building: dict[str, threading.Thread] = {}
+        self._failed: set[str] = set()  # a background build failed: the next query builds in the foreground
+        self._generation = 0  # bumped by clear(): a build started before it is not installed
+        self._closed = False
         self._lock = threading.RLock()
 
     def clear(self) -> None:
         with self._lock:
             self._indexes.clear()
+            self._generation += 1
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop any background build (it gives up at its next batch of rows) and wait for it."""
+        with self._lock:
+            self._closed = True
+            threads = list(self._building.values())
+        for t in threads:
+            t.join(timeout)
+
+    def building(self, profile: str) -> bool:
+        """Whether ``profile``'s index is being built in the background."""
+        with self._lock:
+            return profile in self._building
+
+    def ready(self, profile: str) -> bool:
+        """Whether ``profile``'s index is built (queries are answered from memory)."""
+        with self._lock:
+            return profile in self._indexes
+
+    def wait_built(self, profile: str, timeout: float | None = None) -> bool:
+        """Wait for a background build of ``profile`` to end; whether its index is ready."""
+        with self._lock:
+            t = self._building.get(profile)
+        if t is not None:
+            t.join(timeout)
+        return self.ready(profile)
+
+    def _install(self, profile: str, idx: ProfileIndex) -> None:
+        if self.direct is not None:
+            idx.direct = self.direct
+        self._indexes[profile] = idx
+        self._indexes.move_to_end(profile)
+        while len(self._indexes) > self.max_profiles:
+            self._indexes.popitem(last=False)
+
+    def _start_build(self, profile: str) -> None:
+        if profile in self._building or self._closed:
+            return
+        t = threading.Thread(target=self._build, args=(profile, self._generation), daemon=True,
+                             name=f"memlocal-recall-index[{profile}]")
+        self._building[profile] = t
+        t.start()
+
+    def _build(self, profile: str, generation: int) -> None:
+        """The builder thread: a snapshot on its own connection, read in batches; between batches
+        it lets the queries' threads run (and gives up when the index is closed)."""
+        def pause() -> None:
+            if self._closed:
+                raise _Cancelled
+            time.sleep(0)  # release the GIL: a query waiting for it runs now
+
+        try:
+            conn = sqlite3.connect(str(self.store.path), timeout=self.store.busy_timeout_s,
+                                   isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("PRAGMA query_only = 1")
+                conn.execute("BEGIN")
+                idx = ProfileIndex.build(conn, profile, to_us(utcnow()) or 0, pause)
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+            hook = self.build_hook
+            if hook is not None:
+                hook(profile)
+            with self._lock:
+                if not self._closed and generation == self._generation:
+                    self._install(profile, idx)
+        except _Cancelled:
+            pass
+        except Exception as exc:  # noqa: BLE001 - never fatal: the persisted path still answers
+            log.warning("building the recall index of %s in the background failed (%s); "
+                        "the next query builds it", profile, exc)
+            with self._lock:
+                self._failed.add(profile)
+        finally:
+            with self._lock:
+                self._building.pop(profile, None)
 
     def _refresh(self, conn: sqlite3.Connection, profile: str) -> ProfileIndex:
         row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
@@ -659,22 +1223,22 @@ class RecallIndex:
             self._indexes.move_to_end(profile)
             return idx
         if idx is None or rev < idx.rev:  # new, or the database was replaced under us
-            idx = ProfileIndex(to_us(utcnow()) or 0)
-            for r in conn.execute(_ROW_SQL + " AND is_active = 1", (profile,)):
-                idx.add(_Entry(r, idx.t0_us), sort=False)
-            idx.finish_bulk()
+            idx = ProfileIndex.build(conn, profile, to_us(utcnow()) or 0)
         else:
             if resets != idx.resets:
                 live = {mid for (mid,) in conn.execute("SELECT id FROM memories WHERE profile = ?", (profile,))}
-                for mid in [m for m in idx.entries if m not in live]:
+                for mid in [m for m in idx.doc if m not in live]:
                     idx.remove(mid)
             for r in conn.execute(_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
                 idx.apply(r)
+            if len(idx._moved) >= 32:
+                # Access bumps are filed in the orders a few dozen at a time, so the walk that
+                # next reads them never has thousands to file (or a whole re-sort) to do first.
+                idx._sorted()
         idx.rev, idx.resets = rev, resets
-        self._indexes[profile] = idx
-        self._indexes.move_to_end(profile)
-        while len(self._indexes) > self.max_profiles:
-            self._indexes.popitem(last=False)
+        self._install(profile, idx)
+        if idx.dead > max(1024, idx.size) and self.background:
+            self._start_build(profile)  # many rewrites left dead slots: a compact one, beside the queries
         return idx
 
     def query(
@@ -701,32 +1265,29 @@ class RecallIndex:
         # Rows written without features (raw SQL) get them now; one indexed probe when none.
         self.store.derive_stale_features(profile)
         with self._lock, self.store.snapshot() as conn:
-            if profile not in self._indexes and self._cold.get(profile, 0) < self.cold_queries:
-                self._cold[profile] = self._cold.get(profile, 0) + 1
+            if profile not in self._indexes:
+                served = self._cold.get(profile, 0)
+                self._cold[profile] = served + 1
+                if served >= self.cold_queries:
+                    if self.background and profile not in self._failed:
+                        self._start_build(profile)
+                    else:
+                        self._failed.discard(profile)
+                        self._refresh(conn, profile)
+            if profile not in self._indexes:
                 cold = cold_query(conn, profile, query, now_us=now_us, limit=limit, min_score=min_score,
                                   ratio=ranking.ratio, exclude_ids=exclude_ids, tier=tier,
                                   similarity=similarity if ranking.gated else None,
                                   essential_budget=self.essential_budget, max_rows=self.cold_max_rows,
-                                  spec=not ranking.gated)
+                                  spec=not ranking.gated, direct=_COLD_DIRECT if self.direct is None else self.direct)
                 if cold is not None:
-                    found = self.store.get_many(profile, [h.id for h, *_ in cold.kept], conn=conn)
-                    out = []
-                    for h, s, rec, t in cold.kept:
-                        if h.id in found:
-                            evidence = None
-                            if ranking.gated:
-                                terms, clusters = parse_features(h.features)
-                                evidence = evidence_of(cold.pq, terms, clusters, t, cold.best, cold.counted.get(h.id))
-                            out.append(ScoredMemory(
-                                found[h.id], s, Breakdown(rec, h.use, t, h.cm, cold.weights, cold.maturity, s),
-                                evidence))
-                    return out
+                    return self._cold_results(conn, profile, cold, ranking)
             idx = self._refresh(conn, profile)
             pq = idx.prepare(query)
             mat = maturity(idx.total_accesses)
             w = weights_for(mat)
             best = 0.0
-            counted: dict[str, float] = {}
+            counted: dict[int, float] = {}
             if ranking.gated:
                 top, best, counted = idx.top_k_gated(
                     pq, now_us=now_us, limit=limit, min_score=min_score, ratio=ranking.ratio,
@@ -735,10 +1296,33 @@ class RecallIndex:
             else:
                 top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
                                 exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
-            memories = self.store.get_many(profile, [e.id for e, *_ in top], conn=conn)
-        return [
-            ScoredMemory(memories[e.id], s, Breakdown(rec, e.use, t, e.cm, w, mat, s),
-                         evidence_of(pq, e.terms, e.clusters, t, best, counted.get(e.id)) if ranking.gated else None)
-            for e, s, rec, t in top
-            if e.id in memories
-        ]
+            ids = [idx.ids[d] or "" for d, *_ in top]
+            memories = self.store.get_many(profile, ids, conn=conn)
+            out = []
+            for mid, (d, s, rec, t, m) in zip(ids, top):
+                if mid not in memories:
+                    continue
+                evidence = None
+                if ranking.gated:
+                    evidence = evidence_of(pq, *idx.held(pq, m), t, best, counted.get(d))
+                out.append(ScoredMemory(memories[mid], s, Breakdown(rec, idx.use[d], t, idx.cm[d], w, mat, s),
+                                        evidence))
+            return out
+
+    def _cold_results(self, conn: sqlite3.Connection, profile: str, cold: ColdAnswer,
+                      ranking: Ranking) -> list[ScoredMemory]:
+        found = self.store.get_many(profile, [h.id for h, *_ in cold.kept], conn=conn)
+        out = []
+        for h, s, rec, t in cold.kept:
+            if h.id in found:
+                evidence = None
+                if ranking.gated:
+                    terms, clusters = parse_features(h.features)
+                    evidence = evidence_of(cold.pq, terms, clusters, t, cold.best, cold.counted.get(h.id))
+                out.append(ScoredMemory(found[h.id], s, Breakdown(rec, h.use, t, h.cm, cold.weights, cold.maturity, s),
+                                        evidence))
+        return out
+
+
+class _Cancelled(Exception):
+    """The index was closed while a background build ran."""

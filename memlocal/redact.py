@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, Iterable, Iterator
+from typing import Any, Final, Iterable, Iterator
 
 from detect_secrets.plugins.aws import AWSKeyDetector
 from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
@@ -48,6 +48,7 @@ from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 from .errors import ConfigError
+from .fold import fold_map
 
 MODES: Final = ("redact", "reject")
 ENTROPY_LIMIT: Final = 4.5  # detect-secrets' own default for base64 strings
@@ -167,16 +168,34 @@ class Redacted:
     kinds: tuple[str, ...]
 
 
+# A pattern may match a key's first n characters only (GitHub's 36, Stripe's 24): the secret is
+# the whole token around the match, so a longer key leaves nothing behind.
+_TOKEN_BACK: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_TOKEN_TAIL: Final = re.compile(r"[A-Za-z0-9_+/=-]*")
+_EXACT_KINDS: Final = frozenset({"basic-auth", "private-key", "jwt", "high-entropy"})
+
+
+def _whole_token(view: str, start: int, end: int) -> tuple[int, int]:
+    while start > 0 and view[start - 1] in _TOKEN_BACK:
+        start -= 1
+    return start, _TOKEN_TAIL.match(view, end).end()  # type: ignore[union-attr]
+
+
 @lru_cache(maxsize=4096)  # the renderer sees the same memories run after run
 def redact(text: str) -> Redacted:
     """``text`` with every credential replaced by ``[REDACTED:<kind>]``.
 
+    Credentials are looked for in :func:`memlocal.fold.fold` of the text (invisible characters
+    removed, look-alikes mapped to ASCII), and the whole token each is part of is cut out of the
+    text as given, invisible characters and all, so nothing left can recombine into the key.
     Overlapping finds keep the earliest (a specific detector is listed before the entropy
     check, so it names the kind); text that is already a marker is never matched again.
     """
-    spans = _spans(text)
+    view, index = fold_map(text)
+    spans = _spans(view)
     if not spans:
         return Redacted(text, ())
+    spans = [(*_whole_token(view, a, b), kind) if kind not in _EXACT_KINDS else (a, b, kind) for a, b, kind in spans]
     # Specific detectors before the entropy check (so a key is named by its kind), then the
     # earliest, longest match first.
     chosen: list[tuple[int, int, str]] = []
@@ -185,6 +204,8 @@ def redact(text: str) -> Redacted:
             continue
         chosen.append(span)
     chosen.sort()
+    if index is not None:  # back to the text as given
+        chosen = [(index[a], index[b - 1] + 1, kind) for a, b, kind in chosen]
     out, pos, kinds = [], 0, []
     for start, end, kind in chosen:
         out += [text[pos:start], marker(kind)]
@@ -193,6 +214,20 @@ def redact(text: str) -> Redacted:
             kinds.append(kind)
     out.append(text[pos:])
     return Redacted("".join(out), tuple(kinds))
+
+
+def redact_json(value: Any) -> tuple[Any, tuple[str, ...]]:
+    """Every string of a JSON value (objects, lists, nested) redacted; the kinds found."""
+    if isinstance(value, str):
+        r = redact(value)
+        return r.text, r.kinds
+    if isinstance(value, list):
+        parts = [redact_json(v) for v in value]
+        return [v for v, _ in parts], merge_kinds(k for _, k in parts)
+    if isinstance(value, dict):
+        items = {key: redact_json(v) for key, v in value.items()}
+        return {key: v for key, (v, _) in items.items()}, merge_kinds(k for _, k in items.values())
+    return value, ()
 
 
 def merge_kinds(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:

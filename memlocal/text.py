@@ -69,7 +69,7 @@ STOPWORDS: Final[frozenset[str]] = frozenset(
 # Letters and digits, with apostrophes allowed between them (possessives, contractions).
 _WORD_RE: Final = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 _ASCII_WORD_RE: Final = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")  # the same, for lowercased ASCII
-_APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 _stemmer = Stemmer.Stemmer("english")
 _COMPOUND_FIRSTS: Final = frozenset(first for first, _ in COMPOUNDS)
@@ -89,10 +89,14 @@ def _term(word: str) -> str | None:
 
 
 def _fold(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES)
+    text = unicodedata.normalize("NFKC", text).casefold().translate(APOSTROPHES)
     if text.isascii():
         return text
-    # Strip combining marks (café -> cafe) the way SQLite's unicode61 tokenizer does.
+    return strip_diacritics(text)
+
+
+def strip_diacritics(text: str) -> str:
+    """Combining marks stripped (café -> cafe), the way SQLite's unicode61 tokenizer does."""
     decomposed = unicodedata.normalize("NFKD", text)
     return unicodedata.normalize(
         "NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch))

@@ -50,7 +50,7 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     details = out.pop("details")
     assert out.keys() == {"save", "recall", "cli", "inject", "import", "startup", "sync"}
     assert out["save"].keys() == {"p50_ms", "plain_p50_ms", "bare_p50_ms"}
-    assert out["recall"].keys() == {"50", "cold"}
+    assert out["recall"].keys() == {"50", "cold", "first50_max_50_ms", "rss_50_mb"}
     assert out["recall"]["cold"].keys() == {"50_ms"}
     assert out["cli"].keys() == {"recall_ms"}
     assert out["recall"]["50"].keys() == {"p50_ms", "p95_ms", "fullscan_p50_ms", "fts_floor_p50_ms"}

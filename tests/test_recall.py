@@ -69,8 +69,10 @@ def _indexes(bank: MemoryBank, budget: int | None, max_rows: int = 4096) -> list
     """The two paths: the in-memory index (built on the first query), and the cold path that
     answers every query from the persisted FTS5 features (``max_rows`` 0: it gives up whenever
     it would have to read the common features' rows, and the index is built instead)."""
-    return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0),
-            RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows)]
+    return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0, background=False,
+                        direct=0 if budget == 0 else None),
+            RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows,
+                        direct=0 if budget == 0 else None)]
 
 
 def _check(bank: MemoryBank, indexes: list[RecallIndex], query: str, limit: int, min_score: float,
@@ -258,7 +260,7 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
                          "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7]), "active": True})
                 for _ in range(300)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
-        index = RecallIndex(bank.store, cold_queries=0)
+        index = RecallIndex(bank.store, cold_queries=0, background=False)
         ids = [m.id for m in rows]
         for rounds in (40, 4):  # 40 rounds of 8 bumps: re-sorted at once; then 4: one by one
             for _ in range(rounds):
@@ -270,3 +272,76 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
                     want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
                     got = index.query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
                     assert _key(got) == _key(want)
+
+
+# --- the index is built beside the queries --------------------------------------------------------
+
+_BANK_TEXTS = ["Deploy the release on Friday", "The server runs nginx", "Peanut allergy: no satay",
+               "Coffee with the boss at nine", "Flights to Lisbon booked", "Report due after the release",
+               "Caroline paints on Sundays", "The dog needs a walk", "Movie night: a film by Melanie",
+               "Email the report to the boss", "Order coffee beans", "Running club on Tuesdays"]
+
+
+def _answers(bank: MemoryBank, index: RecallIndex, queries: list[str],
+             similarity: dict[str, float]) -> list[list[tuple[str, float]]]:
+    """Each query in both modes (evidence with the semantic signal, spec), checked against the
+    full scan, as (id, score) lists."""
+    out = []
+    for q in queries:
+        for ranking, sim in ((Ranking(), similarity), (Ranking(), None), (SPEC, None)):
+            want = rank_brute_force(bank.store.iter_profile("p"), q, limit=5, min_score=0.0, now=NOW,
+                                    ranking=ranking, similarity=sim)
+            got = index.query("p", q, limit=5, min_score=0.0, now=NOW, ranking=ranking, similarity=sim)
+            assert _key(got) == _key(want) and [r.evidence for r in got] == [r.evidence for r in want]
+            out.append(_key(got))
+    return out
+
+
+def test_queries_are_answered_exactly_while_the_index_is_built_in_the_background(tmp_path: Path) -> None:
+    """The build runs on its own thread; until it is installed, queries are answered from the
+    persisted features (no query waits for it), and the answers are the same before and after.
+    A hook holds the finished build before it is installed, so no timing is involved."""
+    import threading
+
+    with _open(str(tmp_path)) as bank:
+        mems = [put(bank, "p", text, created=days_ago(i * 3.0), count=i % 4) for i, text in enumerate(_BANK_TEXTS)]
+        similarity = {mems[2].id: 0.6, mems[7].id: 0.35, mems[9].id: 0.05}
+        queries = ["boss coffee", "release report", "dog", "unknown words"]
+        index = RecallIndex(bank.store, cold_queries=3)  # the first query, in three modes, builds nothing
+        built, release = threading.Event(), threading.Event()
+
+        def hold(profile: str) -> None:
+            built.set()
+            assert release.wait(30)
+
+        index.build_hook = hold
+        before = _answers(bank, index, queries[:1], similarity)  # the cold path, no build yet
+        assert not index.building("p") and not index.ready("p")
+        before += _answers(bank, index, queries[1:], similarity)  # the first of these starts the build
+        assert built.wait(30) and index.building("p") and not index.ready("p")
+        # Built, not installed: still answered from the store, exactly, even after a change the
+        # build's snapshot does not hold.
+        assert _answers(bank, index, queries, similarity) == before
+        extra = put(bank, "p", "The boss drinks coffee at the release party", created=days_ago(1.0))
+        during = _answers(bank, index, queries, similarity)
+        release.set()
+        assert index.wait_built("p", 30)
+        after = _answers(bank, index, queries, similarity)  # from the index, caught up with the change
+        assert after == during and any(extra.id in {i for i, _ in a} for a in after)
+
+
+def test_a_failed_background_build_is_made_by_the_next_query(tmp_path: Path) -> None:
+    with _open(str(tmp_path)) as bank:
+        for i, text in enumerate(_BANK_TEXTS):
+            put(bank, "p", text, created=days_ago(float(i)))
+        index = RecallIndex(bank.store, cold_queries=0)
+
+        def fail(profile: str) -> None:
+            raise OSError("simulated: the database could not be opened a second time")
+
+        index.build_hook = fail
+        first = _key(index.query("p", "boss", limit=5, min_score=0.0, now=NOW))  # cold; the build fails
+        assert not index.wait_built("p", 30)
+        index.build_hook = None
+        assert _key(index.query("p", "boss", limit=5, min_score=0.0, now=NOW)) == first  # built here
+        assert index.ready("p") and not index.building("p")

@@ -156,7 +156,7 @@ def test_import_redacts_too(bank: MemoryBank) -> None:
     text, value = SECRETS["aws-key"]
     line = json.dumps({"id": "mem-0000000b", "profileName": "p", "rawInput": text, "createdAt": "2024-01-01T00:00:00Z"})
     report = import_jsonl(bank, [line])
-    assert report.imported == 1 and report.to_dict()["redacted"] == [{"line": 1, "kinds": ["aws-key"]}]
+    assert report.imported == 1 and report.to_dict()["redacted"] == [{"line": 1, "kinds": ["aws-key"], "fields": []}]
     assert value not in bank.get("p", "mem-0000000b").raw_input
 
 
@@ -168,7 +168,8 @@ def test_the_renderer_redacts_what_another_host_wrote(hosts: Callable[..., Any],
         "summary": "bot token", "category": "fact", "createdAt": "2024-01-01T00:00:00Z"})
     a = hosts("a")
     a.sync()
-    assert value in a.bank.get("p", "mem-00000abc").processed_content  # stored as pulled
+    assert value in a.bank.store.get("p", "mem-00000abc").processed_content  # stored as pulled
+    assert value not in a.bank.get("p", "mem-00000abc").processed_content  # and redacted on the way out
     block = a.bank.inject("p", "@memory", "what is the bot token?")
     assert "[REDACTED:slack-token]" in block and value not in block
 

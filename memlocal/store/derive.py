@@ -1,12 +1,13 @@
 """What the store derives from a memory's text, for every row at once: the recall features
-(:mod:`memlocal.features`) and the near-duplicate key (:func:`memlocal.hygiene.near_key`). Run by
-migrations and by the store when the tokenizer changed, inside the caller's write transaction."""
+(:mod:`memlocal.features`) and the duplicate keys (:func:`memlocal.hygiene.text_key`,
+:func:`memlocal.hygiene.near_key`). Run by migrations and by the store when the tokenizer or the
+key functions changed, inside the caller's write transaction."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from ..hygiene import near_key
+from ..hygiene import near_key, text_key
 from .database import set_meta
 
 
@@ -30,6 +31,18 @@ def derive_near_keys(conn: sqlite3.Connection) -> None:
     tokenizer changes); inside the caller's write transaction."""
     rows = conn.execute("SELECT id, processed_content FROM memories").fetchall()
     conn.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
+
+
+def derive_text_keys(conn: sqlite3.Connection) -> None:
+    """Set every memory's exact and near duplicate keys (``text_key``, ``raw_key``, ``near_key``)
+    and stamp them with :func:`memlocal.hygiene.keys_fingerprint` (whenever the key functions
+    change); inside the caller's write transaction."""
+    from ..hygiene import KEYS_META_KEY, keys_fingerprint
+
+    rows = conn.execute("SELECT id, raw_input, processed_content FROM memories").fetchall()
+    conn.executemany("UPDATE memories SET text_key = ?, raw_key = ?, near_key = ? WHERE id = ?",
+                     [(text_key(p), text_key(r) if r != p else None, near_key(p), i) for i, r, p in rows])
+    set_meta(conn, KEYS_META_KEY, keys_fingerprint())
 
 
 def _stamp_features(conn: sqlite3.Connection) -> None:

@@ -23,7 +23,7 @@ from ..errors import NotFoundError, StoreError
 from ..hygiene import near_key, text_key
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
-from .derive import derive_features, derive_near_keys
+from .derive import derive_features, derive_near_keys, derive_text_keys
 from .schemas import CORE_SETS
 
 
@@ -184,6 +184,7 @@ class Store(Database):
 
     def _opened(self) -> None:
         self._check_features()
+        self._check_keys()
 
     def _check_features(self) -> None:
         """Re-derive every memory's features and near-duplicate key when they were made by another
@@ -203,12 +204,28 @@ class Store(Database):
             derive_features(c)
             derive_near_keys(c)  # made of the same terms
 
+    def _check_keys(self) -> None:
+        """Re-derive every memory's duplicate keys when another version of the key functions made
+        them (the stamp in ``meta`` differs from :func:`memlocal.hygiene.keys_fingerprint`): once,
+        on open, so that a duplicate is always found by its key."""
+        from ..hygiene import KEYS_META_KEY, keys_fingerprint
+
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
+        if row is not None and row[0] == keys_fingerprint():
+            return
+        with self.transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
+            if row is None or row[0] != keys_fingerprint():  # another process may have done it
+                derive_text_keys(c)
+
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);
         best effort: returns how many were derived, 0 when the database cannot be written now."""
         with self._lock:
-            if not self.conn.execute("SELECT 1 FROM memories WHERE profile = ? AND features IS NULL LIMIT 1",
-                                     (profile,)).fetchone():
+            # INDEXED BY: the partial index answers in one probe; the planner, without
+            # statistics, may otherwise pick another (profile, ...) index and scan the profile.
+            if not self.conn.execute("SELECT 1 FROM memories INDEXED BY memories_features_stale"
+                                     " WHERE profile = ? AND features IS NULL LIMIT 1", (profile,)).fetchone():
                 return 0
             try:
                 with self.transaction() as c:

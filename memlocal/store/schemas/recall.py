@@ -145,5 +145,16 @@ def _migration_4(db: sqlite_utils.Database) -> None:
     derive_features(c)
 
 
-# Each step is named by its number in the single chain that came before named sets.
-RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4}, legacy={1: 2, 2: 4})
+def _walk_orders(db: sqlite_utils.Database) -> None:
+    """The two orders recall walks without an index in memory (``memlocal.recall.cold_query``):
+    a profile's memories by anchor (the larger of createdAt and lastAccessedAt, the recency
+    signal's age) and by access count (the usage signal). A query over common words then reads
+    the few rows that can reach its top-k instead of every row holding them."""
+    c = db.conn
+    c.execute("CREATE INDEX IF NOT EXISTS memories_profile_anchor ON memories"
+              " (profile, max(created_us, coalesce(last_accessed_us, created_us)))")
+    c.execute("CREATE INDEX IF NOT EXISTS memories_profile_count ON memories (profile, access_count)")
+
+
+# Steps 1 and 2 are named by their number in the single chain that came before named sets.
+RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4, 3: _walk_orders}, legacy={1: 2, 2: 4})
