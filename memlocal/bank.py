@@ -995,31 +995,35 @@ class MemoryBank:
             self._access_marker.drain(timeout)
 
     def render_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> "RenderedBlock":
-        """The memory block and the memories in it, without marking anything accessed."""
-        from .injection import build_memory_block
+        """The memory block and the memories in it, without marking anything accessed.
+
+        Evidence mode: what ``query`` gives evidence for goes in first, across both tiers
+        (:func:`memlocal.injection.build_evidence_block`); spec mode: the spec's tiers."""
+        from .injection import build_evidence_block, build_memory_block, evidence_limit
+        from .scoring import SPEC
 
         validate_profile(profile)
         check_text(query, "query")
         self._ready(profile)
-        from .scoring import SPEC
-
         index = self._index()
         ranking = self.ranking()
-        similarity = self._similarity(profile, query, ranking)
+        budget = self.config.get_int("inject.budget_chars")
+        relevant_limit = self.config.get_int("inject.relevant_limit")
+        min_score = self.config.get_float("inject.min_score")
 
         def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
-            # The core tier always applies (the spec's rule); the relevant tier needs evidence.
-            if tier == "core":
+            # The core tier (and its preferences) always applies (the spec's rule); the relevant
+            # tier needs evidence.
+            if tier != "other":
                 return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier, ranking=SPEC)
-            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier,
-                               ranking=ranking, similarity=similarity)
+            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier, ranking=ranking)
 
-        return _shown_block(build_memory_block(
-            ranked,
-            budget=self.config.get_int("inject.budget_chars"),
-            relevant_limit=self.config.get_int("inject.relevant_limit"),
-            min_score=self.config.get_float("inject.min_score"),
-        ))
+        if not ranking.gated:
+            return _shown_block(build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit,
+                                                   min_score=min_score))
+        evidence = index.query(profile, query, limit=evidence_limit(budget, relevant_limit), min_score=min_score,
+                               now=now, ranking=ranking, similarity=self._similarity(profile, query, ranking))
+        return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit))
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to

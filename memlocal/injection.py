@@ -6,17 +6,21 @@ The memory block (docs/spec.md, "Prompt injection")::
     --- CONTEXT FROM MEMORY ---
     Core knowledge (always apply):
     * [preference] ...
+
     Relevant to this task:
     * [behavior] ...
     ---
     <user prompt here>
 
-- Core tier: every active preference and fact memory, best score first. Relevant tier: the top
-  ``inject.relevant_limit`` (8) of the other categories with score ≥ ``inject.min_score`` (0.05).
-  Core memories are never in the relevant tier, since the tiers split the categories.
+- Core entries are preference and fact memories, relevant entries the other categories; the
+  spec's empty line separates the sections when both are present.
+- Evidence mode (default, :func:`build_evidence_block`): the preferences within half the
+  budget, then what the task gives evidence for in either tier, then the rest of the core tier
+  in the room left. Spec mode (:func:`build_memory_block`): the spec's tiers, the core tier best
+  score first, the relevant tier the top ``inject.relevant_limit`` (8) with score ≥
+  ``inject.min_score`` (0.05), trimmed relevant first, then core, lowest score first.
 - The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
-  characters (Unicode code points): relevant entries are dropped from the lowest score up first,
-  then core entries from the lowest score up. Empty sections are omitted; no block when both are.
+  characters (Unicode code points). Empty sections are omitted; no block when both are.
 - Memory text is redacted (:mod:`memlocal.redact`) and folded onto one line, control and
   invisible characters are removed (:func:`memlocal.fold.is_invisible`), and every run of three or
   more dashes (look-alikes included: :func:`memlocal.fold.is_dash`) becomes an em dash, so that no
@@ -42,7 +46,7 @@ from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
 from .errors import fold_whitespace
 from .fold import is_dash, strip_invisible
 from .fold import skeleton as fold_skeleton
-from .model import CATEGORIES, MEMORY_TOOL_NAMES, check_text, utcnow
+from .model import CATEGORIES, CORE_CATEGORIES, MEMORY_TOOL_NAMES, check_text, utcnow
 
 if TYPE_CHECKING:
     from .audit import InjectionRecord
@@ -219,10 +223,35 @@ def entry_line(category: str, content: str) -> str:
     return f"* [{category}] {one_line(redact(content).text)}"
 
 
+def block_size(core_chars: int, rel_chars: int) -> int:
+    """The characters of a block whose core and relevant entry lines take ``core_chars`` and
+    ``rel_chars`` (each line plus its newline; 0 = an empty, omitted section): the header, the
+    headings of the sections present, the spec's empty line between the two sections, the end."""
+    total = len(MEMORY_HEADER) + 1 + len(BLOCK_END)
+    if core_chars:
+        total += len(CORE_HEADING) + 1 + core_chars
+    if rel_chars:
+        total += len(RELEVANT_HEADING) + 1 + rel_chars + (1 if core_chars else 0)
+    return total
+
+
+def _block_text(core_lines: Sequence[str], rel_lines: Sequence[str]) -> str:
+    lines = [MEMORY_HEADER]
+    if core_lines:
+        lines += [CORE_HEADING, *core_lines]
+    if rel_lines:
+        if core_lines:
+            lines.append("")  # the spec's empty line between the sections
+        lines += [RELEVANT_HEADING, *rel_lines]
+    lines.append(BLOCK_END)
+    return "\n".join(lines)
+
+
 def render_memory_block(
     core: Sequence["ScoredMemory"], relevant: Sequence["ScoredMemory"], budget: int
 ) -> RenderedBlock:
-    """Render the block from tiers sorted best first, trimming to ``budget`` characters."""
+    """Render the block from tiers sorted best first, trimming to ``budget`` characters (the
+    spec's rule: relevant entries from the lowest up first, then core ones)."""
     core_lines: list[str] = []
     room = budget - len(MEMORY_HEADER) - len(CORE_HEADING) - len(BLOCK_END) - 2
     for s in core:
@@ -235,15 +264,7 @@ def render_memory_block(
     core_chars = sum(len(line) + 1 for line in core_lines)  # each line plus its newline
     rel_chars = sum(len(line) + 1 for line in rel_lines)
 
-    def size() -> int:
-        total = len(MEMORY_HEADER) + 1 + len(BLOCK_END)
-        if n_core:
-            total += len(CORE_HEADING) + 1 + core_chars
-        if n_rel:
-            total += len(RELEVANT_HEADING) + 1 + rel_chars
-        return total
-
-    while (n_core or n_rel) and size() > budget:
+    while (n_core or n_rel) and block_size(core_chars, rel_chars) > budget:
         if n_rel:  # relevant tier first, lowest score first
             n_rel -= 1
             rel_chars -= len(rel_lines[n_rel]) + 1
@@ -253,14 +274,8 @@ def render_memory_block(
     trimmed = (*relevant[n_rel:], *core[n_core:])  # of the candidates given
     if not n_core and not n_rel:
         return RenderedBlock("", (), (), trimmed)
-    lines = [MEMORY_HEADER]
-    if n_core:
-        lines += [CORE_HEADING, *core_lines[:n_core]]
-    if n_rel:
-        lines += [RELEVANT_HEADING, *rel_lines[:n_rel]]
-    lines.append(BLOCK_END)
-    text = "\n".join(lines)
-    assert len(text) == size() <= budget
+    text = _block_text(core_lines[:n_core], rel_lines[:n_rel])
+    assert len(text) == block_size(core_chars, rel_chars) <= budget
     return RenderedBlock(text, tuple(core[:n_core]), tuple(relevant[:n_rel]), trimmed)
 
 
@@ -272,22 +287,113 @@ def max_core_entries(budget: int) -> int:
 Ranker = Callable[[str, int, float], Sequence["ScoredMemory"]]
 
 
-def build_memory_block(ranked: Ranker, *, budget: int, relevant_limit: int, min_score: float) -> RenderedBlock:
-    """Rank both tiers with ``ranked(tier, limit, min_score)`` and render the block.
-
-    The core tier has no minimum score and no fixed size, only the budget: its top 16 are
-    fetched first, and more (16 -> 64 -> ... up to what could ever fit) only while every one
-    fetched still fits. Each fetch is an exact top-k, so the longer list extends the shorter.
-    """
+def _core_tier(ranked: Ranker, budget: int) -> Sequence["ScoredMemory"]:
+    """The core tier (no minimum score, no fixed size, only the budget): its top 16 are fetched
+    first, and more (16 -> 64 -> ... up to what could ever fit) only while every one fetched
+    still fits. Each fetch is an exact top-k, so the longer list extends the shorter."""
     cap = max_core_entries(budget)
     k = min(16, cap)
     while True:
         core = ranked("core", k, 0.0)
         if len(core) < k or k >= cap or len(render_memory_block(core, (), budget).core) < k:
-            break
+            return core
         k = min(cap, k * 4)
+
+
+def build_memory_block(ranked: Ranker, *, budget: int, relevant_limit: int, min_score: float) -> RenderedBlock:
+    """The spec's block: rank both tiers with ``ranked(tier, limit, min_score)`` (the core
+    tier as :func:`_core_tier` fetches it) and render them (:func:`render_memory_block`)."""
+    core = _core_tier(ranked, budget)
     relevant = ranked("other", relevant_limit, min_score) if relevant_limit > 0 else []
     return render_memory_block(core, relevant, budget)
+
+
+# The share of the budget within which a profile's preferences are in every block of the
+# evidence mode ("always apply"), whatever the task's evidence (docs/relevance.md).
+PREFERENCE_SHARE: Final = 0.5
+# Evidence candidates read per block: about two and a half times the ~20 lines of ~100
+# characters that fit in the default budget, so entries too long for the room left are replaced.
+_EVIDENCE_CHARS_PER_CANDIDATE: Final = 40
+
+
+def evidence_limit(budget: int, relevant_limit: int) -> int:
+    """How many evidence candidates :func:`build_evidence_block` reads for ``budget``."""
+    return max(relevant_limit, min(max_core_entries(budget), budget // _EVIDENCE_CHARS_PER_CANDIDATE))
+
+
+def build_evidence_block(
+    evidence: Sequence["ScoredMemory"],
+    ranked: Ranker,
+    *,
+    budget: int,
+    relevant_limit: int,
+    preference_share: float = PREFERENCE_SHARE,
+) -> RenderedBlock:
+    """The evidence mode's block: what the task gives evidence for goes in before what it does not.
+
+    ``evidence``: the gated ranking of the task over every category (the memories it gives
+    evidence for, most relevant first); ``ranked``: the spec's ranking of a tier (the core tier
+    and its preferences alone, ``"preference"``, are read).
+    Entries are admitted in this order, each only if the block still fits ``budget``:
+
+    1. the profile's preferences, best first, while together they fit in ``preference_share`` of
+       the budget (they always apply);
+    2. the evidence, in its order: facts and preferences go in the core section, the other
+       categories in the relevant one (at most ``relevant_limit`` of them);
+    3. the rest of the core tier (facts and preferences without evidence), best first, in the
+       room left.
+
+    The sections keep the spec's headings and line format; within each, entries keep the order
+    they were admitted in. A core entry that is also evidence is shown with its evidence record.
+    """
+    core = _core_tier(ranked, budget)
+    by_id = {s.memory.id: s for s in evidence}
+    chosen: dict[str, tuple[bool, str]] = {}  # id -> (in the core section, its line)
+    order: list["ScoredMemory"] = []
+    sizes = [0, 0]  # chars of the core and relevant sections' lines
+    n_rel = 0
+
+    def admit(s: "ScoredMemory") -> bool:
+        nonlocal n_rel
+        if s.memory.id in chosen:
+            return False
+        is_core = s.memory.category in CORE_CATEGORIES
+        if not is_core and n_rel >= relevant_limit:
+            return False
+        line = entry_line(s.memory.category, s.memory.processed_content)
+        grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
+        if block_size(*grown) > budget:
+            return False
+        sizes[:] = grown
+        n_rel += 0 if is_core else 1
+        chosen[s.memory.id] = (is_core, line)
+        order.append(by_id.get(s.memory.id, s))
+        return True
+
+    share = preference_share * budget
+    spent = 0
+    for s in ranked("preference", max_core_entries(budget), 0.0):
+        cost = len(entry_line(s.memory.category, s.memory.processed_content)) + 1
+        if spent + cost > share:
+            break
+        if admit(s):
+            spent += cost
+    for s in evidence:
+        admit(s)
+    for s in core:
+        admit(s)
+    kept_core = tuple(s for s in order if chosen[s.memory.id][0])
+    kept_rel = tuple(s for s in order if not chosen[s.memory.id][0])
+    trimmed_ids: dict[str, "ScoredMemory"] = {}
+    for s in (*evidence, *core):
+        if s.memory.id not in chosen:
+            trimmed_ids.setdefault(s.memory.id, s)
+    trimmed = tuple(trimmed_ids.values())
+    if not order:
+        return RenderedBlock("", (), (), trimmed)
+    text = _block_text([chosen[s.memory.id][1] for s in kept_core], [chosen[s.memory.id][1] for s in kept_rel])
+    assert len(text) == block_size(*sizes) <= budget
+    return RenderedBlock(text, kept_core, kept_rel, trimmed)
 
 
 # --- context blocks --------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
 from .scoring import (
     HALF_LIFE_DAYS,
+    PREFERENCE_TIER,
     USAGE_FLOOR,
     US_PER_DAY,
     Breakdown,
@@ -44,6 +45,7 @@ from .scoring import (
     confidence_mul,
     evidence_of,
     gate_select,
+    literal,
     maturity,
     recency,
     prepare_query,
@@ -110,6 +112,35 @@ _DIRECT: Final = 384
 _MAX_COMMON: Final = 6
 
 Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask of the query features held)
+R = TypeVar("R", bound=Sequence[Any])  # a row: (item, score, recency, topic, ...)
+
+_TAKE, _SKIP, _STOP = 0, 1, 2
+
+
+def _class_verdict(rows: Iterable[R], top: float, strong: bool, best: float, *, ratio: float, min_score: float,
+                   limit: int, strong_of: Callable[[R], bool]) -> int:
+    """Whether a class of candidates (topic ``top``; ``strong``: it shares a query term) can
+    change what the gate (:func:`gate_select`) keeps, given the ``rows`` found so far, classes
+    being taken best topic first. ``_SKIP``: ``limit`` rows that pass the gate come before any of
+    its members in the gate's order (a shared term first, then the topic), so none could be
+    kept; ``_STOP``: so many come before any member of a later class too (strong rows of a
+    higher topic). A class of a topic above the best so far is always taken: its members may
+    raise the gate's floor; once the best is at least ``top``, it and the floor are final."""
+    if top > best:
+        return _TAKE
+    floor = ratio * best
+    before = strong_before = 0
+    for r in rows:
+        if r[1] < min_score or r[3] < floor:
+            continue
+        s = strong_of(r)
+        if s and r[3] > top:
+            strong_before += 1
+        if (s and not strong) or (s == strong and r[3] > top):
+            before += 1
+    if strong_before >= limit:
+        return _STOP
+    return _SKIP if before >= limit else _TAKE
 
 
 class ProfileIndex:
@@ -134,6 +165,8 @@ class ProfileIndex:
         self.kx = array("d")  # log(cm) + ln2·(anchor − t0)/halflife: orders cm·recency at any time
         self.y = array("d")  # cm·usage
         self.core = array("b")
+        self.pref = array("b")  # a preference (the core tier's other category is fact)
+        self.preferences: set[int] = set()  # the "preference" tier: few, each scored directly
         self.tok_at = array("q")  # where the doc's feature ids start in ``toks``
         self.tok_n = array("i")
         self.toks = array("i")
@@ -177,6 +210,9 @@ class ProfileIndex:
         self.kx.append(math.log(cm) + (anchor - self.t0_us) * _LN2_PER_US)
         self.y.append(cm * use)
         self.core.append(1 if category in CORE_CATEGORIES else 0)
+        self.pref.append(1 if category == "preference" else 0)
+        if category == "preference":
+            self.preferences.add(d)
         self.tok_at.append(len(self.toks))
         vocab, postings, toks = self.vocab, self.postings, self.toks
         n = 0
@@ -219,6 +255,9 @@ class ProfileIndex:
             self.kx.append(math.log(cm) + (anchor - t0) * _LN2_PER_US)
             self.y.append(cm * use)
             self.core.append(1 if category in CORE_CATEGORIES else 0)
+            self.pref.append(1 if category == "preference" else 0)
+            if category == "preference":
+                self.preferences.add(d)
             self.total_accesses += count
         split = [f.split() for f in feats]
         ns = [len(s) for s in split]
@@ -290,6 +329,7 @@ class ProfileIndex:
         assert mid is not None
         del self.doc[mid]
         self.ids[d] = None
+        self.preferences.discard(d)
         at = self.tok_at[d]
         for fid in self.toks[at:at + self.tok_n[d]]:
             lst = self.postings[fid]
@@ -316,6 +356,7 @@ class ProfileIndex:
             at, n = self.tok_at[d], self.tok_n[d]
             vocab = self.vocab
             same = ((1 if row[5] in CORE_CATEGORIES else 0) == self.core[d]
+                    and (1 if row[5] == "preference" else 0) == self.pref[d]
                     and [vocab.get(t, -1) for t in row[6].split()] == self.toks[at:at + n].tolist())
             if same:
                 # An access bump (or any change that leaves the features and the tier): the
@@ -489,6 +530,9 @@ class ProfileIndex:
         w = weights_for(maturity(self.total_accesses))
         core = None if tier is None else int(tier == "core")
         skip = {self.doc[i] for i in exclude_ids if i in self.doc}
+        if tier == PREFERENCE_TIER:  # a profile's preferences are few: every one is scored
+            prefs, _ = self._preference_rows(pq, now_us, w, skip, None)
+            return heapq.nsmallest(limit, [h for h in prefs if h[1] >= min_score], key=self._tie)
         hits: list[Hit] = []
         mask: dict[int, int] = {}
         topics: dict[int, float] = {}
@@ -572,6 +616,31 @@ class ProfileIndex:
             hits.append((d, s, rec, top, 0))
         return heapq.nsmallest(limit, [h for h in hits if h[1] >= min_score], key=self._tie)
 
+    def _preference_rows(self, pq: PreparedQuery, now_us: int, w: Weights, skip: Container[int],
+                         similarity: Mapping[str, float] | None) -> tuple[list[Hit], dict[int, float]]:
+        """Every preference of the profile (the "preference" tier: few), each scored directly
+        (with ``similarity``, evidence mode), and the similarity that counted per doc."""
+        fids = [self.vocab.get(tok) for tok in self._tokens(pq)]
+        hits: list[Hit] = []
+        counted: dict[int, float] = {}
+        for d in self.preferences:
+            if d in skip:
+                continue
+            at = self.tok_at[d]
+            held = set(self.toks[at:at + self.tok_n[d]])
+            m = 0
+            for i, fid in enumerate(fids):
+                if fid is not None and fid in held:
+                    m |= 1 << i
+            top = topic(pq, *self.held(pq, m)) if m else 0.0
+            s, rec, top = score_with_topic(self.anchor[d], now_us, self.use[d], self.cm[d], top, w)
+            if similarity is not None:
+                s, top, cos = with_similarity(s, rec, self.use[d], self.cm[d], top, similarity.get(self.ids[d] or ""), w)
+                if cos is not None:
+                    counted[d] = cos
+            hits.append((d, s, rec, top, m))
+        return hits, counted
+
     def top_k_gated(
         self,
         pq: PreparedQuery,
@@ -606,6 +675,23 @@ class ProfileIndex:
         core = None if tier is None else int(tier == "core")
         doc, anchor, use, cm, core_of = self.doc, self.anchor, self.use, self.cm, self.core
         skip = {doc[i] for i in exclude_ids if i in doc}
+        term_bits = (1 << len(pq.terms)) - 1
+
+        def ident(item: tuple[int, int]) -> tuple[int, str]:
+            return self.created[item[0]], self.ids[item[0]] or ""
+
+        rows: list[Hit] = []
+        counted: dict[int, float] = {}
+
+        def strong(item: tuple[int, int]) -> bool:
+            return bool(item[1] & term_bits) or item[0] in counted
+
+        if tier == PREFERENCE_TIER:  # a profile's preferences are few: every one is scored
+            rows, counted = self._preference_rows(pq, now_us, w, skip, similarity or {})
+            kept, best = gate_select([((h[0], h[4]), h[1], h[2], h[3]) for h in rows], limit=limit, ratio=ratio,
+                                     min_score=min_score, ident=ident, strong=strong)
+            hits: list[Hit] = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
+            return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
         lists, selective, common = self._plan(pq, essential_budget)
         sets = self._common_sets(pq, common)
         mask = self._masks(lists, selective, common, sets)
@@ -617,8 +703,6 @@ class ProfileIndex:
                 t = topics[m] = topic(pq, *self.held(pq, m))
             return t
 
-        rows: list[Hit] = []
-        counted: dict[int, float] = {}
         for mid, cos in (similarity or {}).items():
             d = doc.get(mid)
             if d is None or d in skip or (core is not None and core_of[d] != core):
@@ -651,11 +735,19 @@ class ProfileIndex:
             pending.append((topic_of(m), m, None))
         pending.sort(key=lambda c: -c[0])
         best = max((r[3] for r in rows), default=0.0)
+
+        def strong_hit(h: Hit) -> bool:
+            return bool(h[4] & term_bits) or h[0] in counted
+
         for top, m, members in pending:
             if top <= 0.0 or top < ratio * best:
                 break  # fails the gate, and so does every class after it
-            if sum(1 for r in rows if r[3] > top and r[1] >= min_score and r[3] >= ratio * best) >= limit:
-                break  # ``limit`` rows above this topic pass the gate: no member could be kept
+            verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
+                                     limit=limit, strong_of=strong_hit)
+            if verdict == _STOP:
+                break
+            if verdict == _SKIP:
+                continue
             if members is None:
                 members = self._subset(m, common, sets, mask, skip)
                 if not members:
@@ -665,12 +757,9 @@ class ProfileIndex:
                 best = max(best, top)
                 rows += found
 
-        def ident(item: tuple[int, int]) -> tuple[int, str]:
-            return self.created[item[0]], self.ids[item[0]] or ""
-
         kept, best = gate_select([((h[0], h[4]), h[1], h[2], h[3]) for h in rows], limit=limit, ratio=ratio,
-                                 min_score=min_score, ident=ident)
-        hits: list[Hit] = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
+                                 min_score=min_score, ident=ident, strong=strong)
+        hits = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
         return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
 
     def _subset(self, m: int, common: list[int], sets: dict[int, set[int]], mask: Mapping[int, int],
@@ -887,6 +976,8 @@ def cold_query(
         return t
 
     def in_tier(category: str) -> bool:
+        if tier == PREFERENCE_TIER:
+            return category == "preference"
         return tier is None or (category in CORE_CATEGORIES) == (tier == "core")
 
     def visit(r: Sequence[Any], features: str) -> None:
@@ -1054,6 +1145,13 @@ def cold_query(
 
         return walk(in_class, top, float("-inf"))
 
+    if spec and tier == PREFERENCE_TIER:
+        # A profile's preferences are few: every one is read and scored.
+        for r in conn.execute(_ROW_SQL + " AND is_active = 1 AND category = 'preference'", (profile,)):
+            visit(r, r[6] if r[6] is not None else features_of(r[8], r[9]))
+        scored = [r for r in rows if r[1] >= min_score and r[0].id not in excluded]
+        return ColdAnswer(heapq.nsmallest(limit, scored, key=lambda r: rank_key(r[1], r[0].created_us, r[0].id)),
+                          0.0, {}, pq, w, mat)
     if spec:
         # Each class's best (a class whose best possible score is below the k-th so far ends
         # this), then one walk over the memories holding no query feature (topic 0).
@@ -1077,11 +1175,23 @@ def cold_query(
 
     # Evidence mode: the classes best topic first, as the in-memory index takes them.
     best = max((r[3] for r in rows), default=0.0)
+
+    def strong(h: ColdHit) -> bool:
+        return h.id in counted or literal(pq_tok, f" {h.features} ")
+
+    def strong_row(r: ColdRow) -> bool:
+        return strong(r[0])
+
+    term_bits = (1 << len(pq.terms)) - 1
     for top, m in pending:
         if top <= 0.0 or top < ratio * best:
             break  # fails the gate, and so does every class after it
-        if sum(1 for r in rows if r[3] > top and r[1] >= min_score and r[3] >= ratio * best) >= limit:
-            break  # ``limit`` rows above this topic pass the gate: no member could be kept
+        verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
+                                 limit=limit, strong_of=strong_row)
+        if verdict == _STOP:
+            break
+        if verdict == _SKIP:
+            continue
         found = class_rows(top, m)
         if found is None:
             return None  # a test knob: the caller builds the index instead
@@ -1092,7 +1202,7 @@ def cold_query(
     def ident(h: ColdHit) -> tuple[int, str]:
         return h.created_us, h.id
 
-    kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident)
+    kept, best = gate_select(rows, limit=limit, ratio=ratio, min_score=min_score, ident=ident, strong=strong)
     return ColdAnswer(kept, best, {h.id: counted[h.id] for h, *_ in kept if h.id in counted},
                       pq, w, mat)
 

@@ -143,6 +143,11 @@ class Replica(Protocol):
 
     def access_deltas(self, profiles: Sequence[str] | None = None) -> list[AccessDelta]: ...
 
+    def changed_ids(self) -> set[str]:
+        """Ids with a change the bucket may not have: queued in the outbox, or with unmerged
+        access bumps."""
+        ...
+
     def memories_with_deltas(self, profiles: Sequence[str] | None = None,
                              ids: Sequence[str] | None = None) -> list[tuple[Memory, int]]: ...
 

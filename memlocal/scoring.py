@@ -50,6 +50,9 @@ SIMILARITY_EVIDENCE = 0.3
 US_PER_DAY: Final = 86_400_000_000
 
 TIERS: Final = ("core", "other")
+# Not a tier of the spec: the core tier's preferences alone (spec-mode ranking only), which the
+# evidence block reads so that every preference can apply whatever the facts' ranks.
+PREFERENCE_TIER: Final = "preference"
 
 
 # --- the signals -----------------------------------------------------------------------------
@@ -155,7 +158,9 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
 
 
 def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) -> float:
-    """The topic signal of a memory (its ``terms`` and ``clusters``) for a prepared query.
+    """The topic signal of a memory (its ``terms`` and ``clusters``) for a prepared query: the
+    share of the weighted query it covers. It depends only on which of the query's features the
+    memory holds, so the index ranks a class of memories holding the same ones with one topic.
     ``terms`` and ``clusters`` only need ``in`` against ``pq``'s features (sets, or the cold
     path's stored feature string with ``pq``'s features written as its space-delimited tokens)."""
     if pq.denominator <= 0.0:
@@ -168,6 +173,14 @@ def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) ->
         if c in clusters:
             covered += cw
     return min(1.0, covered / pq.denominator)
+
+
+def literal(pq: PreparedQuery, terms: Container[str]) -> bool:
+    """True when the memory (its ``terms``) shares a query term, not only a cluster."""
+    for t in pq.terms:
+        if t in terms:
+            return True
+    return False
 
 
 def score_parts(
@@ -305,9 +318,10 @@ class Ranking:
 
     ``evidence`` (default): a memory is a result only with evidence from the query, a topic > 0
     (a shared term or a shared cluster), at least ``ratio`` times the best topic of any
-    candidate; of those, the ``limit`` with the most evidence (ties: higher score) are kept, and
-    the composite score orders them. ``spec``: the spec's literal rule, the top ``limit`` by
-    score over every memory (no gate).
+    candidate; of those, the ``limit`` first in the evidence order (:func:`gate_select`: a
+    shared term before a shared cluster alone, then the most evidence, the score breaking ties)
+    are kept, in that order. ``spec``: the spec's literal rule, the top ``limit`` by score over
+    every memory (no gate).
     """
 
     mode: str = "evidence"
@@ -329,6 +343,8 @@ def rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int,
 def _in_tier(category: str, tier: str | None) -> bool:
     if tier is None:
         return True
+    if tier == PREFERENCE_TIER:
+        return category == "preference"
     return (category in CORE_CATEGORIES) == (tier == "core")
 
 
@@ -336,14 +352,19 @@ Row = tuple[Any, float, float, float]  # (item, score, recency, topic)
 
 
 def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: float,
-                ident: Callable[[Any], tuple[int, str]]) -> tuple[list[Row], float]:
+                ident: Callable[[Any], tuple[int, str]],
+                strong: Callable[[Any], bool] | None = None) -> tuple[list[Row], float]:
     """The evidence gate: of ``rows`` (every candidate with topic > 0 that could pass, including
     the best one), keep those with topic ≥ ``ratio``·best and score ≥ ``min_score``, at most
-    ``limit`` of them, most evidence first (ties: higher score, newer createdAt, smaller id).
+    ``limit`` of them, in the evidence order: strong evidence first (``strong(item)``: a shared
+    query term or a counted similarity; a shared cluster alone is weak), then the most evidence
+    (topic), then the higher score, newer createdAt, smaller id.
 
-    Returns them ordered by the composite rank key, and the best topic. ``ident(item)`` gives
-    (createdAt µs, id). Both ranking paths (the index and the full scan) select through this
-    function, so they agree exactly.
+    Returns them in that order, and the best topic. ``ident(item)`` gives (createdAt µs, id).
+    Every ranking path (the index, the cold path, the full scan) selects through this function,
+    so they agree exactly. The composite score only breaks ties of evidence: recency and use
+    then cannot carry a memory above one the query gives more evidence for, which is what made
+    what a run was shown crowd out what the next task needs (docs/relevance.md).
     """
     rows = [r for r in rows if r[3] > 0.0]
     if not rows:
@@ -352,12 +373,11 @@ def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: flo
     floor = ratio * best
     passing = [r for r in rows if r[3] >= floor and r[1] >= min_score]
 
-    def by_evidence(r: Row) -> tuple[float, float, int, str]:
+    def by_evidence(r: Row) -> tuple[bool, float, float, int, str]:
         created, mid = ident(r[0])
-        return (-r[3], -r[1], -created, mid)
+        return (strong is not None and not strong(r[0]), -r[3], -r[1], -created, mid)
 
     kept = heapq.nsmallest(limit, passing, key=by_evidence)  # = sorted(...)[:limit], without sorting all
-    kept.sort(key=lambda r: rank_key(r[1], *ident(r[0])))
     return kept, best
 
 
@@ -419,7 +439,8 @@ def rank_brute_force(
             out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
     if ranking.gated:
         kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
-                                 ident=lambda item: (item[1], item[0].id))
+                                 ident=lambda item: (item[1], item[0].id),
+                                 strong=lambda item: item[6] is not None or literal(pq, item[4]))
         return [ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
                              evidence_of(pq, ts, cs, top, best, cos))
                 for (m, _, use, cm, ts, cs, cos), score, rec, top in kept]

@@ -36,9 +36,9 @@ from typing import Final, Iterable
 import Stemmer  # PyStemmer
 
 from .model import default_summary
-from .vocab import BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
+from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 4
+TERMS_VERSION: Final = 5
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
@@ -63,6 +63,7 @@ STOPWORDS: Final[frozenset[str]] = frozenset(
     hasnt havent hadnt doesnt dont didnt wont wouldnt shouldnt cant couldnt mustnt lets thats
     whos whats heres theres
     can will just also may might must shall yes yeah ok okay oh hey hi user users use uses used using
+    now anyone anybody someone somebody anything something everyone everybody
     """.split()
 )
 
@@ -72,7 +73,8 @@ _ASCII_WORD_RE: Final = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")  # the same, for
 APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 _stemmer = Stemmer.Stemmer("english")
-_COMPOUND_FIRSTS: Final = frozenset(first for first, _ in COMPOUNDS)
+_COMPOUND_FIRSTS: Final = frozenset(phrase[0] for phrase in COMPOUNDS)
+_CLOCK_RE: Final = re.compile(r"(?:[1-9]|1[0-2])(am|pm)")
 _ZONE_RE: Final = re.compile(r"\b(?:%s)/[a-z_]+" % "|".join(ZONE_REGIONS))
 
 
@@ -108,7 +110,11 @@ def _word_terms(word: str) -> tuple[str, ...]:
     """Every term one lowercased word yields: its own (variant applied), then its broader words."""
     word = VARIANTS.get(word, word)
     out: list[str] = []
-    for w in (word, *BROADER.get(word, ())):
+    broader = BROADER.get(word, ())
+    clock = _CLOCK_RE.fullmatch(word)
+    if clock:
+        broader = CLOCK_BROADER[clock.group(1)]
+    for w in (word, *broader):
         t = _term(w)
         if t is not None and t not in out:
             out.append(t)
@@ -116,12 +122,18 @@ def _word_terms(word: str) -> tuple[str, ...]:
 
 
 def _join_compounds(ws: list[str]) -> list[str]:
-    """Replace each two-word compound ("time", "zone") by its joined word ("timezone")."""
+    """Replace each compound of two or three words ("time", "zone"; "out", "of", "office") by
+    its joined word ("timezone", "outofoffice"); the longer match first."""
     out: list[str] = []
     i, n = 0, len(ws)
     while i < n:
         w = ws[i]
         if w in _COMPOUND_FIRSTS and i + 1 < n:
+            joined = COMPOUNDS.get((w, ws[i + 1], ws[i + 2])) if i + 2 < n else None
+            if joined is not None:
+                out.append(joined)
+                i += 3
+                continue
             joined = COMPOUNDS.get((w, ws[i + 1]))
             if joined is not None:
                 out.append(joined)

@@ -38,25 +38,26 @@ _COMPOUND_PHRASES: Final = """
     user name = username | pass word = password | time stamp = timestamp | short cut = shortcut
     work flow = workflow | data set = dataset | white space = whitespace | wi fi = wifi
     vs code = vscode | day time = daytime | birth day = birthday | pre commit = precommit
-    type check = typecheck
+    type check = typecheck | build machine = buildmachine | build server = buildserver
+    build box = buildbox | code freeze = codefreeze | team lead = teamlead | tech lead = techlead
+    time off = timeoff | day off = dayoff | out of office = outofoffice
 """
 
 
-def _compounds(spec: str) -> dict[tuple[str, str], str]:
-    out: dict[tuple[str, str], str] = {}
+def _compounds(spec: str) -> dict[tuple[str, ...], str]:
+    out: dict[tuple[str, ...], str] = {}
     for item in spec.replace("\n", "|").split("|"):
         if not item.strip():
             continue
         phrase, joined = (part.split() for part in item.split("="))
-        if len(phrase) != 2 or len(joined) != 1:
-            continue  # only two-word compounds are matched
-        first, second = phrase
-        out[(first, second)] = joined[0]
-        out[(first, second + "s")] = joined[0] + "s"
+        if len(phrase) not in (2, 3) or len(joined) != 1:
+            continue  # two- and three-word compounds are matched
+        out[tuple(phrase)] = joined[0]
+        out[(*phrase[:-1], phrase[-1] + "s")] = joined[0] + "s"
     return out
 
 
-COMPOUNDS: Final[Mapping[tuple[str, str], str]] = _compounds(_COMPOUND_PHRASES)
+COMPOUNDS: Final[Mapping[tuple[str, ...], str]] = _compounds(_COMPOUND_PHRASES)
 
 VARIANTS: Final[Mapping[str, str]] = dict(
     pair.split("=")
@@ -101,10 +102,23 @@ _BROADER_GROUPS: Final = {
         lives lived relocated""",
     "timezone": """utc gmt cet cest pst pdt est edt cst cdt mst mdt bst jst aest aedt eet eest""",
     "diet": """allergy allergies allergic allergen allergens intolerance intolerant""",
-    # Dietary rules are about food: a "what food ..." question should find them literally.
+    # Dietary rules and the foods people are allergic to are about food: a "what food ..." or
+    # a meal's question should find them literally.
     "diet food": """vegetarian vegetarians vegan vegans pescatarian halal kosher celiac coeliac
-        keto paleo lactose gluten""",
+        keto paleo lactose gluten peanut peanuts nut nuts shellfish dairy""",
+    "food": """lunch lunches dinner dinners breakfast breakfasts brunch meal meals catering""",
+    # What agents store about people, schedules and infrastructure, asked in other words.
+    "manager": """boss bosses supervisor supervisors teamlead teamleads techlead techleads""",
+    "vacation": """pto outofoffice ooo timeoff dayoff holiday holidays""",
+    "cpu": """cpus cores vcpu vcpus processor processors""",
+    "runner": """buildmachine buildmachines buildserver buildservers buildbox buildboxes""",
+    "monitoring": """metric metrics grafana prometheus datadog kibana dashboard dashboards chart
+        charts observability""",
+    "freeze release": """codefreeze codefreezes""",
 }
+
+# A clock time ("9am", "10pm") is about a schedule, and the morning or the afternoon.
+CLOCK_BROADER: Final = {"am": ("schedule", "morning"), "pm": ("schedule", "afternoon")}
 
 
 def _broader(groups: Mapping[str, str]) -> dict[str, tuple[str, ...]]:

@@ -28,10 +28,18 @@ numbers, and ids of turns that do not exist dropped.
 
     python scripts/locomo_eval.py [PATH] [--json]      # PATH: ../shared/data/locomo/locomo-dev.json
     python scripts/locomo_eval.py [PATH] --living [--mode evidence|spec] [--ratio R] [--json]
+    python scripts/locomo_eval.py [PATH] --agent-bank [--semantic] [--mode evidence|spec] [--json]
 
 ``--living`` is the living-bank benchmark (:func:`evaluate_living`): dated turns, and three
 phases through the public API: fresh, every question once through ``recall`` (which counts what
 it returns as used), and again read-only on the used bank; with the padding rate.
+
+``--agent-bank`` is the bank of facts an agent saves (:func:`evaluate_agent_bank`): LoCoMo's
+observations (short LLM-written facts, each tied to the dialog turns it came from) as ``fact``
+memories, and the ``--- CONTEXT FROM MEMORY ---`` block as the measure: does the block a run
+receives hold what the question needs, fresh and after every question went once through
+``build_context_block`` (which marks what the run saw as used); beside a block filled from
+plain FTS5 ``bm25`` and BM25's top 5, in the same run.
 """
 
 from __future__ import annotations
@@ -396,6 +404,168 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --- the agent bank: observations as facts, the block as the measure ----------------------------
+
+
+@dataclass
+class Observation:
+    text: str
+    dia_ids: frozenset[str]
+    when: datetime
+
+
+@dataclass
+class AgentTask:
+    text: str
+    gold: frozenset[int]  # indexes into the conversation's observations
+
+
+def load_agent_bank(path: Path) -> list[tuple[str, list[Observation], list[AgentTask], datetime]]:
+    """Per conversation: (name, observations in order, tasks, now). An observation is created at
+    its session's date + 30 s per observation of that session (in order); now = one day after
+    the last session. A task is a question of categories 1-4 whose evidence ids carry at least
+    one observation; its gold memories are those observations."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for i, item in enumerate(data):
+        conv = item["conversation"]
+        known = {str(t["dia_id"]) for k, v in conv.items() if re.fullmatch(r"session_\d+", k) for t in v}
+        obs: list[Observation] = []
+        sessions = sorted((int(k.split("_")[1]), k) for k in item.get("observation", {}))
+        last: datetime | None = None
+        for n, key in sessions:
+            when = _session_time(conv.get(f"session_{n}_date_time"))
+            if when is None:
+                continue
+            j = 0
+            for speaker_obs in item["observation"][key].values():
+                for text, ids in speaker_obs:
+                    raw = ids if isinstance(ids, list) else [ids]
+                    obs.append(Observation(str(text), repair_evidence(raw, known), when + timedelta(seconds=30 * j)))
+                    j += 1
+            last = when if last is None or when > last else last
+        by_dia: dict[str, list[int]] = {}
+        for k, o in enumerate(obs):
+            for d in o.dia_ids:
+                by_dia.setdefault(d, []).append(k)
+        tasks = []
+        for qa in item["qa"]:
+            if int(qa.get("category", 0)) not in (1, 2, 3, 4):
+                continue
+            evidence = repair_evidence(qa.get("evidence", []), known)
+            gold = frozenset(k for d in evidence for k in by_dia.get(d, ()))
+            if gold:
+                tasks.append(AgentTask(str(qa["question"]), gold))
+        name = str(item.get("sample_id", f"conv-{i}"))
+        out.append((name, obs, tasks, (last or IMPORTED_AT) + timedelta(days=1)))
+    return out
+
+
+def _fill(lines: Sequence[str], budget: int) -> int:
+    """How many of ``lines`` (best first) a block of ``budget`` characters holds, with the
+    memory block's header, one heading and closing line, as the renderer counts them."""
+    from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER
+
+    room = budget - (len(MEMORY_HEADER) + 1 + len(CORE_HEADING) + 1 + len(BLOCK_END))
+    n = 0
+    for line in lines:
+        room -= len(line) + 1
+        if room < 0:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class BlockScores:
+    n: int = 0
+    hit: float = 0.0
+    share: float = 0.0
+    top5: float = 0.0
+    lines: float = 0.0
+
+    def add(self, block: set[int], top5: Sequence[int], gold: frozenset[int]) -> None:
+        self.n += 1
+        self.hit += 1.0 if block & gold else 0.0
+        self.share += len(block & gold) / len(gold)
+        self.top5 += 1.0 if set(top5) & gold else 0.0
+        self.lines += len(block)
+
+    def to_dict(self) -> dict[str, Any]:
+        n = max(1, self.n)
+        return {"block_hit": round(self.hit / n, 4), "gold_share": round(self.share / n, 4),
+                "hit@5": round(self.top5 / n, 4), "lines": round(self.lines / n, 2), "tasks": self.n}
+
+
+def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evidence",
+                        limit: int | None = None) -> dict[str, Any]:
+    """The bank of facts (see the module docstring): per system and phase, the block hit (some
+    gold memory in the block), the share of gold memories in the block, and hit@5 (some gold
+    memory in the top 5 of ``query_with_relevance``, limit 8; BM25's top 5)."""
+    convs = load_agent_bank(path)[:limit]
+    overrides: dict[str, Any] = {"ranking.mode": mode, "semantic.enabled": semantic}
+    config = Config.load(environ={}, overrides=overrides)
+    budget = int(config["inject.budget_chars"])
+    res = {k: BlockScores() for k in ("fresh", "after", "bm25")}
+    with tempfile.TemporaryDirectory(prefix="memlocal-locomo-agent-") as tmp:
+        with MemoryBank(Path(tmp) / "agent.db", config=config) as bank:
+            for name, obs, tasks, now in convs:
+                profile = re.sub(r"[^A-Za-z0-9._-]", "-", name) or "conv"
+                index: dict[str, int] = {}
+                rows = []
+                for k, o in enumerate(obs):
+                    mid = _memory_id(name, f"obs{k}")
+                    index[mid] = k
+                    m = Memory(id=mid, profile_name=profile, raw_input=o.text, processed_content=o.text,
+                               summary=default_summary(o.text), category="fact", confidence=1.0, created_at=o.when)
+                    rows.append(write_row(m))
+                with bank.store.transaction() as c:
+                    c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES "
+                                  f"({', '.join('?' for _ in WRITE_COLUMNS)})", rows)
+                db = sqlite3.connect(":memory:")
+                db.execute("CREATE VIRTUAL TABLE obs USING fts5(k UNINDEXED, text, tokenize='porter unicode61')")
+                db.executemany("INSERT INTO obs (k, text) VALUES (?, ?)", [(k, o.text) for k, o in enumerate(obs)])
+
+                def ours(phase: str) -> None:
+                    for t in tasks:
+                        block = bank.render_context_block(profile, t.text, now=now)
+                        top = bank.query_with_relevance(profile, t.text, limit=8, min_score=0.0, now=now)
+                        res[phase].add({index[i] for i in block.ids}, [index[r.memory.id] for r in top[:5]], t.gold)
+
+                ours("fresh")
+                for t in tasks:
+                    bank.build_context_block(profile, t.text, now=now)
+                bank.drain()
+                ours("after")
+                for t in tasks:
+                    terms = [w.replace('"', '""') for w in words(t.text)]
+                    ranked: list[int] = []
+                    if terms:
+                        match = " OR ".join(f'"{w}"' for w in terms)
+                        ranked = [r[0] for r in db.execute(
+                            "SELECT k FROM obs WHERE obs MATCH ? ORDER BY bm25(obs) LIMIT 60", (match,))]
+                    n = _fill([f"* [fact] {obs[k].text}" for k in ranked], budget)
+                    res["bm25"].add(set(ranked[:n]), ranked[:5], t.gold)
+                db.close()
+    return {"data": str(path), "conversations": len(convs), "semantic": semantic, "mode": mode,
+            "budget": budget, "memlocal": {"fresh": res["fresh"].to_dict(), "after_use": res["after"].to_dict()},
+            "fts5_bm25": res["bm25"].to_dict()}
+
+
+def format_agent_bank(result: dict[str, Any]) -> str:
+    lines = [f"LoCoMo agent bank (observations as facts, {result['conversations']} conversations, "
+             f"mode {result['mode']}, semantic {'on' if result['semantic'] else 'off'}, "
+             f"budget {result['budget']}): {result['data']}", ""]
+    head = f"{'system':<22}{'block hit':>10}{'gold share':>11}{'hit@5':>8}{'lines':>7}{'tasks':>7}"
+    lines += [head, "-" * len(head)]
+    rows = [("memlocal fresh", result["memlocal"]["fresh"]), ("memlocal after use", result["memlocal"]["after_use"]),
+            ("FTS5 bm25", result["fts5_bm25"])]
+    for label, v in rows:
+        lines.append(f"{label:<22}{v['block_hit']:>10.3f}{v['gold_share']:>11.3f}{v['hit@5']:>8.3f}"
+                     f"{v['lines']:>7.1f}{v['tasks']:>7}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA,
@@ -407,11 +577,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mode", action="append", choices=("evidence", "spec"),
                     help="with --living: the ranking modes to run (default: both)")
     ap.add_argument("--ratio", type=float, help="with --living: ranking.evidence_ratio (default: the setting's default)")
+    ap.add_argument("--agent-bank", action="store_true",
+                    help="the agent bank: observations as facts; the block's hit fresh and after use, beside FTS5 bm25")
+    ap.add_argument("--semantic", action="store_true", help="with --agent-bank: semantic.enabled (memlocal[semantic])")
+    ap.add_argument("--conversations", type=int, help="with --agent-bank: only the first N conversations")
     args = ap.parse_args(argv)
     path = args.path.resolve()
     if not path.is_file():
         print(f"error: no LoCoMo file at {path}", file=sys.stderr)
         return 2
+    if args.agent_bank:
+        agent = evaluate_agent_bank(path, semantic=args.semantic, mode=(args.mode or ["evidence"])[0],
+                                    limit=args.conversations)
+        print(json.dumps(agent, indent=2) if args.json else format_agent_bank(agent))
+        return 0
     if args.living:
         living = evaluate_living(path, args.mode or ("evidence", "spec"), args.ratio)
         print(json.dumps(living, indent=2) if args.json else format_living(living))

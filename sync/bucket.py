@@ -324,7 +324,7 @@ class Bucket:
             for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
                 pages += 1
                 contents = page.get("Contents", [])
-                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0))) for o in contents
+                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0)), o.get("LastModified", "")) for o in contents
                             if last is None or o["Key"] <= last]
                 prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
                 if last is not None and contents and contents[-1]["Key"] >= last:

@@ -41,13 +41,15 @@ def sync_group() -> None:
 @click.option("--force", is_flag=True, help="Apply local deletions that the mass-delete guard held back.")
 @click.option("--reupload", is_flag=True,
               help="Forget what was synced: push every local memory the bucket lacks, pull the rest; deletes nothing.")
+@click.option("--full", is_flag=True,
+              help="List the whole bucket even if the change record says nothing changed (sees writers that keep no record).")
 @click.option("--profile", "-p", "profiles", multiple=True, help="Only this profile (repeatable).")
 @click.option("--wait", "wait_s", type=float, default=0.0, show_default=True,
               help="Seconds to wait for a pass that another process is running.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @json_option
 @click.pass_context
-def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str, ...], wait_s: float,
+def run_cmd(ctx: click.Context, force: bool, reupload: bool, full: bool, profiles: tuple[str, ...], wait_s: float,
             progress: bool | None, as_json: bool) -> None:
     """Run one reconciliation pass and exit: 0 when it completed, non-zero with the reason."""
     state = ctx.find_object(State)
@@ -60,7 +62,7 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, profiles: tuple[str
     bar = Progress("sync", False if (progress is None and as_json) else progress, min_total=PROGRESS_MIN_ACTIONS)
     try:
         report = engine.run_pass(force=force, reupload=reupload, profiles=list(profiles) or None,
-                                 progress=bar.update_to, lock_timeout=wait_s)
+                                 progress=bar.update_to, lock_timeout=wait_s, full=full)
     finally:
         bar.close()
         engine.close()

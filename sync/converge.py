@@ -21,7 +21,7 @@ from memlocal.model import Memory
 
 from .bucket import ObjectMissing, PreconditionFailed
 from .objects import content_hash, encode, object_key
-from .state import Synced, SyncState
+from .state import Changed, Synced, SyncState
 
 if TYPE_CHECKING:
     from .bucket import BucketClient
@@ -103,8 +103,9 @@ def run(state: SyncState, bucket: "BucketClient", touched: Iterable[str], counts
         loser, delta = loaded
         retired = loser.with_changes(is_active=False, extra={**loser.extra, SUPERSEDED_BY: r.winner})
         key = object_key(profile, r.loser)
+        body = encode(retired)
         try:
-            etag = bucket.replace(key, encode(retired), base.etag)
+            etag = bucket.replace(key, body, base.etag)
         except (PreconditionFailed, ObjectMissing):
             continue  # another host changed or deleted it meanwhile: the next pass decides again
         changed.add(profile)
@@ -112,7 +113,8 @@ def run(state: SyncState, bucket: "BucketClient", touched: Iterable[str], counts
         if r.duplicate and loser.access_count:
             with state.store.transaction() as t:
                 t.merge_access(r.winner, loser.access_count, loser.last_accessed_at)
-        state.apply([Synced(retired, etag, content_hash(retired), delta, "remote")])
+        # Journalled for the change record: other hosts' cheap passes see the retirement.
+        state.apply([Synced(retired, etag, content_hash(retired), delta, "remote"), Changed(key, etag, "put", len(body))])
         log.info("%s retired: %s of %s (the bucket's copies converge)", r.loser,
                  "a duplicate" if r.duplicate else "a concurrent successor", r.winner)
     if pending:

@@ -29,13 +29,13 @@ from filelock import FileLock, Timeout
 from memlocal.config import Config
 from memlocal.errors import SyncError, fold_whitespace
 from memlocal.humanize import plural
-from memlocal.model import Memory, compute_staleness, format_time, new_id, to_us, utcnow
+from memlocal.model import Memory, compute_staleness, format_time, new_id, parse_time, to_us, utcnow
 from memlocal.replication import NoteState, Replica
 
 from . import marker
 from .breaker import HostBreaker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
-from . import converge, snapshot
+from . import changes, converge, snapshot
 from .objects import (
     NOTE_PREFIX,
     BadObject,
@@ -51,9 +51,10 @@ from .objects import (
     parse_key,
     profile_prefix,
 )
-from .plan import Action, Local, Op, Plan, after_fetch, note_winner, plan_notes, plan_pass
+from .plan import Action, Local, Op, Plan, after_fetch, held_summary, note_winner, plan_notes, plan_pass
 from .state import (
     META_LAST_ERROR,
+    Changed,
     META_LAST_PASS,
     DeletedRemote,
     DeleteLocal,
@@ -74,6 +75,9 @@ log = logging.getLogger(__name__)
 
 # Read-modify-write attempts on 412 before an access merge is left for the next pass.
 MERGE_ATTEMPTS = 8
+# Changes named by the segments a pass reads, beyond which a full listing (with snapshots) is
+# the better way to catch up.
+RECORD_MAX_CHANGES = 2000
 # Effects are committed when this many are waiting, or this many seconds after the last commit.
 BATCH_SIZE = 500
 BATCH_SECONDS = 0.5
@@ -119,6 +123,11 @@ class PassReport:
     notes: list[str] = field(default_factory=list)
     # The pass failed because the bucket could not be used (unreachable, timed out, denied).
     unavailable: bool = False
+    # ``record``: the pass followed the change record (no listing); ``full``: it listed the
+    # bucket; ``scoped``: some profiles' prefixes, listed (the read path's refresh, --profile).
+    mode: str = "full"
+    segments: int = 0  # change segments read
+    record_note: str = ""  # why the record was not followed, when it could have been
 
     @property
     def ok(self) -> bool:
@@ -131,6 +140,7 @@ class PassReport:
             "pages": self.pages, "objects": self.objects, "planned": dict(self.planned),
             "counts": dict(self.counts), "skipped": self.skipped, "guards": self.guards,
             "errors": self.errors[:20], "errorCount": len(self.errors), "notes": self.notes,
+            "mode": self.mode, "segments": self.segments, "recordNote": self.record_note,
         }
 
     def summary(self) -> str:
@@ -140,6 +150,9 @@ class PassReport:
         if self.skipped:
             parts.append(f"skipped {plural(len(self.skipped), 'object')}")
         done = ", ".join(parts) or ("nothing to do" if self.result in ("ok", "guarded") else "nothing done")
+        if self.mode == "record":
+            return (f"{self.result}: {done} (change record: {plural(self.segments, 'new segment')}, "
+                    f"no listing, {self.duration_s:.2f}s)")
         return (f"{self.result}: {done} ({plural(self.objects, 'object')} in "
                 f"{plural(self.pages, 'listing page')}, {self.duration_s:.2f}s)")
 
@@ -196,6 +209,12 @@ class SyncEngine:
         self._cancelled = threading.Event()
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
                                    probe_lease_s=2 * config.get_float("sync.put_timeout_s") + 1)
+        # The marker, segment number and time of the snapshots read in this pass, by profile.
+        self._snapshot_meta: dict[str, dict[str, Any]] = {}
+        self._snapshot_modified: dict[str, str] = {}  # snapshot key -> LastModified (listed)
+        self.full_listing_s = config.get_float("sync.full_listing_s")
+        self.reprobe_s = config.get_float("sync.reprobe_s")
+        self.changes = changes.ChangeLog(self.bucket, retention_s=config.get_float("sync.change_retention_days") * 86400)
 
     def close(self) -> None:
         self.bucket.close()
@@ -214,18 +233,19 @@ class SyncEngine:
 
     def run_pass(self, *, force: bool = False, reupload: bool = False, profiles: Sequence[str] | None = None,
                  pull_only: bool = False, progress: Progress | None = None, lock_timeout: float = 0.0,
-                 record: bool = True, notes: bool | None = None, trip_breaker: bool = False) -> PassReport:
+                 record: bool = True, notes: bool | None = None, trip_breaker: bool = False,
+                 full: bool = False) -> PassReport:
         """One pass over every profile (or ``profiles``; ``[]``: none) and, with ``notes`` (by
         default: when every profile is in scope), the automation notes. Never raises for bucket
         trouble: the report says ``failed`` and why. Raises ``SyncError`` if another pass holds
-        the lock.
+        the lock. ``full``: list the bucket even if the change record says nothing changed.
 
         A pass that completes closes the host's write-through breaker (the bucket answers);
         with ``trip_breaker``, one that fails for the bucket opens it (the read path's pulls,
         which run unasked and must not each wait out a sick bucket)."""
         report = self._locked_pass(lock_timeout, force=force, reupload=reupload, profiles=profiles,
                                    pull_only=pull_only, progress=progress,
-                                   notes=profiles is None if notes is None else notes)
+                                   notes=profiles is None if notes is None else notes, full=full)
         assert report is not None
         return self._finish(report, record=record, trip_breaker=trip_breaker)
 
@@ -272,7 +292,7 @@ class SyncEngine:
             log.warning("could not record the sync pass: %s", exc)
 
     def _pass(self, *, force: bool, reupload: bool, profiles: Sequence[str] | None, pull_only: bool,
-              progress: Progress | None, notes: bool) -> PassReport:
+              progress: Progress | None, notes: bool, full: bool = False) -> PassReport:
         t0 = time.monotonic()
         scope = "all" if profiles is None else ",".join([*profiles, *(["automation notes"] if notes else [])])
         report = PassReport(scope=scope, started_at=format_time(utcnow()))
@@ -282,82 +302,15 @@ class SyncEngine:
                             self.settings.describe())
             # The identity marker first: it decides whether an empty listing may delete anything.
             identity = marker.check(self.bucket, self.state, allow_unconditional=self.allow_unconditional,
-                                    reupload=reupload, pull_only=pull_only)
+                                    reupload=reupload, pull_only=pull_only, reprobe_s=self.reprobe_s)
             self._check_cancelled()
             report.notes += self.state.pop_notes() + identity.notes
             for note in report.notes:
                 log.warning("%s", note)
             if reupload:
                 self.state.forget_base(profiles)
-            prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
-            # The local side is read *before* the listing, in one read transaction. A local
-            # change made after this snapshot (a save written through, with its base, while the
-            # listing runs) then looks like "in the bucket, unknown here", a fetch that re-reads
-            # the current row, never like "synced, then gone from the bucket", which would delete
-            # it here; and memories, base and outbox are seen at one moment.
-            hashes = not pull_only
-            with self.store.snapshot():
-                base = self.state.base_entries(profiles)
-                local_rows = self.state.local_rows(profiles, hashes=hashes, base=base)
-                outbox_deletes = self.state.outbox_deletes(profiles)
-            snapshots = self._list_snapshots(profiles)
-            # A profile this host has nothing of (a fresh host's case) will take most of its
-            # memories from its snapshot: fetched and decoded here, as the content hashes are
-            # computed, while the listing waits on the server (CPU that would otherwise follow it).
-            known_profiles = {b.profile for b in base.values()} | local_rows.profiles
-            fresh = {p: keys for p, keys in snapshots.items() if p not in known_profiles}
-            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlocal-sync-local") as helper:
-                local_future = helper.submit(self.state.local_entries_from, local_rows)
-                prefetch = helper.submit(self._prefetch_snapshots, fresh) if fresh else None
-                listing = []
-                for prefix in prefixes:
-                    objects, pages = self._list(prefix)
-                    listing.extend(objects)
-                    report.pages += pages
-                local = local_future.result()
-                prefetched = prefetch.result() if prefetch is not None else {}
-            self._check_cancelled()
-            if hashes:
-                self.state.remember_signatures(local_rows, local, base)
-            known_bad: dict[str, tuple[str, str]] = {}
-            for prefix in prefixes:
-                known_bad.update(self.state.known_bad(prefix))
-            plan = plan_pass(
-                local, listing, base, outbox_deletes, known_bad,
-                max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
-                max_delete_share=self.max_delete_share, verified=identity.verified,
-                force=force, pull_only=pull_only,
-            )
-            report.objects = plan.objects
-            report.planned = dict(plan.counts())
-            self._remote_ids = {k.key.rsplit("/", 1)[-1][:-5] for k in listing}
-            effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
-                                     if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
-            listed = {k.key for k in listing}
-            effects += [Unskip(key) for key in known_bad if key not in listed]
-            self.state.apply(effects)
-            # Profiles this pass changes are written by a later pass that finds them settled.
-            busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
-            self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
-            self._check_cancelled()
-            self._execute(plan, report, pull_only=pull_only, progress=progress)
-            self._check_cancelled()
-            busy |= self._converge(busy, report, pull_only=pull_only)
-            if not pull_only and not report.errors:
-                self._write_snapshots(listing, base, snapshots, report, busy)
-            self._collect_skips(plan, report, prefixes)
-            guards = list(plan.guards)
-            if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
-                note_plan = self._sync_notes(report, verified=identity.verified, force=force, pull_only=pull_only)
-                self._collect_skips(note_plan, report, [NOTE_PREFIX])
-                guards += note_plan.guards
-            if guards:
-                report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
-                                  "reason": g.reason} for g in guards]
-                report.result = "guarded"
-                report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in guards))
-                                 + "; nothing was deleted locally (run `memlocal sync run --force` to apply, or "
-                                 "`--reupload` to push local memories and notes back)")
+            self._reconcile(report, identity, force=force, reupload=reupload, profiles=profiles,
+                            pull_only=pull_only, progress=progress, notes=notes, full=full)
             if report.errors and report.result == "ok":
                 report.result = "errors"
                 report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
@@ -389,6 +342,283 @@ class SyncEngine:
         else:
             log.debug("sync pass %s", report.summary())
         return report
+
+    def _reconcile(self, report: PassReport, identity: marker.Identity, *, force: bool, reupload: bool,
+                   profiles: Sequence[str] | None, pull_only: bool, progress: Progress | None, notes: bool,
+                   full: bool) -> None:
+        """The pass after the marker check: read the change record, then either the changes it
+        names (``mode`` ``record``) or a full listing (``full``), plan, act, publish."""
+        view = self._record_view(identity, profiles=profiles, pull_only=pull_only, reupload=reupload, full=full)
+        report.mode = "record" if view.incremental else "full" if profiles is None and not pull_only else "scoped"
+        report.segments = len(view.segments)
+        if view.reason:
+            report.record_note = view.reason
+        prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
+        snapshots: dict[str, list[str]] = {}
+        prefetched: dict[str, dict[str, _Prefetched]] = {}
+        fresh_listing = self._fresh_listing(identity, view) if view.fresh else None
+        if fresh_listing is not None:
+            report.mode = "snapshot"
+            listing, snapshots, prefetched, view = fresh_listing
+            base: dict[str, Any] = {}
+            local: dict[str, Local] = {}
+            outbox_deletes = self.state.outbox_deletes()
+        elif view.incremental:
+            side = self._record_side(view.segments)
+            if side is None:  # nothing changed anywhere: the marker and one segment GET
+                self._finish_record(report, identity, view, pull_only=pull_only)
+                return
+            local, listing, base, outbox_deletes, notes = side
+        else:
+            # The local side is read *before* the listing, in one read transaction. A local
+            # change made after this snapshot (a save written through, with its base, while the
+            # listing runs) then looks like "in the bucket, unknown here", a fetch that re-reads
+            # the current row, never like "synced, then gone from the bucket", which would delete
+            # it here; and memories, base and outbox are seen at one moment.
+            hashes = not pull_only
+            with self.store.snapshot():
+                base = self.state.base_entries(profiles)
+                local_rows = self.state.local_rows(profiles, hashes=hashes, base=base)
+                outbox_deletes = self.state.outbox_deletes(profiles)
+            snapshots = self._list_snapshots(profiles)
+            # A profile this host has nothing of (a fresh host's case) will take most of its
+            # memories from its snapshot: fetched and decoded here, as the content hashes are
+            # computed, while the listing waits on the server (CPU that would otherwise follow it).
+            known_profiles = {b.profile for b in base.values()} | local_rows.profiles
+            fresh = {p: keys for p, keys in snapshots.items() if p not in known_profiles}
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlocal-sync-local") as helper:
+                local_future = helper.submit(self.state.local_entries_from, local_rows)
+                prefetch = helper.submit(self._prefetch_snapshots, fresh) if fresh else None
+                listing = []
+                for prefix in prefixes:
+                    objects, pages = self._list(prefix)
+                    listing.extend(objects)
+                    report.pages += pages
+                local = local_future.result()
+                prefetched = prefetch.result() if prefetch is not None else {}
+            self._check_cancelled()
+            if hashes:
+                self.state.remember_signatures(local_rows, local, base)
+        known_bad: dict[str, tuple[str, str]] = {}
+        for prefix in prefixes:
+            known_bad.update(self.state.known_bad(prefix))
+        explained = self.state.explained()
+        plan = plan_pass(
+            local, listing, base, outbox_deletes, known_bad,
+            max_object_bytes=self.max_object_bytes, mass_delete_min=self.mass_delete_min,
+            max_delete_share=self.max_delete_share, verified=identity.verified,
+            force=force, pull_only=pull_only, explained=explained,
+        )
+        report.objects = plan.objects
+        report.planned = dict(plan.counts())
+        self._remote_ids = {k.key.rsplit("/", 1)[-1][:-5] for k in listing}
+        effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
+                                 if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
+        if report.mode != "record":  # only a listing shows that a skipped object is gone
+            listed = {k.key for k in listing}
+            effects += [Unskip(key) for key in known_bad if key not in listed]
+        self.state.apply(effects)
+        note_plan: Plan | None = None
+        notes_seen: dict[str, NoteState] = {}
+        if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
+            note_plan, notes_seen = self._plan_notes(report, verified=identity.verified, force=force,
+                                                     pull_only=pull_only)
+        guards = list(plan.guards) + (note_plan.guards if note_plan is not None else [])
+        if guards:
+            # One guard for the whole pass: whichever rule tripped, for memories or for notes,
+            # no unexplained local deletion of either goes through.
+            plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
+            if note_plan is not None:
+                note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
+        # Profiles this pass changes are written by a later pass that finds them settled.
+        busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
+        if report.mode != "record":
+            self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
+        self._check_cancelled()
+        self._execute(plan, report, pull_only=pull_only, progress=progress)
+        self._check_cancelled()
+        busy |= self._converge(busy, report, pull_only=pull_only)
+        if not pull_only and not report.errors and report.mode in ("full", "scoped"):
+            self._write_snapshots(listing, base, snapshots, report, busy, marker_id=identity.id or None,
+                                  seq=view.tail if identity.conditional else None)
+        self._collect_skips(plan, report, prefixes)
+        if note_plan is not None:
+            self._run_notes(note_plan, notes_seen, report, pull_only=pull_only)
+            self._collect_skips(note_plan, report, [NOTE_PREFIX])
+        if guards:
+            report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
+                              "reason": g.reason} for g in guards]
+            report.result = "guarded"
+            applied = report.counts["deleted_local"]
+            done = (f"only the {plural(applied, 'deletion')} other hosts recorded in the bucket "
+                    f"{'was' if applied == 1 else 'were'} applied here" if applied
+                    else "nothing was deleted locally")
+            report.reason = ("mass-delete guard: " + "; ".join(dict.fromkeys(g.reason for g in guards))
+                             + f"; {held_summary(guards)}: {done} (run `memlocal sync run --force` to apply, "
+                             "or `--reupload` to push local memories and notes back)")
+        self._finish_record(report, identity, view, pull_only=pull_only)
+
+    # --- the change record (docs/sync.md, "The change record") ----------------------------------
+
+    def _record_view(self, identity: marker.Identity, *, profiles: Sequence[str] | None, pull_only: bool,
+                     reupload: bool, full: bool) -> "_RecordView":
+        """Whether this pass may follow the change record instead of listing, and the segments
+        it reads. Scoped and pull-only passes list their prefixes as before and leave the record
+        alone; on a server that ignores conditional writes the record is never used (two hosts
+        could take one segment number)."""
+        if profiles is None and pull_only and identity.id and self.snapshot_min > 0 and self.state.is_empty():
+            # A fresh host's pull (hydration on open): snapshots stand for listings; the record's
+            # cursor is left to its first full pass.
+            return _RecordView(False, [], None, "", None, fresh=True)
+        if profiles is not None or pull_only or not identity.conditional or not identity.id:
+            return _RecordView(False, [], None)
+        now = time.time()
+        cs = self.state.changes_state()
+        same = cs.get("marker") == identity.id and identity.verified
+        cursor = cs.get("cursor") if same else None
+        segments: list[changes.Segment] = []
+        reason = ""
+        trusted = isinstance(cursor, int) and now - float(cs.get("checked") or 0) < self.changes.trust_s
+        if not same or cursor is None:
+            reason = "no change record followed yet for this bucket: listed in full"
+        elif not trusted:
+            reason = "the change record was last read too long ago (sync.change_retention_days / 2): listed in full"
+        if trusted:
+            assert isinstance(cursor, int)
+            try:
+                segments = self.changes.read_new(identity.id, cursor)
+            except changes.Untrusted as exc:
+                trusted, reason = False, f"the change record cannot be trusted ({exc}): listed in full"
+                segments = []
+        tail = (segments[-1].seq if segments else cursor) if trusted else self.changes.find_tail()
+        deletes = [(c.key, parsed[1], seg.seq) for seg in segments for c in seg.changes
+                   if c.op == "delete" and (parsed := parse_key(c.key)) is not None]
+        if deletes:
+            self.state.record_deletes(deletes)
+        due = (full or reupload or self.full_listing_s <= 0
+               or now - float(cs.get("fullAt") or 0) >= self.full_listing_s)
+        if not same and not full and self.snapshot_min > 0 and self.state.is_empty():
+            return _RecordView(False, [], tail, reason, None, fresh=True)
+        size = sum(len(seg.changes) for seg in segments)
+        if trusted and not due and size <= RECORD_MAX_CHANGES:
+            return _RecordView(True, segments, tail, "", cursor)
+        if trusted and size > RECORD_MAX_CHANGES:
+            reason = f"{size} changes recorded since the last pass: listed in full (snapshots apply)"
+        return _RecordView(False, segments, tail, reason if not (full or due) or not trusted else "", cursor)
+
+    def _fresh_listing(self, identity: marker.Identity, view: "_RecordView") -> (
+            tuple[list[Listed], dict[str, list[str]], dict[str, dict[str, "_Prefetched"]], "_RecordView"] | None):
+        """A fresh host's listing without listing every object: each profile's current snapshot
+        (one made under this marker, less than half the record's retention old, and naming the
+        segment number its listing began at) stands for that profile's listing, with the
+        segments after that number applied; profiles without one are listed. ``None`` (list in
+        full) when the record cannot be followed from the oldest such snapshot."""
+        snapshots = self._list_snapshots(None)
+        if not snapshots:
+            return None
+        profiles = {p.rstrip("/").rsplit("/", 1)[-1]
+                    for p in self.bucket.list(profile_prefix(None), delimiter="/").prefixes}
+        self._snapshot_meta = {}
+        prefetched = self._prefetch_snapshots(snapshots)
+        now = time.time()
+        usable: dict[str, int] = {}
+        for profile in prefetched:
+            meta = self._snapshot_meta.get(profile, {})
+            seq, created = meta.get("seq"), meta.get("createdAt")
+            try:
+                age = now - parse_time(created).timestamp()  # type: ignore[union-attr]
+            except Exception:
+                continue
+            if (meta.get("marker") == identity.id and isinstance(seq, int) and not isinstance(seq, bool)
+                    and 0 <= age < self.changes.trust_s and meta.get("dropped") == 0):
+                usable[profile] = seq
+        if not usable:
+            return None
+        start = min(usable.values())
+        try:
+            segments = self.changes.read_new(identity.id, start)
+        except changes.Untrusted as exc:
+            log.info("fresh host: listing in full (%s)", exc)
+            return None
+        listing: dict[str, Listed] = {}
+        for profile, seq in usable.items():
+            for key, entry in prefetched[profile].items():
+                listing[key] = Listed(key, entry.etag, len(entry.body))
+        for seg in segments:
+            for c in seg.changes:
+                parsed = parse_key(c.key)
+                if parsed is None or usable.get(parsed[0], seg.seq) >= seg.seq:
+                    continue  # not a memory, a profile listed below, or already in its snapshot
+                if c.op == "put":
+                    listing[c.key] = Listed(c.key, c.etag, c.size)
+                else:
+                    listing.pop(c.key, None)
+        for profile in sorted((profiles | set(snapshots)) - set(usable)):
+            objects, _pages = self._list(profile_prefix(profile))
+            listing.update((o.key, o) for o in objects)
+        tail = segments[-1].seq if segments else start
+        return ([listing[k] for k in sorted(listing)], snapshots, prefetched,
+                _RecordView(False, segments, tail, "", None, fresh=True))
+
+    def _record_side(self, segments: Sequence[changes.Segment]) -> (
+            tuple[dict[str, Local], list[Listed], dict[str, Any], dict[str, str], bool] | None):
+        """The plan's three sides for the ids the segments name and the ids with local work,
+        with a listing made of the base's ETags and the segments' changes; ``None`` when there
+        is nothing at all to do."""
+        latest: dict[str, changes.Change] = {}
+        for seg in segments:
+            for c in seg.changes:
+                latest[c.key] = c
+        note_work = any(k.startswith(NOTE_PREFIX) for k in latest) or bool(self.store.note_outbox())
+        ids = {parsed[1] for k in latest if (parsed := parse_key(k)) is not None} | self.state.local_work_ids()
+        if not ids and not note_work:
+            return None
+        with self.store.snapshot():
+            base = self.state.base_for(ids)
+            rows = self.store.memories_with_deltas(None, ids=sorted(ids))
+            outbox_deletes = self.state.outbox_deletes()
+        local = {m.id: Local(m.id, m.profile_name, content_hash(m), d, inactive=not m.is_active) for m, d in rows}
+        listing: dict[str, Listed] = {}
+        for mid, b in base.items():
+            key = object_key(b.profile, mid)
+            listing[key] = Listed(key, b.etag, 0)
+        for key, c in latest.items():
+            if parse_key(key) is None:
+                continue
+            if c.op == "put":
+                listing[key] = Listed(key, c.etag, c.size)
+            else:
+                listing.pop(key, None)
+        return local, [listing[k] for k in sorted(listing)], base, outbox_deletes, note_work
+
+    def _finish_record(self, report: PassReport, identity: marker.Identity, view: "_RecordView", *,
+                       pull_only: bool) -> None:
+        """After the pass: move the cursor (only past a pass that applied everything), publish
+        this host's journal, and now and then compact the record."""
+        if pull_only or not identity.conditional or not identity.id:
+            return
+        now = time.time()
+        clean = report.result == "ok" and not report.errors
+        if clean and view.tail is not None:
+            if view.incremental:
+                self.state.update_changes(identity.id, cursor_from=view.cursor, cursor=view.tail, checked=now,
+                                          tail=view.tail, now=now)
+            elif report.mode == "snapshot":  # the record from here on; a full listing at the next pass
+                self.state.update_changes(identity.id, cursor=view.tail, checked=now, fullAt=0,
+                                          tail=view.tail, now=now)
+            else:
+                self.state.update_changes(identity.id, cursor=view.tail, checked=now, fullAt=now,
+                                          tail=view.tail, now=now)
+        try:
+            report.counts["segments_published"] += changes.publish_journal(self.changes, self.state, identity.id)
+            if clean and report.mode == "full" and view.tail is not None:
+                report.counts["segments_compacted"] += self.changes.compact()
+                self.state.forget_deletes_before(int((now - self.changes.retention_s) * 1e6))
+        except BucketUnavailable:
+            raise
+        except Exception as exc:  # the journal stays; the next pass or save publishes it
+            log.warning("change record not published: %s", exc)
+            report.errors.append(f"change record: {exc}")
 
     def _converge(self, touched: set[str], report: PassReport, *, pull_only: bool) -> set[str]:
         """Hygiene across hosts once the pull is done (``sync.converge``) in the profiles this pass
@@ -461,7 +691,17 @@ class SyncEngine:
             parsed = snapshot.parse_snapshot_key(obj.key)
             if parsed is not None and (profiles is None or parsed[0] in profiles):
                 out.setdefault(parsed[0], []).append(obj.key)
+                self._snapshot_modified[obj.key] = obj.modified
         return out
+
+    def _snapshot_aging(self, key: str) -> bool:
+        """Whether a snapshot is a quarter of the record's retention old: rewritten then, so that a
+        fresh host always finds one young enough to follow the record from (half of it)."""
+        try:
+            written = parse_time(self._snapshot_modified.get(key, "")).timestamp()  # type: ignore[union-attr]
+        except Exception:
+            return False  # no time from the server: written when the profile changes
+        return time.time() - written >= self.changes.trust_s / 2
 
     def _prefetch_snapshots(self, snapshots: dict[str, list[str]]) -> dict[str, dict[str, _Prefetched]]:
         """The first readable snapshot of each profile, every entry decoded and made ready to
@@ -500,7 +740,9 @@ class SyncEngine:
         for key in keys:
             try:
                 data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
-                return snapshot.read(data, profile)
+                entries, meta = snapshot.read_with_meta(data, profile)
+                self._snapshot_meta[profile] = meta
+                return entries
             except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
                 log.info("snapshot %s not used: %s", key, exc)
         return None
@@ -573,7 +815,8 @@ class SyncEngine:
         plan.actions = remaining
 
     def _write_snapshots(self, listing: list[Listed], base: dict[str, Any],
-                         snapshots: dict[str, list[str]], report: PassReport, busy: set[str]) -> None:
+                         snapshots: dict[str, list[str]], report: PassReport, busy: set[str], *,
+                         marker_id: str | None = None, seq: int | None = None) -> None:
         """Write the snapshot of each profile that agrees with the bucket, has at least
         ``sync.snapshot_min_objects`` objects, and whose snapshot in the bucket is not current.
         A snapshot only holds objects whose exact memory this host has (base ETag = listed ETag,
@@ -590,8 +833,8 @@ class SyncEngine:
                 continue
             current = snapshots.get(profile, [])
             name = snapshot.digest((o.key, o.etag) for o in objects)
-            if any(snapshot.parse_snapshot_key(k) == (profile, name) for k in current):
-                continue  # the bucket's snapshot is this listing's
+            if any(snapshot.parse_snapshot_key(k) == (profile, name) and not self._snapshot_aging(k) for k in current):
+                continue  # the bucket's snapshot is this listing's (and young enough for a fresh host)
             # Read now (only for a snapshot to write): whatever changed since the pass began
             # fails the checks below, and the profile waits for a later pass.
             local = {m.id: (m, delta) for m, delta in self.store.memories_with_deltas([profile])}
@@ -604,7 +847,8 @@ class SyncEngine:
                     break
                 entries.append((obj.key, obj.etag, encode(here[0])))
             else:
-                key, body = snapshot.build(profile, entries)
+                key, body = snapshot.build(profile, entries, marker=marker_id, seq=seq,
+                                           created_at=format_time(utcnow()))
                 try:
                     self.bucket.put(key, body)
                     for old in current:
@@ -740,9 +984,10 @@ class SyncEngine:
         elif op is Op.UPDATE:
             effects = self._update(action.id, action.profile, action.etag, counts)
         elif op is Op.DELETE_REMOTE:
-            self.bucket.delete(object_key(action.profile, action.id))
+            key = object_key(action.profile, action.id)
+            self.bucket.delete(key)
             counts["deleted_remote"] += 1
-            effects = [DeletedRemote(action.id)]
+            effects = [DeletedRemote(action.id), Changed(key, "", "delete")]
         elif op is Op.DELETE_LOCAL:
             counts["deleted_local"] += 1
             effects = [DeleteLocal(action.id, action.profile)]
@@ -769,7 +1014,9 @@ class SyncEngine:
             # Someone holds that key: our own earlier PUT, or another host's memory.
             return self._fetch(memory.id, memory.profile_name, "", counts)
         counts["pushed"] += 1
-        effects: list[Effect] = [Synced(sent, etag, content_hash(sent), 0, "local", set_staleness=False)]
+        body = encode(sent)
+        effects: list[Effect] = [Synced(sent, etag, content_hash(sent), 0, "local", set_staleness=False),
+                                 Changed(key, etag, "put", len(body))]
         if delta > 0:
             effects += self._merge(memory.id, memory.profile_name, sent, etag, counts)
         return effects
@@ -785,8 +1032,9 @@ class SyncEngine:
     def _push(self, body: Memory, delta: int, etag: str, counts: Counter[str], *, attempt: int) -> list[Effect]:
         """PUT ``body`` (whose count already includes ``delta``) with ``If-Match: etag``."""
         key = object_key(body.profile_name, body.id)
+        data = encode(body)
         try:
-            new_etag = self.bucket.replace(key, encode(body), etag)
+            new_etag = self.bucket.replace(key, data, etag)
         except PreconditionFailed:
             counts["precondition_failed"] += 1
             if attempt >= MERGE_ATTEMPTS:
@@ -797,7 +1045,7 @@ class SyncEngine:
             counts["deleted_local"] += 1
             return [DeleteLocal(body.id, body.profile_name)]
         counts["merged"] += 1
-        return [Synced(body, new_etag, content_hash(body), delta, "local")]
+        return [Synced(body, new_etag, content_hash(body), delta, "local"), Changed(key, new_etag, "put", len(data))]
 
     def _merge(self, memory_id: str, profile: str, remote: Memory, etag: str, counts: Counter[str],
                *, attempt: int = 1) -> list[Effect]:
@@ -848,6 +1096,8 @@ class SyncEngine:
                 counts["pulled"] += 1
             elif local.content_hash == rhash and self.state.load_base(memory_id) is None:
                 counts["adopted"] += 1
+                # Our own earlier write whose record may never have been journalled.
+                effects.append(Changed(key, etag, "put", len(data)))
             else:
                 counts["updated"] += 1
             effects.append(Synced(remote, etag, decision.base_hash, 0, "remote"))
@@ -868,10 +1118,10 @@ class SyncEngine:
 
     # --- automation notes: memlocal/automations/<id>.json (docs/sync.md, "Automation notes") ----
 
-    def _sync_notes(self, report: PassReport, *, verified: bool, force: bool, pull_only: bool) -> Plan:
-        """Reconcile the automation notes (few and small: one request each, in turn). Bucket
-        trouble raises ``BucketUnavailable`` like the memories' part; any other failure of one
-        note is reported for that note alone."""
+    def _plan_notes(self, report: PassReport, *, verified: bool, force: bool,
+                    pull_only: bool) -> tuple[Plan, dict[str, NoteState]]:
+        """List and plan the automation notes (few and small); bucket trouble raises
+        ``BucketUnavailable`` like the memories' part. Returns the plan and the local notes it saw."""
         notes, base, deletes = self.state.note_entries()
         # (Not in the report's ``pages``/``objects``: those describe the listing of ``memory/``.)
         listing = self.bucket.list(NOTE_PREFIX)
@@ -888,6 +1138,11 @@ class SyncEngine:
                                  if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
         effects += [Unskip(key) for key in known_bad if key not in listed]
         self.state.apply(effects)
+        return plan, notes
+
+    def _run_notes(self, plan: Plan, notes: dict[str, NoteState], report: PassReport, *, pull_only: bool) -> None:
+        """The planned notes' actions, one request each, in turn; any failure other than bucket
+        trouble is reported for that note alone."""
         for action in plan.actions:
             try:
                 self.state.apply(self._note_action(action, notes.get(action.id), report.counts, pull_only))
@@ -896,7 +1151,6 @@ class SyncEngine:
             except Exception as exc:  # one note's trouble must not stop the others
                 log.exception("sync %s of automation note %s failed", action.op.value, action.id)
                 report.errors.append(f"{action.op.value} automation note {action.id}: {exc}")
-        return plan
 
     def _note_action(self, action: Action, seen: NoteState | None, counts: Counter[str],
                      pull_only: bool) -> list[Effect]:
@@ -907,7 +1161,7 @@ class SyncEngine:
         if op is Op.DELETE_REMOTE:
             self.bucket.delete(note_key(nid))
             counts["notes_deleted_remote"] += 1
-            return [NoteDeletedRemote(nid)]
+            return [NoteDeletedRemote(nid), Changed(note_key(nid), "", "delete")]
         if op is Op.DELETE_LOCAL:
             assert seen is not None
             counts["notes_deleted_local"] += 1
@@ -924,7 +1178,7 @@ class SyncEngine:
             except PreconditionFailed:  # another host wrote this automation's note first
                 return self._fetch_note(nid, "", counts)
             counts["notes_pushed"] += 1
-            return [NoteSynced(nid, current, etag, note_hash(note), current)]
+            return [NoteSynced(nid, current, etag, note_hash(note), current), Changed(note_key(nid), etag, "put")]
         if op is Op.UPDATE:
             return self._push_note(nid, current, action.etag, counts, attempt=1)
         raise AssertionError(op)  # pragma: no cover - REID never happens to notes
@@ -945,7 +1199,7 @@ class SyncEngine:
             counts["notes_deleted_local"] += 1
             return [NoteDeleteLocal(nid, current)]
         counts["notes_pushed"] += 1
-        return [NoteSynced(nid, current, new_etag, note_hash(note), current)]
+        return [NoteSynced(nid, current, new_etag, note_hash(note), current), Changed(note_key(nid), new_etag, "put")]
 
     def _fetch_note(self, nid: str, listed_etag: str, counts: Counter[str], *, pull_only: bool = False,
                     attempt: int = 1) -> list[Effect]:
@@ -1002,6 +1256,20 @@ class SyncEngine:
         counts["reid"] += 1
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
         return self._create(candidate, counts)
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordView:
+    """What the change record says for one pass: follow it (``incremental``) or list in full;
+    the segments read; the last segment number known before the listing (``tail``: the cursor
+    once the pass completes); why the record was not followed (``reason``)."""
+
+    incremental: bool
+    segments: list["changes.Segment"]
+    tail: int | None
+    reason: str = ""
+    cursor: int | None = None
+    fresh: bool = False  # a host with nothing yet: it may take snapshots for listings
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -106,14 +107,19 @@ def ignored_message(bucket: Bucket, header: str) -> str:
 
 
 def check(bucket: Bucket, state: Any, *, allow_unconditional: bool, reupload: bool = False,
-          pull_only: bool = False) -> Identity:
+          pull_only: bool = False, reprobe_s: float = 0.0, now: float | None = None) -> Identity:
     """Read (or create) the marker and compare it with the one this host remembers.
 
     Raises ``MarkerGone`` (nothing may be deleted or written), ``ConditionsIgnored`` (nothing may
     be written) or ``SyncError`` (the marker is unreadable); bucket trouble raises as
     ``BucketUnavailable``. ``pull_only`` never creates or probes (the read path writes nothing).
-    The remembered marker is ``{"id", "conditional"}``, ``conditional`` ``None`` until probed.
+    The remembered marker is ``{"id", "conditional", "probedAt"}``, ``conditional`` ``None``
+    until probed. A server found honouring the conditions is probed again once ``probedAt`` is
+    ``reprobe_s`` old (another server may have been put behind the same endpoint); another
+    endpoint starts from no remembered marker at all (``SyncState.ensure_bucket``), so it is
+    probed at once.
     """
+    now = float(int(time.time() if now is None else now))  # whole seconds: the same after a JSON round trip
     remembered = state.get_json(META_MARKER)
     if not isinstance(remembered, dict) or not isinstance(remembered.get("id"), str):
         remembered = None
@@ -148,16 +154,21 @@ def check(bucket: Bucket, state: Any, *, allow_unconditional: bool, reupload: bo
         remembered = None
     identity.verified = remembered is not None
     conditional: bool | None = remembered.get("conditional") if remembered else None
-    if not pull_only and conditional is not True:
-        # Probed once per marker; a server found wanting is probed again each pass (it may
-        # have been upgraded since).
+    probed_at = remembered.get("probedAt") if remembered else None
+    probed_at = float(probed_at) if isinstance(probed_at, (int, float)) and not isinstance(probed_at, bool) else 0.0
+    due = conditional is not True or now - probed_at >= reprobe_s
+    if not pull_only and due:
+        # A server found wanting is probed again each pass (it may have been upgraded since);
+        # one found honouring the conditions, on the schedule (it may have been swapped).
         ignored = probe(bucket, data, etag)
         conditional = ignored is None
+        probed_at = now
         if ignored and not allow_unconditional:
-            state.set_json(META_MARKER, {"id": identity.id, "conditional": False})
+            state.set_json(META_MARKER, {"id": identity.id, "conditional": False, "probedAt": now})
             raise ConditionsIgnored(ignored_message(bucket, ignored))
-    if remembered is None or remembered.get("conditional") != conditional:
-        state.set_json(META_MARKER, {"id": identity.id, "conditional": conditional})
+    if (remembered is None or remembered.get("conditional") != conditional
+            or remembered.get("probedAt") != probed_at):
+        state.set_json(META_MARKER, {"id": identity.id, "conditional": conditional, "probedAt": probed_at})
     identity.conditional = conditional is not False
     if conditional is False:
         notes.append(f"bucket {bucket.settings.describe()} ignores conditional writes: "
@@ -165,11 +176,16 @@ def check(bucket: Bucket, state: Any, *, allow_unconditional: bool, reupload: bo
     return identity
 
 
-def writable(state: Any, *, allow_unconditional: bool) -> bool | None:
+def writable(state: Any, *, allow_unconditional: bool, reprobe_s: float | None = None,
+             now: float | None = None) -> bool | None:
     """For write-through: ``True`` when the remembered marker says the bucket honours conditional
     writes (or last-writer-wins is allowed), ``False`` when it says it does not, ``None`` when
-    nothing is known yet (the caller runs ``check``)."""
+    nothing is known yet or the last probe is ``reprobe_s`` old (the caller runs ``check``)."""
     remembered = state.get_json(META_MARKER)
     if not isinstance(remembered, dict) or remembered.get("conditional") is None:
+        return None
+    probed_at = remembered.get("probedAt")
+    if (reprobe_s is not None and remembered["conditional"] is True
+            and (not isinstance(probed_at, (int, float)) or (time.time() if now is None else now) - probed_at >= reprobe_s)):
         return None
     return bool(remembered["conditional"]) or allow_unconditional

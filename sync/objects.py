@@ -35,6 +35,7 @@ class Listed:
     key: str
     etag: str
     size: int
+    modified: str = ""  # LastModified as the server sent it (read only to age snapshots)
 
 
 class BadObject(Exception):

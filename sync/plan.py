@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Literal, Mapping
+from typing import Collection, Iterable, Literal, Mapping
 
 from .objects import Listed, parse_key, parse_note_key
 
@@ -132,6 +132,7 @@ def plan_pass(
     verified: bool = False,
     force: bool = False,
     pull_only: bool = False,
+    explained: Collection[str] = frozenset(),
 ) -> Plan:
     """Decide one pass over the given scope (every profile, or those the caller snapshotted).
 
@@ -140,7 +141,9 @@ def plan_pass(
     only what changes the local side (the REST read path's refresh). ``verified``: the bucket's
     identity marker is the one this host synced with (``sync.marker``); without that, an empty
     listing deletes nothing. Local deletions beyond ``mass_delete_min`` and over
-    ``max_delete_share`` of the synced memories, of a profile or of the whole scope, are held.
+    ``max_delete_share`` of the synced memories, of a profile or of the whole scope, are held
+    (``hold_deletions``). ``explained``: ids whose deletion another host recorded in the bucket
+    (a delete record, ``memlocal_sync.changes``): applied whatever the guard says.
     """
     plan = Plan()
     by_id: dict[str, list[tuple[str, Listed]]] = {}
@@ -213,7 +216,8 @@ def plan_pass(
                 add(Op.FETCH, remote.etag)  # adopt our own earlier PUT, or re-id on a collision
         elif loc is not None and remote is None and b is not None:
             add(Op.DELETE_LOCAL)
-            deletions[home or ""] += 1
+            if mid not in explained:
+                deletions[home or ""] += 1
         elif loc is None and remote is not None and b is not None:
             if not pull_only:
                 add(Op.DELETE_REMOTE)
@@ -224,11 +228,11 @@ def plan_pass(
                 add(Op.UPDATE, b.etag)
 
     if deletions and not force:
-        plan.guards = _guard(deletions, Counter(x.profile for x in base.values()), objects=plan.objects,
-                             verified=verified, minimum=mass_delete_min, share=max_delete_share)
-        held = {g.profile for g in plan.guards}
-        if held:
-            plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.profile in held)]
+        synced = Counter(x.profile for x in base.values())
+        plan.guards = hold_deletions(deletions, synced, empty_unverified=plan.objects == 0 and not verified,
+                                     minimum=mass_delete_min, share=max_delete_share)
+        if plan.guards:  # either rule holds every unexplained local deletion of the pass
+            plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
     return plan
 
 
@@ -242,30 +246,49 @@ def _unusable(entry: Listed, known_bad: Mapping[str, tuple[str, str]], max_objec
     return None
 
 
-def _guard(deletions: Counter[str], synced: Counter[str], *, objects: int, verified: bool, minimum: int,
-           share: float) -> list[Guard]:
-    """The mass-delete guard (rclone bisync's ``--max-delete``, as a share and a minimum count):
-    the profiles whose local deletions this pass holds back, each with the reason."""
-    held: dict[str, Guard] = {}
-    if objects == 0 and not verified:
-        for profile, n in deletions.items():
-            held[profile] = Guard(profile, n, synced[profile],
-                                  f"the bucket lists no objects but {sum(synced.values())} memories were synced "
-                                  "from it and its identity marker is not verified yet: an emptied or wrong bucket "
-                                  "never deletes local memories")
-        return [held[p] for p in sorted(held)]
-    for profile, n in deletions.items():
-        if n > minimum and n > share * synced[profile]:
-            held[profile] = Guard(profile, n, synced[profile],
-                                  f"would delete {n} of the {synced[profile]} synced memories of profile {profile} "
-                                  f"(more than sync.max_delete_share = {share:g} and sync.mass_delete_min = {minimum})")
+def hold_deletions(deletions: Mapping[str, int], synced: Mapping[str, int], *, empty_unverified: bool,
+                   minimum: int, share: float, noun: str = "memories") -> list[Guard]:
+    """The mass-delete guard (rclone bisync's ``--max-delete``, as a share and a minimum count),
+    one table for memories (scopes are profiles) and automation notes (one scope).
+
+    Three rules, all evaluated; if any trips, *every* scope's deletions are held (one guard per
+    scope with deletions, each giving every reason), so that no rule can let part of a wipe
+    through while another holds the rest:
+
+    - an empty listing whose identity marker is not verified yet deletes nothing;
+    - per scope: more than ``minimum`` deletions and more than ``share`` of its synced items;
+    - the whole pass: the same bounds over every scope (many small profiles emptied at once).
+    """
+    if not deletions:
+        return []
+    reasons: list[str] = []
     total, total_synced = sum(deletions.values()), sum(synced.values())
-    if not held and total > minimum and total > share * total_synced:
-        for profile, n in deletions.items():
-            held[profile] = Guard(profile, n, synced[profile],
-                                  f"would delete {total} of the {total_synced} synced memories in this pass "
-                                  f"(more than sync.max_delete_share = {share:g} and sync.mass_delete_min = {minimum})")
-    return [held[p] for p in sorted(held)]
+    if empty_unverified:
+        reasons.append(f"the bucket lists no {'objects' if noun == 'memories' else noun} but {total_synced} {noun} were synced from it and its identity "
+                       f"marker is not verified yet: an emptied or wrong bucket never deletes local {noun}")
+    bounds = f"(more than sync.max_delete_share = {share:g} and sync.mass_delete_min = {minimum})"
+    for scope in sorted(deletions):
+        n = deletions[scope]
+        if n > minimum and n > share * synced.get(scope, 0):
+            where = f" of profile {scope}" if noun == "memories" else ""
+            reasons.append(f"would delete {n} of the {synced.get(scope, 0)} synced {noun}{where} {bounds}")
+    if total > minimum and total > share * total_synced:
+        reasons.append(f"would delete {total} of the {total_synced} synced {noun} in this pass {bounds}")
+    if not reasons:
+        return []
+    reason = "; ".join(reasons)
+    return [Guard(scope, deletions[scope], synced.get(scope, 0), reason) for scope in sorted(deletions)]
+
+
+def held_summary(guards: Iterable[Guard], noun: str = "memories") -> str:
+    """What a held pass did not delete, in full: ``held back 12 local deletions of memories
+    (big 6, alice 2, ...)``."""
+    guards = list(guards)
+    total = sum(g.deletions for g in guards)
+    parts = ", ".join(f"{g.profile} {g.deletions}" for g in guards if g.profile != NOTES_SCOPE)
+    notes = sum(g.deletions for g in guards if g.profile == NOTES_SCOPE)
+    detail = ", ".join(x for x in (parts and f"profiles {parts}", notes and f"automation notes {notes}") if x)
+    return f"held back {total} local deletions ({detail})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,15 +450,9 @@ def plan_notes(
                 add(Op.UPDATE, b.etag)
 
     if deletions and not force:
-        synced = len(base)
-        reason = ""
-        if not remote and not bad and not verified:
-            reason = (f"the bucket lists no automation notes but {synced} were synced from it and its identity "
-                      "marker is not verified yet: an emptied or wrong bucket never deletes local notes")
-        elif deletions > mass_delete_min and deletions > max_delete_share * synced:
-            reason = (f"would delete {deletions} of the {synced} synced automation notes (more than "
-                      f"sync.max_delete_share = {max_delete_share:g} and sync.mass_delete_min = {mass_delete_min})")
-        if reason:
-            plan.guards = [Guard(NOTES_SCOPE, deletions, synced, reason)]
+        plan.guards = hold_deletions({NOTES_SCOPE: deletions}, {NOTES_SCOPE: len(base)},
+                                     empty_unverified=not remote and not bad and not verified,
+                                     minimum=mass_delete_min, share=max_delete_share, noun="automation notes")
+        if plan.guards:
             plan.actions = [a for a in plan.actions if a.op is not Op.DELETE_LOCAL]
     return plan

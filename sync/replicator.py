@@ -35,11 +35,11 @@ from memlocal.errors import MemoryBankError, SyncError
 from memlocal.model import Memory, to_us, validate_profile
 from memlocal.replication import NoteState, Replica
 
-from . import marker
+from . import changes, marker
 from .breaker import HostBreaker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed
 from .objects import PREFIX, content_hash, decode, encode, encode_note, note_hash, note_key, object_key
-from .state import DeletedRemote, Effect, NoteDeletedRemote, NoteSynced, SyncState, Synced
+from .state import META_MARKER, Changed, DeletedRemote, Effect, NoteDeletedRemote, NoteSynced, SyncState, Synced
 
 if TYPE_CHECKING:
     # The engine (and botocore's parsers, through the listing) is imported when a pull runs: a
@@ -195,6 +195,7 @@ class S3Replicator:
         self._hydration: _Hydration | None = None
         self._notice: str | None = None  # what the first read must say (once) about the pull on open
         self._closed = False
+        self._changes = changes.ChangeLog(self.bucket, retention_s=config.get_float("sync.change_retention_days") * 86400)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._last_pull: dict[str, float] = {}
@@ -213,11 +214,12 @@ class S3Replicator:
         honours conditional writes (or last-writer-wins is allowed). The first save of a host
         that has not met the bucket yet reads (or creates) the marker and probes it, once."""
         allow = self.config.get_bool("sync.allow_unconditional")
-        known = marker.writable(self.state, allow_unconditional=allow)
+        reprobe_s = self.config.get_float("sync.reprobe_s")
+        known = marker.writable(self.state, allow_unconditional=allow, reprobe_s=reprobe_s)
         if known is not None:
             return known
         try:
-            marker.check(self.bucket, self.state, allow_unconditional=allow)
+            marker.check(self.bucket, self.state, allow_unconditional=allow, reprobe_s=reprobe_s)
         except marker.ConditionsIgnored as exc:
             log.warning("write-through refused: %s", exc)
             return False
@@ -257,11 +259,29 @@ class S3Replicator:
             return False
         self.breaker.success()
         try:
-            self.state.apply([Synced(memory, etag, content_hash(memory), 0, "local", set_staleness=False)])
+            self.state.apply([Synced(memory, etag, content_hash(memory), 0, "local", set_staleness=False),
+                              Changed(key, etag, "put", len(encode(memory)))])
         except MemoryBankError as exc:
             # The object is in the bucket; the next pass adopts it (same content, no duplicate).
             log.warning("could not record that %s is in the bucket: %s", memory.id, exc)
+            return True
+        self._publish()
         return True
+
+    def _publish(self) -> None:
+        """Publish the journal (this write, and any left by earlier ones) to the change record, so
+        that other hosts' next passes see it without listing; one short attempt. A failure leaves
+        it journalled for the next pass or save."""
+        remembered = self.state.get_json(META_MARKER)
+        if not isinstance(remembered, dict) or not remembered.get("id") or remembered.get("conditional") is not True:
+            return  # no record on a server that ignores conditional writes
+        try:
+            changes.publish_journal(self._changes, self.state, str(remembered["id"]))
+        except BucketUnavailable as exc:
+            self.breaker.failure(str(exc))
+            log.info("change record not published (the next pass publishes it): %s", exc)
+        except Exception as exc:  # never fail a write that is already durable locally and in the bucket
+            log.info("change record not published (the next pass publishes it): %s", exc)
 
     def _bucket_has_ours(self, key: str, memory: Memory) -> bool:
         """Whether the object at ``key`` is this very memory (same content), e.g. pushed by a pass."""
@@ -282,17 +302,21 @@ class S3Replicator:
         if not self.breaker.allow():
             log.debug("deletion of %s stays in the outbox: the bucket failed recently", memory.id)
             return False
+        key = object_key(memory.profile_name, memory.id)
         try:
-            self.bucket.delete(object_key(memory.profile_name, memory.id))
+            self.bucket.delete(key)
         except Exception as exc:
             self.breaker.failure(str(exc))
             log.info("deletion of %s stays in the outbox: %s", memory.id, exc)
             return False
         self.breaker.success()
         try:
-            self.state.apply([DeletedRemote(memory.id)])
+            # The delete record: other hosts apply this deliberate deletion without the guard.
+            self.state.apply([DeletedRemote(memory.id), Changed(key, "", "delete")])
         except MemoryBankError as exc:
             log.warning("could not record the deletion of %s: %s", memory.id, exc)
+            return True
+        self._publish()
         return True
 
     def push_note(self, automation_id: str, note: AutomationNote | None) -> bool:
@@ -310,13 +334,14 @@ class S3Replicator:
                 return False
             if note is None:
                 self.bucket.delete(key)
-                effect: Effect = NoteDeletedRemote(automation_id)
+                effects: list[Effect] = [NoteDeletedRemote(automation_id), Changed(key, "", "delete")]
             else:
                 base = self.state.load_note_base(automation_id)
                 body = encode_note(note)
                 etag = self.bucket.replace(key, body, base.etag) if base else self.bucket.create(key, body)
                 stored: NoteState = (note.note, to_us(note.updated_at) or 0)
-                effect = NoteSynced(automation_id, stored, etag, note_hash(note), stored)
+                effects = [NoteSynced(automation_id, stored, etag, note_hash(note), stored),
+                           Changed(key, etag, "put", len(body))]
         except (PreconditionFailed, ObjectMissing):
             self.breaker.success()
             log.info("automation note %s changed in the bucket: left in the outbox for the next pass", automation_id)
@@ -327,9 +352,11 @@ class S3Replicator:
             return False
         self.breaker.success()
         try:
-            self.state.apply([effect])
+            self.state.apply(effects)
         except MemoryBankError as exc:  # the next pass finds the object and adopts it
             log.warning("could not record that automation note %s is in the bucket: %s", automation_id, exc)
+            return True
+        self._publish()
         return True
 
     # --- the read path's pull -------------------------------------------------------------------

@@ -67,20 +67,34 @@ def digest(entries: Iterable[tuple[str, str]]) -> str:
     return h.hexdigest()[:16]
 
 
-def build(profile: str, entries: Iterable[tuple[str, str, bytes]]) -> tuple[str, bytes]:
-    """``(key, body)`` of the snapshot of ``profile`` holding ``(key, etag, object body)``."""
+def build(profile: str, entries: Iterable[tuple[str, str, bytes]], *, marker: str | None = None,
+          seq: int | None = None, created_at: str | None = None) -> tuple[str, bytes]:
+    """``(key, body)`` of the snapshot of ``profile`` holding ``(key, etag, object body)``.
+
+    ``marker``, ``seq``, ``created_at``: the bucket's identity marker and the change record's
+    last segment number when the listing the snapshot was made from began, and when it was
+    written; with them a fresh host can take the snapshot for the profile's listing, then apply
+    the segments after ``seq`` (``memlocal_sync.engine``)."""
     items = sorted(entries)
-    payload = {
+    payload: dict[str, object] = {
         "format": FORMAT,
         "profile": profile,
         "objects": [{"key": k, "etag": e, "body": b.decode("utf-8")} for k, e, b in items],
     }
+    if marker is not None and seq is not None:
+        payload.update(marker=marker, seq=seq, createdAt=created_at)
     data = gzip.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
     return snapshot_key(profile, digest((k, e) for k, e, _ in items)), data
 
 
 def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
     """``{key: (etag, object body)}`` of a snapshot of ``profile``; ``BadObject`` if it is not one."""
+    return read_with_meta(data, profile)[0]
+
+
+def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, bytes]], dict[str, object]]:
+    """``read``, and the snapshot's ``marker``, ``seq`` and ``createdAt`` (when it has them), and
+    ``dropped``: how many of its entries were not used (outside the profile, malformed)."""
     try:
         inflater = zlib.decompressobj(wbits=31)  # gzip
         raw = inflater.decompress(data, MAX_SNAPSHOT_BYTES)
@@ -96,8 +110,10 @@ def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
         raise BadObject("snapshot has no object list")
     prefix = f"{PREFIX}{profile}/"
     out: dict[str, tuple[str, bytes]] = {}
+    dropped = 0  # entries not used: such a snapshot may help a fetch, never stand for a listing
     for entry in objects:
         if not isinstance(entry, dict):
+            dropped += 1
             continue
         key, etag, body = entry.get("key"), entry.get("etag"), entry.get("body")
         # An entry outside the profile's prefix is never used: the snapshot cannot write elsewhere.
@@ -105,5 +121,9 @@ def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
             try:
                 out[key] = (etag, body.encode("utf-8"))
             except UnicodeEncodeError:  # a lone surrogate: fetch that object instead
-                continue
-    return out
+                dropped += 1
+        else:
+            dropped += 1
+    meta = {k: doc[k] for k in ("marker", "seq", "createdAt") if k in doc}
+    meta["dropped"] = dropped
+    return out, meta

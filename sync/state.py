@@ -40,6 +40,11 @@ META_NOTES = "sync.notes"  # things the next pass must say (a base reset at star
 # The bucket (and marker id) against which this index last completed a pass of every profile: a
 # host without it pulls the bucket when a bank opens, before its first read (docs/sync.md).
 META_HYDRATED = "sync.hydrated"
+# The change record as this host follows it (``memlocal_sync.changes``): the marker it belongs
+# to, the cursor (last segment applied) and when it was last confirmed, the last segment number
+# known and when, and when the last full listing completed.
+META_CHANGES = "sync.changes"
+META_HOST = "sync.host"  # this database's random id, named in the segments it publishes
 
 
 # --- the sync's own tables ------------------------------------------------------------------------
@@ -80,9 +85,20 @@ def _schema_4(c: Any) -> None:
               " opened_us INTEGER NOT NULL, failed_us INTEGER NOT NULL)")
 
 
+def _schema_5(c: Any) -> None:
+    """The change record's local side (``memlocal_sync.changes``): ``sync_journal``, what this
+    host wrote to the bucket and has not published yet (written in the transaction that records
+    the write, so a crash never loses one); ``sync_delete_record``, the delete records read from
+    the bucket, which explain the disappearances they name (kept for the record's retention)."""
+    c.execute("CREATE TABLE IF NOT EXISTS sync_journal (n INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,"
+              " etag TEXT NOT NULL, op TEXT NOT NULL, size INTEGER NOT NULL)")
+    c.execute("CREATE TABLE IF NOT EXISTS sync_delete_record (key TEXT PRIMARY KEY, id TEXT NOT NULL,"
+              " seq INTEGER NOT NULL, seen_us INTEGER NOT NULL)")
+
+
 # The sync's tables as a named migration set (the store's one runner applies it, each step in one
 # transaction with its stamp). A new table or column is a new step: the next number.
-SYNC_SCHEMA = MigrationSet("sync", {1: _schema_1, 2: _schema_2, 3: _schema_3, 4: _schema_4}, stamp_key=META_SCHEMA)
+SYNC_SCHEMA = MigrationSet("sync", {1: _schema_1, 2: _schema_2, 3: _schema_3, 4: _schema_4, 5: _schema_5}, stamp_key=META_SCHEMA)
 SCHEMA_VERSION = SYNC_SCHEMA.version
 
 
@@ -198,8 +214,19 @@ class NoteForget:
     id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """This host wrote ``key`` (``put``, now at ``etag``) or deleted it (``delete``): journal it
+    for the change record, in the same transaction as the write's own effect."""
+
+    key: str
+    etag: str
+    op: str
+    size: int = 0
+
+
 Effect = Union[Synced, DeletedRemote, DeleteLocal, Forget, SkipObject, Unskip, NoteSynced, NoteDeletedRemote,
-               NoteDeleteLocal, NoteForget]
+               NoteDeleteLocal, NoteForget, Changed]
 
 
 class SyncState:
@@ -372,6 +399,9 @@ class SyncState:
                 elif isinstance(eff, NoteForget):
                     c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
                     c.clear_note_outbox(eff.id)
+                elif isinstance(eff, Changed):
+                    c.execute("INSERT INTO sync_journal (key, etag, op, size) VALUES (?, ?, ?, ?)",
+                              (eff.key, eff.etag, eff.op, eff.size))
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
 
@@ -426,8 +456,11 @@ class SyncState:
             c.execute("DELETE FROM sync_base")
             c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
+            c.execute("DELETE FROM sync_delete_record")
+            c.execute("DELETE FROM sync_journal")
             c.meta_delete(META_MARKER)
             c.meta_delete(META_HYDRATED)
+            c.meta_delete(META_CHANGES)
             c.meta_set(META_BUCKET, identity)
         if had_base:
             self.add_note(f"the configured bucket changed to {identity.replace('|', ' ')}: starting from an "
@@ -441,7 +474,10 @@ class SyncState:
             c.execute("DELETE FROM sync_base")
             c.execute("DELETE FROM sync_note_base")
             c.execute("DELETE FROM sync_skipped")
+            c.execute("DELETE FROM sync_delete_record")
+            c.execute("DELETE FROM sync_journal")
             c.meta_delete(META_HYDRATED)
+            c.meta_delete(META_CHANGES)
 
     def hydrated(self, bucket: str) -> dict[str, Any] | None:
         """When this index completed a pass of every profile against ``bucket`` (its identity:
@@ -455,6 +491,91 @@ class SyncState:
         current = self.hydrated(bucket)
         if current is None or current.get("marker") != marker_id:
             self.set_json(META_HYDRATED, {"bucket": bucket, "marker": marker_id, "at": format_time(utcnow())})
+
+    # --- the change record's local side (memlocal_sync.changes) --------------------------------
+
+    def host_id(self) -> str:
+        """This database's random id (made once), named in the segments it publishes."""
+        current = self.store.meta_get(META_HOST)
+        if current:
+            return current
+        import secrets
+
+        self.store.meta_set(META_HOST, secrets.token_hex(8))
+        return self.store.meta_get(META_HOST) or ""
+
+    def changes_state(self) -> dict[str, Any]:
+        state = self.get_json(META_CHANGES)
+        return state if isinstance(state, dict) else {}
+
+    def update_changes(self, marker_id: str, **values: Any) -> None:
+        """Merge ``values`` into the change-record state of ``marker_id`` (another marker's state
+        is dropped). ``cursor_from``/``cursor``: move the cursor only if it is still there;
+        ``tail``: only forward."""
+        with self.store.transaction() as c:
+            rows = c.query("SELECT value FROM meta WHERE key = ?", (META_CHANGES,))
+            try:
+                state = json.loads(rows[0][0]) if rows else {}
+            except ValueError:
+                state = {}
+            if not isinstance(state, dict) or state.get("marker") != marker_id:
+                state = {"marker": marker_id}
+            expected = values.pop("cursor_from", "any")
+            if "cursor" in values and expected != "any" and state.get("cursor") != expected:
+                values.pop("cursor")
+                values.pop("checked", None)
+            tail = values.pop("tail", None)
+            if tail is not None and (not isinstance(state.get("tail"), int) or tail >= state["tail"]):
+                state["tail"] = tail
+                state["tailAt"] = values.get("now", state.get("tailAt"))
+            values.pop("now", None)
+            state.update(values)
+            c.meta_set(META_CHANGES, json.dumps(state, sort_keys=True))
+
+    def journal(self, limit: int) -> list[tuple[int, str, str, str, int]]:
+        """The oldest ``limit`` writes not yet published: ``(n, key, etag, op, size)``."""
+        rows = self.store.read("SELECT n, key, etag, op, size FROM sync_journal ORDER BY n LIMIT ?", (limit,))
+        return [(int(n), str(k), str(e), str(op), int(size)) for n, k, e, op, size in rows]
+
+    def journal_done(self, upto: int) -> None:
+        with self.store.transaction() as c:
+            c.execute("DELETE FROM sync_journal WHERE n <= ?", (upto,))
+
+    def record_deletes(self, records: Iterable[tuple[str, str, int]]) -> None:
+        """Keep delete records read from the bucket: ``(key, id, seq)``."""
+        now_us = to_us(utcnow())
+        with self.store.transaction() as c:
+            c.executemany("INSERT INTO sync_delete_record (key, id, seq, seen_us) VALUES (?, ?, ?, ?)"
+                          " ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, seen_us = excluded.seen_us",
+                          [(k, i, s, now_us) for k, i, s in records])
+
+    def explained(self) -> set[str]:
+        """Ids whose disappearance a delete record explains."""
+        return {r[0] for r in self.store.read("SELECT id FROM sync_delete_record")}
+
+    def forget_deletes_before(self, before_us: int) -> None:
+        with self.store.transaction() as c:
+            c.execute("DELETE FROM sync_delete_record WHERE seen_us < ?", (before_us,))
+
+    def is_empty(self) -> bool:
+        """No memory here and nothing synced: a fresh host."""
+        return not self.store.profiles() and not self.store.read("SELECT 1 FROM sync_base LIMIT 1")
+
+    def local_work_ids(self) -> set[str]:
+        """Ids with something for the bucket: queued saves and deletions, unmerged access bumps.
+        (A memory written without a change-log entry, as ``Store.upsert`` does, waits for the
+        next full listing.)"""
+        return self.store.changed_ids()
+
+    def base_for(self, ids: Iterable[str]) -> dict[str, Base]:
+        out: dict[str, Base] = {}
+        ids = list(ids)
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            rows = self.store.read("SELECT id, profile, etag, content_hash, row_sig FROM sync_base WHERE id IN"
+                                   f" ({', '.join('?' * len(part))})", part)
+            out.update((r[0], Base(r[0], r[1], r[2], r[3], r[4])) for r in rows)
+        return out
 
     def add_note(self, note: str) -> None:
         """Keep ``note`` for the next pass's report (said once, then dropped)."""

@@ -42,7 +42,7 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     # (200 took ~6 s longer and checked nothing more; exactness at size is test_recall.py's job).
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--json", "--details", "--sizes", "50", "--queries", "8",
-         "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1"],
+         "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1", "--noop-big", "20"],
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -57,9 +57,9 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     assert out["inject"].keys() == {"p50_ms"}
     assert out["import"].keys() == {"per_s"}
     assert out["startup"].keys() == {"open_first_recall_ms", "hydrate_ms"}
-    assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s", "hydrate_s", "hydrate_per_object_s",
-                                  "fresh_runner_inject_s", "frozen_cli_10_saves_s", "frozen_lib_100_saves_s",
-                                  "frozen_rest_100_saves_s"}
+    assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s", "noop_requests", "noop_pass_100k_s",
+                                  "hydrate_s", "hydrate_per_object_s", "fresh_runner_inject_s", "frozen_cli_10_saves_s",
+                                  "frozen_lib_100_saves_s", "frozen_rest_100_saves_s"}
     for section, values in out.items():
         for key, value in (values["50"] if section == "recall" else values).items():
             if not (section == "sync" and key == "rclone_per_s"):
@@ -67,7 +67,8 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     # The fast path agreed with the full scan on every query, and the push pushed everything.
     assert details["recall"]["50"]["mismatches_vs_fullscan"] == 0
     assert details["sync"]["objects"] == 50
-    assert details["sync"]["noop_listing_pages"] == 1
+    assert details["sync"]["noop_full_listing_pages"] == 1
+    assert out["sync"]["noop_requests"] <= 3 and details["sync"]["noop_100k_requests_runs"] == [2]
     assert details["machine"]["cpus"]
 
 

@@ -55,6 +55,7 @@ def test_inject_prints_the_final_prompt(cli: Cli) -> None:
         "--- CONTEXT FROM MEMORY ---\n"
         "Core knowledge (always apply):\n"
         "* [preference] Ana prefers answers in Portuguese\n"
+        "\n"
         "Relevant to this task:\n"
         "* [behavior] Flights are booked through the travel desk\n"
         "---\n"

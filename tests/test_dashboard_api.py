@@ -66,7 +66,10 @@ def test_a_profile_list_filters_by_category(served: Any) -> None:
 
 
 def test_the_injection_preview_is_the_exact_block_and_names_what_the_budget_trimmed(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
-    with make_bank(tmp_path / "d.db", inject__budget_chars=420) as bank, LiveServer(create_app(bank)) as server:
+    # The spec mode's block, whose trim order (relevant tier first) this checks; the evidence
+    # mode's order is tests/test_block.py's.
+    with make_bank(tmp_path / "d.db", inject__budget_chars=420, ranking__mode="spec") as bank, \
+            LiveServer(create_app(bank)) as server:
         core = [bank.save("p1", content=f"Core fact {i}: the staging database lives in region eu-west-{i}.",
                           category="fact").memory for i in range(3)]
         relevant = [bank.save("p1", content=f"When deploying the staging database, step {i} is to check the "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from s3server import S3, Host
 
 if TYPE_CHECKING:
@@ -70,6 +71,11 @@ def test_a_pull_only_refresh_leaves_the_convergence_to_the_next_full_pass(hosts:
     assert active(b, {ma.id, mb.id}) == {ma.id, mb.id}
     report = b.sync()  # nothing else to do, but the pulled profile converges now
     assert report.counts["retired"] == 1 and active(b, {ma.id, mb.id}) == {min(ma.id, mb.id)}
+    # The retirement is in the change record: other hosts' passes that follow it see it.
+    loser = key(max(ma.id, mb.id))
+    puts = [(c["key"], c["etag"].strip('"')) for k in s3.keys(CHANGES_PREFIX) if (seq := parse_segment_key(k)) is not None
+            for c in s3.get_json(segment_key(seq))["changes"] if c["op"] == "put"]
+    assert (loser, s3.client.head_object(Bucket=s3.bucket, Key=loser)["ETag"].strip('"')) in puts
     assert a.sync().ok and active(a, {ma.id, mb.id}) == {min(ma.id, mb.id)}
     assert b.sync().summary().startswith("ok: nothing to do")
 

@@ -17,7 +17,7 @@ from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex
-from memlocal.scoring import SPEC, Ranking, ScoredMemory, rank_brute_force
+from memlocal.scoring import PREFERENCE_TIER, SPEC, Ranking, ScoredMemory, rank_brute_force
 from memory_factory import NOW, days_ago, memory, put
 from support import fresh_database
 
@@ -114,7 +114,7 @@ def _similarity(pairs: list[tuple[int, float]] | None, mems: list[Memory]) -> di
     limit=st.integers(1, 12),
     min_score=st.sampled_from([0.0, 0.05, 0.3, 0.6]),
     budget=st.sampled_from([None, 0, 3]),
-    tier=st.sampled_from([None, None, "core", "other"]),
+    tier=st.sampled_from([None, None, "core", "other", PREFERENCE_TIER]),
     n_excluded=st.integers(0, 3),
     ranking=st.sampled_from(RANKINGS),
     max_rows=st.sampled_from([4096, 0]),

@@ -128,13 +128,13 @@ def test_use_is_a_filler_like_user() -> None:
 
 def test_topic_hand_computed() -> None:
     # N = 2, each query word in one memory: idf = ln(1 + 1.5/1.5) = ln 2 for both.
-    # Query clusters: peanut -> food, flight -> travel; c = 0.25 * mean idf = 0.25 ln 2.
-    # Denominator: 2 ln2 + 2 * 0.25 ln2 = 2.5 ln2. Memory 0 covers "peanut" and shares food:
+    # Query clusters: salmon -> food, flight -> travel; c = 0.25 * mean idf = 0.25 ln 2.
+    # Denominator: 2 ln2 + 2 * 0.25 ln2 = 2.5 ln2. Memory 0 covers "salmon" and shares food:
     # (ln2 + 0.25 ln2) / 2.5 ln2 = 0.5.
-    texts = ["Peanut allergy", "Booked a flight"]
-    assert _topic("peanut flight", texts, 0) == pytest.approx(0.5)
-    assert _topic("peanut flight", texts, 1) == pytest.approx(0.5)
-    assert _topic("peanut", texts, 0) == pytest.approx(1.0)
+    texts = ["Salmon allergy", "Booked a flight"]
+    assert _topic("salmon flight", texts, 0) == pytest.approx(0.5)
+    assert _topic("salmon flight", texts, 1) == pytest.approx(0.5)
+    assert _topic("salmon", texts, 0) == pytest.approx(1.0)
 
 
 def test_diet_recalls_peanut_allergy_through_food() -> None:
@@ -148,13 +148,13 @@ def test_diet_recalls_peanut_allergy_through_food() -> None:
 
 
 def test_a_cluster_weighs_as_much_as_the_query_words_in_it() -> None:
-    # "restaurant" and "lunch" touch food, "book" touches travel: the query is mostly about food.
+    # "restaurant" and "supper" touch food, "book" touches travel: the query is mostly about food.
     # The clusters' total weight is still c = 0.25 * mean idf per cluster, shared out in
-    # proportion to the idf of the query words in each, so the lunch memory ranks above the
+    # proportion to the idf of the query words in each, so the supper memory ranks above the
     # flight (one uniform c per cluster tied them: each covers one word of idf ln 2 and one cluster).
-    texts = ["Lunch order: vegetarian, no mushrooms", "Flight to Berlin on Friday, booked via Lufthansa"]
-    query = "book a restaurant for lunch"
-    ln2, ln6 = math.log(2), math.log(6)  # N = 2: book and lunch in one memory each, restaurant in none
+    texts = ["Supper order: vegetarian, no mushrooms", "Flight to Berlin on Friday, booked via Lufthansa"]
+    query = "book a restaurant for supper"
+    ln2, ln6 = math.log(2), math.log(6)  # N = 2: book and supper in one memory each, restaurant in none
     total = 2 * ln2 + ln6
     share = 0.25 * total / 3 * 2
     food, travel = share * (ln6 + ln2) / total, share * ln2 / total
@@ -262,12 +262,13 @@ def test_composite_score_hand_computed(bank: MemoryBank) -> None:
     put(bank, "p", "Peanut allergy", created=days_ago(30), confidence=0.5)
     [r] = bank.query_with_relevance("p", "peanut allergy", now=NOW)
     # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1; confidenceMul 0.75.
-    assert r.score == pytest.approx((0.5 * 0.5 + 0.5 * 1.0) * 0.75)
+    top = 1.0
+    assert r.score == pytest.approx((0.5 * 0.5 + 0.5 * top) * 0.75)
     b = r.breakdown.to_dict()
     assert set(b) == {"recency", "usage", "topic", "confidenceMul", "weights", "maturity", "score"}
     assert b["weights"] == pytest.approx({"recency": 0.5, "usage": 0.0, "topic": 0.5})
     assert (b["recency"], b["usage"], b["topic"], b["confidenceMul"], b["maturity"]) == pytest.approx(
-        (0.5, 0.6, 1.0, 0.75, 0.0))
+        (0.5, 0.6, top, 0.75, 0.0))
     assert b["score"] == r.score
 
 

@@ -156,8 +156,8 @@ def test_the_proportional_guard_is_a_share_and_a_minimum(hosts: Callable[..., Ho
     a, b = hosts("a"), hosts("b")
     ids = [a.bank.save("p", f"memory {i}").memory.id for i in range(20)]
     assert b.sync().ok
-    for mid in ids[:12]:
-        a.bank.delete("p", mid)
+    for mid in ids[:12]:  # gone with no delete record (another tool): guarded
+        s3.delete(f"memory/p/{mid}.json")
     report = b.sync()
     assert report.result == "guarded" and "12 of the 20" in report.reason
     res = cli(b.path, "sync", "run")
@@ -169,7 +169,7 @@ def test_the_proportional_guard_is_a_share_and_a_minimum(hosts: Callable[..., Ho
     # Within the minimum count, any share goes: 5 of the remaining 8.
     monkeypatch.delenv("MEMLOCAL_SYNC_MAX_DELETE_SHARE")
     for mid in ids[12:17]:
-        a.bank.delete("p", mid)
+        s3.delete(f"memory/p/{mid}.json")
     assert cli(b.path, "sync", "run").exit_code == 0 and b.ids("p") == set(ids[17:])
 
 
@@ -234,3 +234,44 @@ def test_a_server_that_ignores_conditions_is_refused(rclone_s3: dict[str, str], 
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["counts"]["pushed"] == 1
     assert any("last-writer-wins" in n for n in json.loads(res.stdout)["notes"])
+
+
+def test_the_probe_is_repeated_on_a_schedule_and_for_another_endpoint(s3: S3, rclone_s3: dict[str, str],
+                                                                     tmp_path: Path) -> None:
+    """A server that ignores conditional writes put behind the endpoint a host already probed is
+    found at the next scheduled probe (``sync.reprobe_s``), and at once on another endpoint."""
+    from s3server import FaultProxy
+
+    name = "memlocal-rclone"
+    s3.create_bucket(name)
+    proxy = FaultProxy(s3.endpoint)
+    try:
+        host = Host(tmp_path / "h" / "memlocal.db", {"bucket.endpoint": proxy.endpoint, "bucket.name": name,
+                                                       "sync.reprobe_s": 3600, "sync.full_listing_s": 0})
+        host.bank.save("alice", "saved while moto_server answered")
+        assert host.sync().ok
+        # The same bucket's objects on rclone serve s3, which then takes the endpoint's place.
+        for page in s3.client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            for o in page.get("Contents", []):
+                dest = Path(rclone_s3["root"]) / o["Key"]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(s3.client.get_object(Bucket=name, Key=o["Key"])["Body"].read())
+        proxy.upstream = rclone_s3["INTERNAL_S3_ENDPOINT"].split("://", 1)[1]
+        assert host.sync().ok                  # probed less than sync.reprobe_s ago: not yet
+        remembered = json.loads(host.bank.store.meta_get("sync.marker") or "{}")
+        host.bank.store.meta_set("sync.marker", json.dumps({**remembered, "probedAt": remembered["probedAt"] - 3600}))
+        report = host.sync()                   # an hour later: probed again, and refused
+        assert report.result == "failed" and "ignores If-None-Match" in report.reason, report.reason
+        assert host.sync().result == "failed"  # a server found wanting is probed on every pass
+        host.close()
+        # Another endpoint is probed at once, whatever the schedule says.
+        other = Host(tmp_path / "o" / "memlocal.db", {"bucket.name": name, "sync.reprobe_s": 3600})
+        assert other.sync().result == "failed"
+        other.close()
+        # Last-writer-wins never follows the change record (two hosts could take one number).
+        lww = Host(tmp_path / "w" / "memlocal.db", {"bucket.name": name, "sync.allow_unconditional": True,
+                                                      "sync.full_listing_s": 3600})
+        assert lww.sync().ok and lww.sync().mode == "full"
+        lww.close()
+    finally:
+        proxy.close()

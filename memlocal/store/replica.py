@@ -128,6 +128,12 @@ class StoreReplica:
             params.append(op)
         return {r[0]: (r[1], r[2]) for r in self._store.read(f"SELECT id, profile, op FROM sync_outbox{where}", params)}
 
+    def changed_ids(self) -> set[str]:
+        """Ids with a change the bucket may not have: queued in the outbox, or with unmerged
+        access bumps (what a sync pass that follows the change record reconciles)."""
+        rows = self._store.read("SELECT id FROM sync_outbox UNION SELECT id FROM memories WHERE access_delta > 0")
+        return {r[0] for r in rows}
+
     def access_deltas(self, profiles: Sequence[str] | None = None) -> list[AccessDelta]:
         """``(id, profile, access_delta)`` of every memory: the cheap local side of a pull."""
         where, params = _scope(profiles)

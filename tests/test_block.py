@@ -1,0 +1,127 @@
+"""The block a run receives: evidence first across both tiers (evidence mode), preferences
+always within their share of the budget, the spec's layout (its empty line before "Relevant to
+this task:"), spec mode's literal tiers, and intent recall on a developer's profile of facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from memlocal import MemoryBank
+from memlocal.config import Config
+from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER, RELEVANT_HEADING
+from agent_profile import agent_profile
+from memory_factory import NOW, days_ago, put
+
+PROFILE = "coder"
+
+
+def _bank(path: Path, **overrides: object) -> MemoryBank:
+    return MemoryBank(path, config=Config.load(environ={}, overrides=overrides))
+
+
+@pytest.fixture(scope="module")
+def coder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MemoryBank, dict[str, str]]]:
+    with _bank(tmp_path_factory.mktemp("coder") / "m.db") as bank:
+        ids = {key: m.id for key, m in agent_profile(bank).items()}
+        yield bank, ids
+
+
+def _keys(ids: dict[str, str], found: object) -> list[str]:
+    names = {v: k for k, v in ids.items()}
+    return [names[i] for i in found]  # type: ignore[attr-defined]
+
+
+def _recall(coder: tuple[MemoryBank, dict[str, str]], query: str) -> list[str]:
+    bank, ids = coder
+    return _keys(ids, [r.memory.id for r in bank.query_with_relevance(PROFILE, query, now=NOW)])
+
+
+def _block(coder: tuple[MemoryBank, dict[str, str]], query: str) -> list[str]:
+    bank, ids = coder
+    return _keys(ids, bank.render_context_block(PROFILE, query, now=NOW).ids)
+
+
+# --- the block ---------------------------------------------------------------------------------
+
+
+def test_the_flaky_test_memory_is_in_the_block(coder: tuple[MemoryBank, dict[str, str]]) -> None:
+    bank, ids = coder
+    block = bank.render_context_block(PROFILE, "Fix the flaky test in test_invoices.py and open a PR", now=NOW)
+    assert ids["flaky"] in {s.memory.id for s in block.relevant}
+    assert RELEVANT_HEADING in block.text
+
+
+def test_planning_the_team_lunch_brings_the_allergies(coder: tuple[MemoryBank, dict[str, str]]) -> None:
+    assert {"ana", "marco", "sam"} <= set(_block(coder, "Plan the team lunch"))
+    assert {"ana", "marco", "sam"} <= set(_recall(coder, "what food should we order for the team lunch?"))
+
+
+def test_every_block_holds_every_preference(tmp_path: Path) -> None:
+    with _bank(tmp_path / "m.db") as bank:
+        prefs = [put(bank, "p", f"Preference {i}: always write the {w} section of a design doc first",
+                     category="preference", created=days_ago(100 + i)).id
+                 for i, w in enumerate("intro goals risks costs scope plan rollout tests".split())]
+        for i in range(300):
+            put(bank, "p", f"Fact {i}: the service {i % 17} runs in region {i % 5} with {i % 11} replicas on port {8000 + i}",
+                category="fact", created=days_ago(i % 90), count=i % 7, last=days_ago(i % 30) if i % 7 else None)
+        for query in ("which port does service 3 use?", "replicas in region 2", "quantum chromodynamics",
+                      "write the design doc for the new service"):
+            block = bank.render_context_block("p", query, now=NOW)
+            assert set(prefs) <= set(block.ids), query
+            assert len(block.text) <= 2000
+
+
+def test_the_block_keeps_the_spec_layout_with_its_empty_line(coder: tuple[MemoryBank, dict[str, str]]) -> None:
+    bank, _ = coder
+    text = bank.render_context_block(PROFILE, "Fix the flaky test in test_invoices.py", now=NOW).text
+    lines = text.split("\n")
+    assert lines[0] == MEMORY_HEADER and lines[1] == CORE_HEADING and lines[-1] == BLOCK_END
+    at = lines.index(RELEVANT_HEADING)
+    assert lines[at - 1] == "" and lines[at - 2].startswith("* [")
+    assert all(line.startswith("* [") for line in lines[2:at - 1] + lines[at + 1:-1])
+
+
+def test_the_spec_mode_renders_the_spec_tiers_with_the_empty_line(tmp_path: Path) -> None:
+    with _bank(tmp_path / "m.db", **{"ranking.mode": "spec"}) as bank:
+        ids = {key: m.id for key, m in agent_profile(bank).items()}
+        block = bank.render_context_block(PROFILE, "Fix the flaky test in test_invoices.py", now=NOW)
+        core = [s.memory for s in block.core]
+        assert {m.category for m in core} <= {"preference", "fact"}
+        assert {s.memory.category for s in block.relevant} <= {"context", "behavior", "general"}
+        scores = [s.score for s in block.core]
+        assert scores == sorted(scores, reverse=True)  # the spec's order: best score first
+        lines = block.text.split("\n")
+        assert lines[lines.index(RELEVANT_HEADING) - 1] == ""
+        assert ids["flaky"] in {s.memory.id for s in block.relevant}
+
+
+# --- intent recall -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query, first", [
+    ("who is my boss?", "manager"),
+    ("how many CPUs do the build machines have", "runners"),
+    ("is anyone on vacation right now?", "ooo"),
+    ("is it ok to schedule a call at 9am?", "meetings"),
+    ("where are the metrics and monitoring charts?", "grafana"),
+    ("when is the code freeze?", "freeze"),
+])
+def test_intent_recall_finds_the_memory_first(coder: tuple[MemoryBank, dict[str, str]], query: str,
+                                               first: str) -> None:
+    assert _recall(coder, query)[:1] == [first]
+
+
+def test_a_shared_cluster_alone_ranks_below_any_literal_match(coder: tuple[MemoryBank, dict[str, str]]) -> None:
+    bank, _ = coder
+    results = bank.query_with_relevance(PROFILE, "who is my boss?", now=NOW)
+    literal = [bool(r.evidence and r.evidence.terms) for r in results]
+    assert literal[0] and literal == sorted(literal, reverse=True)
+    assert sum(1 for x in literal if not x) <= 2  # one shared cluster is weak evidence: no flood
+
+
+def test_the_code_freeze_ranks_above_code_review(coder: tuple[MemoryBank, dict[str, str]]) -> None:
+    order = _recall(coder, "when is the code freeze?")
+    assert "review" not in order or order.index("freeze") < order.index("review")

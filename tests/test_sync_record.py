@@ -1,0 +1,173 @@
+"""The change record (memlocal/changes/): delete records carry a deletion's intent to other hosts,
+a pass that finds nothing to do reads a constant number of objects, and hosts writing at once
+never make a third one miss a change (docs/sync.md, "The change record")."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from typing import Any, Callable
+
+from conftest import Cli
+
+from memlocal.hygiene import RetentionRule
+from memlocal.model import utcnow
+from memlocal.store import to_us
+from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
+from s3server import S3, FaultProxy, Host
+
+P = "researcher"
+RECORD = {"sync__full_listing_s": 3600}  # follow the record; list in full once an hour
+
+
+def _age(host: Host, mid: str, days: int) -> None:
+    with host.bank.store.transaction() as c:
+        c.execute("UPDATE memories SET created_us = ? WHERE id = ?", (to_us(utcnow() - timedelta(days=days)), mid))
+
+
+def _segments(s3: S3) -> list[int]:
+    return [s for k in s3.keys(CHANGES_PREFIX) if (s := parse_segment_key(k)) is not None]
+
+
+def test_a_prune_on_a_is_applied_by_b_without_force(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
+    """Prune 11 of 14 on A: B's next pass deletes them and exits 0 (the delete records explain
+    them); the same disappearance with no record is still held."""
+    a, b = hosts("a"), hosts("b")
+    ids = [a.bank.save(P, f"Context: sprint note number {i}", category="context").memory.id for i in range(14)]
+    for mid in ids[:11]:
+        _age(a, mid, 120)
+    assert b.sync().ok and len(b.ids(P)) == 14
+    pruned = a.bank.prune(P, RetentionRule.build(older_than="90d"))
+    assert sorted(p.memory.id for p in pruned) == sorted(ids[:11])
+    res = cli.at(b.path)("sync", "run")
+    assert res.exit_code == 0, res.output
+    assert "deleted 11 here" in res.output
+    assert b.ids(P) == set(ids[11:])
+    # The record names each deletion; a wipe of the rest with no record is guarded as before.
+    deletes = [c for s in _segments(s3) for c in s3.get_json(segment_key(s))["changes"] if c["op"] == "delete"]
+    assert len(deletes) == 11
+    c = hosts("c")
+    more = [c.bank.save(P, f"Fact: item {i}", category="fact").memory.id for i in range(8)]
+    assert b.sync().ok
+    for mid in more:
+        s3.delete(f"memory/{P}/{mid}.json")
+    report = b.sync()
+    assert report.result == "guarded" and len(b.ids(P)) == 11
+
+
+def test_a_no_op_pass_reads_two_objects_whatever_the_bucket_holds(hosts: Callable[..., Host], s3: S3,
+                                                                  fault_proxy: FaultProxy) -> None:
+    a = hosts("a")
+    for i in range(30):
+        a.bank.save(f"p{i % 3}", f"memory number {i}")
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__list_page_size=5, **RECORD)
+    first = b.sync()
+    assert first.ok and first.mode == "full" and first.counts["pulled"] == 30
+    before = len(fault_proxy.requests)
+    report = b.sync()
+    assert report.ok and report.mode == "record" and report.summary().startswith("ok: nothing to do")
+    made = fault_proxy.requests[before:]
+    assert [(m, p.split("?")[0].rsplit("/", 2)[-2:]) for m, p, _s in made] == [
+        ("GET", ["memlocal", "bucket.json"]), ("GET", ["changes", f"{max(_segments(s3)) + 1:016d}.json"])]
+    # A change on A: the next pass reads its segment and pulls that memory alone, no listing.
+    new = a.bank.save("p1", "saved after b's pass").memory
+    before = len(fault_proxy.requests)
+    report = b.sync()
+    assert report.ok and report.mode == "record" and report.counts["pulled"] == 1 and new.id in b.ids("p1")
+    assert not [p for m, p, _s in fault_proxy.requests[before:] if "list-type" in p]
+    # Local work costs its own requests only: a bump is merged with one GET-free conditional PUT.
+    b.bank.recall("p1", "saved after")
+    report = b.sync()
+    assert report.ok and report.mode == "record" and report.counts["merged"] >= 1
+
+
+def test_writers_that_keep_no_record_are_seen_by_a_full_listing(hosts: Callable[..., Host], s3: S3) -> None:
+    a, b = hosts("a"), hosts("b", **RECORD)
+    a.bank.save(P, "kept in the record")
+    assert b.sync().ok
+    foreign = "mem-0000f00d"
+    body = json.loads(s3.client.get_object(Bucket=s3.bucket, Key=s3.keys()[0])["Body"].read())
+    s3.put_json(f"memory/{P}/{foreign}.json", {**body, "id": foreign, "rawInput": "written by another tool"})
+    assert b.sync().mode == "record" and foreign not in b.ids(P)
+    report = b.sync(full=True)
+    assert report.mode == "full" and report.counts["pulled"] == 1 and foreign in b.ids(P)
+    # A record that cannot be trusted (an unknown format at the next number) means a full listing.
+    nxt = max(_segments(s3)) + 1
+    s3.put_json(segment_key(nxt), {"format": "memlocal-changes/99", "seq": nxt})
+    report = b.sync()
+    assert report.ok and report.mode == "full" and "unknown format" in report.record_note
+
+
+def test_two_hosts_writing_at_once_never_make_a_third_miss_a_change(hosts: Callable[..., Host], s3: S3) -> None:
+    a, b, c = hosts("a", **RECORD), hosts("b", **RECORD), hosts("c", **RECORD)
+    for h in (a, b, c):
+        assert h.sync().ok
+    # Both think the next segment number is free: B's claim meets A's segment (412) and takes
+    # the next one.
+    m1 = a.bank.save(P, "written on a").memory
+    m2 = b.bank.save(P, "written on b at the same time").memory
+    assert sorted(_segments(s3))[-2:] == [max(_segments(s3)) - 1, max(_segments(s3))]
+    # Then both at once, from threads, while C passes.
+    saved: list[str] = []
+    lock = threading.Lock()
+
+    def write(host: Host, tag: str) -> None:
+        for i in range(6):
+            mid = host.bank.save(P, f"{tag} concurrent memory {i}").memory.id
+            with lock:
+                saved.append(mid)
+
+    threads = [threading.Thread(target=write, args=(h, t)) for h, t in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    modes: list[str] = []
+    while any(t.is_alive() for t in threads):
+        modes.append(c.sync().mode)
+    for t in threads:
+        t.join()
+    final = c.sync()
+    assert final.ok and final.mode == "record"
+    assert set(modes) <= {"record"}
+    assert {m1.id, m2.id, *saved} <= c.ids(P)
+    seqs = sorted(_segments(s3))
+    assert seqs == list(range(seqs[0], seqs[-1] + 1))  # dense: no number skipped or taken twice
+
+
+def test_old_segments_are_compacted_but_never_the_newest(hosts: Callable[..., Host], s3: S3) -> None:
+    a = hosts("a", sync__change_retention_days=0.01)
+    for i in range(3):
+        a.bank.save(P, f"memory {i}")
+    assert len(_segments(s3)) == 3
+    old = segment_key(min(_segments(s3)))
+    doc: dict[str, Any] = s3.get_json(old)
+    for seq in _segments(s3):
+        doc = s3.get_json(segment_key(seq))
+        s3.put_json(segment_key(seq), {**doc, "createdAt": "2020-01-01T00:00:00Z"})
+    report = a.sync()
+    assert report.ok and report.counts["segments_compacted"] == 2
+    assert _segments(s3) == [3]
+
+
+def test_a_fresh_host_takes_snapshots_for_listings_and_the_record_for_what_changed_since(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    small = {"sync__snapshot_min_objects": 3, **RECORD}
+    a = hosts("a", **small)
+    ids = [a.bank.save(P, f"memory number {i}").memory.id for i in range(6)]
+    a.bank.save("tiny", "a profile too small for a snapshot")
+    assert a.sync(full=True).counts["snapshots"] == 1
+    later = a.bank.save(P, "saved after the snapshot").memory.id      # in the record only
+    a.bank.delete(P, ids[0])                                           # a delete record
+    fresh = hosts("fresh", bucket__endpoint=fault_proxy.endpoint, **small)
+    report = fresh.sync()
+    assert report.ok and report.mode == "snapshot", report.to_dict()
+    assert fresh.ids(P) == {*ids[1:], later} and len(fresh.ids("tiny")) == 1
+    assert report.counts["from_snapshot"] == 5
+    listed = [p for _m, p, _s in fault_proxy.requests if "list-type" in p]
+    assert not [p for p in listed if "prefix=memory%2Fresearcher" in p], listed   # no listing of its objects
+    # Its next pass lists in full (writers that keep no record), then follows the record.
+    assert fresh.sync().mode == "full" and fresh.sync().mode == "record"
+    # A fresh host's pull-only pass (hydration on open) takes the same path, and writes nothing.
+    reader = hosts("reader", **small)
+    report = reader.sync(pull_only=True)
+    assert report.ok and report.mode == "snapshot" and reader.ids(P) == {*ids[1:], later}
