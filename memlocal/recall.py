@@ -26,7 +26,7 @@ from collections import OrderedDict
 from itertools import chain, repeat
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Collection, Container, Final, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
@@ -141,6 +141,34 @@ def _class_verdict(rows: Iterable[R], top: float, strong: bool, best: float, *, 
     if strong_before >= limit:
         return _STOP
     return _SKIP if before >= limit else _TAKE
+
+
+C = TypeVar("C", bound=tuple[Any, ...])  # a class of candidates: (topic, mask of the features held, ...)
+
+
+def gated_classes(pending: Iterable[C], rows: list[R], best: float, *, ratio: float, min_score: float, limit: int,
+                  term_bits: int, strong_of: Callable[[R], bool]) -> Iterator[C]:
+    """The classes of candidates whose members the gate may keep, from ``pending`` sorted best
+    topic first: the loop both ranking paths (the index's, the cold path's) run over classes.
+
+    The caller reads each class yielded and appends its best to ``rows`` before taking the next;
+    a class that added rows raises the best topic to its own (the gate's floor follows it). Ends
+    at a class whose topic fails the gate (``ratio`` × the best), as does every class after it,
+    or once ``limit`` strong rows of a higher topic come first (:func:`_class_verdict`)."""
+    for c in pending:
+        top, m = c[0], c[1]
+        if top <= 0.0 or top < ratio * best:
+            return
+        verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
+                                 limit=limit, strong_of=strong_of)
+        if verdict == _STOP:
+            return
+        if verdict == _SKIP:
+            continue
+        before = len(rows)
+        yield c
+        if len(rows) > before:
+            best = max(best, top)
 
 
 class ProfileIndex:
@@ -739,23 +767,13 @@ class ProfileIndex:
         def strong_hit(h: Hit) -> bool:
             return bool(h[4] & term_bits) or h[0] in counted
 
-        for top, m, members in pending:
-            if top <= 0.0 or top < ratio * best:
-                break  # fails the gate, and so does every class after it
-            verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
-                                     limit=limit, strong_of=strong_hit)
-            if verdict == _STOP:
-                break
-            if verdict == _SKIP:
-                continue
+        for top, m, members in gated_classes(pending, rows, best, ratio=ratio, min_score=min_score, limit=limit,
+                                             term_bits=term_bits, strong_of=strong_hit):
             if members is None:
                 members = self._subset(m, common, sets, mask, skip)
                 if not members:
                     continue
-            found = self._class_top(members, top, m, limit, now_us, w, core, skip)
-            if found:
-                best = max(best, top)
-                rows += found
+            rows += self._class_top(members, top, m, limit, now_us, w, core, skip)
 
         kept, best = gate_select([((h[0], h[4]), h[1], h[2], h[3]) for h in rows], limit=limit, ratio=ratio,
                                  min_score=min_score, ident=ident, strong=strong)
@@ -1183,21 +1201,12 @@ def cold_query(
         return strong(r[0])
 
     term_bits = (1 << len(pq.terms)) - 1
-    for top, m in pending:
-        if top <= 0.0 or top < ratio * best:
-            break  # fails the gate, and so does every class after it
-        verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
-                                 limit=limit, strong_of=strong_row)
-        if verdict == _STOP:
-            break
-        if verdict == _SKIP:
-            continue
+    for top, m in gated_classes(pending, rows, best, ratio=ratio, min_score=min_score, limit=limit,
+                                term_bits=term_bits, strong_of=strong_row):
         found = class_rows(top, m)
         if found is None:
             return None  # a test knob: the caller builds the index instead
-        if found:
-            best = max(best, top)
-            rows += found
+        rows += found
 
     def ident(h: ColdHit) -> tuple[int, str]:
         return h.created_us, h.id
