@@ -112,6 +112,31 @@ _DIRECT: Final = 384
 _MAX_COMMON: Final = 6
 
 Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask of the query features held)
+
+# How many docs a tier's head keeps (the best by their score with topic 0; see ``_Head``), and
+# how many changed docs it takes in before it is made again.
+_HEAD_SIZE: Final = 256
+_HEAD_DIRTY: Final = 64
+# A head that could not answer a query and is older than this (µs) is made again at the next.
+_HEAD_TTL_US: Final = 60 * 1_000_000
+
+
+@dataclass(slots=True)
+class _Head:
+    """The best docs of a tier by their score with topic 0 (no query feature held) at ``now_us``
+    under ``weights``: the first ``_HEAD_SIZE`` results of the walk over the static orders. Every
+    other doc of the tier scored at most ``floor`` then (``-inf``: there are no others), and a
+    score never rises as the clock moves on (recency only decays), so a later query under the same
+    weights whose ``limit``-th best is above ``floor`` needs no walk: it scores ``docs`` and the
+    ``dirty`` ones (added, or changed in place, since) exactly, at its own "now". Not tied to the
+    task: every block of a profile reuses its core tier's head until the weights change."""
+
+    now_us: int
+    weights: Weights
+    docs: list[int]  # best first
+    scores: list[float]  # theirs at ``now_us``: bounds on their scores at any later time
+    floor: float
+    dirty: set[int]
 R = TypeVar("R", bound=Sequence[Any])  # a row: (item, score, recency, topic, ...)
 
 _TAKE, _SKIP, _STOP = 0, 1, 2
@@ -210,9 +235,12 @@ class ProfileIndex:
         self.rev = -1
         self.resets = -1
         self.direct = _DIRECT  # a speed knob (tests walk every class); never changes the answer
+        self.head_size = _HEAD_SIZE  # a speed knob too (tests make heads tiny)
         # Sets of the long posting lists queries split into classes, made on first use and kept
         # current as docs come and go (a set answers membership and intersections in C).
         self._sets: dict[int, set[int]] = {}
+        # Per tier, the head of the walk over every doc (no query feature held): see ``_head``.
+        self._heads: dict[str | None, _Head] = {}
 
     @property
     def size(self) -> int:
@@ -370,6 +398,14 @@ class ProfileIndex:
         self.total_accesses -= self.count[d]
         self.dead += 1
 
+    def _touched(self, d: int) -> None:
+        """Doc ``d`` is new or its fields changed: every head scores it as a candidate."""
+        for head in list(self._heads.values()):
+            head.dirty.add(d)
+            if len(head.dirty) > _HEAD_DIRTY:
+                self._heads.clear()  # made again by the next query that needs one
+                return
+
     def remove(self, memory_id: str) -> bool:
         d = self.doc.get(memory_id)
         if d is None:
@@ -391,6 +427,7 @@ class ProfileIndex:
                 # postings stay, the fields change in place, the orders later (``_sorted``).
                 if d not in self._moved:
                     self._moved[d] = (self.kx[d], self.y[d])
+                self._touched(d)
                 (_, created_us, last_us, count, confidence) = row[:5]
                 anchor = max(created_us, last_us or created_us)
                 cm = confidence_mul(confidence)
@@ -404,7 +441,9 @@ class ProfileIndex:
             self._kill(d)
         if row[7] != 1:  # inactive: not ranked
             return
-        self._file(self._append(row))
+        d = self._append(row)
+        self._file(d)
+        self._touched(d)
 
     # -- queries --
 
@@ -482,13 +521,15 @@ class ProfileIndex:
         return mask
 
     def _class_top(self, members: Collection[int], top: float, mask: int, limit: int, now_us: int, w: Weights,
-                   core: int | None, skip: Container[int]) -> list[Hit]:
+                   core: int | None, skip: Container[int], tier_of: "array[int] | None" = None) -> list[Hit]:
         """The best ``limit`` of ``members`` (docs sharing one topic ``top``) by the gate's order
         within one topic: higher score, newer createdAt, smaller id. Few members are all scored;
         many are found by the threshold walk over the two static orders: a member not visited yet
         has cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so its score is
-        at most wR·bx + wU·by + wT·top; the walk stops once that is below the ``limit``-th score."""
-        anchor, use, cm, core_of = self.anchor, self.use, self.cm, self.core
+        at most wR·bx + wU·by + wT·top; the walk stops once that is below the ``limit``-th score.
+        ``core``: only docs with ``tier_of[d] == core`` (``tier_of``: the core flags by default)."""
+        anchor, use, cm = self.anchor, self.use, self.cm
+        core_of = self.core if tier_of is None else tier_of
         hits: list[Hit] = []
         if len(members) <= self.direct:
             for d in members:
@@ -558,9 +599,12 @@ class ProfileIndex:
         w = weights_for(maturity(self.total_accesses))
         core = None if tier is None else int(tier == "core")
         skip = {self.doc[i] for i in exclude_ids if i in self.doc}
-        if tier == PREFERENCE_TIER:  # a profile's preferences are few: every one is scored
-            prefs, _ = self._preference_rows(pq, now_us, w, skip, None)
-            return heapq.nsmallest(limit, [h for h in prefs if h[1] >= min_score], key=self._tie)
+        tier_of = self.core
+        if tier == PREFERENCE_TIER:
+            if len(self.preferences) <= self.direct:  # a profile's preferences are usually few: each is scored
+                prefs, _ = self._preference_rows(pq, now_us, w, skip, None)
+                return heapq.nsmallest(limit, [h for h in prefs if h[1] >= min_score], key=self._tie)
+            tier_of, core = self.pref, 1  # many: ranked as a tier, by classes and the walk
         hits: list[Hit] = []
         mask: dict[int, int] = {}
         topics: dict[int, float] = {}
@@ -583,7 +627,7 @@ class ProfileIndex:
             for d, m in mask.items():
                 classes.setdefault(m, []).append(d)
             for m, members in classes.items():
-                hits += self._class_top(members, topic_of(m), m, limit, now_us, w, core, skip)
+                hits += self._class_top(members, topic_of(m), m, limit, now_us, w, core, skip, tier_of)
             # The docs holding only common features, a class per subset, best topic first; a
             # class whose best possible score (the best cm·recency and cm·usage of the profile,
             # its topic) is below the k-th score so far ends this, as do all after it.
@@ -603,20 +647,93 @@ class ProfileIndex:
                     break
                 members = self._subset(m, common, sets, mask, skip)
                 if members:
-                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip)
-        # The walk over every doc holding no query feature (topic 0).
-        anchor, use, cm, core_of = self.anchor, self.use, self.cm, self.core
+                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip, tier_of)
+        # The docs holding no query feature (topic 0): from the tier's head when it can answer,
+        # else by the walk over the static orders.
+        common_sets = list(sets.values())
+
+        def excluded(d: int) -> bool:
+            return d in mask or d in skip or any(d in s for s in common_sets)
+
+        head = self._head(tier, tier_of, core, now_us, w)
+        answer = self._from_head(head, hits, limit, min_score, now_us, w, tier_of, core, excluded)
+        if answer is not None:
+            return answer
+        if now_us - head.now_us > _HEAD_TTL_US:
+            del self._heads[tier]
         best = [h[1] for h in heapq.nsmallest(limit, hits, key=self._tie)]
         best = [s for s in best if s >= min_score]
         heapq.heapify(best)
+        hits += self._walk0(now_us, w, limit, min_score, tier_of, core, excluded, best)
+        return heapq.nsmallest(limit, [h for h in hits if h[1] >= min_score], key=self._tie)
+
+    def _head(self, tier: str | None, tier_of: "array[int]", core: int | None, now_us: int, w: Weights) -> _Head:
+        """The tier's head (:class:`_Head`), made now when there is none, the weights changed, or
+        ``now_us`` is before the time it was made at (its bound holds only forward in time)."""
+        head = self._heads.get(tier)
+        if head is None or head.weights != w or now_us < head.now_us:
+            size = self.head_size
+            found = self._walk0(now_us, w, size, float("-inf"), tier_of, core, lambda d: False, [])
+            top = heapq.nsmallest(size, found, key=self._tie)
+            floor = top[-1][1] if len(top) >= size else float("-inf")
+            head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
+        return head
+
+    def _from_head(self, head: _Head, hits: list[Hit], limit: int, min_score: float, now_us: int, w: Weights,
+                   tier_of: "array[int]", core: int | None, excluded: Callable[[int], bool]) -> list[Hit] | None:
+        """The top ``limit`` of ``hits`` (the classes' best) and the head's docs and dirty docs
+        that hold no query feature, each scored at ``now_us``; ``None`` when the head cannot
+        vouch for it: the ``limit``-th best is not above the head's floor (a doc outside the head
+        might tie or beat it, and ``min_score`` does not rule it out)."""
+        anchor, use, cm, ids = self.anchor, self.use, self.cm, self.ids
+        out = [h for h in hits if h[1] >= min_score]
+        best = heapq.nlargest(limit, (h[1] for h in out))
+        heapq.heapify(best)  # a min-heap of the best ``limit`` scores so far
+
+        def take(d: int) -> None:
+            if ids[d] is None or (core is not None and tier_of[d] != core) or excluded(d):
+                return
+            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
+            if s < min_score:
+                return
+            out.append((d, s, rec, top, 0))
+            if len(best) < limit:
+                heapq.heappush(best, s)
+            elif s > best[0]:
+                heapq.heapreplace(best, s)
+
+        for d in head.dirty:
+            take(d)
+        dirty = head.dirty
+        for d, bound in zip(head.docs, head.scores):
+            if len(best) >= limit and bound + _EPS < best[0]:
+                break  # this one and every later one score at most their bound now: none can enter
+            if d not in dirty:
+                take(d)
+        answer = heapq.nsmallest(limit, out, key=self._tie)
+        floor = head.floor + _EPS
+        if min_score > floor or (len(answer) >= limit and answer[-1][1] > floor):
+            return answer  # (a floor of -inf: every doc of the tier is the head's or dirty)
+        return None
+
+    def _walk0(self, now_us: int, w: Weights, limit: int, min_score: float, tier_of: "array[int]",
+               core: int | None, excluded: Callable[[int], bool], best: list[float]) -> list[Hit]:
+        """The threshold walk over the two static orders for the best ``limit`` docs of the tier
+        (``tier_of[d] == core``) scored with topic 0, ``excluded`` ones skipped: a doc not visited
+        yet has cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so the
+        walk stops once wR·bx + wU·by falls below the ``limit``-th score. ``best``: a min-heap of
+        scores found already (the classes'), which only lets it stop sooner."""
+        self._sorted()
+        xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
+        k_now = (now_us - self.t0_us) * _LN2_PER_US
+        anchor, use, cm, core_of = self.anchor, self.use, self.cm, tier_of
+        hits: list[Hit] = []
         nx, ny = len(xs), len(ys)
         px = py = 0
         done: set[int] = set()
-        common_sets = list(sets.values())
 
         def wanted(d: int) -> bool:
-            return (d not in mask and d not in done and (core is None or core_of[d] == core) and d not in skip
-                    and not any(d in s for s in common_sets))
+            return d not in done and (core is None or core_of[d] == core) and not excluded(d)
 
         while True:
             while px < nx and not wanted(xs[px]):
@@ -642,7 +759,7 @@ class ProfileIndex:
             else:
                 continue
             hits.append((d, s, rec, top, 0))
-        return heapq.nsmallest(limit, [h for h in hits if h[1] >= min_score], key=self._tie)
+        return hits
 
     def _preference_rows(self, pq: PreparedQuery, now_us: int, w: Weights, skip: Container[int],
                          similarity: Mapping[str, float] | None) -> tuple[list[Hit], dict[int, float]]:
@@ -1233,7 +1350,7 @@ class RecallIndex:
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
                  cold_queries: int = 2, cold_max_rows: int | None = None, background: bool = True,
-                 direct: int | None = None) -> None:
+                 direct: int | None = None, head_size: int | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
@@ -1241,6 +1358,7 @@ class RecallIndex:
         self.cold_max_rows = cold_max_rows
         self.background = background
         self.direct = direct  # a speed knob for tests (see ProfileIndex.direct); None = automatic
+        self.head_size = head_size  # a speed knob for tests (see ProfileIndex.head_size); None = automatic
         # Called on the builder thread with the profile once its index is built, before it is
         # installed (tests hold the build there to query while it is "still building").
         self.build_hook: Callable[[str], None] | None = None
@@ -1286,6 +1404,8 @@ class RecallIndex:
     def _install(self, profile: str, idx: ProfileIndex) -> None:
         if self.direct is not None:
             idx.direct = self.direct
+        if self.head_size is not None:
+            idx.head_size = self.head_size
         self._indexes[profile] = idx
         self._indexes.move_to_end(profile)
         while len(self._indexes) > self.max_profiles:
