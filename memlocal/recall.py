@@ -113,10 +113,11 @@ _MAX_COMMON: Final = 6
 
 Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask of the query features held)
 
-# How many docs a tier's head keeps (the best by their score with topic 0; see ``_Head``), and
-# how many changed docs it takes in before it is made again.
+# How many docs a tier's head keeps (the best by their score with topic 0; see ``_Head``); a head
+# folds its changed docs in once they are more than a quarter of that, and is dropped (made again
+# when next needed) once this many changed without a query reading it.
 _HEAD_SIZE: Final = 256
-_HEAD_DIRTY: Final = 64
+_HEAD_DIRTY_MAX: Final = 4096
 # A head that could not answer a query and is older than this (µs) is made again at the next.
 _HEAD_TTL_US: Final = 60 * 1_000_000
 
@@ -399,12 +400,12 @@ class ProfileIndex:
         self.dead += 1
 
     def _touched(self, d: int) -> None:
-        """Doc ``d`` is new or its fields changed: every head scores it as a candidate."""
-        for head in list(self._heads.values()):
+        """Doc ``d`` is new or its fields changed: every head scores it as a candidate (a head
+        folds its dirty docs in at its next use, ``_head``)."""
+        for tier, head in list(self._heads.items()):
             head.dirty.add(d)
-            if len(head.dirty) > _HEAD_DIRTY:
-                self._heads.clear()  # made again by the next query that needs one
-                return
+            if len(head.dirty) > _HEAD_DIRTY_MAX:  # a head no query has read for long: dropped
+                del self._heads[tier]
 
     def remove(self, memory_id: str) -> bool:
         d = self.doc.get(memory_id)
@@ -671,8 +672,19 @@ class ProfileIndex:
         """The tier's head (:class:`_Head`), made now when there is none, the weights changed, or
         ``now_us`` is before the time it was made at (its bound holds only forward in time)."""
         head = self._heads.get(tier)
+        size = self.head_size
+        if head is not None and head.weights == w and now_us >= head.now_us and len(head.dirty) > size // 4:
+            # Fold the dirty docs in without a walk: every doc outside the head and the dirty set
+            # still scores at most the old floor; the candidates are ranked at ``now_us`` and the
+            # floor becomes the larger of the old one and the last score kept.
+            anchor, use, cm, ids = self.anchor, self.use, self.cm, self.ids
+            hits = [(d, *score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w), 0)
+                    for d in set(head.docs) | head.dirty
+                    if ids[d] is not None and (core is None or tier_of[d] == core)]
+            top = heapq.nsmallest(size, hits, key=self._tie)
+            floor = max(head.floor, top[-1][1] if len(top) >= size else float("-inf"))
+            head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
         if head is None or head.weights != w or now_us < head.now_us:
-            size = self.head_size
             found = self._walk0(now_us, w, size, float("-inf"), tier_of, core, lambda d: False, [])
             top = heapq.nsmallest(size, found, key=self._tie)
             floor = top[-1][1] if len(top) >= size else float("-inf")
