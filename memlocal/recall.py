@@ -117,6 +117,10 @@ Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask 
 # folds its changed docs in once they are more than a quarter of that, and is dropped (made again
 # when next needed) once this many changed without a query reading it.
 _HEAD_SIZE: Final = 256
+# A background build reads rows in batches of this many, and sorts the static orders in runs of
+# ``_SORT_RUN``, letting the queries run between them (``RecallIndex._build``).
+_BUILD_BATCH: Final = 256
+_SORT_RUN: Final = 4096
 _HEAD_DIRTY_MAX: Final = 4096
 # A head that could not answer a query and is older than this (µs) is made again at the next.
 _HEAD_TTL_US: Final = 60 * 1_000_000
@@ -372,12 +376,28 @@ class ProfileIndex:
         self._moved.clear()
         self._make_orders()
 
-    def _make_orders(self) -> None:
+    def _make_orders(self, pause: Callable[[], None] | None = None) -> None:
+        """Both static orders, made whole. With ``pause`` (a background build), sorted in runs
+        of ``_SORT_RUN`` docs with ``pause`` between them and then once more as a whole: timsort
+        merges sorted runs in a fraction of a full sort's time, and a sort holds the GIL from
+        start to end, so a query never waits for more than one run. The same orders either way
+        (a stable sort; ties by ascending doc)."""
         live = [d for d in self.doc.values()]
         live.sort()
-        kx, y = self.kx, self.y
-        self.by_x = array("i", sorted(live, key=kx.__getitem__, reverse=True))  # ties: ascending doc
-        self.by_y = array("i", sorted(live, key=y.__getitem__, reverse=True))
+        orders = []
+        for keys in (self.kx, self.y):
+            key = keys.__getitem__
+            if pause is None:
+                orders.append(array("i", sorted(live, key=key, reverse=True)))  # ties: ascending doc
+                continue
+            runs: list[int] = []
+            for i in range(0, len(live), _SORT_RUN):
+                runs += sorted(live[i:i + _SORT_RUN], key=key, reverse=True)
+                pause()
+            runs.sort(key=key, reverse=True)
+            orders.append(array("i", runs))
+            pause()
+        self.by_x, self.by_y = orders
 
     def _kill(self, d: int) -> None:
         """Remove doc ``d`` (from the id map, its postings and the orders); its slot stays dead."""
@@ -935,13 +955,14 @@ class ProfileIndex:
         idx.rev, idx.resets = row if row is not None else (0, 0)
         cur = conn.execute(_ROW_SQL + " AND is_active = 1", (profile,))
         while True:
-            batch = cur.fetchmany(2048)
+            # Small batches beside the queries (a batch holds the GIL for a few ms at most).
+            batch = cur.fetchmany(2048 if pause is None else _BUILD_BATCH)
             if not batch:
                 break
             idx._append_batch(batch)
             if pause is not None:
                 pause()
-        idx._make_orders()
+        idx._make_orders(pause)
         return idx
 
 
@@ -1437,6 +1458,12 @@ class RecallIndex:
         def pause() -> None:
             if self._closed:
                 raise _Cancelled
+            # A query holds the index's lock from start to end: wait here until none runs, so
+            # that the build takes the GIL between queries rather than in the middle of one (a
+            # thread that releases the GIL for each SQLite call would otherwise get it back only
+            # after the builder's switch interval, each time).
+            with self._lock:
+                pass
             time.sleep(0)  # release the GIL: a query waiting for it runs now
 
         try:
