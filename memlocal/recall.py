@@ -556,7 +556,7 @@ class ProfileIndex:
             for d in members:
                 if (core is None or core_of[d] == core) and d not in skip:
                     hits.append((d, *score_with_topic(anchor[d], now_us, use[d], cm[d], top, w), mask))
-            return heapq.nsmallest(limit, hits, key=self._tie)
+            return self._best(hits, limit)
         if not isinstance(members, (set, frozenset)):
             members = set(members)
         self._sorted()
@@ -592,10 +592,19 @@ class ProfileIndex:
             else:
                 continue
             hits.append((d, s, rec, top, mask))
-        return heapq.nsmallest(limit, hits, key=self._tie)
+        return self._best(hits, limit)
 
     def _tie(self, h: Hit) -> tuple[float, int, str]:
         return rank_key(h[1], self.created[h[0]], self.ids[h[0]] or "")
+
+    def _best(self, hits: list[Hit], limit: int) -> list[Hit]:
+        """The best ``limit`` of ``hits`` in rank order (score, newer createdAt, smaller id): the
+        ``limit``-th best score is found on the floats alone, so only hits at or above it pay
+        for the full sort key."""
+        if len(hits) > 2 * limit:
+            floor = heapq.nlargest(limit, [h[1] for h in hits])[-1]
+            hits = [h for h in hits if h[1] >= floor]
+        return heapq.nsmallest(limit, hits, key=self._tie)
 
     def top_k(
         self,
@@ -624,7 +633,7 @@ class ProfileIndex:
         if tier == PREFERENCE_TIER:
             if len(self.preferences) <= self.direct:  # a profile's preferences are usually few: each is scored
                 prefs, _ = self._preference_rows(pq, now_us, w, skip, None)
-                return heapq.nsmallest(limit, [h for h in prefs if h[1] >= min_score], key=self._tie)
+                return self._best([h for h in prefs if h[1] >= min_score], limit)
             tier_of, core = self.pref, 1  # many: ranked as a tier, by classes and the walk
         hits: list[Hit] = []
         mask: dict[int, int] = {}
@@ -663,7 +672,7 @@ class ProfileIndex:
             top_x = math.exp(min(700.0, kx[xs[0]] - k_now)) if xs else 0.0
             top_y = y[ys[0]] if ys else 0.0
             for top, m in subsets:
-                kth = heapq.nsmallest(limit, (h[1] for h in hits if h[1] >= min_score), key=lambda s: -s)
+                kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
                 if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
                     break
                 members = self._subset(m, common, sets, mask, skip)
@@ -686,7 +695,7 @@ class ProfileIndex:
         best = [s for s in best if s >= min_score]
         heapq.heapify(best)
         hits += self._walk0(now_us, w, limit, min_score, tier_of, core, excluded, best)
-        return heapq.nsmallest(limit, [h for h in hits if h[1] >= min_score], key=self._tie)
+        return self._best([h for h in hits if h[1] >= min_score], limit)
 
     def _head(self, tier: str | None, tier_of: "array[int]", core: int | None, now_us: int, w: Weights) -> _Head:
         """The tier's head (:class:`_Head`), made now when there is none, the weights changed, or
@@ -701,12 +710,12 @@ class ProfileIndex:
             hits = [(d, *score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w), 0)
                     for d in set(head.docs) | head.dirty
                     if ids[d] is not None and (core is None or tier_of[d] == core)]
-            top = heapq.nsmallest(size, hits, key=self._tie)
+            top = self._best(hits, size)
             floor = max(head.floor, top[-1][1] if len(top) >= size else float("-inf"))
             head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
         if head is None or head.weights != w or now_us < head.now_us:
             found = self._walk0(now_us, w, size, float("-inf"), tier_of, core, lambda d: False, [])
-            top = heapq.nsmallest(size, found, key=self._tie)
+            top = self._best(found, size)
             floor = top[-1][1] if len(top) >= size else float("-inf")
             head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
         return head
@@ -742,7 +751,7 @@ class ProfileIndex:
                 break  # this one and every later one score at most their bound now: none can enter
             if d not in dirty:
                 take(d)
-        answer = heapq.nsmallest(limit, out, key=self._tie)
+        answer = self._best(out, limit)
         floor = head.floor + _EPS
         if min_score > floor or (len(answer) >= limit and answer[-1][1] > floor):
             return answer  # (a floor of -inf: every doc of the tier is the head's or dirty)
@@ -1324,7 +1333,7 @@ def cold_query(
         # Each class's best (a class whose best possible score is below the k-th so far ends
         # this), then one walk over the memories holding no query feature (topic 0).
         for top, m in pending:
-            kth = heapq.nsmallest(limit, (r[1] for r in rows if r[1] >= min_score), key=lambda s: -s)
+            kth = heapq.nlargest(limit, [r[1] for r in rows if r[1] >= min_score])
             if len(kth) >= limit and w.recency + w.usage + w.topic * top + _EPS < kth[-1]:
                 break
             found = class_rows(top, m)
