@@ -125,7 +125,8 @@ class Database:
     def db(self) -> "sqlite_utils.Database":
         """A sqlite_utils view of the connection (made on first use: importing sqlite_utils
         loads its plugins, which a fresh process answering one recall should not pay for)."""
-        return import_sqlite_utils().Database(self.conn)
+        database: sqlite_utils.Database = import_sqlite_utils().Database(self.conn)
+        return database
 
     def _configure(self) -> None:
         c = self.conn
