@@ -534,8 +534,10 @@ class Store(Database):
     def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
         """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
         first (callers confirm with the rule itself)."""
-        rows = self.read(f"{_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1 ORDER BY created_us, id",
-                         (profile, key))
+        # The subquery makes the lookup a probe of memories_near_key: given the ORDER BY, the
+        # planner preferred memories_profile_created and read the whole profile on every save.
+        rows = self.read(f"{_SELECT} WHERE rowid IN (SELECT rowid FROM memories WHERE profile = ? AND near_key = ?)"
+                         " AND is_active = 1 ORDER BY created_us, id", (profile, key))
         return [row_to_memory(r) for r in rows]
 
     def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
