@@ -23,7 +23,7 @@ from ..errors import NotFoundError, StoreError
 from ..hygiene import near_key, text_key
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
-from .derive import derive_features, derive_near_keys, derive_text_keys
+from .derive import derive_features, derive_text_keys
 from .schemas import CORE_SETS
 from .schemas.lineage import COPIED_FROM_SQL
 
@@ -204,40 +204,35 @@ class Store(Database):
     migration_sets = CORE_SETS
 
     def _opened(self) -> None:
-        self._check_features()
-        self._check_keys()
+        self._check_derived()
 
-    def _check_features(self) -> None:
-        """Re-derive every memory's features and near-duplicate key when they were made by another
-        tokenizer (the stamp in ``meta`` differs from this code's fingerprint): once, on open."""
+    def _check_derived(self) -> None:
+        """Derive again what the store keeps of each memory's text when the code that made it
+        differs from this process's: the recall features (stamped in ``meta`` with
+        :func:`memlocal.features.fingerprint`) and the duplicate keys (``text_key``, ``raw_key``,
+        ``near_key``, stamped with :func:`memlocal.hygiene.keys_fingerprint`). Once, on open, in
+        one transaction; a duplicate is then always found by its key, a memory by its features.
+        The near key is made of the tokenizer's terms, so a new tokenizer derives the keys too."""
         from ..features import FEATURES_META_KEY, fingerprint
-
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
-        if row is not None and row[0] == fingerprint():
-            return
-        with self.transaction() as c:
-            row = c.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
-            if row is not None and row[0] == fingerprint():
-                return  # another process re-derived them while we waited for the lock
-            # Clearing first lets the triggers remove each old document with the values it was
-            # indexed with; deriving then indexes the new ones.
-            c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
-            derive_features(c)
-            derive_near_keys(c)  # made of the same terms
-
-    def _check_keys(self) -> None:
-        """Re-derive every memory's duplicate keys when another version of the key functions made
-        them (the stamp in ``meta`` differs from :func:`memlocal.hygiene.keys_fingerprint`): once,
-        on open, so that a duplicate is always found by its key."""
         from ..hygiene import KEYS_META_KEY, keys_fingerprint
 
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
-        if row is not None and row[0] == keys_fingerprint():
+        wanted = {FEATURES_META_KEY: fingerprint(), KEYS_META_KEY: keys_fingerprint()}
+
+        def stale(c: sqlite3.Connection) -> set[str]:
+            have = dict(c.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", tuple(wanted)).fetchall())
+            return {key for key, value in wanted.items() if have.get(key) != value}
+
+        if not stale(self.conn):
             return
         with self.transaction() as c:
-            row = c.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
-            if row is None or row[0] != keys_fingerprint():  # another process may have done it
-                derive_text_keys(c)
+            todo = stale(c)  # another process may have derived them while we waited for the lock
+            if FEATURES_META_KEY in todo:
+                # Clearing first lets the triggers remove each old document with the values it
+                # was indexed with; deriving then indexes the new ones (and stamps them).
+                c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
+                derive_features(c)
+            if todo:
+                derive_text_keys(c)  # every key, stamped
 
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);
