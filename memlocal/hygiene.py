@@ -193,6 +193,7 @@ _ASCII_MARK_RE: Final = re.compile(r"[^a-z ']")  # the same for ASCII (normalise
 _MARKED_TOKEN_RE: Final = re.compile(r"(?<![^ ])[^ ]*?(?:[^\w ']|[\d_])[^ ]*")
 
 
+@lru_cache(maxsize=1024)  # a save computes it for its near-duplicate check, then for its row's near_key
 def signature(value: str) -> Signature:
     """The :class:`Signature` of a text (after the one normalisation, :func:`memlocal.fold.fold`)."""
     value = fold(value)

@@ -141,6 +141,9 @@ def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> N
 WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
 
 
+_INSERT: Final = f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({', '.join('?' for _ in WRITE_COLUMNS)})"
+
+
 def write_row(m: Memory) -> tuple[Any, ...]:
     """``memory_to_row(m)`` plus the memory's features (for an INSERT of ``WRITE_COLUMNS``)."""
     from ..features import features_of
@@ -255,11 +258,10 @@ class Store(Database):
     def insert(self, memory: Memory) -> None:
         """Insert a new memory durably, with its outbox entry in the same transaction;
         ``IdTakenError`` if its id exists (in any profile)."""
-        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
         row = write_row(memory)  # tokenised before the write lock is taken
         try:
             with self.transaction() as c:
-                c.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})", row)
+                c.execute(_INSERT, row)
                 _record_outbox(c, memory.id, memory.profile_name, "put")
         except sqlite3.IntegrityError as exc:
             if "memories.id" in str(exc) or "UNIQUE" in str(exc):
