@@ -328,19 +328,22 @@ def build_evidence_block(
     budget: int,
     relevant_limit: int,
     preference_share: float = PREFERENCE_SHARE,
+    ratio: float = 0.0,
 ) -> RenderedBlock:
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
-    ``evidence``: the gated ranking of the task over every category (the memories it gives
-    evidence for, most relevant first); ``ranked``: the spec's ranking of a tier (the core tier
-    and its preferences alone, ``"preference"``, are read).
+    ``evidence``: the gated ranking of the task over every category with any evidence (gate
+    ratio 0: the memories it gives evidence for, most relevant first); ``ranked``: the spec's
+    ranking of a tier (the core tier and its preferences alone, ``"preference"``, are read).
     Entries are admitted in this order, each only if the block still fits ``budget``:
 
     1. the profile's preferences, best first, while together they fit in ``preference_share`` of
        the budget (they always apply);
-    2. the evidence, in its order: facts and preferences go in the core section, the other
-       categories in the relevant one (at most ``relevant_limit`` of them);
-    3. the rest of the core tier (facts and preferences without evidence), best first, in the
+    2. the evidence that passes the gate's ``ratio`` (topic ≥ ratio · the best topic), in its
+       order: facts and preferences go in the core section, the other categories in the
+       relevant one (at most ``relevant_limit`` of them);
+    3. the weaker evidence, facts and preferences only (the relevant section keeps the gate);
+    4. the rest of the core tier (facts and preferences without evidence), best first, in the
        room left.
 
     The sections keep the spec's headings and line format; within each, entries keep the order
@@ -378,8 +381,15 @@ def build_evidence_block(
             break
         if admit(s):
             spent += cost
+    def passes(s: "ScoredMemory") -> bool:
+        return s.evidence is None or s.evidence.strength >= ratio * s.evidence.best
+
     for s in evidence:
-        admit(s)
+        if passes(s):
+            admit(s)
+    for s in evidence:
+        if s.memory.category in CORE_CATEGORIES and not passes(s):
+            admit(s)
     for s in core:
         admit(s)
     kept_core = tuple(s for s in order if chosen[s.memory.id][0])

@@ -31,7 +31,8 @@ from typing import Any, Callable, Container, Final, Iterable, Mapping
 from . import text
 from .clusters import TERM_CLUSTERS, clusters_of
 from .model import CORE_CATEGORIES, Memory, to_us, utcnow
-from .text import memory_terms
+from .text import memory_terms, stem
+from .vocab import GENERIC_WORDS
 
 HALF_LIFE_DAYS: Final = 30.0
 BASE_WEIGHTS: Final = (0.35, 0.30, 0.35)  # recency, usage, topic
@@ -47,7 +48,13 @@ SIMILARITY_FLOOR: Final = 0.1
 # queries reach 0.22 against a developer's memories (docs/relevance.md). Below it, similarity
 # only adds to the topic of memories that have lexical evidence. (Not Final: scripts sweep it.)
 SIMILARITY_EVIDENCE = 0.3
+# A query weighs a generic word (memlocal.vocab.GENERIC_WORDS: "get", "thing", "how long") at
+# this share of its IDF: in a bank of facts such words are rare, hence "informative" by IDF,
+# and outranked the name or object a question is about (docs/relevance.md).
+GENERIC_WEIGHT: Final = 0.25
 US_PER_DAY: Final = 86_400_000_000
+
+GENERIC_TERMS: Final = frozenset(t for t in map(stem, GENERIC_WORDS) if t)
 
 TIERS: Final = ("core", "other")
 # Not a tier of the spec: the core tier's preferences alone (spec-mode ranking only), which the
@@ -137,7 +144,7 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
     qterms = tuple(sorted(text.terms(query)))
     if not qterms:
         return PreparedQuery((), (), (), (), 0.0)
-    weights = tuple(idf(df(t), n) for t in qterms)
+    weights = tuple(idf(df(t), n) * (GENERIC_WEIGHT if t in GENERIC_TERMS else 1.0) for t in qterms)
     total = 0.0
     for w in weights:
         total += w
