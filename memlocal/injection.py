@@ -311,9 +311,11 @@ def build_memory_block(ranked: Ranker, *, budget: int, relevant_limit: int, min_
 # The share of the budget within which a profile's preferences are in every block of the
 # evidence mode ("always apply"), whatever the task's evidence (docs/relevance.md).
 PREFERENCE_SHARE: Final = 0.5
-# Evidence candidates read per block: about two and a half times the ~20 lines of ~100
-# characters that fit in the default budget, so entries too long for the room left are replaced.
-_EVIDENCE_CHARS_PER_CANDIDATE: Final = 40
+# Evidence candidates read per block: about five times the ~20 lines of ~100 characters that
+# fit in the default budget, so that the second pass (memlocal.scoring.rerank: shorter facts
+# and facts of the date the task names first) has room to order, and entries too long for the
+# room left are replaced (100 for 2000 characters; docs/relevance.md has the measurements).
+_EVIDENCE_CHARS_PER_CANDIDATE: Final = 20
 
 
 def evidence_limit(budget: int, relevant_limit: int) -> int:

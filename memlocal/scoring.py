@@ -26,7 +26,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Container, Final, Iterable, Mapping
+from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence
 
 from . import text
 from .clusters import TERM_CLUSTERS, clusters_of
@@ -55,6 +55,14 @@ GENERIC_WEIGHT: Final = 0.25
 US_PER_DAY: Final = 86_400_000_000
 
 GENERIC_TERMS: Final = frozenset(t for t in map(stem, GENERIC_WORDS) if t)
+# The bounded second pass of the evidence mode (:func:`rerank`): the gate's first RERANK_DEPTH
+# (or ``limit``, if more) are re-ordered by a richer key, and the first ``limit`` returned.
+RERANK_DEPTH: Final = 50
+# Length normalisation of that pass: topic / (1 + words / LENGTH_SCALE), words the memory's
+# processedContent's whitespace-separated words (BM25's normalisation for a term seen once).
+LENGTH_SCALE: Final = 60.0
+# What a memory created within a date the query names ("on 9 November, 2022") adds to it.
+DATE_BONUS: Final = 0.3
 
 TIERS: Final = ("core", "other")
 # Not a tier of the spec: the core tier's preferences alone (spec-mode ranking only), which the
@@ -388,6 +396,33 @@ def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: flo
     return kept, best
 
 
+def rerank_key(s: "ScoredMemory", windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
+    """The second pass's order, best first: strong evidence first (as the gate), then the
+    evidence normalised by length, ``topic / (1 + words / LENGTH_SCALE)``, plus ``DATE_BONUS``
+    when the memory was created within one of ``windows`` (µs, from :func:`memlocal.text.
+    query_dates`); then the score, newer createdAt, smaller id."""
+    ev = s.evidence
+    strong = ev is not None and (bool(ev.terms) or ev.semantic is not None)
+    created = to_us(s.memory.created_at) or 0
+    key = s.breakdown.topic / (1.0 + len(s.memory.processed_content.split()) / LENGTH_SCALE)
+    for start, end in windows:
+        if start <= created < end:
+            key += DATE_BONUS
+            break
+    return (not strong, -key, -s.score, -created, s.memory.id)
+
+
+def rerank(results: "Sequence[ScoredMemory]", query: str, limit: int) -> "list[ScoredMemory]":
+    """The evidence mode's bounded second pass: ``results`` (the gate's first
+    ``max(limit, RERANK_DEPTH)`` for ``query``, in the evidence order) re-ordered by
+    :func:`rerank_key`, the first ``limit`` of them. The gate chose *which* memories have
+    evidence enough; this orders a bounded number of them by what the class-based first pass
+    cannot see per memory (its length, its date), so it costs O(RERANK_DEPTH) per query and
+    every path (index, cold path, full scan) applies it to the same exact candidates."""
+    windows = text.query_dates(query)
+    return sorted(results, key=lambda s: rerank_key(s, windows))[:limit]
+
+
 # --- the reference: a full scan ---------------------------------------------------------------
 
 
@@ -445,11 +480,11 @@ def rank_brute_force(
             breakdown = Breakdown(rec, use, top, cm, w, mat, score)
             out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
     if ranking.gated:
-        kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
+        kept, best = gate_select(rows, limit=max(limit, RERANK_DEPTH), ratio=ranking.ratio, min_score=min_score,
                                  ident=lambda item: (item[1], item[0].id),
                                  strong=lambda item: item[6] is not None or literal(pq, item[4]))
-        return [ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
-                             evidence_of(pq, ts, cs, top, best, cos))
-                for (m, _, use, cm, ts, cs, cos), score, rec, top in kept]
+        return rerank([ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
+                                    evidence_of(pq, ts, cs, top, best, cos))
+                       for (m, _, use, cm, ts, cs, cos), score, rec, top in kept], query, limit)
     out.sort(key=lambda pair: pair[0])
     return [s for _, s in out[:limit]]
