@@ -51,15 +51,18 @@ SIMILARITY_EVIDENCE = 0.3
 # A query weighs a generic word (memlocal.vocab.GENERIC_WORDS: "get", "thing", "how long") at
 # this share of its IDF: in a bank of facts such words are rare, hence "informative" by IDF,
 # and outranked the name or object a question is about (docs/relevance.md).
-GENERIC_WEIGHT: Final = 0.25
+GENERIC_WEIGHT: Final = 0.5
 US_PER_DAY: Final = 86_400_000_000
 
 GENERIC_TERMS: Final = frozenset(t for t in map(stem, GENERIC_WORDS) if t)
 # The bounded second pass of the evidence mode (:func:`rerank`): the gate's first RERANK_DEPTH
 # (or ``limit``, if more) are re-ordered by a richer key, and the first ``limit`` returned.
 RERANK_DEPTH: Final = 50
-# Length normalisation of that pass: topic / (1 + words / LENGTH_SCALE), words the memory's
-# processedContent's whitespace-separated words (BM25's normalisation for a term seen once).
+# Length normalisation of that pass, for facts and preferences (the core tier): topic / (1 +
+# words / LENGTH_SCALE), words the memory's processedContent's whitespace-separated words (BM25's
+# normalisation for a term seen once). A fact states one thing, so of two that match the same
+# words the shorter says less else; a context note or a transcript turn is long by nature, and
+# there shortness measured as no evidence of relevance (LoCoMo's dialog turns lost 0.01 R@8).
 LENGTH_SCALE: Final = 60.0
 # What a memory created within a date the query names ("on 9 November, 2022") adds to it.
 DATE_BONUS: Final = 0.3
@@ -404,7 +407,9 @@ def rerank_key(s: "ScoredMemory", windows: "Sequence[tuple[int, int]]") -> tuple
     ev = s.evidence
     strong = ev is not None and (bool(ev.terms) or ev.semantic is not None)
     created = to_us(s.memory.created_at) or 0
-    key = s.breakdown.topic / (1.0 + len(s.memory.processed_content.split()) / LENGTH_SCALE)
+    key = s.breakdown.topic
+    if s.memory.category in CORE_CATEGORIES:  # a fact states one thing: see LENGTH_SCALE
+        key /= 1.0 + len(s.memory.processed_content.split()) / LENGTH_SCALE
     for start, end in windows:
         if start <= created < end:
             key += DATE_BONUS
