@@ -15,8 +15,8 @@ The memory block (docs/spec.md, "Prompt injection")::
 - Core entries are preference and fact memories, relevant entries the other categories; the
   spec's empty line separates the sections when both are present.
 - Evidence mode (default, :func:`build_evidence_block`): the preferences within half the
-  budget, then what the task gives evidence for in either tier, then the rest of the core tier
-  in the room left. Spec mode (:func:`build_memory_block`): the spec's tiers, the core tier best
+  budget, then what the task gives evidence for in either tier, then the weaker evidence for
+  facts and preferences, then the rest of the core tier in the room left. Spec mode (:func:`build_memory_block`): the spec's tiers, the core tier best
   score first, the relevant tier the top ``inject.relevant_limit`` (8) with score ≥
   ``inject.min_score`` (0.05), trimmed relevant first, then core, lowest score first.
 - The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
