@@ -57,7 +57,8 @@ US_PER_DAY: Final = 86_400_000_000
 GENERIC_TERMS: Final = frozenset(t for t in map(stem, GENERIC_WORDS) if t)
 # The bounded second pass of the evidence mode (:func:`rerank`): the gate's first RERANK_DEPTH
 # (or ``limit``, if more) are re-ordered by a richer key, and the first ``limit`` returned.
-RERANK_DEPTH: Final = 50
+# Three times the default limit: hit@5 0.735 at 24, 0.737 at 50 for 40 % more CPU per query.
+RERANK_DEPTH: Final = 24
 # Length normalisation of that pass, for facts and preferences (the core tier): topic / (1 +
 # words / LENGTH_SCALE), words the memory's processedContent's whitespace-separated words (BM25's
 # normalisation for a term seen once). A fact states one thing, so of two that match the same
