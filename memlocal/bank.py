@@ -1007,6 +1007,7 @@ class MemoryBank:
         self._ready(profile)
         index = self._index()
         ranking = self.ranking()
+        now = now or utcnow()  # one clock for every ranking of the block: the tiers agree
         budget = self.config.get_int("inject.budget_chars")
         relevant_limit = self.config.get_int("inject.relevant_limit")
         min_score = self.config.get_float("inject.min_score")

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Final, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Iterable, Iterator, Sequence
 
 from .errors import fold_whitespace
 from .fold import is_dash, strip_invisible
@@ -323,6 +323,21 @@ def evidence_limit(budget: int, relevant_limit: int) -> int:
     return max(relevant_limit, min(max_core_entries(budget), budget // _EVIDENCE_CHARS_PER_CANDIDATE))
 
 
+def _preferences(ranked: Ranker, budget: int) -> Iterator["ScoredMemory"]:
+    """The profile's preferences best first, as deep as the caller reads: the top 16 first, and
+    more (16 -> 64 -> ... up to what could ever fit) only once it has read them all. Each fetch
+    is an exact top-k, so the longer list extends the shorter; a block reads only the few that
+    fit in its share, however many preferences the profile holds."""
+    cap = max_core_entries(budget)
+    k, done = min(16, cap), 0
+    while True:
+        prefs = ranked("preference", k, 0.0)
+        yield from prefs[done:]
+        if len(prefs) < k or k >= cap:
+            return
+        done, k = len(prefs), min(cap, k * 4)
+
+
 def build_evidence_block(
     evidence: Sequence["ScoredMemory"],
     ranked: Ranker,
@@ -377,7 +392,7 @@ def build_evidence_block(
 
     share = preference_share * budget
     spent = 0
-    for s in ranked("preference", max_core_entries(budget), 0.0):
+    for s in _preferences(ranked, budget):
         cost = len(entry_line(s.memory.category, s.memory.processed_content)) + 1
         if spent + cost > share:
             break

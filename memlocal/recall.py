@@ -26,7 +26,7 @@ from collections import OrderedDict
 from itertools import chain, repeat
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Collection, Container, Final, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
@@ -114,6 +114,36 @@ _DIRECT: Final = 384
 _MAX_COMMON: Final = 6
 
 Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask of the query features held)
+
+# How many docs a tier's head keeps (the best by their score with topic 0; see ``_Head``); a head
+# folds its changed docs in once they are more than a quarter of that, and is dropped (made again
+# when next needed) once this many changed without a query reading it.
+_HEAD_SIZE: Final = 256
+# A background build reads rows in batches of this many, and sorts the static orders in runs of
+# ``_SORT_RUN``, letting the queries run between them (``RecallIndex._build``).
+_BUILD_BATCH: Final = 256
+_SORT_RUN: Final = 4096
+_HEAD_DIRTY_MAX: Final = 4096
+# A head that could not answer a query and is older than this (µs) is made again at the next.
+_HEAD_TTL_US: Final = 60 * 1_000_000
+
+
+@dataclass(slots=True)
+class _Head:
+    """The best docs of a tier by their score with topic 0 (no query feature held) at ``now_us``
+    under ``weights``: the first ``_HEAD_SIZE`` results of the walk over the static orders. Every
+    other doc of the tier scored at most ``floor`` then (``-inf``: there are no others), and a
+    score never rises as the clock moves on (recency only decays), so a later query under the same
+    weights whose ``limit``-th best is above ``floor`` needs no walk: it scores ``docs`` and the
+    ``dirty`` ones (added, or changed in place, since) exactly, at its own "now". Not tied to the
+    task: every block of a profile reuses its core tier's head until the weights change."""
+
+    now_us: int
+    weights: Weights
+    docs: list[int]  # best first
+    scores: list[float]  # theirs at ``now_us``: bounds on their scores at any later time
+    floor: float
+    dirty: set[int]
 R = TypeVar("R", bound=Sequence[Any])  # a row: (item, score, recency, topic, ...)
 
 _TAKE, _SKIP, _STOP = 0, 1, 2
@@ -143,6 +173,34 @@ def _class_verdict(rows: Iterable[R], top: float, strong: bool, best: float, *, 
     if strong_before >= limit:
         return _STOP
     return _SKIP if before >= limit else _TAKE
+
+
+C = TypeVar("C", bound=tuple[Any, ...])  # a class of candidates: (topic, mask of the features held, ...)
+
+
+def gated_classes(pending: Iterable[C], rows: list[R], best: float, *, ratio: float, min_score: float, limit: int,
+                  term_bits: int, strong_of: Callable[[R], bool]) -> Iterator[C]:
+    """The classes of candidates whose members the gate may keep, from ``pending`` sorted best
+    topic first: the loop both ranking paths (the index's, the cold path's) run over classes.
+
+    The caller reads each class yielded and appends its best to ``rows`` before taking the next;
+    a class that added rows raises the best topic to its own (the gate's floor follows it). Ends
+    at a class whose topic fails the gate (``ratio`` × the best), as does every class after it,
+    or once ``limit`` strong rows of a higher topic come first (:func:`_class_verdict`)."""
+    for c in pending:
+        top, m = c[0], c[1]
+        if top <= 0.0 or top < ratio * best:
+            return
+        verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
+                                 limit=limit, strong_of=strong_of)
+        if verdict == _STOP:
+            return
+        if verdict == _SKIP:
+            continue
+        before = len(rows)
+        yield c
+        if len(rows) > before:
+            best = max(best, top)
 
 
 class ProfileIndex:
@@ -184,9 +242,12 @@ class ProfileIndex:
         self.rev = -1
         self.resets = -1
         self.direct = _DIRECT  # a speed knob (tests walk every class); never changes the answer
+        self.head_size = _HEAD_SIZE  # a speed knob too (tests make heads tiny)
         # Sets of the long posting lists queries split into classes, made on first use and kept
         # current as docs come and go (a set answers membership and intersections in C).
         self._sets: dict[int, set[int]] = {}
+        # Per tier, the head of the walk over every doc (no query feature held): see ``_head``.
+        self._heads: dict[str | None, _Head] = {}
 
     @property
     def size(self) -> int:
@@ -317,12 +378,28 @@ class ProfileIndex:
         self._moved.clear()
         self._make_orders()
 
-    def _make_orders(self) -> None:
+    def _make_orders(self, pause: Callable[[], None] | None = None) -> None:
+        """Both static orders, made whole. With ``pause`` (a background build), sorted in runs
+        of ``_SORT_RUN`` docs with ``pause`` between them and then once more as a whole: timsort
+        merges sorted runs in a fraction of a full sort's time, and a sort holds the GIL from
+        start to end, so a query never waits for more than one run. The same orders either way
+        (a stable sort; ties by ascending doc)."""
         live = [d for d in self.doc.values()]
         live.sort()
-        kx, y = self.kx, self.y
-        self.by_x = array("i", sorted(live, key=kx.__getitem__, reverse=True))  # ties: ascending doc
-        self.by_y = array("i", sorted(live, key=y.__getitem__, reverse=True))
+        orders = []
+        for keys in (self.kx, self.y):
+            key = keys.__getitem__
+            if pause is None:
+                orders.append(array("i", sorted(live, key=key, reverse=True)))  # ties: ascending doc
+                continue
+            runs: list[int] = []
+            for i in range(0, len(live), _SORT_RUN):
+                runs += sorted(live[i:i + _SORT_RUN], key=key, reverse=True)
+                pause()
+            runs.sort(key=key, reverse=True)
+            orders.append(array("i", runs))
+            pause()
+        self.by_x, self.by_y = orders
 
     def _kill(self, d: int) -> None:
         """Remove doc ``d`` (from the id map, its postings and the orders); its slot stays dead."""
@@ -343,6 +420,14 @@ class ProfileIndex:
                 s.discard(d)
         self.total_accesses -= self.count[d]
         self.dead += 1
+
+    def _touched(self, d: int) -> None:
+        """Doc ``d`` is new or its fields changed: every head scores it as a candidate (a head
+        folds its dirty docs in at its next use, ``_head``)."""
+        for tier, head in list(self._heads.items()):
+            head.dirty.add(d)
+            if len(head.dirty) > _HEAD_DIRTY_MAX:  # a head no query has read for long: dropped
+                del self._heads[tier]
 
     def remove(self, memory_id: str) -> bool:
         d = self.doc.get(memory_id)
@@ -365,6 +450,7 @@ class ProfileIndex:
                 # postings stay, the fields change in place, the orders later (``_sorted``).
                 if d not in self._moved:
                     self._moved[d] = (self.kx[d], self.y[d])
+                self._touched(d)
                 (_, created_us, last_us, count, confidence) = row[:5]
                 anchor = max(created_us, last_us or created_us)
                 cm = confidence_mul(confidence)
@@ -378,7 +464,9 @@ class ProfileIndex:
             self._kill(d)
         if row[7] != 1:  # inactive: not ranked
             return
-        self._file(self._append(row))
+        d = self._append(row)
+        self._file(d)
+        self._touched(d)
 
     # -- queries --
 
@@ -456,19 +544,21 @@ class ProfileIndex:
         return mask
 
     def _class_top(self, members: Collection[int], top: float, mask: int, limit: int, now_us: int, w: Weights,
-                   core: int | None, skip: Container[int]) -> list[Hit]:
+                   core: int | None, skip: Container[int], tier_of: "array[int] | None" = None) -> list[Hit]:
         """The best ``limit`` of ``members`` (docs sharing one topic ``top``) by the gate's order
         within one topic: higher score, newer createdAt, smaller id. Few members are all scored;
         many are found by the threshold walk over the two static orders: a member not visited yet
         has cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so its score is
-        at most wR·bx + wU·by + wT·top; the walk stops once that is below the ``limit``-th score."""
-        anchor, use, cm, core_of = self.anchor, self.use, self.cm, self.core
+        at most wR·bx + wU·by + wT·top; the walk stops once that is below the ``limit``-th score.
+        ``core``: only docs with ``tier_of[d] == core`` (``tier_of``: the core flags by default)."""
+        anchor, use, cm = self.anchor, self.use, self.cm
+        core_of = self.core if tier_of is None else tier_of
         hits: list[Hit] = []
         if len(members) <= self.direct:
             for d in members:
                 if (core is None or core_of[d] == core) and d not in skip:
                     hits.append((d, *score_with_topic(anchor[d], now_us, use[d], cm[d], top, w), mask))
-            return heapq.nsmallest(limit, hits, key=self._tie)
+            return self._best(hits, limit)
         if not isinstance(members, (set, frozenset)):
             members = set(members)
         self._sorted()
@@ -504,10 +594,19 @@ class ProfileIndex:
             else:
                 continue
             hits.append((d, s, rec, top, mask))
-        return heapq.nsmallest(limit, hits, key=self._tie)
+        return self._best(hits, limit)
 
     def _tie(self, h: Hit) -> tuple[float, int, str]:
         return rank_key(h[1], self.created[h[0]], self.ids[h[0]] or "")
+
+    def _best(self, hits: list[Hit], limit: int) -> list[Hit]:
+        """The best ``limit`` of ``hits`` in rank order (score, newer createdAt, smaller id): the
+        ``limit``-th best score is found on the floats alone, so only hits at or above it pay
+        for the full sort key."""
+        if len(hits) > 2 * limit:
+            floor = heapq.nlargest(limit, [h[1] for h in hits])[-1]
+            hits = [h for h in hits if h[1] >= floor]
+        return heapq.nsmallest(limit, hits, key=self._tie)
 
     def top_k(
         self,
@@ -532,9 +631,12 @@ class ProfileIndex:
         w = weights_for(maturity(self.total_accesses))
         core = None if tier is None else int(tier == "core")
         skip = {self.doc[i] for i in exclude_ids if i in self.doc}
-        if tier == PREFERENCE_TIER:  # a profile's preferences are few: every one is scored
-            prefs, _ = self._preference_rows(pq, now_us, w, skip, None)
-            return heapq.nsmallest(limit, [h for h in prefs if h[1] >= min_score], key=self._tie)
+        tier_of = self.core
+        if tier == PREFERENCE_TIER:
+            if len(self.preferences) <= self.direct:  # a profile's preferences are usually few: each is scored
+                prefs, _ = self._preference_rows(pq, now_us, w, skip, None)
+                return self._best([h for h in prefs if h[1] >= min_score], limit)
+            tier_of, core = self.pref, 1  # many: ranked as a tier, by classes and the walk
         hits: list[Hit] = []
         mask: dict[int, int] = {}
         topics: dict[int, float] = {}
@@ -557,7 +659,7 @@ class ProfileIndex:
             for d, m in mask.items():
                 classes.setdefault(m, []).append(d)
             for m, members in classes.items():
-                hits += self._class_top(members, topic_of(m), m, limit, now_us, w, core, skip)
+                hits += self._class_top(members, topic_of(m), m, limit, now_us, w, core, skip, tier_of)
             # The docs holding only common features, a class per subset, best topic first; a
             # class whose best possible score (the best cm·recency and cm·usage of the profile,
             # its topic) is below the k-th score so far ends this, as do all after it.
@@ -572,25 +674,109 @@ class ProfileIndex:
             top_x = math.exp(min(700.0, kx[xs[0]] - k_now)) if xs else 0.0
             top_y = y[ys[0]] if ys else 0.0
             for top, m in subsets:
-                kth = heapq.nsmallest(limit, (h[1] for h in hits if h[1] >= min_score), key=lambda s: -s)
+                kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
                 if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
                     break
                 members = self._subset(m, common, sets, mask, skip)
                 if members:
-                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip)
-        # The walk over every doc holding no query feature (topic 0).
-        anchor, use, cm, core_of = self.anchor, self.use, self.cm, self.core
+                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip, tier_of)
+        # The docs holding no query feature (topic 0): from the tier's head when it can answer,
+        # else by the walk over the static orders.
+        common_sets = list(sets.values())
+
+        def excluded(d: int) -> bool:
+            return d in mask or d in skip or any(d in s for s in common_sets)
+
+        head = self._head(tier, tier_of, core, now_us, w)
+        answer = self._from_head(head, hits, limit, min_score, now_us, w, tier_of, core, excluded)
+        if answer is not None:
+            return answer
+        if now_us - head.now_us > _HEAD_TTL_US:
+            del self._heads[tier]
         best = [h[1] for h in heapq.nsmallest(limit, hits, key=self._tie)]
         best = [s for s in best if s >= min_score]
         heapq.heapify(best)
+        hits += self._walk0(now_us, w, limit, min_score, tier_of, core, excluded, best)
+        return self._best([h for h in hits if h[1] >= min_score], limit)
+
+    def _head(self, tier: str | None, tier_of: "array[int]", core: int | None, now_us: int, w: Weights) -> _Head:
+        """The tier's head (:class:`_Head`), made now when there is none, the weights changed, or
+        ``now_us`` is before the time it was made at (its bound holds only forward in time)."""
+        head = self._heads.get(tier)
+        size = self.head_size
+        if head is not None and head.weights == w and now_us >= head.now_us and len(head.dirty) > size // 4:
+            # Fold the dirty docs in without a walk: every doc outside the head and the dirty set
+            # still scores at most the old floor; the candidates are ranked at ``now_us`` and the
+            # floor becomes the larger of the old one and the last score kept.
+            anchor, use, cm, ids = self.anchor, self.use, self.cm, self.ids
+            hits = [(d, *score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w), 0)
+                    for d in set(head.docs) | head.dirty
+                    if ids[d] is not None and (core is None or tier_of[d] == core)]
+            top = self._best(hits, size)
+            floor = max(head.floor, top[-1][1] if len(top) >= size else float("-inf"))
+            head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
+        if head is None or head.weights != w or now_us < head.now_us:
+            found = self._walk0(now_us, w, size, float("-inf"), tier_of, core, lambda d: False, [])
+            top = self._best(found, size)
+            floor = top[-1][1] if len(top) >= size else float("-inf")
+            head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
+        return head
+
+    def _from_head(self, head: _Head, hits: list[Hit], limit: int, min_score: float, now_us: int, w: Weights,
+                   tier_of: "array[int]", core: int | None, excluded: Callable[[int], bool]) -> list[Hit] | None:
+        """The top ``limit`` of ``hits`` (the classes' best) and the head's docs and dirty docs
+        that hold no query feature, each scored at ``now_us``; ``None`` when the head cannot
+        vouch for it: the ``limit``-th best is not above the head's floor (a doc outside the head
+        might tie or beat it, and ``min_score`` does not rule it out)."""
+        anchor, use, cm, ids = self.anchor, self.use, self.cm, self.ids
+        out = [h for h in hits if h[1] >= min_score]
+        best = heapq.nlargest(limit, (h[1] for h in out))
+        heapq.heapify(best)  # a min-heap of the best ``limit`` scores so far
+
+        def take(d: int) -> None:
+            if ids[d] is None or (core is not None and tier_of[d] != core) or excluded(d):
+                return
+            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
+            if s < min_score:
+                return
+            out.append((d, s, rec, top, 0))
+            if len(best) < limit:
+                heapq.heappush(best, s)
+            elif s > best[0]:
+                heapq.heapreplace(best, s)
+
+        for d in head.dirty:
+            take(d)
+        dirty = head.dirty
+        for d, bound in zip(head.docs, head.scores):
+            if len(best) >= limit and bound + _EPS < best[0]:
+                break  # this one and every later one score at most their bound now: none can enter
+            if d not in dirty:
+                take(d)
+        answer = self._best(out, limit)
+        floor = head.floor + _EPS
+        if min_score > floor or (len(answer) >= limit and answer[-1][1] > floor):
+            return answer  # (a floor of -inf: every doc of the tier is the head's or dirty)
+        return None
+
+    def _walk0(self, now_us: int, w: Weights, limit: int, min_score: float, tier_of: "array[int]",
+               core: int | None, excluded: Callable[[int], bool], best: list[float]) -> list[Hit]:
+        """The threshold walk over the two static orders for the best ``limit`` docs of the tier
+        (``tier_of[d] == core``) scored with topic 0, ``excluded`` ones skipped: a doc not visited
+        yet has cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so the
+        walk stops once wR·bx + wU·by falls below the ``limit``-th score. ``best``: a min-heap of
+        scores found already (the classes'), which only lets it stop sooner."""
+        self._sorted()
+        xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
+        k_now = (now_us - self.t0_us) * _LN2_PER_US
+        anchor, use, cm, core_of = self.anchor, self.use, self.cm, tier_of
+        hits: list[Hit] = []
         nx, ny = len(xs), len(ys)
         px = py = 0
         done: set[int] = set()
-        common_sets = list(sets.values())
 
         def wanted(d: int) -> bool:
-            return (d not in mask and d not in done and (core is None or core_of[d] == core) and d not in skip
-                    and not any(d in s for s in common_sets))
+            return d not in done and (core is None or core_of[d] == core) and not excluded(d)
 
         while True:
             while px < nx and not wanted(xs[px]):
@@ -616,7 +802,7 @@ class ProfileIndex:
             else:
                 continue
             hits.append((d, s, rec, top, 0))
-        return heapq.nsmallest(limit, [h for h in hits if h[1] >= min_score], key=self._tie)
+        return hits
 
     def _preference_rows(self, pq: PreparedQuery, now_us: int, w: Weights, skip: Container[int],
                          similarity: Mapping[str, float] | None) -> tuple[list[Hit], dict[int, float]]:
@@ -741,23 +927,13 @@ class ProfileIndex:
         def strong_hit(h: Hit) -> bool:
             return bool(h[4] & term_bits) or h[0] in counted
 
-        for top, m, members in pending:
-            if top <= 0.0 or top < ratio * best:
-                break  # fails the gate, and so does every class after it
-            verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
-                                     limit=limit, strong_of=strong_hit)
-            if verdict == _STOP:
-                break
-            if verdict == _SKIP:
-                continue
+        for top, m, members in gated_classes(pending, rows, best, ratio=ratio, min_score=min_score, limit=limit,
+                                             term_bits=term_bits, strong_of=strong_hit):
             if members is None:
                 members = self._subset(m, common, sets, mask, skip)
                 if not members:
                     continue
-            found = self._class_top(members, top, m, limit, now_us, w, core, skip)
-            if found:
-                best = max(best, top)
-                rows += found
+            rows += self._class_top(members, top, m, limit, now_us, w, core, skip)
 
         kept, best = gate_select([((h[0], h[4]), h[1], h[2], h[3]) for h in rows], limit=limit, ratio=ratio,
                                  min_score=min_score, ident=ident, strong=strong)
@@ -790,13 +966,14 @@ class ProfileIndex:
         idx.rev, idx.resets = row if row is not None else (0, 0)
         cur = conn.execute(_ROW_SQL + " AND is_active = 1", (profile,))
         while True:
-            batch = cur.fetchmany(2048)
+            # Small batches beside the queries (a batch holds the GIL for a few ms at most).
+            batch = cur.fetchmany(2048 if pause is None else _BUILD_BATCH)
             if not batch:
                 break
             idx._append_batch(batch)
             if pause is not None:
                 pause()
-        idx._make_orders()
+        idx._make_orders(pause)
         return idx
 
 
@@ -1158,7 +1335,7 @@ def cold_query(
         # Each class's best (a class whose best possible score is below the k-th so far ends
         # this), then one walk over the memories holding no query feature (topic 0).
         for top, m in pending:
-            kth = heapq.nsmallest(limit, (r[1] for r in rows if r[1] >= min_score), key=lambda s: -s)
+            kth = heapq.nlargest(limit, [r[1] for r in rows if r[1] >= min_score])
             if len(kth) >= limit and w.recency + w.usage + w.topic * top + _EPS < kth[-1]:
                 break
             found = class_rows(top, m)
@@ -1185,21 +1362,12 @@ def cold_query(
         return strong(r[0])
 
     term_bits = (1 << len(pq.terms)) - 1
-    for top, m in pending:
-        if top <= 0.0 or top < ratio * best:
-            break  # fails the gate, and so does every class after it
-        verdict = _class_verdict(rows, top, bool(m & term_bits), best, ratio=ratio, min_score=min_score,
-                                 limit=limit, strong_of=strong_row)
-        if verdict == _STOP:
-            break
-        if verdict == _SKIP:
-            continue
+    for top, m in gated_classes(pending, rows, best, ratio=ratio, min_score=min_score, limit=limit,
+                                term_bits=term_bits, strong_of=strong_row):
         found = class_rows(top, m)
         if found is None:
             return None  # a test knob: the caller builds the index instead
-        if found:
-            best = max(best, top)
-            rows += found
+        rows += found
 
     def ident(h: ColdHit) -> tuple[int, str]:
         return h.created_us, h.id
@@ -1226,7 +1394,7 @@ class RecallIndex:
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
                  cold_queries: int = 2, cold_max_rows: int | None = None, background: bool = True,
-                 direct: int | None = None) -> None:
+                 direct: int | None = None, head_size: int | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
@@ -1234,6 +1402,7 @@ class RecallIndex:
         self.cold_max_rows = cold_max_rows
         self.background = background
         self.direct = direct  # a speed knob for tests (see ProfileIndex.direct); None = automatic
+        self.head_size = head_size  # a speed knob for tests (see ProfileIndex.head_size); None = automatic
         # Called on the builder thread with the profile once its index is built, before it is
         # installed (tests hold the build there to query while it is "still building").
         self.build_hook: Callable[[str], None] | None = None
@@ -1279,6 +1448,8 @@ class RecallIndex:
     def _install(self, profile: str, idx: ProfileIndex) -> None:
         if self.direct is not None:
             idx.direct = self.direct
+        if self.head_size is not None:
+            idx.head_size = self.head_size
         self._indexes[profile] = idx
         self._indexes.move_to_end(profile)
         while len(self._indexes) > self.max_profiles:
@@ -1298,6 +1469,12 @@ class RecallIndex:
         def pause() -> None:
             if self._closed:
                 raise _Cancelled
+            # A query holds the index's lock from start to end: wait here until none runs, so
+            # that the build takes the GIL between queries rather than in the middle of one (a
+            # thread that releases the GIL for each SQLite call would otherwise get it back only
+            # after the builder's switch interval, each time).
+            with self._lock:
+                pass
             time.sleep(0)  # release the GIL: a query waiting for it runs now
 
         try:

@@ -70,7 +70,7 @@ def _indexes(bank: MemoryBank, budget: int | None, max_rows: int = 4096) -> list
     answers every query from the persisted FTS5 features (``max_rows`` 0: it gives up whenever
     it would have to read the common features' rows, and the index is built instead)."""
     return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0, background=False,
-                        direct=0 if budget == 0 else None),
+                        direct=0 if budget == 0 else None, head_size=None if budget is None else budget + 1),
             RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows,
                         direct=0 if budget == 0 else None)]
 
@@ -272,6 +272,79 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
                     want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
                     got = index.query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
                     assert _key(got) == _key(want)
+
+
+def test_a_tiers_head_answers_exactly_as_the_clock_moves_and_the_bank_changes(tmp_path: Path) -> None:
+    """The spec mode's tiers (what every block ranks) are answered from a head of each tier made
+    at one time and reused later: forward in time (scores only decay), after access bumps and
+    new memories (scored as dirty), and made again when the clock goes back or the weights move.
+    With heads of 1-5 docs, most answers fall back to the walk, the rest come from the head: all
+    equal the full scan, in every tier, the preferences ranked as a tier (``direct=0``)."""
+    import random
+
+    rng = random.Random(11)
+    with _open(str(tmp_path)) as bank:
+        rows = [_memory({"words": rng.choices(VOCAB, k=rng.randint(2, 6)), "category": rng.choice(CATEGORIES),
+                         "confidence": rng.choice([1.0, 0.8, 0.4]), "age": rng.random() * 300,
+                         "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7, 60]), "active": True})
+                for _ in range(200)]
+        assert set(bank.store.import_batch(rows)) == {"imported"}
+        indexes = [RecallIndex(bank.store, cold_queries=0, background=False, direct=0, head_size=size)
+                   for size in (1, 5, None)]
+        ids = [m.id for m in rows]
+        for step, hours in enumerate((0, 1, 72, 72, -24, 24 * 200, 24 * 200 + 1)):
+            now = NOW + timedelta(hours=hours)
+            if step % 2:
+                bank.store.mark_accessed("p", rng.sample(ids, 3), now)
+            if step == 3:
+                put(bank, "p", "a preference saved just now", category="preference", created=now)
+            memories = bank.store.iter_profile("p")
+            for q in ("", *rng.sample(VOCAB, 2)):
+                for tier in (None, "core", "other", PREFERENCE_TIER):
+                    for limit in (1, 8):
+                        want = rank_brute_force(memories, q, limit=limit, min_score=0.0, now=now, tier=tier,
+                                                ranking=SPEC)
+                        for index in indexes:
+                            got = index.query("p", q, limit=limit, min_score=0.0, now=now, tier=tier, ranking=SPEC)
+                            assert _key(got) == _key(want)
+
+
+def test_the_block_equals_one_built_from_the_full_scan(tmp_path: Path) -> None:
+    """The block's mechanics (preferences read 16 at a time and ranked as a tier, the tiers'
+    heads, one clock per block) never change it: every block equals the one
+    ``build_evidence_block`` makes from the full scan's rankings, fresh and after the blocks
+    marked what they showed as used (an hour later, the heads reused with dirty memories)."""
+    import random
+
+    from memlocal.injection import build_evidence_block, evidence_limit
+
+    rng = random.Random(7)
+    queries = ["deploy the release", "coffee with the boss", "zebra", "the", "peanut diet for kids", "unknown"]
+    with _open(str(tmp_path)) as bank:
+        # Short lines: some 40 preferences fit in half the budget, so a block reads past the first 16.
+        rows = [_memory({"words": rng.choices(VOCAB, k=rng.randint(1, 3)),
+                         "category": "preference" if i % 3 == 0 else rng.choice(CATEGORIES),
+                         "confidence": rng.choice([1.0, 0.8, 0.4]), "age": rng.random() * 300,
+                         "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7, 60]), "active": True})
+                for i in range(240)]
+        assert set(bank.store.import_batch(rows)) == {"imported"}
+        bank._recall_index = RecallIndex(bank.store, cold_queries=0, background=False, direct=0, head_size=4)
+        for now in (NOW, NOW + timedelta(hours=1)):
+            memories = bank.store.iter_profile("p")
+            for q in queries:
+                def ranked(tier: str, limit: int, min_score: float) -> list[ScoredMemory]:
+                    return rank_brute_force(memories, q, limit=limit, min_score=min_score, now=now, tier=tier,
+                                            ranking=SPEC if tier != "other" else Ranking())
+
+                evidence = rank_brute_force(memories, q, limit=evidence_limit(2000, 8), min_score=0.05, now=now)
+                want = build_evidence_block(evidence, ranked, budget=2000, relevant_limit=8)
+                got = bank.render_context_block("p", q, now=now)
+                assert got.text == want.text and got.ids == want.ids
+                assert [s.memory.id for s in got.trimmed] == [s.memory.id for s in want.trimmed]
+                assert sum(s.memory.category == "preference" for s in got.core) > 16
+            for q in queries:
+                bank.build_context_block("p", q, now=now)  # marks what it showed as used
+            bank.drain()
 
 
 # --- the index is built beside the queries --------------------------------------------------------
