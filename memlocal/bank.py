@@ -1147,13 +1147,13 @@ def _check_recall_args(limit: object, min_score: object) -> tuple[int, float]:
 
 def _check_extra(extra: "Mapping[str, Any] | None") -> dict[str, Any]:
     """A save's extra fields: JSON text that names none of the spec's fields nor the hygiene's."""
+    if not extra:
+        return {}
     import json
 
     from .hygiene import SUPERSEDED_BY, SUPERSEDES
     from .model import JSON_FIELDS
 
-    if not extra:
-        return {}
     reserved = sorted(set(extra) & {*JSON_FIELDS, SUPERSEDES, SUPERSEDED_BY})
     if reserved:
         raise ValidationError(f"extra fields may not name the memory's own fields: {', '.join(reserved)}")

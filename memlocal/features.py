@@ -47,6 +47,7 @@ _SAFE: Final = re.compile(r"[a-z0-9'\u0080-\U0010ffff]+")
 FEATURES_META_KEY: Final = "features.version"
 
 
+@lru_cache(maxsize=1 << 16)  # a bank's vocabulary repeats: every save and imported line encodes its terms
 def encode_term(term: str) -> str:
     """The stored token of a term (itself, unless the FTS5 tokenizer would split it)."""
     if _SAFE.fullmatch(term):

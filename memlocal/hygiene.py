@@ -186,6 +186,19 @@ _DIGIT_RE: Final = re.compile(r"\d")
 _word_term = lru_cache(maxsize=1 << 16)(text.stem)
 
 
+@lru_cache(maxsize=1 << 16)
+def _word_part(word: str) -> tuple[str | None, str | None]:
+    """What one (already folded) word adds to a signature: ``(term, None)``, or ``(None, guard
+    word)`` for a meaningful small word, or ``(None, None)`` for a filler; cached, as signatures
+    run on every save, every imported line and every candidate."""
+    term = _word_term(word)
+    if term is not None:
+        return term, None
+    if word in FILLER_WORDS:
+        return None, None
+    return None, GUARD_FORMS.get(word) or word.replace("'", "")
+
+
 # A token of normalise() whose exact form matters: one with a digit (a number with its sign,
 # currency or percent) or a symbol (``c++``, ``c#``): anything but letters and inner apostrophes.
 _MARK_RE: Final = re.compile(r"[^\w ']|[\d_]")
@@ -193,6 +206,7 @@ _ASCII_MARK_RE: Final = re.compile(r"[^a-z ']")  # the same for ASCII (normalise
 _MARKED_TOKEN_RE: Final = re.compile(r"(?<![^ ])[^ ]*?(?:[^\w ']|[\d_])[^ ]*")
 
 
+@lru_cache(maxsize=1024)  # a save computes it for its near-duplicate check, then for its row's near_key
 def signature(value: str) -> Signature:
     """The :class:`Signature` of a text (after the one normalisation, :func:`memlocal.fold.fold`)."""
     value = fold(value)
@@ -203,12 +217,11 @@ def signature(value: str) -> Signature:
     marked = _ASCII_MARK_RE.search(norm) if norm.isascii() else _MARK_RE.search(norm)
     numbers = set(_MARKED_TOKEN_RE.findall(norm)) if marked else set()
     for word in text.words(value):
-        term = _word_term(word)
+        term, small = _word_part(word)
         if term is None:
-            if word not in FILLER_WORDS:
-                guard.append(GUARD_FORMS.get(word) or word.replace("'", ""))
-            continue
-        if term not in seen:
+            if small is not None:
+                guard.append(small)
+        elif term not in seen:
             seen.add(term)
             seq.append(term)
     return Signature(frozenset(seq), tuple(seq), tuple(sorted(guard)), frozenset(numbers))

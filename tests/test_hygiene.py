@@ -469,3 +469,40 @@ def test_a_saves_extra_fields_are_kept_and_checked(bank: MemoryBank) -> None:
         with pytest.raises(ValidationError):
             bank.save("p", content="never stored", extra=bad)
     assert bank.list("p").total == 1
+
+
+def _lookup_steps(bank: MemoryBank, text: str) -> int:
+    """SQLite virtual-machine steps (in units of 10) of the duplicate checks a save of ``text``
+    runs: a count of work that does not depend on the machine's load."""
+    steps = 0
+
+    def tick() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    bank.store.conn.set_progress_handler(tick, 10)
+    try:
+        bank.find_duplicate(P, text, category="preference")
+    finally:
+        bank.store.conn.set_progress_handler(None, 0)
+    return steps
+
+
+def test_the_duplicate_checks_are_index_lookups_whatever_the_profile_size(local: MemoryBank) -> None:
+    """Both checks, exact and near, probe an index: their work does not grow with the profile
+    (a scan of the profile made every save cost more as the bank grew)."""
+    from memory_factory import memory
+
+    text = "Report 99999 uses structured JSON output with a schema"
+
+    def grow(n: int) -> None:
+        have = local.list(P).total
+        local.import_memories([memory(P, f"Report {i} uses structured JSON output with a schema",
+                                      category="preference") for i in range(have, n)])
+
+    grow(30)
+    small = _lookup_steps(local, text)
+    grow(1500)
+    large = _lookup_steps(local, text)
+    assert large <= 2 * small + 5, (small, large)

@@ -120,3 +120,26 @@ def test_imported_memories_are_queued_for_sync(tmp_path: Path, hosts: Any, s3: A
     code, out, err = cli("sync", "run", db=host.path, env=s3.env)
     assert code == 0, out + err
     assert len(s3.keys()) == 4
+
+
+def test_imported_memories_are_indexed_for_recall_as_saved_ones_are(tmp_path: Path) -> None:
+    """An import writes many memories per statement: each active one is in the recall index with
+    the features a save gives it, an inactive one is not, whatever the statements' size."""
+    from memlocal.store.memories import insert_rows, write_row
+
+    with MemoryBank(tmp_path / "saved.db") as saved_bank:
+        saved = [saved_bank.save("p", content=f"Team {name} owns the {thing} service", category="fact").memory
+                 for name, thing in (("alpha", "billing"), ("bravo", "search"), ("charlie", "mail"),
+                                     ("delta", "auth"), ("echo", "storage"))]
+        docs = dict(saved_bank.store.read("SELECT m.id, d.features FROM memory_features_docs d"
+                                          " JOIN memories m ON m.rowid = d.rowid"))
+    retired = saved[2].with_changes(is_active=False)
+    with MemoryBank(tmp_path / "imported.db") as bank:
+        with bank.store.transaction() as c:
+            insert_rows(c, [write_row(m) for m in (*saved[:2], retired, *saved[3:])], rows_per_statement=2)
+        assert dict(bank.store.read("SELECT m.id, d.features FROM memory_features_docs d"
+                                    " JOIN memories m ON m.rowid = d.rowid")) == {
+            i: f for i, f in docs.items() if i != retired.id}
+        for m, word in zip(saved, ("billing", "search", "mail", "auth", "storage")):
+            got = [s.memory.id for s in bank.query_with_relevance("p", word)]
+            assert got == ([] if m.id == retired.id else [m.id]), word

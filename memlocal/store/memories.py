@@ -23,7 +23,7 @@ from ..errors import NotFoundError, StoreError
 from ..hygiene import near_key, text_key
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
-from .derive import derive_features, derive_near_keys, derive_text_keys
+from .derive import derive_features, derive_text_keys
 from .schemas import CORE_SETS
 from .schemas.lineage import COPIED_FROM_SQL
 
@@ -141,11 +141,34 @@ def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> N
 WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
 
 
+_INSERT: Final = f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({', '.join('?' for _ in WRITE_COLUMNS)})"
+
+
 def write_row(m: Memory) -> tuple[Any, ...]:
     """``memory_to_row(m)`` plus the memory's features (for an INSERT of ``WRITE_COLUMNS``)."""
     from ..features import features_of
 
     return (*memory_to_row(m), features_of(m.processed_content, m.summary))
+
+
+def insert_rows(c: sqlite3.Connection, rows: Sequence[Sequence[Any]], columns: Sequence[str] = WRITE_COLUMNS,
+                rows_per_statement: int = 500) -> None:
+    """INSERT ``rows`` into ``memories`` with a few multi-row statements rather than one per row.
+
+    Why: the triggers that maintain the recall index write into an FTS5 table, and FTS5 writes
+    its pending terms out as a new segment at the end of every statement that ran a trigger; one
+    statement per row meant a segment (and the merging of segments) per memory, about three
+    quarters of an import's SQL time. The rows, triggers and constraints are the same; a failing
+    row aborts its statement, as ``executemany`` would, inside the caller's transaction."""
+    if not rows:
+        return
+    # Within SQLite's limit on bound variables (32766 by default since 3.32; 999 before).
+    per = max(1, min(rows_per_statement, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns)))
+    head = f"INSERT INTO memories ({', '.join(columns)}) VALUES "
+    one = "(" + ", ".join("?" for _ in columns) + ")"
+    for i in range(0, len(rows), per):
+        part = rows[i:i + per]
+        c.execute(head + ", ".join([one] * len(part)), [v for row in part for v in row])
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,40 +207,35 @@ class Store(Database):
     migration_sets = CORE_SETS
 
     def _opened(self) -> None:
-        self._check_features()
-        self._check_keys()
+        self._check_derived()
 
-    def _check_features(self) -> None:
-        """Re-derive every memory's features and near-duplicate key when they were made by another
-        tokenizer (the stamp in ``meta`` differs from this code's fingerprint): once, on open."""
+    def _check_derived(self) -> None:
+        """Derive again what the store keeps of each memory's text when the code that made it
+        differs from this process's: the recall features (stamped in ``meta`` with
+        :func:`memlocal.features.fingerprint`) and the duplicate keys (``text_key``, ``raw_key``,
+        ``near_key``, stamped with :func:`memlocal.hygiene.keys_fingerprint`). Once, on open, in
+        one transaction; a duplicate is then always found by its key, a memory by its features.
+        The near key is made of the tokenizer's terms, so a new tokenizer derives the keys too."""
         from ..features import FEATURES_META_KEY, fingerprint
-
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
-        if row is not None and row[0] == fingerprint():
-            return
-        with self.transaction() as c:
-            row = c.execute("SELECT value FROM meta WHERE key = ?", (FEATURES_META_KEY,)).fetchone()
-            if row is not None and row[0] == fingerprint():
-                return  # another process re-derived them while we waited for the lock
-            # Clearing first lets the triggers remove each old document with the values it was
-            # indexed with; deriving then indexes the new ones.
-            c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
-            derive_features(c)
-            derive_near_keys(c)  # made of the same terms
-
-    def _check_keys(self) -> None:
-        """Re-derive every memory's duplicate keys when another version of the key functions made
-        them (the stamp in ``meta`` differs from :func:`memlocal.hygiene.keys_fingerprint`): once,
-        on open, so that a duplicate is always found by its key."""
         from ..hygiene import KEYS_META_KEY, keys_fingerprint
 
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
-        if row is not None and row[0] == keys_fingerprint():
+        wanted = {FEATURES_META_KEY: fingerprint(), KEYS_META_KEY: keys_fingerprint()}
+
+        def stale(c: sqlite3.Connection) -> set[str]:
+            have = dict(c.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", tuple(wanted)).fetchall())
+            return {key for key, value in wanted.items() if have.get(key) != value}
+
+        if not stale(self.conn):
             return
         with self.transaction() as c:
-            row = c.execute("SELECT value FROM meta WHERE key = ?", (KEYS_META_KEY,)).fetchone()
-            if row is None or row[0] != keys_fingerprint():  # another process may have done it
-                derive_text_keys(c)
+            todo = stale(c)  # another process may have derived them while we waited for the lock
+            if FEATURES_META_KEY in todo:
+                # Clearing first lets the triggers remove each old document with the values it
+                # was indexed with; deriving then indexes the new ones (and stamps them).
+                c.execute("UPDATE memories SET features = NULL WHERE features IS NOT NULL")
+                derive_features(c)
+            if todo:
+                derive_text_keys(c)  # every key, stamped
 
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);
@@ -240,11 +258,10 @@ class Store(Database):
     def insert(self, memory: Memory) -> None:
         """Insert a new memory durably, with its outbox entry in the same transaction;
         ``IdTakenError`` if its id exists (in any profile)."""
-        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
         row = write_row(memory)  # tokenised before the write lock is taken
         try:
             with self.transaction() as c:
-                c.execute(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})", row)
+                c.execute(_INSERT, row)
                 _record_outbox(c, memory.id, memory.profile_name, "put")
         except sqlite3.IntegrityError as exc:
             if "memories.id" in str(exc) or "UNIQUE" in str(exc):
@@ -264,8 +281,6 @@ class Store(Database):
         from ..model import new_id
 
         copied = {} if copied is None else copied
-        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
-        insert = f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})"
         outcomes: list[str] = []
         rows = {m.id: write_row(m) for m in memories}  # tokenised before the write lock is taken
         with self.transaction() as c:
@@ -305,7 +320,7 @@ class Store(Database):
                     copies[(memory.profile_name, memory.id)] = fresh
                     new.append(write_row(copy_of(memory, fresh, memory.profile_name, copied)))
                     outcomes.append(f"copied:{fresh}")
-            c.executemany(insert, new)
+            insert_rows(c, new)
             queued = to_us(utcnow())
             c.executemany(_OUTBOX_UPSERT, [(w[0], w[1], "put", queued) for w in new])
         return outcomes
@@ -341,7 +356,6 @@ class Store(Database):
         from ..hygiene import copy_of
         from ..model import new_id
 
-        placeholders = ", ".join("?" for _ in WRITE_COLUMNS)
         with self.transaction() as c:
             held = c.execute("SELECT count(*) FROM memories WHERE profile = ?", (target,)).fetchone()[0]
             if held:
@@ -360,8 +374,7 @@ class Store(Database):
                 ids[m.id] = fresh
             copies = [copy_of(m, ids[m.id], target, ids) for m in originals]
             # The features depend on the text only: the copy reuses the original's.
-            c.executemany(f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({placeholders})",
-                          [(*memory_to_row(m), r[-1]) for m, r in zip(copies, rows)])
+            insert_rows(c, [(*memory_to_row(m), r[-1]) for m, r in zip(copies, rows)])
             queued = to_us(utcnow())
             c.executemany(_OUTBOX_UPSERT, [(m.id, target, "put", queued) for m in copies])
             if move:
@@ -534,8 +547,10 @@ class Store(Database):
     def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
         """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
         first (callers confirm with the rule itself)."""
-        rows = self.read(f"{_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1 ORDER BY created_us, id",
-                         (profile, key))
+        # The subquery makes the lookup a probe of memories_near_key: given the ORDER BY, the
+        # planner preferred memories_profile_created and read the whole profile on every save.
+        rows = self.read(f"{_SELECT} WHERE rowid IN (SELECT rowid FROM memories WHERE profile = ? AND near_key = ?)"
+                         " AND is_active = 1 ORDER BY created_us, id", (profile, key))
         return [row_to_memory(r) for r in rows]
 
     def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
