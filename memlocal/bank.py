@@ -1000,7 +1000,7 @@ class MemoryBank:
         Evidence mode: what ``query`` gives evidence for goes in first, across both tiers
         (:func:`memlocal.injection.build_evidence_block`); spec mode: the spec's tiers."""
         from .injection import build_evidence_block, build_memory_block, evidence_limit
-        from .scoring import SPEC
+        from .scoring import SPEC, Ranking
 
         validate_profile(profile)
         check_text(query, "query")
@@ -1022,9 +1022,14 @@ class MemoryBank:
         if not ranking.gated:
             return _shown_block(build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit,
                                                    min_score=min_score))
+        # Every memory the task gives any evidence for (ratio 0), in the evidence order: the block
+        # takes those that pass the configured ratio first, then the weaker facts, before facts
+        # with none (build_evidence_block).
         evidence = index.query(profile, query, limit=evidence_limit(budget, relevant_limit), min_score=min_score,
-                               now=now, ranking=ranking, similarity=self._similarity(profile, query, ranking))
-        return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit))
+                               now=now, ranking=Ranking(ranking.mode, 0.0),
+                               similarity=self._similarity(profile, query, ranking))
+        return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
+                                                 ratio=ranking.ratio))
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to

@@ -336,8 +336,10 @@ def test_the_block_equals_one_built_from_the_full_scan(tmp_path: Path) -> None:
                     return rank_brute_force(memories, q, limit=limit, min_score=min_score, now=now, tier=tier,
                                             ranking=SPEC if tier != "other" else Ranking())
 
-                evidence = rank_brute_force(memories, q, limit=evidence_limit(2000, 8), min_score=0.05, now=now)
-                want = build_evidence_block(evidence, ranked, budget=2000, relevant_limit=8)
+                # The block reads every memory with any evidence (ratio 0), those past the gate's ratio first.
+                evidence = rank_brute_force(memories, q, limit=evidence_limit(2000, 8), min_score=0.05, now=now,
+                                            ranking=Ranking("evidence", 0.0))
+                want = build_evidence_block(evidence, ranked, budget=2000, relevant_limit=8, ratio=Ranking().ratio)
                 got = bank.render_context_block("p", q, now=now)
                 assert got.text == want.text and got.ids == want.ids
                 assert [s.memory.id for s in got.trimmed] == [s.memory.id for s in want.trimmed]
