@@ -854,12 +854,13 @@ class MemoryBank:
                 for p, n, act in self.store.profile_activity()]
 
     def sync_status(self) -> dict[str, Any]:
-        """The replicator's ``status()``; without a bucket, ``{"bucket": None, "localOnly": True,
-        "message": "no bucket configured (local only)"}``."""
+        """The replicator's ``status()`` with ``"localOnly": False`` and no message; without a
+        bucket, ``{"bucket": None, "localOnly": True, "message": "no bucket configured (local only)",
+        "database": ...}``."""
         if self.replicator is None:
             return {"bucket": None, "localOnly": True, "message": "no bucket configured (local only)",
                     "database": str(self.store.path)}
-        return {"localOnly": False, **self.replicator.status()}
+        return {"localOnly": False, "message": None, **self.replicator.status()}
 
     def stats(self) -> dict[str, Any]:
         """``{"totalMemories": N, "activeMemories": A, "supersededMemories": N - A,

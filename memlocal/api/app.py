@@ -375,7 +375,8 @@ def delete_automation(id: AutomationPath, bank: MemoryBank = BankDep) -> Respons
 # --- sync ---------------------------------------------------------------------------------------
 
 
-@router.get("/sync/status", response_model=SyncStatus, summary="The bucket sync's status")
+@router.get("/sync/status", response_model=SyncStatus, response_model_exclude_unset=True,
+            summary="The bucket sync's status")
 def sync_status(bank: MemoryBank = BankDep) -> dict[str, Any]:
     """What ``memlocal sync status --json`` shows: the bucket in use and where its name came
     from, what is pending (the outbox), the last pass and its result, the last error, skipped
