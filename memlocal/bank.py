@@ -660,7 +660,7 @@ class MemoryBank:
         validate_profile(profile)
         when = now or utcnow()
         chosen = []
-        for m in sorted(self.store.iter_profile(profile), key=lambda m: (m.created_at, m.id)):
+        for m in self.store.iter_profile(profile, oldest_first=True):
             reason = retention_reason(m, rule, when)
             if reason is not None:
                 chosen.append(Pruned(shown(m), reason))
@@ -829,11 +829,9 @@ class MemoryBank:
         if profile is not None:
             validate_profile(profile)
         self._ready(profile)
-        profiles = [profile] if profile is not None else sorted(self.store.profiles())
-        for name in profiles:
-            memories = self.store.iter_profile(name)
-            memories.sort(key=lambda m: (m.created_at, m.id))
-            yield from map(shown, memories)
+        memories = (self.store.iter_all(oldest_first=True) if profile is None
+                    else self.store.iter_profile(profile, oldest_first=True))
+        yield from map(shown, memories)
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""

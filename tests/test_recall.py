@@ -224,7 +224,7 @@ def test_exact_on_a_few_thousand_memories(tmp_path: Path) -> None:
                     "count": rng.choice([0, 0, 0, 1, 2, 7, 30]), "active": rng.random() > 0.05}
             rows.append(_memory(spec))
         assert set(bank.store.import_batch(rows)) == {"imported"}  # one transaction, not 3,000
-        memories = bank.store.iter_profile("p")
+        memories = list(bank.store.iter_profile("p"))
         for _ in range(25):
             q = " ".join(rng.choices(vocab, weights, k=rng.randint(1, 4)))
             for tier in (None, "core"):
@@ -266,7 +266,7 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
             for _ in range(rounds):
                 bank.store.mark_accessed("p", rng.sample(ids, 8), NOW)
                 index.query("p", rng.choice(VOCAB), limit=8, min_score=0.05, now=NOW)  # the gate: no walk
-            memories = bank.store.iter_profile("p")
+            memories = list(bank.store.iter_profile("p"))
             for q in ("", *rng.sample(VOCAB, 4)):
                 for tier in (None, "core", "other"):
                     want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
