@@ -12,7 +12,7 @@ import pytest
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER, RELEVANT_HEADING
-from agent_profile import agent_profile
+from dev_profile import agent_profile
 from memory_factory import NOW, days_ago, put
 
 PROFILE = "coder"
