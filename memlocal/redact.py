@@ -21,12 +21,56 @@ this module.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
+import sys
+import threading
 from dataclasses import dataclass
+from types import ModuleType
 from functools import lru_cache
 from typing import Any, Final, Iterable, Iterator
 
-from detect_secrets.plugins.aws import AWSKeyDetector
+
+
+class _DeferredModule(ModuleType):
+    """Stands in for a module until an attribute it lacks is read, then imports the real module
+    (which takes its place in ``sys.modules``) and answers from it."""
+
+    def __getattr__(self, name: str) -> Any:
+        with _DEFER_LOCK:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+        return getattr(real, name)
+
+
+_DEFER_LOCK = threading.Lock()
+
+
+def _defer_requests() -> None:
+    """Stand in for ``requests`` while detect-secrets loads, unless something imported it already.
+
+    detect-secrets' plugin modules import ``requests`` (and through it urllib3, charset_normalizer
+    and http.cookiejar) at their top, for their online ``verify`` step, which memlocal never runs:
+    about half of a CLI save's start-up. The stand-in keeps the real module's spec (so an
+    ``import requests`` elsewhere finds it, as it finds any loaded module) and imports the real
+    one on the first attribute read: other code of the process that uses ``requests`` gets it then.
+    (``importlib.util.LazyLoader`` does not help here: on Python 3.11 the next ``import
+    requests`` statement reads ``__spec__`` and so loads it at once.)"""
+    if "requests" in sys.modules:
+        return
+    spec = importlib.util.find_spec("requests")
+    if spec is None:
+        return
+    stand_in = _DeferredModule("requests")
+    stand_in.__spec__ = spec
+    sys.modules["requests"] = stand_in
+
+
+_defer_requests()
+
+from detect_secrets.plugins.aws import AWSKeyDetector  # noqa: E402  (after the deferral above)
 from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
 from detect_secrets.plugins.base import BasePlugin
 from detect_secrets.plugins.basic_auth import BasicAuthDetector

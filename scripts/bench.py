@@ -718,8 +718,11 @@ def bench_noop_100k(tmp: Path, plan: Plan, n: int = 100_000) -> dict[str, Any]:
     now = utcnow()
     objects: list[tuple[str, bytes]] = []
     entries: list[tuple[str, str, bytes]] = []
-    for i in range(n):
-        m = Memory(id=new_id(), profile_name=PROFILE, raw_input=f"bench memory number {i}",
+    ids: set[str] = set()
+    while len(ids) < n:  # 32-bit ids: 100k random ones hold a collision about two times in three
+        ids.add(new_id())
+    for i, memory_id in enumerate(sorted(ids)):
+        m = Memory(id=memory_id, profile_name=PROFILE, raw_input=f"bench memory number {i}",
                    processed_content=f"bench memory number {i}", summary=f"memory {i}", created_at=now)
         key, body = object_key(PROFILE, m.id), encode(m)
         objects.append((key, body))

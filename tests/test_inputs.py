@@ -20,6 +20,7 @@ from memlocal import BankNotWiredError, MemoryBank
 from memlocal.api import create_app
 from memlocal.cli import main
 from memlocal.cli._common import InputChoice
+from memlocal import inputs
 from memlocal.errors import InputTooLargeError, ValidationError
 from memlocal.inputs import (
     AutomationNoteInput,
@@ -105,11 +106,15 @@ def test_mcp_tool_schemas_are_the_models(tmp_path: Path) -> None:
 
 
 def test_cli_choices_come_from_the_models() -> None:
-    choice_params = [(cmd.name, p) for cmd in main.commands.values() if isinstance(cmd, click.Command)
+    ctx = click.Context(main)
+    commands = [main.get_command(ctx, name) for name in main.list_commands(ctx)]  # lazily loaded
+    choice_params = [(cmd.name, p) for cmd in commands if isinstance(cmd, click.Command)
                      for p in cmd.params if isinstance(p.type, click.Choice)]
     assert choice_params, "no CLI option has choices"
     for name, p in choice_params:  # never a hand-written list again
         assert isinstance(p.type, InputChoice), f"memlocal {name} {p.opts[0]}: use InputChoice"
+        # the choices a command checks without loading pydantic are the model's
+        assert tuple(p.type.choices) == choices(getattr(inputs, p.type.model), p.type.field)
     [category] = [p for name, p in choice_params if name == "save" and p.name == "category"]
     assert tuple(category.type.choices) == choices(SaveInput, "category") == CATEGORIES
 

@@ -19,6 +19,7 @@ import click
 from ..config import Config
 from ..errors import MemoryBankError, ValidationError, fold_whitespace
 from ..humanize import ellipsize, round_floats
+from ..model import CATEGORIES
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank
@@ -27,6 +28,17 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 COMMAND_ENTRY_POINTS = "memlocal.commands"
+
+# Where each built-in command lives (a sibling module whose import registers it on ``main``). A
+# command's module is imported when that command runs, never at start-up: a one-shot ``memlocal
+# save`` loads only what a save needs (tests/test_cli_startup.py pins the diet).
+COMMAND_MODULES: dict[str, str] = {
+    "save": "memories", "get": "memories", "list": "memories", "delete": "memories", "stats": "memories",
+    "recall": "recall", "inject": "recall", "automation": "recall",
+    "history": "hygiene", "prune": "hygiene",
+    "export": "portability", "import": "portability",
+    "profile": "profile_cmd", "config": "config_cmd", "audit": "audit_cmd", "mcp": "mcp_cmd", "serve": "serve",
+}
 
 
 class State:
@@ -64,7 +76,7 @@ class MemlocalGroup(click.Group):
         return {ep.name: ep for ep in entry_points(group=COMMAND_ENTRY_POINTS)}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(self._plugins()))
+        return sorted(set(super().list_commands(ctx)) | set(COMMAND_MODULES) | set(self._plugins()))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list with each command's first sentence in full (click cuts it to fit
@@ -80,6 +92,11 @@ class MemlocalGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         cmd = super().get_command(ctx, cmd_name)
+        if cmd is None and cmd_name in COMMAND_MODULES:
+            from importlib import import_module
+
+            import_module(f"{__package__}.{COMMAND_MODULES[cmd_name]}")  # registers it on ``main``
+            cmd = super().get_command(ctx, cmd_name)
         if cmd is None:
             ep = self._plugins().get(cmd_name)
             if ep is not None:
@@ -163,9 +180,18 @@ class InputChoice(click.Choice):  # type: ignore[type-arg]
 
     @cached_property
     def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        plain = _PLAIN_CHOICES.get((self.model, self.field))
+        if plain is not None:
+            return plain
         from .. import inputs
 
         return inputs.choices(getattr(inputs, self.model), self.field)
+
+
+# Fields whose model takes its choices from a constant that loads without pydantic: a command
+# given ``--category fact`` checks it without importing the input models (about a fifth of a
+# save's start-up). tests/test_inputs.py asserts each equals what the model declares.
+_PLAIN_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {("SaveInput", "category"): CATEGORIES}
 
 
 def echo_json(data: Any) -> None:

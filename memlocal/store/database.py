@@ -15,10 +15,12 @@ Decisions:
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Iterator, Sequence
 
 from ..errors import CorruptDatabaseError, DiskFullError, StoreError, fold_whitespace
@@ -63,6 +65,29 @@ def database_error(path: Path, exc: BaseException) -> StoreError | None:
     return None
 
 
+
+def import_sqlite_utils() -> ModuleType:
+    """``sqlite_utils``, imported without numpy and pandas unless the process has them already.
+
+    sqlite_utils' ``db`` module imports both, when installed, only to map their scalar types to
+    column types; the store never writes such values. numpy (which the semantic extra installs)
+    was the largest import of a fresh host's first CLI command, which creates the database. They
+    are hidden for the import only (a ``None`` in ``sys.modules`` makes ``import`` fail), so any
+    later ``import numpy`` works as usual."""
+    loaded = sys.modules.get("sqlite_utils")
+    if loaded is not None:
+        return loaded
+    hidden = [name for name in ("numpy", "pandas") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import sqlite_utils
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return sqlite_utils
+
 class Database:
     """One SQLite file: connection, transactions, ``meta`` and migrations.
 
@@ -103,9 +128,8 @@ class Database:
     def db(self) -> "sqlite_utils.Database":
         """A sqlite_utils view of the connection (made on first use: importing sqlite_utils
         loads its plugins, which a fresh process answering one recall should not pay for)."""
-        import sqlite_utils
-
-        return sqlite_utils.Database(self.conn)
+        database: sqlite_utils.Database = import_sqlite_utils().Database(self.conn)
+        return database
 
     def _configure(self) -> None:
         c = self.conn
