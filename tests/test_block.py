@@ -14,7 +14,7 @@ from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER, RELEVANT_HEADING
 from memlocal.text import query_dates
-from agent_profile import agent_profile
+from dev_profile import agent_profile
 from memory_factory import NOW, days_ago, put
 
 PROFILE = "coder"
