@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         SyncError,
         ValidationError,
     )
-    from .model import Memory
+    from .model import Memory, RecallQuery
     from .store import Page
 
 __version__ = "0.1.0"
@@ -33,6 +33,7 @@ __all__ = [
     "MemoryBankError",
     "NotFoundError",
     "Page",
+    "RecallQuery",
     "SaveResult",
     "StoreError",
     "SyncError",
@@ -43,7 +44,7 @@ __all__ = [
 # Where each public name lives. They are imported on first use (PEP 562), so that a command that
 # needs none of them (``memlocal --help``) does not load SQLite's helpers and their numpy.
 _HOMES = {
-    "MemoryBank": "bank", "SaveResult": "bank", "Config": "config", "Memory": "model", "Page": "store",
+    "MemoryBank": "bank", "SaveResult": "bank", "Config": "config", "Memory": "model", "RecallQuery": "model", "Page": "store",
     **{name: "errors" for name in ("BankNotWiredError", "ConfigError", "InputTooLargeError", "MemoryBankError",
                                    "NotFoundError", "StoreError", "SyncError", "ValidationError")},
 }

@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, overload
 
 from .config import Config
 from .errors import ConfigError, InputTooLargeError, NotFoundError, SecretFoundError, ValidationError
@@ -24,6 +24,7 @@ from .model import (
     cut_preview,
     Extraction,
     Memory,
+    RecallQuery,
     check_text,
     compute_staleness,
     default_summary,
@@ -33,7 +34,6 @@ from .model import (
     validate_confidence,
     validate_id,
     validate_int,
-    validate_min_score,
     validate_profile,
     validate_summary,
     validate_text_input,
@@ -660,7 +660,7 @@ class MemoryBank:
         validate_profile(profile)
         when = now or utcnow()
         chosen = []
-        for m in sorted(self.store.iter_profile(profile), key=lambda m: (m.created_at, m.id)):
+        for m in self.store.iter_profile(profile, oldest_first=True):
             reason = retention_reason(m, rule, when)
             if reason is not None:
                 chosen.append(Pruned(shown(m), reason))
@@ -829,11 +829,9 @@ class MemoryBank:
         if profile is not None:
             validate_profile(profile)
         self._ready(profile)
-        profiles = [profile] if profile is not None else sorted(self.store.profiles())
-        for name in profiles:
-            memories = self.store.iter_profile(name)
-            memories.sort(key=lambda m: (m.created_at, m.id))
-            yield from map(shown, memories)
+        memories = (self.store.iter_all(oldest_first=True) if profile is None
+                    else self.store.iter_profile(profile, oldest_first=True))
+        yield from map(shown, memories)
 
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
@@ -854,12 +852,13 @@ class MemoryBank:
                 for p, n, act in self.store.profile_activity()]
 
     def sync_status(self) -> dict[str, Any]:
-        """The replicator's ``status()``; without a bucket, ``{"bucket": None, "localOnly": True,
-        "message": "no bucket configured (local only)"}``."""
+        """The replicator's ``status()`` with ``"localOnly": False`` and no message; without a
+        bucket, ``{"bucket": None, "localOnly": True, "message": "no bucket configured (local only)",
+        "database": ...}``."""
         if self.replicator is None:
             return {"bucket": None, "localOnly": True, "message": "no bucket configured (local only)",
                     "database": str(self.store.path)}
-        return {"localOnly": False, **self.replicator.status()}
+        return {"localOnly": False, "message": None, **self.replicator.status()}
 
     def stats(self) -> dict[str, Any]:
         """``{"totalMemories": N, "activeMemories": A, "supersededMemories": N - A,
@@ -921,10 +920,25 @@ class MemoryBank:
         semantic = self.semantic
         return semantic.similar(profile, query) if semantic is not None else None
 
+    @overload
+    def query_with_relevance(self, profile: RecallQuery, /) -> "builtins.list[ScoredMemory]": ...
+
+    @overload
     def query_with_relevance(
         self,
         profile: str,
         query: str,
+        limit: int | None = None,
+        min_score: float | None = None,
+        exclude_ids: Iterable[str] = (),
+        *,
+        now: "datetime | None" = None,
+    ) -> "builtins.list[ScoredMemory]": ...
+
+    def query_with_relevance(
+        self,
+        profile: "str | RecallQuery",
+        query: str | None = None,
         limit: int | None = None,
         min_score: float | None = None,
         exclude_ids: Iterable[str] = (),
@@ -936,26 +950,39 @@ class MemoryBank:
         effects. Exactly what a full scan under the configured ranking returns (ties: newer
         createdAt, then id). Defaults: ``recall.limit`` (8), ``recall.min_score`` (0.05). In
         evidence mode (the default), a query with no usable words returns nothing.
+
+        Takes a :class:`~memlocal.model.RecallQuery`, or its fields as arguments (a convenience
+        that builds one).
         """
-        validate_profile(profile)
-        check_text(query, "query")
-        limit, min_score = _check_recall_args(
-            self.config["recall.limit"] if limit is None else limit,
-            self.config["recall.min_score"] if min_score is None else min_score,
-        )
-        if isinstance(exclude_ids, str):
-            exclude_ids = (exclude_ids,)
-        exclude = [validate_id(i) for i in exclude_ids]
+        q = _recall_query(profile, query, limit, min_score, exclude_ids, now).with_defaults(
+            self.config.get_int("recall.limit"), self.config.get_float("recall.min_score"))
+        assert q.limit is not None and q.min_score is not None
         ranking = self.ranking()
-        self._ready(profile)
-        results = self._index().query(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude,
-                                      now=now, ranking=ranking, similarity=self._similarity(profile, query, ranking))
+        self._ready(q.profile)
+        results = self._index().query(q.profile, q.text, limit=q.limit, min_score=q.min_score,
+                                      exclude_ids=q.exclude_ids, now=q.now, ranking=ranking,
+                                      similarity=self._similarity(q.profile, q.text, ranking))
         return [_shown_scored(r) for r in results]
 
+    @overload
+    def recall(self, profile: RecallQuery, /) -> "builtins.list[ScoredMemory]": ...
+
+    @overload
     def recall(
         self,
         profile: str,
         query: str,
+        limit: int | None = None,
+        min_score: float | None = None,
+        exclude_ids: Iterable[str] = (),
+        *,
+        now: "datetime | None" = None,
+    ) -> "builtins.list[ScoredMemory]": ...
+
+    def recall(
+        self,
+        profile: "str | RecallQuery",
+        query: str | None = None,
         limit: int | None = None,
         min_score: float | None = None,
         exclude_ids: Iterable[str] = (),
@@ -967,9 +994,10 @@ class MemoryBank:
         every reader; not fsynced, as the spec calls MarkAccessed best-effort). The results show the
         values the ranking used, from before the bump. In evidence mode only memories that
         passed the gate are returned, so only they count as used (no feedback loop)."""
-        results = self.query_with_relevance(profile, query, limit, min_score, exclude_ids, now=now)
+        q = _recall_query(profile, query, limit, min_score, exclude_ids, now)
+        results = self.query_with_relevance(q)
         if results:
-            self.store.mark_accessed(profile, [r.memory.id for r in results], now or utcnow())
+            self.store.mark_accessed(q.profile, [r.memory.id for r in results], q.now or utcnow())
         return results
 
     def mark_accessed(self, profile: str, ids: Iterable[str], *, now: "datetime | None" = None) -> "Future[int]":
@@ -1000,7 +1028,7 @@ class MemoryBank:
         Evidence mode: what ``query`` gives evidence for goes in first, across both tiers
         (:func:`memlocal.injection.build_evidence_block`); spec mode: the spec's tiers."""
         from .injection import build_evidence_block, build_memory_block, evidence_limit
-        from .scoring import SPEC
+        from .scoring import SPEC, Ranking
 
         validate_profile(profile)
         check_text(query, "query")
@@ -1022,9 +1050,14 @@ class MemoryBank:
         if not ranking.gated:
             return _shown_block(build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit,
                                                    min_score=min_score))
+        # Every memory the task gives any evidence for (ratio 0), in the evidence order: the block
+        # takes those that pass the configured ratio first, then the weaker facts, before facts
+        # with none (build_evidence_block).
         evidence = index.query(profile, query, limit=evidence_limit(budget, relevant_limit), min_score=min_score,
-                               now=now, ranking=ranking, similarity=self._similarity(profile, query, ranking))
-        return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit))
+                               now=now, ranking=Ranking(ranking.mode, 0.0),
+                               similarity=self._similarity(profile, query, ranking))
+        return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
+                                                 ratio=ranking.ratio))
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
@@ -1136,8 +1169,15 @@ def _shown_block(block: "RenderedBlock") -> "RenderedBlock":
                    relevant=tuple(map(_shown_scored, block.relevant)), trimmed=tuple(map(_shown_scored, block.trimmed)))
 
 
-def _check_recall_args(limit: object, min_score: object) -> tuple[int, float]:
-    return validate_int(limit, "limit", 1, PAGE_MAX_LIMIT), validate_min_score(min_score)
+def _recall_query(profile: "str | RecallQuery", query: str | None, limit: int | None, min_score: float | None,
+                  exclude_ids: Iterable[str], now: "datetime | None") -> RecallQuery:
+    """The query a recall was given, or the one its arguments make."""
+    if isinstance(profile, RecallQuery):
+        if (query, limit, min_score, tuple(exclude_ids), now) != (None, None, None, (), None):
+            raise TypeError("a RecallQuery carries every argument of the recall: pass nothing else")
+        return profile
+    ids = (exclude_ids,) if isinstance(exclude_ids, str) else tuple(exclude_ids)
+    return RecallQuery(profile, query, limit, min_score, ids, now)  # type: ignore[arg-type]
 
 
 def _check_extra(extra: "Mapping[str, Any] | None") -> dict[str, Any]:

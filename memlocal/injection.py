@@ -15,8 +15,8 @@ The memory block (docs/spec.md, "Prompt injection")::
 - Core entries are preference and fact memories, relevant entries the other categories; the
   spec's empty line separates the sections when both are present.
 - Evidence mode (default, :func:`build_evidence_block`): the preferences within half the
-  budget, then what the task gives evidence for in either tier, then the rest of the core tier
-  in the room left. Spec mode (:func:`build_memory_block`): the spec's tiers, the core tier best
+  budget, then what the task gives evidence for in either tier, then the weaker evidence for
+  facts and preferences, then the rest of the core tier in the room left. Spec mode (:func:`build_memory_block`): the spec's tiers, the core tier best
   score first, the relevant tier the top ``inject.relevant_limit`` (8) with score ≥
   ``inject.min_score`` (0.05), trimmed relevant first, then core, lowest score first.
 - The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
@@ -311,9 +311,11 @@ def build_memory_block(ranked: Ranker, *, budget: int, relevant_limit: int, min_
 # The share of the budget within which a profile's preferences are in every block of the
 # evidence mode ("always apply"), whatever the task's evidence (docs/relevance.md).
 PREFERENCE_SHARE: Final = 0.5
-# Evidence candidates read per block: about two and a half times the ~20 lines of ~100
-# characters that fit in the default budget, so entries too long for the room left are replaced.
-_EVIDENCE_CHARS_PER_CANDIDATE: Final = 40
+# Evidence candidates read per block: about five times the ~20 lines of ~100 characters that
+# fit in the default budget, so that the second pass (memlocal.scoring.rerank: shorter facts
+# and facts of the date the task names first) has room to order, and entries too long for the
+# room left are replaced (100 for 2000 characters; docs/relevance.md has the measurements).
+_EVIDENCE_CHARS_PER_CANDIDATE: Final = 20
 
 
 def evidence_limit(budget: int, relevant_limit: int) -> int:
@@ -343,19 +345,22 @@ def build_evidence_block(
     budget: int,
     relevant_limit: int,
     preference_share: float = PREFERENCE_SHARE,
+    ratio: float = 0.0,
 ) -> RenderedBlock:
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
-    ``evidence``: the gated ranking of the task over every category (the memories it gives
-    evidence for, most relevant first); ``ranked``: the spec's ranking of a tier (the core tier
-    and its preferences alone, ``"preference"``, are read).
+    ``evidence``: the gated ranking of the task over every category with any evidence (gate
+    ratio 0: the memories it gives evidence for, most relevant first); ``ranked``: the spec's
+    ranking of a tier (the core tier and its preferences alone, ``"preference"``, are read).
     Entries are admitted in this order, each only if the block still fits ``budget``:
 
     1. the profile's preferences, best first, while together they fit in ``preference_share`` of
        the budget (they always apply);
-    2. the evidence, in its order: facts and preferences go in the core section, the other
-       categories in the relevant one (at most ``relevant_limit`` of them);
-    3. the rest of the core tier (facts and preferences without evidence), best first, in the
+    2. the evidence that passes the gate's ``ratio`` (topic ≥ ratio · the best topic), in its
+       order: facts and preferences go in the core section, the other categories in the
+       relevant one (at most ``relevant_limit`` of them);
+    3. the weaker evidence, facts and preferences only (the relevant section keeps the gate);
+    4. the rest of the core tier (facts and preferences without evidence), best first, in the
        room left.
 
     The sections keep the spec's headings and line format; within each, entries keep the order
@@ -393,8 +398,15 @@ def build_evidence_block(
             break
         if admit(s):
             spent += cost
+    def passes(s: "ScoredMemory") -> bool:
+        return s.evidence is None or s.evidence.strength >= ratio * s.evidence.best
+
     for s in evidence:
-        admit(s)
+        if passes(s):
+            admit(s)
+    for s in evidence:
+        if s.memory.category in CORE_CATEGORIES and not passes(s):
+            admit(s)
     for s in core:
         admit(s)
     kept_core = tuple(s for s in order if chosen[s.memory.id][0])

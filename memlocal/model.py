@@ -607,6 +607,43 @@ class Extraction:
     supersedes: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RecallQuery:
+    """One recall request, validated when it is built: every face (the tools and MCP, REST's
+    search, ``memlocal recall``, the integrations) builds one and passes it to
+    :meth:`memlocal.MemoryBank.recall` or :meth:`~memlocal.MemoryBank.query_with_relevance`.
+
+    ``profile``: whose memories; ``text``: the query; ``limit``: most results (1 to 1000;
+    ``None``: the setting ``recall.limit``); ``min_score``: lowest score returned (0 to 1;
+    ``None``: ``recall.min_score``); ``exclude_ids``: memories never returned (one id or
+    several); ``now``: the time the scores are computed at (``None``: the current time).
+    A broken rule raises ``ValidationError`` with the message the faces show.
+    """
+
+    profile: str
+    text: str
+    limit: int | None = None
+    min_score: float | None = None
+    exclude_ids: tuple[str, ...] = ()
+    now: datetime | None = None
+
+    def __post_init__(self) -> None:
+        validate_profile(self.profile)
+        check_text(self.text, "query")
+        if self.limit is not None:
+            validate_int(self.limit, "limit", 1, PAGE_MAX_LIMIT)
+        if self.min_score is not None:
+            object.__setattr__(self, "min_score", validate_min_score(self.min_score))
+        # One id is one id, not its characters.
+        ids = (self.exclude_ids,) if isinstance(self.exclude_ids, str) else self.exclude_ids
+        object.__setattr__(self, "exclude_ids", tuple(validate_id(i) for i in ids))
+
+    def with_defaults(self, limit: int, min_score: float) -> "RecallQuery":
+        """This query with the settings' values where it leaves ``limit`` or ``min_score`` open."""
+        return replace(self, limit=limit if self.limit is None else self.limit,
+                       min_score=min_score if self.min_score is None else self.min_score)
+
+
 # An age given by a person (prune --older-than, retention.older_than): the one parser.
 _AGE_RE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNIT_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -42,6 +42,8 @@ from .scoring import (
     ScoredMemory,
     Weights,
     rank_key,
+    RERANK_DEPTH,
+    rerank,
     confidence_mul,
     evidence_of,
     gate_select,
@@ -1544,8 +1546,32 @@ class RecallIndex:
         """The exact top ``limit`` of ``profile`` for ``query`` under ``ranking`` (no side effects).
 
         ``similarity``: the semantic signal's embedding top-k (id -> cosine), added to the topic
-        in evidence mode (:func:`memlocal.scoring.with_similarity`); ignored in spec mode.
+        in evidence mode (:func:`memlocal.scoring.with_similarity`); ignored in spec mode. In
+        evidence mode the gate's first ``max(limit, RERANK_DEPTH)`` are re-ordered by the bounded
+        second pass (:func:`memlocal.scoring.rerank`), as the full scan does.
         """
+        if not ranking.gated:
+            return self._exact(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude_ids,
+                               now=now, tier=tier, ranking=ranking, similarity=similarity)
+        found = self._exact(profile, query, limit=max(limit, RERANK_DEPTH), min_score=min_score,
+                            exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity)
+        return rerank(found, query, limit)
+
+    def _exact(
+        self,
+        profile: str,
+        query: str,
+        *,
+        limit: int,
+        min_score: float,
+        exclude_ids: Iterable[str] = (),
+        now: datetime | None = None,
+        tier: str | None = None,
+        ranking: Ranking = Ranking(),
+        similarity: Mapping[str, float] | None = None,
+    ) -> list[ScoredMemory]:
+        """The exact first ``limit`` under ``ranking`` (in evidence mode: the gate's, before
+        the second pass)."""
         now_us = to_us(now or utcnow())
         assert now_us is not None
         exclude_ids = tuple(exclude_ids)  # read by the cold path, and again if it hands over

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from itertools import chain
 from typing import Final, Iterable
 
 import Stemmer  # PyStemmer
 
-from .model import default_summary
+from .model import default_summary, to_us
 from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
 TERMS_VERSION: Final = 5
@@ -190,3 +191,57 @@ def memory_terms(processed_content: str, summary: str) -> frozenset[str]:
     if processed_content.startswith(summary) or summary == default_summary(processed_content):
         return terms(processed_content)
     return terms_of((processed_content, summary))
+
+
+# --- dates a query names -----------------------------------------------------------------------
+
+_MONTHS: Final = ("january", "february", "march", "april", "may", "june", "july", "august",
+                  "september", "october", "november", "december")
+_MONTH_RE: Final = "|".join(_MONTHS)
+# "9 November, 2022", "9th of November 2022"; "November 9, 2022"; "November 2022".
+_DAY_MONTH_YEAR: Final = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE}),?\s+(\d{{4}})\b")
+_MONTH_DAY_YEAR: Final = re.compile(rf"\b({_MONTH_RE})\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b")
+_MONTH_YEAR: Final = re.compile(rf"\b({_MONTH_RE}),?\s+(\d{{4}})\b")
+_DAY: Final = timedelta(days=1)
+
+
+def query_dates(query: str) -> tuple[tuple[int, int], ...]:
+    """The dates ``query`` names, as windows of createdAt (µs, start inclusive, end exclusive):
+    a day ("on 9 November, 2022", "November 9, 2022") from the day before to the day after it
+    (a day in the asker's time zone, not UTC), a month ("in August 2023") that month with a day
+    either side. Nothing else (relative dates, a bare year) is read. Used by the evidence
+    mode's second pass (:func:`memlocal.scoring.rerank`): a memory saved on the day a task names
+    is more likely what it asks about."""
+    low = query.lower()
+    if not any(m in low for m in _MONTHS):
+        return ()
+    days: list[datetime] = []
+    for m in _DAY_MONTH_YEAR.finditer(low):
+        days.append(_date(int(m[3]), m[2], int(m[1])))
+    for m in _MONTH_DAY_YEAR.finditer(low):
+        days.append(_date(int(m[3]), m[1], int(m[2])))
+    windows = []
+    try:  # a date at the edge of datetime's range (year 1, year 9999) is no window
+        windows = [(d - _DAY, d + 2 * _DAY) for d in days if d.year > 1]
+        if not windows:
+            for m in _MONTH_YEAR.finditer(low):
+                start = _date(int(m[2]), m[1], 1)
+                if start.year > 1:
+                    end = datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=timezone.utc)
+                    windows.append((start - _DAY, end + _DAY))
+    except (ValueError, OverflowError):
+        pass
+    out = []
+    for a, b in windows:
+        ua, ub = to_us(a), to_us(b)
+        if ua is not None and ub is not None:
+            out.append((ua, ub))
+    return tuple(out)
+
+
+def _date(year: int, month: str, day: int) -> datetime:
+    """The UTC midnight of a date, or ``datetime.min`` (year 1) when it does not exist."""
+    try:
+        return datetime(year, _MONTHS.index(month) + 1, day, tzinfo=timezone.utc)
+    except (ValueError, OverflowError):
+        return datetime(1, 1, 1, tzinfo=timezone.utc)

@@ -28,7 +28,7 @@ from .inputs import (
     describe_error,
     tool_schema,
 )
-from .model import MEMORY_TOOL_NAMES, validate_profile
+from .model import MEMORY_TOOL_NAMES, RecallQuery, validate_profile
 
 if TYPE_CHECKING:
     from .bank import MemoryBank
@@ -153,7 +153,7 @@ def dispatch(
                            category=args.category, confidence=args.confidence, supersedes=args.supersedes)
         return result.to_dict()
     if isinstance(args, RecallInput):
-        scored = bank.recall(profile, args.query, limit=args.limit, min_score=args.min_score)
+        scored = bank.recall(RecallQuery(profile, args.query, args.limit, args.min_score))
         if args.full:
             return {"results": [round_floats(s.to_dict()) for s in scored]}
         return {"results": [lean_result(s) for s in scored]}

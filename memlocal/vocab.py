@@ -11,6 +11,11 @@ that the same idea written differently gives the same terms:
   framework, "vim" an editor, "indentation" is formatting). Only words whose broader sense is
   unambiguous are listed: the extra term is literal evidence, weighted by its IDF like any other.
 - ``ZONE_REGIONS``: an IANA time-zone name (``Europe/Lisbon``) yields "timezone".
+- ``GENERIC_WORDS``: everyday verbs, numbers and question frames ("get", "make", "thing",
+  "first", "how long", "what kind of") that a bank of facts rarely says, so that their IDF is
+  high although they carry little of what a question is about. A query weighs them at
+  :data:`memlocal.scoring.GENERIC_WEIGHT` of their IDF. They stay terms (unlike stopwords): a
+  memory still matches them, and ``TERMS_VERSION`` does not depend on this list.
 
 These tables are not the spec's eight clusters (:mod:`memlocal.clusters`): a cluster is a loose
 topic that counts as a light extra feature; these are near-synonyms that count as the word itself.
@@ -134,3 +139,19 @@ BROADER: Final[Mapping[str, tuple[str, ...]]] = _broader(_BROADER_GROUPS)
 # Continents and oceans that open an IANA zone name ("Europe/Lisbon", "America/New_York").
 ZONE_REGIONS: Final = ("africa", "america", "antarctica", "arctic", "asia", "atlantic", "australia",
                        "europe", "indian", "pacific", "etc")
+
+# Words that say how a question is asked, not what it is about (see the module docstring). The
+# stems of these (and of their inflections, listed where the stemmer does not unify them) are
+# down-weighted in a query; the question frames "how long / many / much / often" and "what
+# kind / type / sort of" are here through their second word.
+GENERIC_WORDS: Final = frozenset("""
+    get got gets getting go goes going went gone make makes made making do does done doing
+    like likes liked find finds found thing things first second two three one last next new
+    good great kind kinds type types sort sorts long many much often take takes took taken
+    give gives gave given come comes came say says said tell tells told know knows knew
+    think thinks thought want wants wanted need needs needed see sees saw seen look looks
+    looked feel feels felt way ways time times day days lot lots bring brings brought put
+    keep keeps kept describe describes described mention mentions mentioned share shares
+    shared talk talks talked discuss discusses discussed recent recently current currently
+    later
+""".split())

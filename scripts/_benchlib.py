@@ -34,7 +34,7 @@ from memlocal.config import Config
 from memlocal.model import Memory, new_id, staleness_of, utcnow
 from memlocal.scoring import (
     Breakdown, Ranking, ScoredMemory, rank_key, clusters_of, confidence_mul, evidence_of, gate_select, literal, maturity,
-    memory_terms, prepare_query, score_parts, usage, weights_for,
+    memory_terms, prepare_query, score_parts, usage, weights_for, RERANK_DEPTH, rerank,
 )
 from memlocal.store import WRITE_COLUMNS, Store, to_us, write_row
 
@@ -211,11 +211,12 @@ class BruteForce:
             elif s >= min_score:
                 out.append((rank_key(s, created, m.id), ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s))))
         if ranking.gated:
-            kept, best = gate_select(rows, limit=limit, ratio=ranking.ratio, min_score=min_score,
+            kept, best = gate_select(rows, limit=max(limit, RERANK_DEPTH), ratio=ranking.ratio, min_score=min_score,
                                      ident=lambda item: (item[1], item[0].id),
                                      strong=lambda item: literal(pq, item[4]))
-            return [ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s), evidence_of(pq, ts, cs, top, best))
-                    for (m, _, use, cm, ts, cs), s, rec, top in kept]
+            # The evidence mode's bounded second pass, as the bank applies it.
+            return rerank([ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s), evidence_of(pq, ts, cs, top, best))
+                           for (m, _, use, cm, ts, cs), s, rec, top in kept], query, limit)
         out.sort(key=lambda p: p[0])
         return [s for _, s in out[:limit]]
 

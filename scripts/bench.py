@@ -880,7 +880,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
         client = s3_client(endpoint)
         config = Config.load(environ=s3_env(endpoint, BUCKET, plan.workers))
         store0 = Store(source)
-        memories = store0.iter_profile(PROFILE)
+        memories = list(store0.iter_profile(PROFILE))
         store0.close()
         count = len(memories)
         src = tmp / "rclone-src"

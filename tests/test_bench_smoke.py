@@ -40,8 +40,9 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     env = dict(os.environ, TMPDIR=str(tmp_path))
     # 50 memories: every section, the push, both hydrations and the rclone baseline run end to end
     # (200 took ~6 s longer and checked nothing more; exactness at size is test_recall.py's job).
+    # Two queries: each is also a fresh runner's `memlocal inject` process (8 cost ~7 s of CPU more).
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench.py"), "--json", "--details", "--sizes", "50", "--queries", "8",
+        [sys.executable, str(SCRIPTS / "bench.py"), "--json", "--details", "--sizes", "50", "--queries", "2",
          "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1", "--noop-big", "20"],
         capture_output=True, text=True, env=env, timeout=300,
     )

@@ -4,6 +4,7 @@ this task:"), spec mode's literal tiers, and intent recall on a developer's prof
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -12,7 +13,8 @@ import pytest
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER, RELEVANT_HEADING
-from agent_profile import agent_profile
+from memlocal.text import query_dates
+from dev_profile import agent_profile
 from memory_factory import NOW, days_ago, put
 
 PROFILE = "coder"
@@ -125,3 +127,53 @@ def test_a_shared_cluster_alone_ranks_below_any_literal_match(coder: tuple[Memor
 def test_the_code_freeze_ranks_above_code_review(coder: tuple[MemoryBank, dict[str, str]]) -> None:
     order = _recall(coder, "when is the code freeze?")
     assert "review" not in order or order.index("freeze") < order.index("review")
+
+
+# --- the evidence order's refinements (docs/relevance.md, "The second pass") --------------------
+
+
+def test_a_generic_word_does_not_outrank_what_the_question_is_about(tmp_path: Path) -> None:
+    # "long" is rare in a bank of facts, so by IDF alone it outweighed Nate and his turtles.
+    with _bank(tmp_path / "m.db") as bank:
+        turtles = {put(bank, "p", f"Nate feeds turtle number {i}", category="fact", created=days_ago(30 + i)).id
+                   for i in range(3)}
+        walks = put(bank, "p", "Joanna enjoys long walks", category="fact", created=days_ago(1)).id
+        for i in range(5):
+            put(bank, "p", f"Nate plays game number {i} with friends", category="fact", created=days_ago(2 + i))
+        found = [r.memory.id for r in bank.query_with_relevance("p", "How long has Nate had his turtles?", now=NOW)]
+        assert set(found[:3]) == turtles and walks not in found[:3]
+
+
+def test_a_memory_saved_on_the_date_the_task_names_comes_first(tmp_path: Path) -> None:
+    with _bank(tmp_path / "m.db") as bank:
+        on_the_day = put(bank, "p", "Nate cooked a dish with coconut milk", category="fact",
+                         created=datetime(2025, 3, 9, 15, 0, tzinfo=timezone.utc)).id
+        later = put(bank, "p", "Nate cooked a dish with rice", category="fact", created=days_ago(2)).id
+        ask = "What dish did Nate cook on 9 March, 2025?"
+        assert [r.memory.id for r in bank.query_with_relevance("p", ask, now=NOW)] == [on_the_day, later]
+        assert [r.memory.id for r in bank.query_with_relevance("p", "What dish did Nate cook?", now=NOW)] == [later, on_the_day]
+
+
+def test_query_dates_reads_days_and_months_only() -> None:
+    day = query_dates("what happened on 9 November, 2022?")
+    assert day == query_dates("what happened on November 9th, 2022") and len(day) == 1
+    start, end = day[0]
+    assert end - start == 3 * 86_400_000_000  # the day, with a day either side
+    (month,) = query_dates("in August 2023")
+    assert month[1] - month[0] == 33 * 86_400_000_000
+    assert query_dates("may I ask about 2023?") == () == query_dates("31 December 9999") == query_dates("")
+
+
+def test_weaker_evidence_fills_the_block_before_facts_without_any(tmp_path: Path) -> None:
+    with _bank(tmp_path / "m.db", **{"inject.budget_chars": 400}) as bank:
+        # "pottery" is in one fact (rare: high IDF) and "Melanie" in most, so a fact that shares
+        # only the name is below the gate's ratio (0.3 of the best) but still evidence.
+        put(bank, "p", "Melanie made a bowl in pottery class", category="fact", created=days_ago(40))
+        weak = put(bank, "p", "Melanie loves camping at the beach", category="fact", created=days_ago(50)).id
+        for i in range(5):
+            put(bank, "p", f"Melanie paints sunset number {i}", category="fact", created=days_ago(60 + i))
+        for i in range(8):
+            put(bank, "p", f"The office printer {i} needs toner", category="fact", created=days_ago(i))
+        results = bank.query_with_relevance("p", "What does Melanie think about pottery?", now=NOW)
+        assert weak not in {r.memory.id for r in results}  # the gate keeps it out of recall
+        assert weak in bank.render_context_block("p", "What does Melanie think about pottery?", now=NOW).ids

@@ -143,3 +143,29 @@ def test_imported_memories_are_indexed_for_recall_as_saved_ones_are(tmp_path: Pa
         for m, word in zip(saved, ("billing", "search", "mail", "auth", "storage")):
             got = [s.memory.id for s in bank.query_with_relevance("p", word)]
             assert got == ([] if m.id == retired.id else [m.id]), word
+
+
+def test_an_export_streams_from_one_snapshot_and_the_bank_stays_writable(bank: MemoryBank) -> None:
+    from datetime import timedelta
+
+    from memlocal.model import Memory, new_id, utcnow
+    from memlocal.store.database import ITER_PAGE_ROWS
+
+    start = utcnow() - timedelta(days=1)
+    n = ITER_PAGE_ROWS * 2 + 7  # three pages of the cursor
+    rows = [Memory(new_id(), "p" if i % 2 else "a", f"note {i}", f"note {i}", f"note {i}",
+                   created_at=start + timedelta(seconds=i)) for i in range(n)]
+    assert set(bank.store.import_batch(rows)) == {"imported"}
+    exported = bank.export()
+    assert not isinstance(exported, list)
+    first = next(exported)
+    # Mid-export the store takes writes (no lock held between rows); the export shows the
+    # memories as of its first row, each once.
+    bank.save("a", "written while the export runs")
+    bank.delete("p", rows[-2].id)
+    got = [first, *exported]
+    want = sorted(rows, key=lambda m: (m.profile_name, m.created_at, m.id))
+    assert [m.id for m in got] == [m.id for m in want]
+    oldest = [m.id for m in bank.store.iter_profile("p", oldest_first=True)]
+    assert oldest == [m.id for m in want if m.profile_name == "p" and m.id != rows[-2].id]
+    assert [m.id for m in bank.store.iter_profile("p")] == oldest[::-1]  # newest first

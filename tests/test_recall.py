@@ -224,7 +224,7 @@ def test_exact_on_a_few_thousand_memories(tmp_path: Path) -> None:
                     "count": rng.choice([0, 0, 0, 1, 2, 7, 30]), "active": rng.random() > 0.05}
             rows.append(_memory(spec))
         assert set(bank.store.import_batch(rows)) == {"imported"}  # one transaction, not 3,000
-        memories = bank.store.iter_profile("p")
+        memories = list(bank.store.iter_profile("p"))
         for _ in range(25):
             q = " ".join(rng.choices(vocab, weights, k=rng.randint(1, 4)))
             for tier in (None, "core"):
@@ -266,7 +266,7 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
             for _ in range(rounds):
                 bank.store.mark_accessed("p", rng.sample(ids, 8), NOW)
                 index.query("p", rng.choice(VOCAB), limit=8, min_score=0.05, now=NOW)  # the gate: no walk
-            memories = bank.store.iter_profile("p")
+            memories = list(bank.store.iter_profile("p"))
             for q in ("", *rng.sample(VOCAB, 4)):
                 for tier in (None, "core", "other"):
                     want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
@@ -298,7 +298,7 @@ def test_a_tiers_head_answers_exactly_as_the_clock_moves_and_the_bank_changes(tm
                 bank.store.mark_accessed("p", rng.sample(ids, 3), now)
             if step == 3:
                 put(bank, "p", "a preference saved just now", category="preference", created=now)
-            memories = bank.store.iter_profile("p")
+            memories = list(bank.store.iter_profile("p"))
             for q in ("", *rng.sample(VOCAB, 2)):
                 for tier in (None, "core", "other", PREFERENCE_TIER):
                     for limit in (1, 8):
@@ -330,14 +330,16 @@ def test_the_block_equals_one_built_from_the_full_scan(tmp_path: Path) -> None:
         assert set(bank.store.import_batch(rows)) == {"imported"}
         bank._recall_index = RecallIndex(bank.store, cold_queries=0, background=False, direct=0, head_size=4)
         for now in (NOW, NOW + timedelta(hours=1)):
-            memories = bank.store.iter_profile("p")
+            memories = list(bank.store.iter_profile("p"))
             for q in queries:
                 def ranked(tier: str, limit: int, min_score: float) -> list[ScoredMemory]:
                     return rank_brute_force(memories, q, limit=limit, min_score=min_score, now=now, tier=tier,
                                             ranking=SPEC if tier != "other" else Ranking())
 
-                evidence = rank_brute_force(memories, q, limit=evidence_limit(2000, 8), min_score=0.05, now=now)
-                want = build_evidence_block(evidence, ranked, budget=2000, relevant_limit=8)
+                # The block reads every memory with any evidence (ratio 0), those past the gate's ratio first.
+                evidence = rank_brute_force(memories, q, limit=evidence_limit(2000, 8), min_score=0.05, now=now,
+                                            ranking=Ranking("evidence", 0.0))
+                want = build_evidence_block(evidence, ranked, budget=2000, relevant_limit=8, ratio=Ranking().ratio)
                 got = bank.render_context_block("p", q, now=now)
                 assert got.text == want.text and got.ids == want.ids
                 assert [s.memory.id for s in got.trimmed] == [s.memory.id for s in want.trimmed]

@@ -15,8 +15,9 @@ P = "breaker"
 def test_100_saves_against_a_frozen_bucket_wait_for_one_timeout(
         hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
     fault_proxy.freeze()   # accepts connections, reads requests, never answers
-    # sync.put_timeout_s as shipped (3 s); the window is longer than the test.
-    a = hosts("a", bucket__endpoint=fault_proxy.endpoint, sync__put_timeout_s=3.0, sync__breaker_s=60.0)
+    # One timeout in all, whatever its length: 0.5 s here (the shipped 3 s is what
+    # scripts/bench.py's frozen_lib_100_saves_s measures); the window is longer than the test.
+    a = hosts("a", bucket__endpoint=fault_proxy.endpoint, sync__put_timeout_s=0.5, sync__breaker_s=60.0)
     t0 = time.monotonic()
     results = [a.bank.save(P, f"saved while the bucket hangs {i}") for i in range(100)]
     elapsed = time.monotonic() - t0
@@ -24,7 +25,8 @@ def test_100_saves_against_a_frozen_bucket_wait_for_one_timeout(
     assert all(r.synced is False for r in results)
     # At most one save per window waited for the bucket (its requests: the marker, then nothing).
     assert fault_proxy.received == 1, fault_proxy.received
-    # Issue target: under 5 s in all; bounded here at 3x that for a loaded machine.
+    # The target (under 5 s in all with the shipped timeout) is the bench's; bounded here for a
+    # loaded machine.
     assert elapsed < 15, f"100 saves took {elapsed:.1f} s"
     # The next pass drains the outbox once the bucket answers.
     fault_proxy.thaw()

@@ -130,3 +130,43 @@ def test_cli_bad_input_is_one_line(seeded: MemoryBank, args: list[str], cli: Cli
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert "Traceback" not in result.output + result.stderr
     assert snapshot(seeded.path) == before
+
+
+# --- a recall's arguments: one value, validated when built -------------------------------------
+
+
+def test_a_recall_query_is_checked_when_it_is_built() -> None:
+    from memlocal import RecallQuery
+
+    for kwargs, needle in (({"limit": 0}, "limit must be an integer from 1 to 1000"),
+                           ({"limit": True}, "limit must be an integer"),
+                           ({"min_score": 1.5}, "minScore must be a number from 0 to 1"),
+                           ({"min_score": float("nan")}, "minScore"),
+                           ({"exclude_ids": ("mem-xyz",)}, "invalid memory id")):
+        with pytest.raises(ValidationError, match=needle):
+            RecallQuery("alice", "dark mode", **kwargs)
+    with pytest.raises(ValidationError, match="profile"):
+        RecallQuery("../etc", "dark mode")
+    with pytest.raises(ValidationError, match="query"):
+        RecallQuery("alice", "bad \udc80 text")
+    # One id is one id, and the query is immutable.
+    q = RecallQuery("alice", "dark mode", exclude_ids="mem-0000beef")  # type: ignore[arg-type]
+    assert q.exclude_ids == ("mem-0000beef",)
+    with pytest.raises(AttributeError):
+        q.limit = 3  # type: ignore[misc]
+
+
+def test_the_keyword_form_and_the_query_value_are_one_recall(seeded: MemoryBank) -> None:
+    from memlocal import RecallQuery
+
+    from memlocal.model import utcnow
+
+    now = utcnow()
+    q = RecallQuery("alice", "dark mode", limit=5, min_score=0.0, now=now)
+    by_value = seeded.query_with_relevance(q)
+    assert by_value and by_value == seeded.query_with_relevance("alice", "dark mode", limit=5, min_score=0.0, now=now)
+    with pytest.raises(TypeError, match="pass nothing else"):
+        seeded.query_with_relevance(q, "other")  # type: ignore[call-overload]
+    assert_rejected(seeded, lambda: seeded.recall("alice", "dark mode", limit=0), ValidationError, "limit")
+    assert seeded.recall(q)[0].memory.access_count == 0  # the values the ranking used; the bump is stored
+    assert seeded.get("alice", by_value[0].memory.id).access_count == 1

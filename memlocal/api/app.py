@@ -24,7 +24,7 @@ from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
 from ..humanize import shown_summary
 from ..inputs import AutomationId, AutomationNoteInput, Category, MemoryId, MinScore, Offset, PageLimit, ProfileName
-from ..model import CORE_CATEGORIES
+from ..model import CORE_CATEGORIES, RecallQuery
 from . import errors
 from .auth import BearerAuthMiddleware, HostOriginMiddleware, parse_host_list
 from .head import HeadAsGetMiddleware
@@ -159,7 +159,7 @@ def search_memories(
     """Ranked best first, each with its score breakdown. A dashboard read: unlike the
     ``memory_recall`` tool, it does not bump ``accessCount`` or ``lastAccessedAt``."""
     _refresh(bank, response, name)
-    results = bank.query_with_relevance(name, q, limit=limit, min_score=min_score)
+    results = bank.query_with_relevance(RecallQuery(name, q, limit, min_score))
     return {"results": [r.to_dict() for r in results]}
 
 
@@ -375,7 +375,8 @@ def delete_automation(id: AutomationPath, bank: MemoryBank = BankDep) -> Respons
 # --- sync ---------------------------------------------------------------------------------------
 
 
-@router.get("/sync/status", response_model=SyncStatus, summary="The bucket sync's status")
+@router.get("/sync/status", response_model=SyncStatus, response_model_exclude_unset=True,
+            summary="The bucket sync's status")
 def sync_status(bank: MemoryBank = BankDep) -> dict[str, Any]:
     """What ``memlocal sync status --json`` shows: the bucket in use and where its name came
     from, what is pending (the outbox), the last pass and its result, the last error, skipped

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema as cs
 
 from ..inputs import SaveInput
-from ..model import CATEGORIES, ID_PATTERN
+from ..model import CATEGORIES, ID_PATTERN, LINK_FIELDS
 
 # pydantic's JsonDict is not exported (pydantic.json_schema re-imports it privately).
 JsonDict = dict[str, Any]
@@ -41,9 +52,13 @@ class ErrorResponse(_Model):
 
 
 class MemoryOut(_Model):
-    """A memory, as stored (fields written by other implementations are passed through)."""
+    """A memory, as stored: the spec's object. Fields other implementations wrote are passed
+    through beside the declared ones (the schema's ``additionalProperties``), as every reader of
+    the bucket keeps them; every field this library writes is declared here (``tests/test_api_models.py``
+    checks the model against :class:`memlocal.model.Memory`)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
+                              json_schema_extra={"additionalProperties": True})
 
     id: str = Field(pattern=ID_PATTERN)
     profile_name: str
@@ -61,6 +76,38 @@ class MemoryOut(_Model):
     staleness_score: float
     is_active: bool
     version: int
+    supersedes: str | None = Field(
+        None, pattern=ID_PATTERN, description="the memory this one replaced; absent when none")
+    superseded_by: str | None = Field(
+        None, pattern=ID_PATTERN, description="the memory that replaced this one; absent when none")
+
+    # The other writers' fields: data, not schema, so they are kept apart from the declared ones
+    # (a field of this library cannot slip through here: the model test names them all).
+    _others: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_others(cls, data: Any, handler: ModelWrapValidatorHandler["MemoryOut"]) -> "MemoryOut":
+        out = handler(data)
+        if isinstance(data, dict):
+            declared = {f.alias or n for n, f in cls.model_fields.items()} | set(cls.model_fields)
+            out._others = {k: v for k, v in data.items() if k not in declared}
+        return out
+
+    @model_serializer(mode="wrap")
+    def _with_others(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        body: dict[str, Any] = handler(self)
+        for link in LINK_FIELDS:  # absent rather than null, as in the bucket object
+            if body.get(link, "") is None:
+                del body[link]
+        return {**self._others, **body}
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: cs.CoreSchema, handler: GetJsonSchemaHandler) -> JsonDict:
+        # The wrap serializer hides the fields from the response (serialization) schema: document
+        # the model's own fields in both directions.
+        inner: Any = schema.get("schema", schema) if schema["type"] == "function-wrap" else schema
+        return handler({k: v for k, v in inner.items() if k != "serialization"})
 
 
 class MemoryPage(_Model):
@@ -110,8 +157,6 @@ class Weights(_Model):
 
 class Breakdown(_Model):
     """How a score was made: score = (wR·recency + wU·usage + wT·topic) · confidenceMul."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
     recency: float
     usage: float
@@ -247,13 +292,23 @@ class AutomationList(_Model):
 
 
 class SyncStatus(_Model):
-    """``memlocal sync status --json``, or ``localOnly`` with a message when no bucket is configured."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    """``memlocal sync status --json``, or ``localOnly`` with a message when no bucket is
+    configured (the fields it does not have are absent)."""
 
     local_only: bool
     bucket: dict[str, str | None] | None = Field(
         None, description="name, source (where the name came from), endpoint, region"
     )
-    message: str | None = None
+    message: str | None = Field(None, description="without a bucket: no bucket configured (local only)")
     database: str | None = None
+    bucket_identity: dict[str, Any] | None = Field(
+        None, description="the bucket's identity marker memlocal/bucket.json as this host last met it")
+    hydrated: dict[str, Any] | None = Field(
+        None, description="when this index completed a pass of every profile against the bucket; null: never")
+    breaker: dict[str, Any] | None = Field(
+        None, description="the host's write-through circuit breaker: state closed, open or half-open")
+    pending: dict[str, int] | None = Field(None, description="what this host has that the bucket does not (yet)")
+    last_pass: dict[str, Any] | None = Field(None, description="the last pass's report")
+    last_error: dict[str, Any] | None = Field(None, description="the last error of a pass, if any")
+    skipped: list[dict[str, Any]] | None = Field(None, description="bucket objects skipped, with the reason")
+    pass_running: bool | None = Field(None, description="whether a pass runs now")

@@ -38,7 +38,9 @@ def recall(state: State, profile: str, query: str, limit: int | None, min_score:
 
     Counts as a use of every memory returned (accessCount + 1), like the memory_recall tool.
     """
-    results = state.bank().recall(profile, read_text_arg(query) or "", limit=limit, min_score=min_score)
+    from ..model import RecallQuery
+
+    results = state.bank().recall(RecallQuery(profile, read_text_arg(query) or "", limit, min_score))
     if as_json:
         echo_json({"results": [r.to_dict() for r in results]})
         return

@@ -49,7 +49,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from ..model import CATEGORIES, PAGE_MAX_LIMIT, RAW_INPUT_MAX_BYTES, Memory
+from ..model import CATEGORIES, PAGE_MAX_LIMIT, RAW_INPUT_MAX_BYTES, Memory, RecallQuery
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank
@@ -252,7 +252,7 @@ class MemlocalStore(BaseStore):
             # The whole profile is ranked (the filter's candidates may be anywhere in it), up to
             # the recall limit's maximum; candidates past it come unscored.
             size = min(len(self._load(profile, cache)), PAGE_MAX_LIMIT)
-            for hit in self.bank.query_with_relevance(profile, op.query, limit=max(size, 1), min_score=0.0):
+            for hit in self.bank.query_with_relevance(RecallQuery(profile, op.query, max(size, 1), 0.0)):
                 if hit.memory.id in by_id:
                     scored.append(hit)
         scored.sort(key=lambda h: -h.score)  # stable: within a profile, the ranking's own order

@@ -38,6 +38,9 @@ _SQLITE_FULL: Final = 13
 _SQLITE_CORRUPT: Final = frozenset({11, 26})  # CORRUPT, NOTADB
 _SQLITE_DISK: Final = frozenset({3, 8, 10, 14, 22})  # PERM, READONLY, IOERR, CANTOPEN, NOLFS
 
+# Rows a streamed read (``Database.iter_rows``) fetches at a time.
+ITER_PAGE_ROWS: Final = 500
+
 
 def database_error(path: Path, exc: BaseException) -> StoreError | None:
     """The one-line error a failure of the file or the disk becomes (``None`` for any other
@@ -214,6 +217,29 @@ class Database:
             finally:
                 if relax:
                     self.conn.execute("PRAGMA synchronous = FULL")
+
+    def iter_rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """The rows of one query, fetched ``ITER_PAGE_ROWS`` at a time from a cursor on a
+        connection of their own, in one read snapshot (every row as of the first fetch).
+
+        A caller walking a huge table (an export) never holds it all, and neither holds this
+        store's lock between rows: the store stays usable, and writable, meanwhile (a WAL reader
+        does not block the writer). The connection closes when the iteration ends or the
+        iterator is dropped. Sees committed rows only."""
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise database_error(self.path, exc) or StoreError(f"cannot open database {self.path}: {exc}") from None
+        try:
+            with self.translated():
+                conn.execute("PRAGMA query_only = ON")
+                conn.execute("BEGIN")  # one snapshot for every page
+                cursor = conn.execute(sql, params)
+                while rows := cursor.fetchmany(ITER_PAGE_ROWS):
+                    yield from rows
+        finally:
+            conn.close()
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

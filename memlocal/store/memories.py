@@ -458,13 +458,19 @@ class Store(Database):
             ).fetchall()
         return Page([row_to_memory(r) for r in rows], total, limit, offset)
 
-    def iter_all(self) -> builtins.list[Memory]:
-        """Every memory, by profile name and newest first within a profile."""
-        return [row_to_memory(r) for r in self.read(f"{_SELECT} ORDER BY profile, created_us DESC, id DESC")]
+    def iter_all(self, *, oldest_first: bool = False) -> Iterator[Memory]:
+        """Every memory, by profile name and newest first within a profile (``oldest_first``:
+        oldest first), streamed from one read snapshot (``Database.iter_rows``): committed rows
+        only, never all of them in memory at once."""
+        order = "created_us, id" if oldest_first else "created_us DESC, id DESC"
+        return map(row_to_memory, self.iter_rows(f"{_SELECT} ORDER BY profile, {order}"))
 
-    def iter_profile(self, profile: str, *, active_only: bool = False) -> builtins.list[Memory]:
-        sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "")
-        return [row_to_memory(r) for r in self.read(sql, (profile,))]
+    def iter_profile(self, profile: str, *, active_only: bool = False, oldest_first: bool = False) -> Iterator[Memory]:
+        """The memories of ``profile`` (``active_only``: not superseded), newest first
+        (``oldest_first``: oldest first), streamed as :meth:`iter_all`."""
+        order = "created_us, id" if oldest_first else "created_us DESC, id DESC"
+        sql = f"{_SELECT} WHERE profile = ?" + (" AND is_active = 1" if active_only else "") + f" ORDER BY {order}"
+        return map(row_to_memory, self.iter_rows(sql, (profile,)))
 
     def iter_with_extra(self, profile: str, name: str) -> builtins.list[Memory]:
         """The active memories of ``profile`` that carry the extra field ``name`` (an
