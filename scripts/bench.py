@@ -25,7 +25,8 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
            object by object;
            ``fresh_runner_inject_s``: a new runner (empty data dir) runs one ``memlocal inject``
            against that bucket (10k memories and their snapshot), the whole process, wall clock
-           (interpreter, imports, open, hydrate on open, inject); the frozen bucket (an endpoint
+           (interpreter, imports, open, hydrate on open, inject; each runner's CPU in ``--details``;
+           ``--only runner`` runs this alone); the frozen bucket (an endpoint
            that accepts connections and never answers): ``frozen_cli_10_saves_s``, ten
            ``memlocal save`` processes on a fresh data dir, the first included;
            ``frozen_lib_100_saves_s``, ``MemoryBank.open`` and 100 saves; ``frozen_rest_100_saves_s``,
