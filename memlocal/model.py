@@ -412,8 +412,12 @@ def format_time(dt: datetime | None) -> str:
     """Format as RFC 3339 in UTC with ``Z``; ``None`` is written as Go's zero time."""
     if dt is None:
         return ZERO_TIME_TEXT
-    dt = dt.astimezone(timezone.utc)
-    text = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    if dt.tzinfo is not timezone.utc:
+        dt = dt.astimezone(timezone.utc)
+    if dt.year >= 1000:  # strftime's result, without its cost (content hashes format every memory)
+        text = f"{dt.year}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
+    else:  # strftime's own padding of a short year is the platform's: kept as it was
+        text = dt.strftime("%Y-%m-%dT%H:%M:%S")
     if dt.microsecond:
         text += "." + f"{dt.microsecond:06d}".rstrip("0")
     return text + "Z"

@@ -25,7 +25,8 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
            object by object;
            ``fresh_runner_inject_s``: a new runner (empty data dir) runs one ``memlocal inject``
            against that bucket (10k memories and their snapshot), the whole process, wall clock
-           (interpreter, imports, open, hydrate on open, inject); the frozen bucket (an endpoint
+           (interpreter, imports, open, hydrate on open, inject; each runner's CPU in ``--details``;
+           ``--only runner`` runs this alone); the frozen bucket (an endpoint
            that accepts connections and never answers): ``frozen_cli_10_saves_s``, ten
            ``memlocal save`` processes on a fresh data dir, the first included;
            ``frozen_lib_100_saves_s``, ``MemoryBank.open`` and 100 saves; ``frozen_rest_100_saves_s``,
@@ -514,21 +515,64 @@ def runner_env(path: Path, endpoint: str) -> dict[str, str]:
     return {**env, **s3_env(endpoint)}
 
 
-def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str]) -> tuple[list[float], list[bool]]:
+def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str]) -> tuple[list[float], list[bool], list[float]]:
     """``sync.fresh_runner_inject_s``: per query a new runner, with an empty data dir, runs one
     ``memlocal inject`` against the bucket: the whole process, wall clock (interpreter, imports,
-    open, the hydrate on open, the block). Also whether each block held the bucket's memories."""
-    runs, included = [], []
+    open, the hydrate on open, the block). Also whether each block held the bucket's memories,
+    and each runner's CPU seconds (user + system: what the machine's load does not change)."""
+    import resource
+
+    runs, included, cpus = [], [], []
     for i, q in enumerate([queries[0], *queries]):
         db = tmp / f"runner-{i}" / "memlocal.db"
         env = runner_env(tmp / "x", endpoint)  # the bytecode cache the other children use
+        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "inject", "--profile", PROFILE, q],
                              capture_output=True, text=True, check=True, env=env)
         if i:  # the first run fills the bytecode cache
             runs.append(time.perf_counter() - t)
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
             included.append("CONTEXT FROM MEMORY" in out.stdout)
-    return runs, included
+    return runs, included, cpus
+
+
+def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
+    """The fresh runner alone (``--only runner``): the source's memories pushed to a new
+    moto_server, a full pass to write the profile's snapshot, then ``fresh_runner_inject``."""
+    from memlocal_sync.engine import SyncEngine
+
+    from memlocal.store import Store
+    from memlocal.store.replica import StoreReplica
+
+    queries = Corpus(plan.seed + 2).queries(plan.startup_repeats)
+    proc, endpoint = start_moto(tmp / "moto-runner.log")
+    try:
+        s3_client(endpoint).create_bucket(Bucket=BUCKET)
+        db = tmp / "runner-source.db"
+        shutil.copyfile(source, db)
+        store = Store(db)
+        engine = SyncEngine(Config.load(environ=s3_env(endpoint, BUCKET, plan.workers)), StoreReplica(store))
+        try:
+            log("  runner: the first push, then a full pass (it writes the snapshot)")
+            for full in (False, True):
+                report = engine.run_pass(full=full)
+                if not report.ok:
+                    raise SystemExit(f"runner set-up: {report.summary()}: {report.reason}")
+        finally:
+            engine.close()
+            store.close()
+        log(f"  runner: {len(queries)} fresh runners' memlocal inject")
+        m0 = cpu_seconds(proc.pid)
+        runs, blocks, cpus = fresh_runner_inject(endpoint, tmp, queries)
+        server = (cpu_seconds(proc.pid) - m0) / (len(runs) + 1)
+    finally:
+        stop_moto(proc)
+    return {"fresh_runner_inject_s": p50(runs),
+            "_details": {"fresh_runner_runs_s": runs, "fresh_runner_block_has_memories": all(blocks),
+                         "fresh_runner_cpu_s": p50(cpus), "fresh_runner_cpu_runs_s": cpus,
+                         "fresh_runner_server_cpu_s": server}}
 
 
 def bench_frozen(tmp: Path, plan: Plan) -> dict[str, Any]:
@@ -831,6 +875,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     rclone_head_rates: list[float] = []
     runner_s: list[float] = []  # fresh runners' memlocal inject, with whether each block had memories
     runner_blocks: list[bool] = []
+    runner_cpu: list[float] = []
     pages = 0
     try:
         client = s3_client(endpoint)
@@ -900,7 +945,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                         if not report.ok or report.counts["pulled"] != count:
                             raise SystemExit(f"hydration: {report.summary()}")
                 log(f"  sync: fresh runners' memlocal inject against {count} memories")
-                runner_s, runner_blocks = fresh_runner_inject(endpoint, tmp, queries)
+                runner_s, runner_blocks, runner_cpu = fresh_runner_inject(endpoint, tmp, queries)
             log("  start-up baseline: hydrating from the bucket")
             ms, n = hydrate(endpoint, BUCKET, plan.workers)
             if n != count:
@@ -942,6 +987,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
         "frozen_lib_100_saves_s": p50(frozen["lib_100_saves_s"]),
         "frozen_rest_100_saves_s": p50(frozen["rest_100_saves_s"]),
         "_details": {"fresh_runner_runs_s": runner_s, "fresh_runner_block_has_memories": all(runner_blocks),
+                     "fresh_runner_cpu_s": p50(runner_cpu), "fresh_runner_cpu_runs_s": runner_cpu,
                      "frozen_cli_10_saves_runs_s": frozen["cli_10_saves_s"],
                      "frozen_lib_100_saves_runs_s": frozen["lib_100_saves_s"],
                      "frozen_rest_100_saves_runs_s": frozen["rest_100_saves_s"],
@@ -993,10 +1039,16 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     big = max(plan.sizes)
     startup_db: Path | None = None
+    if sections == {"runner"}:  # the fresh runner alone: its database, none of the recall figures
+        log(f"runner: {plan.startup_size} memories, a fresh runner's memlocal inject against moto_server")
+        startup_db = tmp / f"recall-{plan.startup_size}.db"
+        build(startup_db, plan.startup_size, Corpus(plan.seed)).close()
+        out["sync"] = bench_fresh_runner(tmp, startup_db, plan)
+        return out
     if "save" in sections:
         log(f"save: {plan.saves} saves vs bare inserts")
         out["save"] = bench_save(tmp, plan.saves)
-    if sections & {"recall", "inject", "import", "startup", "sync"}:
+    if sections & {"recall", "inject", "import", "startup", "sync", "runner"}:
         out["recall"] = {}
         for n in plan.sizes:
             log(f"recall: {n} memories, {plan.queries} queries")
@@ -1024,7 +1076,7 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
         if "recall" not in sections:
             del out["recall"]
             out.pop("cli", None)
-    assert startup_db is not None or not (sections & {"inject", "import", "startup", "sync"})
+    assert startup_db is not None or not (sections & {"inject", "import", "startup", "sync", "runner"})
     if "inject" in sections and startup_db is not None:
         log("inject: 10k memories")
         out["inject"] = bench_inject(startup_db, plan)
@@ -1041,6 +1093,9 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
             sync["noop_pass_100k_s"] = big.pop("noop_pass_100k_s")
             sync["_details"].update(big["_details"])
             out["sync"] = sync
+    elif "runner" in sections and startup_db is not None:
+        log("runner: a fresh runner's memlocal inject against moto_server")
+        out["sync"] = bench_fresh_runner(tmp, startup_db, plan)
     return out
 
 
@@ -1117,19 +1172,22 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
                      f"({s['hydrate_ms'] / s['open_first_recall_ms']:.0f}×)")
     if "sync" in results:
         s, sd = results["sync"], d["sync"]
-        head = sd.get("rclone_with_head_per_s")
-        lines.append(f"sync first push     {f(s['push_per_s'], '.0f')} objects/s   rclone copy --s3-no-head "
-                     f"{f(s['rclone_per_s'], '.0f')} objects/s" + (f"   (rclone's default, HEAD after PUT: {head:.0f})"
-                                                                  if head else ""))
-        lines.append(f"sync no-op pass     {f(s['noop_pass_s'], '.2f')} s  ({sd['noop_listing_pages']} listing pages; "
-                     f"the server's plain listing alone {f(sd['server_listing_s'], '.2f')} s; our CPU {f(sd['noop_cpu_s'], '.2f')} s)")
+        if "push_per_s" in s:  # not with --only runner
+            head = sd.get("rclone_with_head_per_s")
+            lines.append(f"sync first push     {f(s['push_per_s'], '.0f')} objects/s   rclone copy --s3-no-head "
+                         f"{f(s['rclone_per_s'], '.0f')} objects/s" + (f"   (rclone's default, HEAD after PUT: {head:.0f})"
+                                                                      if head else ""))
+            lines.append(f"sync no-op pass     {f(s['noop_pass_s'], '.2f')} s  ({sd['noop_listing_pages']} listing pages; "
+                         f"the server's plain listing alone {f(sd['server_listing_s'], '.2f')} s; our CPU {f(sd['noop_cpu_s'], '.2f')} s)")
         if s.get("hydrate_s") and s.get("hydrate_per_object_s"):
             lines.append(f"sync fresh host     {f(s['hydrate_s'], '.2f')} s from the snapshot   object by object "
                          f"{f(s['hydrate_per_object_s'], '.2f')} s   ({s['hydrate_per_object_s'] / s['hydrate_s']:.1f}×)")
-        lines.append(f"sync fresh runner   memlocal inject {f(s['fresh_runner_inject_s'], '.2f')} s, whole process "
+        lines.append(f"sync fresh runner   memlocal inject {f(s['fresh_runner_inject_s'], '.2f')} s, whole process, "
+                     f"CPU {f(sd.get('fresh_runner_cpu_s'), '.2f')} s "
                      f"({'bucket memories in every block' if sd['fresh_runner_block_has_memories'] else 'SOME BLOCKS WITHOUT bucket memories'})")
-        lines.append(f"sync frozen bucket  10 CLI saves {f(s['frozen_cli_10_saves_s'], '.2f')} s   100 library saves "
-                     f"{f(s['frozen_lib_100_saves_s'], '.2f')} s   100 REST saves {f(s['frozen_rest_100_saves_s'], '.2f')} s")
+        if "frozen_cli_10_saves_s" in s:
+            lines.append(f"sync frozen bucket  10 CLI saves {f(s['frozen_cli_10_saves_s'], '.2f')} s   100 library saves "
+                         f"{f(s['frozen_lib_100_saves_s'], '.2f')} s   100 REST saves {f(s['frozen_rest_100_saves_s'], '.2f')} s")
     lines.append("")
     for name, ok in targets.items():
         mark = "met" if ok else ("not measured" if ok is None else "MISSED")
@@ -1138,7 +1196,8 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
     return "\n".join(lines)
 
 
-SECTIONS = ("save", "recall", "inject", "import", "startup", "sync")
+# ``runner``: the fresh runner alone (``sync.fresh_runner_inject_s``), without the rest of ``sync``.
+SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -132,3 +132,29 @@ def test_a_run_of_pulls_lands_as_the_same_pulls_one_at_a_time(tmp_path: Path) ->
         assert len(bank.query_with_relevance("p", "green tea on night trains")) == 5
     batched.close()
     single.close()
+
+
+def test_a_pull_longer_than_one_statement_lands_whole(tmp_path: Path) -> None:
+    """A fresh host's run of pulls is inserted a few hundred rows per statement: a run longer
+    than one statement lands whole, in the full-text index too, and clears each pulled
+    memory's queued put while a queued deletion still keeps its memory out."""
+    from memory_factory import memory
+
+    from memlocal_sync.objects import content_hash
+    from memlocal_sync.state import Synced
+
+    store = Store(tmp_path / "m.db")
+    store.upsert(memory("p", "Deleted here, the deletion not pushed yet", memory_id="mem-00000001"))
+    store.delete("p", "mem-00000001")
+    n = 1_201  # three statements at 500 rows each
+    remote = [memory("p", f"Pulled memory {i} about a lighthouse keeper", memory_id=f"mem-{i + 1:08x}") for i in range(n)]
+    SyncState(StoreReplica(store)).apply([Synced(m, f'"etag-{m.id}"', content_hash(m)) for m in remote])
+    assert store.read("SELECT count(*) FROM memories WHERE profile = 'p'") == [(n - 1,)]
+    assert store.read("SELECT count(*) FROM sync_base") == [(n,)]
+    assert store.read("SELECT id, op FROM sync_outbox") == [("mem-00000001", "delete")]
+    assert store.integrity_check() == "ok"
+    with store.transaction() as c:  # the full-text index matches its rows (raises otherwise)
+        c.execute("INSERT INTO memory_features (memory_features) VALUES ('integrity-check')")
+    store.close()
+    with MemoryBank(tmp_path / "m.db") as bank:  # the pulled rows are in the recall index
+        assert len(bank.query_with_relevance("p", "lighthouse keeper", limit=1_000)) == 1_000

@@ -26,6 +26,7 @@ from .memories import (
     Store,
     extra_json,
     id_batches,
+    insert_rows,
     row_to_memory,
     write_row,
 )
@@ -45,6 +46,7 @@ _CONTENT_COLUMNS = ("raw_input", "processed_content", "summary", "category", "so
                     "created_us", "is_active", "version", "extra", "text_key", "raw_key", "near_key")
 
 # A memory pulled from the bucket, inserted with no local access bumps (``apply_remote``).
+_PULLED_COLUMNS: Final = (*WRITE_COLUMNS, "access_delta")
 _INSERT_PULLED = (f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, access_delta)"
                   f" VALUES ({', '.join('?' for _ in range(len(WRITE_COLUMNS) + 1))})")
 
@@ -270,9 +272,13 @@ class ReplicaTransaction:
             deleted.update(r[0] for r in self._conn.execute(
                 f"SELECT id FROM sync_outbox WHERE op = 'delete' AND id IN ({marks})", part))
         absent = [(m, row) for m, row in items if m.id not in present]
-        self._conn.executemany(_INSERT_PULLED, [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted])
-        self._conn.executemany("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", [(m.id,) for m, _ in absent])
-        return {m.id for m, _ in absent}
+        # Multi-row statements, as an import's: FTS5 writes a segment per statement, not per row.
+        insert_rows(self._conn, [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted],
+                    _PULLED_COLUMNS)
+        taken = [m.id for m, _ in absent]
+        for part in id_batches(taken):
+            self._conn.execute(f"DELETE FROM sync_outbox WHERE op = 'put' AND id IN ({', '.join('?' * len(part))})", part)
+        return set(taken)
 
     def delete_from_remote(self, memory_id: str, profile: str) -> None:
         """Another host deleted the memory: delete it here, with any queued change of it."""
