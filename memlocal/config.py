@@ -161,7 +161,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("bucket.secret_access_key", str, "", "secret key; empty means boto3's credential chain", ("INTERNAL_S3_SECRET_ACCESS_KEY", "S3_SECRET_ACCESS_KEY"), secret=True, follows="bucket.name"),
     Setting("sync.interval_s", float, 30.0, "seconds between the daemon's reconciliation passes", ("MEMLOCAL_SYNC_INTERVAL_S",), above=0, max=_DAY),
     Setting("sync.debounce_s", float, 1.0, "how long the daemon lets local writes settle before an early pass", ("MEMLOCAL_SYNC_DEBOUNCE_S",), min=0, max=3600),
-    Setting("sync.put_timeout_s", float, 3.0, "timeout of a save's write-through PUT (no retries: the outbox retries)", ("MEMLOCAL_SYNC_PUT_TIMEOUT_S",), above=0, max=600),
+    Setting("sync.put_timeout_s", float, 2.0, "timeout of a save's write-through PUT (no retries: the outbox retries)", ("MEMLOCAL_SYNC_PUT_TIMEOUT_S",), above=0, max=600),
     Setting("sync.breaker_s", float, 15.0, "after a write-through failure or timeout, saves of every process on this host go straight to the outbox for this many seconds (doubling while the bucket stays sick, up to 8x); then one save tries again", ("MEMLOCAL_SYNC_BREAKER_S",), min=0, max=_DAY),
     Setting("sync.timeout_s", float, 10.0, "connect/read timeout of one bucket request during a pass", ("MEMLOCAL_SYNC_TIMEOUT_S",), above=0, max=600),
     Setting("sync.attempts", int, 5, "attempts per bucket request on throttling, 5xx and connection errors", ("MEMLOCAL_SYNC_ATTEMPTS",), min=1, max=20),
