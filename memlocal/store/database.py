@@ -88,6 +88,7 @@ def import_sqlite_utils() -> ModuleType:
                 del sys.modules[name]
     return sqlite_utils
 
+
 class Database:
     """One SQLite file: connection, transactions, ``meta`` and migrations.
 
