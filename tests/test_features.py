@@ -3,6 +3,7 @@ from them, the per-profile counters, the migration that back-fills them and the 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -207,3 +208,30 @@ def test_the_fts_table_stays_consistent_under_any_writes(steps: list[tuple[int, 
                 c.execute("INSERT INTO memory_features (memory_features) VALUES ('integrity-check')")
             assert store.integrity_check() == "ok"
             _assert_consistent(store)
+
+
+def test_every_writer_leaves_each_row_with_the_rev_of_its_insert(tmp_path: Path) -> None:
+    """The store inserts the rev a row will have, so the insert trigger need not write the row
+    again; a writer that does not (the sqlite3 shell, the sync's pulled rows) gets it from the
+    trigger. Either way each row holds its profile's rev after its insert, and the counters agree."""
+    from memlocal.portability import import_jsonl
+    from memory_factory import memory
+
+    with _open(fresh_database(tmp_path / "m.db")) as bank:
+        bank.save("p", content="Prefers pytest over unittest")  # Store.insert
+        lines = [memory(profile, text, count=n).to_dict() for profile, text, n in
+                 [("p", "Flies to Lisbon in May", 2), ("q", "Deploys on Friday", 0), ("p", "Allergic to peanuts", 1)]]
+        assert import_jsonl(bank, [json.dumps(d) for d in lines]).imported == 3  # multi-row inserts
+        with bank.store.transaction() as c:
+            c.execute("INSERT INTO memories (id, profile, raw_input, processed_content, summary, category, source,"
+                      " confidence, created_us, access_count, staleness, is_active, version, extra)"
+                      " VALUES ('mem-0000beef', 'q', 'x', 'Uses tabs', 'Uses tabs', 'general', 'explicit', 1.0,"
+                      " 1, 4, 0.0, 1, 1, '{}')")
+            c.execute("INSERT INTO memories (id, profile, raw_input, processed_content, summary, category, source,"
+                      " confidence, created_us, access_count, staleness, is_active, version, extra, rev)"
+                      " VALUES ('mem-0000bee5', 'p', 'x', 'Uses vim', 'Uses vim', 'general', 'explicit', 1.0,"
+                      " 1, 0, 0.0, 0, 1, '{}', 99)")  # a wrong rev, inactive
+        rows = bank.store.read("SELECT profile, rev FROM memories ORDER BY rowid")
+        assert rows == [("p", 1), ("p", 2), ("q", 1), ("p", 3), ("q", 2), ("p", 4)]
+        assert bank.store.read("SELECT profile, rev FROM profile_revs ORDER BY profile") == [("p", 4), ("q", 2)]
+        _assert_consistent(bank.store)

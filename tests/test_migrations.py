@@ -61,3 +61,39 @@ def test_the_old_chain_is_every_set_s_old_steps_in_order() -> None:
 def test_a_step_must_not_leave_a_gap() -> None:
     with pytest.raises(ValueError, match="without gaps"):
         MigrationSet("bad", {1: _create_breaker, 3: _add_reason})
+
+
+def test_a_file_of_the_previous_release_takes_the_leaner_save_schema(tmp_path: Path) -> None:
+    """The steps that cut a save's writes (the change log without a rowid, one insert trigger)
+    upgrade a file with memories and queued changes in it, keeping both."""
+    from memlocal.store.database import Database
+
+    path = tmp_path / "prev.db"
+    old = Database(path)
+    shipped = {"memories": 4, "recall": 3}  # the sets' versions in the release before these steps
+    for s in CORE_SETS:
+        old.migrate(MigrationSet(s.name, {n: s.steps[n] for n in range(1, shipped.get(s.name, s.version) + 1)}))
+    old.conn.execute("PRAGMA user_version = 9")  # as every file made since named sets
+    with old.transaction() as c:
+        c.execute("INSERT INTO memories (id, profile, raw_input, processed_content, summary, category, source,"
+                  " confidence, created_us, access_count, staleness, is_active, version, extra)"
+                  " VALUES ('mem-00000001', 'p', 'x', 'Uses tabs', 'Uses tabs', 'general', 'explicit', 1.0,"
+                  " 1, 2, 0.0, 1, 1, '{}')")
+        c.execute("INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES ('mem-00000001', 'p', 'put', 5),"
+                  " ('mem-00000002', 'p', 'delete', 6)")
+    old.close()
+    store = Store(path)
+    try:
+        assert store.meta_get("schema.memories") == "5" and store.meta_get("schema.recall") == "4"
+        assert store.read("SELECT id, profile, op, queued_us FROM sync_outbox ORDER BY id") == [
+            ("mem-00000001", "p", "put", 5), ("mem-00000002", "p", "delete", 6)]
+        assert "WITHOUT ROWID" in store.read("SELECT sql FROM sqlite_master WHERE name = 'sync_outbox'")[0][0]
+        triggers = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                                             " AND tbl_name = 'memories' AND name LIKE '%_ai'")}
+        assert "memories_counts_ai" not in triggers and "memories_rev_ai" in triggers
+        store.insert(store.get("p", "mem-00000001").with_changes(id="mem-00000003", access_count=1))
+        assert store.read("SELECT id, rev FROM memories ORDER BY rowid") == [("mem-00000001", 1), ("mem-00000003", 2)]
+        assert store.read("SELECT rev, active, accesses FROM profile_revs") == [(2, 2, 3)]
+        assert len(store.read("SELECT * FROM sync_outbox")) == 3
+    finally:
+        store.close()

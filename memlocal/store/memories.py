@@ -141,7 +141,10 @@ def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> N
 WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
 
 
-_INSERT: Final = f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}) VALUES ({', '.join('?' for _ in WRITE_COLUMNS)})"
+# A new memory's row with the rev it will have (the profile's next): the insert trigger then has
+# no reason to write the row a second time (recall schema step 4).
+_INSERT: Final = (f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, rev) VALUES ({', '.join('?' for _ in WRITE_COLUMNS)},"
+                  " coalesce((SELECT rev FROM profile_revs WHERE profile = ?), 0) + 1)")
 
 
 def write_row(m: Memory) -> tuple[Any, ...]:
@@ -162,6 +165,7 @@ def insert_rows(c: sqlite3.Connection, rows: Sequence[Sequence[Any]], columns: S
     row aborts its statement, as ``executemany`` would, inside the caller's transaction."""
     if not rows:
         return
+    rows, columns = _with_revs(c, rows, columns)
     # Within SQLite's limit on bound variables (32766 by default since 3.32; 999 before).
     per = max(1, min(rows_per_statement, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns)))
     head = f"INSERT INTO memories ({', '.join(columns)}) VALUES "
@@ -169,6 +173,27 @@ def insert_rows(c: sqlite3.Connection, rows: Sequence[Sequence[Any]], columns: S
     for i in range(0, len(rows), per):
         part = rows[i:i + per]
         c.execute(head + ", ".join([one] * len(part)), [v for row in part for v in row])
+
+
+def _with_revs(c: sqlite3.Connection, rows: Sequence[Sequence[Any]],
+               columns: Sequence[str]) -> tuple[Sequence[Sequence[Any]], Sequence[str]]:
+    """``rows`` with the ``rev`` each will have once inserted in order: the insert trigger bumps
+    the profile's rev once per row, and a row that already holds the bumped value is not
+    written again (recall schema step 4). A wrong guess costs only that second write."""
+    if "rev" in columns or "profile" not in columns:
+        return rows, columns
+    at = columns.index("profile")
+    names = sorted({row[at] for row in rows})
+    rev: dict[str, int] = {}
+    for part in id_batches(names):
+        rev.update(c.execute(f"SELECT profile, rev FROM profile_revs WHERE profile IN ({', '.join('?' * len(part))})",
+                             part).fetchall())
+    out = []
+    for row in rows:
+        profile = row[at]
+        rev[profile] = rev.get(profile, 0) + 1
+        out.append((*row, rev[profile]))
+    return out, (*columns, "rev")
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +286,7 @@ class Store(Database):
         row = write_row(memory)  # tokenised before the write lock is taken
         try:
             with self.transaction() as c:
-                c.execute(_INSERT, row)
+                c.execute(_INSERT, (*row, memory.profile_name))
                 _record_outbox(c, memory.id, memory.profile_name, "put")
         except sqlite3.IntegrityError as exc:
             if "memories.id" in str(exc) or "UNIQUE" in str(exc):

@@ -88,6 +88,19 @@ def _migration_9(db: sqlite_utils.Database) -> None:
     c.execute("CREATE INDEX memories_near_key ON memories (profile, near_key) WHERE near_key IS NOT NULL")
 
 
-# Each step is named by its number in the single chain that came before named sets.
-MEMORIES = MigrationSet("memories", {1: _migration_1, 2: _migration_3, 3: _migration_7, 4: _migration_9},
-                        legacy={1: 1, 2: 3, 3: 7, 4: 9})
+def _outbox_without_rowid(db: sqlite_utils.Database) -> None:
+    """``sync_outbox`` keyed by the memory id itself (``WITHOUT ROWID``): a rowid table with a
+    text primary key is two b-trees (the rows and the key's index), so every save wrote two
+    pages of the change log; now one. Same columns, same rows."""
+    c = db.conn
+    c.execute("CREATE TABLE sync_outbox_keyed (id TEXT PRIMARY KEY NOT NULL, profile TEXT NOT NULL,"
+              " op TEXT NOT NULL, queued_us INTEGER NOT NULL) WITHOUT ROWID")
+    c.execute("INSERT INTO sync_outbox_keyed (id, profile, op, queued_us)"
+              " SELECT id, profile, op, queued_us FROM sync_outbox WHERE id IS NOT NULL")
+    c.execute("DROP TABLE sync_outbox")
+    c.execute("ALTER TABLE sync_outbox_keyed RENAME TO sync_outbox")
+
+
+# Steps 1 to 4 are named by their number in the single chain that came before named sets.
+MEMORIES = MigrationSet("memories", {1: _migration_1, 2: _migration_3, 3: _migration_7, 4: _migration_9,
+                                     5: _outbox_without_rowid}, legacy={1: 1, 2: 3, 3: 7, 4: 9})

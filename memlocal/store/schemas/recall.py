@@ -156,5 +156,34 @@ def _walk_orders(db: sqlite_utils.Database) -> None:
     c.execute("CREATE INDEX IF NOT EXISTS memories_profile_count ON memories (profile, access_count)")
 
 
+def _one_insert_trigger(db: sqlite_utils.Database) -> None:
+    """An insert's bookkeeping in one trigger, and no second write of the row.
+
+    ``memories_rev_ai`` and ``memories_counts_ai`` each made sure the profile had its
+    ``profile_revs`` row and then updated it: one ensure and one update now do both (the rev and
+    the counts). And the row's ``rev`` was written twice: inserted as 0, then updated to the
+    profile's new rev, which moved its entry in ``memories_profile_rev`` from one leaf page to
+    another (two pages written per save). The store now inserts the rev it will have
+    (:func:`memlocal.store.memories.insert_rows`, ``Store.insert``), so the trigger's update of
+    the row only runs for a writer that did not (the sqlite3 shell, an older memlocal): every
+    row still carries the rev of its last change, whoever wrote it.
+    """
+    c = db.conn
+    c.execute("DROP TRIGGER IF EXISTS memories_rev_ai")
+    c.execute("DROP TRIGGER IF EXISTS memories_counts_ai")
+    rev = "(SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
+    c.execute(
+        "CREATE TRIGGER memories_rev_ai AFTER INSERT ON memories BEGIN"
+        # Not "INSERT OR IGNORE": inside a trigger the outer statement's conflict policy wins.
+        " INSERT INTO profile_revs (profile) SELECT NEW.profile"
+        " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);"
+        " UPDATE profile_revs SET rev = rev + 1, active = active + (NEW.is_active = 1),"
+        " accesses = accesses + CASE WHEN NEW.is_active = 1 THEN NEW.access_count ELSE 0 END"
+        " WHERE profile = NEW.profile;"
+        f" UPDATE memories SET rev = {rev} WHERE rowid = NEW.rowid AND NEW.rev IS NOT {rev}; END"
+    )
+
+
 # Steps 1 and 2 are named by their number in the single chain that came before named sets.
-RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4, 3: _walk_orders}, legacy={1: 2, 2: 4})
+RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4, 3: _walk_orders, 4: _one_insert_trigger},
+                      legacy={1: 2, 2: 4})
