@@ -496,11 +496,15 @@ class MemoryBank:
         """``secrets.mode`` applied to a save's (or an import's) text: credentials replaced by
         ``[REDACTED:<kind>]`` (``redact``) or the save refused (``reject``, ``SecretFoundError``).
         Returns the three texts and the kinds found (docs/hygiene.md, "Secrets")."""
-        from .redact import check_mode, merge_kinds, redact
+        from .redact import Redacted, check_mode, merge_kinds, redact
 
         mode = check_mode(self.config["secrets.mode"])
-        found = {name: redact(text) for name, text in
-                 (("rawInput", raw_input), ("content", content), ("summary", summary)) if text is not None}
+        found: dict[str, Redacted] = {}
+        for name, text in (("rawInput", raw_input), ("content", content), ("summary", summary)):
+            if text is not None:
+                # An imported line's rawInput is most often its processedContent: scanned once.
+                same = found.get("rawInput") if name == "content" and text == raw_input else None
+                found[name] = same if same is not None else redact(text)
         kinds = merge_kinds(r.kinds for r in found.values())
         if not kinds:
             return raw_input, content, summary, ()
