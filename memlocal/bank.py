@@ -500,11 +500,11 @@ class MemoryBank:
 
         mode = check_mode(self.config["secrets.mode"])
         found: dict[str, Redacted] = {}
-        for name, text in (("rawInput", raw_input), ("content", content), ("summary", summary)):
-            if text is not None:
+        for name, value in (("rawInput", raw_input), ("content", content), ("summary", summary)):
+            if value is not None:
                 # An imported line's rawInput is most often its processedContent: scanned once.
-                same = found.get("rawInput") if name == "content" and text == raw_input else None
-                found[name] = same if same is not None else redact(text)
+                same = found.get("rawInput") if name == "content" and value == raw_input else None
+                found[name] = same if same is not None else redact(value)
         kinds = merge_kinds(r.kinds for r in found.values())
         if not kinds:
             return raw_input, content, summary, ()
