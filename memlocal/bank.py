@@ -425,10 +425,13 @@ class MemoryBank:
         given = content if content is not None else raw_input
         assert given is not None
         extracting = raw_input is not None and content is None and use_llm and self._extractor is not None
+        # Without extraction the near check reads the same text: both checks' rows in one query.
+        found = self._duplicate_candidates(profile, given) if dedup and not extracting else None
         if dedup:
             # Before the LLM: a repeated note costs no extraction call. The category must match;
             # when the model is to choose it, what it chose for the same text stands.
-            dup = self._exact_duplicate(profile, (given,), category or (None if extracting else "general"))
+            dup = self._exact_duplicate(profile, (given,), category or (None if extracting else "general"),
+                                        found=found[0] if found else None)
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
 
@@ -446,7 +449,7 @@ class MemoryBank:
         if dedup:
             dup = self._exact_duplicate(profile, (processed,), category) if processed != given else None
             if dup is None and self.config["dedup.near"]:
-                dup = self._near_duplicate(profile, processed, category)
+                dup = self._near_duplicate(profile, processed, category, found=found[1] if found else None)
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
         now = utcnow()
@@ -573,19 +576,40 @@ class MemoryBank:
         if not self.config["dedup.enabled"]:
             return None
         skip = frozenset(exclude)
-        dup = self._exact_duplicate(profile, (text,), category, skip)
+        found = self._duplicate_candidates(profile, text)
+        dup = self._exact_duplicate(profile, (text,), category, skip, found=found[0] if found else None)
         if dup is None and self.config["dedup.near"]:
-            dup = self._near_duplicate(profile, text, category, skip)
+            dup = self._near_duplicate(profile, text, category, skip, found=found[1] if found else None)
         return dup
 
+    def _duplicate_candidates(self, profile: str, text: str
+                              ) -> tuple[builtins.list[Memory], builtins.list[Memory]] | None:
+        """The rows both checks of ``text`` would read, with one query: the active memories of
+        ``profile`` with its exact key, and those with its near key. ``None`` when the near check
+        would not use the stored near key (``dedup.near`` off, a threshold below 1.0, a short
+        text): the exact check then reads its rows alone."""
+        from .hygiene import NEAR_MIN_TERMS, signature, signature_key, text_key
+
+        if not self.config["dedup.near"] or self.config.get_float("dedup.near_threshold") < 1.0:
+            return None
+        sig = signature(text)
+        key = signature_key(sig)
+        if len(sig.terms) < NEAR_MIN_TERMS or key is None:
+            return None
+        return self.store.find_by_keys(profile, [text_key(text)], near_key=key)
+
     def _exact_duplicate(self, profile: str, texts: Iterable[str], category: str | None,
-                         skip: frozenset[str] = frozenset()) -> Memory | None:
+                         skip: frozenset[str] = frozenset(), *,
+                         found: "builtins.list[Memory] | None" = None) -> Memory | None:
         """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
-        ``category`` (``None``: any category), ignoring the ids in ``skip``."""
+        ``category`` (``None``: any category), ignoring the ids in ``skip``. ``found``: the rows
+        with the texts' keys, when already read (:meth:`_duplicate_candidates`)."""
         from .hygiene import normalise, text_key
 
         wanted = {normalise(t) for t in texts}
-        for m in self.store.find_by_keys(profile, sorted({text_key(t) for t in texts})):
+        if found is None:
+            found = self.store.find_by_keys(profile, sorted({text_key(t) for t in texts}))[0]
+        for m in found:
             if category is not None and m.category != category:
                 continue  # the same words as a preference and as a context are two memories
             # Confirm on the text: a key written by another tool could be stale.
@@ -594,9 +618,11 @@ class MemoryBank:
         return None
 
     def _near_duplicate(self, profile: str, processed: str, category: str | None,
-                        skip: frozenset[str] = frozenset()) -> Memory | None:
+                        skip: frozenset[str] = frozenset(), *,
+                        found: "builtins.list[Memory] | None" = None) -> Memory | None:
         """An active memory of ``profile`` in ``category`` (``None``: any) that ``processed``
-        restates (the guarded rule), ignoring the ids in ``skip``."""
+        restates (the guarded rule), ignoring the ids in ``skip``. ``found``: the rows with its
+        near key, when already read (:meth:`_duplicate_candidates`)."""
         from . import text
         from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature, signature_key
 
@@ -604,7 +630,9 @@ class MemoryBank:
         if len(sig.terms) < NEAR_MIN_TERMS:
             return None
         threshold = self.config.get_float("dedup.near_threshold")
-        if threshold >= 1.0:
+        if found is not None and threshold >= 1.0:
+            candidates = found
+        elif threshold >= 1.0:
             # At 1.0 the rule is an equivalence: one lookup of the stored near_key (migration 9).
             candidates = self.store.find_by_near_key(profile, signature_key(sig) or "")
         else:

@@ -506,3 +506,20 @@ def test_the_duplicate_checks_are_index_lookups_whatever_the_profile_size(local:
     grow(1500)
     large = _lookup_steps(local, text)
     assert large <= 2 * small + 5, (small, large)
+
+
+def test_a_save_reads_both_checks_rows_with_one_statement(local: MemoryBank) -> None:
+    """The exact and the near check of a save read their candidates with one query (a statement
+    fewer per save, counted rather than timed), and still find each kind of duplicate."""
+    first = local.save(P, content=TEXT, category="preference")
+    statements: list[str] = []
+    local.store.conn.set_trace_callback(statements.append)
+    try:
+        fresh = local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
+    finally:
+        local.store.conn.set_trace_callback(None)
+    assert not fresh.deduplicated
+    reads = [s for s in statements if s.startswith("SELECT")]
+    assert len(reads) == 1 and "near_key" in reads[0] and "text_key" in reads[0], reads
+    for text in (SAME, REWORDED):  # exact, near
+        assert local.save(P, content=text, category="preference").memory.id == first.memory.id

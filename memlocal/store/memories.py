@@ -53,6 +53,7 @@ MEMORY_COLUMNS = (
     "near_key",
 )
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
+_TEXT_KEY, _RAW_KEY, _NEAR_KEY = (MEMORY_COLUMNS.index(c) for c in ("text_key", "raw_key", "near_key"))
 SELECT_WITH_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
 
 
@@ -559,21 +560,27 @@ class Store(Database):
 
     # --- hygiene: duplicates and supersession (memlocal.hygiene) -------------------------------
 
-    def find_by_keys(self, profile: str, keys: Sequence[str]) -> builtins.list[Memory]:
+    def find_by_keys(self, profile: str, keys: Sequence[str], *, near_key: str | None = None
+                     ) -> tuple[builtins.list[Memory], builtins.list[Memory]]:
         """Active memories of ``profile`` whose processedContent or rawInput has one of these
-        :func:`memlocal.hygiene.text_key` values, oldest first (callers confirm on the text)."""
+        :func:`memlocal.hygiene.text_key` values, oldest first (callers confirm on the text); and,
+        read by the same query, those with this :func:`memlocal.hygiene.near_key` (``[]``
+        without one): a save's two duplicate checks in one statement."""
         if not keys:
-            return []
+            return [], (self.find_by_near_key(profile, near_key) if near_key is not None else [])
         marks = ", ".join("?" for _ in keys)
-        # Two index lookups (memories_text_key, memories_raw_key): with an OR, SQLite scanned the
-        # whole profile, which made every save O(profile size).
+        # Index lookups (memories_text_key, memories_raw_key, memories_near_key): with an OR,
+        # SQLite scanned the whole profile, which made every save O(profile size).
+        near = " UNION SELECT rowid FROM memories WHERE profile = ? AND near_key = ?" if near_key is not None else ""
         rows = self.read(
             f"{_SELECT} WHERE rowid IN (SELECT rowid FROM memories WHERE profile = ? AND text_key IN ({marks})"
-            f" UNION SELECT rowid FROM memories WHERE profile = ? AND raw_key IN ({marks}))"
+            f" UNION SELECT rowid FROM memories WHERE profile = ? AND raw_key IN ({marks}){near})"
             " AND is_active = 1 ORDER BY created_us, id",
-            (profile, *keys, profile, *keys),
+            (profile, *keys, profile, *keys, *((profile, near_key) if near_key is not None else ())),
         )
-        return [row_to_memory(r) for r in rows]
+        wanted = set(keys)
+        exact = [row_to_memory(r) for r in rows if r[_TEXT_KEY] in wanted or r[_RAW_KEY] in wanted]
+        return exact, [row_to_memory(r) for r in rows if near_key is not None and r[_NEAR_KEY] == near_key]
 
     def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
         """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
