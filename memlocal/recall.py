@@ -15,9 +15,12 @@ floats, and hence the ranking, are identical. The formula itself lives in :mod:`
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
+import operator
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -144,6 +147,57 @@ class _Head:
     scores: list[float]  # theirs at ``now_us``: bounds on their scores at any later time
     floor: float
     dirty: set[int]
+# The posting bitmaps of the long lists a query splits into classes (``ProfileIndex._bitmap``) are
+# kept up to this many bytes in all (an eighth of a byte per memory each: 12.5 KB at 100k).
+_BITMAP_BYTES: Final = 8 << 20
+_NONZERO: Final = re.compile(rb"[^\x00]")
+_BYTE_BITS: Final = tuple(tuple(j for j in range(8) if b >> j & 1) for b in range(256))
+
+
+def _bits_of(docs: Iterable[int]) -> int:
+    """A bitmap (as an int) of a few doc numbers."""
+    out = 0
+    for d in docs:
+        out |= 1 << d
+    return out
+
+
+def bit_docs(x: int) -> list[int]:
+    """The doc numbers whose bits are set in ``x`` (a bitmap as an int), ascending: the zero
+    bytes are skipped in C, so this costs about one step per doc found."""
+    if not x:
+        return []
+    raw = x.to_bytes((x.bit_length() + 7) >> 3, "little")
+    out: list[int] = []
+    for m in _NONZERO.finditer(raw):
+        i = m.start()
+        base = i << 3
+        out += [base + j for j in _BYTE_BITS[raw[i]]]
+    return out
+
+
+class BitSet:
+    """A set of doc numbers held as a bitmap (an int for set algebra, its bytes for membership):
+    what a class of memories holding only common features is, however many they are."""
+
+    __slots__ = ("bits", "raw", "n")
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
+        self.n = bits.bit_count()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __contains__(self, d: object) -> bool:
+        i: int = d >> 3  # type: ignore[operator]  # doc numbers only
+        return i < len(self.raw) and bool(self.raw[i] >> (d & 7) & 1)  # type: ignore[operator]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(bit_docs(self.bits))
+
+
 R = TypeVar("R", bound=Sequence[Any])  # a row: (item, score, recency, topic, ...)
 
 _TAKE, _SKIP, _STOP = 0, 1, 2
@@ -243,9 +297,11 @@ class ProfileIndex:
         self.resets = -1
         self.direct = _DIRECT  # a speed knob (tests walk every class); never changes the answer
         self.head_size = _HEAD_SIZE  # a speed knob too (tests make heads tiny)
-        # Sets of the long posting lists queries split into classes, made on first use and kept
-        # current as docs come and go (a set answers membership and intersections in C).
-        self._sets: dict[int, set[int]] = {}
+        # Bitmaps (bit d: doc d holds the feature) of the long posting lists queries split into
+        # classes, made on first use and kept current as docs come and go; least recently used
+        # first. A bitmap answers intersections in C and costs n/8 bytes whatever the list's
+        # length (a set of the same list: about 100 bytes a posting).
+        self._bits: OrderedDict[int, bytearray] = OrderedDict()
         # Per tier, the head of the walk over every doc (no query feature held): see ``_head``.
         self._heads: dict[str | None, _Head] = {}
 
@@ -287,11 +343,13 @@ class ProfileIndex:
             postings[fid].append(d)
             toks.append(fid)
             n += 1
-        if self._sets:
+        if self._bits:
             for fid in toks[len(toks) - n:]:
-                s = self._sets.get(fid)
-                if s is not None:
-                    s.add(d)
+                b = self._bits.get(fid)
+                if b is not None:
+                    if (d >> 3) >= len(b):
+                        b.extend(bytes((d >> 3) + 1 - len(b) + 1024))
+                    b[d >> 3] |= 1 << (d & 7)
         self.tok_n.append(n)
         self.total_accesses += count
         return d
@@ -415,9 +473,9 @@ class ProfileIndex:
             i = bisect.bisect_left(lst, d)
             if i < len(lst) and lst[i] == d:
                 del lst[i]
-            s = self._sets.get(fid)
-            if s is not None:
-                s.discard(d)
+            b = self._bits.get(fid)
+            if b is not None and (d >> 3) < len(b):
+                b[d >> 3] &= ~(1 << (d & 7)) & 0xFF
         self.total_accesses -= self.count[d]
         self.dead += 1
 
@@ -483,21 +541,25 @@ class ProfileIndex:
     def _tokens(pq: PreparedQuery) -> list[str]:
         return [encode_term(t) for t in pq.terms] + [CLUSTER_PREFIX + c for c in pq.clusters]
 
-    def _common_sets(self, pq: PreparedQuery, common: list[int]) -> dict[int, set[int]]:
-        """The posting sets of the query's common features (feature index -> set), cached."""
+    def _bitmap(self, fid: int) -> bytearray:
+        """Feature ``fid``'s posting bitmap, made on first use (one pass over its list) and kept
+        current by ``_append`` and ``_kill``; the least recently used go past ``_BITMAP_BYTES``."""
+        b = self._bits.get(fid)
+        if b is not None:
+            self._bits.move_to_end(fid)
+            return b
+        b = bytearray((len(self.ids) >> 3) + 1024)
+        for d in self.postings[fid]:
+            b[d >> 3] |= 1 << (d & 7)
+        self._bits[fid] = b
+        while len(self._bits) > 1 and len(self._bits) * len(b) > _BITMAP_BYTES:
+            self._bits.popitem(last=False)
+        return b
+
+    def _common_bits(self, pq: PreparedQuery, common: list[int]) -> dict[int, int]:
+        """The posting bitmaps of the query's common features (feature index -> bitmap as an int)."""
         toks = self._tokens(pq)
-        out: dict[int, set[int]] = {}
-        for i in common:
-            fid = self.vocab[toks[i]]
-            s = self._sets.get(fid)
-            if s is None:
-                # A bound on what the cache holds (about as many doc numbers as the profile
-                # has memories, a few MB at 100k): past it, start again.
-                if sum(map(len, self._sets.values())) + len(self.postings[fid]) > max(4096, 2 * len(self.doc)):
-                    self._sets.clear()
-                s = self._sets[fid] = set(self.postings[fid])
-            out[i] = s
-        return out
+        return {i: int.from_bytes(self._bitmap(self.vocab[toks[i]]), "little") for i in common}
 
     def prepare(self, query: str) -> PreparedQuery:
         vocab, postings = self.vocab, self.postings
@@ -528,20 +590,26 @@ class ProfileIndex:
         return lists, selective, common
 
     def _masks(self, lists: list[array[int] | None], selective: list[int], common: list[int],
-               sets: dict[int, set[int]]) -> dict[int, int]:
-        """Doc -> mask of the query features it holds, for every doc holding a selective one."""
+               bits: dict[int, int]) -> tuple[dict[int, int], int]:
+        """Doc -> mask of the query features it holds, for every doc holding a selective one; and
+        those docs as a bitmap."""
         mask: dict[int, int] = {}
         get = mask.get
         for i in selective:
             bit = 1 << i
             for d in lists[i]:  # type: ignore[union-attr]
                 mask[d] = get(d, 0) | bit
-        if mask:
-            for i in common:
-                bit = 1 << i
-                for d in mask.keys() & sets[i]:
-                    mask[d] |= bit
-        return mask
+        if not mask:
+            return mask, 0
+        held = bytearray((max(mask) >> 3) + 1)
+        for d in mask:
+            held[d >> 3] |= 1 << (d & 7)
+        mbits = int.from_bytes(held, "little")
+        for i in common:
+            bit = 1 << i
+            for d in bit_docs(mbits & bits[i]):
+                mask[d] |= bit
+        return mask, mbits
 
     def _class_top(self, members: Collection[int], top: float, mask: int, limit: int, now_us: int, w: Weights,
                    core: int | None, skip: Container[int], tier_of: "array[int] | None" = None) -> list[Hit]:
@@ -559,7 +627,7 @@ class ProfileIndex:
                 if (core is None or core_of[d] == core) and d not in skip:
                     hits.append((d, *score_with_topic(anchor[d], now_us, use[d], cm[d], top, w), mask))
             return self._best(hits, limit)
-        if not isinstance(members, (set, frozenset)):
+        if not isinstance(members, (set, frozenset, BitSet)):
             members = set(members)
         self._sorted()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
@@ -647,14 +715,15 @@ class ProfileIndex:
                 t = topics[m] = topic(pq, *self.held(pq, m))
             return t
 
-        sets: dict[int, set[int]] = {}
+        bits: dict[int, int] = {}
         self._sorted()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         if not pq.empty:
             lists, selective, common = self._plan(pq, essential_budget)
-            sets = self._common_sets(pq, common)
-            mask = self._masks(lists, selective, common, sets)
+            bits = self._common_bits(pq, common)
+            mask, mbits = self._masks(lists, selective, common, bits)
+            excl = mbits | _bits_of(skip)
             classes: dict[int, list[int]] = {}
             for d, m in mask.items():
                 classes.setdefault(m, []).append(d)
@@ -677,15 +746,15 @@ class ProfileIndex:
                 kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
                 if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
                     break
-                members = self._subset(m, common, sets, mask, skip)
+                members = self._subset(m, common, bits, excl)
                 if members:
                     hits += self._class_top(members, top, m, limit, now_us, w, core, skip, tier_of)
         # The docs holding no query feature (topic 0): from the tier's head when it can answer,
         # else by the walk over the static orders.
-        common_sets = list(sets.values())
+        held_common = BitSet(functools.reduce(operator.or_, bits.values(), 0))
 
         def excluded(d: int) -> bool:
-            return d in mask or d in skip or any(d in s for s in common_sets)
+            return d in mask or d in skip or d in held_common
 
         head = self._head(tier, tier_of, core, now_us, w)
         answer = self._from_head(head, hits, limit, min_score, now_us, w, tier_of, core, excluded)
@@ -881,8 +950,8 @@ class ProfileIndex:
             hits: list[Hit] = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
             return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
         lists, selective, common = self._plan(pq, essential_budget)
-        sets = self._common_sets(pq, common)
-        mask = self._masks(lists, selective, common, sets)
+        bits = self._common_bits(pq, common)
+        mask, mbits = self._masks(lists, selective, common, bits)
         topics: dict[int, float] = {}
 
         def topic_of(m: int) -> float:
@@ -891,6 +960,7 @@ class ProfileIndex:
                 t = topics[m] = topic(pq, *self.held(pq, m))
             return t
 
+        common_sets = {i: BitSet(b) for i, b in bits.items()} if similarity else {}
         for mid, cos in (similarity or {}).items():
             d = doc.get(mid)
             if d is None or d in skip or (core is not None and core_of[d] != core):
@@ -900,7 +970,7 @@ class ProfileIndex:
             if m is None:
                 m = 0
                 for i in common:
-                    if d in sets[i]:
+                    if d in common_sets[i]:
                         m |= 1 << i
             s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], topic_of(m) if m else 0.0, w)
             s, top, cos_used = with_similarity(s, rec, use[d], cm[d], top, cos, w)
@@ -913,7 +983,7 @@ class ProfileIndex:
             if d not in skip and (core is None or core_of[d] == core):
                 classes.setdefault(m, []).append(d)
         # Every class, by topic: (topic, mask, members or None for a subset of the common features).
-        pending: list[tuple[float, int, list[int] | None]] = [(topic_of(m), m, ms) for m, ms in classes.items()]
+        pending: list[tuple[float, int, Collection[int] | None]] = [(topic_of(m), m, ms) for m, ms in classes.items()]
         k = len(common)
         for sub in range(1, 1 << k):
             m = 0
@@ -923,6 +993,7 @@ class ProfileIndex:
             pending.append((topic_of(m), m, None))
         pending.sort(key=lambda c: -c[0])
         best = max((r[3] for r in rows), default=0.0)
+        excl = mbits | _bits_of(skip)
 
         def strong_hit(h: Hit) -> bool:
             return bool(h[4] & term_bits) or h[0] in counted
@@ -930,7 +1001,7 @@ class ProfileIndex:
         for top, m, members in gated_classes(pending, rows, best, ratio=ratio, min_score=min_score, limit=limit,
                                              term_bits=term_bits, strong_of=strong_hit):
             if members is None:
-                members = self._subset(m, common, sets, mask, skip)
+                members = self._subset(m, common, bits, excl)
                 if not members:
                     continue
             rows += self._class_top(members, top, m, limit, now_us, w, core, skip)
@@ -940,21 +1011,16 @@ class ProfileIndex:
         hits = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
         return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
 
-    def _subset(self, m: int, common: list[int], sets: dict[int, set[int]], mask: Mapping[int, int],
-                skip: set[int]) -> list[int]:
-        """The docs holding exactly the common features of mask ``m`` and no selective one."""
-        ins = sorted((sets[i] for i in common if m >> i & 1), key=len)
-        out = set(ins[0])
-        for s in ins[1:]:
-            out &= s
-            if not out:
-                return []
+    def _subset(self, m: int, common: list[int], bits: dict[int, int], excl: int) -> list[int] | BitSet:
+        """The docs holding exactly the common features of mask ``m``, none in ``excl`` (the
+        docs holding a selective feature, the skipped ones): a list when few, else a bitmap."""
+        out = functools.reduce(operator.and_, (bits[i] for i in common if m >> i & 1))
         for i in common:
             if not m >> i & 1:
-                out -= sets[i]
-        out.difference_update(mask)
-        out -= skip
-        return list(out)
+                out &= ~bits[i]
+        out &= ~excl
+        found = BitSet(out)
+        return bit_docs(out) if len(found) <= self.direct else found
 
     @classmethod
     def build(cls, conn: sqlite3.Connection, profile: str, t0_us: int,
