@@ -290,9 +290,14 @@ class ProfileIndex:
         self.dead = 0
         self.by_x = array("i")  # live docs by (−kx, doc)
         self.by_y = array("i")  # live docs by (−y, doc)
-        # Docs whose sort keys moved (access bumps) since the orders were last made, with the keys
-        # they are filed under: the orders are fixed when next read (``_sorted``).
-        self._moved: dict[int, tuple[float, float]] = {}
+        # The keys the orders are sorted by, position by position (−kx, −y: ascending), so that a
+        # doc is found in its order by bisections in C: its key's run, then the doc within it.
+        self.neg_x = array("d")
+        self.neg_y = array("d")
+        # Docs whose place in the orders is out of date since they were last made, with the keys
+        # they are filed under (``None``: not filed, a new doc): access bumps, new and removed
+        # docs. The orders are fixed when next read (``_sorted``), all in one pass.
+        self._moved: dict[int, tuple[float, float] | None] = {}
         self.rev = -1
         self.resets = -1
         self.direct = _DIRECT  # a speed knob (tests walk every class); never changes the answer
@@ -403,38 +408,67 @@ class ProfileIndex:
         for fid, d in zip(fids, chain.from_iterable(map(repeat, range(d0, d0 + len(rows)), ns))):
             postings[fid].append(d)  # type: ignore[index]
 
-    def _key_x(self, d: int) -> tuple[float, int]:
-        moved = self._moved.get(d)
-        return (-(moved[0] if moved is not None else self.kx[d]), d)
-
-    def _key_y(self, d: int) -> tuple[float, int]:
-        moved = self._moved.get(d)
-        return (-(moved[1] if moved is not None else self.y[d]), d)
+    def _file(self, d: int) -> None:
+        """Doc ``d`` is new: it goes into the orders at the next ``_sorted``."""
+        self._moved.setdefault(d, None)
 
     def _unfile(self, d: int) -> None:
-        """Take ``d`` out of both orders (where it is filed: its old keys if it moved)."""
-        for order, key in ((self.by_x, self._key_x), (self.by_y, self._key_y)):
-            i = bisect.bisect_left(order, key(d), key=key)
-            if i < len(order) and order[i] == d:
-                del order[i]
-        self._moved.pop(d, None)
-
-    def _file(self, d: int) -> None:
-        bisect.insort(self.by_x, d, key=self._key_x)
-        bisect.insort(self.by_y, d, key=self._key_y)
+        """Doc ``d`` leaves (its slot is dead): out of the orders at the next ``_sorted``."""
+        if d not in self._moved:
+            self._moved[d] = (self.kx[d], self.y[d])
 
     def _sorted(self) -> None:
-        """File the moved docs at their new keys: one by one when they are few, else by making
-        both orders again (about linear: timsort on nearly sorted data)."""
-        if not self._moved:
+        """File the moved docs at their current keys, in both orders: each is found where it is
+        filed by bisections in C (its key's run in ``neg_x``/``neg_y``, then the doc, ascending
+        within a run), and each order is copied once, in slices, without them and with them at
+        their new places. O(n) copying in C plus O(moved · log n): a few hundred µs at 100k, where
+        filing one by one with Python sort keys, or sorting again, cost milliseconds."""
+        moved = self._moved
+        if not moved:
             return
-        if len(self._moved) <= max(32, len(self.doc) // 512):
-            for d in list(self._moved):
-                self._unfile(d)
-                self._file(d)
-            return
-        self._moved.clear()
-        self._make_orders()
+        self._moved = {}
+        ids = self.ids
+        live = sorted(d for d in moved if ids[d] is not None)
+        bl, br = bisect.bisect_left, bisect.bisect_right
+        for which, order, neg, keys in ((0, self.by_x, self.neg_x, self.kx), (1, self.by_y, self.neg_y, self.y)):
+            gone = []
+            for d, filed in moved.items():
+                if filed is None:
+                    continue
+                k = -filed[which]
+                lo = bl(neg, k)
+                hi = br(neg, k, lo)
+                i = bl(order, d, lo, hi)
+                if i < hi and order[i] == d:
+                    gone.append(i)
+            rest, rest_neg = order, neg
+            if gone:
+                gone.sort()
+                rest, rest_neg = array("i"), array("d")
+                prev = 0
+                for i in gone:
+                    rest += order[prev:i]
+                    rest_neg += neg[prev:i]
+                    prev = i + 1
+                rest += order[prev:]
+                rest_neg += neg[prev:]
+            new, new_neg = array("i"), array("d")
+            prev = 0
+            for k, d in sorted((-keys[d], d) for d in live):
+                lo = bl(rest_neg, k)
+                hi = br(rest_neg, k, lo)
+                i = bl(rest, d, lo, hi)
+                new += rest[prev:i]
+                new_neg += rest_neg[prev:i]
+                new.append(d)
+                new_neg.append(k)
+                prev = i
+            new += rest[prev:]
+            new_neg += rest_neg[prev:]
+            if which == 0:
+                self.by_x, self.neg_x = new, new_neg
+            else:
+                self.by_y, self.neg_y = new, new_neg
 
     def _make_orders(self, pause: Callable[[], None] | None = None) -> None:
         """Both static orders, made whole. With ``pause`` (a background build), sorted in runs
@@ -458,6 +492,11 @@ class ProfileIndex:
             orders.append(array("i", runs))
             pause()
         self.by_x, self.by_y = orders
+        self.neg_x = array("d", [-x for x in map(self.kx.__getitem__, self.by_x)])
+        if pause is not None:
+            pause()
+        self.neg_y = array("d", [-v for v in map(self.y.__getitem__, self.by_y)])
+        self._moved.clear()
 
     def _kill(self, d: int) -> None:
         """Remove doc ``d`` (from the id map, its postings and the orders); its slot stays dead."""
