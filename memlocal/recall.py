@@ -34,6 +34,7 @@ from typing import Any, Callable, Collection, Container, Final, Iterable, Iterat
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
+from .text import query_dates
 from .scoring import (
     HALF_LIFE_DAYS,
     PREFERENCE_TIER,
@@ -47,6 +48,7 @@ from .scoring import (
     rank_key,
     RERANK_DEPTH,
     rerank,
+    rerank_order,
     confidence_mul,
     evidence_of,
     gate_select,
@@ -78,6 +80,9 @@ _ROW_SQL: Final = (
     " FROM memories WHERE profile = ?"
 )
 
+# What the in-memory index reads of a row: the above and the text, for its word count (the
+# second pass's length normalisation, ``ProfileIndex.words``).
+_INDEX_ROW_SQL: Final = _ROW_SQL.replace(" FROM memories", ", processed_content FROM memories", 1)
 
 F = TypeVar("F")
 
@@ -280,6 +285,7 @@ class ProfileIndex:
         self.y = array("d")  # cm·usage
         self.core = array("b")
         self.pref = array("b")  # a preference (the core tier's other category is fact)
+        self.words = array("i")  # processedContent's whitespace-separated words (the second pass)
         self.preferences: set[int] = set()  # the "preference" tier: few, each scored directly
         self.tok_at = array("q")  # where the doc's feature ids start in ``toks``
         self.tok_n = array("i")
@@ -337,6 +343,7 @@ class ProfileIndex:
         self.pref.append(1 if category == "preference" else 0)
         if category == "preference":
             self.preferences.add(d)
+        self.words.append(len((row[10] or "").split()))
         self.tok_at.append(len(self.toks))
         vocab, postings, toks = self.vocab, self.postings, self.toks
         n = 0
@@ -384,6 +391,7 @@ class ProfileIndex:
             self.pref.append(1 if category == "preference" else 0)
             if category == "preference":
                 self.preferences.add(d)
+            self.words.append(len((r[10] or "").split()))
             self.total_accesses += count
         split = [f.split() for f in feats]
         ns = [len(s) for s in split]
@@ -534,7 +542,7 @@ class ProfileIndex:
         return True
 
     def apply(self, row: Sequence[Any]) -> None:
-        """Bring one changed row (as selected by ``_ROW_SQL``) into the index."""
+        """Bring one changed row (as selected by ``_INDEX_ROW_SQL``) into the index."""
         d = self.doc.get(row[0])
         if d is not None and row[7] == 1 and row[6] is not None:
             at, n = self.tok_at[d], self.tok_n[d]
@@ -556,6 +564,7 @@ class ProfileIndex:
                 self.use[d] = usage(count)
                 self.kx[d] = math.log(cm) + (anchor - self.t0_us) * _LN2_PER_US
                 self.y[d] = cm * self.use[d]
+                self.words[d] = len((row[10] or "").split())  # the text may change with the same features
                 return
         if d is not None:
             self._kill(d)
@@ -1050,6 +1059,21 @@ class ProfileIndex:
         hits = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
         return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
 
+    def rerank(self, hits: list[Hit], pq: PreparedQuery, counted: Mapping[int, float],
+               windows: Sequence[tuple[int, int]]) -> list[Hit]:
+        """``hits`` (the gate's, from :meth:`top_k_gated`) in the second pass's order
+        (:func:`memlocal.scoring.rerank_order`), from the index's own fields: the same order
+        :func:`memlocal.scoring.rerank` gives the memories once read."""
+        term_bits = (1 << len(pq.terms)) - 1
+        core, words, created, ids = self.core, self.words, self.created, self.ids
+
+        def order(h: Hit) -> tuple[bool, float, float, int, str]:
+            d, cos = h[0], counted.get(h[0])
+            return rerank_order(bool(h[4] & term_bits) or cos is not None, h[3], words[d] if core[d] else None,
+                                created[d], cos, h[1], ids[d] or "", windows)
+
+        return sorted(hits, key=order)
+
     def _subset(self, m: int, common: list[int], bits: dict[int, int], excl: int) -> list[int] | BitSet:
         """The docs holding exactly the common features of mask ``m``, none in ``excl`` (the
         docs holding a selective feature, the skipped ones): a list when few, else a bitmap."""
@@ -1069,7 +1093,7 @@ class ProfileIndex:
         idx = cls(t0_us)
         row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
         idx.rev, idx.resets = row if row is not None else (0, 0)
-        cur = conn.execute(_ROW_SQL + " AND is_active = 1", (profile,))
+        cur = conn.execute(_INDEX_ROW_SQL + " AND is_active = 1", (profile,))
         while True:
             # Small batches beside the queries (a batch holds the GIL for a few ms at most).
             batch = cur.fetchmany(2048 if pause is None else _BUILD_BATCH)
@@ -1623,7 +1647,7 @@ class RecallIndex:
                 live = {mid for (mid,) in conn.execute("SELECT id FROM memories WHERE profile = ?", (profile,))}
                 for mid in [m for m in idx.doc if m not in live]:
                     idx.remove(mid)
-            for r in conn.execute(_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
+            for r in conn.execute(_INDEX_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
                 idx.apply(r)
             if len(idx._moved) >= 32:
                 # Access bumps are filed in the orders a few dozen at a time, so the walk that
@@ -1653,14 +1677,15 @@ class RecallIndex:
         ``similarity``: the semantic signal's embedding top-k (id -> cosine), added to the topic
         in evidence mode (:func:`memlocal.scoring.with_similarity`); ignored in spec mode. In
         evidence mode the gate's first ``max(limit, RERANK_DEPTH)`` are re-ordered by the bounded
-        second pass (:func:`memlocal.scoring.rerank`), as the full scan does.
+        second pass (:func:`memlocal.scoring.rerank`), as the full scan does; from the index, on
+        its own arrays (:func:`memlocal.scoring.rerank_order`), so only the ``limit`` kept are read.
         """
         if not ranking.gated:
             return self._exact(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude_ids,
                                now=now, tier=tier, ranking=ranking, similarity=similarity)
-        found = self._exact(profile, query, limit=max(limit, RERANK_DEPTH), min_score=min_score,
-                            exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity)
-        return rerank(found, query, limit)
+        return self._exact(profile, query, limit=max(limit, RERANK_DEPTH), min_score=min_score,
+                           exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity,
+                           keep=limit)
 
     def _exact(
         self,
@@ -1674,9 +1699,10 @@ class RecallIndex:
         tier: str | None = None,
         ranking: Ranking = Ranking(),
         similarity: Mapping[str, float] | None = None,
+        keep: int | None = None,
     ) -> list[ScoredMemory]:
-        """The exact first ``limit`` under ``ranking`` (in evidence mode: the gate's, before
-        the second pass)."""
+        """The exact first ``limit`` under ``ranking``; with ``keep`` (evidence mode), the gate's
+        first ``limit`` re-ordered by the second pass, its first ``keep``."""
         now_us = to_us(now or utcnow())
         assert now_us is not None
         exclude_ids = tuple(exclude_ids)  # read by the cold path, and again if it hands over
@@ -1699,7 +1725,8 @@ class RecallIndex:
                                   essential_budget=self.essential_budget, max_rows=self.cold_max_rows,
                                   spec=not ranking.gated, direct=_COLD_DIRECT if self.direct is None else self.direct)
                 if cold is not None:
-                    return self._cold_results(conn, profile, cold, ranking)
+                    found = self._cold_results(conn, profile, cold, ranking)
+                    return found if keep is None else rerank(found, query, keep)
             idx = self._refresh(conn, profile)
             pq = idx.prepare(query)
             mat = maturity(idx.total_accesses)
@@ -1714,6 +1741,8 @@ class RecallIndex:
             else:
                 top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
                                 exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
+            if keep is not None:
+                top = idx.rerank(top, pq, counted, query_dates(query))[:keep]
             ids = [idx.ids[d] or "" for d, *_ in top]
             memories = self.store.get_many(profile, ids, conn=conn)
             out = []
