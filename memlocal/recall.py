@@ -132,6 +132,9 @@ _HEAD_SIZE: Final = 256
 _BUILD_BATCH: Final = 256
 _SORT_RUN: Final = 4096
 _HEAD_DIRTY_MAX: Final = 4096
+# Docs out of place in the static orders (bumped, new, removed) are scored apart by every walk
+# until more than this many; then they are filed in one pass (``ProfileIndex._sorted``).
+_MOVED_MAX: Final = 256
 # A head that could not answer a query and is older than this (µs) is made again at the next.
 _HEAD_TTL_US: Final = 60 * 1_000_000
 
@@ -308,6 +311,7 @@ class ProfileIndex:
         self.resets = -1
         self.direct = _DIRECT  # a speed knob (tests walk every class); never changes the answer
         self.head_size = _HEAD_SIZE  # a speed knob too (tests make heads tiny)
+        self.moved_max = _MOVED_MAX  # and this (tests fold the orders often)
         # Bitmaps (bit d: doc d holds the feature) of the long posting lists queries split into
         # classes, made on first use and kept current as docs come and go; least recently used
         # first. A bitmap answers intersections in C and costs n/8 bytes whatever the list's
@@ -424,6 +428,13 @@ class ProfileIndex:
         """Doc ``d`` leaves (its slot is dead): out of the orders at the next ``_sorted``."""
         if d not in self._moved:
             self._moved[d] = (self.kx[d], self.y[d])
+
+    def _settle(self) -> None:
+        """Fold the docs out of place into the orders once they are many: until then each walk
+        scores them first (few: a recall bumps ``limit`` of them), so a query never pays for
+        filing them; the fold's copying comes once per ``_MOVED_MAX`` of them."""
+        if len(self._moved) > self.moved_max:
+            self._sorted()
 
     def _sorted(self) -> None:
         """File the moved docs at their current keys, in both orders: each is found where it is
@@ -677,14 +688,24 @@ class ProfileIndex:
             return self._best(hits, limit)
         if not isinstance(members, (set, frozenset, BitSet)):
             members = set(members)
-        self._sorted()
+        self._settle()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         nx, ny = len(xs), len(ys)
         px = py = 0
-        done: set[int] = set()
         best: list[float] = []  # min-heap of the best ``limit`` scores so far
         topic_bound = w.topic * top
+        # The docs out of place in the orders are scored first, and the walk passes them by: the
+        # bound at its positions holds for every doc filed at its current keys.
+        done: set[int] = set(self._moved)
+        for d in done:
+            if d in members and (core is None or core_of[d] == core) and d not in skip:
+                s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
+                if len(best) < limit:
+                    heapq.heappush(best, s)
+                elif s >= best[0]:
+                    heapq.heapreplace(best, s)
+                hits.append((d, s, rec, top, mask))
 
         def wanted(d: int) -> bool:
             return d in members and d not in done and (core is None or core_of[d] == core) and d not in skip
@@ -764,7 +785,7 @@ class ProfileIndex:
             return t
 
         bits: dict[int, int] = {}
-        self._sorted()
+        self._settle()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         if not pq.empty:
@@ -788,8 +809,11 @@ class ProfileIndex:
                         m |= 1 << i
                 subsets.append((topic_of(m), m))
             subsets.sort(key=lambda c: -c[0])
-            top_x = math.exp(min(700.0, kx[xs[0]] - k_now)) if xs else 0.0
-            top_y = y[ys[0]] if ys else 0.0
+            # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
+            out_of_place = [d for d in self._moved if self.ids[d] is not None]
+            top_kx = max([kx[d] for d in out_of_place] + ([kx[xs[0]]] if xs else []), default=None)
+            top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
+            top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
             for top, m in subsets:
                 kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
                 if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
@@ -883,14 +907,27 @@ class ProfileIndex:
         yet has cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so the
         walk stops once wR·bx + wU·by falls below the ``limit``-th score. ``best``: a min-heap of
         scores found already (the classes'), which only lets it stop sooner."""
-        self._sorted()
+        self._settle()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         anchor, use, cm, core_of = self.anchor, self.use, self.cm, tier_of
         hits: list[Hit] = []
         nx, ny = len(xs), len(ys)
         px = py = 0
-        done: set[int] = set()
+        # The docs out of place in the orders first (as in ``_class_top``); a dead one is passed by.
+        done: set[int] = set(self._moved)
+        ids = self.ids
+        for d in done:
+            if ids[d] is None or (core is not None and core_of[d] != core) or excluded(d):
+                continue
+            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
+            if s < min_score:
+                continue
+            if len(best) < limit:
+                heapq.heappush(best, s)
+            elif s >= best[0]:
+                heapq.heapreplace(best, s)
+            hits.append((d, s, rec, top, 0))
 
         def wanted(d: int) -> bool:
             return d not in done and (core is None or core_of[d] == core) and not excluded(d)
@@ -1523,7 +1560,7 @@ class RecallIndex:
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
                  cold_queries: int = 2, cold_max_rows: int | None = None, background: bool = True,
-                 direct: int | None = None, head_size: int | None = None) -> None:
+                 direct: int | None = None, head_size: int | None = None, moved_max: int | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
@@ -1532,6 +1569,7 @@ class RecallIndex:
         self.background = background
         self.direct = direct  # a speed knob for tests (see ProfileIndex.direct); None = automatic
         self.head_size = head_size  # a speed knob for tests (see ProfileIndex.head_size); None = automatic
+        self.moved_max = moved_max  # a speed knob for tests (see ProfileIndex.moved_max); None = automatic
         # Called on the builder thread with the profile once its index is built, before it is
         # installed (tests hold the build there to query while it is "still building").
         self.build_hook: Callable[[str], None] | None = None
@@ -1579,6 +1617,8 @@ class RecallIndex:
             idx.direct = self.direct
         if self.head_size is not None:
             idx.head_size = self.head_size
+        if self.moved_max is not None:
+            idx.moved_max = self.moved_max
         self._indexes[profile] = idx
         self._indexes.move_to_end(profile)
         while len(self._indexes) > self.max_profiles:
@@ -1649,10 +1689,7 @@ class RecallIndex:
                     idx.remove(mid)
             for r in conn.execute(_INDEX_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
                 idx.apply(r)
-            if len(idx._moved) >= 32:
-                # Access bumps are filed in the orders a few dozen at a time, so the walk that
-                # next reads them never has thousands to file (or a whole re-sort) to do first.
-                idx._sorted()
+            idx._settle()
         idx.rev, idx.resets = rev, resets
         self._install(profile, idx)
         if idx.dead > max(1024, idx.size) and self.background:
