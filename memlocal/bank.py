@@ -884,7 +884,8 @@ class MemoryBank:
         if self._recall_index is None:
             from .recall import RecallIndex
 
-            self._recall_index = RecallIndex(self.store, self.config.get_int("recall.cache_profiles"))
+            self._recall_index = RecallIndex(self.store, self.config.get_int("recall.cache_profiles"),
+                                             warm=_warm_redaction)
         return self._recall_index
 
     @property
@@ -1138,6 +1139,15 @@ def _warn_local_only() -> None:
     if not _warned_local_only:
         _warned_local_only = True
         log.warning("no bucket configured (set INTERNAL_S3_BUCKET or S3_BUCKET to sync): memories stay on this host only")
+
+
+def _warm_redaction() -> None:
+    """Load the credential detectors every face's output may need (``shown``), on the recall
+    index's builder thread: a process that stays up would otherwise pay their import (tens of
+    ms) inside the first recall whose results hold a long word or a URL."""
+    from .redact import warm
+
+    warm()
 
 
 def shown(memory: Memory) -> Memory:

@@ -1560,7 +1560,8 @@ class RecallIndex:
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
                  cold_queries: int = 2, cold_max_rows: int | None = None, background: bool = True,
-                 direct: int | None = None, head_size: int | None = None, moved_max: int | None = None) -> None:
+                 direct: int | None = None, head_size: int | None = None, moved_max: int | None = None,
+                 warm: Callable[[], None] | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
@@ -1573,6 +1574,9 @@ class RecallIndex:
         # Called on the builder thread with the profile once its index is built, before it is
         # installed (tests hold the build there to query while it is "still building").
         self.build_hook: Callable[[str], None] | None = None
+        # Called once on the first builder thread, before its build: what a process that stays
+        # up will soon need (the bank's: the credential detectors), loaded beside the queries.
+        self.warm = warm
         self._cold: dict[str, int] = {}
         self._indexes: OrderedDict[str, ProfileIndex] = OrderedDict()
         self._building: dict[str, threading.Thread] = {}
@@ -1647,6 +1651,9 @@ class RecallIndex:
             time.sleep(0)  # release the GIL: a query waiting for it runs now
 
         try:
+            warm, self.warm = self.warm, None
+            if warm is not None:
+                warm()
             conn = sqlite3.connect(str(self.store.path), timeout=self.store.busy_timeout_s,
                                    isolation_level=None, check_same_thread=False)
             try:
