@@ -38,7 +38,7 @@ from .model import (
     validate_summary,
     validate_text_input,
 )
-from .store import IdTakenError, Page, Store
+from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -999,6 +999,10 @@ class MemoryBank:
         results = self.query_with_relevance(q)
         if results:
             self.store.mark_accessed(q.profile, [r.memory.id for r in results], q.now or utcnow())
+            if self.store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:
+                # The bumps' commits do not checkpoint the log inline: the background thread does.
+                self.store.lazy_commits = 0
+                self._background().submit_checkpoint()
         return results
 
     def mark_accessed(self, profile: str, ids: Iterable[str], *, now: "datetime | None" = None) -> "Future[int]":
