@@ -818,9 +818,9 @@ class ProfileIndex:
                 kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
                 if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
                     break
-                members = self._subset(m, common, bits, excl)
-                if members:
-                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip, tier_of)
+                found = self._subset(m, common, bits, excl)
+                if found:
+                    hits += self._class_top(found, top, m, limit, now_us, w, core, skip, tier_of)
         # The docs holding no query feature (topic 0): from the tier's head when it can answer,
         # else by the walk over the static orders.
         held_common = BitSet(functools.reduce(operator.or_, bits.values(), 0))
