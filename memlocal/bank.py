@@ -992,9 +992,11 @@ class MemoryBank:
     ) -> "builtins.list[ScoredMemory]":
         """``query_with_relevance``, then every returned memory is marked accessed (accessCount + 1,
         lastAccessedAt = now, staleness recomputed) before this returns (committed, visible to
-        every reader; not fsynced, as the spec calls MarkAccessed best-effort). The results show the
-        values the ranking used, from before the bump. In evidence mode only memories that
-        passed the gate are returned, so only they count as used (no feedback loop)."""
+        every reader; not fsynced, as the spec calls MarkAccessed best-effort, and not
+        checkpointed inline: every ``LAZY_CHECKPOINT_COMMITS`` bumps the background thread does
+        it). The results show the values the ranking used, from before the bump. In evidence mode
+        only memories that passed the gate are returned, so only they count as used (no feedback
+        loop)."""
         q = _recall_query(profile, query, limit, min_score, exclude_ids, now)
         results = self.query_with_relevance(q)
         if results:
