@@ -60,11 +60,34 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``slow`` tests first (a stable sort, the same order in every xdist worker): workers are
-    handed tests in collection order, and a slow test handed out last keeps one worker busy while
-    the other idles at the end of the run."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``slow`` tests first in every worker's share. ``--dist worksteal`` hands worker k the
+    k-th of as many contiguous slices of the collection as there are workers (then idle workers
+    take the second half of the longest queue): with the slow tests simply moved to the front,
+    all of them fell into the first worker's slice and ran one after another. Here each slice
+    starts with its own part of them, a module's slow tests kept together (the dashboard's
+    module shares one browser), the biggest modules placed first, each on the slice with the
+    fewest so far. The order is computed the same way in every worker, as xdist requires."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    slow_modules: dict[str, list[pytest.Item]] = {}
+    fast: list[pytest.Item] = []
+    for item in items:
+        if item.get_closest_marker("slow") is None:
+            fast.append(item)
+        else:
+            slow_modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for group in sorted(slow_modules.values(), key=len, reverse=True):  # stable: ties keep file order
+        min(shares, key=len).extend(group)
+    ordered: list[pytest.Item] = []
+    remaining = len(items)
+    for k, share in enumerate(shares):
+        size = remaining // (workers - k)  # xdist's own split of the pending tests
+        take = max(0, size - len(share))
+        ordered += share + fast[:take]
+        del fast[:take]
+        remaining -= len(share) + take
+    items[:] = ordered + fast
 
 
 @pytest.fixture(autouse=True)
