@@ -38,7 +38,7 @@ from .model import (
     validate_summary,
     validate_text_input,
 )
-from .store import IdTakenError, Page, Store
+from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -884,7 +884,8 @@ class MemoryBank:
         if self._recall_index is None:
             from .recall import RecallIndex
 
-            self._recall_index = RecallIndex(self.store, self.config.get_int("recall.cache_profiles"))
+            self._recall_index = RecallIndex(self.store, self.config.get_int("recall.cache_profiles"),
+                                             warm=_warm_redaction)
         return self._recall_index
 
     @property
@@ -991,13 +992,19 @@ class MemoryBank:
     ) -> "builtins.list[ScoredMemory]":
         """``query_with_relevance``, then every returned memory is marked accessed (accessCount + 1,
         lastAccessedAt = now, staleness recomputed) before this returns (committed, visible to
-        every reader; not fsynced, as the spec calls MarkAccessed best-effort). The results show the
-        values the ranking used, from before the bump. In evidence mode only memories that
-        passed the gate are returned, so only they count as used (no feedback loop)."""
+        every reader; not fsynced, as the spec calls MarkAccessed best-effort, and not
+        checkpointed inline: every ``LAZY_CHECKPOINT_COMMITS`` bumps the background thread does
+        it). The results show the values the ranking used, from before the bump. In evidence mode
+        only memories that passed the gate are returned, so only they count as used (no feedback
+        loop)."""
         q = _recall_query(profile, query, limit, min_score, exclude_ids, now)
         results = self.query_with_relevance(q)
         if results:
             self.store.mark_accessed(q.profile, [r.memory.id for r in results], q.now or utcnow())
+            if self.store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:
+                # The bumps' commits do not checkpoint the log inline: the background thread does.
+                self.store.lazy_commits = 0
+                self._background().submit_checkpoint()
         return results
 
     def mark_accessed(self, profile: str, ids: Iterable[str], *, now: "datetime | None" = None) -> "Future[int]":
@@ -1138,6 +1145,15 @@ def _warn_local_only() -> None:
     if not _warned_local_only:
         _warned_local_only = True
         log.warning("no bucket configured (set INTERNAL_S3_BUCKET or S3_BUCKET to sync): memories stay on this host only")
+
+
+def _warm_redaction() -> None:
+    """Load the credential detectors every face's output may need (``shown``), on the recall
+    index's builder thread: a process that stays up would otherwise pay their import (tens of
+    ms) inside the first recall whose results hold a long word or a URL."""
+    from .redact import warm
+
+    warm()
 
 
 def shown(memory: Memory) -> Memory:

@@ -524,9 +524,28 @@ class AccessMarker:
             self._store.conn.execute("PRAGMA synchronous = NORMAL")
         return self._store
 
-    def _run(self, profile: str, ids: tuple[str, ...], now: datetime | None) -> int:
+    def submit_checkpoint(self) -> Future[int]:
+        """Queue a checkpoint of the log (:meth:`memlocal.store.Database.checkpoint`): what the
+        caller's best-effort commits left undone, done here, off its path."""
+        return self._queue(self._run_checkpoint, "a checkpoint of the log")
+
+    def _run_checkpoint(self) -> int:
         try:
-            return self._open().mark_accessed(profile, ids, now or utcnow())
+            self._open().checkpoint()
+            return 1
+        except Exception as exc:  # the next one, or SQLite's own at a durable commit, does it
+            log.warning("could not checkpoint %s: %s", self.path, exc)
+            return 0
+
+    def _run(self, profile: str, ids: tuple[str, ...], now: datetime | None) -> int:
+        from .store import LAZY_CHECKPOINT_COMMITS
+
+        try:
+            store = self._open()
+            updated = store.mark_accessed(profile, ids, now or utcnow())
+            if store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:  # this thread is off every caller's path
+                store.checkpoint()
+            return updated
         except Exception as exc:  # best-effort by design: log, never raise into the run
             log.warning("could not mark %d memories of profile %s accessed: %s", len(ids), profile, exc)
             return 0

@@ -15,9 +15,12 @@ floats, and hence the ranking, are identical. The formula itself lives in :mod:`
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
+import operator
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -31,6 +34,7 @@ from typing import Any, Callable, Collection, Container, Final, Iterable, Iterat
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
 from .model import CORE_CATEGORIES, to_us, utcnow
+from .text import query_dates
 from .scoring import (
     HALF_LIFE_DAYS,
     PREFERENCE_TIER,
@@ -44,6 +48,7 @@ from .scoring import (
     rank_key,
     RERANK_DEPTH,
     rerank,
+    rerank_order,
     confidence_mul,
     evidence_of,
     gate_select,
@@ -75,6 +80,9 @@ _ROW_SQL: Final = (
     " FROM memories WHERE profile = ?"
 )
 
+# What the in-memory index reads of a row: the above and the text, for its word count (the
+# second pass's length normalisation, ``ProfileIndex.words``).
+_INDEX_ROW_SQL: Final = _ROW_SQL.replace(" FROM memories", ", processed_content FROM memories", 1)
 
 F = TypeVar("F")
 
@@ -124,6 +132,9 @@ _HEAD_SIZE: Final = 256
 _BUILD_BATCH: Final = 256
 _SORT_RUN: Final = 4096
 _HEAD_DIRTY_MAX: Final = 4096
+# Docs out of place in the static orders (bumped, new, removed) are scored apart by every walk
+# until more than this many; then they are filed in one pass (``ProfileIndex._sorted``).
+_MOVED_MAX: Final = 256
 # A head that could not answer a query and is older than this (µs) is made again at the next.
 _HEAD_TTL_US: Final = 60 * 1_000_000
 
@@ -144,6 +155,59 @@ class _Head:
     scores: list[float]  # theirs at ``now_us``: bounds on their scores at any later time
     floor: float
     dirty: set[int]
+
+
+# The posting bitmaps of the long lists a query splits into classes (``ProfileIndex._bitmap``) are
+# kept up to this many bytes in all (an eighth of a byte per memory each: 12.5 KB at 100k).
+_BITMAP_BYTES: Final = 8 << 20
+_NONZERO: Final = re.compile(rb"[^\x00]")
+_BYTE_BITS: Final = tuple(tuple(j for j in range(8) if b >> j & 1) for b in range(256))
+
+
+def _bits_of(docs: Iterable[int]) -> int:
+    """A bitmap (as an int) of a few doc numbers."""
+    out = 0
+    for d in docs:
+        out |= 1 << d
+    return out
+
+
+def bit_docs(x: int) -> list[int]:
+    """The doc numbers whose bits are set in ``x`` (a bitmap as an int), ascending: the zero
+    bytes are skipped in C, so this costs about one step per doc found."""
+    if not x:
+        return []
+    raw = x.to_bytes((x.bit_length() + 7) >> 3, "little")
+    out: list[int] = []
+    for m in _NONZERO.finditer(raw):
+        i = m.start()
+        base = i << 3
+        out += [base + j for j in _BYTE_BITS[raw[i]]]
+    return out
+
+
+class BitSet:
+    """A set of doc numbers held as a bitmap (an int for set algebra, its bytes for membership):
+    what a class of memories holding only common features is, however many they are."""
+
+    __slots__ = ("bits", "raw", "n")
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
+        self.n = bits.bit_count()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __contains__(self, d: object) -> bool:
+        i: int = d >> 3  # type: ignore[operator]  # doc numbers only
+        return i < len(self.raw) and bool(self.raw[i] >> (d & 7) & 1)  # type: ignore[operator]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(bit_docs(self.bits))
+
+
 R = TypeVar("R", bound=Sequence[Any])  # a row: (item, score, recency, topic, ...)
 
 _TAKE, _SKIP, _STOP = 0, 1, 2
@@ -226,6 +290,7 @@ class ProfileIndex:
         self.y = array("d")  # cm·usage
         self.core = array("b")
         self.pref = array("b")  # a preference (the core tier's other category is fact)
+        self.words = array("i")  # processedContent's whitespace-separated words (the second pass)
         self.preferences: set[int] = set()  # the "preference" tier: few, each scored directly
         self.tok_at = array("q")  # where the doc's feature ids start in ``toks``
         self.tok_n = array("i")
@@ -236,16 +301,25 @@ class ProfileIndex:
         self.dead = 0
         self.by_x = array("i")  # live docs by (−kx, doc)
         self.by_y = array("i")  # live docs by (−y, doc)
-        # Docs whose sort keys moved (access bumps) since the orders were last made, with the keys
-        # they are filed under: the orders are fixed when next read (``_sorted``).
-        self._moved: dict[int, tuple[float, float]] = {}
+        # The keys the orders are sorted by, position by position (−kx, −y: ascending), so that a
+        # doc is found in its order by bisections in C: its key's run, then the doc within it.
+        self.neg_x = array("d")
+        self.neg_y = array("d")
+        # Docs whose place in the orders is out of date since they were last made, with the keys
+        # they are filed under (``None``: not filed, a new doc): access bumps, new and removed
+        # docs. Each walk scores them apart until they are many, then they are filed in one
+        # pass (``_settle``, ``_sorted``).
+        self._moved: dict[int, tuple[float, float] | None] = {}
         self.rev = -1
         self.resets = -1
         self.direct = _DIRECT  # a speed knob (tests walk every class); never changes the answer
         self.head_size = _HEAD_SIZE  # a speed knob too (tests make heads tiny)
-        # Sets of the long posting lists queries split into classes, made on first use and kept
-        # current as docs come and go (a set answers membership and intersections in C).
-        self._sets: dict[int, set[int]] = {}
+        self.moved_max = _MOVED_MAX  # and this (tests fold the orders often)
+        # Bitmaps (bit d: doc d holds the feature) of the long posting lists queries split into
+        # classes, made on first use and kept current as docs come and go; least recently used
+        # first. A bitmap answers intersections in C and costs n/8 bytes whatever the list's
+        # length (a set of the same list: about 100 bytes a posting).
+        self._bits: OrderedDict[int, bytearray] = OrderedDict()
         # Per tier, the head of the walk over every doc (no query feature held): see ``_head``.
         self._heads: dict[str | None, _Head] = {}
 
@@ -276,6 +350,7 @@ class ProfileIndex:
         self.pref.append(1 if category == "preference" else 0)
         if category == "preference":
             self.preferences.add(d)
+        self.words.append(len((row[10] or "").split()))
         self.tok_at.append(len(self.toks))
         vocab, postings, toks = self.vocab, self.postings, self.toks
         n = 0
@@ -287,11 +362,13 @@ class ProfileIndex:
             postings[fid].append(d)
             toks.append(fid)
             n += 1
-        if self._sets:
+        if self._bits:
             for fid in toks[len(toks) - n:]:
-                s = self._sets.get(fid)
-                if s is not None:
-                    s.add(d)
+                b = self._bits.get(fid)
+                if b is not None:
+                    if (d >> 3) >= len(b):
+                        b.extend(bytes((d >> 3) + 1 - len(b) + 1024))
+                    b[d >> 3] |= 1 << (d & 7)
         self.tok_n.append(n)
         self.total_accesses += count
         return d
@@ -321,6 +398,7 @@ class ProfileIndex:
             self.pref.append(1 if category == "preference" else 0)
             if category == "preference":
                 self.preferences.add(d)
+            self.words.append(len((r[10] or "").split()))
             self.total_accesses += count
         split = [f.split() for f in feats]
         ns = [len(s) for s in split]
@@ -345,38 +423,75 @@ class ProfileIndex:
         for fid, d in zip(fids, chain.from_iterable(map(repeat, range(d0, d0 + len(rows)), ns))):
             postings[fid].append(d)  # type: ignore[index]
 
-    def _key_x(self, d: int) -> tuple[float, int]:
-        moved = self._moved.get(d)
-        return (-(moved[0] if moved is not None else self.kx[d]), d)
-
-    def _key_y(self, d: int) -> tuple[float, int]:
-        moved = self._moved.get(d)
-        return (-(moved[1] if moved is not None else self.y[d]), d)
+    def _file(self, d: int) -> None:
+        """Doc ``d`` is new: it goes into the orders at the next ``_sorted``."""
+        self._moved.setdefault(d, None)
 
     def _unfile(self, d: int) -> None:
-        """Take ``d`` out of both orders (where it is filed: its old keys if it moved)."""
-        for order, key in ((self.by_x, self._key_x), (self.by_y, self._key_y)):
-            i = bisect.bisect_left(order, key(d), key=key)
-            if i < len(order) and order[i] == d:
-                del order[i]
-        self._moved.pop(d, None)
+        """Doc ``d`` leaves (its slot is dead): out of the orders at the next ``_sorted``."""
+        if d not in self._moved:
+            self._moved[d] = (self.kx[d], self.y[d])
 
-    def _file(self, d: int) -> None:
-        bisect.insort(self.by_x, d, key=self._key_x)
-        bisect.insort(self.by_y, d, key=self._key_y)
+    def _settle(self) -> None:
+        """Fold the docs out of place into the orders once they are many: until then each walk
+        scores them first (few: a recall bumps ``limit`` of them), so a query never pays for
+        filing them; the fold's copying comes once per ``_MOVED_MAX`` of them."""
+        if len(self._moved) > self.moved_max:
+            self._sorted()
 
     def _sorted(self) -> None:
-        """File the moved docs at their new keys: one by one when they are few, else by making
-        both orders again (about linear: timsort on nearly sorted data)."""
-        if not self._moved:
+        """File the moved docs at their current keys, in both orders: each is found where it is
+        filed by bisections in C (its key's run in ``neg_x``/``neg_y``, then the doc, ascending
+        within a run), and each order is copied once, in slices, without them and with them at
+        their new places. O(n) copying in C plus O(moved · log n) steps in Python: about 1 ms at
+        10k and 6-8 ms at 100k (loaded machine) for 64-200 docs, once per ``moved_max`` of them,
+        where filing each with Python sort keys, or sorting again, cost that per few bumps."""
+        moved = self._moved
+        if not moved:
             return
-        if len(self._moved) <= max(32, len(self.doc) // 512):
-            for d in list(self._moved):
-                self._unfile(d)
-                self._file(d)
-            return
-        self._moved.clear()
-        self._make_orders()
+        self._moved = {}
+        ids = self.ids
+        live = sorted(d for d in moved if ids[d] is not None)
+        bl, br = bisect.bisect_left, bisect.bisect_right
+        for which, order, neg, keys in ((0, self.by_x, self.neg_x, self.kx), (1, self.by_y, self.neg_y, self.y)):
+            gone = []
+            for d, filed in moved.items():
+                if filed is None:
+                    continue
+                k = -filed[which]
+                lo = bl(neg, k)
+                hi = br(neg, k, lo)
+                i = bl(order, d, lo, hi)
+                if i < hi and order[i] == d:
+                    gone.append(i)
+            rest, rest_neg = order, neg
+            if gone:
+                gone.sort()
+                rest, rest_neg = array("i"), array("d")
+                prev = 0
+                for i in gone:
+                    rest += order[prev:i]
+                    rest_neg += neg[prev:i]
+                    prev = i + 1
+                rest += order[prev:]
+                rest_neg += neg[prev:]
+            new, new_neg = array("i"), array("d")
+            prev = 0
+            for k, d in sorted((-keys[d], d) for d in live):
+                lo = bl(rest_neg, k)
+                hi = br(rest_neg, k, lo)
+                i = bl(rest, d, lo, hi)
+                new += rest[prev:i]
+                new_neg += rest_neg[prev:i]
+                new.append(d)
+                new_neg.append(k)
+                prev = i
+            new += rest[prev:]
+            new_neg += rest_neg[prev:]
+            if which == 0:
+                self.by_x, self.neg_x = new, new_neg
+            else:
+                self.by_y, self.neg_y = new, new_neg
 
     def _make_orders(self, pause: Callable[[], None] | None = None) -> None:
         """Both static orders, made whole. With ``pause`` (a background build), sorted in runs
@@ -400,6 +515,11 @@ class ProfileIndex:
             orders.append(array("i", runs))
             pause()
         self.by_x, self.by_y = orders
+        self.neg_x = array("d", [-x for x in map(self.kx.__getitem__, self.by_x)])
+        if pause is not None:
+            pause()
+        self.neg_y = array("d", [-v for v in map(self.y.__getitem__, self.by_y)])
+        self._moved.clear()
 
     def _kill(self, d: int) -> None:
         """Remove doc ``d`` (from the id map, its postings and the orders); its slot stays dead."""
@@ -415,9 +535,9 @@ class ProfileIndex:
             i = bisect.bisect_left(lst, d)
             if i < len(lst) and lst[i] == d:
                 del lst[i]
-            s = self._sets.get(fid)
-            if s is not None:
-                s.discard(d)
+            b = self._bits.get(fid)
+            if b is not None and (d >> 3) < len(b):
+                b[d >> 3] &= ~(1 << (d & 7)) & 0xFF
         self.total_accesses -= self.count[d]
         self.dead += 1
 
@@ -437,7 +557,7 @@ class ProfileIndex:
         return True
 
     def apply(self, row: Sequence[Any]) -> None:
-        """Bring one changed row (as selected by ``_ROW_SQL``) into the index."""
+        """Bring one changed row (as selected by ``_INDEX_ROW_SQL``) into the index."""
         d = self.doc.get(row[0])
         if d is not None and row[7] == 1 and row[6] is not None:
             at, n = self.tok_at[d], self.tok_n[d]
@@ -459,6 +579,7 @@ class ProfileIndex:
                 self.use[d] = usage(count)
                 self.kx[d] = math.log(cm) + (anchor - self.t0_us) * _LN2_PER_US
                 self.y[d] = cm * self.use[d]
+                self.words[d] = len((row[10] or "").split())  # the text may change with the same features
                 return
         if d is not None:
             self._kill(d)
@@ -483,21 +604,25 @@ class ProfileIndex:
     def _tokens(pq: PreparedQuery) -> list[str]:
         return [encode_term(t) for t in pq.terms] + [CLUSTER_PREFIX + c for c in pq.clusters]
 
-    def _common_sets(self, pq: PreparedQuery, common: list[int]) -> dict[int, set[int]]:
-        """The posting sets of the query's common features (feature index -> set), cached."""
+    def _bitmap(self, fid: int) -> bytearray:
+        """Feature ``fid``'s posting bitmap, made on first use (one pass over its list) and kept
+        current by ``_append`` and ``_kill``; the least recently used go past ``_BITMAP_BYTES``."""
+        b = self._bits.get(fid)
+        if b is not None:
+            self._bits.move_to_end(fid)
+            return b
+        b = bytearray((len(self.ids) >> 3) + 1024)
+        for d in self.postings[fid]:
+            b[d >> 3] |= 1 << (d & 7)
+        self._bits[fid] = b
+        while len(self._bits) > 1 and len(self._bits) * len(b) > _BITMAP_BYTES:
+            self._bits.popitem(last=False)
+        return b
+
+    def _common_bits(self, pq: PreparedQuery, common: list[int]) -> dict[int, int]:
+        """The posting bitmaps of the query's common features (feature index -> bitmap as an int)."""
         toks = self._tokens(pq)
-        out: dict[int, set[int]] = {}
-        for i in common:
-            fid = self.vocab[toks[i]]
-            s = self._sets.get(fid)
-            if s is None:
-                # A bound on what the cache holds (about as many doc numbers as the profile
-                # has memories, a few MB at 100k): past it, start again.
-                if sum(map(len, self._sets.values())) + len(self.postings[fid]) > max(4096, 2 * len(self.doc)):
-                    self._sets.clear()
-                s = self._sets[fid] = set(self.postings[fid])
-            out[i] = s
-        return out
+        return {i: int.from_bytes(self._bitmap(self.vocab[toks[i]]), "little") for i in common}
 
     def prepare(self, query: str) -> PreparedQuery:
         vocab, postings = self.vocab, self.postings
@@ -528,20 +653,26 @@ class ProfileIndex:
         return lists, selective, common
 
     def _masks(self, lists: list[array[int] | None], selective: list[int], common: list[int],
-               sets: dict[int, set[int]]) -> dict[int, int]:
-        """Doc -> mask of the query features it holds, for every doc holding a selective one."""
+               bits: dict[int, int]) -> tuple[dict[int, int], int]:
+        """Doc -> mask of the query features it holds, for every doc holding a selective one; and
+        those docs as a bitmap."""
         mask: dict[int, int] = {}
         get = mask.get
         for i in selective:
             bit = 1 << i
             for d in lists[i]:  # type: ignore[union-attr]
                 mask[d] = get(d, 0) | bit
-        if mask:
-            for i in common:
-                bit = 1 << i
-                for d in mask.keys() & sets[i]:
-                    mask[d] |= bit
-        return mask
+        if not mask:
+            return mask, 0
+        held = bytearray((max(mask) >> 3) + 1)
+        for d in mask:
+            held[d >> 3] |= 1 << (d & 7)
+        mbits = int.from_bytes(held, "little")
+        for i in common:
+            bit = 1 << i
+            for d in bit_docs(mbits & bits[i]):
+                mask[d] |= bit
+        return mask, mbits
 
     def _class_top(self, members: Collection[int], top: float, mask: int, limit: int, now_us: int, w: Weights,
                    core: int | None, skip: Container[int], tier_of: "array[int] | None" = None) -> list[Hit]:
@@ -559,16 +690,26 @@ class ProfileIndex:
                 if (core is None or core_of[d] == core) and d not in skip:
                     hits.append((d, *score_with_topic(anchor[d], now_us, use[d], cm[d], top, w), mask))
             return self._best(hits, limit)
-        if not isinstance(members, (set, frozenset)):
+        if not isinstance(members, (set, frozenset, BitSet)):
             members = set(members)
-        self._sorted()
+        self._settle()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         nx, ny = len(xs), len(ys)
         px = py = 0
-        done: set[int] = set()
         best: list[float] = []  # min-heap of the best ``limit`` scores so far
         topic_bound = w.topic * top
+        # The docs out of place in the orders are scored first, and the walk passes them by: the
+        # bound at its positions holds for every doc filed at its current keys.
+        done: set[int] = set(self._moved)
+        for d in done:
+            if d in members and (core is None or core_of[d] == core) and d not in skip:
+                s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
+                if len(best) < limit:
+                    heapq.heappush(best, s)
+                elif s >= best[0]:
+                    heapq.heapreplace(best, s)
+                hits.append((d, s, rec, top, mask))
 
         def wanted(d: int) -> bool:
             return d in members and d not in done and (core is None or core_of[d] == core) and d not in skip
@@ -647,14 +788,15 @@ class ProfileIndex:
                 t = topics[m] = topic(pq, *self.held(pq, m))
             return t
 
-        sets: dict[int, set[int]] = {}
-        self._sorted()
+        bits: dict[int, int] = {}
+        self._settle()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         if not pq.empty:
             lists, selective, common = self._plan(pq, essential_budget)
-            sets = self._common_sets(pq, common)
-            mask = self._masks(lists, selective, common, sets)
+            bits = self._common_bits(pq, common)
+            mask, mbits = self._masks(lists, selective, common, bits)
+            excl = mbits | _bits_of(skip)
             classes: dict[int, list[int]] = {}
             for d, m in mask.items():
                 classes.setdefault(m, []).append(d)
@@ -671,21 +813,24 @@ class ProfileIndex:
                         m |= 1 << i
                 subsets.append((topic_of(m), m))
             subsets.sort(key=lambda c: -c[0])
-            top_x = math.exp(min(700.0, kx[xs[0]] - k_now)) if xs else 0.0
-            top_y = y[ys[0]] if ys else 0.0
+            # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
+            out_of_place = [d for d in self._moved if self.ids[d] is not None]
+            top_kx = max([kx[d] for d in out_of_place] + ([kx[xs[0]]] if xs else []), default=None)
+            top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
+            top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
             for top, m in subsets:
                 kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
                 if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
                     break
-                members = self._subset(m, common, sets, mask, skip)
-                if members:
-                    hits += self._class_top(members, top, m, limit, now_us, w, core, skip, tier_of)
+                found = self._subset(m, common, bits, excl)
+                if found:
+                    hits += self._class_top(found, top, m, limit, now_us, w, core, skip, tier_of)
         # The docs holding no query feature (topic 0): from the tier's head when it can answer,
         # else by the walk over the static orders.
-        common_sets = list(sets.values())
+        held_common = BitSet(functools.reduce(operator.or_, bits.values(), 0))
 
         def excluded(d: int) -> bool:
-            return d in mask or d in skip or any(d in s for s in common_sets)
+            return d in mask or d in skip or d in held_common
 
         head = self._head(tier, tier_of, core, now_us, w)
         answer = self._from_head(head, hits, limit, min_score, now_us, w, tier_of, core, excluded)
@@ -766,14 +911,27 @@ class ProfileIndex:
         yet has cm·recency ≤ bx and cm·usage ≤ by (the values at the walk's positions), so the
         walk stops once wR·bx + wU·by falls below the ``limit``-th score. ``best``: a min-heap of
         scores found already (the classes'), which only lets it stop sooner."""
-        self._sorted()
+        self._settle()
         xs, ys, kx, y = self.by_x, self.by_y, self.kx, self.y
         k_now = (now_us - self.t0_us) * _LN2_PER_US
         anchor, use, cm, core_of = self.anchor, self.use, self.cm, tier_of
         hits: list[Hit] = []
         nx, ny = len(xs), len(ys)
         px = py = 0
-        done: set[int] = set()
+        # The docs out of place in the orders first (as in ``_class_top``); a dead one is passed by.
+        done: set[int] = set(self._moved)
+        ids = self.ids
+        for d in done:
+            if ids[d] is None or (core is not None and core_of[d] != core) or excluded(d):
+                continue
+            s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
+            if s < min_score:
+                continue
+            if len(best) < limit:
+                heapq.heappush(best, s)
+            elif s >= best[0]:
+                heapq.heapreplace(best, s)
+            hits.append((d, s, rec, top, 0))
 
         def wanted(d: int) -> bool:
             return d not in done and (core is None or core_of[d] == core) and not excluded(d)
@@ -881,8 +1039,8 @@ class ProfileIndex:
             hits: list[Hit] = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
             return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
         lists, selective, common = self._plan(pq, essential_budget)
-        sets = self._common_sets(pq, common)
-        mask = self._masks(lists, selective, common, sets)
+        bits = self._common_bits(pq, common)
+        mask, mbits = self._masks(lists, selective, common, bits)
         topics: dict[int, float] = {}
 
         def topic_of(m: int) -> float:
@@ -891,6 +1049,7 @@ class ProfileIndex:
                 t = topics[m] = topic(pq, *self.held(pq, m))
             return t
 
+        common_sets = {i: BitSet(b) for i, b in bits.items()} if similarity else {}
         for mid, cos in (similarity or {}).items():
             d = doc.get(mid)
             if d is None or d in skip or (core is not None and core_of[d] != core):
@@ -900,7 +1059,7 @@ class ProfileIndex:
             if m is None:
                 m = 0
                 for i in common:
-                    if d in sets[i]:
+                    if d in common_sets[i]:
                         m |= 1 << i
             s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], topic_of(m) if m else 0.0, w)
             s, top, cos_used = with_similarity(s, rec, use[d], cm[d], top, cos, w)
@@ -913,7 +1072,7 @@ class ProfileIndex:
             if d not in skip and (core is None or core_of[d] == core):
                 classes.setdefault(m, []).append(d)
         # Every class, by topic: (topic, mask, members or None for a subset of the common features).
-        pending: list[tuple[float, int, list[int] | None]] = [(topic_of(m), m, ms) for m, ms in classes.items()]
+        pending: list[tuple[float, int, Collection[int] | None]] = [(topic_of(m), m, ms) for m, ms in classes.items()]
         k = len(common)
         for sub in range(1, 1 << k):
             m = 0
@@ -923,6 +1082,7 @@ class ProfileIndex:
             pending.append((topic_of(m), m, None))
         pending.sort(key=lambda c: -c[0])
         best = max((r[3] for r in rows), default=0.0)
+        excl = mbits | _bits_of(skip)
 
         def strong_hit(h: Hit) -> bool:
             return bool(h[4] & term_bits) or h[0] in counted
@@ -930,7 +1090,7 @@ class ProfileIndex:
         for top, m, members in gated_classes(pending, rows, best, ratio=ratio, min_score=min_score, limit=limit,
                                              term_bits=term_bits, strong_of=strong_hit):
             if members is None:
-                members = self._subset(m, common, sets, mask, skip)
+                members = self._subset(m, common, bits, excl)
                 if not members:
                     continue
             rows += self._class_top(members, top, m, limit, now_us, w, core, skip)
@@ -940,21 +1100,31 @@ class ProfileIndex:
         hits = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
         return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
 
-    def _subset(self, m: int, common: list[int], sets: dict[int, set[int]], mask: Mapping[int, int],
-                skip: set[int]) -> list[int]:
-        """The docs holding exactly the common features of mask ``m`` and no selective one."""
-        ins = sorted((sets[i] for i in common if m >> i & 1), key=len)
-        out = set(ins[0])
-        for s in ins[1:]:
-            out &= s
-            if not out:
-                return []
+    def rerank(self, hits: list[Hit], pq: PreparedQuery, counted: Mapping[int, float],
+               windows: Sequence[tuple[int, int]]) -> list[Hit]:
+        """``hits`` (the gate's, from :meth:`top_k_gated`) in the second pass's order
+        (:func:`memlocal.scoring.rerank_order`), from the index's own fields: the same order
+        :func:`memlocal.scoring.rerank` gives the memories once read."""
+        term_bits = (1 << len(pq.terms)) - 1
+        core, words, created, ids = self.core, self.words, self.created, self.ids
+
+        def order(h: Hit) -> tuple[bool, float, float, int, str]:
+            d, cos = h[0], counted.get(h[0])
+            return rerank_order(bool(h[4] & term_bits) or cos is not None, h[3], words[d] if core[d] else None,
+                                created[d], cos, h[1], ids[d] or "", windows)
+
+        return sorted(hits, key=order)
+
+    def _subset(self, m: int, common: list[int], bits: dict[int, int], excl: int) -> list[int] | BitSet:
+        """The docs holding exactly the common features of mask ``m``, none in ``excl`` (the
+        docs holding a selective feature, the skipped ones): a list when few, else a bitmap."""
+        out = functools.reduce(operator.and_, (bits[i] for i in common if m >> i & 1))
         for i in common:
             if not m >> i & 1:
-                out -= sets[i]
-        out.difference_update(mask)
-        out -= skip
-        return list(out)
+                out &= ~bits[i]
+        out &= ~excl
+        found = BitSet(out)
+        return bit_docs(out) if len(found) <= self.direct else found
 
     @classmethod
     def build(cls, conn: sqlite3.Connection, profile: str, t0_us: int,
@@ -964,7 +1134,7 @@ class ProfileIndex:
         idx = cls(t0_us)
         row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
         idx.rev, idx.resets = row if row is not None else (0, 0)
-        cur = conn.execute(_ROW_SQL + " AND is_active = 1", (profile,))
+        cur = conn.execute(_INDEX_ROW_SQL + " AND is_active = 1", (profile,))
         while True:
             # Small batches beside the queries (a batch holds the GIL for a few ms at most).
             batch = cur.fetchmany(2048 if pause is None else _BUILD_BATCH)
@@ -1394,7 +1564,8 @@ class RecallIndex:
 
     def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
                  cold_queries: int = 2, cold_max_rows: int | None = None, background: bool = True,
-                 direct: int | None = None, head_size: int | None = None) -> None:
+                 direct: int | None = None, head_size: int | None = None, moved_max: int | None = None,
+                 warm: Callable[[], None] | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
         self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
@@ -1403,9 +1574,13 @@ class RecallIndex:
         self.background = background
         self.direct = direct  # a speed knob for tests (see ProfileIndex.direct); None = automatic
         self.head_size = head_size  # a speed knob for tests (see ProfileIndex.head_size); None = automatic
+        self.moved_max = moved_max  # a speed knob for tests (see ProfileIndex.moved_max); None = automatic
         # Called on the builder thread with the profile once its index is built, before it is
         # installed (tests hold the build there to query while it is "still building").
         self.build_hook: Callable[[str], None] | None = None
+        # Called once on the first builder thread, before its build: what a process that stays
+        # up will soon need (the bank's: the credential detectors), loaded beside the queries.
+        self.warm = warm
         self._cold: dict[str, int] = {}
         self._indexes: OrderedDict[str, ProfileIndex] = OrderedDict()
         self._building: dict[str, threading.Thread] = {}
@@ -1450,6 +1625,8 @@ class RecallIndex:
             idx.direct = self.direct
         if self.head_size is not None:
             idx.head_size = self.head_size
+        if self.moved_max is not None:
+            idx.moved_max = self.moved_max
         self._indexes[profile] = idx
         self._indexes.move_to_end(profile)
         while len(self._indexes) > self.max_profiles:
@@ -1478,6 +1655,9 @@ class RecallIndex:
             time.sleep(0)  # release the GIL: a query waiting for it runs now
 
         try:
+            warm, self.warm = self.warm, None
+            if warm is not None:
+                warm()
             conn = sqlite3.connect(str(self.store.path), timeout=self.store.busy_timeout_s,
                                    isolation_level=None, check_same_thread=False)
             try:
@@ -1518,12 +1698,9 @@ class RecallIndex:
                 live = {mid for (mid,) in conn.execute("SELECT id FROM memories WHERE profile = ?", (profile,))}
                 for mid in [m for m in idx.doc if m not in live]:
                     idx.remove(mid)
-            for r in conn.execute(_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
+            for r in conn.execute(_INDEX_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
                 idx.apply(r)
-            if len(idx._moved) >= 32:
-                # Access bumps are filed in the orders a few dozen at a time, so the walk that
-                # next reads them never has thousands to file (or a whole re-sort) to do first.
-                idx._sorted()
+            idx._settle()
         idx.rev, idx.resets = rev, resets
         self._install(profile, idx)
         if idx.dead > max(1024, idx.size) and self.background:
@@ -1548,14 +1725,15 @@ class RecallIndex:
         ``similarity``: the semantic signal's embedding top-k (id -> cosine), added to the topic
         in evidence mode (:func:`memlocal.scoring.with_similarity`); ignored in spec mode. In
         evidence mode the gate's first ``max(limit, RERANK_DEPTH)`` are re-ordered by the bounded
-        second pass (:func:`memlocal.scoring.rerank`), as the full scan does.
+        second pass (:func:`memlocal.scoring.rerank`), as the full scan does; from the index, on
+        its own arrays (:func:`memlocal.scoring.rerank_order`), so only the ``limit`` kept are read.
         """
         if not ranking.gated:
             return self._exact(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude_ids,
                                now=now, tier=tier, ranking=ranking, similarity=similarity)
-        found = self._exact(profile, query, limit=max(limit, RERANK_DEPTH), min_score=min_score,
-                            exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity)
-        return rerank(found, query, limit)
+        return self._exact(profile, query, limit=max(limit, RERANK_DEPTH), min_score=min_score,
+                           exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity,
+                           keep=limit)
 
     def _exact(
         self,
@@ -1569,9 +1747,10 @@ class RecallIndex:
         tier: str | None = None,
         ranking: Ranking = Ranking(),
         similarity: Mapping[str, float] | None = None,
+        keep: int | None = None,
     ) -> list[ScoredMemory]:
-        """The exact first ``limit`` under ``ranking`` (in evidence mode: the gate's, before
-        the second pass)."""
+        """The exact first ``limit`` under ``ranking``; with ``keep`` (evidence mode), the gate's
+        first ``limit`` re-ordered by the second pass, its first ``keep``."""
         now_us = to_us(now or utcnow())
         assert now_us is not None
         exclude_ids = tuple(exclude_ids)  # read by the cold path, and again if it hands over
@@ -1594,7 +1773,8 @@ class RecallIndex:
                                   essential_budget=self.essential_budget, max_rows=self.cold_max_rows,
                                   spec=not ranking.gated, direct=_COLD_DIRECT if self.direct is None else self.direct)
                 if cold is not None:
-                    return self._cold_results(conn, profile, cold, ranking)
+                    found = self._cold_results(conn, profile, cold, ranking)
+                    return found if keep is None else rerank(found, query, keep)
             idx = self._refresh(conn, profile)
             pq = idx.prepare(query)
             mat = maturity(idx.total_accesses)
@@ -1609,6 +1789,8 @@ class RecallIndex:
             else:
                 top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
                                 exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
+            if keep is not None:
+                top = idx.rerank(top, pq, counted, query_dates(query))[:keep]
             ids = [idx.ids[d] or "" for d, *_ in top]
             memories = self.store.get_many(profile, ids, conn=conn)
             out = []

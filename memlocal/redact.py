@@ -29,8 +29,10 @@ import threading
 from dataclasses import dataclass
 from types import ModuleType
 from functools import lru_cache
-from typing import Any, Final, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Final, Iterable, Iterator
 
+if TYPE_CHECKING:
+    from detect_secrets.plugins.base import BasePlugin
 
 
 class _DeferredModule(ModuleType):
@@ -68,29 +70,6 @@ def _defer_requests() -> None:
     sys.modules["requests"] = stand_in
 
 
-_defer_requests()
-
-from detect_secrets.plugins.aws import AWSKeyDetector  # noqa: E402  (after the deferral above)
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.base import BasePlugin
-from detect_secrets.plugins.basic_auth import BasicAuthDetector
-from detect_secrets.plugins.discord import DiscordBotTokenDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
-from detect_secrets.plugins.jwt import JwtTokenDetector
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.private_key import PrivateKeyDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
-from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-from detect_secrets.plugins.twilio import TwilioKeyDetector
-
 from .errors import ConfigError
 from .fold import fold_map
 
@@ -104,28 +83,6 @@ _EXTRA: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("openai-key", re.compile(r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}")),
     ("openai-key", re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9]{32,}")),
 )
-
-_PLUGINS: Final[tuple[tuple[str, BasePlugin], ...]] = (
-    ("private-key", PrivateKeyDetector()),
-    ("aws-key", AWSKeyDetector()),
-    ("github-token", GitHubTokenDetector()),
-    ("gitlab-token", GitLabTokenDetector()),
-    ("slack-token", SlackDetector()),
-    ("stripe-key", StripeDetector()),
-    ("jwt", JwtTokenDetector()),
-    ("basic-auth", BasicAuthDetector()),
-    ("openai-key", OpenAIDetector()),
-    ("discord-token", DiscordBotTokenDetector()),
-    ("twilio-key", TwilioKeyDetector()),
-    ("sendgrid-key", SendGridDetector()),
-    ("mailchimp-key", MailchimpDetector()),
-    ("npm-token", NpmDetector()),
-    ("pypi-token", PypiTokenDetector()),
-    ("azure-storage-key", AzureStorageKeyDetector()),
-    ("square-oauth", SquareOAuthDetector()),
-    ("telegram-token", TelegramBotTokenDetector()),
-)
-_ENTROPY: Final = Base64HighEntropyString()
 
 # A private key's marker line found by the plugin: redact from BEGIN to END (or to the end).
 _PEM: Final = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\Z)"
@@ -144,7 +101,7 @@ def _high_entropy(token: str) -> bool:
         return False
     if not (any(c.isupper() for c in token) and any(c.islower() for c in token) and any(c.isdigit() for c in token)):
         return False
-    return _ENTROPY.calculate_shannon_entropy(token) > ENTROPY_LIMIT
+    return bool(_detectors().entropy.calculate_shannon_entropy(token) > ENTROPY_LIMIT)
 
 
 def _plugin_spans(kind: str, plugin: BasePlugin, text: str, offset: int = 0) -> Iterator[tuple[int, int]]:
@@ -155,7 +112,7 @@ def _plugin_spans(kind: str, plugin: BasePlugin, text: str, offset: int = 0) -> 
         for m in regex.finditer(text):
             if kind == "jwt":  # its pattern ends lazily: take the whole signature, then validate
                 end = _JWT_TAIL.match(text, m.end()).end()  # type: ignore[union-attr]
-                if JwtTokenDetector.is_formally_valid(m.group()):
+                if _detectors().jwt_valid(m.group()):
                     yield offset + m.start(), offset + end
                 continue
             group = next((g for g in range(1, (regex.groups or 0) + 1) if m.group(g)), None)
@@ -170,11 +127,78 @@ def _plugin_spans(kind: str, plugin: BasePlugin, text: str, offset: int = 0) -> 
 # or a URL: only such words are scanned, and only when one combined pattern finds something.
 _LONG_WORD: Final = re.compile(r"\S{16,}")
 _WORD: Final = re.compile(r"\S+")
-_WORD_PLUGINS: Final = tuple((k, p) for k, p in _PLUGINS if k not in ("private-key", "aws-key"))
-_ANY_WORD_SECRET: Final = re.compile("|".join(
-    f"(?{'i' if rx.flags & re.IGNORECASE else ''}:{rx.pattern})" if rx.flags & re.IGNORECASE else f"(?:{rx.pattern})"
-    for _, plugin in _WORD_PLUGINS for rx in plugin.denylist  # type: ignore[attr-defined]
-) + "|" + "|".join(f"(?:{rx.pattern})" for _, rx in _EXTRA))
+
+
+@dataclass(frozen=True, slots=True)
+class _Detectors:
+    """detect-secrets' plugins, loaded on the first text that could hold a credential (prose,
+    most of what a bank holds and every recall shows, never needs them: ``_spans``)."""
+
+    plugins: tuple[tuple[str, BasePlugin], ...]
+    word_plugins: tuple[tuple[str, BasePlugin], ...]
+    any_word_secret: re.Pattern[str]
+    entropy: Any  # Base64HighEntropyString
+    jwt_valid: Any  # JwtTokenDetector.is_formally_valid
+
+
+@lru_cache(maxsize=1)
+def _detectors() -> _Detectors:
+    """Import detect-secrets (tens of ms: a long-lived process's first recall paid it) and make
+    the plugins, once."""
+    _defer_requests()
+    from detect_secrets.plugins.aws import AWSKeyDetector  # after the deferral above
+    from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+    from detect_secrets.plugins.basic_auth import BasicAuthDetector
+    from detect_secrets.plugins.discord import DiscordBotTokenDetector
+    from detect_secrets.plugins.github_token import GitHubTokenDetector
+    from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+    from detect_secrets.plugins.jwt import JwtTokenDetector
+    from detect_secrets.plugins.mailchimp import MailchimpDetector
+    from detect_secrets.plugins.npm import NpmDetector
+    from detect_secrets.plugins.openai import OpenAIDetector
+    from detect_secrets.plugins.private_key import PrivateKeyDetector
+    from detect_secrets.plugins.pypi_token import PypiTokenDetector
+    from detect_secrets.plugins.sendgrid import SendGridDetector
+    from detect_secrets.plugins.slack import SlackDetector
+    from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+    from detect_secrets.plugins.stripe import StripeDetector
+    from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+    from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+    plugins: tuple[tuple[str, BasePlugin], ...] = (
+        ("private-key", PrivateKeyDetector()),
+        ("aws-key", AWSKeyDetector()),
+        ("github-token", GitHubTokenDetector()),
+        ("gitlab-token", GitLabTokenDetector()),
+        ("slack-token", SlackDetector()),
+        ("stripe-key", StripeDetector()),
+        ("jwt", JwtTokenDetector()),
+        ("basic-auth", BasicAuthDetector()),
+        ("openai-key", OpenAIDetector()),
+        ("discord-token", DiscordBotTokenDetector()),
+        ("twilio-key", TwilioKeyDetector()),
+        ("sendgrid-key", SendGridDetector()),
+        ("mailchimp-key", MailchimpDetector()),
+        ("npm-token", NpmDetector()),
+        ("pypi-token", PypiTokenDetector()),
+        ("azure-storage-key", AzureStorageKeyDetector()),
+        ("square-oauth", SquareOAuthDetector()),
+        ("telegram-token", TelegramBotTokenDetector()),
+    )
+    word_plugins = tuple((k, p) for k, p in plugins if k not in ("private-key", "aws-key"))
+    any_word_secret = re.compile("|".join(
+        f"(?{'i' if rx.flags & re.IGNORECASE else ''}:{rx.pattern})" if rx.flags & re.IGNORECASE else f"(?:{rx.pattern})"
+        for _, plugin in word_plugins for rx in plugin.denylist  # type: ignore[attr-defined]
+    ) + "|" + "|".join(f"(?:{rx.pattern})" for _, rx in _EXTRA))
+    return _Detectors(plugins, word_plugins, any_word_secret, Base64HighEntropyString(),
+                      JwtTokenDetector.is_formally_valid)
+
+
+def warm() -> None:
+    """Load the detectors now (a process that stays up does it beside its queries), rather
+    than inside the first text that needs them."""
+    _detectors()
 
 
 def _spans(text: str) -> list[tuple[int, int, str]]:
@@ -182,20 +206,21 @@ def _spans(text: str) -> list[tuple[int, int, str]]:
     spans: list[tuple[int, int, str]] = []
     # The two that span words: a PEM block, and an AWS secret key assigned in code.
     if "PRIVATE KEY" in text or "PuTTY" in text:
-        if any(True for _ in _PLUGINS[0][1].analyze_string(text)):
+        if any(True for _ in _detectors().plugins[0][1].analyze_string(text)):
             spans += [(m.start(), m.end(), "private-key") for m in _PEM.finditer(text)]
     if "aws" in text.lower() or "AKIA" in text or "ASIA" in text or "A3T" in text or "ABIA" in text or "ACCA" in text:
-        spans += [(a, b, "aws-key") for a, b in _plugin_spans("aws-key", _PLUGINS[1][1], text)]
+        spans += [(a, b, "aws-key") for a, b in _plugin_spans("aws-key", _detectors().plugins[1][1], text)]
     if "://" not in text and max(map(len, text.split()), default=0) < 16:
         return spans  # the common case (prose): no word could hold a credential
+    found = _detectors()
     for word in (_WORD if "://" in text else _LONG_WORD).finditer(text):
         w, offset = word.group(), word.start()
         if len(w) < 16 and "://" not in w:
             continue
-        if _ANY_WORD_SECRET.search(w):
+        if found.any_word_secret.search(w):
             for kind, regex in _EXTRA:
                 spans += [(offset + m.start(), offset + m.end(), kind) for m in regex.finditer(w)]
-            for kind, plugin in _WORD_PLUGINS:
+            for kind, plugin in found.word_plugins:
                 spans += [(a, b, kind) for a, b in _plugin_spans(kind, plugin, w, offset)]
         if len(w) >= ENTROPY_MIN_LENGTH:
             for m in _TOKEN.finditer(w):

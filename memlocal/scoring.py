@@ -404,25 +404,35 @@ def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: flo
     return kept, best
 
 
-def rerank_key(s: "ScoredMemory", windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
-    """The second pass's order, best first: strong evidence first (as the gate), then the
-    evidence: the topic, divided by ``1 + words / LENGTH_SCALE`` for a fact or preference, plus
-    ``DATE_BONUS`` when the memory was created within one of ``windows`` (µs, from
-    :func:`memlocal.text.query_dates`), plus ``SIMILARITY_RERANK`` times its cosine when the
-    semantic signal counted; then the score, newer createdAt, smaller id."""
-    ev = s.evidence
-    strong = ev is not None and (bool(ev.terms) or ev.semantic is not None)
-    created = to_us(s.memory.created_at) or 0
-    key = s.breakdown.topic
-    if s.memory.category in CORE_CATEGORIES:  # a fact states one thing: see LENGTH_SCALE
-        key /= 1.0 + len(s.memory.processed_content.split()) / LENGTH_SCALE
+def rerank_order(strong: bool, strength: float, fact_words: int | None, created_us: int, semantic: float | None,
+                 score: float, memory_id: str, windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
+    """The second pass's order, best first, from a memory's primitive fields (what the in-memory
+    index holds, so it reranks before reading any row): strong evidence first (as the gate),
+    then the evidence: the topic (``strength``), divided by ``1 + words / LENGTH_SCALE`` for a
+    fact or preference (``fact_words``: its processedContent's whitespace-separated words; None
+    for another category), plus ``DATE_BONUS`` when the memory was created within one of
+    ``windows`` (µs, from :func:`memlocal.text.query_dates`), plus ``SIMILARITY_RERANK`` times its
+    cosine when the semantic signal counted; then the score, newer createdAt, smaller id."""
+    key = strength
+    if fact_words is not None:  # a fact states one thing: see LENGTH_SCALE
+        key /= 1.0 + fact_words / LENGTH_SCALE
     for start, end in windows:
-        if start <= created < end:
+        if start <= created_us < end:
             key += DATE_BONUS
             break
-    if ev is not None and ev.semantic is not None:
-        key += SIMILARITY_RERANK * ev.semantic
-    return (not strong, -key, -s.score, -created, s.memory.id)
+    if semantic is not None:
+        key += SIMILARITY_RERANK * semantic
+    return (not strong, -key, -score, -created_us, memory_id)
+
+
+def rerank_key(s: "ScoredMemory", windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
+    """:func:`rerank_order` of a scored memory."""
+    ev = s.evidence
+    semantic = ev.semantic if ev is not None else None
+    strong = ev is not None and (bool(ev.terms) or semantic is not None)
+    words = len(s.memory.processed_content.split()) if s.memory.category in CORE_CATEGORIES else None
+    return rerank_order(strong, s.breakdown.topic, words, to_us(s.memory.created_at) or 0, semantic, s.score,
+                        s.memory.id, windows)
 
 
 def rerank(results: "Sequence[ScoredMemory]", query: str, limit: int) -> "list[ScoredMemory]":

@@ -123,3 +123,33 @@ def test_access_bumps_commit_without_the_fsync_and_saves_keep_it(bank: MemoryBan
         assert other.execute("SELECT access_count FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == 1
     finally:
         other.close()
+
+
+def test_access_bumps_leave_the_checkpoint_to_the_background_thread(bank: MemoryBank, db_path: Path) -> None:
+    """A recall's bump never checkpoints the log inline (autocheckpoint off for its commit, back on
+    for the next save); every ``LAZY_CHECKPOINT_COMMITS`` of them the bank's background thread
+    checkpoints it instead."""
+    from memlocal.store import LAZY_CHECKPOINT_COMMITS
+
+    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
+    seen: list[str] = []
+    bank.store.conn.set_trace_callback(lambda sql: seen.append(sql) if "wal_autocheckpoint" in sql else None)
+    try:
+        for _ in range(LAZY_CHECKPOINT_COMMITS - 1):
+            assert bank.recall("p", "blue-green deploys")
+    finally:
+        bank.store.conn.set_trace_callback(None)
+    assert seen[:2] == ["PRAGMA wal_autocheckpoint = 0", "PRAGMA wal_autocheckpoint = 1000"]
+    assert bank.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    assert bank.store.lazy_commits == LAZY_CHECKPOINT_COMMITS - 1
+    assert bank._access_marker is None  # nothing handed over yet
+    bank.recall("p", "blue-green deploys")
+    assert bank.store.lazy_commits == 0
+    bank.drain(10)
+    other = sqlite3.connect(db_path)
+    try:
+        busy, log_frames, done = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert (busy, done) == (0, log_frames)  # nothing left that the background one could copy
+        assert other.execute("SELECT access_count FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == LAZY_CHECKPOINT_COMMITS
+    finally:
+        other.close()

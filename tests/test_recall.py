@@ -70,7 +70,8 @@ def _indexes(bank: MemoryBank, budget: int | None, max_rows: int = 4096) -> list
     answers every query from the persisted FTS5 features (``max_rows`` 0: it gives up whenever
     it would have to read the common features' rows, and the index is built instead)."""
     return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0, background=False,
-                        direct=0 if budget == 0 else None, head_size=None if budget is None else budget + 1),
+                        direct=0 if budget == 0 else None, head_size=None if budget is None else budget + 1,
+                        moved_max=budget),
             RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows,
                         direct=0 if budget == 0 else None)]
 
@@ -251,8 +252,9 @@ def test_timestamps_far_from_now_do_not_break_the_walk(bank: MemoryBank) -> None
 
 def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Path) -> None:
     """Access bumps move memories in the index's static orders lazily (the evidence gate never
-    reads them); after enough bumps to re-sort the orders at once, and after a few made one by
-    one, the spec mode's walk (which reads them) still equals the full scan, in both tiers."""
+    reads them): each walk scores the bumped ones apart until there are many, then they are
+    filed in one pass; either way the spec mode's walk (which reads the orders) still equals
+    the full scan, in both tiers (``moved_max`` 8: filed every round or two)."""
     import random
 
     rng = random.Random(5)
@@ -262,18 +264,50 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
                          "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7]), "active": True})
                 for _ in range(300)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
-        index = RecallIndex(bank.store, cold_queries=0, background=False)
+        indexes = [RecallIndex(bank.store, cold_queries=0, background=False),
+                   RecallIndex(bank.store, cold_queries=0, background=False, moved_max=8)]
         ids = [m.id for m in rows]
-        for rounds in (40, 4):  # 40 rounds of 8 bumps: re-sorted at once; then 4: one by one
+        for rounds in (40, 4):  # 40 rounds of 8 bumps, then 4
             for _ in range(rounds):
                 bank.store.mark_accessed("p", rng.sample(ids, 8), NOW)
-                index.query("p", rng.choice(VOCAB), limit=8, min_score=0.05, now=NOW)  # the gate: no walk
+                for index in indexes:
+                    index.query("p", rng.choice(VOCAB), limit=8, min_score=0.05, now=NOW)  # the gate: no walk
             memories = list(bank.store.iter_profile("p"))
             for q in ("", *rng.sample(VOCAB, 4)):
                 for tier in (None, "core", "other"):
                     want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
-                    got = index.query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
-                    assert _key(got) == _key(want)
+                    for index in indexes:
+                        got = index.query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
+                        assert _key(got) == _key(want)
+
+
+def test_filing_moved_memories_in_one_pass_equals_sorting_the_orders_again(tmp_path: Path) -> None:
+    """The index files bumped, new and removed memories in its static orders by bisections and
+    slices (``_sorted``); the orders (and their key arrays) are exactly a fresh sort's."""
+    import random
+
+    rng = random.Random(11)
+    with _open(str(tmp_path)) as bank:
+        rows = [_memory({"words": rng.choices(VOCAB, k=rng.randint(2, 6)), "category": rng.choice(CATEGORIES),
+                         "confidence": rng.choice([1.0, 0.8, 0.4]), "age": rng.random() * 300,
+                         "last": rng.choice([None, 1.0]), "count": rng.choice([0, 1, 7]), "active": True})
+                for _ in range(200)]
+        assert set(bank.store.import_batch(rows)) == {"imported"}
+        index = RecallIndex(bank.store, cold_queries=0, background=False, moved_max=10**9)
+        index.query("p", "x", limit=8, min_score=0.05, now=NOW)
+        ids = [m.id for m in rows]
+        for i in range(6):
+            bank.store.mark_accessed("p", rng.sample(ids, 12), NOW)  # ties in usage: many share a count
+            bank.delete("p", ids.pop(rng.randrange(len(ids))))
+            _put(bank, {"words": rng.choices(VOCAB, k=3), "category": "fact", "confidence": 1.0, "age": 1.0,
+                        "last": None, "count": i, "active": True})
+            index.query("p", "x", limit=8, min_score=0.05, now=NOW)
+            idx = index._indexes["p"]
+            assert idx._moved
+            idx._sorted()
+            filed = (idx.by_x, idx.by_y, idx.neg_x, idx.neg_y)
+            idx._make_orders()
+            assert filed == (idx.by_x, idx.by_y, idx.neg_x, idx.neg_y)
 
 
 def test_a_tiers_head_answers_exactly_as_the_clock_moves_and_the_bank_changes(tmp_path: Path) -> None:

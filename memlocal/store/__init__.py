@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import from_us, to_us, utcnow
-from .database import Database
+from .database import LAZY_CHECKPOINT_COMMITS, Database
 from .derive import derive_features, derive_near_keys
 from .memories import (
     MEMORY_COLUMNS,
@@ -49,6 +49,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "LAZY_CHECKPOINT_COMMITS",
     "MEMORY_COLUMNS",
     "MIGRATIONS",
     "SCHEMA_VERSION",

@@ -40,6 +40,11 @@ _SQLITE_DISK: Final = frozenset({3, 8, 10, 14, 22})  # PERM, READONLY, IOERR, CA
 
 # Rows a streamed read (``Database.iter_rows``) fetches at a time.
 ITER_PAGE_ROWS: Final = 500
+# SQLite's own default: a commit that leaves the log this many pages long checkpoints it inline.
+WAL_AUTOCHECKPOINT: Final = 1000
+# Best-effort commits (access bumps, about 15 pages each) between two checkpoints run off the
+# caller's path (``Database.lazy_commits``): about ``WAL_AUTOCHECKPOINT`` pages.
+LAZY_CHECKPOINT_COMMITS: Final = 64
 
 
 def database_error(path: Path, exc: BaseException) -> StoreError | None:
@@ -103,6 +108,9 @@ class Database:
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()
+        # Best-effort commits since this connection last checkpointed (``transaction``): the
+        # owner hands a checkpoint to a background thread every ``LAZY_CHECKPOINT_COMMITS``.
+        self.lazy_commits = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
@@ -186,12 +194,16 @@ class Database:
         ``durable=False`` commits without the fsync (``synchronous=NORMAL`` for this one
         transaction): in WAL mode the database stays consistent and every reader sees the commit
         at once, but a power cut may undo it. Only for best-effort writes (access bumps); the next
-        durable commit fsyncs the log, these frames included."""
+        durable commit fsyncs the log, these frames included. Nor does it checkpoint the log
+        (SQLite would, inline, every thousand pages: the slowest recalls were those commits);
+        ``lazy_commits`` counts them for the owner to run :meth:`checkpoint` off the caller's path."""
         with self._lock:
             # 1 is NORMAL; a connection already on NORMAL (the background marker's) is left as is.
             relax = not durable and self.conn.execute("PRAGMA synchronous").fetchone()[0] != 1
             if relax:
                 self.conn.execute("PRAGMA synchronous = NORMAL")
+            if not durable:
+                self.conn.execute("PRAGMA wal_autocheckpoint = 0")
             try:
                 try:
                     self.conn.execute("BEGIN IMMEDIATE")
@@ -218,6 +230,19 @@ class Database:
             finally:
                 if relax:
                     self.conn.execute("PRAGMA synchronous = FULL")
+                if not durable:
+                    self.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
+                    self.lazy_commits += 1
+
+    def checkpoint(self) -> None:
+        """Copy the log's committed pages into the database file, without waiting for readers
+        or writers (a PASSIVE checkpoint): what the best-effort commits left to do."""
+        with self._lock:
+            self.lazy_commits = 0
+            try:
+                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                raise database_error(self.path, exc) or StoreError(f"cannot checkpoint {self.path}: {exc}") from None
 
     def iter_rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """The rows of one query, fetched ``ITER_PAGE_ROWS`` at a time from a cursor on a

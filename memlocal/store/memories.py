@@ -504,17 +504,20 @@ class Store(Database):
         from ..model import compute_staleness
 
         now_us = to_us(now)
-        updated = 0
+        wanted = list(dict.fromkeys(ids))
         with self.transaction(durable=False) as c:
-            for mid in dict.fromkeys(ids):
-                row = c.execute(
-                    "SELECT category, confidence, access_count, created_us, last_accessed_us FROM memories"
-                    " WHERE id = ? AND profile = ?",
-                    (mid, profile),
-                ).fetchone()
-                if row is None:
-                    continue  # deleted meanwhile: nothing to bump
-                category, confidence, count, created_us, last_us = row
+            # One read of every row and one prepared UPDATE run for each: a recall's bump is a
+            # handful of statements, not two per memory.
+            rows = []
+            for at in range(0, len(wanted), 500):  # under SQLite's limit on bound parameters
+                part = wanted[at:at + 500]
+                rows += c.execute(
+                    "SELECT id, category, confidence, access_count, created_us, last_accessed_us FROM memories"
+                    f" WHERE +profile = ? AND id IN ({', '.join('?' for _ in part)})",
+                    (profile, *part),
+                ).fetchall()  # a deleted one is missing: nothing to bump
+            updates = []
+            for mid, category, confidence, count, created_us, last_us in rows:
                 last = max(last_us or 0, now_us or 0)
                 staleness = compute_staleness(
                     category=category,
@@ -524,13 +527,13 @@ class Store(Database):
                     last_accessed_at=from_us(last),
                     now=now,
                 )
-                c.execute(
-                    "UPDATE memories SET access_count = access_count + 1, access_delta = access_delta + 1,"
-                    " last_accessed_us = ?, staleness = ? WHERE id = ?",
-                    (last, staleness, mid),
-                )
-                updated += 1
-        return updated
+                updates.append((last, staleness, mid))
+            c.executemany(
+                "UPDATE memories SET access_count = access_count + 1, access_delta = access_delta + 1,"
+                " last_accessed_us = ?, staleness = ? WHERE id = ?",
+                updates,
+            )
+        return len(updates)
 
     # --- hygiene: duplicates and supersession (memlocal.hygiene) -------------------------------
 
