@@ -60,11 +60,47 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``slow`` tests first (a stable sort, the same order in every xdist worker): workers are
-    handed tests in collection order, and a slow test handed out last keeps one worker busy while
-    the other idles at the end of the run."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+# A fixture whose first use in a process imports something heavy: the anthropic SDK, ~3 s of CPU.
+HEAVY_IMPORT_FIXTURES = ("anthropic_fake",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order the xdist workers are given the tests in (computed the same way in every
+    worker, as xdist requires). ``--dist worksteal`` hands worker k the k-th of as many
+    contiguous slices of the collection as there are workers, then idle workers take the second
+    half of the longest queue. So:
+
+    - each slice starts with its share of the ``slow`` tests (with them simply moved to the
+      front, all fell into the first worker's slice and ran one after another); a module's slow
+      tests stay together (the dashboard's module shares one browser), the biggest modules
+      placed first, each on the slice with the fewest so far;
+    - the modules that use a fixture of ``HEAVY_IMPORT_FIXTURES`` come next, together, on the
+      slice with the fewest slow tests: one worker imports the anthropic SDK, not every one."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    module_of = {item: item.nodeid.split("::")[0] for item in items}
+    heavy_modules = {module_of[item] for item in items
+                     if any(name in getattr(item, "fixturenames", ()) for name in HEAVY_IMPORT_FIXTURES)}
+    slow_modules: dict[str, list[pytest.Item]] = {}
+    heavy: list[pytest.Item] = []
+    fast: list[pytest.Item] = []
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            slow_modules.setdefault(module_of[item], []).append(item)
+        else:
+            (heavy if module_of[item] in heavy_modules else fast).append(item)
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for group in sorted(slow_modules.values(), key=len, reverse=True):  # stable: ties keep file order
+        min(shares, key=len).extend(group)
+    min(shares, key=len).extend(heavy)
+    ordered: list[pytest.Item] = []
+    remaining = len(items)
+    for k, share in enumerate(shares):
+        size = remaining // (workers - k)  # xdist's own split of the pending tests
+        take = max(0, size - len(share))
+        ordered += share + fast[:take]
+        del fast[:take]
+        remaining -= len(share) + take
+    items[:] = ordered + fast
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 """pytest plugin: a real S3 server (moto's standalone ``moto_server``) for the sync tests.
 
-- ``moto_server`` (session): starts ``python -m moto.server`` on a free 127.0.0.1 port as a
+- ``moto_server`` (session): starts moto's server (``python -m moto.server``, its package
+  folder listed once rather than per request: ``_MOTO_SERVER``) on a free 127.0.0.1 port as a
   subprocess, waits until it answers, and stops it by its pid at the end.
 - ``s3`` (per test): resets the server (``POST /moto-api/reset``), creates the test bucket and
   points this test's environment at it (``INTERNAL_S3_*``), with short timeouts.
@@ -77,13 +78,25 @@ class S3Server:
 
 _CLIENTS: dict[str, Any] = {}
 
+# ``python -m moto.server`` with one change that alters no answer: moto's dispatcher asks
+# ``moto.backends.list_of_moto_modules()`` on every request, which lists moto's package folder
+# and stats its ~200 entries (a quarter of the server's CPU per PUT, ~6.5 ms -> ~4.3 ms). The
+# folder does not change while the server runs, so the listing is made once.
+_MOTO_SERVER = """
+import functools, sys
+import moto.backends
+moto.backends.list_of_moto_modules = functools.cache(lambda _list=moto.backends.list_of_moto_modules: tuple(_list()))
+from moto.server import main
+main(sys.argv[1:])
+"""
+
 
 def _start_moto(log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     for _ in range(5):
         port = free_port()
         log = open(log_path, "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-c", _MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )
         log.close()

@@ -12,17 +12,35 @@ import asyncio
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from anthropic.lib.tools import ToolError
-from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMemoryTool
 from anthropic_fake import FAKE_KEY, FakeAnthropic, Reply
 
 from memlocal import MemoryBank
-from memlocal.integrations.claude import FILE_FIELD, MemlocalAsyncMemoryTool, MemlocalMemoryTool, category_for_path
+
+if TYPE_CHECKING:
+    from anthropic.lib.tools import ToolError
+    from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMemoryTool
+
+    from memlocal.integrations.claude import (FILE_FIELD, MemlocalAsyncMemoryTool, MemlocalMemoryTool,
+                                              category_for_path)
 
 PROFILE = "claude"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _the_sdk() -> None:
+    """Import the anthropic SDK (about 3 s of CPU) and the integration when this module's first
+    test runs: at module level every xdist worker paid for it while collecting, whether or not
+    it ran a test of this module."""
+    global ToolError, BetaLocalFilesystemMemoryTool, FILE_FIELD, MemlocalAsyncMemoryTool, MemlocalMemoryTool
+    global category_for_path
+    from anthropic.lib.tools import ToolError
+    from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMemoryTool
+
+    from memlocal.integrations.claude import (FILE_FIELD, MemlocalAsyncMemoryTool, MemlocalMemoryTool,
+                                              category_for_path)
 
 
 def outcome(tool: Any, command: dict[str, Any]) -> tuple[str, str]:

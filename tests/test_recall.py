@@ -107,6 +107,7 @@ def _similarity(pairs: list[tuple[int, float]] | None, mems: list[Memory]) -> di
     return {mems[i % len(mems)].id: cos for i, cos in pairs}
 
 
+@pytest.mark.slow  # the longest property of the suite (150 banks): started first
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     specs=st.lists(memory_spec, max_size=45),
@@ -149,6 +150,7 @@ mutation = st.one_of(
 )
 
 
+@pytest.mark.slow  # 80 banks, each changed and queried up to 9 times
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     specs=st.lists(memory_spec, min_size=1, max_size=25),

@@ -60,6 +60,7 @@ def test_a_fresh_runner_cli_injects_the_buckets_memories(hosts: Callable[..., Ho
     assert json.loads(res.stdout)["results"], res.stdout
 
 
+@pytest.mark.slow  # an MCP server process that hydrates from the bucket
 def test_a_fresh_mcp_server_answers_from_the_bucket(hosts: Callable[..., Host], s3: S3, tmp_path: Path) -> None:
     seeded(hosts, 2)
     from mcp.client.session import ClientSession
