@@ -235,3 +235,29 @@ def test_every_writer_leaves_each_row_with_the_rev_of_its_insert(tmp_path: Path)
         assert rows == [("p", 1), ("p", 2), ("q", 1), ("p", 3), ("q", 2), ("p", 4)]
         assert bank.store.read("SELECT profile, rev FROM profile_revs ORDER BY profile") == [("p", 4), ("q", 2)]
         _assert_consistent(bank.store)
+
+
+def test_an_access_bump_sets_one_rev_and_every_writer_keeps_revs_and_counts(tmp_path: Path) -> None:
+    """A recall's bump sets one new rev on all its rows (no second write of a row, no rev bumped
+    per memory) and the triggers keep the profile's sum of access counts; a writer
+    that updates rows by hand still gets a new rev and right counts from the triggers."""
+    with _open(fresh_database(tmp_path / "m.db")) as bank:
+        ids = [bank.save("p", content=text).memory.id for text in
+               ("Prefers pytest over unittest", "Flies to Lisbon in May", "Allergic to peanuts")]
+        bank.save("q", content="Deploys on Friday")
+        (before,) = bank.store.read("SELECT rev FROM profile_revs WHERE profile = 'p'")[0]
+        assert bank.store.mark_accessed("p", ids[:2], NOW) == 2
+        # One rev for the bump: a trigger bumping the profile's rev per memory would have left
+        # before + 2 and before + 3.
+        revs = dict(bank.store.read("SELECT id, rev FROM memories WHERE profile = 'p'"))
+        assert revs[ids[0]] == revs[ids[1]] == before + 1 and revs[ids[2]] < before + 1
+        assert bank.store.read("SELECT rev FROM profile_revs WHERE profile = 'p'") == [(before + 1,)]
+        _assert_consistent(bank.store)
+        with bank.store.transaction() as c:  # the sqlite3 shell: no rev of its own
+            c.execute("UPDATE memories SET access_count = access_count + 5 WHERE id = ?", (ids[2],))
+            c.execute("UPDATE memories SET is_active = 0, access_count = 9 WHERE id = ?", (ids[0],))
+            c.execute("UPDATE memories SET profile = 'q' WHERE id = ?", (ids[1],))
+        revs = dict(bank.store.read("SELECT id, rev FROM memories"))
+        assert revs[ids[2]] == before + 2 and revs[ids[0]] == before + 3
+        assert revs[ids[1]] == bank.store.read("SELECT rev FROM profile_revs WHERE profile = 'q'")[0][0]
+        _assert_consistent(bank.store)

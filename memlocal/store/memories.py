@@ -554,10 +554,18 @@ class Store(Database):
                     now=now,
                 )
                 updates.append((last, staleness, mid))
+            if not updates:
+                return 0
+            # One new rev for the whole bump, set with the rows (recall step 5: the triggers
+            # then neither bump the profile's rev per memory nor write each row twice).
+            c.execute("INSERT INTO profile_revs (profile) SELECT ? WHERE NOT EXISTS"
+                      " (SELECT 1 FROM profile_revs WHERE profile = ?)", (profile, profile))
+            c.execute("UPDATE profile_revs SET rev = rev + 1 WHERE profile = ?", (profile,))
+            (rev,) = c.execute("SELECT rev FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
             c.executemany(
                 "UPDATE memories SET access_count = access_count + 1, access_delta = access_delta + 1,"
-                " last_accessed_us = ?, staleness = ? WHERE id = ?",
-                updates,
+                " last_accessed_us = ?, staleness = ?, rev = ? WHERE id = ?",
+                [(last, staleness, rev, mid) for last, staleness, mid in updates],
             )
         return len(updates)
 

@@ -184,6 +184,54 @@ def _one_insert_trigger(db: sqlite_utils.Database) -> None:
     )
 
 
+def _one_bump_statement(db: sqlite_utils.Database) -> None:
+    """An access bump's bookkeeping in one statement per memory, not seven.
+
+    ``memories_rev_au`` made sure the profile had its ``profile_revs`` row, bumped the profile's
+    rev and wrote the row a second time with it, and ``memories_counts_au`` subtracted the old
+    access count and added the new one, for every memory a recall returned. Now:
+
+    - a writer that sets the row's ``rev`` itself (``Store.mark_accessed``: one new rev for all
+      the memories of one bump, the profile's bumped once) is not rewritten by the trigger, which
+      still runs for every writer that does not (the sqlite3 shell, an older memlocal);
+    - a change of the access count alone, the profile and the state kept, is one update of the
+      profile's sum; a move or a change of state still takes the old out and puts the new in.
+    """
+    c = db.conn
+    c.execute("DROP TRIGGER IF EXISTS memories_rev_au")
+    c.execute("DROP TRIGGER IF EXISTS memories_counts_au")
+    ensure = ("INSERT INTO profile_revs (profile) SELECT NEW.profile"
+              " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);")
+    c.execute(
+        "CREATE TRIGGER memories_rev_au AFTER UPDATE OF profile, processed_content, summary, category,"
+        " confidence, created_us, last_accessed_us, access_count, is_active ON memories"
+        " WHEN NEW.rev IS OLD.rev BEGIN"
+        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1"
+        " WHERE profile = OLD.profile AND OLD.profile <> NEW.profile;"
+        f" {ensure}"
+        " UPDATE profile_revs SET rev = rev + 1 WHERE profile = NEW.profile;"
+        " UPDATE memories SET rev = (SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
+        " WHERE rowid = NEW.rowid; END"
+    )
+    moved = "(OLD.profile IS NOT NEW.profile OR OLD.is_active IS NOT NEW.is_active)"
+    c.execute(
+        "CREATE TRIGGER memories_counts_au AFTER UPDATE OF profile, is_active, access_count ON memories"
+        f" WHEN {moved} BEGIN"
+        " UPDATE profile_revs SET active = active - 1, accesses = accesses - OLD.access_count"
+        " WHERE profile = OLD.profile AND OLD.is_active = 1;"
+        f" {ensure}"
+        " UPDATE profile_revs SET active = active + 1, accesses = accesses + NEW.access_count"
+        " WHERE profile = NEW.profile AND NEW.is_active = 1; END"
+    )
+    c.execute(
+        "CREATE TRIGGER memories_accesses_au AFTER UPDATE OF access_count ON memories"
+        f" WHEN NOT {moved} AND NEW.is_active = 1 AND OLD.access_count IS NOT NEW.access_count BEGIN"
+        " UPDATE profile_revs SET accesses = accesses + NEW.access_count - OLD.access_count"
+        " WHERE profile = NEW.profile; END"
+    )
+
+
 # Steps 1 and 2 are named by their number in the single chain that came before named sets.
-RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4, 3: _walk_orders, 4: _one_insert_trigger},
+RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4, 3: _walk_orders, 4: _one_insert_trigger,
+                                 5: _one_bump_statement},
                       legacy={1: 2, 2: 4})
