@@ -59,6 +59,8 @@ def test_the_render_does_not_wait_for_the_audit_row(tmp_path: Path) -> None:
     db = tmp_path / "lock.db"
     with _bank(db, **{"store.busy_timeout_s": 0.5}) as bank:
         bank.save("p", content="Prefers green tea", category="preference")
+        bank.build_context_block("p", "tea")  # imports and the index: what a loaded machine makes slow
+        bank.drain()
         blocker = sqlite3.connect(str(db), isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         try:

@@ -39,6 +39,24 @@ def test_a_new_set_is_created_stamped_and_then_left_alone(tmp_path: Path) -> Non
         store.close()
 
 
+def test_a_release_s_steps_apply_all_or_none(tmp_path: Path) -> None:
+    """Every pending step runs in one transaction (a fresh file pays one commit, not one per
+    step): a step that fails leaves the database as it was, its set's earlier steps included."""
+    def fails(db: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    store = Store(tmp_path / "m.db")
+    try:
+        with pytest.raises(StoreError):
+            store.migrate(MigrationSet("breaker", {1: _create_breaker, 2: _add_reason, 3: fails}))
+        assert store.meta_get("schema.breaker") is None
+        assert store.read("SELECT name FROM sqlite_master WHERE name = 'breaker'") == []
+        store.migrate(MigrationSet("breaker", {1: _create_breaker, 2: _add_reason}))
+        assert store.meta_get("schema.breaker") == "2"
+    finally:
+        store.close()
+
+
 def test_a_file_of_the_old_chain_reads_every_set_as_current(tmp_path: Path) -> None:
     """Files stamped ``user_version = 9`` before named sets have no set stamps: each set counts its
     old steps as applied, and opening such a file stamps only the sets with steps added since."""
