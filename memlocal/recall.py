@@ -1728,12 +1728,10 @@ class RecallIndex:
         second pass (:func:`memlocal.scoring.rerank`), as the full scan does; from the index, on
         its own arrays (:func:`memlocal.scoring.rerank_order`), so only the ``limit`` kept are read.
         """
-        if not ranking.gated:
-            return self._exact(profile, query, limit=limit, min_score=min_score, exclude_ids=exclude_ids,
-                               now=now, tier=tier, ranking=ranking, similarity=similarity)
-        return self._exact(profile, query, limit=max(limit, RERANK_DEPTH), min_score=min_score,
+        gated = ranking.gated  # the second pass re-orders the gate's first RERANK_DEPTH
+        return self._exact(profile, query, limit=max(limit, RERANK_DEPTH) if gated else limit, min_score=min_score,
                            exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity,
-                           keep=limit)
+                           keep=limit if gated else None)
 
     def _exact(
         self,
