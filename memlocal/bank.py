@@ -8,6 +8,7 @@ network, and a save that returns only once it is committed durably.
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from .model import (
     validate_summary,
     validate_text_input,
 )
-from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store
+from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store, to_us
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -310,6 +311,12 @@ class MemoryBank:
         """Before a read: the pull on open (``Replicator.prepare``), waited for within its deadline."""
         if self.replicator is not None:
             self.replicator.prepare(profile, wait=True)
+
+    def _own_writes(self) -> None:
+        """Before a read of rows: this bank's queued access bumps and audit rows are written
+        first, so that it reads its own writes (nothing to wait for when none is queued)."""
+        if self._access_marker is not None:
+            self._access_marker.settle()
 
     @property
     def path(self) -> Path:
@@ -662,6 +669,7 @@ class MemoryBank:
         never superseded nor was superseded). Links to deleted memories end the chain."""
         validate_profile(profile)
         validate_id(memory_id)
+        self._own_writes()
         start = self.store.get(profile, memory_id)
         chain = [start]
         seen = {start.id}
@@ -820,6 +828,7 @@ class MemoryBank:
         validate_profile(profile)
         validate_id(memory_id)
         self._ready(profile)
+        self._own_writes()
         return shown(self.store.get(profile, memory_id))
 
     def get_many(self, profile: str, ids: Iterable[str]) -> dict[str, Memory]:
@@ -827,6 +836,7 @@ class MemoryBank:
         validate_profile(profile)
         checked = list(dict.fromkeys(validate_id(i) for i in ids))
         found: dict[str, Memory] = {}
+        self._own_writes()
         for i in range(0, len(checked), 500):  # one IN (...) stays under SQLite's variable limit
             found.update(self.store.get_many(profile, checked[i:i + 500]))
         return found
@@ -841,6 +851,7 @@ class MemoryBank:
         if category is not None:
             validate_category(category)
         self._ready(profile)
+        self._own_writes()
         return _shown_page(self.store.list(profile, limit, offset, category=category, active_only=active_only))
 
     def list_all(
@@ -854,6 +865,7 @@ class MemoryBank:
         if q is not None:
             check_text(q, "q")
         self._ready()
+        self._own_writes()
         return _shown_page(self.store.list_all(limit, offset, q=q or None, category=category))
 
     def export(self, profile: str | None = None) -> Iterator[Memory]:
@@ -861,6 +873,7 @@ class MemoryBank:
         if profile is not None:
             validate_profile(profile)
         self._ready(profile)
+        self._own_writes()
         memories = (self.store.iter_all(oldest_first=True) if profile is None
                     else self.store.iter_profile(profile, oldest_first=True))
         yield from map(shown, memories)
@@ -868,6 +881,7 @@ class MemoryBank:
     def grouped(self) -> dict[str, builtins.list[Memory]]:  # (``list`` here is the method above)
         """Every memory grouped by profile: profiles by name, newest first within each. Read-only."""
         self._ready()
+        self._own_writes()
         out: dict[str, list[Memory]] = {}
         for memory in self.store.iter_all():
             out.setdefault(memory.profile_name, []).append(shown(memory))
@@ -880,6 +894,7 @@ class MemoryBank:
         from .store import from_us
 
         self._ready()
+        self._own_writes()
         return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}
                 for p, n, act in self.store.profile_activity()]
 
@@ -898,6 +913,7 @@ class MemoryBank:
         count includes superseded (inactive) memories except the ``active`` ones, which are what
         ``list`` shows without ``--all`` and what recall and injection draw from."""
         self._ready()
+        self._own_writes()
         per_profile = self.store.profiles()
         active = self.store.active_counts()
         total, live = sum(per_profile.values()), sum(active.values())
@@ -1023,31 +1039,50 @@ class MemoryBank:
         now: "datetime | None" = None,
     ) -> "builtins.list[ScoredMemory]":
         """``query_with_relevance``, then every returned memory is marked accessed (accessCount + 1,
-        lastAccessedAt = now, staleness recomputed) before this returns (committed, visible to
-        every reader; not fsynced, as the spec calls MarkAccessed best-effort, and not
-        checkpointed inline: every ``LAZY_CHECKPOINT_COMMITS`` bumps the background thread does
-        it). The results show the values the ranking used, from before the bump. In evidence mode
-        only memories that passed the gate are returned, so only they count as used (no feedback
-        loop)."""
+        lastAccessedAt = now, staleness recomputed). The results show the values the ranking
+        used, from before the bump. In evidence mode only memories that passed the gate are
+        returned, so only they count as used (no feedback loop).
+
+        The bump is this bank's at once and the database's a moment later, as the spec allows
+        (MarkAccessed persists asynchronously): this bank's next query ranks with it, and its
+        reads (``get``, ``list``, ``stats``, ...) wait for it to be written (see
+        :meth:`mark_accessed`). Written not fsynced, and never checkpointed on the caller's path."""
         q = _recall_query(profile, query, limit, min_score, exclude_ids, now)
         results = self.query_with_relevance(q)
         if results:
-            self.store.mark_accessed(q.profile, [r.memory.id for r in results], q.now or utcnow())
-            if self.store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:
-                # The bumps' commits do not checkpoint the log inline: the background thread does.
-                self.store.lazy_commits = 0
-                self._background().submit_checkpoint()
+            ids = [r.memory.id for r in results]
+            at = q.now or utcnow()
+            if self._queue_bump(q.profile, ids, at) is None:
+                # No index in memory (a one-shot process): its next query reads the rows, so
+                # the bump is written before this returns.
+                self.store.mark_accessed(q.profile, ids, at)
+                if self.store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:
+                    # The bumps' commits do not checkpoint the log inline: the background thread does.
+                    self.store.lazy_commits = 0
+                    self._background().submit_checkpoint()
         return results
 
     def mark_accessed(self, profile: str, ids: Iterable[str], *, now: "datetime | None" = None) -> "Future[int]":
         """Mark memories accessed without waiting (fire-and-forget, on a background connection).
 
         Returns a future of how many were updated; a failure is logged, never raised. Bad input
-        (profile name, ids) is still rejected here, synchronously.
+        (profile name, ids) is still rejected here, synchronously. This bank's own recall index
+        takes the bump at once (its next query ranks with it; a result whose bump is still
+        queued is read once written), and its reads of rows wait for the queued bumps: other
+        processes see the bump once it is written, a moment later.
         """
         validate_profile(profile)
         checked = [validate_id(i) for i in ids]
-        return self._background().submit(profile, checked, now)
+        at = now or utcnow()
+        return self._queue_bump(profile, checked, at) or self._background().submit(profile, checked, at)
+
+    def _queue_bump(self, profile: str, ids: "builtins.list[str]", now: "datetime") -> "Future[int] | None":
+        """Apply a bump to the recall index in memory and queue its write; ``None`` when the
+        profile's index is not in memory (nothing done)."""
+        index = self._index()
+        if not index.bump(profile, ids, to_us(now) or 0):
+            return None
+        return self._background().submit(profile, ids, now, written=functools.partial(index.settled, profile, ids))
 
     def _background(self) -> "AccessMarker":
         if self._access_marker is None:
@@ -1132,10 +1167,11 @@ class MemoryBank:
     def injections(self, profile: str, *, memory_id: str | None = None, limit: int = 20) -> "builtins.list[Injection]":
         """The audit trail: the blocks rendered for ``profile``'s runs, newest first, each with
         the memory ids of each tier, its size and its query's hash; with ``memory_id``, only the
-        runs that saw that memory. Rows still queued by the background writer are not shown yet."""
+        runs that saw that memory. Rows this bank still has queued are written first."""
         from .audit import injections
 
         _check_paging(limit, 0)
+        self._own_writes()
         return injections(self.store, profile, memory_id=memory_id, limit=limit)
 
     def inject(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 import unicodedata
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -478,37 +479,64 @@ class AccessMarker:
     ``synchronous=NORMAL``: in WAL mode that keeps the database consistent and skips the fsync, so
     a power cut may lose the last few bumps or audit rows, which the spec allows. ``close`` drains
     what is queued.
+
+    Checkpoints run on a second thread and connection (a passive checkpoint and a writer do not
+    block each other in WAL mode): copying thousands of pages into the database file takes tens
+    of milliseconds, and a bump a query waits for must not queue behind one.
     """
+
+    _WRITES, _CHECKPOINTS = "memlocal-access", "memlocal-checkpoint"
 
     def __init__(self, path: Path, busy_timeout_s: float) -> None:
         self.path = path
         self.busy_timeout_s = busy_timeout_s
-        self._executor: ThreadPoolExecutor | None = None
-        self._store: "Store | None" = None
+        self._executors: dict[str, ThreadPoolExecutor] = {}  # by lane: one thread each
+        self._stores: dict[str, "Store"] = {}  # by lane: each thread's own connection
+        self._checkpoint_queued = False
         self._pending: set[Future[int]] = set()
+        self._last_write: Future[int] | None = None  # the last bump or audit row queued (one thread: FIFO)
         self._lock = threading.Lock()
         self._closed = False
 
-    def submit(self, profile: str, ids: Sequence[str], now: datetime | None = None) -> Future[int]:
-        """Queue the bump; the future resolves to the number of memories updated (0 on failure)."""
+    def submit(self, profile: str, ids: Sequence[str], now: datetime | None = None, *,
+               written: Callable[[bool], None] | None = None) -> Future[int]:
+        """Queue the bump; the future resolves to the number of memories updated (0 on failure).
+        ``written`` is called once it is done, with whether it was written (``False``: it failed,
+        or the marker was closed and dropped it)."""
         if not ids:
+            if written is not None:
+                written(True)
             return _done(0)
-        return self._queue(self._run, f"{len(ids)} access marks of profile {profile}", profile, tuple(ids), now)
+        return self._queue(self._run, f"{len(ids)} access marks of profile {profile}", profile, tuple(ids), now,
+                           written, dropped=None if written is None else lambda: written(False), write=True)
 
     def submit_audit(self, record: "InjectionRecord", *, max_rows: int, retention_days: float) -> Future[int]:
         """Queue an injection audit row (``memlocal.audit.record``); resolves to its id (0 on failure)."""
         return self._queue(self._run_audit, f"the audit row of a block of profile {record.profile}",
-                           record, max_rows, retention_days)
+                           record, max_rows, retention_days, write=True)
 
-    def _queue(self, fn: Callable[..., int], what: str, *args: object) -> Future[int]:
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until the bumps and audit rows queued so far are written (not the checkpoints):
+        the bank's own reads see its own writes."""
+        last = self._last_write
+        if last is not None and not last.done():
+            wait_futures([last], timeout=timeout)
+
+    def _queue(self, fn: Callable[..., int], what: str, *args: object,
+               dropped: Callable[[], None] | None = None, write: bool = False, lane: str = _WRITES) -> Future[int]:
         with self._lock:
             if self._closed:
                 log.warning("bank closed: %s dropped", what)
+                if dropped is not None:
+                    dropped()
                 return _done(0)
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-access")
-            future = self._executor.submit(fn, *args)
+            executor = self._executors.get(lane)
+            if executor is None:
+                executor = self._executors[lane] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=lane)
+            future = executor.submit(fn, *args)
             self._pending.add(future)
+            if write:
+                self._last_write = future
         future.add_done_callback(self._forget)
         return future
 
@@ -516,39 +544,62 @@ class AccessMarker:
         with self._lock:
             self._pending.discard(future)
 
-    def _open(self) -> "Store":
-        if self._store is None:
+    def _open(self, lane: str = _WRITES) -> "Store":
+        """The connection of ``lane`` (only its own thread calls this)."""
+        store = self._stores.get(lane)
+        if store is None:
             from .store import Store
 
-            self._store = Store(self.path, busy_timeout_s=self.busy_timeout_s)
-            self._store.conn.execute("PRAGMA synchronous = NORMAL")
-        return self._store
+            store = self._stores[lane] = Store(self.path, busy_timeout_s=self.busy_timeout_s)
+            store.conn.execute("PRAGMA synchronous = NORMAL")
+        return store
 
     def submit_checkpoint(self) -> Future[int]:
         """Queue a checkpoint of the log (:meth:`memlocal.store.Database.checkpoint`): what the
-        caller's best-effort commits left undone, done here, off its path."""
-        return self._queue(self._run_checkpoint, "a checkpoint of the log")
+        caller's best-effort commits left undone, done here, off its path. One queued at a time:
+        another asked for meanwhile would find nothing more to copy."""
+        with self._lock:
+            if self._checkpoint_queued:
+                return _done(0)
+            self._checkpoint_queued = True
+        return self._queue(self._run_checkpoint, "a checkpoint of the log", lane=self._CHECKPOINTS,
+                           dropped=self._checkpoint_done)
+
+    def _checkpoint_done(self) -> None:
+        with self._lock:
+            self._checkpoint_queued = False
 
     def _run_checkpoint(self) -> int:
+        self._checkpoint_done()  # from here on a new one may queue: it would copy what follows
         try:
-            self._open().checkpoint()
+            self._open(self._CHECKPOINTS).checkpoint()
             return 1
         except Exception as exc:  # the next one, or SQLite's own at a durable commit, does it
             log.warning("could not checkpoint %s: %s", self.path, exc)
             return 0
 
-    def _run(self, profile: str, ids: tuple[str, ...], now: datetime | None) -> int:
+    def _run(self, profile: str, ids: tuple[str, ...], now: datetime | None,
+             written: Callable[[bool], None] | None = None) -> int:
         from .store import LAZY_CHECKPOINT_COMMITS
 
+        ok = False
         try:
             store = self._open()
             updated = store.mark_accessed(profile, ids, now or utcnow())
-            if store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:  # this thread is off every caller's path
-                store.checkpoint()
+            ok = True
+            report, written = written, None
+            if report is not None:  # committed: a query waiting for these rows goes on now
+                report(True)
+            if store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:
+                store.lazy_commits = 0
+                self.submit_checkpoint()
             return updated
         except Exception as exc:  # best-effort by design: log, never raise into the run
             log.warning("could not mark %d memories of profile %s accessed: %s", len(ids), profile, exc)
             return 0
+        finally:
+            if written is not None:
+                written(ok)
 
     def _run_audit(self, record: "InjectionRecord", max_rows: int, retention_days: float) -> int:
         from .audit import record as write_record
@@ -560,18 +611,27 @@ class AccessMarker:
             return 0
 
     def drain(self, timeout: float | None = None) -> None:
-        """Wait for every queued mark (tests and shutdown)."""
-        with self._lock:
-            pending = list(self._pending)
-        if pending:
-            wait_futures(pending, timeout=timeout)
+        """Wait for every queued mark, audit row and checkpoint (tests and shutdown), including
+        the checkpoints the writes queue meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            wait_futures(pending, timeout=left)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+            executors, self._executors = self._executors, {}
+        for lane in (self._WRITES, self._CHECKPOINTS):
+            executor = executors.get(lane)
+            if executor is not None:
+                executor.shutdown(wait=True)
+        stores, self._stores = self._stores, {}
+        for store in stores.values():
+            store.close()

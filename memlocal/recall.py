@@ -27,13 +27,13 @@ import time
 from array import array
 from collections import OrderedDict
 from itertools import chain, repeat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from .features import parse as parse_features
-from .model import CORE_CATEGORIES, to_us, utcnow
+from .model import CORE_CATEGORIES, Memory, compute_staleness, from_us, to_us, utcnow
 from .text import query_dates
 from .scoring import (
     HALF_LIFE_DAYS,
@@ -588,6 +588,26 @@ class ProfileIndex:
         d = self._append(row)
         self._file(d)
         self._touched(d)
+
+    def bump(self, memory_ids: Iterable[str], now_us: int) -> None:
+        """An access bump of these memories, in memory: what :meth:`apply` makes of the rows
+        ``Store.mark_accessed`` writes (count + 1, lastAccessedAt = max(it, now)), ahead of them.
+        When those rows arrive they are applied again, to the same values."""
+        for mid in dict.fromkeys(memory_ids):
+            d = self.doc.get(mid)
+            if d is None:
+                continue
+            if d not in self._moved:
+                self._moved[d] = (self.kx[d], self.y[d])
+            self._touched(d)
+            anchor = max(self.anchor[d], now_us)
+            count = self.count[d] + 1
+            cm = self.cm[d]
+            self.total_accesses += 1
+            self.anchor[d], self.count[d] = anchor, count
+            self.use[d] = usage(count)
+            self.kx[d] = math.log(cm) + (anchor - self.t0_us) * _LN2_PER_US
+            self.y[d] = cm * self.use[d]
 
     # -- queries --
 
@@ -1588,6 +1608,13 @@ class RecallIndex:
         self._generation = 0  # bumped by clear(): a build started before it is not installed
         self._closed = False
         self._lock = threading.RLock()
+        # Access bumps applied to an index ahead of their commit (``bump``): per profile, the
+        # memories with bumps queued and not yet written. Guarded by ``_settle``, never by
+        # ``_lock``: the thread that writes them reports here while a query may hold ``_lock``.
+        self._settle = threading.Condition()
+        # profile -> memory id -> [bumps queued, the latest bump's time (us)]
+        self._inflight: dict[str, dict[str, list[int]]] = {}
+        self._invalid: set[str] = set()  # a queued bump failed: the index is rebuilt from the rows
 
     def clear(self) -> None:
         with self._lock:
@@ -1619,6 +1646,68 @@ class RecallIndex:
         if t is not None:
             t.join(timeout)
         return self.ready(profile)
+
+    def bump(self, profile: str, memory_ids: Sequence[str], now_us: int) -> bool:
+        """Apply an access bump to ``profile``'s index ahead of its write, which the caller
+        queues and reports with :meth:`settled`. Every later query of this index ranks as if it
+        were written; one whose results include a memory with a bump still queued reads that
+        row once it is written. ``False`` (nothing done): the index is not ready, so the queries
+        read the rows, and the caller writes the bump before it returns."""
+        with self._lock:
+            idx = self._indexes.get(profile)
+            if idx is None:
+                return False
+            idx.bump(memory_ids, now_us)
+            with self._settle:
+                queued = self._inflight.setdefault(profile, {})
+                for mid in set(memory_ids):
+                    entry = queued.setdefault(mid, [0, now_us])
+                    entry[0] += 1
+                    entry[1] = max(entry[1], now_us)
+        return True
+
+    def settled(self, profile: str, memory_ids: Sequence[str], ok: bool) -> None:
+        """The bump queued after :meth:`bump` is written (``ok``) or failed: then the index,
+        which holds it, is rebuilt from the rows at its next query."""
+        with self._settle:
+            queued = self._inflight.get(profile)
+            if queued is not None:
+                for mid in set(memory_ids):
+                    entry = queued.get(mid)
+                    if entry is not None:
+                        entry[0] -= 1
+                        if entry[0] <= 0:
+                            del queued[mid]
+                if not queued:
+                    del self._inflight[profile]
+            if not ok:
+                self._invalid.add(profile)
+            self._settle.notify_all()
+
+    def _queued(self, profile: str, memory_ids: Iterable[str] | None = None) -> dict[str, int]:
+        """Of ``memory_ids`` (default: all), those of ``profile`` with a bump queued, each with
+        the latest queued bump's time (us)."""
+        with self._settle:
+            queued = self._inflight.get(profile)
+            if not queued:
+                return {}
+            if memory_ids is None:
+                return {m: e[1] for m, e in queued.items()}
+            return {m: queued[m][1] for m in memory_ids if m in queued}
+
+    def _wait_written(self, profile: str, memory_ids: Collection[str] | None = None) -> None:
+        """Wait until the bumps queued for these memories (default: all of ``profile``'s) are
+        written. A writer that never reports (it would be a bug) does not hang the queries: past
+        the store's busy timeout the index is rebuilt from the rows instead."""
+        def written() -> bool:
+            counts = self._inflight.get(profile)
+            return not counts or (memory_ids is not None and not any(m in counts for m in memory_ids))
+
+        with self._settle:
+            if not self._settle.wait_for(written, timeout=self.store.busy_timeout_s + 5):
+                log.warning("queued access bumps of %s were not written in time; rebuilding its index", profile)
+                self._inflight.pop(profile, None)
+                self._invalid.add(profile)
 
     def _install(self, profile: str, idx: ProfileIndex) -> None:
         if self.direct is not None:
@@ -1670,9 +1759,16 @@ class RecallIndex:
             hook = self.build_hook
             if hook is not None:
                 hook(profile)
-            with self._lock:
-                if not self._closed and generation == self._generation:
-                    self._install(profile, idx)
+            while True:
+                # A bump applied to the index in use while this one was built, and not written
+                # yet, is not in this one's rows: install it once no bump is queued.
+                self._wait_written(profile)
+                with self._lock:
+                    if self._queued(profile):
+                        continue
+                    if not self._closed and generation == self._generation:
+                        self._install(profile, idx)
+                    break
         except _Cancelled:
             pass
         except Exception as exc:  # noqa: BLE001 - never fatal: the persisted path still answers
@@ -1688,6 +1784,11 @@ class RecallIndex:
         row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
         rev, resets = row if row is not None else (0, 0)
         idx = self._indexes.get(profile)
+        if self._invalid:
+            with self._settle:
+                if profile in self._invalid:
+                    self._invalid.discard(profile)
+                    idx = None
         if idx is not None and idx.rev == rev and idx.resets == resets:
             self._indexes.move_to_end(profile)
             return idx
@@ -1754,6 +1855,8 @@ class RecallIndex:
         exclude_ids = tuple(exclude_ids)  # read by the cold path, and again if it hands over
         # Rows written without features (raw SQL) get them now; one indexed probe when none.
         self.store.derive_stale_features(profile)
+        if self._inflight and not self.ready(profile):
+            self._wait_written(profile)  # bumps applied to an index since dropped: the rows must hold them
         with self._lock, self.store.snapshot() as conn:
             if profile not in self._indexes:
                 served = self._cold.get(profile, 0)
@@ -1791,15 +1894,20 @@ class RecallIndex:
                 top = idx.rerank(top, pq, counted, query_dates(query))[:keep]
             ids = [idx.ids[d] or "" for d, *_ in top]
             memories = self.store.get_many(profile, ids, conn=conn)
+            # A memory whose bump this index holds and this snapshot may not (it is queued): it
+            # is shown as the ranking saw it (``with_bump``).
+            queued = self._queued(profile, ids) if self._inflight else {}
             out = []
             for mid, (d, s, rec, t, m) in zip(ids, top):
-                if mid not in memories:
+                memory = memories.get(mid)
+                if memory is None:
                     continue
+                if mid in queued:
+                    memory = with_bump(memory, idx.count[d], queued[mid])
                 evidence = None
                 if ranking.gated:
                     evidence = evidence_of(pq, *idx.held(pq, m), t, best, counted.get(d))
-                out.append(ScoredMemory(memories[mid], s, Breakdown(rec, idx.use[d], t, idx.cm[d], w, mat, s),
-                                        evidence))
+                out.append(ScoredMemory(memory, s, Breakdown(rec, idx.use[d], t, idx.cm[d], w, mat, s), evidence))
             return out
 
     def _cold_results(self, conn: sqlite3.Connection, profile: str, cold: ColdAnswer,
@@ -1815,6 +1923,19 @@ class RecallIndex:
                 out.append(ScoredMemory(found[h.id], s, Breakdown(rec, h.use, t, h.cm, cold.weights, cold.maturity, s),
                                         evidence))
         return out
+
+
+def with_bump(memory: Memory, count: int, bumped_us: int) -> Memory:
+    """``memory``, read before its queued access bumps were written, as they leave it (what
+    ``Store.mark_accessed`` writes): the count the index holds, lastAccessedAt the latest bump's
+    time, and the staleness recomputed then."""
+    last = from_us(max(to_us(memory.last_accessed_at) or 0, bumped_us))
+    count = max(count, memory.access_count)
+    if count == memory.access_count and last == memory.last_accessed_at:
+        return memory  # the row already holds them
+    staleness = compute_staleness(category=memory.category, confidence=memory.confidence, access_count=count,
+                                  created_at=memory.created_at, last_accessed_at=last, now=from_us(bumped_us))
+    return replace(memory, access_count=count, last_accessed_at=last, staleness_score=staleness)
 
 
 class _Cancelled(Exception):

@@ -126,11 +126,13 @@ def test_access_bumps_commit_without_the_fsync_and_saves_keep_it(bank: MemoryBan
 
 
 def test_access_bumps_leave_the_checkpoint_to_the_background_thread(bank: MemoryBank, db_path: Path) -> None:
-    """A recall's bump never checkpoints the log inline (autocheckpoint off for its commit, back on
-    for the next save); every ``LAZY_CHECKPOINT_COMMITS`` of them the bank's background thread
-    checkpoints it instead."""
+    """Without an index in memory (a one-shot process) a recall writes its bump before it
+    returns, and that commit never checkpoints the log inline (autocheckpoint off for it, back
+    on for the next save); every ``LAZY_CHECKPOINT_COMMITS`` of them the bank's background
+    thread checkpoints it instead."""
     from memlocal.store import LAZY_CHECKPOINT_COMMITS
 
+    bank._index().cold_queries = 10**9  # every query answered from the rows, as a one-shot process does
     saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
     seen: list[str] = []
     bank.store.conn.set_trace_callback(lambda sql: seen.append(sql) if "wal_autocheckpoint" in sql else None)
@@ -150,6 +152,39 @@ def test_access_bumps_leave_the_checkpoint_to_the_background_thread(bank: Memory
     try:
         busy, log_frames, done = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         assert (busy, done) == (0, log_frames)  # nothing left that the background one could copy
+        assert other.execute("SELECT access_count FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == LAZY_CHECKPOINT_COMMITS
+    finally:
+        other.close()
+
+
+def test_a_warm_recall_s_bump_is_written_and_checkpointed_off_the_caller_s_path(bank: MemoryBank, db_path: Path) -> None:
+    """With the index in memory (a process that stays up) the caller's connection writes
+    nothing for a recall: the bump goes to the background writer, whose commits never
+    checkpoint inline either; every ``LAZY_CHECKPOINT_COMMITS`` of them a second background
+    thread checkpoints the log. Nothing is lost: after them the rows hold every bump."""
+    from memlocal.store import LAZY_CHECKPOINT_COMMITS
+
+    index = bank._index()
+    index.cold_queries, index.background = 0, False
+    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
+    assert bank.query_with_relevance("p", "blue-green deploys")
+    writes: list[str] = []
+    bank.store.conn.set_trace_callback(lambda sql: writes.append(sql) if sql.lstrip().upper().startswith(
+        ("UPDATE", "INSERT", "BEGIN IMMEDIATE", "PRAGMA WAL_CHECKPOINT")) else None)
+    try:
+        for _ in range(LAZY_CHECKPOINT_COMMITS):
+            assert bank.recall("p", "blue-green deploys")
+    finally:
+        bank.store.conn.set_trace_callback(None)
+    assert writes == []
+    bank.drain(10)
+    marker = bank._access_marker
+    assert marker is not None and set(marker._stores) == {marker._WRITES, marker._CHECKPOINTS}
+    assert marker._stores[marker._WRITES].lazy_commits == 0
+    other = sqlite3.connect(db_path)
+    try:
+        busy, log_frames, done = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert (busy, done) == (0, log_frames)
         assert other.execute("SELECT access_count FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == LAZY_CHECKPOINT_COMMITS
     finally:
         other.close()

@@ -4,7 +4,9 @@ another connection, another bank object on the same file)."""
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex
 from memlocal.scoring import PREFERENCE_TIER, SPEC, Ranking, ScoredMemory, rank_brute_force
+from conftest import settings_config
 from memory_factory import NOW, days_ago, memory, put
 from support import fresh_database
 
@@ -456,3 +459,80 @@ def test_a_failed_background_build_is_made_by_the_next_query(tmp_path: Path) -> 
         index.build_hook = None
         assert _key(index.query("p", "boss", limit=5, min_score=0.0, now=NOW)) == first  # built here
         assert index.ready("p") and not index.building("p")
+
+
+def _bank_with_index(path: Path, **settings: Any) -> MemoryBank:
+    """A bank whose recall index is in memory from its first query (a process that stays up)."""
+    bank = MemoryBank(fresh_database(path), config=settings_config(**settings))
+    index = bank._index()
+    index.cold_queries, index.background = 0, False
+    return bank
+
+
+def _hold_writes(path: Path) -> sqlite3.Connection:
+    """Another process's write transaction: every writer of ``path`` waits for it."""
+    blocker = sqlite3.connect(str(path), isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    return blocker
+
+
+def test_a_queued_bump_ranks_the_next_query_at_once_and_the_bank_reads_it(tmp_path: Path) -> None:
+    """A recall's bump reaches the database a moment later (the spec: MarkAccessed persists
+    asynchronously), but the bank's next query ranks as if it were written, shows its memories
+    as they will be written, and the bank's reads wait for it: the same answers as once it is
+    written, and the full scan's over the written rows."""
+    path = tmp_path / "m.db"
+    with _bank_with_index(path) as bank:
+        for i, text in enumerate(["deploy the server on Fridays", "the server release train", "coffee order",
+                                  "deploy checklist for the release", "server room door code"]):
+            put(bank, "p", text, created=days_ago(10 + i), count=i % 3)
+        assert bank.query_with_relevance("p", "server", now=NOW)  # the index is built
+        blocker = _hold_writes(path)
+        try:
+            bumped = bank.recall("p", "server release", now=NOW)  # returns with its bump queued
+            assert bumped
+            queued = bank.query_with_relevance("p", "server deploy", now=NOW)
+            queued_again = bank.query_with_relevance("p", "server release", now=NOW)
+            first = bumped[0].memory
+            read: list[Memory] = []
+            reader = threading.Thread(target=lambda: read.append(bank.get("p", first.id)))
+            reader.start()
+            reader.join(0.2)
+            assert reader.is_alive() and not read  # the bank's own read waits for its queued bump
+        finally:
+            blocker.execute("COMMIT")
+            blocker.close()
+        reader.join(10)
+        assert read and read[0].access_count == first.access_count + 1
+        assert read[0].last_accessed_at == NOW
+        bank.drain(10)
+        for query, seen in (("server deploy", queued), ("server release", queued_again)):
+            written = bank.query_with_relevance("p", query, now=NOW)
+            want = rank_brute_force(bank.store.iter_profile("p"), query, limit=8, min_score=0.05, now=NOW)
+            assert _key(seen) == _key(written) == _key(want)
+            assert [r.memory for r in seen] == [r.memory for r in written] == [r.memory for r in want]
+            assert [r.breakdown for r in seen] == [r.breakdown for r in want]
+
+
+def test_a_queued_bump_that_fails_leaves_the_index_as_the_rows_are(tmp_path: Path) -> None:
+    """A bump the background writer could not write (the database stayed locked past the busy
+    timeout) is taken back: the index is rebuilt from the rows at its next query, which then
+    ranks as the full scan does."""
+    path = tmp_path / "m.db"
+    with _bank_with_index(path, store__busy_timeout_s=0.05) as bank:
+        for i, text in enumerate(["deploy the server on Fridays", "the server release train",
+                                  "server room door code"]):
+            put(bank, "p", text, created=days_ago(10 + i))
+        assert bank.query_with_relevance("p", "server", now=NOW)
+        blocker = _hold_writes(path)
+        try:
+            assert bank.recall("p", "server", now=NOW)
+            bank.drain(10)  # the writer gave up
+        finally:
+            blocker.execute("COMMIT")
+            blocker.close()
+        got = bank.query_with_relevance("p", "server", now=NOW)
+        want = rank_brute_force(bank.store.iter_profile("p"), "server", limit=8, min_score=0.05, now=NOW)
+        assert all(r.memory.access_count == 0 for r in want)
+        assert _key(got) == _key(want)
+        assert [r.breakdown for r in got] == [r.breakdown for r in want]
