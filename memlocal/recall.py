@@ -130,6 +130,8 @@ _HEAD_SIZE: Final = 256
 # A background build reads rows in batches of this many, and sorts the static orders in runs of
 # ``_SORT_RUN``, letting the queries run between them (``RecallIndex._build``).
 _BUILD_BATCH: Final = 256
+# How long no query must have run before the index's warm-up (``RecallIndex.warm``) starts.
+WARM_IDLE_S: Final = 0.05
 _SORT_RUN: Final = 4096
 _HEAD_DIRTY_MAX: Final = 4096
 # Docs out of place in the static orders (bumped, new, removed) are scored apart by every walk
@@ -1598,9 +1600,13 @@ class RecallIndex:
         # Called on the builder thread with the profile once its index is built, before it is
         # installed (tests hold the build there to query while it is "still building").
         self.build_hook: Callable[[str], None] | None = None
-        # Called once on the first builder thread, before its build: what a process that stays
-        # up will soon need (the bank's: the credential detectors), loaded beside the queries.
+        # Called once, on a thread of its own, after the first background build and once no query
+        # has run for ``WARM_IDLE_S``: what a process that stays up may soon need (the bank's:
+        # the credential detectors). Not beside the queries: a thread importing modules holds the
+        # GIL for tens of ms, and a query hands it over at each SQLite call.
         self.warm = warm
+        self._last_query = time.monotonic()
+        self._stop = threading.Event()
         self._cold: dict[str, int] = {}
         self._indexes: OrderedDict[str, ProfileIndex] = OrderedDict()
         self._building: dict[str, threading.Thread] = {}
@@ -1623,6 +1629,7 @@ class RecallIndex:
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop any background build (it gives up at its next batch of rows) and wait for it."""
+        self._stop.set()
         with self._lock:
             self._closed = True
             threads = list(self._building.values())
@@ -1744,9 +1751,6 @@ class RecallIndex:
             time.sleep(0)  # release the GIL: a query waiting for it runs now
 
         try:
-            warm, self.warm = self.warm, None
-            if warm is not None:
-                warm()
             conn = sqlite3.connect(str(self.store.path), timeout=self.store.busy_timeout_s,
                                    isolation_level=None, check_same_thread=False)
             try:
@@ -1769,6 +1773,7 @@ class RecallIndex:
                     if not self._closed and generation == self._generation:
                         self._install(profile, idx)
                     break
+            self._start_warm()
         except _Cancelled:
             pass
         except Exception as exc:  # noqa: BLE001 - never fatal: the persisted path still answers
@@ -1779,6 +1784,24 @@ class RecallIndex:
         finally:
             with self._lock:
                 self._building.pop(profile, None)
+
+    def _start_warm(self) -> None:
+        with self._lock:
+            warm, self.warm = self.warm, None
+        if warm is not None:
+            threading.Thread(target=self._warm_when_idle, args=(warm,), daemon=True, name="memlocal-warm").start()
+
+    def _warm_when_idle(self, warm: Callable[[], None]) -> None:
+        while not self._stop.is_set():
+            idle = time.monotonic() - self._last_query
+            if idle >= WARM_IDLE_S and self._lock.acquire(blocking=False):
+                self._lock.release()
+                try:
+                    warm()
+                except Exception as exc:  # noqa: BLE001 - a head start, never needed: the first use loads it
+                    log.warning("warming up failed (%s); the first query that needs it does it", exc)
+                return
+            self._stop.wait(max(WARM_IDLE_S - idle, 0.005))
 
     def _refresh(self, conn: sqlite3.Connection, profile: str) -> ProfileIndex:
         row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
@@ -1830,9 +1853,12 @@ class RecallIndex:
         its own arrays (:func:`memlocal.scoring.rerank_order`), so only the ``limit`` kept are read.
         """
         gated = ranking.gated  # the second pass re-orders the gate's first RERANK_DEPTH
-        return self._exact(profile, query, limit=max(limit, RERANK_DEPTH) if gated else limit, min_score=min_score,
-                           exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity,
-                           keep=limit if gated else None)
+        try:
+            return self._exact(profile, query, limit=max(limit, RERANK_DEPTH) if gated else limit, min_score=min_score,
+                               exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity,
+                               keep=limit if gated else None)
+        finally:
+            self._last_query = time.monotonic()  # the warm-up waits for a pause in the queries
 
     def _exact(
         self,

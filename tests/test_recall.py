@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -536,3 +537,35 @@ def test_a_queued_bump_that_fails_leaves_the_index_as_the_rows_are(tmp_path: Pat
         assert all(r.memory.access_count == 0 for r in want)
         assert _key(got) == _key(want)
         assert [r.breakdown for r in got] == [r.breakdown for r in want]
+
+
+def test_the_warm_up_waits_for_a_pause_in_the_queries(tmp_path: Path) -> None:
+    """What a process that stays up may soon need (the bank's credential detectors) is loaded
+    on a thread of its own after the background build, and not while queries follow each other:
+    a thread importing modules holds the GIL for tens of ms, which a query would wait for."""
+    from memlocal.recall import WARM_IDLE_S
+
+    path = tmp_path / "m.db"
+    with MemoryBank(fresh_database(path), config=Config.load(environ={})) as bank:
+        for i in range(30):
+            put(bank, "p", f"server {i} deploy notes", created=days_ago(i))
+        seen: list[tuple[str, float]] = []
+        done = threading.Event()
+
+        def warm() -> None:
+            seen.append((threading.current_thread().name, time.monotonic()))
+            done.set()
+
+        index = RecallIndex(bank.store, cold_queries=0, warm=warm)
+        try:
+            index.query("p", "server", limit=8, min_score=0.05, now=NOW)  # starts the build
+            assert index.wait_built("p", 10)
+            until = time.monotonic() + 3 * WARM_IDLE_S
+            while time.monotonic() < until:  # back to back: never a pause of WARM_IDLE_S
+                index.query("p", "server deploy", limit=8, min_score=0.05, now=NOW)
+            assert not seen
+            assert done.wait(10)
+            (name, at), = seen
+            assert name == "memlocal-warm" and at - index._last_query >= WARM_IDLE_S
+        finally:
+            index.close()
