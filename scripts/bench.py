@@ -314,8 +314,9 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
             rec.append((time.perf_counter() - t) * MS)
             rec_cpu.append((time.thread_time() - c) * MS)
 
-        # After the bumps (usage and maturity moved), exactness once more on a few queries.
-        brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
+        # After the bumps (usage and maturity moved), exactness once more on a few queries, over
+        # the rows as the bank reads them (its queued bumps written).
+        brute = BruteForce(list(bank.export(PROFILE)))
         for q in qs[:10]:
             now = utcnow()
             got = bank.query_with_relevance(PROFILE, q, now=now)
