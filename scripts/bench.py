@@ -72,7 +72,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import (  # noqa: E402
-    BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, FrozenEndpoint, build, cpu_seconds, free_port, fts_query, p50,
+    BUCKET, FTS_TOP8_SQL, MS, PROFILE, Corpus, FrozenEndpoint, build, cpu_seconds, free_port, fts_query, p50,
     pct, reset_moto,
     rnd, s3_client, s3_env, same_ranking, start_moto, stop_moto,
 )
@@ -81,7 +81,7 @@ from memlocal import MemoryBank  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.model import utcnow  # noqa: E402
 from memlocal.recall import RecallIndex  # noqa: E402
-from memlocal.store import to_us  # noqa: E402
+from memlocal.scoring import FullScan, RankQuery  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -283,14 +283,14 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         bank.query_with_relevance(PROFILE, qs[0])  # the cold path: from the persisted features
         cold_ms = (time.perf_counter() - t) * MS
         t = time.perf_counter()  # what a long-lived process pays once: building the in-memory index
-        RecallIndex(bank.store, cold_queries=0, background=False).query(PROFILE, qs[0], limit=8, min_score=0.05)
+        RecallIndex(bank.store, cold_queries=0, background=False).query(PROFILE, RankQuery(qs[0], 8, 0.05))
         build_ms = (time.perf_counter() - t) * MS
         index = bank._index()  # the warm figures below: the bank's own index, built now
         index.cold_queries, index.background = 0, False
         bank.query_with_relevance(PROFILE, qs[0])
 
         # 1. Exactness, the full scan and the floor, query by query (no side effects yet).
-        brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
+        brute = FullScan(bank.store.iter_profile(PROFILE, active_only=True))
         full, fts, qwr = [], [], []
         for i, q in enumerate(qs):
             now = utcnow()
@@ -302,7 +302,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
             fts.append((time.perf_counter() - t) * MS)
             if i < plan.fullscan_queries:
                 t = time.perf_counter()
-                want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+                want = brute.rank(RankQuery(q, 8, 0.05, now=now))
                 full.append((time.perf_counter() - t) * MS)
                 if not same_ranking(got, want):
                     mismatches += 1
@@ -318,11 +318,11 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
             rec_cpu.append((time.thread_time() - c) * MS)
 
         # After the bumps (usage and maturity moved), exactness once more on a few queries.
-        brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
+        brute = FullScan(bank.store.iter_profile(PROFILE, active_only=True))
         for q in qs[:10]:
             now = utcnow()
             got = bank.query_with_relevance(PROFILE, q, now=now)
-            want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+            want = brute.rank(RankQuery(q, 8, 0.05, now=now))
             if not same_ranking(got, want):
                 mismatches += 1
     finally:
