@@ -28,7 +28,6 @@ from array import array
 from collections import OrderedDict
 from itertools import chain, repeat
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
