@@ -65,7 +65,7 @@ def decode_term(token: str) -> str:
 def features_of(processed_content: str, summary: str) -> str:
     """The stored features string of a memory with this text."""
     terms = memory_terms(processed_content, summary)
-    parts = sorted(encode_term(t) for t in terms)
+    parts = sorted(map(encode_term, terms))
     parts.extend(CLUSTER_PREFIX + c for c in sorted(clusters_of(terms)))
     return " ".join(parts)
 

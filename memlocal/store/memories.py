@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Final, Iterator, Sequence
 
 from ..errors import NotFoundError, StoreError
+from ..features import features_of
 from ..hygiene import near_key, text_key
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
@@ -150,8 +151,6 @@ _INSERT: Final = (f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, rev) VALUE
 
 def write_row(m: Memory) -> tuple[Any, ...]:
     """``memory_to_row(m)`` plus the memory's features (for an INSERT of ``WRITE_COLUMNS``)."""
-    from ..features import features_of
-
     return (*memory_to_row(m), features_of(m.processed_content, m.summary))
 
 
