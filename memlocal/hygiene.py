@@ -190,17 +190,19 @@ class Signature:
 
 
 # The term of one (already folded) word, cached: signatures run on every candidate of a save.
-_word_term = lru_cache(maxsize=1 << 16)(text.stem)
+_WORD_TERM: Final[text.WordMemo[str | None]] = text.WordMemo(text.stem)
 
 
-@lru_cache(maxsize=1 << 16)
-def _guard_word(word: str) -> str | None:
+def _guard_of(word: str) -> str | None:
     """The guard word one (already folded) word adds to a signature: ``None`` for a word with a
-    term (:func:`_word_term`) or a filler, else the meaningful small word; cached, as signatures
-    run on every save, every imported line and every candidate."""
-    if _word_term(word) is not None or word in FILLER_WORDS:
+    term or a filler, else the meaningful small word."""
+    if _WORD_TERM[word] is not None or word in FILLER_WORDS:
         return None
     return GUARD_FORMS.get(word) or word.replace("'", "")
+
+
+# Cached too: signatures run on every save, every imported line and every candidate.
+_GUARD_WORD: Final[text.WordMemo[str | None]] = text.WordMemo(_guard_of)
 
 
 # A token of normalise() whose exact form matters: one with a digit (a number with its sign,
@@ -220,8 +222,8 @@ def signature(value: str) -> Signature:
     ws = text.word_tuple(value)  # split once: the features read the same words
     # Per word, cached lookups mapped in C: the terms in text order (first occurrences), the
     # guard words sorted. (Neither a term nor a guard word is ever empty.)
-    seq = tuple(dict.fromkeys(filter(None, map(_word_term, ws))))
-    guard = tuple(sorted(filter(None, map(_guard_word, ws))))
+    seq = tuple(dict.fromkeys(filter(None, map(_WORD_TERM.__getitem__, ws))))
+    guard = tuple(sorted(filter(None, map(_GUARD_WORD.__getitem__, ws))))
     return Signature(frozenset(seq), seq, guard, frozenset(numbers))
 
 

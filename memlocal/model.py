@@ -234,7 +234,25 @@ def _plainly_valid(value: object) -> bool:
     """``True`` when ``value`` is certainly valid JSON to store: the common case, checked without
     building a path for every member (an ASCII string needs no encoding check). ``False`` means
     "let the full walk decide": something may be wrong, or a type is not one of JSON's own."""
-    stack: list[tuple[object, int]] = [(value, 0)]
+    stack: list[tuple[object, int]] = []
+    if type(value) is dict:  # a memory object: its members are mostly scalars, checked in place
+        for k, v in value.items():
+            if type(k) is not str or not k.isascii():
+                return False
+            kind = type(v)
+            if kind is str:
+                if not v.isascii():
+                    try:
+                        v.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return False
+            elif kind is float:
+                if not math.isfinite(v):
+                    return False
+            elif kind not in _SCALARS:
+                stack.append((v, 1))
+    else:
+        stack.append((value, 0))
     while stack:
         item, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:

@@ -32,7 +32,7 @@ import unicodedata
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from itertools import chain
-from typing import Final, Iterable, Sequence
+from typing import Callable, Final, Iterable, Sequence, TypeVar
 
 import Stemmer  # PyStemmer
 
@@ -74,9 +74,26 @@ _ASCII_WORD_RE: Final = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")  # the same, for
 APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 _stemmer = Stemmer.Stemmer("english")
+_V = TypeVar("_V")
 _COMPOUND_FIRSTS: Final = frozenset(phrase[0] for phrase in COMPOUNDS)
 _CLOCK_RE: Final = re.compile(r"(?:[1-9]|1[0-2])(am|pm)")
 _ZONE_RE: Final = re.compile(r"\b(?:%s)/[a-z_]+" % "|".join(ZONE_REGIONS))
+
+
+class WordMemo(dict[str, "_V"]):
+    """A per-word cache of ``fn``, read as ``map(memo.__getitem__, words)``: a hit is one dict
+    lookup in C (an ``lru_cache`` call costs several times that, and a text maps every word).
+    Bounded: emptied once it holds ``limit`` words."""
+
+    def __init__(self, fn: Callable[[str], "_V"], limit: int = 1 << 16) -> None:
+        super().__init__()
+        self.fn, self.limit = fn, limit
+
+    def __missing__(self, word: str) -> "_V":
+        if len(self) >= self.limit:
+            self.clear()
+        self[word] = value = self.fn(word)
+        return value
 
 
 @lru_cache(maxsize=1 << 16)
@@ -120,6 +137,9 @@ def _word_terms(word: str) -> tuple[str, ...]:
         if t is not None and t not in out:
             out.append(t)
     return tuple(out)
+
+
+_WORD_TERMS: Final[WordMemo[tuple[str, ...]]] = WordMemo(_word_terms.__wrapped__)
 
 
 def _join_compounds(ws: Sequence[str]) -> list[str]:
@@ -174,7 +194,7 @@ def terms(text: str) -> frozenset[str]:
     ws: Sequence[str] = word_tuple(text)
     if not _COMPOUND_FIRSTS.isdisjoint(ws):
         ws = _join_compounds(ws)
-    out = frozenset(chain.from_iterable(map(_word_terms, ws)))
+    out = frozenset(chain.from_iterable(map(_WORD_TERMS.__getitem__, ws)))
     if "/" in text and _ZONE_RE.search(text.lower()):
         out = out | _TIMEZONE
     return out

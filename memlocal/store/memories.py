@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import json
+from itertools import chain
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
@@ -172,7 +173,7 @@ def insert_rows(c: sqlite3.Connection, rows: Sequence[Sequence[Any]], columns: S
     one = "(" + ", ".join("?" for _ in columns) + ")"
     for i in range(0, len(rows), per):
         part = rows[i:i + per]
-        c.execute(head + ", ".join([one] * len(part)), [v for row in part for v in row])
+        c.execute(head + ", ".join([one] * len(part)), list(chain.from_iterable(part)))
 
 
 def _with_revs(c: sqlite3.Connection, rows: Sequence[Sequence[Any]],
