@@ -979,13 +979,12 @@ class MemoryBank:
         """
         q = _recall_query(profile, query, limit, min_score, exclude_ids, now).with_defaults(
             self.config.get_int("recall.limit"), self.config.get_float("recall.min_score"))
-        assert q.limit is not None and q.min_score is not None
+        from .scoring import RankQuery
+
         ranking = self.ranking()
         self._ready(q.profile)
-        results = self._index().query(q.profile, q.text, limit=q.limit, min_score=q.min_score,
-                                      exclude_ids=q.exclude_ids, now=q.now, ranking=ranking,
-                                      similarity=self._similarity(q.profile, q.text, ranking))
-        return [_shown_scored(r) for r in results]
+        rq = RankQuery.of(q, ranking, self._similarity(q.profile, q.text, ranking))
+        return [_shown_scored(r) for r in self._index().query(q.profile, rq)]
 
     @overload
     def recall(self, profile: RecallQuery, /) -> "builtins.list[ScoredMemory]": ...
@@ -1057,7 +1056,7 @@ class MemoryBank:
         Evidence mode: what ``query`` gives evidence for goes in first, across both tiers
         (:func:`memlocal.injection.build_evidence_block`); spec mode: the spec's tiers."""
         from .injection import build_evidence_block, build_memory_block, evidence_limit
-        from .scoring import SPEC, Ranking
+        from .scoring import SPEC, RankQuery, Ranking
 
         validate_profile(profile)
         check_text(query, "query")
@@ -1072,9 +1071,8 @@ class MemoryBank:
         def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
             # The core tier (and its preferences) always applies (the spec's rule); the relevant
             # tier needs evidence.
-            if tier != "other":
-                return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier, ranking=SPEC)
-            return index.query(profile, query, limit=limit, min_score=min_score, now=now, tier=tier, ranking=ranking)
+            return index.query(profile, RankQuery(query, limit, min_score, now=now, tier=tier,
+                                                  ranking=ranking if tier == "other" else SPEC))
 
         if not ranking.gated:
             return _shown_block(build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit,
@@ -1082,9 +1080,9 @@ class MemoryBank:
         # Every memory the task gives any evidence for (ratio 0), in the evidence order: the block
         # takes those that pass the configured ratio first, then the weaker facts, before facts
         # with none (build_evidence_block).
-        evidence = index.query(profile, query, limit=evidence_limit(budget, relevant_limit), min_score=min_score,
-                               now=now, ranking=Ranking(ranking.mode, 0.0),
-                               similarity=self._similarity(profile, query, ranking))
+        evidence = index.query(profile, RankQuery(query, evidence_limit(budget, relevant_limit), min_score, now=now,
+                                                  ranking=Ranking(ranking.mode, 0.0),
+                                                  similarity=self._similarity(profile, query, ranking)))
         return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
                                                  ratio=ranking.ratio))
 

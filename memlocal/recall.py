@@ -28,7 +28,6 @@ from array import array
 from collections import OrderedDict
 from itertools import chain, repeat
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
@@ -42,6 +41,7 @@ from .scoring import (
     US_PER_DAY,
     Breakdown,
     PreparedQuery,
+    RankQuery,
     Ranking,
     ScoredMemory,
     Weights,
@@ -1707,51 +1707,21 @@ class RecallIndex:
             self._start_build(profile)  # many rewrites left dead slots: a compact one, beside the queries
         return idx
 
-    def query(
-        self,
-        profile: str,
-        query: str,
-        *,
-        limit: int,
-        min_score: float,
-        exclude_ids: Iterable[str] = (),
-        now: datetime | None = None,
-        tier: str | None = None,
-        ranking: Ranking = Ranking(),
-        similarity: Mapping[str, float] | None = None,
-    ) -> list[ScoredMemory]:
-        """The exact top ``limit`` of ``profile`` for ``query`` under ``ranking`` (no side effects).
+    def query(self, profile: str, rq: RankQuery) -> list[ScoredMemory]:
+        """The exact top ``rq.limit`` of ``profile`` for ``rq.text`` under ``rq.ranking`` (no side
+        effects): what :func:`memlocal.scoring.rank_brute_force` returns for the same ``rq``.
 
-        ``similarity``: the semantic signal's embedding top-k (id -> cosine), added to the topic
+        ``rq.similarity``: the semantic signal's embedding top-k (id -> cosine), added to the topic
         in evidence mode (:func:`memlocal.scoring.with_similarity`); ignored in spec mode. In
         evidence mode the gate's first ``max(limit, RERANK_DEPTH)`` are re-ordered by the bounded
         second pass (:func:`memlocal.scoring.rerank`), as the full scan does; from the index, on
         its own arrays (:func:`memlocal.scoring.rerank_order`), so only the ``limit`` kept are read.
         """
-        gated = ranking.gated  # the second pass re-orders the gate's first RERANK_DEPTH
-        return self._exact(profile, query, limit=max(limit, RERANK_DEPTH) if gated else limit, min_score=min_score,
-                           exclude_ids=exclude_ids, now=now, tier=tier, ranking=ranking, similarity=similarity,
-                           keep=limit if gated else None)
-
-    def _exact(
-        self,
-        profile: str,
-        query: str,
-        *,
-        limit: int,
-        min_score: float,
-        exclude_ids: Iterable[str] = (),
-        now: datetime | None = None,
-        tier: str | None = None,
-        ranking: Ranking = Ranking(),
-        similarity: Mapping[str, float] | None = None,
-        keep: int | None = None,
-    ) -> list[ScoredMemory]:
-        """The exact first ``limit`` under ``ranking``; with ``keep`` (evidence mode), the gate's
-        first ``limit`` re-ordered by the second pass, its first ``keep``."""
-        now_us = to_us(now or utcnow())
+        ranking = rq.ranking
+        # The gate's first RERANK_DEPTH are re-ordered by the second pass, its first ``keep`` kept.
+        limit, keep = (max(rq.limit, RERANK_DEPTH), rq.limit) if ranking.gated else (rq.limit, None)
+        now_us = to_us(rq.now or utcnow())
         assert now_us is not None
-        exclude_ids = tuple(exclude_ids)  # read by the cold path, and again if it hands over
         # Rows written without features (raw SQL) get them now; one indexed probe when none.
         self.store.derive_stale_features(profile)
         with self._lock, self.store.snapshot() as conn:
@@ -1765,30 +1735,30 @@ class RecallIndex:
                         self._failed.discard(profile)
                         self._refresh(conn, profile)
             if profile not in self._indexes:
-                cold = cold_query(conn, profile, query, now_us=now_us, limit=limit, min_score=min_score,
-                                  ratio=ranking.ratio, exclude_ids=exclude_ids, tier=tier,
-                                  similarity=similarity if ranking.gated else None,
+                cold = cold_query(conn, profile, rq.text, now_us=now_us, limit=limit, min_score=rq.min_score,
+                                  ratio=ranking.ratio, exclude_ids=rq.exclude_ids, tier=rq.tier,
+                                  similarity=rq.similarity if ranking.gated else None,
                                   essential_budget=self.essential_budget, max_rows=self.cold_max_rows,
                                   spec=not ranking.gated, direct=_COLD_DIRECT if self.direct is None else self.direct)
                 if cold is not None:
                     found = self._cold_results(conn, profile, cold, ranking)
-                    return found if keep is None else rerank(found, query, keep)
+                    return found if keep is None else rerank(found, rq.text, keep)
             idx = self._refresh(conn, profile)
-            pq = idx.prepare(query)
+            pq = idx.prepare(rq.text)
             mat = maturity(idx.total_accesses)
             w = weights_for(mat)
             best = 0.0
             counted: dict[int, float] = {}
             if ranking.gated:
                 top, best, counted = idx.top_k_gated(
-                    pq, now_us=now_us, limit=limit, min_score=min_score, ratio=ranking.ratio,
-                    exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget,
-                    similarity=similarity)
+                    pq, now_us=now_us, limit=limit, min_score=rq.min_score, ratio=ranking.ratio,
+                    exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=self.essential_budget,
+                    similarity=rq.similarity)
             else:
-                top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=min_score,
-                                exclude_ids=exclude_ids, tier=tier, essential_budget=self.essential_budget)
+                top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=rq.min_score,
+                                exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=self.essential_budget)
             if keep is not None:
-                top = idx.rerank(top, pq, counted, query_dates(query))[:keep]
+                top = idx.rerank(top, pq, counted, query_dates(rq.text))[:keep]
             ids = [idx.ids[d] or "" for d, *_ in top]
             memories = self.store.get_many(profile, ids, conn=conn)
             out = []

@@ -14,7 +14,8 @@ Ranking modes (:class:`Ranking`): ``evidence`` (default) returns only memories t
 evidence for, strong enough relative to the best match (:func:`gate_select`), ordered by the
 score; ``spec`` is the spec's literal top-k by score.
 
-Exactness: :func:`rank_brute_force` is the reference (a full scan with the formula). The
+Exactness: :func:`rank_brute_force` (:class:`FullScan`) is the reference (a full scan with the
+formula), given a :class:`RankQuery`. The
 recall index (:mod:`memlocal.recall`) answers the same top-k much faster; both paths score a
 memory with the very same function (:func:`score_parts`), so the floats, and hence the ranking,
 are identical.
@@ -30,7 +31,7 @@ from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence
 
 from . import text
 from .clusters import TERM_CLUSTERS, clusters_of
-from .model import CORE_CATEGORIES, Memory, to_us, utcnow
+from .model import CORE_CATEGORIES, Memory, RecallQuery, to_us, utcnow
 from .text import memory_terms, stem
 from .vocab import GENERIC_WORDS
 
@@ -358,6 +359,39 @@ class Ranking:
 SPEC: Final = Ranking("spec")
 
 
+@dataclass(frozen=True, slots=True)
+class RankQuery:
+    """One ranking, as every ranking path takes it (the recall index, its cold path, the full
+    scan): a :class:`memlocal.model.RecallQuery` with its settings applied (:meth:`of`), or
+    what the context block asks of a tier.
+
+    ``text``: the query; ``limit``: most results; ``min_score``: lowest score kept;
+    ``exclude_ids``: memories never returned; ``now``: the clock the scores are computed at
+    (``None``: the current time); ``tier``: ``None`` (every memory), ``"core"``, ``"other"`` or
+    ``PREFERENCE_TIER``; ``ranking``: the evidence gate or the spec's rule; ``similarity``: the
+    semantic signal's embedding top-k (id -> cosine), evidence mode only. Not validated: the
+    faces' rules (a limit up to 1000, ...) are :class:`~memlocal.model.RecallQuery`'s, and the
+    block asks for as many core entries as its budget could hold.
+    """
+
+    text: str
+    limit: int
+    min_score: float
+    exclude_ids: tuple[str, ...] = ()
+    now: datetime | None = None
+    tier: str | None = None
+    ranking: Ranking = Ranking()
+    similarity: Mapping[str, float] | None = None
+
+    @classmethod
+    def of(cls, q: RecallQuery, ranking: Ranking, similarity: Mapping[str, float] | None = None) -> RankQuery:
+        """``q`` (its ``limit`` and ``min_score`` given: :meth:`RecallQuery.with_defaults`) ranked
+        under ``ranking``, over the whole profile."""
+        if q.limit is None or q.min_score is None:
+            raise ValueError("a ranking needs the query's limit and min_score: apply RecallQuery.with_defaults first")
+        return cls(q.text, q.limit, q.min_score, q.exclude_ids, q.now, None, ranking, similarity)
+
+
 def rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int, str]:
     """Sort key, best first: higher score, then newer createdAt, then smaller id."""
     return (-score, -created_us, memory_id)
@@ -449,65 +483,68 @@ def rerank(results: "Sequence[ScoredMemory]", query: str, limit: int) -> "list[S
 # --- the reference: a full scan ---------------------------------------------------------------
 
 
-def rank_brute_force(
-    memories: Iterable[Memory],
-    query: str,
-    *,
-    limit: int,
-    min_score: float,
-    exclude_ids: Iterable[str] = (),
-    now: datetime | None = None,
-    tier: str | None = None,
-    ranking: Ranking = Ranking(),
-    similarity: Mapping[str, float] | None = None,
-) -> list[ScoredMemory]:
-    """Score every active memory with the formula and return the top ``limit`` (reference path),
-    under ``ranking`` (evidence gate or the spec's rule).
+class FullScan:
+    """The reference path: the formula over every active memory of one profile, statistics (IDF,
+    maturity) over those. Each memory's terms are tokenised once, here, so that many queries can
+    be ranked against one corpus (the exactness tests, the bench's full-scan baseline)."""
 
-    ``memories`` are one profile's memories; statistics (IDF, maturity) are over its active ones.
-    ``similarity`` (evidence mode only): the semantic signal's embedding top-k as id -> cosine
-    (:meth:`memlocal.semantic.SemanticIndex.similar`); each of those memories' topic gains
-    :func:`similarity_bonus` (:func:`with_similarity`). The spec mode ignores it.
-    """
-    now_us = to_us(now or utcnow())
-    assert now_us is not None
-    active = [m for m in memories if m.is_active]
-    mterms = [memory_terms(m.processed_content, m.summary) for m in active]
-    df: dict[str, int] = {}
-    for ts in mterms:
-        for t in ts:
-            df[t] = df.get(t, 0) + 1
-    mat = maturity(sum(m.access_count for m in active))
-    w = weights_for(mat)
-    pq = prepare_query(query, lambda t: df.get(t, 0), len(active))
-    if pq.empty:  # a query with no usable words gives no evidence, semantic or other
-        similarity = None
-    excluded = set(exclude_ids)
-    out = []
-    rows: list[Row] = []
-    for m, ts in zip(active, mterms):
-        if m.id in excluded or not _in_tier(m.category, tier):
-            continue
-        created = to_us(m.created_at)
-        assert created is not None
-        anchor = max(created, to_us(m.last_accessed_at) or created)
-        use = usage(m.access_count)
-        cm = confidence_mul(m.confidence)
-        cs = clusters_of(ts)
-        score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
+    def __init__(self, memories: Iterable[Memory]) -> None:
+        self.memories = [m for m in memories if m.is_active]
+        self.terms = [memory_terms(m.processed_content, m.summary) for m in self.memories]
+        self.clusters = [clusters_of(ts) for ts in self.terms]
+        self.df: dict[str, int] = {}
+        for ts in self.terms:
+            for t in ts:
+                self.df[t] = self.df.get(t, 0) + 1
+
+    def rank(self, rq: RankQuery) -> list[ScoredMemory]:
+        """The top ``rq.limit`` under ``rq.ranking`` (evidence gate or the spec's rule).
+
+        ``rq.similarity`` (evidence mode only): the semantic signal's embedding top-k as id ->
+        cosine (:meth:`memlocal.semantic.SemanticIndex.similar`); each of those memories' topic
+        gains :func:`similarity_bonus` (:func:`with_similarity`). The spec mode ignores it.
+        """
+        now_us = to_us(rq.now or utcnow())
+        assert now_us is not None
+        ranking, limit, min_score = rq.ranking, rq.limit, rq.min_score
+        mat = maturity(sum(m.access_count for m in self.memories))
+        w = weights_for(mat)
+        pq = prepare_query(rq.text, lambda t: self.df.get(t, 0), len(self.memories))
+        # A query with no usable words gives no evidence, semantic or other.
+        similarity = rq.similarity if ranking.gated and not pq.empty else None
+        excluded, tier = set(rq.exclude_ids), rq.tier
+        out = []
+        rows: list[Row] = []
+        for m, ts, cs in zip(self.memories, self.terms, self.clusters):
+            if (excluded and m.id in excluded) or (tier is not None and not _in_tier(m.category, tier)):
+                continue
+            created = to_us(m.created_at)
+            assert created is not None
+            anchor = max(created, to_us(m.last_accessed_at) or created)
+            use = usage(m.access_count)
+            cm = confidence_mul(m.confidence)
+            score, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
+            if ranking.gated:
+                cos = similarity.get(m.id) if similarity else None
+                if cos is not None:
+                    score, top, cos = with_similarity(score, rec, use, cm, top, cos, w)
+                if top > 0.0:  # only a memory with evidence can pass the gate (gate_select)
+                    rows.append(((m, created, use, cm, ts, cs, cos), score, rec, top))
+            elif score >= min_score:
+                breakdown = Breakdown(rec, use, top, cm, w, mat, score)
+                out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
         if ranking.gated:
-            cos = similarity.get(m.id) if similarity else None
-            score, top, cos = with_similarity(score, rec, use, cm, top, cos, w)
-            rows.append(((m, created, use, cm, ts, cs, cos), score, rec, top))
-        elif score >= min_score:
-            breakdown = Breakdown(rec, use, top, cm, w, mat, score)
-            out.append((rank_key(score, created, m.id), ScoredMemory(m, score, breakdown)))
-    if ranking.gated:
-        kept, best = gate_select(rows, limit=max(limit, RERANK_DEPTH), ratio=ranking.ratio, min_score=min_score,
-                                 ident=lambda item: (item[1], item[0].id),
-                                 strong=lambda item: item[6] is not None or literal(pq, item[4]))
-        return rerank([ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
-                                    evidence_of(pq, ts, cs, top, best, cos))
-                       for (m, _, use, cm, ts, cs, cos), score, rec, top in kept], query, limit)
-    out.sort(key=lambda pair: pair[0])
-    return [s for _, s in out[:limit]]
+            kept, best = gate_select(rows, limit=max(limit, RERANK_DEPTH), ratio=ranking.ratio, min_score=min_score,
+                                     ident=lambda item: (item[1], item[0].id),
+                                     strong=lambda item: item[6] is not None or literal(pq, item[4]))
+            return rerank([ScoredMemory(m, score, Breakdown(rec, use, top, cm, w, mat, score),
+                                        evidence_of(pq, ts, cs, top, best, cos))
+                           for (m, _, use, cm, ts, cs, cos), score, rec, top in kept], rq.text, limit)
+        out.sort(key=lambda pair: pair[0])
+        return [s for _, s in out[:limit]]
+
+
+def rank_brute_force(memories: Iterable[Memory], rq: RankQuery) -> list[ScoredMemory]:
+    """Score every active memory of ``memories`` (one profile's) with the formula and return the
+    top ``rq.limit`` (the reference path; :class:`FullScan` ranks many queries on one corpus)."""
+    return FullScan(memories).rank(rq)

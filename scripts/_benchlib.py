@@ -2,8 +2,7 @@
 
 - a synthetic profile generator (Zipf-distributed pseudo-words with the real cluster words mixed
   in, ages over a year, Zipf access counts) and query generator;
-- the reference full scan (:class:`BruteForce`: the formula over pre-tokenised memories) and the
-  FTS5 floor query;
+- the FTS5 floor query (the reference full scan is memlocal's own :class:`memlocal.scoring.FullScan`);
 - timing helpers (percentiles, a stopwatch in milliseconds);
 - a moto_server started on a free loopback port, and a fast way to fill a store.
 
@@ -32,10 +31,7 @@ from memlocal import MemoryBank
 from memlocal.clusters import CLUSTER_WORDS
 from memlocal.config import Config
 from memlocal.model import Memory, new_id, staleness_of, utcnow
-from memlocal.scoring import (
-    Breakdown, Ranking, ScoredMemory, rank_key, clusters_of, confidence_mul, evidence_of, gate_select, literal, maturity,
-    memory_terms, prepare_query, score_parts, usage, weights_for, RERANK_DEPTH, rerank,
-)
+from memlocal.scoring import ScoredMemory
 from memlocal.store import WRITE_COLUMNS, Store, to_us, write_row
 
 CATEGORIES = ("preference", "fact", "behavior", "context", "general")
@@ -178,47 +174,6 @@ def fill(store: Store, n: int, profile: str = PROFILE) -> None:
 
 
 # --- the reference and the floor ---------------------------------------------------------------
-
-
-class BruteForce:
-    """The formula over every memory, terms tokenised once up front (the reference's inner loop)."""
-
-    def __init__(self, memories: list[Memory]) -> None:
-        self.memories = [m for m in memories if m.is_active]
-        self.terms = [memory_terms(m.processed_content, m.summary) for m in self.memories]
-        self.clusters = [clusters_of(t) for t in self.terms]
-        self.df: dict[str, int] = {}
-        for ts in self.terms:
-            for t in ts:
-                self.df[t] = self.df.get(t, 0) + 1
-
-    def rank(self, query: str, limit: int, min_score: float, now_us: int,
-             ranking: Ranking = Ranking()) -> list[ScoredMemory]:
-        """The reference answer under ``ranking`` (the default: the evidence gate, as the bank)."""
-        mat = maturity(sum(m.access_count for m in self.memories))
-        w = weights_for(mat)
-        pq = prepare_query(query, lambda t: self.df.get(t, 0), len(self.memories))
-        out = []
-        rows = []
-        for m, ts, cs in zip(self.memories, self.terms, self.clusters):
-            created = to_us(m.created_at) or 0
-            anchor = max(created, to_us(m.last_accessed_at) or created)
-            use, cm = usage(m.access_count), confidence_mul(m.confidence)
-            s, rec, top = score_parts(anchor, now_us, use, cm, ts, cs, pq, w)
-            if ranking.gated:
-                if top > 0.0:  # only memories with evidence can pass the gate
-                    rows.append(((m, created, use, cm, ts, cs), s, rec, top))
-            elif s >= min_score:
-                out.append((rank_key(s, created, m.id), ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s))))
-        if ranking.gated:
-            kept, best = gate_select(rows, limit=max(limit, RERANK_DEPTH), ratio=ranking.ratio, min_score=min_score,
-                                     ident=lambda item: (item[1], item[0].id),
-                                     strong=lambda item: literal(pq, item[4]))
-            # The evidence mode's bounded second pass, as the bank applies it.
-            return rerank([ScoredMemory(m, s, Breakdown(rec, use, top, cm, w, mat, s), evidence_of(pq, ts, cs, top, best))
-                           for (m, _, use, cm, ts, cs), s, rec, top in kept], query, limit)
-        out.sort(key=lambda p: p[0])
-        return [s for _, s in out[:limit]]
 
 
 def same_ranking(got: Sequence[ScoredMemory], want: Sequence[ScoredMemory]) -> bool:

@@ -72,7 +72,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import (  # noqa: E402
-    BUCKET, FTS_TOP8_SQL, MS, PROFILE, BruteForce, Corpus, FrozenEndpoint, build, cpu_seconds, free_port, fts_query, p50,
+    BUCKET, FTS_TOP8_SQL, MS, PROFILE, Corpus, FrozenEndpoint, build, cpu_seconds, free_port, fts_query, p50,
     pct, reset_moto,
     rnd, s3_client, s3_env, same_ranking, start_moto, stop_moto,
 )
@@ -81,7 +81,7 @@ from memlocal import MemoryBank  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.model import utcnow  # noqa: E402
 from memlocal.recall import RecallIndex  # noqa: E402
-from memlocal.store import to_us  # noqa: E402
+from memlocal.scoring import FullScan, RankQuery  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,9 @@ class Plan:
     frozen_cli_saves: int = 10
     frozen_saves: int = 100
     frozen_put_timeout_s: float | None = None
+    # An untimed first run of each kind of fresh process (start-up, CLI, runner), which fills its
+    # bytecode cache; off when the caller's cache is already filled (the smoke test's --no-warmup).
+    warmup: bool = True
 
 
 QUICK = Plan()
@@ -280,14 +283,14 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         bank.query_with_relevance(PROFILE, qs[0])  # the cold path: from the persisted features
         cold_ms = (time.perf_counter() - t) * MS
         t = time.perf_counter()  # what a long-lived process pays once: building the in-memory index
-        RecallIndex(bank.store, cold_queries=0, background=False).query(PROFILE, qs[0], limit=8, min_score=0.05)
+        RecallIndex(bank.store, cold_queries=0, background=False).query(PROFILE, RankQuery(qs[0], 8, 0.05))
         build_ms = (time.perf_counter() - t) * MS
         index = bank._index()  # the warm figures below: the bank's own index, built now
         index.cold_queries, index.background = 0, False
         bank.query_with_relevance(PROFILE, qs[0])
 
         # 1. Exactness, the full scan and the floor, query by query (no side effects yet).
-        brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
+        brute = FullScan(bank.store.iter_profile(PROFILE, active_only=True))
         full, fts, qwr = [], [], []
         for i, q in enumerate(qs):
             now = utcnow()
@@ -299,7 +302,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
             fts.append((time.perf_counter() - t) * MS)
             if i < plan.fullscan_queries:
                 t = time.perf_counter()
-                want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+                want = brute.rank(RankQuery(q, 8, 0.05, now=now))
                 full.append((time.perf_counter() - t) * MS)
                 if not same_ranking(got, want):
                     mismatches += 1
@@ -315,11 +318,11 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
             rec_cpu.append((time.thread_time() - c) * MS)
 
         # After the bumps (usage and maturity moved), exactness once more on a few queries.
-        brute = BruteForce(bank.store.iter_profile(PROFILE, active_only=True))
+        brute = FullScan(bank.store.iter_profile(PROFILE, active_only=True))
         for q in qs[:10]:
             now = utcnow()
             got = bank.query_with_relevance(PROFILE, q, now=now)
-            want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+            want = brute.rank(RankQuery(q, 8, 0.05, now=now))
             if not same_ranking(got, want):
                 mismatches += 1
     finally:
@@ -476,35 +479,41 @@ def child_env(path: Path) -> dict[str, str]:
     return env
 
 
-def startup_local(path: Path, queries: list[str]) -> list[dict[str, float]]:
+def with_warmup(queries: list[str], warmup: bool) -> list[tuple[bool, str]]:
+    """``(timed, query)`` for each run of a kind of fresh process: with ``warmup``, an untimed
+    first run (the first query again) fills the bytecode cache the timed ones then find."""
+    return [*([(False, queries[0])] if warmup else []), *((True, q) for q in queries)]
+
+
+def startup_local(path: Path, queries: list[str], warmup: bool = True) -> list[dict[str, float]]:
     """Each in a fresh interpreter (cold caches): open the database, answer one recall."""
     env = child_env(path)
     runs = []
-    for i, q in enumerate([queries[0], *queries]):
+    for timed, q in with_warmup(queries, warmup):
         out = subprocess.run([sys.executable, "-c", _STARTUP_CHILD, str(path), PROFILE, q],
                              capture_output=True, text=True, check=True, env=env)
-        if i:  # the first run fills the bytecode cache
+        if timed:
             runs.append(json.loads(out.stdout))
     return runs
 
 
-def cold_recall(path: Path, queries: list[str]) -> list[float]:
+def cold_recall(path: Path, queries: list[str], warmup: bool = True) -> list[float]:
     """``recall.cold.<n>_ms``: per query a fresh interpreter opens the database and answers one
     recall (``import memlocal`` not counted: the start-up child above); milliseconds each."""
-    return [r["open_first_recall_ms"] for r in startup_local(path, queries)]
+    return [r["open_first_recall_ms"] for r in startup_local(path, queries, warmup)]
 
 
-def cli_recall(path: Path, queries: list[str]) -> list[float]:
+def cli_recall(path: Path, queries: list[str], warmup: bool = True) -> list[float]:
     """``cli.recall_ms``: a whole ``memlocal recall`` process (interpreter start, imports, open,
     recall, output) per query, wall-clock milliseconds each."""
     env = {k: v for k, v in child_env(path).items() if not k.startswith(("MEMLOCAL_", "S3_", "INTERNAL_S3_"))}
     env["XDG_CONFIG_HOME"] = str(path.parent)  # no user config file (platformdirs looks there)
     runs = []
-    for i, q in enumerate([queries[0], *queries]):
+    for timed, q in with_warmup(queries, warmup):
         t = time.perf_counter()
         subprocess.run([sys.executable, "-m", "memlocal", "--db", str(path), "recall", "--profile", PROFILE, q],
                        capture_output=True, text=True, check=True, env=env)
-        if i:  # the first run fills the bytecode cache
+        if timed:
             runs.append((time.perf_counter() - t) * MS)
     return runs
 
@@ -517,7 +526,8 @@ def runner_env(path: Path, endpoint: str) -> dict[str, str]:
     return {**env, **s3_env(endpoint)}
 
 
-def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str]) -> tuple[list[float], list[bool], list[float]]:
+def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str],
+                        warmup: bool = True) -> tuple[list[float], list[bool], list[float]]:
     """``sync.fresh_runner_inject_s``: per query a new runner, with an empty data dir, runs one
     ``memlocal inject`` against the bucket: the whole process, wall clock (interpreter, imports,
     open, the hydrate on open, the block). Also whether each block held the bucket's memories,
@@ -525,14 +535,14 @@ def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str]) -> tuple[l
     import resource
 
     runs, included, cpus = [], [], []
-    for i, q in enumerate([queries[0], *queries]):
+    for i, (timed, q) in enumerate(with_warmup(queries, warmup)):
         db = tmp / f"runner-{i}" / "memlocal.db"
         env = runner_env(tmp / "x", endpoint)  # the bytecode cache the other children use
         c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "inject", "--profile", PROFILE, q],
                              capture_output=True, text=True, check=True, env=env)
-        if i:  # the first run fills the bytecode cache
+        if timed:
             runs.append(time.perf_counter() - t)
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
@@ -567,7 +577,7 @@ def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
             store.close()
         log(f"  runner: {len(queries)} fresh runners' memlocal inject")
         m0 = cpu_seconds(proc.pid)
-        runs, blocks, cpus = fresh_runner_inject(endpoint, tmp, queries)
+        runs, blocks, cpus = fresh_runner_inject(endpoint, tmp, queries, plan.warmup)
         server = (cpu_seconds(proc.pid) - m0) / (len(runs) + 1)
     finally:
         stop_moto(proc)
@@ -947,7 +957,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                         if not report.ok or report.counts["pulled"] != count:
                             raise SystemExit(f"hydration: {report.summary()}")
                 log(f"  sync: fresh runners' memlocal inject against {count} memories")
-                runner_s, runner_blocks, runner_cpu = fresh_runner_inject(endpoint, tmp, queries)
+                runner_s, runner_blocks, runner_cpu = fresh_runner_inject(endpoint, tmp, queries, plan.warmup)
             log("  start-up baseline: hydrating from the bucket")
             ms, n = hydrate(endpoint, BUCKET, plan.workers)
             if n != count:
@@ -976,7 +986,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     log("  sync: a frozen bucket")
     frozen = bench_frozen(tmp, plan)
     log("  start-up: fresh processes opening the database")
-    runs = startup_local(source, queries)
+    runs = startup_local(source, queries, plan.warmup)
     sync = {
         "push_per_s": p50(push_rates),
         "rclone_per_s": p50(rclone_rates) if rclone_rates else None,
@@ -1058,7 +1068,7 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
             out["recall"][str(n)] = res
             cold_qs = Corpus(plan.seed + 2).queries(plan.startup_repeats)
             log(f"  cold recall: {len(cold_qs)} fresh processes at {n}")
-            runs = cold_recall(path, cold_qs)
+            runs = cold_recall(path, cold_qs, plan.warmup)
             cold = out["recall"].setdefault("cold", {"_details": {}})
             cold[f"{n}_ms"] = p50(runs)
             cold["_details"][f"{n}_runs_ms"] = runs
@@ -1069,7 +1079,7 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
             out["recall"].setdefault("_details", {})[f"long_lived_{n}"] = live["_details"]
             if n == plan.startup_size:
                 log(f"  memlocal recall CLI: {len(cold_qs)} processes at {n}")
-                cli = cli_recall(path, cold_qs)
+                cli = cli_recall(path, cold_qs, plan.warmup)
                 out["cli"] = {"recall_ms": p50(cli), "_details": {"memories": n, "runs_ms": cli}}
             if n == plan.startup_size or (startup_db is None and n == big):
                 startup_db = path
@@ -1217,6 +1227,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup-size", type=int, help="the recall size reused for inject/import/start-up/sync")
     ap.add_argument("--frozen", help="the frozen bucket's CLI saves, saves and put timeout, e.g. 2,5,0.2 "
                                      "(default 10,100 and the shipped timeout; the smoke test's shortcut)")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="no untimed first run of each kind of fresh process (their bytecode is already cached, "
+                         "e.g. in the PYTHONPYCACHEPREFIX the test suite filled)")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     changes: dict[str, Any] = {}
@@ -1239,6 +1252,8 @@ def main(argv: list[str] | None = None) -> int:
         changes.update(frozen_cli_saves=int(cli_saves), frozen_saves=int(saves), frozen_put_timeout_s=float(put_timeout))
     if args.noop_big:
         changes["noop_big"] = args.noop_big
+    if args.no_warmup:
+        changes["warmup"] = False
     if changes:
         plan = Plan(**{**plan.__dict__, **changes})
     sections = {s.strip() for s in args.only.split(",") if s.strip()}

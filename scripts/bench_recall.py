@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import FTS_TOP8_SQL, BruteForce, Corpus, build, fts_query, pct, same_ranking  # noqa: E402
+from _benchlib import FTS_TOP8_SQL, Corpus, build, fts_query, pct, same_ranking  # noqa: E402
 
 from memlocal.model import utcnow  # noqa: E402
-from memlocal.store import to_us  # noqa: E402
+from memlocal.scoring import FullScan, RankQuery  # noqa: E402
 
 
 def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
@@ -49,7 +49,7 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
         bank.query_with_relevance("bench", qs[0])
 
         qwr, mismatches = [], 0
-        brute = BruteForce(bank.store.iter_profile("bench", active_only=True))
+        brute = FullScan(bank.store.iter_profile("bench", active_only=True))
         brute_ms = []
         for q in qs:
             now = utcnow()
@@ -57,7 +57,7 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
             got = bank.query_with_relevance("bench", q, now=now)
             qwr.append((time.perf_counter() - t) * ms)
             t = time.perf_counter()
-            want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+            want = brute.rank(RankQuery(q, 8, 0.05, now=now))
             brute_ms.append((time.perf_counter() - t) * ms)
             if not same_ranking(got, want):
                 mismatches += 1
@@ -75,11 +75,11 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
             rec.append((time.perf_counter() - t) * ms)
 
         # After all the bumps, check exactness once more against a fresh full scan.
-        brute = BruteForce(bank.store.iter_profile("bench", active_only=True))
+        brute = FullScan(bank.store.iter_profile("bench", active_only=True))
         for q in qs[:20]:
             now = utcnow()
             got = bank.query_with_relevance("bench", q, now=now)
-            want = brute.rank(q, 8, 0.05, to_us(now) or 0)
+            want = brute.rank(RankQuery(q, 8, 0.05, now=now))
             if not same_ranking(got, want):
                 mismatches += 1
 

@@ -40,10 +40,13 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     env = dict(os.environ, TMPDIR=str(tmp_path))
     # 50 memories: every section, the push, both hydrations and the rclone baseline run end to end
     # (200 took ~6 s longer and checked nothing more; exactness at size is test_recall.py's job).
-    # Two queries: each is also a fresh runner's `memlocal inject` process (8 cost ~7 s of CPU more).
+    # One repeat: one fresh process of each kind (start-up, CLI, runner), and --no-warmup: the
+    # suite's bytecode cache (PYTHONPYCACHEPREFIX, kept by the children) is filled already, so the
+    # untimed first run of each kind would only repeat the timed one (~3 s of CPU, the runner's ~1.5).
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--json", "--details", "--sizes", "50", "--queries", "2",
-         "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1", "--noop-big", "20"],
+         "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1", "--noop-big", "20",
+         "--no-warmup"],
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -19,7 +19,7 @@ from memlocal.config import Config
 from memlocal.features import (
     FEATURES_META_KEY, cluster_token, encode_term, features_of, fingerprint, parse, scope_token, term_token,
 )
-from memlocal.scoring import memory_terms, rank_brute_force
+from memlocal.scoring import RankQuery, memory_terms, rank_brute_force
 from memlocal.clusters import clusters_of
 from memlocal.store import MIGRATIONS, Store
 from memory_factory import NOW, put
@@ -94,7 +94,7 @@ def test_writers_that_skip_features_are_caught_and_derived(tmp_path: Path) -> No
         assert stale == [("mem-0000beef",), (m.id,)]
         _assert_consistent(bank.store)  # the stale rows are out of the FTS5 table, not wrong in it
         # Recall ranks them exactly (tokenised on the spot) and stores their features.
-        want = rank_brute_force(bank.store.iter_profile("p"), "Lisbon tabs", limit=8, min_score=0.0, now=NOW)
+        want = rank_brute_force(bank.store.iter_profile("p"), RankQuery("Lisbon tabs", 8, 0.0, now=NOW))
         got = bank.query_with_relevance("p", "Lisbon tabs", min_score=0.0, now=NOW)
         assert [(r.memory.id, r.score) for r in got] == [(r.memory.id, r.score) for r in want]
         assert {r.memory.id for r in got} == {m.id, "mem-0000beef"}

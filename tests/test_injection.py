@@ -29,7 +29,7 @@ from memlocal.injection import (
     one_line,
     render_memory_block,
 )
-from memlocal.scoring import SPEC, Ranking
+from memlocal.scoring import SPEC, RankQuery, Ranking
 from memory_factory import NOW, days_ago, put
 from support import fresh_database
 
@@ -121,9 +121,9 @@ def test_one_line_folds_every_line_break() -> None:
 
 def _scored(bank: MemoryBank, query: str, mode: str = "evidence") -> tuple[list[Any], list[Any]]:
     # The core tier follows the spec's rule; the relevant tier the configured ranking.
-    core = bank._index().query("p", query, limit=1000, min_score=0.0, now=NOW, tier="core", ranking=SPEC)
-    rel = bank._index().query("p", query, limit=8, min_score=0.05, now=NOW, tier="other",
-                              ranking=SPEC if mode == "spec" else Ranking())
+    core = bank._index().query("p", RankQuery(query, 1000, 0.0, now=NOW, tier="core", ranking=SPEC))
+    rel = bank._index().query("p", RankQuery(query, 8, 0.05, now=NOW, tier="other",
+                                             ranking=SPEC if mode == "spec" else Ranking()))
     return core, rel
 
 

@@ -17,7 +17,7 @@ from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex
-from memlocal.scoring import PREFERENCE_TIER, SPEC, Ranking, ScoredMemory, rank_brute_force
+from memlocal.scoring import PREFERENCE_TIER, SPEC, FullScan, Ranking, RankQuery, ScoredMemory, rank_brute_force
 from memory_factory import NOW, days_ago, memory, put
 from support import fresh_database
 
@@ -78,12 +78,13 @@ def _indexes(bank: MemoryBank, budget: int | None, max_rows: int = 4096) -> list
 
 def _check(bank: MemoryBank, indexes: list[RecallIndex], query: str, limit: int, min_score: float,
            exclude: list[str], tier: str | None, ranking: Ranking = Ranking(),
-           similarity: dict[str, float] | None = None) -> None:
-    want = rank_brute_force(bank.store.iter_profile("p"), query, limit=limit, min_score=min_score,
-                            exclude_ids=exclude, now=NOW, tier=tier, ranking=ranking, similarity=similarity)
+           similarity: dict[str, float] | None = None, scan: FullScan | None = None) -> None:
+    """Every index answers ``query`` as the full scan (``scan``: the bank's profile "p" as it is
+    now, when the caller ranks several queries on it)."""
+    rq = RankQuery(query, limit, min_score, tuple(exclude), NOW, tier, ranking, similarity)
+    want = (scan or FullScan(bank.store.iter_profile("p"))).rank(rq)
     for index in indexes:
-        got = index.query("p", query, limit=limit, min_score=min_score, exclude_ids=exclude, now=NOW, tier=tier,
-                          ranking=ranking, similarity=similarity)
+        got = index.query("p", rq)
         assert _key(got) == _key(want)
         assert [r.breakdown for r in got] == [r.breakdown for r in want]
         assert [r.evidence for r in got] == [r.evidence for r in want]
@@ -133,10 +134,11 @@ def test_top_k_equals_brute_force(specs: list[dict[str, Any]], other: list[dict[
         exclude = [m.id for m in mems[:n_excluded]]
         indexes = _indexes(bank, budget, max_rows)
         similarity = _similarity(pairs, mems)
+        scan = FullScan(bank.store.iter_profile("p"))  # the queries change nothing: one scan for all
         for q in queries:
-            _check(bank, indexes, q, limit, min_score, exclude, tier, ranking, similarity)
+            _check(bank, indexes, q, limit, min_score, exclude, tier, ranking, similarity, scan)
             # The public API (automatic budget, both tiers, the default mode) agrees as well.
-            want = rank_brute_force(bank.store.iter_profile("p"), q, limit=limit, min_score=min_score, now=NOW)
+            want = scan.rank(RankQuery(q, limit, min_score, now=NOW))
             assert _key(bank.query_with_relevance("p", q, limit, min_score, now=NOW)) == _key(want)
 
 
@@ -227,13 +229,12 @@ def test_exact_on_a_few_thousand_memories(tmp_path: Path) -> None:
                     "count": rng.choice([0, 0, 0, 1, 2, 7, 30]), "active": rng.random() > 0.05}
             rows.append(_memory(spec))
         assert set(bank.store.import_batch(rows)) == {"imported"}  # one transaction, not 3,000
-        memories = list(bank.store.iter_profile("p"))
+        scan = FullScan(bank.store.iter_profile("p"))  # tokenised once, ranked per query
         for _ in range(25):
             q = " ".join(rng.choices(vocab, weights, k=rng.randint(1, 4)))
             for tier in (None, "core"):
-                want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier)
-                got = bank._index().query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier)
-                assert _key(got) == _key(want)
+                rq = RankQuery(q, 8, 0.05, now=NOW, tier=tier)
+                assert _key(bank._index().query("p", rq)) == _key(scan.rank(rq))
         assert len(rows) == 3000
 
 
@@ -245,7 +246,7 @@ def test_timestamps_far_from_now_do_not_break_the_walk(bank: MemoryBank) -> None
                  created=datetime(9990, 1, 1, tzinfo=timezone.utc))
     ancient = put(bank, "p", "written long ago", created=datetime(1971, 1, 1, tzinfo=timezone.utc))
     # The spec's rule ranks memories without evidence too: that is the walk this test exercises.
-    got = RecallIndex(bank.store).query("p", "anything", limit=8, min_score=0.0, now=NOW, ranking=SPEC)
+    got = RecallIndex(bank.store).query("p", RankQuery("anything", limit=8, min_score=0.0, now=NOW, ranking=SPEC))
     assert [r.memory.id for r in got] == [future.id, ancient.id]
     assert got[0].breakdown.recency == 1.0 and got[1].breakdown.recency < 1e-100
 
@@ -271,13 +272,14 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
             for _ in range(rounds):
                 bank.store.mark_accessed("p", rng.sample(ids, 8), NOW)
                 for index in indexes:
-                    index.query("p", rng.choice(VOCAB), limit=8, min_score=0.05, now=NOW)  # the gate: no walk
-            memories = list(bank.store.iter_profile("p"))
+                    index.query("p", RankQuery(rng.choice(VOCAB), 8, 0.05, now=NOW))  # the gate: no walk
+            scan = FullScan(bank.store.iter_profile("p"))  # tokenised once, ranked per query
             for q in ("", *rng.sample(VOCAB, 4)):
                 for tier in (None, "core", "other"):
-                    want = rank_brute_force(memories, q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
+                    rq = RankQuery(q, 8, 0.05, now=NOW, tier=tier, ranking=SPEC)
+                    want = scan.rank(rq)
                     for index in indexes:
-                        got = index.query("p", q, limit=8, min_score=0.05, now=NOW, tier=tier, ranking=SPEC)
+                        got = index.query("p", rq)
                         assert _key(got) == _key(want)
 
 
@@ -294,14 +296,14 @@ def test_filing_moved_memories_in_one_pass_equals_sorting_the_orders_again(tmp_p
                 for _ in range(200)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
         index = RecallIndex(bank.store, cold_queries=0, background=False, moved_max=10**9)
-        index.query("p", "x", limit=8, min_score=0.05, now=NOW)
+        index.query("p", RankQuery("x", limit=8, min_score=0.05, now=NOW))
         ids = [m.id for m in rows]
         for i in range(6):
             bank.store.mark_accessed("p", rng.sample(ids, 12), NOW)  # ties in usage: many share a count
             bank.delete("p", ids.pop(rng.randrange(len(ids))))
             _put(bank, {"words": rng.choices(VOCAB, k=3), "category": "fact", "confidence": 1.0, "age": 1.0,
                         "last": None, "count": i, "active": True})
-            index.query("p", "x", limit=8, min_score=0.05, now=NOW)
+            index.query("p", RankQuery("x", limit=8, min_score=0.05, now=NOW))
             idx = index._indexes["p"]
             assert idx._moved
             idx._sorted()
@@ -334,14 +336,14 @@ def test_a_tiers_head_answers_exactly_as_the_clock_moves_and_the_bank_changes(tm
                 bank.store.mark_accessed("p", rng.sample(ids, 3), now)
             if step == 3:
                 put(bank, "p", "a preference saved just now", category="preference", created=now)
-            memories = list(bank.store.iter_profile("p"))
+            scan = FullScan(bank.store.iter_profile("p"))  # tokenised once, ranked per query
             for q in ("", *rng.sample(VOCAB, 2)):
                 for tier in (None, "core", "other", PREFERENCE_TIER):
                     for limit in (1, 8):
-                        want = rank_brute_force(memories, q, limit=limit, min_score=0.0, now=now, tier=tier,
-                                                ranking=SPEC)
+                        rq = RankQuery(q, limit, 0.0, now=now, tier=tier, ranking=SPEC)
+                        want = scan.rank(rq)
                         for index in indexes:
-                            got = index.query("p", q, limit=limit, min_score=0.0, now=now, tier=tier, ranking=SPEC)
+                            got = index.query("p", rq)
                             assert _key(got) == _key(want)
 
 
@@ -366,15 +368,15 @@ def test_the_block_equals_one_built_from_the_full_scan(tmp_path: Path) -> None:
         assert set(bank.store.import_batch(rows)) == {"imported"}
         bank._recall_index = RecallIndex(bank.store, cold_queries=0, background=False, direct=0, head_size=4)
         for now in (NOW, NOW + timedelta(hours=1)):
-            memories = list(bank.store.iter_profile("p"))
+            scan = FullScan(bank.store.iter_profile("p"))  # tokenised once, ranked per query
             for q in queries:
                 def ranked(tier: str, limit: int, min_score: float) -> list[ScoredMemory]:
-                    return rank_brute_force(memories, q, limit=limit, min_score=min_score, now=now, tier=tier,
-                                            ranking=SPEC if tier != "other" else Ranking())
+                    return scan.rank(RankQuery(q, limit, min_score, now=now, tier=tier,
+                                               ranking=SPEC if tier != "other" else Ranking()))
 
                 # The block reads every memory with any evidence (ratio 0), those past the gate's ratio first.
-                evidence = rank_brute_force(memories, q, limit=evidence_limit(2000, 8), min_score=0.05, now=now,
-                                            ranking=Ranking("evidence", 0.0))
+                evidence = scan.rank(RankQuery(q, evidence_limit(2000, 8), 0.05, now=now,
+                                               ranking=Ranking("evidence", 0.0)))
                 want = build_evidence_block(evidence, ranked, budget=2000, relevant_limit=8, ratio=Ranking().ratio)
                 got = bank.render_context_block("p", q, now=now)
                 assert got.text == want.text and got.ids == want.ids
@@ -400,9 +402,9 @@ def _answers(bank: MemoryBank, index: RecallIndex, queries: list[str],
     out = []
     for q in queries:
         for ranking, sim in ((Ranking(), similarity), (Ranking(), None), (SPEC, None)):
-            want = rank_brute_force(bank.store.iter_profile("p"), q, limit=5, min_score=0.0, now=NOW,
-                                    ranking=ranking, similarity=sim)
-            got = index.query("p", q, limit=5, min_score=0.0, now=NOW, ranking=ranking, similarity=sim)
+            rq = RankQuery(q, 5, 0.0, now=NOW, ranking=ranking, similarity=sim)
+            want = rank_brute_force(bank.store.iter_profile("p"), rq)
+            got = index.query("p", rq)
             assert _key(got) == _key(want) and [r.evidence for r in got] == [r.evidence for r in want]
             out.append(_key(got))
     return out
@@ -451,8 +453,8 @@ def test_a_failed_background_build_is_made_by_the_next_query(tmp_path: Path) -> 
             raise OSError("simulated: the database could not be opened a second time")
 
         index.build_hook = fail
-        first = _key(index.query("p", "boss", limit=5, min_score=0.0, now=NOW))  # cold; the build fails
+        first = _key(index.query("p", RankQuery("boss", limit=5, min_score=0.0, now=NOW)))  # cold; the build fails
         assert not index.wait_built("p", 30)
         index.build_hook = None
-        assert _key(index.query("p", "boss", limit=5, min_score=0.0, now=NOW)) == first  # built here
+        assert _key(index.query("p", RankQuery("boss", limit=5, min_score=0.0, now=NOW))) == first  # built here
         assert index.ready("p") and not index.building("p")

@@ -129,7 +129,7 @@ def test_recall_adds_similarity_to_the_topic_exactly_as_the_full_scan(tmp_path: 
     """The wiring, with the deterministic embedder: recall under the semantic signal is the full
     scan given the same embedding top-k, and each result's topic is its lexical topic plus the
     bonus of the similarity its evidence records."""
-    from memlocal.scoring import rank_brute_force
+    from memlocal.scoring import RankQuery, rank_brute_force
     from memory_factory import NOW
 
     bank, _ = _dev_bank(tmp_path / "on.db", True)
@@ -139,8 +139,7 @@ def test_recall_adds_similarity_to_the_topic_exactly_as_the_full_scan(tmp_path: 
         for query in ("prefers dark editor", "weekly team standup on Thursdays", "flat white coffee order"):
             got = bank.query_with_relevance("dev", query, limit=8, min_score=0.0, now=NOW)
             sim = bank.semantic.similar("dev", query)
-            want = rank_brute_force(bank.store.iter_profile("dev"), query, limit=8, min_score=0.0, now=NOW,
-                                    similarity=sim)
+            want = rank_brute_force(bank.store.iter_profile("dev"), RankQuery(query, 8, 0.0, now=NOW, similarity=sim))
             assert [(r.memory.id, r.score, r.evidence) for r in got] == [(r.memory.id, r.score, r.evidence) for r in want]
             lexical = {r.memory.id: r.breakdown.topic
                        for r in plain.query_with_relevance("dev", query, limit=30, min_score=0.0, now=NOW)}
