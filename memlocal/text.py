@@ -80,7 +80,7 @@ _CLOCK_RE: Final = re.compile(r"(?:[1-9]|1[0-2])(am|pm)")
 _ZONE_RE: Final = re.compile(r"\b(?:%s)/[a-z_]+" % "|".join(ZONE_REGIONS))
 
 
-class WordMemo(dict[str, "_V"]):
+class WordMemo(dict[str, _V]):
     """A per-word cache of ``fn``, read as ``map(memo.__getitem__, words)``: a hit is one dict
     lookup in C (an ``lru_cache`` call costs several times that, and a text maps every word).
     Bounded: emptied once it holds ``limit`` words."""

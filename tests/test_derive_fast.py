@@ -89,3 +89,9 @@ def test_a_rows_keys_and_features_are_its_texts_own() -> None:
     want = (hygiene.text_key(content), hygiene.text_key(content + " (raw)"),
             hygiene.signature_key(_signature_reference(content)), features_of(content, m.summary))
     assert (row[15], row[16], row[17], row[18]) == want
+
+
+def test_a_word_memo_is_bounded_and_returns_what_its_function_does() -> None:
+    memo = text.WordMemo(str.upper, limit=2)
+    assert list(map(memo.__getitem__, ["a", "b", "a", "c"])) == ["A", "B", "A", "C"]
+    assert len(memo) <= 2  # emptied when full, never grown past its limit
