@@ -81,6 +81,8 @@ RECORD_MAX_CHANGES = 2000
 # Effects are committed when this many are waiting, or this many seconds after the last commit.
 BATCH_SIZE = 500
 BATCH_SECONDS = 0.5
+# How often a pass waiting for another process's pass looks whether it was cancelled.
+LOCK_POLL_S = 0.05
 
 Progress = Callable[[int, int], None]
 
@@ -260,11 +262,19 @@ class SyncEngine:
         return None if report is None else self._finish(report, record=True, trip_breaker=True)
 
     def _locked_pass(self, lock_timeout: float, *, unless_hydrated: bool = False, **kwargs: Any) -> PassReport | None:
+        self._check_cancelled()  # a cancelled engine touches neither the database nor the bucket
         lock = FileLock(str(lock_path(self.store.path)), timeout=lock_timeout)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise SyncError(f"another sync pass is running on {self.store.path}") from None
+        # Waiting for another process's pass is cancellable too: a bank closing while its pull
+        # on open waits for that pass must not wait out the deadline.
+        deadline = time.monotonic() + lock_timeout
+        while True:
+            try:
+                lock.acquire(timeout=min(LOCK_POLL_S, max(0.0, deadline - time.monotonic())))
+                break
+            except Timeout:
+                self._check_cancelled()
+                if time.monotonic() >= deadline:
+                    raise SyncError(f"another sync pass is running on {self.store.path}") from None
         try:
             if unless_hydrated and self.state.hydrated(self.settings.identity) is not None:
                 return None
@@ -273,7 +283,7 @@ class SyncEngine:
             lock.release()
 
     def _finish(self, report: PassReport, *, record: bool, trip_breaker: bool) -> PassReport:
-        if record:
+        if record and not self._cancelled.is_set():  # a pass its closing bank stopped is no outcome
             self._record(report)
         if report.result == "failed" and report.unavailable:
             if trip_breaker:
@@ -520,6 +530,7 @@ class SyncEngine:
                     for p in self.bucket.list(profile_prefix(None), delimiter="/").prefixes}
         self._snapshot_meta = {}
         prefetched = self._prefetch_snapshots(snapshots)
+        self._check_cancelled()
         now = time.time()
         usable: dict[str, int] = {}
         for profile in prefetched:
@@ -709,6 +720,8 @@ class SyncEngine:
         cannot be used here is read again, or its objects fetched, after the plan)."""
         out: dict[str, dict[str, _Prefetched]] = {}
         for profile, keys in snapshots.items():
+            if self._cancelled.is_set():  # the caller checks, once the listing beside it is done
+                break
             try:
                 entries = self._first_snapshot(profile, keys)
             except Exception as exc:  # containment: this is only a head start
@@ -718,6 +731,8 @@ class SyncEngine:
                 continue
             ready: dict[str, _Prefetched] = {}
             for obj_key, (etag, body) in entries.items():
+                if self._cancelled.is_set():
+                    return out
                 parsed = parse_key(obj_key)
                 if parsed is None or len(body) > self.max_object_bytes:
                     continue
@@ -809,6 +824,7 @@ class SyncEngine:
                 effects.append(Synced(remote, action.etag, content_hash(remote), 0, "remote"))
             report.counts["pulled"] += 1
             if len(effects) >= BATCH_SIZE * 4:
+                self._check_cancelled()  # what was applied stays applied
                 self.state.apply(effects)
                 effects = []
         self.state.apply(effects)

@@ -17,8 +17,10 @@ index has never completed a pass against this bucket pulls all of it (the engine
 path) on a background thread, and reads wait for it up to ``sync.hydrate_deadline_s``; a
 hydrated host asks for a background refresh, as a REST read does. The write-through breaker is
 the host's (``memlocal_sync.breaker``): its state is in the index, shared by every process.
-Background pulls run on daemon threads and are cancelled when the bank closes, so a one-shot
-process never waits at exit for a pull it no longer needs.
+Background pulls run on daemon threads, one job at a time under one gate; closing the bank
+cancels the job in flight and waits for it to stop at its next step (its request in flight
+answered or timed out), so no pull touches the database after it closed and a one-shot process
+never waits at exit for the rest of a pull it no longer needs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from memlocal.automation import AutomationNote
 from memlocal.config import Config
@@ -390,21 +393,30 @@ class S3Replicator:
             self._last_pull[profile] = time.monotonic()
             return report.result in ("ok", "guarded")
 
+    @contextmanager
+    def _job(self) -> Iterator[bool]:
+        """One background job's hold on the database: the gate, and whether the job may run
+        (``False`` once the bank is closing). ``close`` takes the gate after cancelling, so it
+        returns only when the job in flight has stopped: a job never uses the database, nor
+        creates the engine (which creates the sync's tables), after the bank closed it."""
+        with self._refresh_gate:
+            yield not self._closed
+
     def _pull(self, profile: str) -> bool:
         """One pull-only pass of ``profile`` (the background refresh's job; none while the
         host's breaker is open)."""
-        if self._closed or self.breaker.blocked():
-            return False
-        with self._refresh_gate:
+        with self._job() as running:
+            if not running or self.breaker.blocked():
+                return False
             report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0, record=False,
                                                  trip_breaker=True)
         return report.result in ("ok", "guarded")
 
     def _pull_notes(self) -> bool:
         """One pull-only pass of the automation notes alone (the background refresh's job)."""
-        if self._closed or self.breaker.blocked():
-            return False
-        with self._refresh_gate:
+        with self._job() as running:
+            if not running or self.breaker.blocked():
+                return False
             report = self._get_engine().run_pass(profiles=[], notes=True, pull_only=True, lock_timeout=0,
                                                  record=False, trip_breaker=True)
         return report.result in ("ok", "guarded")
@@ -412,13 +424,14 @@ class S3Replicator:
     def _discover(self) -> list[str]:
         """``bucket_profiles`` for a background refresh of every profile: nothing while the
         host's breaker is open; a bucket that fails opens it."""
-        if self._closed or self.breaker.blocked():
-            return []
-        try:
-            return self.bucket_profiles()
-        except BucketUnavailable as exc:
-            self.breaker.failure(str(exc))
-            raise
+        with self._job() as running:
+            if not running or self.breaker.blocked():
+                return []
+            try:
+                return self.bucket_profiles()
+            except BucketUnavailable as exc:
+                self.breaker.failure(str(exc))
+                raise
 
     # --- the pull on open ---------------------------------------------------------------------------
 
@@ -475,8 +488,8 @@ class S3Replicator:
         self._hydration = _Hydration(lambda: self._hydrate(deadline), deadline)
 
     def _hydrate(self, deadline: float) -> PassReport | None:
-        with self._refresh_gate:
-            if self._closed:
+        with self._job() as running:
+            if not running:
                 return None
             # Another process's pass (a daemon starting beside it) is waited for up to the
             # deadline; it pulls every profile too, and this one then has nothing to do.
@@ -518,12 +531,17 @@ class S3Replicator:
         return self._engine
 
     def close(self) -> None:
-        """Stop the background pulls (a pull in flight stops after its requests in flight; it
-        is not waited for) and release the bucket clients."""
+        """Stop the background pulls and release the bucket clients. A pull in flight is
+        cancelled and waited for until it stops at its next step (its requests in flight
+        answered or timed out, each within ``sync.put_timeout_s``); the rest of it is dropped.
+        The bank closes its database after this returns, so no pull ever uses it closed."""
         self._closed = True
+        self.refresher.close()
+        # A job that created the engine before ``_closed`` was set is cancelled here; one that
+        # creates it after sees ``_closed`` and cancels it itself (``_get_engine``).
         if self._engine is not None:
             self._engine.cancel()
-        self.refresher.close()
+        with self._refresh_gate:  # the job in flight (if any) has stopped; later ones do nothing
+            pass
         self.bucket.close()
-        if self._hydration is None or self._hydration.done.is_set():
-            self._read_bucket.close()
+        self._read_bucket.close()

@@ -108,22 +108,45 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
         s3: S3, tmp_path: Path, fault_proxy: FaultProxy, daemons: Callable[..., Daemon],
         hosts: Callable[..., Host]) -> None:
     db = tmp_path / "a" / "memlocal.db"
-    ids = local_saves(db, 200)  # at 20 ms a request on 4 workers, the pass takes about a second
-    fault_proxy.delay_s = 0.02
-    d = daemons(db, tmp_path / "daemon.log", INTERNAL_S3_ENDPOINT=fault_proxy.endpoint, MEMLOCAL_SYNC_WORKERS="4")
+    ids = local_saves(db, 200)
+    workers = 4
+    # Mid-pass, held there until the kill: past the first 40 memory PUTs, the proxy keeps each
+    # answer (the object is in the bucket, the daemon has not seen it, so it cannot record its
+    # base) until the test releases them. Once every worker waits on one, the pass can go no
+    # further, however slow the machine: the kill lands with PUTs ahead of their recorded base.
+    landed = 0
+    held = 0
+    counter = threading.Lock()
+    release = threading.Event()
 
-    def mid_pass() -> bool:
-        # Some PUTs done whose base is not recorded yet.
-        return len(s3.keys()) >= 40 and len(s3.keys()) - query(db, "SELECT count(*) FROM sync_base") >= 5
+    def hold_answers(method: str, path: str, headers: dict[str, str]) -> bool:
+        nonlocal landed, held
+        if method != "PUT" or f"/memory/{P}/" not in path:
+            return False
+        with counter:
+            landed += 1
+            if landed <= 40:
+                return False
+            held += 1
+        release.wait()
+        return True
 
-    wait_for(mid_pass, 120, "PUTs ahead of their recorded base")
-    d.stop(signal.SIGKILL)
+    fault_proxy.after(hold_answers)
+    d = daemons(db, tmp_path / "daemon.log", INTERNAL_S3_ENDPOINT=fault_proxy.endpoint,
+                MEMLOCAL_SYNC_WORKERS=str(workers))
+    try:
+        wait_for(lambda: held == workers, 120, "every worker waiting on a held answer")
+        # Nothing moves now: the held objects are in the bucket, and none of them has a base.
+        assert len(s3.keys()) == 40 + workers
+        assert len(s3.keys()) - query(db, "SELECT count(*) FROM sync_base") >= workers
+        d.stop(signal.SIGKILL)
+    finally:
+        release.set()
     # The proxy still delivers requests that were in flight when the daemon died: let them land
     # (every request the proxy has read is answered).
     wait_for(lambda: fault_proxy.received == fault_proxy.count(), 30, "the requests in flight to land")
     in_bucket, recorded = len(s3.keys()), query(db, "SELECT count(*) FROM sync_base")
     assert recorded < in_bucket < 200
-    fault_proxy.delay_s = 0.0
     # The same database after the "restart", through the same endpoint: the same bucket identity,
     # so the recorded base is kept (another endpoint would start an empty base, by design).
     host = hosts("a", bucket__endpoint=fault_proxy.endpoint)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -201,3 +202,43 @@ def test_cli_reads_with_a_bucket_print_nothing_on_stderr(hosts: Callable[..., Ho
     for res in (first, again):
         assert res.exit_code == 0 and "deploy note" in res.stdout, res.output
         assert res.stderr == "", res.stderr
+
+
+def test_closing_the_bank_waits_for_its_background_pull_to_stop(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, wait_for: Callable[..., Any],
+        caplog: pytest.LogCaptureFixture) -> None:
+    # A hydrated host, through the proxy: its next open's first read queues a background refresh
+    # of every profile, which begins with a delimiter listing of the bucket.
+    a = hosts("a", bucket__endpoint=fault_proxy.endpoint, **ON)
+    a.bank.save(P, content="the runner's deploy note")
+    assert a.sync().ok and a.bank.sync_status()["hydrated"] is not None
+    a.close()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_listing(method: str, path: str, headers: dict[str, str]) -> bool:
+        if method != "GET" or "delimiter=" not in path:
+            return False
+        held.set()
+        release.wait()
+        return True
+
+    fault_proxy.before(hold_listing)
+    before = set(threading.enumerate())
+    bank = MemoryBank.open(a.path, config=a.config)
+    caplog.set_level(logging.DEBUG, logger="memlocal_sync")
+    assert [p["name"] for p in bank.profiles()] == [P]
+    wait_for(held.is_set, what="the background refresh's listing")
+    # The bank closes while the pull is held mid-request; the pull is then let go.
+    closer = threading.Thread(target=bank.close)
+    closer.start()
+    wait_for(lambda: getattr(bank.replicator, "_closed"), what="the close to begin")
+    release.set()
+    closer.join(60)
+    assert not closer.is_alive()
+    for thread in set(threading.enumerate()) - before:  # the refresh thread ends once it has stopped
+        thread.join(60)
+        assert not thread.is_alive(), thread.name
+    # The pull stopped before the database closed: nothing used it closed, nothing was said.
+    said = [f"{r.levelname} {r.name}: {r.getMessage()}" for r in caplog.records
+            if r.name.startswith("memlocal") and (r.levelno >= logging.WARNING or "closed" in r.getMessage())]
+    assert said == []
