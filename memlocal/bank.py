@@ -40,6 +40,11 @@ from .model import (
     validate_text_input,
 )
 from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store, to_us
+# Every save and imported line runs these (a function-level import costs microseconds per call);
+# the store loads hygiene and text anyway, and redact defers its detectors itself.
+from . import text
+from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature, signature_key, text_key
+from .redact import Redacted, check_mode, merge_kinds, redact, redact_json
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -182,8 +187,6 @@ _QUERY_TERMS = 32
 def _query_terms(value: str) -> builtins.list[str]:
     """The terms of ``value`` (:func:`memlocal.text.terms`, the recall index's tokens), at most
     ``_QUERY_TERMS``, in a stable order."""
-    from . import text
-
     return sorted(text.terms(value))[:_QUERY_TERMS]
 
 
@@ -506,8 +509,6 @@ class MemoryBank:
         """``secrets.mode`` applied to a save's (or an import's) text: credentials replaced by
         ``[REDACTED:<kind>]`` (``redact``) or the save refused (``reject``, ``SecretFoundError``).
         Returns the three texts and the kinds found (docs/hygiene.md, "Secrets")."""
-        from .redact import Redacted, check_mode, merge_kinds, redact
-
         mode = check_mode(self.config["secrets.mode"])
         found: dict[str, Redacted] = {}
         for name, value in (("rawInput", raw_input), ("content", content), ("summary", summary)):
@@ -537,8 +538,6 @@ class MemoryBank:
         """``secrets.mode`` applied to the unknown fields of an imported memory (any JSON value:
         every string in it is checked). Returns the fields with credentials replaced, the kinds
         found and the names of the fields that held them; ``SecretFoundError`` in reject mode."""
-        from .redact import check_mode, redact_json
-
         out, kinds, names = {}, [], []
         for name, value in fields.items():
             out[name], found = redact_json(value)
@@ -553,8 +552,6 @@ class MemoryBank:
     def redact_note(self, text: str) -> tuple[str, tuple[str, ...]]:
         """``secrets.mode`` applied to an automation note: the note with its credentials
         replaced and the kinds found; ``SecretFoundError`` in reject mode."""
-        from .redact import check_mode, redact
-
         found = redact(text)
         if found.kinds and check_mode(self.config["secrets.mode"]) == "reject":
             raise SecretFoundError(f"the automation note holds a credential ({', '.join(found.kinds)}); nothing was "
@@ -595,8 +592,6 @@ class MemoryBank:
         ``profile`` with its exact key, and those with its near key. ``None`` when the near check
         would not use the stored near key (``dedup.near`` off, a threshold below 1.0, a short
         text): the exact check then reads its rows alone."""
-        from .hygiene import NEAR_MIN_TERMS, signature, signature_key, text_key
-
         if not self.config["dedup.near"] or self.config.get_float("dedup.near_threshold") < 1.0:
             return None
         sig = signature(text)
@@ -611,8 +606,6 @@ class MemoryBank:
         """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
         ``category`` (``None``: any category), ignoring the ids in ``skip``. ``found``: the rows
         with the texts' keys, when already read (:meth:`_duplicate_candidates`)."""
-        from .hygiene import normalise, text_key
-
         wanted = {normalise(t) for t in texts}
         if found is None:
             found = self.store.find_by_keys(profile, sorted({text_key(t) for t in texts}))[0]
@@ -630,9 +623,6 @@ class MemoryBank:
         """An active memory of ``profile`` in ``category`` (``None``: any) that ``processed``
         restates (the guarded rule), ignoring the ids in ``skip``. ``found``: the rows with its
         near key, when already read (:meth:`_duplicate_candidates`)."""
-        from . import text
-        from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, signature, signature_key
-
         sig = signature(processed)
         if len(sig.terms) < NEAR_MIN_TERMS:
             return None
@@ -1226,8 +1216,6 @@ def shown(memory: Memory) -> Memory:
     """``memory`` as every face returns it: credentials redacted from its texts and unknown
     fields. A memory pulled from the bucket never went through this host's save, and the bucket's
     copy is the other writer's to fix; every memory this host saved is returned unchanged."""
-    from .redact import redact, redact_json
-
     raw, processed, summary = redact(memory.raw_input), redact(memory.processed_content), redact(memory.summary)
     extra, extra_kinds = redact_json(dict(memory.extra)) if memory.extra else (memory.extra, ())
     if not (raw.kinds or processed.kinds or summary.kinds or extra_kinds):

@@ -16,6 +16,8 @@ at query time.
 
 from __future__ import annotations
 
+from itertools import chain
+
 from typing import Final, Mapping
 
 from .text import stem
@@ -142,10 +144,4 @@ TERM_CLUSTERS: Final[Mapping[str, tuple[str, ...]]] = _build_term_index()
 
 def clusters_of(terms: frozenset[str] | set[str]) -> frozenset[str]:
     """The clusters touched by a set of terms (from :func:`memlocal.text.terms`)."""
-    out: set[str] = set()
-    get = TERM_CLUSTERS.get
-    for term in terms:
-        names = get(term)
-        if names:
-            out.update(names)
-    return frozenset(out)
+    return frozenset(chain.from_iterable(filter(None, map(TERM_CLUSTERS.get, terms))))

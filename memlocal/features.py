@@ -55,6 +55,10 @@ def encode_term(term: str) -> str:
     return _ENCODED_PREFIX + term.encode("utf-8").hex()
 
 
+# encode_term as a per-term cache read in C (every save and imported line encodes its terms).
+_ENCODED: Final[_text.WordMemo[str]] = _text.WordMemo(encode_term.__wrapped__)
+
+
 def decode_term(token: str) -> str:
     """The term a stored token stands for (the inverse of :func:`encode_term`)."""
     if token.startswith(_ENCODED_PREFIX):
@@ -65,7 +69,7 @@ def decode_term(token: str) -> str:
 def features_of(processed_content: str, summary: str) -> str:
     """The stored features string of a memory with this text."""
     terms = memory_terms(processed_content, summary)
-    parts = sorted(encode_term(t) for t in terms)
+    parts = sorted(map(_ENCODED.__getitem__, terms))
     parts.extend(CLUSTER_PREFIX + c for c in sorted(clusters_of(terms)))
     return " ".join(parts)
 

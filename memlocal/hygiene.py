@@ -87,6 +87,7 @@ _KEPT_PUNCTUATION: Final = frozenset("#%\u2030\u2031@&")
 # precedes: "-5", "-.5", "(-5)"; in "dark-mode" or "5-6" it only joins words.
 _SIGN_RE: Final = re.compile(r"(?<![^\W_])-(?=\.?\d)")
 _DECIMAL_RE: Final = re.compile(r"(?<=\d)[.,](?=\d)")
+_DIGIT_RE: Final = re.compile(r"\d")
 _INNER_APOSTROPHE_RE: Final = re.compile(r"(?<=[^\W_])'(?=[^\W_])")
 # Placeholders (control characters, which fold() never leaves) for what the punctuation pass keeps.
 _MARKS: Final = {"-": "\x01", ".": "\x02", ",": "\x03", "'": "\x04"}
@@ -105,9 +106,14 @@ class _SeparatorTable(dict[int, str]):
 _SEPARATORS: Final = _SeparatorTable()
 
 
-# The tokens of an ASCII text: runs of anything but white space and separating punctuation.
-_ASCII_TOKEN_RE: Final = re.compile("[^\\s%s]+" % re.escape("".join(
-    chr(c) for c in range(128) if unicodedata.category(chr(c)).startswith("P") and chr(c) not in _KEPT_PUNCTUATION)))
+# The ASCII punctuation that only separates words.
+_ASCII_SEPARATING: Final = "".join(chr(c) for c in range(128)
+                                   if unicodedata.category(chr(c)).startswith("P") and chr(c) not in _KEPT_PUNCTUATION)
+# The tokens of an ASCII text: runs of anything but white space and separating punctuation (the
+# reference; normalise() finds the same runs with a translation to spaces and a split).
+_ASCII_TOKEN_RE: Final = re.compile("[^\\s%s]+" % re.escape(_ASCII_SEPARATING))
+# Every ASCII character has an entry (itself, or a space): a missing one costs a KeyError per call.
+_ASCII_SEPARATORS: Final = {c: 32 if chr(c) in _ASCII_SEPARATING else c for c in range(128)}
 
 
 @lru_cache(maxsize=4096)  # a save or an import row normalises the same text for both keys
@@ -117,14 +123,16 @@ def normalise(value: str) -> str:
     if not folded.isascii():
         folded = text.strip_diacritics(folded.translate(text.APOSTROPHES))
     marked = False
-    if ("." in folded or "," in folded) and _DECIMAL_RE.search(folded):
+    # A decimal point or a sign needs a digit: the one fast search first.
+    digits = ("." in folded or "," in folded or "-" in folded) and _DIGIT_RE.search(folded) is not None
+    if digits and ("." in folded or "," in folded) and _DECIMAL_RE.search(folded):
         folded, marked = _DECIMAL_RE.sub(lambda m: _MARKS[m.group()], folded), True
-    if "-" in folded and _SIGN_RE.search(folded):
+    if digits and "-" in folded and _SIGN_RE.search(folded):
         folded, marked = _SIGN_RE.sub(_MARKS["-"], folded), True
     if "'" in folded and _INNER_APOSTROPHE_RE.search(folded):
         folded, marked = _INNER_APOSTROPHE_RE.sub(_MARKS["'"], folded), True
     if folded.isascii():
-        out = " ".join(_ASCII_TOKEN_RE.findall(folded))
+        out = " ".join(folded.translate(_ASCII_SEPARATORS).split())  # = _ASCII_TOKEN_RE's runs
     else:
         out = fold_whitespace(folded.translate(_SEPARATORS))
     return out.translate(_UNMARK) if marked else out
@@ -181,22 +189,20 @@ class Signature:
     numbers: frozenset[str]  # the tokens of normalise() that hold a digit or a kept symbol
 
 
-_DIGIT_RE: Final = re.compile(r"\d")
 # The term of one (already folded) word, cached: signatures run on every candidate of a save.
-_word_term = lru_cache(maxsize=1 << 16)(text.stem)
+_WORD_TERM: Final[text.WordMemo[str | None]] = text.WordMemo(text.stem)
 
 
-@lru_cache(maxsize=1 << 16)
-def _word_part(word: str) -> tuple[str | None, str | None]:
-    """What one (already folded) word adds to a signature: ``(term, None)``, or ``(None, guard
-    word)`` for a meaningful small word, or ``(None, None)`` for a filler; cached, as signatures
-    run on every save, every imported line and every candidate."""
-    term = _word_term(word)
-    if term is not None:
-        return term, None
-    if word in FILLER_WORDS:
-        return None, None
-    return None, GUARD_FORMS.get(word) or word.replace("'", "")
+def _guard_of(word: str) -> str | None:
+    """The guard word one (already folded) word adds to a signature: ``None`` for a word with a
+    term or a filler, else the meaningful small word."""
+    if _WORD_TERM[word] is not None or word in FILLER_WORDS:
+        return None
+    return GUARD_FORMS.get(word) or word.replace("'", "")
+
+
+# Cached too: signatures run on every save, every imported line and every candidate.
+_GUARD_WORD: Final[text.WordMemo[str | None]] = text.WordMemo(_guard_of)
 
 
 # A token of normalise() whose exact form matters: one with a digit (a number with its sign,
@@ -210,21 +216,15 @@ _MARKED_TOKEN_RE: Final = re.compile(r"(?<![^ ])[^ ]*?(?:[^\w ']|[\d_])[^ ]*")
 def signature(value: str) -> Signature:
     """The :class:`Signature` of a text (after the one normalisation, :func:`memlocal.fold.fold`)."""
     value = fold(value)
-    seq: list[str] = []
-    seen: set[str] = set()
-    guard: list[str] = []
     norm = normalise(value)
     marked = _ASCII_MARK_RE.search(norm) if norm.isascii() else _MARK_RE.search(norm)
     numbers = set(_MARKED_TOKEN_RE.findall(norm)) if marked else set()
-    for word in text.words(value):
-        term, small = _word_part(word)
-        if term is None:
-            if small is not None:
-                guard.append(small)
-        elif term not in seen:
-            seen.add(term)
-            seq.append(term)
-    return Signature(frozenset(seq), tuple(seq), tuple(sorted(guard)), frozenset(numbers))
+    ws = text.word_tuple(value)  # split once: the features read the same words
+    # Per word, cached lookups mapped in C: the terms in text order (first occurrences), the
+    # guard words sorted. (Neither a term nor a guard word is ever empty.)
+    seq = tuple(dict.fromkeys(filter(None, map(_WORD_TERM.__getitem__, ws))))
+    guard = tuple(sorted(filter(None, map(_GUARD_WORD.__getitem__, ws))))
+    return Signature(frozenset(seq), seq, guard, frozenset(numbers))
 
 
 def near_key(value: str) -> str | None:

@@ -72,6 +72,7 @@ JSON_FIELDS: Final = (
     "isActive",
     "version",
 )
+_JSON_FIELD_SET: Final = frozenset(JSON_FIELDS)
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -233,7 +234,25 @@ def _plainly_valid(value: object) -> bool:
     """``True`` when ``value`` is certainly valid JSON to store: the common case, checked without
     building a path for every member (an ASCII string needs no encoding check). ``False`` means
     "let the full walk decide": something may be wrong, or a type is not one of JSON's own."""
-    stack: list[tuple[object, int]] = [(value, 0)]
+    stack: list[tuple[object, int]] = []
+    if type(value) is dict:  # a memory object: its members are mostly scalars, checked in place
+        for k, v in value.items():
+            if type(k) is not str or not k.isascii():
+                return False
+            kind = type(v)
+            if kind is str:
+                if not v.isascii():
+                    try:
+                        v.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return False
+            elif kind is float:
+                if not math.isfinite(v):
+                    return False
+            elif kind not in _SCALARS:
+                stack.append((v, 1))
+    else:
+        stack.append((value, 0))
     while stack:
         item, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
@@ -389,7 +408,7 @@ def parse_time(value: object) -> datetime | None:
     ``datetime.fromisoformat``'s; the pattern only keeps out what ISO 8601 allows and RFC 3339
     does not (a date alone, week dates, a time without an offset).
     """
-    if value is None:
+    if value is None or value == ZERO_TIME_TEXT:  # "never", as every exported memory spells it
         return None
     if not isinstance(value, str):
         raise ValidationError(f"timestamp must be an RFC 3339 string, got {value!r}")
@@ -402,6 +421,8 @@ def parse_time(value: object) -> datetime | None:
         raise ValidationError(f"invalid RFC 3339 timestamp {value!r}") from None
     if dt.year <= 1 and dt.month == 1 and dt.day == 1:
         return None  # the zero time (any offset) means "never"
+    if dt.tzinfo is timezone.utc:  # a "Z" time: already what astimezone would return
+        return dt
     try:
         return dt.astimezone(timezone.utc)
     except OverflowError:  # pragma: no cover - the first hours of year 1 with a negative offset
@@ -522,7 +543,7 @@ class Memory:
         created = parse_time(data.get("createdAt"))
         if created is None:
             raise ValidationError("memory object lacks a createdAt timestamp")
-        extra = {k: v for k, v in data.items() if k not in JSON_FIELDS}
+        extra = {} if _JSON_FIELD_SET.issuperset(data) else {k: v for k, v in data.items() if k not in _JSON_FIELD_SET}
         if extra:  # unknown fields are stored and re-sent verbatim: they must be valid text too
             check_text(json.dumps(extra, ensure_ascii=False, default=str), "an unknown field")
             extra = _checked_links(extra, lenient=lenient)

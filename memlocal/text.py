@@ -32,7 +32,7 @@ import unicodedata
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from itertools import chain
-from typing import Final, Iterable
+from typing import Callable, Final, Iterable, Sequence, TypeVar
 
 import Stemmer  # PyStemmer
 
@@ -74,9 +74,26 @@ _ASCII_WORD_RE: Final = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")  # the same, for
 APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 _stemmer = Stemmer.Stemmer("english")
+_V = TypeVar("_V")
 _COMPOUND_FIRSTS: Final = frozenset(phrase[0] for phrase in COMPOUNDS)
 _CLOCK_RE: Final = re.compile(r"(?:[1-9]|1[0-2])(am|pm)")
 _ZONE_RE: Final = re.compile(r"\b(?:%s)/[a-z_]+" % "|".join(ZONE_REGIONS))
+
+
+class WordMemo(dict[str, _V]):
+    """A per-word cache of ``fn``, read as ``map(memo.__getitem__, words)``: a hit is one dict
+    lookup in C (an ``lru_cache`` call costs several times that, and a text maps every word).
+    Bounded: emptied once it holds ``limit`` words."""
+
+    def __init__(self, fn: Callable[[str], "_V"], limit: int = 1 << 16) -> None:
+        super().__init__()
+        self.fn, self.limit = fn, limit
+
+    def __missing__(self, word: str) -> "_V":
+        if len(self) >= self.limit:
+            self.clear()
+        self[word] = value = self.fn(word)
+        return value
 
 
 @lru_cache(maxsize=1 << 16)
@@ -122,7 +139,10 @@ def _word_terms(word: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _join_compounds(ws: list[str]) -> list[str]:
+_WORD_TERMS: Final[WordMemo[tuple[str, ...]]] = WordMemo(_word_terms.__wrapped__)
+
+
+def _join_compounds(ws: Sequence[str]) -> list[str]:
     """Replace each compound of two or three words ("time", "zone"; "out", "of", "office") by
     its joined word ("timezone", "outofoffice"); the longer match first."""
     out: list[str] = []
@@ -145,20 +165,36 @@ def _join_compounds(ws: list[str]) -> list[str]:
     return out
 
 
+# ASCII that ends a word (everything but a-z, 0-9 and the apostrophe) becomes a space: words()'s
+# fast path. Every ASCII character has an entry: a missing one costs a KeyError per call.
+_ASCII_NON_WORD: Final = {c: c if "a" <= chr(c) <= "z" or "0" <= chr(c) <= "9" or chr(c) == "'" else 32
+                          for c in range(128)}
+
+
 def words(text: str) -> list[str]:
     """The lowercased words of ``text`` (no stopword removal, no stemming)."""
     if text.isascii():  # the common case, several times faster
-        return _ASCII_WORD_RE.findall(text.lower())
+        low = text.lower()
+        if "'" not in low:  # runs of a-z0-9: the regex's words, found by two C passes instead
+            return low.translate(_ASCII_NON_WORD).split()
+        return _ASCII_WORD_RE.findall(low)
     return _WORD_RE.findall(_fold(text))
+
+
+@lru_cache(maxsize=256)
+def word_tuple(text: str) -> tuple[str, ...]:
+    """:func:`words` of ``text``, cached: a memory's text is split once for its features
+    (:func:`terms`) and its near-duplicate signature (:func:`memlocal.hygiene.signature`)."""
+    return tuple(words(text))
 
 
 def terms(text: str) -> frozenset[str]:
     """The set of stemmed, non-stopword terms of ``text`` (compounds joined, variants unified,
     broader words added): the terms of a query, and of each text of a memory."""
-    ws = words(text)
+    ws: Sequence[str] = word_tuple(text)
     if not _COMPOUND_FIRSTS.isdisjoint(ws):
         ws = _join_compounds(ws)
-    out = frozenset(chain.from_iterable(map(_word_terms, ws)))
+    out = frozenset(chain.from_iterable(map(_WORD_TERMS.__getitem__, ws)))
     if "/" in text and _ZONE_RE.search(text.lower()):
         out = out | _TIMEZONE
     return out

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import builtins
 import json
+from itertools import chain
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Iterator, Sequence
 
 from ..errors import NotFoundError, StoreError
+from ..features import features_of
 from ..hygiene import near_key, text_key
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
@@ -150,8 +152,6 @@ _INSERT: Final = (f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, rev) VALUE
 
 def write_row(m: Memory) -> tuple[Any, ...]:
     """``memory_to_row(m)`` plus the memory's features (for an INSERT of ``WRITE_COLUMNS``)."""
-    from ..features import features_of
-
     return (*memory_to_row(m), features_of(m.processed_content, m.summary))
 
 
@@ -173,7 +173,7 @@ def insert_rows(c: sqlite3.Connection, rows: Sequence[Sequence[Any]], columns: S
     one = "(" + ", ".join("?" for _ in columns) + ")"
     for i in range(0, len(rows), per):
         part = rows[i:i + per]
-        c.execute(head + ", ".join([one] * len(part)), [v for row in part for v in row])
+        c.execute(head + ", ".join([one] * len(part)), list(chain.from_iterable(part)))
 
 
 def _with_revs(c: sqlite3.Connection, rows: Sequence[Sequence[Any]],
