@@ -525,18 +525,21 @@ class AccessMarker:
     def _queue(self, fn: Callable[..., int], what: str, *args: object,
                dropped: Callable[[], None] | None = None, write: bool = False, lane: str = _WRITES) -> Future[int]:
         with self._lock:
-            if self._closed:
+            closed = self._closed
+            if not closed:
+                executor = self._executors.get(lane)
+                if executor is None:
+                    executor = self._executors[lane] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=lane)
+                future = executor.submit(fn, *args)
+                self._pending.add(future)
+                if write:
+                    self._last_write = future
+        if closed:
+            if write:  # a checkpoint is a head start, not a write: nothing is lost without it
                 log.warning("bank closed: %s dropped", what)
-                if dropped is not None:
-                    dropped()
-                return _done(0)
-            executor = self._executors.get(lane)
-            if executor is None:
-                executor = self._executors[lane] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=lane)
-            future = executor.submit(fn, *args)
-            self._pending.add(future)
-            if write:
-                self._last_write = future
+            if dropped is not None:
+                dropped()  # outside the lock: it may take it
+            return _done(0)
         future.add_done_callback(self._forget)
         return future
 

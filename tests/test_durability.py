@@ -188,3 +188,35 @@ def test_a_warm_recall_s_bump_is_written_and_checkpointed_off_the_caller_s_path(
         assert other.execute("SELECT access_count FROM memories WHERE id = ?", (saved.id,)).fetchone()[0] == LAZY_CHECKPOINT_COMMITS
     finally:
         other.close()
+
+
+def test_closing_while_a_bump_queues_its_checkpoint_neither_hangs_nor_warns(
+        bank: MemoryBank, db_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The background writer's 64th commit asks for a checkpoint; when the bank is closing by
+    then, the checkpoint is dropped quietly and the close returns (it once waited forever on
+    the writer, which waited on a lock it held itself)."""
+    import logging
+    import threading
+
+    from memlocal.injection import AccessMarker
+    from memlocal.store import LAZY_CHECKPOINT_COMMITS
+
+    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
+    marker = AccessMarker(db_path, busy_timeout_s=30)
+    for _ in range(LAZY_CHECKPOINT_COMMITS - 1):
+        marker.submit("p", [saved.id]).result(10)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the 64th bump waits for this lock
+    last = marker.submit("p", [saved.id])
+    closing = threading.Thread(target=marker.close)
+    with caplog.at_level(logging.WARNING, logger="memlocal"):
+        closing.start()
+        while not marker._closed:
+            time.sleep(0.001)
+        blocker.execute("COMMIT")
+        blocker.close()
+        closing.join(10)
+        assert not closing.is_alive()
+    assert last.result(0) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert bank.get("p", saved.id).access_count == LAZY_CHECKPOINT_COMMITS
