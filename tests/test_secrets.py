@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
@@ -205,3 +206,24 @@ def test_no_false_alarm_on_locomo() -> None:
              for f in ("text", "blip_caption", "query") if turn.get(f)]
     assert len(texts) > 3000
     assert [t for t in texts if redact(t).kinds] == []
+
+
+def test_prose_with_aws_inside_a_word_does_not_load_the_detectors() -> None:
+    """"laws", "draws" and "paws" hold "aws" but no AWS key: the detectors (an import of tens of
+    ms) are not loaded for them, in a fresh process, while an AWS secret key assigned in code
+    still is redacted. The pre-check is the AWS plugin's own pattern's need for a 40-character
+    key: a detect-secrets release that changed that pattern fails here."""
+    from detect_secrets.plugins.aws import AWSKeyDetector
+
+    assert "[\\'\\\"]([0-9a-zA-Z/+]{40})[\\'\\\"]" in AWSKeyDetector.denylist[1].pattern
+    assert AWSKeyDetector.denylist[0].pattern == "(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}"
+    code = textwrap.dedent("""
+        from memlocal import redact
+        assert redact.redact("New laws for paws: the jaws of outlaws draws crowds").kinds == ()
+        print(redact._detectors.cache_info().currsize)
+        key = 'aws_secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"'
+        print(redact.redact(key).kinds)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "0"
+    assert out[1] == "('aws-key',)"
