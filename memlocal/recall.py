@@ -570,18 +570,22 @@ class ProfileIndex:
             if same:
                 # An access bump (or any change that leaves the features and the tier): the
                 # postings stay, the fields change in place, the orders later (``_sorted``).
-                if d not in self._moved:
-                    self._moved[d] = (self.kx[d], self.y[d])
-                self._touched(d)
                 (_, created_us, last_us, count, confidence) = row[:5]
                 anchor = max(created_us, last_us or created_us)
                 cm = confidence_mul(confidence)
+                words = len((row[10] or "").split())
+                if (created_us, anchor, count, cm, words) == (self.created[d], self.anchor[d], self.count[d],
+                                                              self.cm[d], self.words[d]):
+                    return  # nothing moved: a bump this index applied ahead of its row (``bump``)
+                if d not in self._moved:
+                    self._moved[d] = (self.kx[d], self.y[d])
+                self._touched(d)
                 self.total_accesses += count - self.count[d]
                 self.created[d], self.anchor[d], self.count[d], self.cm[d] = created_us, anchor, count, cm
                 self.use[d] = usage(count)
                 self.kx[d] = math.log(cm) + (anchor - self.t0_us) * _LN2_PER_US
                 self.y[d] = cm * self.use[d]
-                self.words[d] = len((row[10] or "").split())  # the text may change with the same features
+                self.words[d] = words  # the text may change with the same features
                 return
         if d is not None:
             self._kill(d)
