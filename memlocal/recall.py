@@ -87,6 +87,18 @@ _INDEX_ROW_SQL: Final = _ROW_SQL.replace(" FROM memories", ", processed_content 
 F = TypeVar("F")
 
 
+def _offer(best: list[float], s: float, limit: int) -> bool:
+    """Offer score ``s`` to ``best``, the min-heap of the ``limit`` best scores so far: whether
+    it is among them (an equal score may still win on the tie-break)."""
+    if len(best) < limit:
+        heapq.heappush(best, s)
+    elif s >= best[0]:
+        heapq.heapreplace(best, s)
+    else:
+        return False
+    return True
+
+
 def split_features(feats: list[tuple[int, float, F]], budget: int) -> tuple[list[F], list[F], float]:
     """Split a query's features, given as (posting-list size, weight, list), into *selective*
     ones, the shortest lists up to ``budget`` postings in all, whose memories are scored up
@@ -731,10 +743,7 @@ class ProfileIndex:
         for d in done:
             if d in members and (core is None or core_of[d] == core) and d not in skip:
                 s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
-                if len(best) < limit:
-                    heapq.heappush(best, s)
-                elif s >= best[0]:
-                    heapq.heapreplace(best, s)
+                _offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
                 hits.append((d, s, rec, top, mask))
 
         def wanted(d: int) -> bool:
@@ -754,11 +763,7 @@ class ProfileIndex:
             d = ys[py] if (w.usage * by > w.recency * bx and py < ny) else xs[px]
             done.add(d)
             s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
-            if len(best) < limit:
-                heapq.heappush(best, s)
-            elif s >= best[0]:  # equal may still win on the tie-break
-                heapq.heapreplace(best, s)
-            else:
+            if not _offer(best, s, limit):
                 continue
             hits.append((d, s, rec, top, mask))
         return self._best(hits, limit)
@@ -953,10 +958,7 @@ class ProfileIndex:
             s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
             if s < min_score:
                 continue
-            if len(best) < limit:
-                heapq.heappush(best, s)
-            elif s >= best[0]:
-                heapq.heapreplace(best, s)
+            _offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
             hits.append((d, s, rec, top, 0))
 
         def wanted(d: int) -> bool:
@@ -979,11 +981,7 @@ class ProfileIndex:
             s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
             if s < min_score:
                 continue
-            if len(best) < limit:
-                heapq.heappush(best, s)
-            elif s >= best[0]:
-                heapq.heapreplace(best, s)
-            else:
+            if not _offer(best, s, limit):
                 continue
             hits.append((d, s, rec, top, 0))
         return hits
@@ -1434,11 +1432,7 @@ def cold_query(
             s, rec, top = score_with_topic(anchor, now_us, use, cm, t, w)
             if s < floor:
                 continue
-            if len(best) < limit:
-                heapq.heappush(best, s)
-            elif s >= best[0]:
-                heapq.heapreplace(best, s)
-            else:
+            if not _offer(best, s, limit):
                 continue
             found.append((ColdHit(r[0], r[1], use, cm, r[6]), s, rec, top))
         seen.update(done)
@@ -1467,11 +1461,7 @@ def cold_query(
                 anchor = max(r[1], r[2] or r[1])
                 use, cm = usage(r[3]), confidence_mul(r[4])
                 s, rec, _ = score_with_topic(anchor, now_us, use, cm, top, w)
-                if len(best) < limit:
-                    heapq.heappush(best, s)
-                elif s >= best[0]:
-                    heapq.heapreplace(best, s)
-                else:
+                if not _offer(best, s, limit):
                     continue
                 found.append((ColdHit(mid, r[1], use, cm, r[6]), s, rec, top))
             if stopped or cap is None or returned < cap:
@@ -1706,13 +1696,12 @@ class RecallIndex:
                 return {m: e[1] for m, e in queued.items()}
             return {m: queued[m][1] for m in memory_ids if m in queued}
 
-    def _wait_written(self, profile: str, memory_ids: Collection[str] | None = None) -> None:
-        """Wait until the bumps queued for these memories (default: all of ``profile``'s) are
-        written. A writer that never reports (it would be a bug) does not hang the queries: past
-        the store's busy timeout the index is rebuilt from the rows instead."""
+    def _wait_written(self, profile: str) -> None:
+        """Wait until the bumps queued for ``profile`` are written. A writer that never reports
+        (it would be a bug) does not hang the queries: past the store's busy timeout the index
+        is rebuilt from the rows instead."""
         def written() -> bool:
-            counts = self._inflight.get(profile)
-            return not counts or (memory_ids is not None and not any(m in counts for m in memory_ids))
+            return not self._inflight.get(profile)
 
         with self._settle:
             if not self._settle.wait_for(written, timeout=self.store.busy_timeout_s + 5):
