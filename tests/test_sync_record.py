@@ -171,3 +171,34 @@ def test_a_fresh_host_takes_snapshots_for_listings_and_the_record_for_what_chang
     reader = hosts("reader", **small)
     report = reader.sync(pull_only=True)
     assert report.ok and report.mode == "snapshot" and reader.ids(P) == {*ids[1:], later}
+
+
+def test_the_test_server_creates_a_key_once_however_many_ask_at_once(s3: S3) -> None:
+    """The record's dense numbering rests on S3's atomic ``If-None-Match: *``: of writers racing
+    for one key, exactly one wins. moto checks and then writes, so the suite's server runs its
+    writes one at a time (tests/s3server.py) to answer as S3 does."""
+    from botocore.exceptions import ClientError
+
+    def create(key: str, body: bytes) -> bool:
+        try:
+            s3.client.put_object(Bucket=s3.bucket, Key=key, Body=body, IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "PreconditionFailed", exc.response
+            return False
+
+    for round_ in range(20):
+        key = f"race/{round_}.json"
+        won: list[bool] = []
+        start = threading.Barrier(8)
+
+        def racer(n: int) -> None:
+            start.wait()
+            won.append(create(key, b"x" * (10_000 + n)))
+
+        threads = [threading.Thread(target=racer, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert won.count(True) == 1, (round_, won)
