@@ -1181,6 +1181,10 @@ _HIT_SQL: Final = (
     " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
 )
 _COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features MATCH ?"
+# The profile's active memories waiting for the FTS5 index (recall schema step 6: at most a batch).
+_WAITING_SQL: Final = (_ROW_SQL.replace("FROM memories", "FROM memory_features_pending p CROSS JOIN memories"
+                                        " ON memories.rowid = p.rowid")
+                       + " AND is_active = 1 AND features IS NOT NULL")
 # The two orders of a profile's memories the store indexes (memlocal/store/schemas/recall.py,
 # step 3): by anchor, newest first (the order of recency), and by access count (of usage).
 _ANCHOR_SQL: Final = "max(created_us, coalesce(last_accessed_us, created_us))"
@@ -1296,10 +1300,15 @@ def cold_query(
     others = conn.execute("SELECT 1 FROM profile_revs WHERE profile <> ? AND active > 0 LIMIT 1",
                           (profile,)).fetchone()
     scope = f"{scope_token(profile)} AND " if others else ""
-    # Rows without stored features (written by raw SQL, not derived yet): tokenised here.
+    # Rows without stored features (written by raw SQL, not derived yet): tokenised here. And the
+    # new memories not in the FTS5 index yet (waiting for their batch): read with their features.
+    # Both are counted in the document frequencies and visited first, whatever the matches find.
     stale = conn.execute(_ROW_SQL.replace("FROM memories", "FROM memories INDEXED BY memories_features_stale")
                          + " AND features IS NULL AND is_active = 1", (profile,)).fetchall()
     stale_features = [features_of(r[8], r[9]) for r in stale]
+    waiting = conn.execute(_WAITING_SQL, (profile,)).fetchall()
+    stale += waiting
+    stale_features += [r[6] for r in waiting]
     stale_tokens = [frozenset(f.split()) for f in stale_features]
     dfs: dict[str, int] = {}
 

@@ -22,6 +22,7 @@ from memlocal.features import (
 from memlocal.scoring import RankQuery, memory_terms, rank_brute_force
 from memlocal.clusters import clusters_of
 from memlocal.store import MIGRATIONS, Store
+from memlocal.store.schemas.recall import INDEX_PENDING_SQL
 from memory_factory import NOW, put
 from support import fresh_database
 
@@ -31,8 +32,17 @@ def _open(path: Path) -> MemoryBank:
 
 
 def _fts_ids(store: Store, match: str) -> set[str]:
-    rows = store.read("SELECT m.id FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
-                      " WHERE memory_features MATCH ?", (match,))
+    """The ids the recall index finds for ``match``: FTS5's, the memories waiting for their batch
+    included as their batch will index them (in a transaction rolled back: nothing changes)."""
+    c = store.conn
+    c.execute("BEGIN IMMEDIATE")
+    try:
+        for sql in INDEX_PENDING_SQL:
+            c.execute(sql)
+        rows = c.execute("SELECT m.id FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
+                         " WHERE memory_features MATCH ?", (match,)).fetchall()
+    finally:
+        c.execute("ROLLBACK")
     return {r[0] for r in rows}
 
 
@@ -43,6 +53,10 @@ def _assert_consistent(store: Store) -> None:
     for mid, profile, content, summary, feats, active, _ in rows:
         if feats is not None:
             assert feats == features_of(content, summary)
+    # A memory waits for its FTS5 batch only while active with features, and is never also indexed.
+    assert store.read("SELECT count(*) FROM memory_features_pending p LEFT JOIN memories m ON m.rowid = p.rowid"
+                      " WHERE m.rowid IS NULL OR m.is_active = 0 OR m.features IS NULL"
+                      " OR p.rowid IN (SELECT rowid FROM memory_features_docs)") == [(0,)]
     profiles = {r[1] for r in rows}
     for profile in profiles:
         indexed = {r[0] for r in rows if r[1] == profile and r[5] == 1 and r[4] is not None}
@@ -261,3 +275,48 @@ def test_an_access_bump_sets_one_rev_and_every_writer_keeps_revs_and_counts(tmp_
         assert revs[ids[2]] == before + 2 and revs[ids[0]] == before + 3
         assert revs[ids[1]] == bank.store.read("SELECT rev FROM profile_revs WHERE profile = 'q'")[0][0]
         _assert_consistent(bank.store)
+
+
+def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_path: Path) -> None:
+    """A save puts its memory in the FTS5 index's waiting set (recall schema step 6); the insert
+    that fills a batch indexes the batch in one statement. A query answered from SQLite (a fresh
+    process's first) ranks waiting memories as the full scan does, the LLM's similar memories see
+    them, and a deleted or retired one leaves the set."""
+    from memlocal.recall import RecallIndex
+    from memlocal.scoring import FullScan
+    from memlocal.store.schemas.recall import FTS_BATCH
+
+    def counts(store: Store) -> tuple[int, int]:
+        return (store.read("SELECT count(*) FROM memory_features_pending")[0][0],
+                store.read("SELECT count(*) FROM memory_features_docs")[0][0])
+
+    def assert_cold_is_exact(store: Store, query: str) -> list[str]:
+        rq = RankQuery(query, 5, 0.0, (), NOW)
+        got = RecallIndex(store, cold_queries=10**9, background=False).query("p", rq)
+        want = FullScan(store.iter_profile("p")).rank(rq)
+        assert [(r.memory.id, r.score) for r in got] == [(r.memory.id, r.score) for r in want]
+        return [r.memory.id for r in got]
+
+    words = [f"kappa{chr(97 + i // 26)}{chr(97 + i % 26)}x" for i in range(FTS_BATCH + 3)]
+    with _open(tmp_path / "m.db") as bank:
+        store = bank.store
+        mems = [bank.save("p", content=f"The {w} service runs the billing jobs", category="fact").memory
+                for w in words[:FTS_BATCH - 1]]
+        assert counts(store) == (FTS_BATCH - 1, 0)
+        assert assert_cold_is_exact(store, words[3]) == [mems[3].id]
+        assert len(assert_cold_is_exact(store, "billing jobs")) == 5
+        _assert_consistent(store)
+        mems.append(bank.save("p", content=f"The {words[FTS_BATCH - 1]} service", category="fact").memory)
+        assert counts(store) == (0, FTS_BATCH)  # the batch is indexed, by the save that filled it
+        assert assert_cold_is_exact(store, words[3]) == [mems[3].id]
+        late = [bank.save("p", content=f"The {w} service runs the mail jobs", category="fact").memory
+                for w in words[FTS_BATCH:]]
+        assert counts(store) == (3, FTS_BATCH)
+        assert assert_cold_is_exact(store, words[FTS_BATCH]) == [late[0].id]
+        bank.delete("p", late[0].id)
+        bank.save("p", content="The kappa service moved to the new cluster", category="fact", supersedes=late[1].id)
+        # The deleted and the retired left the set (the successor has no features yet: derived lazily).
+        assert counts(store) == (1, FTS_BATCH)
+        assert [m.id for m in store.similar("p", ["mail"], 5)] == [late[2].id]  # indexes what waits first
+        assert counts(store) == (0, FTS_BATCH + 1)
+        _assert_consistent(store)

@@ -102,7 +102,8 @@ def test_a_file_of_the_previous_release_takes_the_leaner_save_schema(tmp_path: P
     old.close()
     store = Store(path)
     try:
-        assert store.meta_get("schema.memories") == "5" and store.meta_get("schema.recall") == "5"
+        assert store.meta_get("schema.memories") == "5"
+        assert store.meta_get("schema.recall") == str({s.name: s.version for s in CORE_SETS}["recall"])
         assert store.read("SELECT id, profile, op, queued_us FROM sync_outbox ORDER BY id") == [
             ("mem-00000001", "p", "put", 5), ("mem-00000002", "p", "delete", 6)]
         assert "WITHOUT ROWID" in store.read("SELECT sql FROM sqlite_master WHERE name = 'sync_outbox'")[0][0]
@@ -113,5 +114,49 @@ def test_a_file_of_the_previous_release_takes_the_leaner_save_schema(tmp_path: P
         assert store.read("SELECT id, rev FROM memories ORDER BY rowid") == [("mem-00000001", 1), ("mem-00000003", 2)]
         assert store.read("SELECT rev, active, accesses FROM profile_revs") == [(2, 2, 3)]
         assert len(store.read("SELECT * FROM sync_outbox")) == 3
+    finally:
+        store.close()
+
+
+
+def test_a_file_indexed_memory_by_memory_takes_the_batched_fts_index(tmp_path: Path) -> None:
+    """The step that batches the FTS5 writes upgrades a file whose memories were indexed one by
+    one: they stay indexed and found, nothing waits; a new save then waits for its batch, and a
+    memory of before can still be deleted."""
+    from memlocal.features import scope_token, term_token
+    from memlocal.store.database import Database
+    from memlocal.store.memories import insert_rows, write_row
+    from memory_factory import memory
+
+    path = tmp_path / "prev.db"
+    old = Database(path)
+    shipped = {"recall": 5}  # the set's version in the release before the step
+    for s in CORE_SETS:
+        old.migrate(MigrationSet(s.name, {n: s.steps[n] for n in range(1, shipped.get(s.name, s.version) + 1)}))
+    old.conn.execute("PRAGMA user_version = 9")  # as every file made since named sets
+    olds = [memory("p", f"Team {w} owns the {w} service") for w in ("alpha", "bravo", "charlie")]
+    with old.transaction() as c:
+        insert_rows(c, [write_row(m) for m in olds])  # indexed by the old insert trigger
+    old.close()
+    store = Store(path)
+    try:
+        assert store.meta_get("schema.recall") == str({s.name: s.version for s in CORE_SETS}["recall"])
+
+        def found(word: str) -> set[str]:
+            return {r[0] for r in store.read(
+                "SELECT m.id FROM memory_features f JOIN memories m ON m.rowid = f.rowid WHERE memory_features"
+                " MATCH ?", (f"{scope_token('p')} AND {term_token(word)}",))}
+
+        assert store.read("SELECT count(*) FROM memory_features_pending") == [(0,)]
+        assert found("bravo") == {olds[1].id}
+        new = memory("p", "Team delta owns the bravo service")
+        store.insert(new)
+        assert store.read("SELECT m.id FROM memory_features_pending p JOIN memories m ON m.rowid = p.rowid") == [
+            (new.id,)]
+        store.delete("p", olds[1].id)
+        assert found("bravo") == set()
+        store.index_pending()
+        assert found("bravo") == {new.id} and found("alpha") == {olds[0].id}
+        assert store.read("SELECT count(*) FROM memory_features_pending") == [(0,)]
     finally:
         store.close()

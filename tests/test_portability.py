@@ -131,12 +131,14 @@ def test_imported_memories_are_indexed_for_recall_as_saved_ones_are(tmp_path: Pa
         saved = [saved_bank.save("p", content=f"Team {name} owns the {thing} service", category="fact").memory
                  for name, thing in (("alpha", "billing"), ("bravo", "search"), ("charlie", "mail"),
                                      ("delta", "auth"), ("echo", "storage"))]
+        saved_bank.store.index_pending()  # fewer than a batch: index them now, to read them
         docs = dict(saved_bank.store.read("SELECT m.id, d.features FROM memory_features_docs d"
                                           " JOIN memories m ON m.rowid = d.rowid"))
     retired = saved[2].with_changes(is_active=False)
     with MemoryBank(tmp_path / "imported.db") as bank:
         with bank.store.transaction() as c:
             insert_rows(c, [write_row(m) for m in (*saved[:2], retired, *saved[3:])], rows_per_statement=2)
+        bank.store.index_pending()
         assert dict(bank.store.read("SELECT m.id, d.features FROM memory_features_docs d"
                                     " JOIN memories m ON m.rowid = d.rowid")) == {
             i: f for i, f in docs.items() if i != retired.id}

@@ -28,6 +28,7 @@ from .database import Database
 from .derive import derive_features, derive_text_keys
 from .schemas import CORE_SETS
 from .schemas.lineage import COPIED_FROM_SQL
+from .schemas.recall import INDEX_PENDING_SQL
 
 
 MEMORY_COLUMNS = (
@@ -610,6 +611,7 @@ class Store(Database):
 
         if not terms or limit <= 0:
             return []
+        self.index_pending()  # bm25 ranks what the index holds: the memories still waiting too
         match = f"{scope_token(profile)} AND ({' OR '.join(term_token(t) for t in dict.fromkeys(terms))})"
         cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
         try:
@@ -622,6 +624,20 @@ class Store(Database):
         except sqlite3.OperationalError:  # a query FTS5 cannot parse: no candidates, no merge
             return []
         return [row_to_memory(r) for r in rows]
+
+    def index_pending(self) -> None:
+        """Index in FTS5 the new memories still waiting for their batch (``memory_features_pending``,
+        recall schema step 6), durably; best effort: left waiting when the database cannot be
+        written now (the cold path reads waiting memories directly, so no query misses them)."""
+        with self._lock:
+            if not self.conn.execute("SELECT 1 FROM memory_features_pending LIMIT 1").fetchone():
+                return
+            try:
+                with self.transaction() as c:
+                    for sql in INDEX_PENDING_SQL:
+                        c.execute(sql)
+            except (sqlite3.Error, StoreError):
+                pass
 
     def supersede(
         self,
