@@ -86,9 +86,15 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every line: ``json.loads`` with an argument builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _parse(line_no: int, line: str, profile: str | None) -> Memory:
     try:
-        data = json.loads(line, parse_constant=_reject_constant)
+        if line.startswith("\ufeff"):  # as json.loads says it (the decoder alone would not)
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", line, 0)
+        data = _DECODER.decode(line)
     except json.JSONDecodeError as exc:
         raise MemoryBankError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:

@@ -171,3 +171,18 @@ def test_an_export_streams_from_one_snapshot_and_the_bank_stays_writable(bank: M
     oldest = [m.id for m in bank.store.iter_profile("p", oldest_first=True)]
     assert oldest == [m.id for m in want if m.profile_name == "p" and m.id != rows[-2].id]
     assert [m.id for m in bank.store.iter_profile("p")] == oldest[::-1]  # newest first
+
+
+def test_a_line_that_is_not_json_is_rejected_with_the_reason_json_gives(tmp_path: Path) -> None:
+    """The import's one shared decoder says what ``json.loads`` says, the byte-order mark included."""
+    from memlocal.portability import import_jsonl
+
+    good = {"id": "mem-0000abcd", "profileName": "p", "rawInput": "x", "processedContent": "x", "summary": "x",
+            "category": "fact", "source": "explicit", "confidence": 1.0, "createdAt": "2026-01-01T00:00:00Z"}
+    with MemoryBank(tmp_path / "m.db") as bank:
+        report = import_jsonl(bank, ["\ufeff" + json.dumps(good), '{"a": NaN}', "[1, 2", json.dumps(good)])
+    assert report.imported == 1
+    assert report.rejected == [
+        (1, "not valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1)"),
+        (2, "not valid JSON (NaN is not valid JSON)"),
+        (3, "not valid JSON (Expecting ',' delimiter at column 6)")]
