@@ -1188,8 +1188,28 @@ _WAITING_SQL: Final = (_ROW_SQL.replace("FROM memories", "FROM memory_features_p
 # The two orders of a profile's memories the store indexes (memlocal/store/schemas/recall.py,
 # step 3): by anchor, newest first (the order of recency), and by access count (of usage).
 _ANCHOR_SQL: Final = "max(created_us, coalesce(last_accessed_us, created_us))"
-_WALK_X_SQL: Final = _ROW_SQL + f" AND is_active = 1 ORDER BY {_ANCHOR_SQL} DESC"
-_WALK_Y_SQL: Final = _ROW_SQL + " AND is_active = 1 ORDER BY access_count DESC"
+# Each order is two reads (recall schema step 7: the indexes hold only the memories a recall
+# returned): by anchor, the never-accessed by createdAt (their anchor) merged with the accessed;
+# by access count, the used ones, then the others (all of usage 0) in any order.
+_WALK_X_NEW_SQL: Final = _ROW_SQL + " AND is_active = 1 AND last_accessed_us IS NULL ORDER BY created_us DESC"
+_WALK_X_SEEN_SQL: Final = _ROW_SQL + f" AND is_active = 1 AND last_accessed_us IS NOT NULL ORDER BY {_ANCHOR_SQL} DESC"
+_WALK_Y_USED_SQL: Final = _ROW_SQL + " AND is_active = 1 AND access_count > 0 ORDER BY access_count DESC"
+_WALK_Y_REST_SQL: Final = _ROW_SQL + " AND is_active = 1 AND NOT access_count > 0"
+
+
+def _neg_anchor(r: Sequence[Any]) -> int:
+    return -max(r[1], r[2] or r[1])
+
+
+def _walk_by_anchor(conn: sqlite3.Connection, profile: str) -> Iterator[Sequence[Any]]:
+    """The profile's active rows by anchor, newest first."""
+    return heapq.merge(conn.execute(_WALK_X_NEW_SQL, (profile,)), conn.execute(_WALK_X_SEEN_SQL, (profile,)),
+                       key=_neg_anchor)
+
+
+def _walk_by_count(conn: sqlite3.Connection, profile: str) -> Iterator[Sequence[Any]]:
+    """The profile's active rows by access count, highest first."""
+    return chain(conn.execute(_WALK_Y_USED_SQL, (profile,)), conn.execute(_WALK_Y_REST_SQL, (profile,)))
 # A class of memories (one set of common features held) up to this size is read in the order
 # SQLite gives it (``_CLASS_SQL``); a larger, dense one is walked in the two indexed orders.
 _COLD_DIRECT: Final = 1024
@@ -1401,9 +1421,9 @@ def cold_query(
         ≤ the count at the second's (and confidenceMul ≤ 1), so its score is at most
         wR·recency + wU·usage of those + wT·``top_bound``; the walk stops below the ``limit``-th."""
         heads: list[tuple[Sequence[Any], str, float] | None] = [None, None]
-        cursors = [conn.execute(_WALK_X_SQL, (profile,))]
+        cursors = [_walk_by_anchor(conn, profile)]
         if w.usage > 0.0:
-            cursors.append(conn.execute(_WALK_Y_SQL, (profile,)))
+            cursors.append(_walk_by_count(conn, profile))
         done: set[str] = set()
         found: list[ColdRow] = []
         best: list[float] = []

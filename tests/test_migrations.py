@@ -120,9 +120,9 @@ def test_a_file_of_the_previous_release_takes_the_leaner_save_schema(tmp_path: P
 
 
 def test_a_file_indexed_memory_by_memory_takes_the_batched_fts_index(tmp_path: Path) -> None:
-    """The step that batches the FTS5 writes upgrades a file whose memories were indexed one by
-    one: they stay indexed and found, nothing waits; a new save then waits for its batch, and a
-    memory of before can still be deleted."""
+    """The steps that cut a save's pages upgrade a file of the release before them: its memories,
+    indexed one by one, stay indexed and found, nothing waits; a new save then waits for its
+    batch, a memory of before can still be deleted, and the walk's orders are the partial ones."""
     from memlocal.features import scope_token, term_token
     from memlocal.store.database import Database
     from memlocal.store.memories import insert_rows, write_row
@@ -149,6 +149,10 @@ def test_a_file_indexed_memory_by_memory_takes_the_batched_fts_index(tmp_path: P
 
         assert store.read("SELECT count(*) FROM memory_features_pending") == [(0,)]
         assert found("bravo") == {olds[1].id}
+        # The walk's two orders now index only the memories a recall returned (step 7).
+        indexes = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"memories_profile_anchor_accessed", "memories_profile_used"} <= indexes
+        assert not {"memories_profile_anchor", "memories_profile_count"} & indexes
         new = memory("p", "Team delta owns the bravo service")
         store.insert(new)
         assert store.read("SELECT m.id FROM memory_features_pending p JOIN memories m ON m.rowid = p.rowid") == [

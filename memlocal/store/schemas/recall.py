@@ -295,7 +295,26 @@ def _batched_fts(db: sqlite_utils.Database) -> None:
     )
 
 
+def _walk_orders_of_used_memories(db: sqlite_utils.Database) -> None:
+    """Step 3's two orders index only the memories a recall has returned: a new memory writes
+    neither (two pages and two b-tree inserts fewer per save).
+
+    - By anchor: a memory never accessed has its createdAt as anchor, and
+      ``memories_profile_created`` orders those already; the partial index holds the accessed ones
+      (``last_accessed_us IS NOT NULL``), and the walk merges the two orders.
+    - By access count: the walk reads the used memories (``access_count > 0``) from the partial
+      index, then the others, all with the same usage, in any order.
+    """
+    c = db.conn
+    c.execute("DROP INDEX IF EXISTS memories_profile_anchor")
+    c.execute("DROP INDEX IF EXISTS memories_profile_count")
+    c.execute("CREATE INDEX memories_profile_anchor_accessed ON memories"
+              " (profile, max(created_us, coalesce(last_accessed_us, created_us)))"
+              " WHERE last_accessed_us IS NOT NULL")
+    c.execute("CREATE INDEX memories_profile_used ON memories (profile, access_count) WHERE access_count > 0")
+
+
 # Steps 1 and 2 are named by their number in the single chain that came before named sets.
 RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4, 3: _walk_orders, 4: _one_insert_trigger,
-                                 5: _one_bump_statement, 6: _batched_fts},
+                                 5: _one_bump_statement, 6: _batched_fts, 7: _walk_orders_of_used_memories},
                       legacy={1: 2, 2: 4})
