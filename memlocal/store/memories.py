@@ -110,6 +110,16 @@ def memory_to_row(m: Memory) -> tuple[Any, ...]:
     )
 
 
+_CREATED_US = MEMORY_COLUMNS.index("created_us")
+
+
+def _oldest_first(rows: Sequence[Sequence[Any]]) -> builtins.list[Sequence[Any]]:
+    """``rows`` (of ``_SELECT``) once each, by createdAt then id: SQLite's ``ORDER BY created_us, id``
+    (ids compare alike: UTF-8's byte order is the code points' order)."""
+    unique = {r[0]: r for r in rows}
+    return sorted(unique.values(), key=lambda r: (r[_CREATED_US], r[0]))
+
+
 def id_batches(ids: Sequence[str]) -> Iterator[builtins.list[str]]:
     """``ids`` in lists short enough for one ``IN (...)`` (SQLite's default limit is 999 variables)."""
     for i in range(0, len(ids), 500):
@@ -581,15 +591,16 @@ class Store(Database):
         if not keys:
             return [], (self.find_by_near_key(profile, near_key) if near_key is not None else [])
         marks = ", ".join("?" for _ in keys)
-        # Index lookups (memories_text_key, memories_raw_key, memories_near_key): with an OR,
-        # SQLite scanned the whole profile, which made every save O(profile size).
-        near = " UNION SELECT rowid FROM memories WHERE profile = ? AND near_key = ?" if near_key is not None else ""
-        rows = self.read(
-            f"{_SELECT} WHERE rowid IN (SELECT rowid FROM memories WHERE profile = ? AND text_key IN ({marks})"
-            f" UNION SELECT rowid FROM memories WHERE profile = ? AND raw_key IN ({marks}){near})"
-            " AND is_active = 1 ORDER BY created_us, id",
+        # One index probe per key column (memories_text_key, memories_raw_key, memories_near_key):
+        # with an OR, SQLite scanned the whole profile, which made every save O(profile size).
+        # UNION ALL and the order made here: a UNION, an IN (subquery) or an ORDER BY each built
+        # a temporary b-tree, which cost more than the rest of the lookup.
+        near = f" UNION ALL {_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1" if near_key is not None else ""
+        rows = _oldest_first(self.read(
+            f"{_SELECT} WHERE profile = ? AND text_key IN ({marks}) AND is_active = 1"
+            f" UNION ALL {_SELECT} WHERE profile = ? AND raw_key IN ({marks}) AND is_active = 1{near}",
             (profile, *keys, profile, *keys, *((profile, near_key) if near_key is not None else ())),
-        )
+        ))
         wanted = set(keys)
         exact = [row_to_memory(r) for r in rows if r[_TEXT_KEY] in wanted or r[_RAW_KEY] in wanted]
         return exact, [row_to_memory(r) for r in rows if near_key is not None and r[_NEAR_KEY] == near_key]
@@ -597,11 +608,10 @@ class Store(Database):
     def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
         """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
         first (callers confirm with the rule itself)."""
-        # The subquery makes the lookup a probe of memories_near_key: given the ORDER BY, the
-        # planner preferred memories_profile_created and read the whole profile on every save.
-        rows = self.read(f"{_SELECT} WHERE rowid IN (SELECT rowid FROM memories WHERE profile = ? AND near_key = ?)"
-                         " AND is_active = 1 ORDER BY created_us, id", (profile, key))
-        return [row_to_memory(r) for r in rows]
+        # Ordered here: given an ORDER BY, the planner preferred memories_profile_created and read
+        # the whole profile on every save (and a sort needs a temporary b-tree).
+        rows = self.read(f"{_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1", (profile, key))
+        return [row_to_memory(r) for r in _oldest_first(rows)]
 
     def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
         """Up to ``limit`` active memories of ``profile`` that share the most (rarest) of
