@@ -508,6 +508,26 @@ def test_the_duplicate_checks_are_index_lookups_whatever_the_profile_size(local:
     assert large <= 2 * small + 5, (small, large)
 
 
+def test_the_duplicate_look_ups_build_no_temporary_b_tree(local: MemoryBank) -> None:
+    """A save's look-up of its duplicates' rows, and the near probe alone, are index probes only:
+    no UNION, IN (subquery) or ORDER BY that opens an ephemeral b-tree or a sorter (SQLite builds
+    one per execution, which cost a save more than the probes themselves)."""
+    local.save(P, content=TEXT, category="preference")
+    statements: list[str] = []
+    local.store.conn.set_trace_callback(statements.append)
+    try:
+        local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
+        local.find_duplicate(P, REWORDED, category="preference")
+        local.store.find_by_near_key(P, "0123456789abcdef")
+    finally:
+        local.store.conn.set_trace_callback(None)
+    reads = [sql for sql in statements if sql.startswith("SELECT") and "_key" in sql]
+    assert len(reads) >= 2
+    for sql in reads:
+        opcodes = {r[1] for r in local.store.read(f"EXPLAIN {sql}")}
+        assert not opcodes & {"OpenEphemeral", "SorterOpen", "OpenAutoindex"}, (sql, opcodes)
+
+
 def test_a_save_reads_both_checks_rows_with_one_statement(local: MemoryBank) -> None:
     """The exact and the near check of a save read their candidates with one query (a statement
     fewer per save, counted rather than timed), and still find each kind of duplicate."""
