@@ -1198,7 +1198,8 @@ _WALK_Y_REST_SQL: Final = _ROW_SQL + " AND is_active = 1 AND NOT access_count > 
 
 
 def _neg_anchor(r: Sequence[Any]) -> int:
-    return -max(r[1], r[2] or r[1])
+    anchor: int = max(r[1], r[2] or r[1])
+    return -anchor
 
 
 def _walk_by_anchor(conn: sqlite3.Connection, profile: str) -> Iterator[Sequence[Any]]:
