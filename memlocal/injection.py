@@ -76,6 +76,8 @@ NOTE_PREAMBLE: Final = (
 MEMORY_CAPABILITY: Final = "@memory"
 # The shortest possible entry line ("* [fact] x") plus its newline: bounds how many can fit.
 _MIN_ENTRY_CHARS: Final = len("* [fact] x") + 1
+# The least any entry adds to a block: the shortest prefix and its newline (a text may fold to "").
+_MIN_GROWTH: Final = len("* [fact] ") + 1
 
 # Runs of three or more dashes (any mix of "-" and what reads as a dash: memlocal.fold.is_dash)
 # are rendered as one em dash.
@@ -216,6 +218,7 @@ class RenderedBlock:
         return tuple(s.memory.id for s in (*self.core, *self.relevant) if s.breakdown.topic > 0.0)
 
 
+@lru_cache(maxsize=4096)  # the renderer sees the same memories block after block (as redact's cache)
 def entry_line(category: str, content: str) -> str:
     """One memory's line. Credentials are redacted here too: a memory another host wrote (pulled
     from the bucket) never went through this host's save."""
@@ -381,6 +384,8 @@ def build_evidence_block(
         is_core = s.memory.category in CORE_CATEGORIES
         if not is_core and n_rel >= relevant_limit:
             return False
+        if block_size(*sizes) + _MIN_GROWTH > budget:
+            return False  # full: no line fits any more, so none is rendered
         line = entry_line(s.memory.category, s.memory.processed_content)
         grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
         if block_size(*grown) > budget:
