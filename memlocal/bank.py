@@ -1110,16 +1110,20 @@ class MemoryBank:
                                                   ranking=ranking if tier == "other" else SPEC))
 
         if not ranking.gated:
-            return _shown_block(build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit,
-                                                   min_score=min_score))
-        # Every memory the task gives any evidence for (ratio 0), in the evidence order: the block
-        # takes those that pass the configured ratio first, then the weaker facts, before facts
-        # with none (build_evidence_block).
-        evidence = index.query(profile, RankQuery(query, evidence_limit(budget, relevant_limit), min_score, now=now,
-                                                  ranking=Ranking(ranking.mode, 0.0),
-                                                  similarity=self._similarity(profile, query, ranking)))
-        return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
-                                                 ratio=ranking.ratio))
+            with index.reading(profile):  # the tiers in one read: they agree, and a row is read once
+                block = build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit, min_score=min_score)
+            return _shown_block(block)
+        similarity = self._similarity(profile, query, ranking)  # before the read: it may store vectors
+        with index.reading(profile):
+            # Every memory the task gives any evidence for (ratio 0), in the evidence order: the
+            # block takes those that pass the configured ratio first, then the weaker facts,
+            # before facts with none (build_evidence_block).
+            evidence = index.query(profile, RankQuery(query, evidence_limit(budget, relevant_limit), min_score,
+                                                      now=now, ranking=Ranking(ranking.mode, 0.0),
+                                                      similarity=similarity))
+            block = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
+                                         ratio=ranking.ratio)
+        return _shown_block(block)
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
