@@ -350,6 +350,7 @@ def build_evidence_block(
     relevant_limit: int,
     preference_share: float = PREFERENCE_SHARE,
     ratio: float = 0.0,
+    trimmed: bool = True,
 ) -> RenderedBlock:
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
@@ -369,6 +370,8 @@ def build_evidence_block(
 
     The sections keep the spec's headings and line format; within each, entries keep the order
     they were admitted in. A core entry that is also evidence is shown with its evidence record.
+
+    ``trimmed=False``: the candidates left out are not listed (a run's block: nothing reads them).
     """
     core = _core_tier(ranked, budget)
     by_id = {s.memory.id: s for s in evidence}
@@ -377,6 +380,9 @@ def build_evidence_block(
     sizes = [0, 0]  # chars of the core and relevant sections' lines
     n_rel = 0
 
+    def full() -> bool:
+        return block_size(*sizes) + _MIN_GROWTH > budget  # no line fits any more
+
     def admit(s: "ScoredMemory") -> bool:
         nonlocal n_rel
         if s.memory.id in chosen:
@@ -384,8 +390,8 @@ def build_evidence_block(
         is_core = s.memory.category in CORE_CATEGORIES
         if not is_core and n_rel >= relevant_limit:
             return False
-        if block_size(*sizes) + _MIN_GROWTH > budget:
-            return False  # full: no line fits any more, so none is rendered
+        if full():
+            return False  # so no line is rendered
         line = entry_line(s.memory.category, s.memory.processed_content)
         grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
         if block_size(*grown) > budget:
@@ -407,26 +413,33 @@ def build_evidence_block(
     def passes(s: "ScoredMemory") -> bool:
         return s.evidence is None or s.evidence.strength >= ratio * s.evidence.best
 
+    # Once not even the shortest line fits, nothing more is admitted: the rest is not looked at.
     for s in evidence:
+        if full():
+            break
         if passes(s):
             admit(s)
     for s in evidence:
+        if full():
+            break
         if s.memory.category in CORE_CATEGORIES and not passes(s):
             admit(s)
     for s in core:
         admit(s)
     kept_core = tuple(s for s in order if chosen[s.memory.id][0])
     kept_rel = tuple(s for s in order if not chosen[s.memory.id][0])
-    trimmed_ids: dict[str, "ScoredMemory"] = {}
-    for s in (*evidence, *core):
-        if s.memory.id not in chosen:
-            trimmed_ids.setdefault(s.memory.id, s)
-    trimmed = tuple(trimmed_ids.values())
+    left: tuple["ScoredMemory", ...] = ()
+    if trimmed:
+        trimmed_ids: dict[str, "ScoredMemory"] = {}
+        for s in (*evidence, *core):
+            if s.memory.id not in chosen:
+                trimmed_ids.setdefault(s.memory.id, s)
+        left = tuple(trimmed_ids.values())
     if not order:
-        return RenderedBlock("", (), (), trimmed)
+        return RenderedBlock("", (), (), left)
     text = _block_text([chosen[s.memory.id][1] for s in kept_core], [chosen[s.memory.id][1] for s in kept_rel])
     assert len(text) == block_size(*sizes) <= budget
-    return RenderedBlock(text, kept_core, kept_rel, trimmed)
+    return RenderedBlock(text, kept_core, kept_rel, left)
 
 
 # --- context blocks --------------------------------------------------------------------------
