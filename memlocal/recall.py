@@ -140,6 +140,8 @@ Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask 
 # folds its changed docs in once they are more than a quarter of that, and is dropped (made again
 # when next needed) once this many changed without a query reading it.
 _HEAD_SIZE: Final = 256
+# How many memories a profile's index keeps as read (``ProfileIndex.rows``): some 20 blocks' worth.
+_ROWS_MAX: Final = 1024
 # A background build reads rows in batches of this many, and sorts the static orders in runs of
 # ``_SORT_RUN``, letting the queries run between them (``RecallIndex._build``).
 _BUILD_BATCH: Final = 256
@@ -342,6 +344,13 @@ class ProfileIndex:
         self._bits: OrderedDict[int, bytearray] = OrderedDict()
         # Per tier, the head of the walk over every doc (no query feature held): see ``_head``.
         self._heads: dict[str | None, _Head] = {}
+        # The memories queries returned, by id, as their rows were read (at most ``_ROWS_MAX``,
+        # the oldest read first out): a block reads the same core entries run after run, and
+        # reading a row back costs more than ranking it once the page cache is cold (another
+        # connection's commit, the access bumps', empties it). A row's every field moves its
+        # ``rev`` (recall schema step 6), and every row with a newer rev passes through
+        # ``apply`` before a query reads here: it drops the row's memory.
+        self.rows: OrderedDict[str, Memory] = OrderedDict()
 
     @property
     def size(self) -> int:
@@ -561,6 +570,7 @@ class ProfileIndex:
         mid = self.ids[d]
         assert mid is not None
         del self.doc[mid]
+        self.rows.pop(mid, None)
         self.ids[d] = None
         self.preferences.discard(d)
         at = self.tok_at[d]
@@ -583,6 +593,14 @@ class ProfileIndex:
             if len(head.dirty) > _HEAD_DIRTY_MAX:  # a head no query has read for long: dropped
                 del self._heads[tier]
 
+    def remember(self, memories: Iterable[Memory]) -> None:
+        """Keep memories read in a snapshot this index was refreshed to (see ``rows``)."""
+        rows = self.rows
+        for m in memories:
+            rows[m.id] = m
+        while len(rows) > _ROWS_MAX:
+            rows.popitem(last=False)
+
     def remove(self, memory_id: str) -> bool:
         d = self.doc.get(memory_id)
         if d is None:
@@ -592,6 +610,7 @@ class ProfileIndex:
 
     def apply(self, row: Sequence[Any]) -> None:
         """Bring one changed row (as selected by ``_INDEX_ROW_SQL``) into the index."""
+        self.rows.pop(row[0], None)  # its memory as read before is out of date
         d = self.doc.get(row[0])
         if d is not None and row[7] == 1 and row[6] is not None:
             at, n = self.tok_at[d], self.tok_n[d]
@@ -1916,8 +1935,18 @@ class RecallIndex:
         if self._inflight and not self.ready(profile):
             self._wait_written(profile)  # bumps applied to an index since dropped: the rows must hold them
 
-    def _rows(self, conn: sqlite3.Connection, profile: str, ids: Sequence[str]) -> dict[str, Memory]:
-        """The memories of ``profile`` among ``ids``, by id; inside :meth:`reading`, each read once."""
+    def _rows(self, conn: sqlite3.Connection, profile: str, ids: Sequence[str],
+              idx: ProfileIndex | None = None) -> dict[str, Memory]:
+        """The memories of ``profile`` among ``ids``, by id: those ``idx`` (refreshed in this
+        snapshot) keeps, the others read (and kept); inside :meth:`reading`, each read once."""
+        if idx is not None:
+            kept = idx.rows
+            out = {mid: m for mid in ids if (m := kept.get(mid)) is not None}
+            if len(out) < len(ids):
+                found = self._rows(conn, profile, [mid for mid in ids if mid not in out])
+                out.update(found)
+                idx.remember(found.values())
+            return out
         reading = self._reading
         if reading is None or reading[0] != threading.get_ident() or reading[1] != profile:
             return self.store.get_many(profile, ids, conn=conn)
@@ -1974,7 +2003,7 @@ class RecallIndex:
             if keep is not None:
                 top = idx.rerank(top, pq, counted, query_dates(rq.text))[:keep]
             ids = [idx.ids[d] or "" for d, *_ in top]
-            memories = self._rows(conn, profile, ids)
+            memories = self._rows(conn, profile, ids, idx)
             # A memory whose bump this index holds and this snapshot may not (it is queued): it
             # is shown as the ranking saw it (``with_bump``).
             queued = self._queued(profile, ids) if self._inflight else {}

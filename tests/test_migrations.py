@@ -102,7 +102,7 @@ def test_a_file_of_the_previous_release_takes_the_leaner_save_schema(tmp_path: P
     old.close()
     store = Store(path)
     try:
-        assert store.meta_get("schema.memories") == "5" and store.meta_get("schema.recall") == "5"
+        assert store.meta_get("schema.memories") == "5" and store.meta_get("schema.recall") == "6"
         assert store.read("SELECT id, profile, op, queued_us FROM sync_outbox ORDER BY id") == [
             ("mem-00000001", "p", "put", 5), ("mem-00000002", "p", "delete", 6)]
         assert "WITHOUT ROWID" in store.read("SELECT sql FROM sqlite_master WHERE name = 'sync_outbox'")[0][0]

@@ -403,6 +403,7 @@ def test_queries_read_as_one_see_one_state_and_read_each_row_once(tmp_path: Path
         put(bank, "p", "prefers short release notes", category="preference", created=days_ago(4))
         index = RecallIndex(bank.store, cold_queries=0, background=False)
         index.query("p", RankQuery("release", 8, 0.0, now=NOW))  # built
+        index._indexes["p"].rows.clear()  # nothing kept from before
         other = Store(bank.store.path)
         statements: list[str] = []
         bank.store.conn.set_trace_callback(statements.append)
@@ -422,6 +423,50 @@ def test_queries_read_as_one_see_one_state_and_read_each_row_once(tmp_path: Path
         after = index.query("p", RankQuery("release", 8, 0.0, now=NOW))
         assert {r.memory.id: r.memory.access_count for r in after}[facts[0].id] == 1
         assert _key(after) == _key(rank_brute_force(bank.store.iter_profile("p"), RankQuery("release", 8, 0.0, now=NOW)))
+
+
+def test_the_memories_an_index_keeps_are_the_rows_after_any_write(tmp_path: Path) -> None:
+    """The index keeps the memories it read (a block reads the same ones run after run) and
+    returns each as its row is now, whatever another connection changes: any single field
+    (rawInput, source, stalenessScore, version and the extra fields included, which move no
+    score), a bump, a replacement, a deletion."""
+    import json
+
+    from memlocal.store import Store
+
+    with _open(str(tmp_path)) as bank:
+        kept = [put(bank, "p", f"deploy the release {w}", category=c, created=days_ago(i))
+                for i, (w, c) in enumerate((("friday", "fact"), ("monday", "preference"), ("tonight", "general")))]
+        index = RecallIndex(bank.store, cold_queries=0, background=False)
+        other = Store(bank.store.path)
+        rq = RankQuery("release", 8, 0.0, now=NOW)
+
+        def check() -> None:
+            got = index.query("p", rq)
+            want = bank.store.get_many("p", [m.id for m in kept])
+            assert {r.memory.id: r.memory for r in got} == want
+            assert _key(got) == _key(rank_brute_force(bank.store.iter_profile("p"), rq))
+
+        check()
+        assert set(index._indexes["p"].rows) == {m.id for m in kept}  # kept as read
+        first = kept[0].id
+        try:
+            for column, value in (("extra", json.dumps({"supersededBy": "mem-x"})), ("staleness", 0.75),
+                                  ("raw_input", "deploy the release, as typed"), ("source", "inferred"),
+                                  ("version", 2), ("summary", "deploy it")):
+                with other.transaction() as c:
+                    c.execute(f"UPDATE memories SET {column} = ? WHERE id = ?", (value, first))
+                check()
+            other.mark_accessed("p", [kept[1].id], NOW)
+            check()
+            other.upsert(bank.store.get("p", kept[2].id).with_changes(confidence=0.5, extra={"note": "x"}))
+            check()
+            with other.transaction() as c:
+                c.execute("DELETE FROM memories WHERE id = ?", (first,))
+            kept = kept[1:]
+            check()
+        finally:
+            other.close()
 
 
 # --- the index is built beside the queries --------------------------------------------------------
