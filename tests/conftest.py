@@ -30,6 +30,40 @@ sys.dont_write_bytecode = False
 os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+
+def _temporary_files_in_memory() -> Path | None:
+    """Put the run's temporary files (every test's database, data dir and logs, and those of the
+    processes it starts) on ``/dev/shm`` when it is a tmpfs with room, unless ``TMPDIR`` is set:
+    each commit's fsync then returns at once instead of waiting for the disk (the recall
+    properties' ~8,000 commits waited ~4 s on it). What the tests check does not change: the
+    files are real SQLite files, the crash tests kill real processes (an fsync only matters when
+    the machine loses power, which no test can do). Returns the disk's temporary folder."""
+    import shutil
+    import tempfile
+
+    if os.environ.get("MEMLOCAL_TESTS_DISK_TMP"):  # an xdist worker: the controller chose
+        return Path(os.environ["MEMLOCAL_TESTS_DISK_TMP"])
+    disk = Path(tempfile.gettempdir())
+    if os.environ.get("TMPDIR") or not Path("/proc/mounts").exists():
+        return disk
+    try:
+        mounts = Path("/proc/mounts").read_text()
+        shm = Path("/dev/shm")
+        if (not any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts.splitlines() if line.strip())
+                or shutil.disk_usage(shm).free < 2 << 30):
+            return disk
+        mine = shm / f"memlocal-tests-{os.getuid()}"
+        mine.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return disk
+    os.environ["TMPDIR"] = str(mine)
+    os.environ["MEMLOCAL_TESTS_DISK_TMP"] = str(disk)
+    tempfile.tempdir = None  # gettempdir() looks again
+    return disk
+
+
+DISK_TMP = _temporary_files_in_memory()
+
 import pytest
 from hypothesis import settings as hypothesis_settings
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -130,6 +164,20 @@ def _empty_database(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "memlocal.db"
+
+
+@pytest.fixture
+def disk_tmp_path() -> Iterator[Path]:
+    """A temporary folder on the disk's temporary folder, not tmpfs: for answers that come from
+    a disk filesystem (the size a directory reports, as the Claude SDK's file tool shows it)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="memlocal-disk-", dir=DISK_TMP))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -186,10 +186,10 @@ def bank_files(bank: MemoryBank) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("seed", [1])
-def test_every_command_answers_as_the_sdk_local_filesystem_tool_does(seed: int, tmp_path: Path,
+def test_every_command_answers_as_the_sdk_local_filesystem_tool_does(seed: int, disk_tmp_path: Path,
                                                                     bank: MemoryBank) -> None:
-    oracle = BetaLocalFilesystemMemoryTool(base_path=str(tmp_path / "disk"))
-    root = tmp_path / "disk" / "memories"
+    oracle = BetaLocalFilesystemMemoryTool(base_path=str(disk_tmp_path / "disk"))  # a disk's 4K directories
+    root = disk_tmp_path / "disk" / "memories"
     ours = MemlocalMemoryTool(bank, PROFILE)
     script = Script(seed, root)
     kinds: dict[tuple[str, str], int] = {}
@@ -217,9 +217,9 @@ def _view(path: str) -> Any:
     return BetaMemoryTool20250818ViewCommand(command="view", path=path)
 
 
-def test_every_error_text_is_the_sdk_tools(tmp_path: Path, bank: MemoryBank) -> None:
+def test_every_error_text_is_the_sdk_tools(disk_tmp_path: Path, bank: MemoryBank) -> None:
     """One command for each error the SDK tool can give, against both."""
-    oracle = BetaLocalFilesystemMemoryTool(base_path=str(tmp_path / "disk"))
+    oracle = BetaLocalFilesystemMemoryTool(base_path=str(disk_tmp_path / "disk"))
     ours = MemlocalMemoryTool(bank, PROFILE)
     script = [
         {"command": "create", "path": "/memories/user/prefs.md", "file_text": "likes tea\n- x\n- x\n"},
