@@ -915,14 +915,17 @@ class ProfileIndex:
                         m |= 1 << i
                 subsets.append((topic_of(m), m))
             subsets.sort(key=lambda c: -c[0])
-            # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
-            out_of_place = [d for d in self._moved if self.ids[d] is not None]
-            top_kx = max([kx[d] for d in out_of_place] + ([kx[xs[0]]] if xs else []), default=None)
-            top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
-            top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
+            bound: list[float] = []  # wR·(the best cm·recency) + wU·(the best cm·usage), once needed
             for top, m in subsets:
                 kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
-                if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
+                if len(kth) >= limit and not bound:
+                    # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
+                    out_of_place = [d for d in self._moved if self.ids[d] is not None]
+                    top_kx = max([kx[d] for d in out_of_place] + ([kx[xs[0]]] if xs else []), default=None)
+                    top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
+                    top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
+                    bound.append(w.recency * top_x + w.usage * top_y)
+                if len(kth) >= limit and bound[0] + w.topic * top + _EPS < kth[-1]:
                     break
                 found = self._subset(m, common, bits, excl)
                 if found:
