@@ -1090,6 +1090,11 @@ class MemoryBank:
 
         Evidence mode: what ``query`` gives evidence for goes in first, across both tiers
         (:func:`memlocal.injection.build_evidence_block`); spec mode: the spec's tiers."""
+        return self._render(profile, query, now=now, trimmed=True)
+
+    def _render(self, profile: str, query: str, *, now: "datetime | None", trimmed: bool) -> "RenderedBlock":
+        """The block; ``trimmed=False`` (a run's block): the candidates the budget left out are
+        not listed (nothing reads them)."""
         from .injection import build_evidence_block, build_memory_block, evidence_limit
         from .scoring import SPEC, RankQuery, Ranking
 
@@ -1110,23 +1115,27 @@ class MemoryBank:
                                                   ranking=ranking if tier == "other" else SPEC))
 
         if not ranking.gated:
-            return _shown_block(build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit,
-                                                   min_score=min_score))
-        # Every memory the task gives any evidence for (ratio 0), in the evidence order: the block
-        # takes those that pass the configured ratio first, then the weaker facts, before facts
-        # with none (build_evidence_block).
-        evidence = index.query(profile, RankQuery(query, evidence_limit(budget, relevant_limit), min_score, now=now,
-                                                  ranking=Ranking(ranking.mode, 0.0),
-                                                  similarity=self._similarity(profile, query, ranking)))
-        return _shown_block(build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
-                                                 ratio=ranking.ratio))
+            with index.reading(profile):  # the tiers in one read: they agree, and a row is read once
+                block = build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit, min_score=min_score)
+            return _shown_block(block)
+        similarity = self._similarity(profile, query, ranking)  # before the read: it may store vectors
+        with index.reading(profile):
+            # Every memory the task gives any evidence for (ratio 0), in the evidence order: the
+            # block takes those that pass the configured ratio first, then the weaker facts,
+            # before facts with none (build_evidence_block).
+            evidence = index.query(profile, RankQuery(query, evidence_limit(budget, relevant_limit), min_score,
+                                                      now=now, ranking=Ranking(ranking.mode, 0.0),
+                                                      similarity=similarity))
+            block = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
+                                         ratio=ranking.ratio, trimmed=trimmed)
+        return _shown_block(block)
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to
         inject), as a run receives it. Without waiting, the memories that made it in are marked
         accessed (in evidence mode only those the query gave evidence for: core entries without any
         are not counted) and the block is recorded in the audit trail (``memlocal.audit``)."""
-        block = self.render_context_block(profile, query, now=now)
+        block = self._render(profile, query, now=now, trimmed=False)
         ids = block.evidence_ids if self.ranking().gated else block.ids
         if ids:
             self.mark_accessed(profile, ids, now=now)

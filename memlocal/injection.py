@@ -76,6 +76,8 @@ NOTE_PREAMBLE: Final = (
 MEMORY_CAPABILITY: Final = "@memory"
 # The shortest possible entry line ("* [fact] x") plus its newline: bounds how many can fit.
 _MIN_ENTRY_CHARS: Final = len("* [fact] x") + 1
+# The least any entry adds to a block: the shortest prefix and its newline (a text may fold to "").
+_MIN_GROWTH: Final = len("* [fact] ") + 1
 
 # Runs of three or more dashes (any mix of "-" and what reads as a dash: memlocal.fold.is_dash)
 # are rendered as one em dash.
@@ -216,6 +218,7 @@ class RenderedBlock:
         return tuple(s.memory.id for s in (*self.core, *self.relevant) if s.breakdown.topic > 0.0)
 
 
+@lru_cache(maxsize=4096)  # the renderer sees the same memories block after block (as redact's cache)
 def entry_line(category: str, content: str) -> str:
     """One memory's line. Credentials are redacted here too: a memory another host wrote (pulled
     from the bucket) never went through this host's save."""
@@ -347,6 +350,7 @@ def build_evidence_block(
     relevant_limit: int,
     preference_share: float = PREFERENCE_SHARE,
     ratio: float = 0.0,
+    trimmed: bool = True,
 ) -> RenderedBlock:
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
@@ -366,6 +370,8 @@ def build_evidence_block(
 
     The sections keep the spec's headings and line format; within each, entries keep the order
     they were admitted in. A core entry that is also evidence is shown with its evidence record.
+
+    ``trimmed=False``: the candidates left out are not listed (a run's block: nothing reads them).
     """
     core = _core_tier(ranked, budget)
     by_id = {s.memory.id: s for s in evidence}
@@ -374,6 +380,9 @@ def build_evidence_block(
     sizes = [0, 0]  # chars of the core and relevant sections' lines
     n_rel = 0
 
+    def full() -> bool:
+        return block_size(*sizes) + _MIN_GROWTH > budget  # no line fits any more
+
     def admit(s: "ScoredMemory") -> bool:
         nonlocal n_rel
         if s.memory.id in chosen:
@@ -381,6 +390,8 @@ def build_evidence_block(
         is_core = s.memory.category in CORE_CATEGORIES
         if not is_core and n_rel >= relevant_limit:
             return False
+        if full():
+            return False  # so no line is rendered
         line = entry_line(s.memory.category, s.memory.processed_content)
         grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
         if block_size(*grown) > budget:
@@ -402,26 +413,33 @@ def build_evidence_block(
     def passes(s: "ScoredMemory") -> bool:
         return s.evidence is None or s.evidence.strength >= ratio * s.evidence.best
 
+    # Once not even the shortest line fits, nothing more is admitted: the rest is not looked at.
     for s in evidence:
+        if full():
+            break
         if passes(s):
             admit(s)
     for s in evidence:
+        if full():
+            break
         if s.memory.category in CORE_CATEGORIES and not passes(s):
             admit(s)
     for s in core:
         admit(s)
     kept_core = tuple(s for s in order if chosen[s.memory.id][0])
     kept_rel = tuple(s for s in order if not chosen[s.memory.id][0])
-    trimmed_ids: dict[str, "ScoredMemory"] = {}
-    for s in (*evidence, *core):
-        if s.memory.id not in chosen:
-            trimmed_ids.setdefault(s.memory.id, s)
-    trimmed = tuple(trimmed_ids.values())
+    left: tuple["ScoredMemory", ...] = ()
+    if trimmed:
+        trimmed_ids: dict[str, "ScoredMemory"] = {}
+        for s in (*evidence, *core):
+            if s.memory.id not in chosen:
+                trimmed_ids.setdefault(s.memory.id, s)
+        left = tuple(trimmed_ids.values())
     if not order:
-        return RenderedBlock("", (), (), trimmed)
+        return RenderedBlock("", (), (), left)
     text = _block_text([chosen[s.memory.id][1] for s in kept_core], [chosen[s.memory.id][1] for s in kept_rel])
     assert len(text) == block_size(*sizes) <= budget
-    return RenderedBlock(text, kept_core, kept_rel, trimmed)
+    return RenderedBlock(text, kept_core, kept_rel, left)
 
 
 # --- context blocks --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
+from contextlib import contextmanager
 from itertools import chain, repeat
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, Sequence, TypeVar
@@ -139,6 +140,8 @@ Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask 
 # folds its changed docs in once they are more than a quarter of that, and is dropped (made again
 # when next needed) once this many changed without a query reading it.
 _HEAD_SIZE: Final = 256
+# How many memories a profile's index keeps as read (``ProfileIndex.rows``): some 20 blocks' worth.
+_ROWS_MAX: Final = 1024
 # A background build reads rows in batches of this many, and sorts the static orders in runs of
 # ``_SORT_RUN``, letting the queries run between them (``RecallIndex._build``).
 _BUILD_BATCH: Final = 256
@@ -304,6 +307,11 @@ class ProfileIndex:
         self.y = array("d")  # cm·usage
         self.core = array("b")
         self.pref = array("b")  # a preference (the core tier's other category is fact)
+        # The same two flags as bitmaps (bit d: doc d is core / a preference), so that a walk
+        # finds a tier's members of a class with one AND; set once, as a doc is appended (a doc
+        # whose tier changes gets a new number).
+        self.core_bits = bytearray()
+        self.pref_bits = bytearray()
         self.words = array("i")  # processedContent's whitespace-separated words (the second pass)
         self.preferences: set[int] = set()  # the "preference" tier: few, each scored directly
         self.tok_at = array("q")  # where the doc's feature ids start in ``toks``
@@ -336,6 +344,13 @@ class ProfileIndex:
         self._bits: OrderedDict[int, bytearray] = OrderedDict()
         # Per tier, the head of the walk over every doc (no query feature held): see ``_head``.
         self._heads: dict[str | None, _Head] = {}
+        # The memories queries returned, by id, as their rows were read (at most ``_ROWS_MAX``,
+        # the oldest read first out): a block reads the same core entries run after run, and
+        # reading a row back costs more than ranking it once the page cache is cold (another
+        # connection's commit, the access bumps', empties it). A row's every field moves its
+        # ``rev`` (recall schema step 6), and every row with a newer rev passes through
+        # ``apply`` before a query reads here: it drops the row's memory.
+        self.rows: OrderedDict[str, Memory] = OrderedDict()
 
     @property
     def size(self) -> int:
@@ -362,6 +377,7 @@ class ProfileIndex:
         self.y.append(cm * use)
         self.core.append(1 if category in CORE_CATEGORIES else 0)
         self.pref.append(1 if category == "preference" else 0)
+        self._flag(d, category)
         if category == "preference":
             self.preferences.add(d)
         self.words.append(len((row[10] or "").split()))
@@ -387,6 +403,18 @@ class ProfileIndex:
         self.total_accesses += count
         return d
 
+    def _flag(self, d: int, category: str) -> None:
+        """Doc ``d``'s bits in the tier bitmaps (``core_bits``, ``pref_bits``)."""
+        i, bit = d >> 3, 1 << (d & 7)
+        if i >= len(self.core_bits):
+            grow = bytes(i + 1 - len(self.core_bits) + 1024)
+            self.core_bits += grow
+            self.pref_bits += grow
+        if category in CORE_CATEGORIES:
+            self.core_bits[i] |= bit
+            if category == "preference":
+                self.pref_bits[i] |= bit
+
     def _append_batch(self, rows: Sequence[Sequence[Any]]) -> None:
         """Many rows at once (a build): what ``_append`` does, with the per-token work in C
         (one split of the batch's features, one ``map`` of the vocabulary) except the postings'
@@ -410,6 +438,7 @@ class ProfileIndex:
             self.y.append(cm * use)
             self.core.append(1 if category in CORE_CATEGORIES else 0)
             self.pref.append(1 if category == "preference" else 0)
+            self._flag(d, category)
             if category == "preference":
                 self.preferences.add(d)
             self.words.append(len((r[10] or "").split()))
@@ -541,6 +570,7 @@ class ProfileIndex:
         mid = self.ids[d]
         assert mid is not None
         del self.doc[mid]
+        self.rows.pop(mid, None)
         self.ids[d] = None
         self.preferences.discard(d)
         at = self.tok_at[d]
@@ -563,6 +593,14 @@ class ProfileIndex:
             if len(head.dirty) > _HEAD_DIRTY_MAX:  # a head no query has read for long: dropped
                 del self._heads[tier]
 
+    def remember(self, memories: Iterable[Memory]) -> None:
+        """Keep memories read in a snapshot this index was refreshed to (see ``rows``)."""
+        rows = self.rows
+        for m in memories:
+            rows[m.id] = m
+        while len(rows) > _ROWS_MAX:
+            rows.popitem(last=False)
+
     def remove(self, memory_id: str) -> bool:
         d = self.doc.get(memory_id)
         if d is None:
@@ -572,6 +610,7 @@ class ProfileIndex:
 
     def apply(self, row: Sequence[Any]) -> None:
         """Bring one changed row (as selected by ``_INDEX_ROW_SQL``) into the index."""
+        self.rows.pop(row[0], None)  # its memory as read before is out of date
         d = self.doc.get(row[0])
         if d is not None and row[7] == 1 and row[6] is not None:
             at, n = self.tok_at[d], self.tok_n[d]
@@ -713,7 +752,7 @@ class ProfileIndex:
         return mask, mbits
 
     def _class_top(self, members: Collection[int], top: float, mask: int, limit: int, now_us: int, w: Weights,
-                   core: int | None, skip: Container[int], tier_of: "array[int] | None" = None) -> list[Hit]:
+                   core: int | None, skip: Collection[int], tier_of: "array[int] | None" = None) -> list[Hit]:
         """The best ``limit`` of ``members`` (docs sharing one topic ``top``) by the gate's order
         within one topic: higher score, newer createdAt, smaller id. Few members are all scored;
         many are found by the threshold walk over the two static orders: a member not visited yet
@@ -739,20 +778,27 @@ class ProfileIndex:
         topic_bound = w.topic * top
         # The docs out of place in the orders are scored first, and the walk passes them by: the
         # bound at its positions holds for every doc filed at its current keys.
-        done: set[int] = set(self._moved)
-        for d in done:
+        moved = self._moved
+        for d in moved:
             if d in members and (core is None or core_of[d] == core) and d not in skip:
                 s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
                 _offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
                 hits.append((d, s, rec, top, mask))
-
-        def wanted(d: int) -> bool:
-            return d in members and d not in done and (core is None or core_of[d] == core) and d not in skip
+        # What the walk may still take, as a bitmap (bit d: doc d): the members of the tier, less
+        # the skipped and the moved ones, each cleared once visited. Testing a bit costs a few
+        # steps per position, where the sets took a call.
+        want = self._walkable(members, core_of, core, chain(moved, skip))
 
         while True:
-            while px < nx and not wanted(xs[px]):
+            while px < nx:
+                d = xs[px]
+                if want[d >> 3] >> (d & 7) & 1:
+                    break
                 px += 1
-            while py < ny and not wanted(ys[py]):
+            while py < ny:
+                d = ys[py]
+                if want[d >> 3] >> (d & 7) & 1:
+                    break
                 py += 1
             if px >= nx:
                 break
@@ -761,12 +807,37 @@ class ProfileIndex:
             if len(best) >= limit and w.recency * bx + w.usage * by + topic_bound + _EPS < best[0]:
                 break
             d = ys[py] if (w.usage * by > w.recency * bx and py < ny) else xs[px]
-            done.add(d)
+            want[d >> 3] &= ~(1 << (d & 7)) & 0xFF  # visited
             s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
             if not _offer(best, s, limit):
                 continue
             hits.append((d, s, rec, top, mask))
         return self._best(hits, limit)
+
+    def _walkable(self, members: Collection[int], tier_of: "array[int]", core: int | None,
+                  left_out: Iterable[int]) -> bytearray:
+        """The bitmap of ``members`` in the tier (``tier_of[d] == core``; ``None``: any) without
+        ``left_out``, as bytes: one AND with the tier's bitmap, then the few left out cleared."""
+        size = (len(self.ids) >> 3) + 1
+        if isinstance(members, BitSet):
+            bits = members.bits
+        else:
+            raw = bytearray(size)
+            for d in members:
+                raw[d >> 3] |= 1 << (d & 7)
+            bits = int.from_bytes(raw, "little")
+        if core is not None:
+            if tier_of is self.core:
+                flagged = int.from_bytes(self.core_bits, "little")
+            elif tier_of is self.pref:
+                flagged = int.from_bytes(self.pref_bits, "little")
+            else:
+                raise ValueError("a tier is ranked by the core or the preference flags")
+            bits = bits & flagged if core else bits & ~flagged
+        want = bytearray(bits.to_bytes(size, "little"))
+        for d in left_out:
+            want[d >> 3] &= ~(1 << (d & 7)) & 0xFF
+        return want
 
     def _tie(self, h: Hit) -> tuple[float, int, str]:
         return rank_key(h[1], self.created[h[0]], self.ids[h[0]] or "")
@@ -844,14 +915,17 @@ class ProfileIndex:
                         m |= 1 << i
                 subsets.append((topic_of(m), m))
             subsets.sort(key=lambda c: -c[0])
-            # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
-            out_of_place = [d for d in self._moved if self.ids[d] is not None]
-            top_kx = max([kx[d] for d in out_of_place] + ([kx[xs[0]]] if xs else []), default=None)
-            top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
-            top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
+            bound: list[float] = []  # wR·(the best cm·recency) + wU·(the best cm·usage), once needed
             for top, m in subsets:
                 kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
-                if len(kth) >= limit and w.recency * top_x + w.usage * top_y + w.topic * top + _EPS < kth[-1]:
+                if len(kth) >= limit and not bound:
+                    # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
+                    out_of_place = [d for d in self._moved if self.ids[d] is not None]
+                    top_kx = max([kx[d] for d in out_of_place] + ([kx[xs[0]]] if xs else []), default=None)
+                    top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
+                    top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
+                    bound.append(w.recency * top_x + w.usage * top_y)
+                if len(kth) >= limit and bound[0] + w.topic * top + _EPS < kth[-1]:
                     break
                 found = self._subset(m, common, bits, excl)
                 if found:
@@ -1181,14 +1255,14 @@ _HIT_SQL: Final = (
     " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
 )
 _COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features MATCH ?"
-# The profile's active memories waiting for the FTS5 index (recall schema step 6: at most a batch).
+# The profile's active memories waiting for the FTS5 index (recall schema step 7: at most a batch).
 _WAITING_SQL: Final = (_ROW_SQL.replace("FROM memories", "FROM memory_features_pending p CROSS JOIN memories"
                                         " ON memories.rowid = p.rowid")
                        + " AND is_active = 1 AND features IS NOT NULL")
 # The two orders of a profile's memories the store indexes (memlocal/store/schemas/recall.py,
 # step 3): by anchor, newest first (the order of recency), and by access count (of usage).
 _ANCHOR_SQL: Final = "max(created_us, coalesce(last_accessed_us, created_us))"
-# Each order is two reads (recall schema step 7: the indexes hold only the memories a recall
+# Each order is two reads (recall schema step 8: the indexes hold only the memories a recall
 # returned): by anchor, the never-accessed by createdAt (their anchor) merged with the accessed;
 # by access count, the used ones, then the others (all of usage 0) in any order.
 _WALK_X_NEW_SQL: Final = _ROW_SQL + " AND is_active = 1 AND last_accessed_us IS NULL ORDER BY created_us DESC"
@@ -1645,6 +1719,8 @@ class RecallIndex:
         # profile -> memory id -> [bumps queued, the latest bump's time (us)]
         self._inflight: dict[str, dict[str, list[int]]] = {}
         self._invalid: set[str] = set()  # a queued bump failed: the index is rebuilt from the rows
+        # The open ``reading`` (the thread that holds it, its profile, the rows read so far by id).
+        self._reading: tuple[int, str, dict[str, Memory]] | None = None
 
     def clear(self) -> None:
         with self._lock:
@@ -1869,16 +1945,61 @@ class RecallIndex:
         finally:
             self._last_query = time.monotonic()  # the warm-up waits for a pause in the queries
 
+    @contextmanager
+    def reading(self, profile: str) -> Iterator[None]:
+        """Several queries of ``profile`` read as one (a memory block ranks three tiers): in one
+        read transaction, so that they agree with one another, and each row is read once. The
+        caller writes nothing on the store's connection meanwhile; other threads' queries wait."""
+        if self._reading is not None and self._reading[0] == threading.get_ident():
+            yield  # already inside one
+            return
+        self._prepare(profile)
+        with self._lock, self.store.snapshot():
+            self._reading = (threading.get_ident(), profile, {})
+            try:
+                yield
+            finally:
+                self._reading = None
+
+    def _prepare(self, profile: str) -> None:
+        """What a read of ``profile`` needs done before its snapshot starts."""
+        # Rows written without features (raw SQL) get them now; one indexed probe when none.
+        self.store.derive_stale_features(profile)
+        if self._inflight and not self.ready(profile):
+            self._wait_written(profile)  # bumps applied to an index since dropped: the rows must hold them
+
+    def _rows(self, conn: sqlite3.Connection, profile: str, ids: Sequence[str],
+              idx: ProfileIndex | None = None) -> dict[str, Memory]:
+        """The memories of ``profile`` among ``ids``, by id: those ``idx`` (refreshed in this
+        snapshot) keeps, the others read (and kept); inside :meth:`reading`, each read once."""
+        if idx is not None:
+            kept = idx.rows
+            out = {mid: m for mid in ids if (m := kept.get(mid)) is not None}
+            if len(out) < len(ids):
+                found = self._rows(conn, profile, [mid for mid in ids if mid not in out])
+                out.update(found)
+                idx.remember(found.values())
+            return out
+        reading = self._reading
+        if reading is None or reading[0] != threading.get_ident() or reading[1] != profile:
+            return self.store.get_many(profile, ids, conn=conn)
+        seen = reading[2]
+        missing = [i for i in ids if i not in seen]
+        if missing:
+            found = self.store.get_many(profile, missing, conn=conn)
+            for mid in missing:
+                seen[mid] = found.get(mid)  # type: ignore[assignment]  # None: not there (remembered too)
+        return {mid: m for mid in ids if (m := seen[mid]) is not None}
+
     def _query(self, profile: str, rq: RankQuery) -> list[ScoredMemory]:
         ranking = rq.ranking
         # The gate's first RERANK_DEPTH are re-ordered by the second pass, its first ``keep`` kept.
         limit, keep = (max(rq.limit, RERANK_DEPTH), rq.limit) if ranking.gated else (rq.limit, None)
         now_us = to_us(rq.now or utcnow())
         assert now_us is not None
-        # Rows written without features (raw SQL) get them now; one indexed probe when none.
-        self.store.derive_stale_features(profile)
-        if self._inflight and not self.ready(profile):
-            self._wait_written(profile)  # bumps applied to an index since dropped: the rows must hold them
+        reading = self._reading
+        if reading is None or reading[0] != threading.get_ident():
+            self._prepare(profile)
         with self._lock, self.store.snapshot() as conn:
             if profile not in self._indexes:
                 served = self._cold.get(profile, 0)
@@ -1915,7 +2036,7 @@ class RecallIndex:
             if keep is not None:
                 top = idx.rerank(top, pq, counted, query_dates(rq.text))[:keep]
             ids = [idx.ids[d] or "" for d, *_ in top]
-            memories = self.store.get_many(profile, ids, conn=conn)
+            memories = self._rows(conn, profile, ids, idx)
             # A memory whose bump this index holds and this snapshot may not (it is queued): it
             # is shown as the ranking saw it (``with_bump``).
             queued = self._queued(profile, ids) if self._inflight else {}
@@ -1934,7 +2055,7 @@ class RecallIndex:
 
     def _cold_results(self, conn: sqlite3.Connection, profile: str, cold: ColdAnswer,
                       ranking: Ranking) -> list[ScoredMemory]:
-        found = self.store.get_many(profile, [h.id for h, *_ in cold.kept], conn=conn)
+        found = self._rows(conn, profile, [h.id for h, *_ in cold.kept])
         out = []
         for h, s, rec, t in cold.kept:
             if h.id in found:

@@ -278,7 +278,7 @@ def test_an_access_bump_sets_one_rev_and_every_writer_keeps_revs_and_counts(tmp_
 
 
 def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_path: Path) -> None:
-    """A save puts its memory in the FTS5 index's waiting set (recall schema step 6); the insert
+    """A save puts its memory in the FTS5 index's waiting set (recall schema step 7); the insert
     that fills a batch indexes the batch in one statement. A query answered from SQLite (a fresh
     process's first) ranks waiting memories as the full scan does, the LLM's similar memories see
     them, and a deleted or retired one leaves the set."""

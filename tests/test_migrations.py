@@ -130,7 +130,7 @@ def test_a_file_indexed_memory_by_memory_takes_the_batched_fts_index(tmp_path: P
 
     path = tmp_path / "prev.db"
     old = Database(path)
-    shipped = {"recall": 5}  # the set's version in the release before the step
+    shipped = {"recall": 6}  # the set's version in the release before the steps
     for s in CORE_SETS:
         old.migrate(MigrationSet(s.name, {n: s.steps[n] for n in range(1, shipped.get(s.name, s.version) + 1)}))
     old.conn.execute("PRAGMA user_version = 9")  # as every file made since named sets
@@ -149,7 +149,7 @@ def test_a_file_indexed_memory_by_memory_takes_the_batched_fts_index(tmp_path: P
 
         assert store.read("SELECT count(*) FROM memory_features_pending") == [(0,)]
         assert found("bravo") == {olds[1].id}
-        # The walk's two orders now index only the memories a recall returned (step 7).
+        # The walk's two orders now index only the memories a recall returned (step 8).
         indexes = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert {"memories_profile_anchor_accessed", "memories_profile_used"} <= indexes
         assert not {"memories_profile_anchor", "memories_profile_count"} & indexes

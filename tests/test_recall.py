@@ -391,6 +391,84 @@ def test_the_block_equals_one_built_from_the_full_scan(tmp_path: Path) -> None:
             bank.drain()
 
 
+def test_queries_read_as_one_see_one_state_and_read_each_row_once(tmp_path: Path) -> None:
+    """Inside ``RecallIndex.reading`` (a block's three rankings) the queries answer from one read
+    transaction: a bump another connection commits between them is not seen, so the tiers agree,
+    and each memory's row is read once; the next reading sees the bump."""
+    from memlocal.store import Store
+
+    with _open(str(tmp_path)) as bank:
+        facts = [put(bank, "p", f"deploy the release {w}", category="fact", created=days_ago(i))
+                 for i, w in enumerate(("friday", "monday", "tonight"))]
+        put(bank, "p", "prefers short release notes", category="preference", created=days_ago(4))
+        index = RecallIndex(bank.store, cold_queries=0, background=False)
+        index.query("p", RankQuery("release", 8, 0.0, now=NOW))  # built
+        index._indexes["p"].rows.clear()  # nothing kept from before
+        other = Store(bank.store.path)
+        statements: list[str] = []
+        bank.store.conn.set_trace_callback(statements.append)
+        try:
+            with index.reading("p"):
+                core = index.query("p", RankQuery("release", 8, 0.0, now=NOW, tier="core", ranking=SPEC))
+                other.mark_accessed("p", [facts[0].id], NOW)  # committed between the two rankings
+                evidence = index.query("p", RankQuery("release", 8, 0.0, now=NOW))
+        finally:
+            bank.store.conn.set_trace_callback(None)
+            other.close()
+        assert len(core) == 4 and len(evidence) == 4
+        seen = {r.memory.id: r.memory.access_count for r in (*core, *evidence)}
+        assert seen[facts[0].id] == 0  # as the reading's first query saw it
+        reads = [sql for sql in statements if " WHERE id IN (" in sql]
+        assert len(reads) == 1, reads  # the second query's rows were all read by the first
+        after = index.query("p", RankQuery("release", 8, 0.0, now=NOW))
+        assert {r.memory.id: r.memory.access_count for r in after}[facts[0].id] == 1
+        assert _key(after) == _key(rank_brute_force(bank.store.iter_profile("p"), RankQuery("release", 8, 0.0, now=NOW)))
+
+
+def test_the_memories_an_index_keeps_are_the_rows_after_any_write(tmp_path: Path) -> None:
+    """The index keeps the memories it read (a block reads the same ones run after run) and
+    returns each as its row is now, whatever another connection changes: any single field
+    (rawInput, source, stalenessScore, version and the extra fields included, which move no
+    score), a bump, a replacement, a deletion."""
+    import json
+
+    from memlocal.store import Store
+
+    with _open(str(tmp_path)) as bank:
+        kept = [put(bank, "p", f"deploy the release {w}", category=c, created=days_ago(i))
+                for i, (w, c) in enumerate((("friday", "fact"), ("monday", "preference"), ("tonight", "general")))]
+        index = RecallIndex(bank.store, cold_queries=0, background=False)
+        other = Store(bank.store.path)
+        rq = RankQuery("release", 8, 0.0, now=NOW)
+
+        def check() -> None:
+            got = index.query("p", rq)
+            want = bank.store.get_many("p", [m.id for m in kept])
+            assert {r.memory.id: r.memory for r in got} == want
+            assert _key(got) == _key(rank_brute_force(bank.store.iter_profile("p"), rq))
+
+        check()
+        assert set(index._indexes["p"].rows) == {m.id for m in kept}  # kept as read
+        first = kept[0].id
+        try:
+            for column, value in (("extra", json.dumps({"supersededBy": "mem-x"})), ("staleness", 0.75),
+                                  ("raw_input", "deploy the release, as typed"), ("source", "inferred"),
+                                  ("version", 2), ("summary", "deploy it")):
+                with other.transaction() as c:
+                    c.execute(f"UPDATE memories SET {column} = ? WHERE id = ?", (value, first))
+                check()
+            other.mark_accessed("p", [kept[1].id], NOW)
+            check()
+            other.upsert(bank.store.get("p", kept[2].id).with_changes(confidence=0.5, extra={"note": "x"}))
+            check()
+            with other.transaction() as c:
+                c.execute("DELETE FROM memories WHERE id = ?", (first,))
+            kept = kept[1:]
+            check()
+        finally:
+            other.close()
+
+
 # --- the index is built beside the queries --------------------------------------------------------
 
 _BANK_TEXTS = ["Deploy the release on Friday", "The server runs nginx", "Peanut allergy: no satay",

@@ -637,7 +637,7 @@ class Store(Database):
 
     def index_pending(self) -> None:
         """Index in FTS5 the new memories still waiting for their batch (``memory_features_pending``,
-        recall schema step 6), durably; best effort: left waiting when the database cannot be
+        recall schema step 7), durably; best effort: left waiting when the database cannot be
         written now (the cold path reads waiting memories directly, so no query misses them)."""
         with self._lock:
             if not self.conn.execute("SELECT 1 FROM memory_features_pending LIMIT 1").fetchone():

@@ -231,10 +231,33 @@ def _one_bump_statement(db: sqlite_utils.Database) -> None:
     )
 
 
-# How many new memories wait for the FTS5 index before one statement indexes them together (step 6).
+def _rev_on_every_field(db: sqlite_utils.Database) -> None:
+    """A row's ``rev`` moves with every field a memory is read from, not only those that change a
+    score or a rendering: the recall index keeps the memories it read (``ProfileIndex.rows``) and
+    trusts each while its row's rev stands. rawInput, source, stalenessScore, version and the
+    extra fields join the update trigger's columns (a hygiene move writes the extra fields alone;
+    any other tool may write any of them). The trigger is otherwise step 5's."""
+    c = db.conn
+    c.execute("DROP TRIGGER IF EXISTS memories_rev_au")
+    ensure = ("INSERT INTO profile_revs (profile) SELECT NEW.profile"
+              " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);")
+    c.execute(
+        "CREATE TRIGGER memories_rev_au AFTER UPDATE OF profile, raw_input, processed_content, summary, category,"
+        " source, confidence, created_us, last_accessed_us, access_count, staleness, is_active, version, extra"
+        " ON memories WHEN NEW.rev IS OLD.rev BEGIN"
+        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1"
+        " WHERE profile = OLD.profile AND OLD.profile <> NEW.profile;"
+        f" {ensure}"
+        " UPDATE profile_revs SET rev = rev + 1 WHERE profile = NEW.profile;"
+        " UPDATE memories SET rev = (SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
+        " WHERE rowid = NEW.rowid; END"
+    )
+
+
+# How many new memories wait for the FTS5 index before one statement indexes them together (step 7).
 FTS_BATCH: Final = 32
 
-# Index every memory waiting in ``memory_features_pending`` and empty it (step 6's trigger runs
+# Index every memory waiting in ``memory_features_pending`` and empty it (step 7's trigger runs
 # these at ``FTS_BATCH``; ``Store.index_pending`` runs them on demand). A row already indexed
 # (no writer of this schema leaves one waiting too, but the shell could) is not indexed twice.
 INDEX_PENDING_SQL: Final = (
@@ -316,5 +339,6 @@ def _walk_orders_of_used_memories(db: sqlite_utils.Database) -> None:
 
 # Steps 1 and 2 are named by their number in the single chain that came before named sets.
 RECALL = MigrationSet("recall", {1: _migration_2, 2: _migration_4, 3: _walk_orders, 4: _one_insert_trigger,
-                                 5: _one_bump_statement, 6: _batched_fts, 7: _walk_orders_of_used_memories},
+                                 5: _one_bump_statement, 6: _rev_on_every_field, 7: _batched_fts,
+                                 8: _walk_orders_of_used_memories},
                       legacy={1: 2, 2: 4})
