@@ -1285,6 +1285,8 @@ def _walk_by_anchor(conn: sqlite3.Connection, profile: str) -> Iterator[Sequence
 def _walk_by_count(conn: sqlite3.Connection, profile: str) -> Iterator[Sequence[Any]]:
     """The profile's active rows by access count, highest first."""
     return chain(conn.execute(_WALK_Y_USED_SQL, (profile,)), conn.execute(_WALK_Y_REST_SQL, (profile,)))
+
+
 # A class of memories (one set of common features held) up to this size is read in the order
 # SQLite gives it (``_CLASS_SQL``); a larger, dense one is walked in the two indexed orders.
 _COLD_DIRECT: Final = 1024
