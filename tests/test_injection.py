@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import settings_config
@@ -19,6 +19,7 @@ from conftest import settings_config
 from memlocal import MemoryBank, ValidationError
 from memlocal.injection import (
     PREFERENCE_SHARE,
+    block_size,
     entry_line,
     BLOCK_END,
     CORE_HEADING,
@@ -175,6 +176,9 @@ memory_spec = st.fixed_dictionaries({
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(memory_spec, max_size=30), budget=st.integers(0, 2500),
        query=st.lists(words, max_size=3).map(" ".join), mode=st.sampled_from(["evidence", "spec"]))
+@example(specs=[{"text": "deploy", "category": "preference", "age": 0.0, "confidence": 0.2},
+                {"text": "diet", "category": "fact", "age": 0.0, "confidence": 0.2}],
+         budget=76, query="", mode="evidence")
 def test_budget_is_never_exceeded(specs: list[dict[str, Any]], budget: int, query: str, mode: str) -> None:
     config = settings_config(inject__budget_chars=budget, ranking__mode=mode)
     with tempfile.TemporaryDirectory() as tmp, MemoryBank(fresh_database(Path(tmp) / "m.db"), config=config) as bank:
@@ -201,8 +205,8 @@ def test_budget_is_never_exceeded(specs: list[dict[str, Any]], budget: int, quer
             spent = 0
             for s in (c for c in core if c.memory.category == "preference"):
                 spent += len(entry_line("preference", s.memory.processed_content)) + 1
-                if spent > PREFERENCE_SHARE * budget:
-                    break
+                if spent > PREFERENCE_SHARE * budget or block_size(spent, 0) > budget:
+                    break  # beyond the share, or the block's frame leaves no room for it
                 assert s.memory.id in shown
         n_entries = len(rendered.core) + len(rendered.relevant)
         both = bool(rendered.core) and bool(rendered.relevant)  # the spec's empty line between them
