@@ -1722,7 +1722,7 @@ class RecallIndex:
         self._inflight: dict[str, dict[str, list[int]]] = {}
         self._invalid: set[str] = set()  # a queued bump failed: the index is rebuilt from the rows
         # The open ``reading`` (the thread that holds it, its profile, the rows read so far by id).
-        self._reading: tuple[int, str, dict[str, Memory]] | None = None
+        self._reading: tuple[int, str, dict[str, Memory | None]] | None = None
 
     def clear(self) -> None:
         with self._lock:
@@ -1990,7 +1990,7 @@ class RecallIndex:
         if missing:
             found = self.store.get_many(profile, missing, conn=conn)
             for mid in missing:
-                seen[mid] = found.get(mid)  # type: ignore[assignment]  # None: not there (remembered too)
+                seen[mid] = found.get(mid)  # None: not there (remembered too)
         return {mid: m for mid in ids if (m := seen[mid]) is not None}
 
     def _query(self, profile: str, rq: RankQuery) -> list[ScoredMemory]:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..derive import derive_features
 from ..migrations import MigrationSet
@@ -184,6 +184,28 @@ def _one_insert_trigger(db: sqlite_utils.Database) -> None:
     )
 
 
+# Step 5's and later triggers' first statement: the profile's row of ``profile_revs`` exists.
+_ENSURE_PROFILE: Final = ("INSERT INTO profile_revs (profile) SELECT NEW.profile"
+                          " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);")
+
+
+def _rev_trigger(c: Any, columns: str) -> None:
+    """(Re)create ``memories_rev_au``: an update of any of ``columns`` that does not set the
+    row's ``rev`` itself bumps the profile's rev (and the old profile's, with a reset, on a
+    move) and gives the row the new value. Steps 5 and 6 differ only in ``columns``."""
+    c.execute("DROP TRIGGER IF EXISTS memories_rev_au")
+    c.execute(
+        f"CREATE TRIGGER memories_rev_au AFTER UPDATE OF {columns} ON memories"
+        " WHEN NEW.rev IS OLD.rev BEGIN"
+        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1"
+        " WHERE profile = OLD.profile AND OLD.profile <> NEW.profile;"
+        f" {_ENSURE_PROFILE}"
+        " UPDATE profile_revs SET rev = rev + 1 WHERE profile = NEW.profile;"
+        " UPDATE memories SET rev = (SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
+        " WHERE rowid = NEW.rowid; END"
+    )
+
+
 def _one_bump_statement(db: sqlite_utils.Database) -> None:
     """An access bump's bookkeeping in one statement per memory, not seven.
 
@@ -198,21 +220,10 @@ def _one_bump_statement(db: sqlite_utils.Database) -> None:
       profile's sum; a move or a change of state still takes the old out and puts the new in.
     """
     c = db.conn
-    c.execute("DROP TRIGGER IF EXISTS memories_rev_au")
+    _rev_trigger(c, "profile, processed_content, summary, category, confidence, created_us, last_accessed_us,"
+                    " access_count, is_active")
     c.execute("DROP TRIGGER IF EXISTS memories_counts_au")
-    ensure = ("INSERT INTO profile_revs (profile) SELECT NEW.profile"
-              " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);")
-    c.execute(
-        "CREATE TRIGGER memories_rev_au AFTER UPDATE OF profile, processed_content, summary, category,"
-        " confidence, created_us, last_accessed_us, access_count, is_active ON memories"
-        " WHEN NEW.rev IS OLD.rev BEGIN"
-        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1"
-        " WHERE profile = OLD.profile AND OLD.profile <> NEW.profile;"
-        f" {ensure}"
-        " UPDATE profile_revs SET rev = rev + 1 WHERE profile = NEW.profile;"
-        " UPDATE memories SET rev = (SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
-        " WHERE rowid = NEW.rowid; END"
-    )
+    ensure = _ENSURE_PROFILE
     moved = "(OLD.profile IS NOT NEW.profile OR OLD.is_active IS NOT NEW.is_active)"
     c.execute(
         "CREATE TRIGGER memories_counts_au AFTER UPDATE OF profile, is_active, access_count ON memories"
@@ -237,21 +248,8 @@ def _rev_on_every_field(db: sqlite_utils.Database) -> None:
     trusts each while its row's rev stands. rawInput, source, stalenessScore, version and the
     extra fields join the update trigger's columns (a hygiene move writes the extra fields alone;
     any other tool may write any of them). The trigger is otherwise step 5's."""
-    c = db.conn
-    c.execute("DROP TRIGGER IF EXISTS memories_rev_au")
-    ensure = ("INSERT INTO profile_revs (profile) SELECT NEW.profile"
-              " WHERE NOT EXISTS (SELECT 1 FROM profile_revs WHERE profile = NEW.profile);")
-    c.execute(
-        "CREATE TRIGGER memories_rev_au AFTER UPDATE OF profile, raw_input, processed_content, summary, category,"
-        " source, confidence, created_us, last_accessed_us, access_count, staleness, is_active, version, extra"
-        " ON memories WHEN NEW.rev IS OLD.rev BEGIN"
-        " UPDATE profile_revs SET rev = rev + 1, resets = resets + 1"
-        " WHERE profile = OLD.profile AND OLD.profile <> NEW.profile;"
-        f" {ensure}"
-        " UPDATE profile_revs SET rev = rev + 1 WHERE profile = NEW.profile;"
-        " UPDATE memories SET rev = (SELECT rev FROM profile_revs WHERE profile = NEW.profile)"
-        " WHERE rowid = NEW.rowid; END"
-    )
+    _rev_trigger(db.conn, "profile, raw_input, processed_content, summary, category, source, confidence,"
+                          " created_us, last_accessed_us, access_count, staleness, is_active, version, extra")
 
 
 # How many new memories wait for the FTS5 index before one statement indexes them together (step 7).
