@@ -787,6 +787,13 @@ class MemoryBank:
         in ``copied``), or why it was rejected (see ``memlocal.portability``)."""
         return self.store.import_batch(memories, copied)
 
+    def import_batches(self, batches: "Iterable[Sequence[Memory]]", copied: "dict[str, str] | None" = None
+                       ) -> "Iterator[builtins.list[str]]":
+        """:meth:`import_memories` of each batch in turn, yielding each one's outcomes once it
+        is durable; the next batch is taken from ``batches`` (and its lines read) while the one
+        before it is written, on a writer thread (``Store.import_batches``)."""
+        return self.store.import_batches(batches, copied)
+
     def refresh_if_stale(self, profile: str, ttl: float | None = None) -> bool:
         """Pull ``profile``'s memories from the bucket if the last pull is older than ``ttl`` s
         (default ``sync.refresh_ttl_s``). One pull at a time per profile; a no-op returning

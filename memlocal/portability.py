@@ -25,6 +25,7 @@ Import rules (decided here; the spec is silent):
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Callable, Iterable, Iterator
 
@@ -32,7 +33,9 @@ from .bank import MemoryBank
 from .errors import MemoryBankError, fold_whitespace
 from .model import Memory, validate_profile
 
-BATCH_SIZE = 500
+# Lines per durable transaction: a batch is read and checked while the one before it is written,
+# and 2,000 measured faster than 500 or 1,000 (fewer hand-overs between the two threads).
+BATCH_SIZE = 2000
 # The outcome of a line stored as a copy: this prefix and the new id.
 COPIED = "copied:"
 
@@ -118,13 +121,52 @@ def import_jsonl(
     if profile is not None:
         validate_profile(profile)
     report = ImportReport()
-    batch: list[tuple[int, Memory]] = []
     copied: dict[str, str] = {}  # a line's id -> its copy's new id, across batches
     stored: list[str] = []  # the ids this import stored
+    handed: deque[list[tuple[int, Memory]]] = deque()  # the batches given to the store, in order
 
-    def flush() -> None:
-        outcomes = bank.import_memories([m for _, m in batch], copied)
-        for (line_no, memory), outcome in zip(batch, outcomes):
+    def batches() -> Iterator[list[Memory]]:
+        """The lines, read and checked in batches (on the caller's thread, while the store
+        writes the batch before: ``MemoryBank.import_batches``)."""
+        batch: list[tuple[int, Memory]] = []
+        for line_no, raw in enumerate(lines, start=1):
+            if progress is not None:
+                progress(len(raw))
+            if isinstance(raw, bytes):
+                try:
+                    raw = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    report.rejected.append((line_no, f"not valid UTF-8 (byte {exc.start})"))
+                    continue
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                memory = _parse(line_no, line, profile)
+                raw_input, processed, summary, kinds = bank.redact_secrets(memory.raw_input,
+                                                                           memory.processed_content, memory.summary)
+                extra, extra_kinds, fields = bank.redact_fields(memory.extra) if memory.extra else ({}, (), ())
+                if kinds or extra_kinds:
+                    memory = memory.with_changes(raw_input=raw_input, processed_content=processed, summary=summary,
+                                                 extra=extra if extra_kinds else memory.extra)
+                    report.redacted.append((line_no, merge_kinds((kinds, extra_kinds)), fields))
+                batch.append((line_no, memory))
+            except MemoryBankError as exc:
+                report.rejected.append((line_no, str(exc)))
+                continue
+            except Exception as exc:  # containment: one hostile line never ends the import
+                report.rejected.append((line_no, f"not a usable memory ({type(exc).__name__})"))
+                continue
+            if len(batch) >= BATCH_SIZE:
+                handed.append(batch)
+                yield [m for _, m in batch]
+                batch = []
+        if batch:
+            handed.append(batch)
+            yield [m for _, m in batch]
+
+    for outcomes in bank.import_batches(batches(), copied):
+        for (line_no, memory), outcome in zip(handed.popleft(), outcomes):
             if outcome == "imported":
                 report.imported += 1
                 stored.append(memory.id)
@@ -137,40 +179,6 @@ def import_jsonl(
                 report.unchanged += 1
             else:
                 report.rejected.append((line_no, outcome))
-        batch.clear()
-
-    for line_no, raw in enumerate(lines, start=1):
-        if progress is not None:
-            progress(len(raw))
-        if isinstance(raw, bytes):
-            try:
-                raw = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                report.rejected.append((line_no, f"not valid UTF-8 (byte {exc.start})"))
-                continue
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            memory = _parse(line_no, line, profile)
-            raw_input, processed, summary, kinds = bank.redact_secrets(memory.raw_input,
-                                                                       memory.processed_content, memory.summary)
-            extra, extra_kinds, fields = bank.redact_fields(memory.extra) if memory.extra else ({}, (), ())
-            if kinds or extra_kinds:
-                memory = memory.with_changes(raw_input=raw_input, processed_content=processed, summary=summary,
-                                             extra=extra if extra_kinds else memory.extra)
-                report.redacted.append((line_no, merge_kinds((kinds, extra_kinds)), fields))
-            batch.append((line_no, memory))
-        except MemoryBankError as exc:
-            report.rejected.append((line_no, str(exc)))
-            continue
-        except Exception as exc:  # containment: one hostile line never ends the import
-            report.rejected.append((line_no, f"not a usable memory ({type(exc).__name__})"))
-            continue
-        if len(batch) >= BATCH_SIZE:
-            flush()
-    if batch:
-        flush()
     bank.relink(stored, copied)  # links to lines that came later in the file than the link
     report.rejected.sort()
     return report

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import pytest
 
 from conftest import Cli
 
@@ -186,3 +190,47 @@ def test_a_line_that_is_not_json_is_rejected_with_the_reason_json_gives(tmp_path
         (1, "not valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1)"),
         (2, "not valid JSON (NaN is not valid JSON)"),
         (3, "not valid JSON (Expecting ',' delimiter at column 6)")]
+
+
+def _line(i: int) -> str:
+    return json.dumps({"id": f"mem-{i:08x}", "profileName": "bulk", "rawInput": f"Bulk fact number {i} about deploys",
+                       "createdAt": "2026-01-02T03:04:05Z"}) + "\n"
+
+
+def test_a_batch_that_cannot_be_written_stops_the_import_after_the_batches_before_it(tmp_path: Path) -> None:
+    """Batches are read while the one before is written (a writer thread): a write that fails
+    still ends the import there. Another process takes the write lock while the second batch is
+    being read, once the first is stored; nothing after the first is stored, and the error is
+    the store's one line."""
+    from memlocal.config import Config
+    from memlocal.errors import StoreError
+    from memlocal.portability import BATCH_SIZE, import_jsonl
+
+    db = tmp_path / "bulk.db"
+    blocker = sqlite3.connect(str(db), isolation_level=None, timeout=30)
+
+    def lines() -> Iterator[str]:
+        for i in range(BATCH_SIZE):
+            yield _line(i)
+        # The first batch is written on the writer thread while this one reads on: once it is
+        # durable (the second is not handed over before the generator yields it), take the lock.
+        deadline = time.monotonic() + 30
+        while blocker.execute("SELECT count(*) FROM memories").fetchone()[0] < BATCH_SIZE:
+            assert time.monotonic() < deadline, "the first batch was never written"
+            time.sleep(0.005)
+        blocker.execute("BEGIN IMMEDIATE")
+        for i in range(BATCH_SIZE, 2 * BATCH_SIZE + 10):
+            yield _line(i)
+
+    with MemoryBank(db, config=Config.load(overrides={"store.busy_timeout_s": 0.2})) as bank:
+        try:
+            with pytest.raises(StoreError, match="stayed locked by another process"):
+                import_jsonl(bank, lines())
+        finally:
+            blocker.execute("ROLLBACK")
+        assert bank.stats()["totalMemories"] == BATCH_SIZE
+        assert {m.id for m in bank.export("bulk")} == {f"mem-{i:08x}" for i in range(BATCH_SIZE)}
+        # Importing the file again stores the rest and leaves the first batch as it is.
+        report = import_jsonl(bank, [_line(i) for i in range(2 * BATCH_SIZE + 10)])
+        assert (report.imported, report.unchanged, report.rejected) == (BATCH_SIZE + 10, BATCH_SIZE, [])
+    blocker.close()

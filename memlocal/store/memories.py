@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import builtins
 import json
-from itertools import chain
 import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Iterator, Sequence
+from itertools import chain
+from typing import Any, Final, Iterable, Iterator, Sequence
 
 from ..errors import NotFoundError, StoreError
 from ..features import features_of
@@ -126,14 +127,26 @@ def id_batches(ids: Sequence[str]) -> Iterator[builtins.list[str]]:
         yield list(ids[i:i + 500])
 
 
-_OUTBOX_UPSERT: Final = ("INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES (?, ?, ?, ?)"
-                         " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
-                         " queued_us = excluded.queued_us")
+_OUTBOX_INSERT: Final = "INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES "
+_OUTBOX_ON_CONFLICT: Final = (" ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
+                              " queued_us = excluded.queued_us")
+_OUTBOX_UPSERT: Final = _OUTBOX_INSERT + "(?, ?, ?, ?)" + _OUTBOX_ON_CONFLICT
 
 
 def _record_outbox(c: sqlite3.Connection, memory_id: str, profile: str, op: str) -> None:
     """The change log entry of a save (``put``) or deletion (``delete``); the latest op wins."""
     c.execute(_OUTBOX_UPSERT, (memory_id, profile, op, to_us(utcnow())))
+
+
+def _record_outbox_many(c: sqlite3.Connection, entries: Sequence[tuple[str, str, str, int]]) -> None:
+    """Many change log entries (``_OUTBOX_UPSERT``'s rule for each) in a few statements: one
+    statement per entry would hand the GIL back and forth once per entry, and an import's writer
+    thread then waits for the thread that reads the lines each time."""
+    per = max(1, min(500, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 4))  # as insert_rows
+    for i in range(0, len(entries), per):
+        part = entries[i:i + per]
+        c.execute(_OUTBOX_INSERT + ", ".join(["(?, ?, ?, ?)"] * len(part)) + _OUTBOX_ON_CONFLICT,
+                  list(chain.from_iterable(part)))
 
 
 # An automation note as the store keeps it: its text and updatedAt in µs.
@@ -305,7 +318,8 @@ class Store(Database):
                 raise IdTakenError(f"id {memory.id} already exists") from None
             raise
 
-    def import_batch(self, memories: Sequence[Memory], copied: dict[str, str] | None = None) -> list[str]:
+    def import_batch(self, memories: Sequence[Memory], copied: dict[str, str] | None = None,
+                     rows: Sequence[tuple[Any, ...]] | None = None) -> list[str]:
         """Insert many memories in one durable transaction, never overwriting.
 
         Returns one outcome per memory: ``imported``, ``unchanged`` (the id is already in that
@@ -313,13 +327,15 @@ class Store(Database):
         belongs to a memory of another profile, so the memory is stored as a copy with a new id
         (``copiedFrom`` names the id it had). ``copied`` (old id -> new id) collects those new ids
         across batches; links (``supersedes``/``supersededBy``) to ids already in it are moved.
+        ``rows``: each memory's :func:`write_row`, when the caller derived them already.
         """
         from ..hygiene import copy_of, relinked
         from ..model import new_id
 
         copied = {} if copied is None else copied
         outcomes: list[str] = []
-        rows = {m.id: write_row(m) for m in memories}  # tokenised before the write lock is taken
+        # Tokenised before the write lock is taken.
+        row_of = dict(zip([m.id for m in memories], rows if rows is not None else map(write_row, memories)))
         with self.transaction() as c:
             owner: dict[str, str] = {}  # id -> profile of the ids already here
             for part in id_batches([m.id for m in memories]):
@@ -344,7 +360,7 @@ class Store(Database):
                 elif profile is None:
                     owner[memory.id] = memory.profile_name  # a repeated id later in the batch is "unchanged"
                     moved = relinked(memory, copied)
-                    new.append(rows[memory.id] if moved is memory else write_row(moved))
+                    new.append(row_of[memory.id] if moved is memory else write_row(moved))
                     outcomes.append("imported")
                 elif profile == memory.profile_name:
                     outcomes.append("unchanged")
@@ -359,8 +375,29 @@ class Store(Database):
                     outcomes.append(f"copied:{fresh}")
             insert_rows(c, new)
             queued = to_us(utcnow())
-            c.executemany(_OUTBOX_UPSERT, [(w[0], w[1], "put", queued) for w in new])
+            _record_outbox_many(c, [(w[0], w[1], "put", queued) for w in new])
         return outcomes
+
+    def import_batches(self, batches: Iterable[Sequence[Memory]], copied: dict[str, str] | None = None
+                       ) -> Iterator[builtins.list[str]]:
+        """:meth:`import_batch` of each batch in turn, yielding its outcomes once it is durable.
+
+        Pipelined: while one batch is written on a writer thread (SQLite lets go of the GIL
+        while it writes), this thread takes the next batch from ``batches`` (an import reads and
+        checks its lines there) and derives its rows. A batch is handed to the writer only once
+        the one before it is durable, so a failure stops the import at the failing batch: the
+        batches before it are stored, none after it, and the error is raised here.
+        """
+        copied = {} if copied is None else copied
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-import") as writer:
+            pending: Future[builtins.list[str]] | None = None
+            for memories in batches:
+                rows = [write_row(m) for m in memories]
+                if pending is not None:
+                    yield pending.result()
+                pending = writer.submit(self.import_batch, memories, copied, rows)
+            if pending is not None:
+                yield pending.result()
 
     def relink(self, ids: Sequence[str], copied: dict[str, str]) -> int:
         """Move the links of the memories ``ids`` that point at an old id of ``copied`` to its new
@@ -413,11 +450,11 @@ class Store(Database):
             # The features depend on the text only: the copy reuses the original's.
             insert_rows(c, [(*memory_to_row(m), r[-1]) for m, r in zip(copies, rows)])
             queued = to_us(utcnow())
-            c.executemany(_OUTBOX_UPSERT, [(m.id, target, "put", queued) for m in copies])
+            _record_outbox_many(c, [(m.id, target, "put", queued) for m in copies])
             if move:
                 for part in id_batches([m.id for m in originals]):
                     c.execute(f"DELETE FROM memories WHERE id IN ({', '.join('?' * len(part))})", part)
-                c.executemany(_OUTBOX_UPSERT, [(m.id, source, "delete", queued) for m in originals])
+                _record_outbox_many(c, [(m.id, source, "delete", queued) for m in originals])
         return list(zip(originals, copies))
 
     def upsert(self, memory: Memory) -> None:
