@@ -14,6 +14,7 @@ bucket cannot be used right now: unreachable, no such bucket, denied, retries ex
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -205,19 +206,64 @@ def _new_session() -> Any:
     return boto3.session.Session(botocore_session=core)
 
 
-def _s3_client(explicit_keys: bool, **kwargs: Any) -> Any:
-    """A new S3 client. With explicit keys it comes from the process's one session: a new session
-    registers botocore's ~1,000 event handlers again (~15 ms, most of a client's cost, and a pass
-    makes one); sessions are not thread-safe, hence the lock (the clients are). Without keys each
-    client has a session of its own, so that boto3's credential chain (environment, profile,
-    instance role) is read afresh, never cached for the life of the process."""
+class _Shared:
+    """A client made with explicit keys, and how many open Buckets use it."""
+
+    __slots__ = ("client", "users")
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.users = 0
+
+
+# The clients made with explicit keys, by everything they were made from, least recently used
+# first. The Buckets of a process with the same settings and limits share one: a bank opens two,
+# a sync pass one, and making a client costs 15-30 ms of CPU (botocore copies its ~1,000 event
+# handlers and builds the endpoint rules), more than most requests. Clients are thread-safe.
+# When its last Bucket closes, a client closes its connections (and stays here, to be used
+# again: a closed botocore client opens new connections on its next request).
+_CLIENTS: OrderedDict[tuple[Any, ...], _Shared] = OrderedDict()
+# Unused clients kept (a process has one or two configurations; a test suite's proxies more).
+CLIENTS_KEPT = 16
+
+
+def _s3_client(shared_as: tuple[Any, ...] | None, **kwargs: Any) -> tuple[Any, _Shared | None]:
+    """An S3 client, and its ``_Shared`` entry when it is shared (``Bucket.close`` releases it).
+
+    With explicit keys (``shared_as``: everything the client is made from) it is the process's
+    client for them, made on the process's one session the first time: a new session registers
+    botocore's event handlers again; sessions are not thread-safe, hence the lock. Without keys
+    each client is new, on a session of its own, so that boto3's credential chain (environment,
+    profile, instance role) is read afresh, never cached for the life of the process."""
     global _SHARED_SESSION
     with _SESSION_LOCK:
-        if not explicit_keys:
-            return _new_session().client("s3", **kwargs)
-        if _SHARED_SESSION is None:
-            _SHARED_SESSION = _new_session()
-        return _SHARED_SESSION.client("s3", **kwargs)
+        if shared_as is None:
+            return _with_hooks(_new_session().client("s3", **kwargs)), None
+        shared = _CLIENTS.get(shared_as)
+        if shared is None:
+            if _SHARED_SESSION is None:
+                _SHARED_SESSION = _new_session()
+            shared = _CLIENTS[shared_as] = _Shared(_with_hooks(_SHARED_SESSION.client("s3", **kwargs)))
+            unused = [key for key, entry in _CLIENTS.items() if not entry.users and entry is not shared]
+            for key in unused[:max(0, len(_CLIENTS) - CLIENTS_KEPT)]:
+                del _CLIENTS[key]  # closed when its last Bucket closed
+        _CLIENTS.move_to_end(shared_as)
+        shared.users += 1
+        return shared.client, shared
+
+
+def _release(shared: _Shared) -> bool:
+    """One Bucket less uses ``shared``; whether it was the last (its connections may close)."""
+    with _SESSION_LOCK:
+        shared.users -= 1
+        return shared.users == 0
+
+
+def _with_hooks(client: Any) -> Any:
+    # botocore sends "Expect: 100-continue" with every PUT body, which costs a round trip per
+    # object (the server's interim 100 answer) for bodies of a few hundred bytes.
+    client.meta.events.register("before-sign.s3.PutObject", _drop_expect_header)
+    return client
 
 
 def _drop_expect_header(request: Any, **_: Any) -> None:
@@ -240,6 +286,7 @@ class Bucket:
         self.page_size = page_size
         # Any: botocore builds S3 client methods at run time, so its static type has none of them.
         self._client: Any = None
+        self._shared: _Shared | None = None  # set when the client is the process's for these settings
         self._lock = threading.Lock()
 
     @property
@@ -247,10 +294,10 @@ class Bucket:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = self._make_client()
+                    self._client, self._shared = self._make_client()
         return self._client
 
-    def _make_client(self) -> Any:
+    def _make_client(self) -> tuple[Any, _Shared | None]:
         from botocore.config import Config as BotoConfig
 
         s = self.settings
@@ -267,22 +314,24 @@ class Bucket:
             response_checksum_validation="when_required",
             user_agent_extra="memlocal-sync",
         )
-        client = _s3_client(
-            bool(s.access_key_id and s.secret_access_key),
+        explicit = bool(s.access_key_id and s.secret_access_key)
+        return _s3_client(
+            (s.endpoint, s.region, s.access_key_id, s.secret_access_key, self.timeout_s, self.attempts,
+             self.pool_size) if explicit else None,
             endpoint_url=s.endpoint,
             region_name=s.region,
             aws_access_key_id=s.access_key_id,
             aws_secret_access_key=s.secret_access_key,
             config=cfg,
         )
-        # botocore sends "Expect: 100-continue" with every PUT body, which costs a round trip per
-        # object (the server's interim 100 answer) for bodies of a few hundred bytes.
-        client.meta.events.register("before-sign.s3.PutObject", _drop_expect_header)
-        return client
 
     def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        """Let go of the client and close its connections (a shared client's once no other
+        Bucket uses it: ``_CLIENTS``)."""
+        with self._lock:
+            client, self._client = self._client, None
+            shared, self._shared = self._shared, None
+        if client is not None and (shared is None or _release(shared)):
             try:
                 client.close()
             except Exception:  # pragma: no cover - closing a pool must not fail a shutdown
