@@ -234,3 +234,41 @@ def test_a_batch_that_cannot_be_written_stops_the_import_after_the_batches_befor
         report = import_jsonl(bank, [_line(i) for i in range(2 * BATCH_SIZE + 10)])
         assert (report.imported, report.unchanged, report.rejected) == (BATCH_SIZE + 10, BATCH_SIZE, [])
     blocker.close()
+
+
+def test_links_between_batches_follow_the_copies_new_ids_both_ways(tmp_path: Path) -> None:
+    """An import into the same database under another profile stores copies with new ids. A link
+    from a later batch to an earlier one follows the earlier copy's new id (known when the later
+    batch is written: the batches are written in order, one at a time, on the writer thread), and
+    a link to a later line is moved once every line is in; a second import creates nothing."""
+    from memlocal.portability import BATCH_SIZE, export_memories, import_jsonl
+
+    with MemoryBank(tmp_path / "links.db") as bank:
+        report = import_jsonl(bank, [_line(i) for i in range(BATCH_SIZE + 5)])
+        assert report.imported == BATCH_SIZE + 5
+        early = f"mem-{1:08x}"
+        bank.save("bulk", content="Bulk fact number one about deploys, revised", supersedes=early)
+        lines = [json.loads(line) for line in _jsonl(export_memories(bank, "bulk"))]
+        # The revision moves into the second batch: it supersedes a line of the first (a link
+        # back), and that line is superseded by it (a link forward).
+        newest = next(line for line in lines if line.get("supersedes") == early)
+        lines.remove(newest)
+        lines.insert(BATCH_SIZE + 3, newest)
+        text = [json.dumps(line) + "\n" for line in lines]
+        report = import_jsonl(bank, text, profile="copy")
+        assert report.imported == len(lines) and len(report.new_ids) == len(lines)
+        new = {old: fresh for _, old, fresh in report.new_ids}
+        assert bank.get("copy", new[newest["id"]]).supersedes == new[early]
+        assert bank.get("copy", new[early]).superseded_by == new[newest["id"]]
+        again = import_jsonl(bank, text, profile="copy")
+        assert (again.imported, again.unchanged) == (0, len(lines))
+
+
+def _jsonl(memories: Any) -> list[str]:
+    import io
+
+    from memlocal.portability import write_jsonl
+
+    buf = io.StringIO()
+    write_jsonl(memories, buf)
+    return buf.getvalue().splitlines()
