@@ -10,12 +10,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import sqlite_utils
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memlocal import MemoryBank
 from memlocal.config import Config
+from memlocal.store.database import import_sqlite_utils
 from memlocal.features import (
     FEATURES_META_KEY, cluster_token, encode_term, features_of, fingerprint, parse, scope_token, term_token,
 )
@@ -123,7 +123,8 @@ def test_writers_that_skip_features_are_caught_and_derived(tmp_path: Path) -> No
 def test_migration_back_fills_an_existing_database(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(str(path), isolation_level=None)
-    db = sqlite_utils.Database(conn)
+    # As the store imports it (without numpy): at module level every worker paid for numpy.
+    db = import_sqlite_utils().Database(conn)
     for version in (1, 2, 3):  # a database as the previous release left it
         MIGRATIONS[version](db)
     conn.execute("PRAGMA user_version = 3")
