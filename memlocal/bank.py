@@ -190,12 +190,15 @@ def _query_terms(value: str) -> builtins.list[str]:
     return sorted(text.terms(value))[:_QUERY_TERMS]
 
 
-def _discover(group: str) -> list[Any]:
+@functools.cache
+def _discover(group: str) -> tuple[Any, ...]:
     """The objects registered under an entry point group (the sync package registers here, so
-    memlocal never imports it by name: the daemon depends on the library, not the reverse)."""
+    memlocal never imports it by name: the daemon depends on the library, not the reverse).
+    Looked up once per process: ``entry_points`` reads every installed distribution's metadata
+    (~15 ms), and what is installed does not change under a running process."""
     from importlib.metadata import entry_points
 
-    return [ep.load() for ep in entry_points(group=group)]
+    return tuple(ep.load() for ep in entry_points(group=group))
 
 
 # A sync daemon's factory: the configuration, the store as the replication port, and the
