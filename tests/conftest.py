@@ -278,10 +278,12 @@ def wait_for() -> Callable[..., Any]:
 
 
 @pytest.fixture(scope="session")
-def screenshots_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where browser tests write screenshots: ``$MEMLOCAL_TEST_SCREENSHOTS`` if set, else a
-    session temporary folder (never the repository). Its path is printed in the test summary."""
+def screenshots_dir() -> Path | None:
+    """Where browser tests write their screenshots of the views: ``$MEMLOCAL_TEST_SCREENSHOTS``
+    (never the repository unless you name it); ``None`` when it is not set: no screenshots."""
     chosen = os.environ.get("MEMLOCAL_TEST_SCREENSHOTS")
-    path = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    if not chosen:
+        return None
+    path = Path(chosen)
     path.mkdir(parents=True, exist_ok=True)
     return path

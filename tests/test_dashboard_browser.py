@@ -3,10 +3,11 @@ uvicorn server in this process: ``api_live.ServedInProcess``; test_api_serve.py 
 itself) on a seeded SQLite file, driven in headless Chromium (Debian's ``chromium``, through
 Playwright's Python package; one browser per module, a fresh tab per test).
 
-Each test checks what the page shows against what the REST API answers, and writes screenshots
-of the main views at 1280 px and 390 px to ``dashboard/`` in the ``screenshots_dir`` fixture's
-folder (``MEMLOCAL_TEST_SCREENSHOTS``, else a temporary folder): look at them after a change to
-the page. ``.ci/run`` installs ``chromium`` when it is missing; without it these
+Each test checks what the page shows against what the REST API answers. With
+``MEMLOCAL_TEST_SCREENSHOTS`` set (the ``screenshots_dir`` fixture), the tests also write
+screenshots of the main views at 1280 px and 390 px to ``dashboard/`` in that folder: set it and
+look at them after a change to the page (without it, no screenshots: ~3 s of Chromium's CPU and
+~6 s of the module's time that nobody looked at). ``.ci/run`` installs ``chromium`` when it is missing; without it these
 tests fail (they are never skipped).
 """
 
@@ -35,7 +36,8 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-SCREENSHOTS = Path()  # set by the ``browser`` fixture: dashboard/ in the screenshots_dir fixture's folder
+# Set by the ``browser`` fixture: dashboard/ in the screenshots_dir fixture's folder, or None.
+SCREENSHOTS: Path | None = None
 WIDTHS = ((1280, 900), (390, 844))
 TOKEN = "dash-token-" + "4" * 20
 
@@ -44,12 +46,13 @@ TOKEN = "dash-token-" + "4" * 20
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory, screenshots_dir: Path) -> Iterator[BrowserContext]:
+def browser(tmp_path_factory: pytest.TempPathFactory, screenshots_dir: Path | None) -> Iterator[BrowserContext]:
     global SCREENSHOTS
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
-    SCREENSHOTS = screenshots_dir / "dashboard"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    SCREENSHOTS = screenshots_dir / "dashboard" if screenshots_dir is not None else None
+    if SCREENSHOTS is not None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM),
@@ -126,7 +129,10 @@ def seeded(tmp_path: Path, seeded_file: tuple[Path, dict[str, Any]]) -> Iterator
 
 def shoot(page: Page, name: str) -> None:
     """Screenshots of the current view at each width, then back to 1280 px: ``NAME-WIDTH.png``
-    is what the screen shows, ``NAME-WIDTH-full.png`` the whole page when it is longer."""
+    is what the screen shows, ``NAME-WIDTH-full.png`` the whole page when it is longer. Only
+    when ``MEMLOCAL_TEST_SCREENSHOTS`` asks for them."""
+    if SCREENSHOTS is None:
+        return
     for width, height in WIDTHS:
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(50)  # one layout pass
