@@ -915,17 +915,17 @@ class ProfileIndex:
                         m |= 1 << i
                 subsets.append((topic_of(m), m))
             subsets.sort(key=lambda c: -c[0])
-            bound: list[float] = []  # wR·(the best cm·recency) + wU·(the best cm·usage), once needed
+            bound: float | None = None  # wR·(the best cm·recency) + wU·(the best cm·usage), once needed
             for top, m in subsets:
                 kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
-                if len(kth) >= limit and not bound:
+                if len(kth) >= limit and bound is None:
                     # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
                     out_of_place = [d for d in self._moved if self.ids[d] is not None]
                     top_kx = max([kx[d] for d in out_of_place] + ([kx[xs[0]]] if xs else []), default=None)
                     top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
                     top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
-                    bound.append(w.recency * top_x + w.usage * top_y)
-                if len(kth) >= limit and bound[0] + w.topic * top + _EPS < kth[-1]:
+                    bound = w.recency * top_x + w.usage * top_y
+                if bound is not None and len(kth) >= limit and bound + w.topic * top + _EPS < kth[-1]:
                     break
                 found = self._subset(m, common, bits, excl)
                 if found:
@@ -1952,7 +1952,7 @@ class RecallIndex:
         """Several queries of ``profile`` read as one (a memory block ranks three tiers): in one
         read transaction, so that they agree with one another, and each row is read once. The
         caller writes nothing on the store's connection meanwhile; other threads' queries wait."""
-        if self._reading is not None and self._reading[0] == threading.get_ident():
+        if self._own_reading() is not None:
             yield  # already inside one
             return
         self._prepare(profile)
@@ -1962,6 +1962,11 @@ class RecallIndex:
                 yield
             finally:
                 self._reading = None
+
+    def _own_reading(self) -> tuple[int, str, dict[str, Memory | None]] | None:
+        """The :meth:`reading` this thread has open, if any."""
+        reading = self._reading
+        return reading if reading is not None and reading[0] == threading.get_ident() else None
 
     def _prepare(self, profile: str) -> None:
         """What a read of ``profile`` needs done before its snapshot starts."""
@@ -1982,8 +1987,8 @@ class RecallIndex:
                 out.update(found)
                 idx.remember(found.values())
             return out
-        reading = self._reading
-        if reading is None or reading[0] != threading.get_ident() or reading[1] != profile:
+        reading = self._own_reading()
+        if reading is None or reading[1] != profile:
             return self.store.get_many(profile, ids, conn=conn)
         seen = reading[2]
         missing = [i for i in ids if i not in seen]
@@ -1999,8 +2004,7 @@ class RecallIndex:
         limit, keep = (max(rq.limit, RERANK_DEPTH), rq.limit) if ranking.gated else (rq.limit, None)
         now_us = to_us(rq.now or utcnow())
         assert now_us is not None
-        reading = self._reading
-        if reading is None or reading[0] != threading.get_ident():
+        if self._own_reading() is None:
             self._prepare(profile)
         with self._lock, self.store.snapshot() as conn:
             if profile not in self._indexes:

@@ -142,11 +142,7 @@ def _record_outbox_many(c: sqlite3.Connection, entries: Sequence[tuple[str, str,
     """Many change log entries (``_OUTBOX_UPSERT``'s rule for each) in a few statements: one
     statement per entry would hand the GIL back and forth once per entry, and an import's writer
     thread then waits for the thread that reads the lines each time."""
-    per = max(1, min(500, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 4))  # as insert_rows
-    for i in range(0, len(entries), per):
-        part = entries[i:i + per]
-        c.execute(_OUTBOX_INSERT + ", ".join(["(?, ?, ?, ?)"] * len(part)) + _OUTBOX_ON_CONFLICT,
-                  list(chain.from_iterable(part)))
+    _insert_values(c, _OUTBOX_INSERT, 4, entries, _OUTBOX_ON_CONFLICT)
 
 
 # An automation note as the store keeps it: its text and updatedAt in µs.
@@ -191,13 +187,20 @@ def insert_rows(c: sqlite3.Connection, rows: Sequence[Sequence[Any]], columns: S
     if not rows:
         return
     rows, columns = _with_revs(c, rows, columns)
-    # Within SQLite's limit on bound variables (32766 by default since 3.32; 999 before).
-    per = max(1, min(rows_per_statement, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns)))
-    head = f"INSERT INTO memories ({', '.join(columns)}) VALUES "
-    one = "(" + ", ".join("?" for _ in columns) + ")"
+    _insert_values(c, f"INSERT INTO memories ({', '.join(columns)}) VALUES ", len(columns), rows,
+                   rows_per_statement=rows_per_statement)
+
+
+def _insert_values(c: sqlite3.Connection, head: str, width: int, rows: Sequence[Sequence[Any]], tail: str = "",
+                   rows_per_statement: int = 500) -> None:
+    """``head`` + a multi-row ``VALUES`` list + ``tail`` for ``rows`` (each ``width`` values), in
+    as few statements as SQLite's limit on bound variables allows (32766 by default since 3.32;
+    999 before)."""
+    per = max(1, min(rows_per_statement, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+    one = "(" + ", ".join("?" * width) + ")"
     for i in range(0, len(rows), per):
         part = rows[i:i + per]
-        c.execute(head + ", ".join([one] * len(part)), list(chain.from_iterable(part)))
+        c.execute(head + ", ".join([one] * len(part)) + tail, list(chain.from_iterable(part)))
 
 
 def _with_revs(c: sqlite3.Connection, rows: Sequence[Sequence[Any]],
