@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -82,6 +83,21 @@ pytest_plugins: list[str] = ["anthropic_fake", "s3server"]
 hypothesis_settings.register_profile("memlocal", database=None, deadline=None)
 hypothesis_settings.load_profile("memlocal")
 set_hypothesis_home_dir(str(CACHE / "hypothesis"))
+
+
+# The collector, tuned for a test process that holds ~200k objects from collection on and makes
+# garbage in bursts. With CPython's defaults (700, 10, 10) each worker ran 11-16 full collections,
+# 0.2-0.8 s each, ~5.6-7.3 s of a worker's CPU in all (timed with gc.callbacks); with a young
+# generation of 10,000 objects and the collection's objects frozen (never scanned again), 2 full
+# collections and ~3 s. Cycles are still collected, only in fewer, larger passes.
+gc.set_threshold(10_000, 10, 10)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection made (the test modules, their items, the imported libraries): it
+    lives until the run ends, so a full collection need not walk it again."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
