@@ -366,7 +366,10 @@ class SyncEngine:
         prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
         snapshots: dict[str, list[str]] = {}
         prefetched: dict[str, dict[str, _Prefetched]] = {}
-        fresh_listing = self._fresh_listing(identity, view) if view.fresh else None
+        # A fresh host looks for snapshots first (every profile: ``view.fresh`` implies no scope);
+        # when none can stand for a listing, the full listing below reuses this one.
+        listed_snapshots = self._list_snapshots(None) if view.fresh else None
+        fresh_listing = self._fresh_listing(identity, view, listed_snapshots) if listed_snapshots else None
         if fresh_listing is not None:
             report.mode = "snapshot"
             listing, snapshots, prefetched, view = fresh_listing
@@ -390,7 +393,7 @@ class SyncEngine:
                 base = self.state.base_entries(profiles)
                 local_rows = self.state.local_rows(profiles, hashes=hashes, base=base)
                 outbox_deletes = self.state.outbox_deletes(profiles)
-            snapshots = self._list_snapshots(profiles)
+            snapshots = listed_snapshots if listed_snapshots is not None else self._list_snapshots(profiles)
             # A profile this host has nothing of (a fresh host's case) will take most of its
             # memories from its snapshot: fetched and decoded here, as the content hashes are
             # computed, while the listing waits on the server (CPU that would otherwise follow it).
@@ -516,16 +519,13 @@ class SyncEngine:
             reason = f"{size} changes recorded since the last pass: listed in full (snapshots apply)"
         return _RecordView(False, segments, tail, reason if not (full or due) or not trusted else "", cursor)
 
-    def _fresh_listing(self, identity: marker.Identity, view: "_RecordView") -> (
+    def _fresh_listing(self, identity: marker.Identity, view: "_RecordView", snapshots: dict[str, list[str]]) -> (
             tuple[list[Listed], dict[str, list[str]], dict[str, dict[str, "_Prefetched"]], "_RecordView"] | None):
         """A fresh host's listing without listing every object: each profile's current snapshot
-        (one made under this marker, less than half the record's retention old, and naming the
-        segment number its listing began at) stands for that profile's listing, with the
-        segments after that number applied; profiles without one are listed. ``None`` (list in
-        full) when the record cannot be followed from the oldest such snapshot."""
-        snapshots = self._list_snapshots(None)
-        if not snapshots:
-            return None
+        among ``snapshots`` (one made under this marker, less than half the record's retention
+        old, and naming the segment number its listing began at) stands for that profile's
+        listing, with the segments after that number applied; profiles without one are listed.
+        ``None`` (list in full) when the record cannot be followed from the oldest such snapshot."""
         profiles = {p.rstrip("/").rsplit("/", 1)[-1]
                     for p in self.bucket.list(profile_prefix(None), delimiter="/").prefixes}
         self._snapshot_meta = {}

@@ -83,6 +83,22 @@ def test_snapshots_off_fetch_every_object(hosts: Callable[..., Host], s3: S3, fa
     assert object_gets(fault_proxy) == N
 
 
+def test_a_fresh_hosts_first_pass_without_a_usable_snapshot_lists_the_snapshots_once(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    """A fresh host looks for snapshots first; when none can stand for a listing, the full
+    listing that follows uses the snapshot listing it already has, not a second one."""
+    a = hosts("a", sync__snapshot_min_objects=100)  # too few memories for a snapshot
+    for i in range(5):
+        assert a.bank.save(P, content=f"memory number {i}").synced
+    assert a.sync().ok and snapshot_keys(s3) == []
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
+    report = b.sync()
+    assert report.ok and report.counts["pulled"] == 5, report.reason
+    with fault_proxy.lock:
+        listings = [p for m, p, _s in fault_proxy.requests if "list-type" in p]
+    assert sum("snapshots" in p for p in listings) == 1, listings
+
+
 def test_a_hostile_snapshot_is_ignored(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
     settled_host(hosts, s3)
     (key,) = snapshot_keys(s3)
