@@ -127,6 +127,15 @@ def decode_segment(data: bytes, seq: int) -> Segment:
     return Segment(seq, doc["marker"], str(doc.get("host", "")), created, tuple(changes))
 
 
+@dataclass(frozen=True)
+class Compaction:
+    """What :meth:`ChangeLog.compact` did: segments ``deleted``, and the time (Unix seconds, the
+    log's clock) before which another compaction would find nothing old enough to delete."""
+
+    deleted: int
+    due: float
+
+
 class ChangeLog:
     """Reads, publishes and compacts the change record of one bucket."""
 
@@ -206,14 +215,19 @@ class ChangeLog:
         except Exception as exc:  # a hint: another host moves it next time
             log.debug("change record head not moved: %s", exc)
 
-    def compact(self) -> int:
-        """Delete segments older than the retention, oldest first, never the newest one;
-        returns how many. One listing page, then a GET and a DELETE per old segment."""
+    def compact(self) -> Compaction:
+        """Delete segments older than the retention, oldest first, never the newest one. One
+        listing page, then a GET and a DELETE per old segment; then the first young segment's
+        age says when the next deletion can be due (``Compaction.due``, on this log's clock)."""
         page = self.bucket.list(CHANGES_PREFIX, max_pages=1)
         seqs = sorted(s for o in page.objects if (s := parse_segment_key(o.key)) is not None)
         if not page.truncated:
             seqs = seqs[:-1]  # the newest stays: it tells a writer where the numbers are
-        cutoff = self.clock() - self.retention_s
+        now = self.clock()
+        cutoff = now - self.retention_s
+        # Nothing older left: the newest (kept) or a later segment is the next to age, at the
+        # earliest a quarter of the retention from now (a bound, whatever the segments' clocks say).
+        due = now + self.retention_s / 4
         deleted = 0
         for seq in seqs[:COMPACT_MAX]:
             try:
@@ -224,10 +238,14 @@ class ChangeLog:
             except (Untrusted, ObjectTooLarge):
                 created = 0.0  # not a readable segment: only its place in the order matters
             if created >= cutoff:
+                due = min(due, created + self.retention_s)
                 break
             self.bucket.delete(segment_key(seq))
             deleted += 1
-        return deleted
+        else:
+            if page.truncated or len(seqs) > COMPACT_MAX:
+                due = now  # more old segments than one compaction takes: the next pass goes on
+        return Compaction(deleted, due)
 
 
 def publish_journal(log_: ChangeLog, state: Any, marker_id: str, *, now: float | None = None) -> int:

@@ -623,7 +623,14 @@ class SyncEngine:
         try:
             report.counts["segments_published"] += changes.publish_journal(self.changes, self.state, identity.id)
             if clean and report.mode == "full" and view.tail is not None:
-                report.counts["segments_compacted"] += self.changes.compact()
+                # Compaction lists the record and reads its oldest segment's age: skipped until
+                # the last one's ``due`` (no segment can have aged out before), so a full pass
+                # made every few minutes does not pay two requests to delete nothing.
+                due = self.state.changes_state().get("compactDue")
+                if not isinstance(due, (int, float)) or isinstance(due, bool) or due <= self.changes.clock():
+                    done = self.changes.compact()
+                    report.counts["segments_compacted"] += done.deleted
+                    self.state.update_changes(identity.id, compactDue=done.due)
                 self.state.forget_deletes_before(int((now - self.changes.retention_s) * 1e6))
         except BucketUnavailable:
             raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -147,6 +148,38 @@ def test_old_segments_are_compacted_but_never_the_newest(hosts: Callable[..., Ho
     report = a.sync()
     assert report.ok and report.counts["segments_compacted"] == 2
     assert _segments(s3) == [3]
+
+
+def test_a_full_pass_reads_the_record_for_compaction_only_once_a_segment_can_have_aged_out(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+    """Compaction lists the record and reads its oldest segment's age; the next full passes skip
+    both until that segment can be past the retention (the state remembers when)."""
+    from memlocal_sync.engine import SyncEngine
+
+    a = hosts("a", bucket__endpoint=fault_proxy.endpoint)
+    for i in range(3):
+        a.bank.save(P, f"memory {i}")
+
+    def compaction_requests(**kwargs: Any) -> tuple[int, list[str]]:
+        engine = SyncEngine(a.config, a.bank.replica)
+        for name, value in kwargs.items():
+            setattr(engine.changes, name, value)
+        before = len(fault_proxy.requests)
+        try:
+            report = engine.run_pass(full=True)
+        finally:
+            engine.close()
+        assert report.ok and report.mode == "full", report.reason
+        # Its listing of the record, and reads of segments that exist (not the next one's 404).
+        return report.counts["segments_compacted"], [p for _m, p, status in fault_proxy.requests[before:]
+                                                     if "list-type" in p and "changes%2F" in p
+                                                     or "/changes/0" in p and status != 404]
+
+    assert compaction_requests()[1]                                   # the first full pass looks
+    assert compaction_requests() == (0, [])                           # nothing can be old yet
+    week = 8 * 86400.0
+    compacted, made = compaction_requests(clock=lambda: time.time() + week)
+    assert compacted == 2 and made and _segments(s3) == [3]           # past the retention: compacted
 
 
 def test_a_fresh_host_takes_snapshots_for_listings_and_the_record_for_what_changed_since(
