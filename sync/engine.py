@@ -626,8 +626,7 @@ class SyncEngine:
                 # Compaction lists the record and reads its oldest segment's age: skipped until
                 # the last one's ``due`` (no segment can have aged out before), so a full pass
                 # made every few minutes does not pay two requests to delete nothing.
-                due = self.state.changes_state().get("compactDue")
-                if not isinstance(due, (int, float)) or isinstance(due, bool) or due <= self.changes.clock():
+                if float(self.state.changes_state().get("compactDue") or 0) <= self.changes.clock():
                     done = self.changes.compact()
                     report.counts["segments_compacted"] += done.deleted
                     self.state.update_changes(identity.id, compactDue=done.due)

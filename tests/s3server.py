@@ -464,11 +464,13 @@ class Host:
         self.config = Config.load(overrides=overrides or {})
         self.bank = MemoryBank.open(path, config=self.config)
 
-    def sync(self, **kwargs: Any) -> Any:
-        """One pass (``SyncEngine.run_pass``)."""
+    def sync(self, *, clock: Callable[[], float] | None = None, **kwargs: Any) -> Any:
+        """One pass (``SyncEngine.run_pass``); ``clock``: the change record's clock for it."""
         from memlocal_sync.engine import SyncEngine
 
         engine = SyncEngine(self.config, self.bank.replica)
+        if clock is not None:
+            engine.changes.clock = clock
         try:
             return engine.run_pass(**kwargs)
         finally:

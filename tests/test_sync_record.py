@@ -154,21 +154,13 @@ def test_a_full_pass_reads_the_record_for_compaction_only_once_a_segment_can_hav
         hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
     """Compaction lists the record and reads its oldest segment's age; the next full passes skip
     both until that segment can be past the retention (the state remembers when)."""
-    from memlocal_sync.engine import SyncEngine
-
     a = hosts("a", bucket__endpoint=fault_proxy.endpoint)
     for i in range(3):
         a.bank.save(P, f"memory {i}")
 
     def compaction_requests(**kwargs: Any) -> tuple[int, list[str]]:
-        engine = SyncEngine(a.config, a.bank.replica)
-        for name, value in kwargs.items():
-            setattr(engine.changes, name, value)
         before = len(fault_proxy.requests)
-        try:
-            report = engine.run_pass(full=True)
-        finally:
-            engine.close()
+        report = a.sync(full=True, **kwargs)
         assert report.ok and report.mode == "full", report.reason
         # Its listing of the record, and reads of segments that exist (not the next one's 404).
         return report.counts["segments_compacted"], [p for _m, p, status in fault_proxy.requests[before:]
