@@ -8,7 +8,9 @@ import hook), so mypy sees it through a symlink named ``memlocal_sync`` on its s
 The symlink and mypy's incremental cache live under ``~/.cache/memlocal-tests/mypy/``
 (``$XDG_CACHE_HOME``), one
 folder per checkout (worktrees run side by side), never in the repository: a warm run re-checks
-only the changed modules (about 2 s of CPU against about 35 s cold).
+only the changed modules (about 1.5 s of CPU against about 21 s cold; the
+``follow_imports = "skip"`` override in pyproject.toml keeps mypy out of the parts of the
+anthropic SDK and of langchain_core that memlocal never reaches).
 """
 
 from __future__ import annotations
