@@ -22,13 +22,13 @@ from typing import Any, Callable, Iterator, Mapping
 # What the suite keeps between runs lives in the user's cache, never in the repository.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests"
 
-# Set before memlocal or any test module is imported, so nothing is compiled into the repository.
-# Compiled bytecode (pytest's rewritten test modules included) goes to CACHE/pycache, for this
-# process, the xdist workers and every subprocess a test starts: with PYTHONDONTWRITEBYTECODE set
-# (as on the team's machines) each process compiled memlocal and rewrote every test module again.
-sys.pycache_prefix = str(CACHE / "pycache")
+# Bytecode is read and written where Python keeps it by default, in the ``__pycache__`` beside each
+# source (git-ignored), by this process, the xdist workers and every subprocess a test starts.
+# With PYTHONDONTWRITEBYTECODE set (as on the team's machines) each process compiled memlocal and
+# rewrote every test module again. A PYTHONPYCACHEPREFIX (the suite's cache, until December 2026)
+# kept the repository free of them, but made every process ignore the bytecode pip compiled at
+# install time: a fresh clone's run compiled every library it imports, ~20 s of CPU.
 sys.dont_write_bytecode = False
-os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
