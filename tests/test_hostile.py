@@ -169,6 +169,19 @@ def test_mcp_answers_a_request_whose_id_is_a_lone_surrogate(mcp: RawMcp) -> None
     assert not mcp.call("memory_save", {"content": "still serving"}).get("isError")
 
 
+# Next to the other tests of the module's MCP server process: xdist hands neighbouring tests to
+# the same worker, and each worker that runs one of them starts its own (~1.7 s of CPU).
+@pytest.mark.timeout(300)
+@settings(max_examples=40, deadline=None)
+@given(field=st.sampled_from(("content", "summary", "rawInput", "query")), text=hostile_text)
+def test_mcp_answers_every_generated_call(mcp: RawMcp, field: str, text: str) -> None:
+    if field == "query":
+        result = mcp.call("memory_recall", {"query": text})
+    else:
+        result = mcp.call("memory_save", {"content": "c", field: text})
+    assert result["content"]  # an answer, error or not
+
+
 # --- origins ------------------------------------------------------------------------------------
 
 
@@ -332,17 +345,6 @@ def test_cli_never_prints_a_traceback(tmp_path_factory: pytest.TempPathFactory, 
         result = CliRunner().invoke(main, argv)
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
         assert "Traceback" not in result.output
-
-
-@pytest.mark.timeout(300)
-@settings(max_examples=40, deadline=None)
-@given(field=st.sampled_from(("content", "summary", "rawInput", "query")), text=hostile_text)
-def test_mcp_answers_every_generated_call(mcp: RawMcp, field: str, text: str) -> None:
-    if field == "query":
-        result = mcp.call("memory_recall", {"query": text})
-    else:
-        result = mcp.call("memory_save", {"content": "c", field: text})
-    assert result["content"]  # an answer, error or not
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
