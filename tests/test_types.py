@@ -4,8 +4,10 @@ scripts/check_types.py), so a run after the first re-checks only what changed.""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,3 +27,44 @@ def test_both_packages_declare_their_types() -> None:
     """PEP 561: a checker uses an installed package's inline types only if it ships py.typed."""
     assert (ROOT / "memlocal" / "py.typed").is_file()
     assert (ROOT / "sync" / "py.typed").is_file()
+
+
+def _follow_imports(module: str, overrides: list[dict[str, object]]) -> str:
+    """mypy's ``follow_imports`` for ``module``: the most specific override that names it
+    (a concrete name over ``pkg.*``, a longer ``pkg.*`` over a shorter; ``pkg.*`` covers pkg too)."""
+    best, setting = -1, "normal"
+    for override in overrides:
+        if "follow_imports" not in override:
+            continue
+        patterns = override["module"]
+        for pattern in [patterns] if isinstance(patterns, str) else patterns:
+            base = pattern.removesuffix(".*")
+            if pattern.endswith(".*") and (module == base or module.startswith(base + ".")):
+                rank = 2 * base.count(".") + 1
+            elif module == pattern:
+                rank = 2 * pattern.count(".") + 2
+            else:
+                continue
+            if rank > best:
+                best, setting = rank, str(override["follow_imports"])
+    return setting
+
+
+def test_mypy_analyses_every_module_memlocal_imports() -> None:
+    """pyproject.toml's ``follow_imports = "skip"`` override keeps mypy out of the parts of the
+    dependencies memlocal never reaches. A module memlocal or memlocal_sync imports must not be
+    one of them: its names would be Any, and mypy would check nothing about their use."""
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
+    assert any(o.get("follow_imports") == "skip" for o in overrides)
+    hidden = []
+    for path in [*(ROOT / "memlocal").rglob("*.py"), *(ROOT / "sync").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            hidden += [f"{path.relative_to(ROOT)}: {n}" for n in names if _follow_imports(n, overrides) == "skip"]
+    assert hidden == []
+    # The rule itself: the LangGraph store's embeddings stay analysed under the langchain_core skip.
+    assert _follow_imports("langchain_core.runnables.config", overrides) == "skip"
+    assert _follow_imports("langchain_core.embeddings", overrides) == "normal"
+    assert _follow_imports("anthropic.types.beta", overrides) == "normal"
+    assert _follow_imports("anthropic.types.beta.sessions.session", overrides) == "skip"
