@@ -22,14 +22,62 @@ from typing import Any, Callable, Iterator, Mapping
 # What the suite keeps between runs lives in the user's cache, never in the repository.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests"
 
-# Bytecode is read and written where Python keeps it by default, in the ``__pycache__`` beside each
-# source (git-ignored), by this process, the xdist workers and every subprocess a test starts.
-# With PYTHONDONTWRITEBYTECODE set (as on the team's machines) each process compiled memlocal and
-# rewrote every test module again. A PYTHONPYCACHEPREFIX (the suite's cache, until December 2026)
-# kept the repository free of them, but made every process ignore the bytecode pip compiled at
-# install time: a fresh clone's run compiled every library it imports, ~20 s of CPU.
+
+
+def _link_installed_bytecode() -> None:
+    """Give the pycache prefix the bytecode that was compiled at install time.
+
+    With a prefix, Python reads bytecode only from the prefix's mirror of each source folder,
+    never from the ``__pycache__`` pip (or the interpreter's installer) compiled beside the
+    installed modules: a fresh clone's run compiled every library it imports again, ~20 s of
+    CPU. So, once per environment (a ``.linked`` file in the mirror of each root says it is
+    done), each of those files is hard-linked (copied across devices) to where the prefix
+    expects it (``importlib.util.cache_from_source``). Python still checks each file against
+    its source, and replaces a stale one with a new file, never writing through the link."""
+    import importlib.util
+    import shutil
+    import sysconfig
+
+    tag = f".{sys.implementation.cache_tag}.pyc"
+    paths = sysconfig.get_paths()  # as on sys.path: the mirror follows the path a module is found by
+    site = {paths["purelib"], paths["platlib"]}
+    for root in dict.fromkeys([paths["stdlib"], *site]):
+        done = Path(importlib.util.cache_from_source(os.path.join(root, "x.py"))).parent / ".linked"
+        if done.exists() or not os.path.isdir(root):
+            continue
+        for folder, subfolders, files in os.walk(root):
+            if folder == root and root not in site:
+                subfolders[:] = [d for d in subfolders if d != "site-packages"]  # the base's, not ours
+            if os.path.basename(folder) != "__pycache__":
+                continue
+            for name in files:
+                if not name.endswith(tag) or name.count(".") != 2:  # "mod.cpython-311.pyc", no opt- levels
+                    continue
+                target = importlib.util.cache_from_source(
+                    os.path.join(os.path.dirname(folder), name[: -len(tag)] + ".py"))
+                if os.path.exists(target):
+                    continue
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                try:
+                    os.link(os.path.join(folder, name), target)
+                except FileExistsError:
+                    pass
+                except OSError:
+                    shutil.copyfile(os.path.join(folder, name), target)
+        done.parent.mkdir(parents=True, exist_ok=True)
+        done.touch()
+
+
+# Set before memlocal or any test module is imported, so nothing is compiled into the repository.
+# Compiled bytecode (pytest's rewritten test modules included) goes to CACHE/pycache, for this
+# process, the xdist workers and every subprocess a test starts: with PYTHONDONTWRITEBYTECODE set
+# (as on the team's machines) each process compiled memlocal and rewrote every test module again.
+# The installed libraries' own bytecode is linked into it (``_link_installed_bytecode``).
+sys.pycache_prefix = str(CACHE / "pycache")
 sys.dont_write_bytecode = False
+os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+_link_installed_bytecode()
 
 
 def _temporary_files_in_memory() -> Path | None:

@@ -41,7 +41,7 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     # 50 memories: every section, the push, both hydrations and the rclone baseline run end to end
     # (200 took ~6 s longer and checked nothing more; exactness at size is test_recall.py's job).
     # One repeat: one fresh process of each kind (start-up, CLI, runner), and --no-warmup: the
-    # suite's processes have compiled memlocal's bytecode already (pip, the libraries'), so the
+    # suite's bytecode cache (PYTHONPYCACHEPREFIX, kept by the children) is filled already, so the
     # untimed first run of each kind would only repeat the timed one (~3 s of CPU, the runner's ~1.5).
     # --quick: the plan without the second rclone copy (rclone's default HEAD after each PUT), a
     # flag of the same function; the overrides below set everything else.
