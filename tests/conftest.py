@@ -23,7 +23,6 @@ from typing import Any, Callable, Iterator, Mapping
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests"
 
 
-
 def _link_installed_bytecode() -> None:
     """Give the pycache prefix the bytecode that was compiled at install time.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import socket
 import ssl
@@ -82,6 +83,24 @@ http = _Http()
 
 # Set once per session by conftest's ``_empty_database`` fixture.
 EMPTY_DATABASE: list[Path] = []
+
+
+@lru_cache(maxsize=None)
+def absolute_imports(folder: Path, package: str) -> dict[str, frozenset[str]]:
+    """What each module of the package in ``folder`` (imported as ``package``) imports by absolute
+    name, anywhere in the module, by module name; read once a process (parsing every module is
+    ~1 s of CPU, and several checks need the same answer)."""
+    imports: dict[str, frozenset[str]] = {}
+    for path in folder.rglob("*.py"):
+        parts = (package,) + path.relative_to(folder).with_suffix("").parts
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names.add(node.module or "")
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+        imports[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = frozenset(names)
+    return imports
 
 
 def fresh_database(path: Path) -> Path:

@@ -164,8 +164,8 @@ def test_a_full_pass_reads_the_record_for_compaction_only_once_a_segment_can_hav
         assert report.ok and report.mode == "full", report.reason
         # Its listing of the record, and reads of segments that exist (not the next one's 404).
         return report.counts["segments_compacted"], [p for _m, p, status in fault_proxy.requests[before:]
-                                                     if "list-type" in p and "changes%2F" in p
-                                                     or "/changes/0" in p and status != 404]
+                                                     if ("list-type" in p and "changes%2F" in p)
+                                                     or ("/changes/0" in p and status != 404)]
 
     assert compaction_requests()[1]                                   # the first full pass looks
     assert compaction_requests() == (0, [])                           # nothing can be old yet
