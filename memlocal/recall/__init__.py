@@ -1,0 +1,43 @@
+"""The recall index: an exact, fast top-k of one profile's memories for a query.
+
+:class:`RecallIndex` keeps, per profile, a compact inverted index (posting lists of doc numbers
+in typed arrays) and two orders (by confidenceMul·recency, by confidenceMul·usage). A memory's
+topic depends only on which of the query's features it holds, so candidates are ranked a class
+(one set of features held) at a time, best topic first, with set operations on the long posting
+lists and a threshold-algorithm walk inside a large class that stops once an upper bound on the
+members not visited falls below the k-th best score; the index is built beside the queries, on
+a background thread, while the persisted features answer them. It scores with :func:`memlocal.scoring.score_parts`,
+the function the reference full scan (:func:`memlocal.scoring.rank_brute_force`) uses, so the
+floats, and hence the ranking, are identical. The formula itself lives in :mod:`memlocal.scoring`
+(pure); this package adds what needs the store: reading rows and keeping the index fresh.
+
+The package: :mod:`.index` (:class:`ProfileIndex`, the in-memory index of one profile),
+:mod:`.cold` (:func:`cold_query`, the cold path from the persisted FTS5 features),
+:mod:`.service` (:class:`RecallIndex`, the cache of indexes, their background builds and the
+choice between the two paths), :mod:`.classes` (what both paths share) and :mod:`.rows` (the
+rows they read).
+"""
+
+from __future__ import annotations
+
+from .classes import default_budget, gated_classes, split_features
+from .cold import ColdAnswer, ColdHit, ColdRow, cold_query
+from .index import BitSet, Hit, ProfileIndex, bit_docs
+from .service import WARM_IDLE_S, RecallIndex, with_bump
+
+__all__ = [
+    "WARM_IDLE_S",
+    "BitSet",
+    "ColdAnswer",
+    "ColdHit",
+    "ColdRow",
+    "Hit",
+    "ProfileIndex",
+    "RecallIndex",
+    "bit_docs",
+    "cold_query",
+    "default_budget",
+    "gated_classes",
+    "split_features",
+    "with_bump",
+]
