@@ -15,7 +15,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..features import CLUSTER_PREFIX, encode_term, features_of
 from ..model import CORE_CATEGORIES, Memory
@@ -46,7 +46,14 @@ _LN2_PER_US: Final = math.log(2.0) / (HALF_LIFE_DAYS * US_PER_DAY)
 # the threshold walk over the static orders instead of scoring every member.
 _DIRECT: Final = 384
 
-Hit = tuple[int, float, float, float, int]  # (doc, score, recency, topic, mask of the query features held)
+class Hit(NamedTuple):
+    """A doc as the index ranks it: its score and the parts the breakdown shows."""
+
+    doc: int
+    score: float
+    recency: float
+    topic: float
+    mask: int  # the query features the doc holds (bit i: feature i, terms then clusters)
 
 # How many docs a tier's head keeps (the best by their score with topic 0; see ``_Head``); a head
 # folds its changed docs in once they are more than a quarter of that, and is dropped (made again
@@ -616,7 +623,7 @@ class ProfileIndex:
         if len(members) <= self.direct:
             for d in members:
                 if (core is None or core_of[d] == core) and d not in skip:
-                    hits.append((d, *score_with_topic(anchor[d], now_us, use[d], cm[d], top, w), mask))
+                    hits.append(Hit(d, *score_with_topic(anchor[d], now_us, use[d], cm[d], top, w), mask))
             return self._best(hits, limit)
         if not isinstance(members, (set, frozenset, BitSet)):
             members = set(members)
@@ -634,7 +641,7 @@ class ProfileIndex:
             if d in members and (core is None or core_of[d] == core) and d not in skip:
                 s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
                 _offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
-                hits.append((d, s, rec, top, mask))
+                hits.append(Hit(d, s, rec, top, mask))
         # What the walk may still take, as a bitmap (bit d: doc d): the members of the tier, less
         # the skipped and the moved ones, each cleared once visited. Testing a bit costs a few
         # steps per position, where the sets took a call.
@@ -662,7 +669,7 @@ class ProfileIndex:
             s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
             if not _offer(best, s, limit):
                 continue
-            hits.append((d, s, rec, top, mask))
+            hits.append(Hit(d, s, rec, top, mask))
         return self._best(hits, limit)
 
     def _walkable(self, members: Collection[int], tier_of: "array[int]", core: int | None,
@@ -691,15 +698,15 @@ class ProfileIndex:
         return want
 
     def _tie(self, h: Hit) -> tuple[float, int, str]:
-        return rank_key(h[1], self.created[h[0]], self.ids[h[0]] or "")
+        return rank_key(h.score, self.created[h.doc], self.ids[h.doc] or "")
 
     def _best(self, hits: list[Hit], limit: int) -> list[Hit]:
         """The best ``limit`` of ``hits`` in rank order (score, newer createdAt, smaller id): the
         ``limit``-th best score is found on the floats alone, so only hits at or above it pay
         for the full sort key."""
         if len(hits) > 2 * limit:
-            floor = heapq.nlargest(limit, [h[1] for h in hits])[-1]
-            hits = [h for h in hits if h[1] >= floor]
+            floor = heapq.nlargest(limit, [h.score for h in hits])[-1]
+            hits = [h for h in hits if h.score >= floor]
         return heapq.nsmallest(limit, hits, key=self._tie)
 
     def top_k(
@@ -729,7 +736,7 @@ class ProfileIndex:
         if tier == PREFERENCE_TIER:
             if len(self.preferences) <= self.direct:  # a profile's preferences are usually few: each is scored
                 prefs, _ = self._preference_rows(pq, now_us, w, skip, None)
-                return self._best([h for h in prefs if h[1] >= min_score], limit)
+                return self._best([h for h in prefs if h.score >= min_score], limit)
             tier_of, core = self.pref, 1  # many: ranked as a tier, by classes and the walk
         hits: list[Hit] = []
         mask: dict[int, int] = {}
@@ -768,7 +775,7 @@ class ProfileIndex:
             subsets.sort(key=lambda c: -c[0])
             bound: float | None = None  # wR·(the best cm·recency) + wU·(the best cm·usage), once needed
             for top, m in subsets:
-                kth = heapq.nlargest(limit, [h[1] for h in hits if h[1] >= min_score])
+                kth = heapq.nlargest(limit, [h.score for h in hits if h.score >= min_score])
                 if len(kth) >= limit and bound is None:
                     # The best cm·recency and cm·usage: the orders' first, or a doc out of place in them.
                     out_of_place = [d for d in self._moved if self.ids[d] is not None]
@@ -794,11 +801,11 @@ class ProfileIndex:
             return answer
         if now_us - head.now_us > _HEAD_TTL_US:
             del self._heads[tier]
-        best = [h[1] for h in heapq.nsmallest(limit, hits, key=self._tie)]
+        best = [h.score for h in heapq.nsmallest(limit, hits, key=self._tie)]
         best = [s for s in best if s >= min_score]
         heapq.heapify(best)
         hits += self._walk0(now_us, w, limit, min_score, tier_of, core, excluded, best)
-        return self._best([h for h in hits if h[1] >= min_score], limit)
+        return self._best([h for h in hits if h.score >= min_score], limit)
 
     def _head(self, tier: str | None, tier_of: "array[int]", core: int | None, now_us: int, w: Weights) -> _Head:
         """The tier's head (:class:`_Head`), made now when there is none, the weights changed, or
@@ -810,17 +817,17 @@ class ProfileIndex:
             # still scores at most the old floor; the candidates are ranked at ``now_us`` and the
             # floor becomes the larger of the old one and the last score kept.
             anchor, use, cm, ids = self.anchor, self.use, self.cm, self.ids
-            hits = [(d, *score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w), 0)
+            hits = [Hit(d, *score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w), 0)
                     for d in set(head.docs) | head.dirty
                     if ids[d] is not None and (core is None or tier_of[d] == core)]
             top = self._best(hits, size)
-            floor = max(head.floor, top[-1][1] if len(top) >= size else float("-inf"))
-            head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
+            floor = max(head.floor, top[-1].score if len(top) >= size else float("-inf"))
+            head = self._heads[tier] = _Head(now_us, w, [h.doc for h in top], [h.score for h in top], floor, set())
         if head is None or head.weights != w or now_us < head.now_us:
             found = self._walk0(now_us, w, size, float("-inf"), tier_of, core, lambda d: False, [])
             top = self._best(found, size)
-            floor = top[-1][1] if len(top) >= size else float("-inf")
-            head = self._heads[tier] = _Head(now_us, w, [h[0] for h in top], [h[1] for h in top], floor, set())
+            floor = top[-1].score if len(top) >= size else float("-inf")
+            head = self._heads[tier] = _Head(now_us, w, [h.doc for h in top], [h.score for h in top], floor, set())
         return head
 
     def _from_head(self, head: _Head, hits: list[Hit], limit: int, min_score: float, now_us: int, w: Weights,
@@ -830,8 +837,8 @@ class ProfileIndex:
         vouch for it: the ``limit``-th best is not above the head's floor (a doc outside the head
         might tie or beat it, and ``min_score`` does not rule it out)."""
         anchor, use, cm, ids = self.anchor, self.use, self.cm, self.ids
-        out = [h for h in hits if h[1] >= min_score]
-        best = heapq.nlargest(limit, (h[1] for h in out))
+        out = [h for h in hits if h.score >= min_score]
+        best = heapq.nlargest(limit, (h.score for h in out))
         heapq.heapify(best)  # a min-heap of the best ``limit`` scores so far
 
         def take(d: int) -> None:
@@ -840,7 +847,7 @@ class ProfileIndex:
             s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
             if s < min_score:
                 return
-            out.append((d, s, rec, top, 0))
+            out.append(Hit(d, s, rec, top, 0))
             if len(best) < limit:
                 heapq.heappush(best, s)
             elif s > best[0]:
@@ -856,7 +863,7 @@ class ProfileIndex:
                 take(d)
         answer = self._best(out, limit)
         floor = head.floor + _EPS
-        if min_score > floor or (len(answer) >= limit and answer[-1][1] > floor):
+        if min_score > floor or (len(answer) >= limit and answer[-1].score > floor):
             return answer  # (a floor of -inf: every doc of the tier is the head's or dirty)
         return None
 
@@ -884,7 +891,7 @@ class ProfileIndex:
             if s < min_score:
                 continue
             _offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
-            hits.append((d, s, rec, top, 0))
+            hits.append(Hit(d, s, rec, top, 0))
 
         def wanted(d: int) -> bool:
             return d not in done and (core is None or core_of[d] == core) and not excluded(d)
@@ -908,7 +915,7 @@ class ProfileIndex:
                 continue
             if not _offer(best, s, limit):
                 continue
-            hits.append((d, s, rec, top, 0))
+            hits.append(Hit(d, s, rec, top, 0))
         return hits
 
     def _preference_rows(self, pq: PreparedQuery, now_us: int, w: Weights, skip: Container[int],
@@ -933,7 +940,7 @@ class ProfileIndex:
                 s, top, cos = with_similarity(s, rec, self.use[d], self.cm[d], top, similarity.get(self.ids[d] or ""), w)
                 if cos is not None:
                     counted[d] = cos
-            hits.append((d, s, rec, top, m))
+            hits.append(Hit(d, s, rec, top, m))
         return hits, counted
 
     def top_k_gated(
@@ -983,10 +990,10 @@ class ProfileIndex:
 
         if tier == PREFERENCE_TIER:  # a profile's preferences are few: every one is scored
             rows, counted = self._preference_rows(pq, now_us, w, skip, similarity or {})
-            kept, best = gate_select([((h[0], h[4]), h[1], h[2], h[3]) for h in rows], limit=limit, ratio=ratio,
+            kept, best = gate_select([((h.doc, h.mask), h.score, h.recency, h.topic) for h in rows], limit=limit, ratio=ratio,
                                      min_score=min_score, ident=ident, strong=strong)
-            hits: list[Hit] = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
-            return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
+            hits: list[Hit] = [Hit(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
+            return hits, best, {h.doc: counted[h.doc] for h in hits if h.doc in counted}
         lists, selective, common = self._plan(pq, essential_budget)
         bits = self._common_bits(pq, common)
         mask, mbits = self._masks(lists, selective, common, bits)
@@ -1014,7 +1021,7 @@ class ProfileIndex:
             s, top, cos_used = with_similarity(s, rec, use[d], cm[d], top, cos, w)
             if cos_used is not None:
                 counted[d] = cos_used
-            rows.append((d, s, rec, top, m))
+            rows.append(Hit(d, s, rec, top, m))
 
         classes: dict[int, list[int]] = {}
         for d, m in mask.items():
@@ -1034,7 +1041,7 @@ class ProfileIndex:
         excl = mbits | _bits_of(skip)
 
         def strong_hit(h: Hit) -> bool:
-            return bool(h[4] & term_bits) or h[0] in counted
+            return bool(h.mask & term_bits) or h.doc in counted
 
         for top, m, members in gated_classes(pending, rows, best, ratio=ratio, min_score=min_score, limit=limit,
                                              term_bits=term_bits, strong_of=strong_hit):
@@ -1044,10 +1051,10 @@ class ProfileIndex:
                     continue
             rows += self._class_top(members, top, m, limit, now_us, w, core, skip)
 
-        kept, best = gate_select([((h[0], h[4]), h[1], h[2], h[3]) for h in rows], limit=limit, ratio=ratio,
+        kept, best = gate_select([((h.doc, h.mask), h.score, h.recency, h.topic) for h in rows], limit=limit, ratio=ratio,
                                  min_score=min_score, ident=ident, strong=strong)
-        hits = [(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
-        return hits, best, {h[0]: counted[h[0]] for h in hits if h[0] in counted}
+        hits = [Hit(dm[0], s, rec, top, dm[1]) for dm, s, rec, top in kept]
+        return hits, best, {h.doc: counted[h.doc] for h in hits if h.doc in counted}
 
     def rerank(self, hits: list[Hit], pq: PreparedQuery, counted: Mapping[int, float],
                windows: Sequence[tuple[int, int]]) -> list[Hit]:
@@ -1058,9 +1065,9 @@ class ProfileIndex:
         core, words, created, ids = self.core, self.words, self.created, self.ids
 
         def order(h: Hit) -> tuple[bool, float, float, int, str]:
-            d, cos = h[0], counted.get(h[0])
-            return rerank_order(bool(h[4] & term_bits) or cos is not None, h[3], words[d] if core[d] else None,
-                                created[d], cos, h[1], ids[d] or "", windows)
+            d, cos = h.doc, counted.get(h.doc)
+            return rerank_order(bool(h.mask & term_bits) or cos is not None, h.topic, words[d] if core[d] else None,
+                                created[d], cos, h.score, ids[d] or "", windows)
 
         return sorted(hits, key=order)
 

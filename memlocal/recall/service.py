@@ -410,22 +410,24 @@ class RecallIndex:
                                 exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=self.essential_budget)
             if keep is not None:
                 top = idx.rerank(top, pq, counted, query_dates(rq.text))[:keep]
-            ids = [idx.ids[d] or "" for d, *_ in top]
+            ids = [idx.ids[h.doc] or "" for h in top]
             memories = self._rows(conn, profile, ids, idx)
             # A memory whose bump this index holds and this snapshot may not (it is queued): it
             # is shown as the ranking saw it (``with_bump``).
             queued = self._queued(profile, ids) if self._inflight else {}
             out = []
-            for mid, (d, s, rec, t, m) in zip(ids, top):
+            for mid, h in zip(ids, top):
                 memory = memories.get(mid)
                 if memory is None:
                     continue
+                d = h.doc
                 if mid in queued:
                     memory = with_bump(memory, idx.count[d], queued[mid])
                 evidence = None
                 if ranking.gated:
-                    evidence = evidence_of(pq, *idx.held(pq, m), t, best, counted.get(d))
-                out.append(ScoredMemory(memory, s, Breakdown(rec, idx.use[d], t, idx.cm[d], w, mat, s), evidence))
+                    evidence = evidence_of(pq, *idx.held(pq, h.mask), h.topic, best, counted.get(d))
+                out.append(ScoredMemory(memory, h.score, Breakdown(h.recency, idx.use[d], h.topic, idx.cm[d], w, mat,
+                                                                   h.score), evidence))
             return out
 
     def _cold_results(self, conn: sqlite3.Connection, profile: str, cold: ColdAnswer,
