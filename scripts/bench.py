@@ -80,7 +80,7 @@ from _benchlib import (  # noqa: E402
 from memlocal import MemoryBank  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.model import utcnow  # noqa: E402
-from memlocal.recall import RecallIndex  # noqa: E402
+from memlocal.recall import RecallIndex, RecallTuning  # noqa: E402
 from memlocal.scoring import FullScan, RankQuery  # noqa: E402
 
 
@@ -283,10 +283,11 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         bank.query_with_relevance(PROFILE, qs[0])  # the cold path: from the persisted features
         cold_ms = (time.perf_counter() - t) * MS
         t = time.perf_counter()  # what a long-lived process pays once: building the in-memory index
-        RecallIndex(bank.store, cold_queries=0, background=False).query(PROFILE, RankQuery(qs[0], 8, 0.05))
+        RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False)).query(
+            PROFILE, RankQuery(qs[0], 8, 0.05))
         build_ms = (time.perf_counter() - t) * MS
         index = bank._index()  # the warm figures below: the bank's own index, built now
-        index.cold_queries, index.background = 0, False
+        index.tuning = RecallTuning(cold_queries=0, background=False)
         bank.query_with_relevance(PROFILE, qs[0])
 
         # 1. Exactness, the full scan and the floor, query by query (no side effects yet).
@@ -349,7 +350,7 @@ def bench_inject(path: Path, plan: Plan) -> dict[str, Any]:
     try:
         memories = bank.store.count()
         index = bank._index()
-        index.cold_queries, index.background = 0, False
+        index.tuning = RecallTuning(cold_queries=0, background=False)
         bank.inject(PROFILE, ["@memory"], qs[0])  # warm: build the index
         for q in qs:
             t, c = time.perf_counter(), time.thread_time()

@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 from memlocal import MemoryBank, StoreError
+from memlocal.recall import RecallTuning
 
 WRITER = textwrap.dedent(
     """
@@ -132,7 +133,8 @@ def test_access_bumps_leave_the_checkpoint_to_the_background_thread(bank: Memory
     thread checkpoints it instead."""
     from memlocal.store import LAZY_CHECKPOINT_COMMITS
 
-    bank._index().cold_queries = 10**9  # every query answered from the rows, as a one-shot process does
+    # Every query answered from the rows, as a one-shot process does.
+    bank._index().tuning = RecallTuning(cold_queries=10**9)
     saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
     seen: list[str] = []
     bank.store.conn.set_trace_callback(lambda sql: seen.append(sql) if "wal_autocheckpoint" in sql else None)
@@ -165,7 +167,7 @@ def test_a_warm_recall_s_bump_is_written_and_checkpointed_off_the_caller_s_path(
     from memlocal.store import LAZY_CHECKPOINT_COMMITS
 
     index = bank._index()
-    index.cold_queries, index.background = 0, False
+    index.tuning = RecallTuning(cold_queries=0, background=False)
     saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
     assert bank.query_with_relevance("p", "blue-green deploys")
     writes: list[str] = []

@@ -283,7 +283,7 @@ def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_pat
     that fills a batch indexes the batch in one statement. A query answered from SQLite (a fresh
     process's first) ranks waiting memories as the full scan does, the LLM's similar memories see
     them, and a deleted or retired one leaves the set."""
-    from memlocal.recall import RecallIndex
+    from memlocal.recall import RecallIndex, RecallTuning
     from memlocal.scoring import FullScan
     from memlocal.store.schemas.recall import FTS_BATCH
 
@@ -293,7 +293,7 @@ def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_pat
 
     def assert_cold_is_exact(store: Store, query: str) -> list[str]:
         rq = RankQuery(query, 5, 0.0, (), NOW)
-        got = RecallIndex(store, cold_queries=10**9, background=False).query("p", rq)
+        got = RecallIndex(store, tuning=RecallTuning(cold_queries=10**9, background=False)).query("p", rq)
         want = FullScan(store.iter_profile("p")).rank(rq)
         assert [(r.memory.id, r.score) for r in got] == [(r.memory.id, r.score) for r in want]
         return [r.memory.id for r in got]

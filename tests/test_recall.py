@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
-from memlocal.recall import RecallIndex
+from memlocal.recall import RecallIndex, RecallTuning
 from memlocal.scoring import PREFERENCE_TIER, SPEC, FullScan, Ranking, RankQuery, ScoredMemory, rank_brute_force
 from conftest import settings_config
 from memory_factory import NOW, days_ago, memory, put
@@ -73,11 +73,12 @@ def _indexes(bank: MemoryBank, budget: int | None, max_rows: int = 4096) -> list
     """The two paths: the in-memory index (built on the first query), and the cold path that
     answers every query from the persisted FTS5 features (``max_rows`` 0: it gives up whenever
     it would have to read the common features' rows, and the index is built instead)."""
-    return [RecallIndex(bank.store, essential_budget=budget, cold_queries=0, background=False,
-                        direct=0 if budget == 0 else None, head_size=None if budget is None else budget + 1,
-                        moved_max=budget),
-            RecallIndex(bank.store, essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows,
-                        direct=0 if budget == 0 else None)]
+    direct = 0 if budget == 0 else None
+    return [RecallIndex(bank.store, tuning=RecallTuning(
+                essential_budget=budget, cold_queries=0, background=False, direct=direct,
+                head_size=None if budget is None else budget + 1, moved_max=budget)),
+            RecallIndex(bank.store, tuning=RecallTuning(
+                essential_budget=budget, cold_queries=10**9, cold_max_rows=max_rows, direct=direct))]
 
 
 def _check(bank: MemoryBank, indexes: list[RecallIndex], query: str, limit: int, min_score: float,
@@ -269,8 +270,8 @@ def test_the_spec_walk_is_exact_after_many_access_bumps_made_lazily(tmp_path: Pa
                          "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7]), "active": True})
                 for _ in range(300)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
-        indexes = [RecallIndex(bank.store, cold_queries=0, background=False),
-                   RecallIndex(bank.store, cold_queries=0, background=False, moved_max=8)]
+        indexes = [RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False)),
+                   RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False, moved_max=8))]
         ids = [m.id for m in rows]
         for rounds in (40, 4):  # 40 rounds of 8 bumps, then 4
             for _ in range(rounds):
@@ -299,7 +300,7 @@ def test_filing_moved_memories_in_one_pass_equals_sorting_the_orders_again(tmp_p
                          "last": rng.choice([None, 1.0]), "count": rng.choice([0, 1, 7]), "active": True})
                 for _ in range(200)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
-        index = RecallIndex(bank.store, cold_queries=0, background=False, moved_max=10**9)
+        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False, moved_max=10**9))
         index.query("p", RankQuery("x", limit=8, min_score=0.05, now=NOW))
         ids = [m.id for m in rows]
         for i in range(6):
@@ -331,7 +332,8 @@ def test_a_tiers_head_answers_exactly_as_the_clock_moves_and_the_bank_changes(tm
                          "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7, 60]), "active": True})
                 for _ in range(200)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
-        indexes = [RecallIndex(bank.store, cold_queries=0, background=False, direct=0, head_size=size)
+        indexes = [RecallIndex(bank.store,
+                               tuning=RecallTuning(cold_queries=0, background=False, direct=0, head_size=size))
                    for size in (1, 5, None)]
         ids = [m.id for m in rows]
         for step, hours in enumerate((0, 1, 72, 72, -24, 24 * 200, 24 * 200 + 1)):
@@ -370,7 +372,8 @@ def test_the_block_equals_one_built_from_the_full_scan(tmp_path: Path) -> None:
                          "last": rng.choice([None, 1.0, 20.0]), "count": rng.choice([0, 1, 7, 60]), "active": True})
                 for i in range(240)]
         assert set(bank.store.import_batch(rows)) == {"imported"}
-        bank._recall_index = RecallIndex(bank.store, cold_queries=0, background=False, direct=0, head_size=4)
+        bank._recall_index = RecallIndex(
+            bank.store, tuning=RecallTuning(cold_queries=0, background=False, direct=0, head_size=4))
         for now in (NOW, NOW + timedelta(hours=1)):
             scan = FullScan(bank.store.iter_profile("p"))  # tokenised once, ranked per query
             for q in queries:
@@ -401,7 +404,7 @@ def test_queries_read_as_one_see_one_state_and_read_each_row_once(tmp_path: Path
         facts = [put(bank, "p", f"deploy the release {w}", category="fact", created=days_ago(i))
                  for i, w in enumerate(("friday", "monday", "tonight"))]
         put(bank, "p", "prefers short release notes", category="preference", created=days_ago(4))
-        index = RecallIndex(bank.store, cold_queries=0, background=False)
+        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False))
         index.query("p", RankQuery("release", 8, 0.0, now=NOW))  # built
         index._indexes["p"].rows.clear()  # nothing kept from before
         other = Store(bank.store.path)
@@ -437,7 +440,7 @@ def test_the_memories_an_index_keeps_are_the_rows_after_any_write(tmp_path: Path
     with _open(str(tmp_path)) as bank:
         kept = [put(bank, "p", f"deploy the release {w}", category=c, created=days_ago(i))
                 for i, (w, c) in enumerate((("friday", "fact"), ("monday", "preference"), ("tonight", "general")))]
-        index = RecallIndex(bank.store, cold_queries=0, background=False)
+        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False))
         other = Store(bank.store.path)
         rq = RankQuery("release", 8, 0.0, now=NOW)
 
@@ -502,7 +505,8 @@ def test_queries_are_answered_exactly_while_the_index_is_built_in_the_background
         mems = [put(bank, "p", text, created=days_ago(i * 3.0), count=i % 4) for i, text in enumerate(_BANK_TEXTS)]
         similarity = {mems[2].id: 0.6, mems[7].id: 0.35, mems[9].id: 0.05}
         queries = ["boss coffee", "release report", "dog", "unknown words"]
-        index = RecallIndex(bank.store, cold_queries=3)  # the first query, in three modes, builds nothing
+        # The first query, in three modes, builds nothing.
+        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=3))
         built, release = threading.Event(), threading.Event()
 
         def hold(profile: str) -> None:
@@ -529,7 +533,7 @@ def test_a_failed_background_build_is_made_by_the_next_query(tmp_path: Path) -> 
     with _open(str(tmp_path)) as bank:
         for i, text in enumerate(_BANK_TEXTS):
             put(bank, "p", text, created=days_ago(float(i)))
-        index = RecallIndex(bank.store, cold_queries=0)
+        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0))
 
         def fail(profile: str) -> None:
             raise OSError("simulated: the database could not be opened a second time")
@@ -546,7 +550,7 @@ def _bank_with_index(path: Path, **settings: Any) -> MemoryBank:
     """A bank whose recall index is in memory from its first query (a process that stays up)."""
     bank = MemoryBank(fresh_database(path), config=settings_config(**settings))
     index = bank._index()
-    index.cold_queries, index.background = 0, False
+    index.tuning = RecallTuning(cold_queries=0, background=False)
     return bank
 
 
@@ -637,7 +641,7 @@ def test_the_warm_up_waits_for_a_pause_in_the_queries(tmp_path: Path) -> None:
             seen.append((threading.current_thread().name, time.monotonic()))
             done.set()
 
-        index = RecallIndex(bank.store, cold_queries=0, warm=warm)
+        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0), warm=warm)
         try:
             index.query("p", RankQuery("server", limit=8, min_score=0.05, now=NOW))  # starts the build
             assert index.wait_built("p", 10)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from .classes import default_budget, gated_classes, split_features
 from .cold import ColdAnswer, ColdHit, ColdRow, cold_query
 from .index import BitSet, Hit, ProfileIndex, bit_docs
-from .service import WARM_IDLE_S, RecallIndex, with_bump
+from .service import WARM_IDLE_S, RecallIndex, RecallTuning, with_bump
 
 __all__ = [
     "WARM_IDLE_S",
@@ -34,6 +34,7 @@ __all__ = [
     "Hit",
     "ProfileIndex",
     "RecallIndex",
+    "RecallTuning",
     "bit_docs",
     "cold_query",
     "default_budget",

@@ -10,7 +10,7 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Final, Iterable, Iterator, Sequence
 
 from ..features import parse as parse_features
@@ -38,6 +38,30 @@ log = logging.getLogger("memlocal")
 WARM_IDLE_S: Final = 0.05
 
 
+@dataclass(frozen=True, slots=True)
+class RecallTuning:
+    """The recall index's speed knobs, in one value. None changes an answer, only which path
+    finds it and how fast: the defaults are what a bank runs with, and tests set small ones to
+    reach every path with a few memories (``cold_queries=0, background=False``: an index built at
+    the first query, in the foreground)."""
+
+    # Postings read one by one per query (``None``: :func:`default_budget` of the profile's size).
+    essential_budget: int | None = None
+    # A profile's first queries answered by the cold path before its index is built.
+    cold_queries: int = 2
+    # The cold path gives up on a class to read whole with more rows (the index is built instead).
+    cold_max_rows: int | None = None
+    # The index is built on a background thread (``False``: by the query that needs it).
+    background: bool = True
+    # A class up to this size is scored member by member (``None``: ``_DIRECT``, the cold
+    # path's ``_COLD_DIRECT``; 0 walks every class).
+    direct: int | None = None
+    # Docs a tier's head keeps (``None``: ``_HEAD_SIZE``).
+    head_size: int | None = None
+    # Docs out of place in the orders before they are filed (``None``: ``_MOVED_MAX``).
+    moved_max: int | None = None
+
+
 class RecallIndex:
     """Per-bank cache of :class:`ProfileIndex` objects, one per recently used profile.
 
@@ -53,19 +77,11 @@ class RecallIndex:
     A query runs inside one read transaction, so the index and the rows returned agree.
     """
 
-    def __init__(self, store: Store, max_profiles: int = 16, *, essential_budget: int | None = None,
-                 cold_queries: int = 2, cold_max_rows: int | None = None, background: bool = True,
-                 direct: int | None = None, head_size: int | None = None, moved_max: int | None = None,
+    def __init__(self, store: Store, max_profiles: int = 16, *, tuning: RecallTuning = RecallTuning(),
                  warm: Callable[[], None] | None = None) -> None:
         self.store = store
         self.max_profiles = max(1, max_profiles)
-        self.essential_budget = essential_budget  # a speed knob for tests; None = automatic
-        self.cold_queries = cold_queries
-        self.cold_max_rows = cold_max_rows
-        self.background = background
-        self.direct = direct  # a speed knob for tests (see ProfileIndex.direct); None = automatic
-        self.head_size = head_size  # a speed knob for tests (see ProfileIndex.head_size); None = automatic
-        self.moved_max = moved_max  # a speed knob for tests (see ProfileIndex.moved_max); None = automatic
+        self.tuning = tuning  # replaced whole (``dataclasses.replace``), never changed in place
         # Called on the builder thread with the profile once its index is built, before it is
         # installed (tests hold the build there to query while it is "still building").
         self.build_hook: Callable[[str], None] | None = None
@@ -187,12 +203,13 @@ class RecallIndex:
                 self._invalid.add(profile)
 
     def _install(self, profile: str, idx: ProfileIndex) -> None:
-        if self.direct is not None:
-            idx.direct = self.direct
-        if self.head_size is not None:
-            idx.head_size = self.head_size
-        if self.moved_max is not None:
-            idx.moved_max = self.moved_max
+        tuning = self.tuning
+        if tuning.direct is not None:
+            idx.direct = tuning.direct
+        if tuning.head_size is not None:
+            idx.head_size = tuning.head_size
+        if tuning.moved_max is not None:
+            idx.moved_max = tuning.moved_max
         self._indexes[profile] = idx
         self._indexes.move_to_end(profile)
         while len(self._indexes) > self.max_profiles:
@@ -297,7 +314,7 @@ class RecallIndex:
             idx._settle()
         idx.rev, idx.resets = rev, resets
         self._install(profile, idx)
-        if idx.dead > max(1024, idx.size) and self.background:
+        if idx.dead > max(1024, idx.size) and self.tuning.background:
             self._start_build(profile)  # many rewrites left dead slots: a compact one, beside the queries
         return idx
 
@@ -375,12 +392,13 @@ class RecallIndex:
         assert now_us is not None
         if self._own_reading() is None:
             self._prepare(profile)
+        tuning = self.tuning
         with self._lock, self.store.snapshot() as conn:
             if profile not in self._indexes:
                 served = self._cold.get(profile, 0)
                 self._cold[profile] = served + 1
-                if served >= self.cold_queries:
-                    if self.background and profile not in self._failed:
+                if served >= tuning.cold_queries:
+                    if tuning.background and profile not in self._failed:
                         self._start_build(profile)
                     else:
                         self._failed.discard(profile)
@@ -389,8 +407,9 @@ class RecallIndex:
                 cold = cold_query(conn, profile, rq.text, now_us=now_us, limit=limit, min_score=rq.min_score,
                                   ratio=ranking.ratio, exclude_ids=rq.exclude_ids, tier=rq.tier,
                                   similarity=rq.similarity if ranking.gated else None,
-                                  essential_budget=self.essential_budget, max_rows=self.cold_max_rows,
-                                  spec=not ranking.gated, direct=_COLD_DIRECT if self.direct is None else self.direct)
+                                  essential_budget=tuning.essential_budget, max_rows=tuning.cold_max_rows,
+                                  spec=not ranking.gated,
+                                  direct=_COLD_DIRECT if tuning.direct is None else tuning.direct)
                 if cold is not None:
                     found = self._cold_results(conn, profile, cold, ranking)
                     return found if keep is None else rerank(found, rq.text, keep)
@@ -403,11 +422,11 @@ class RecallIndex:
             if ranking.gated:
                 top, best, counted = idx.top_k_gated(
                     pq, now_us=now_us, limit=limit, min_score=rq.min_score, ratio=ranking.ratio,
-                    exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=self.essential_budget,
+                    exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=tuning.essential_budget,
                     similarity=rq.similarity)
             else:
                 top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=rq.min_score,
-                                exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=self.essential_budget)
+                                exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=tuning.essential_budget)
             if keep is not None:
                 top = idx.rerank(top, pq, counted, query_dates(rq.text))[:keep]
             ids = [idx.ids[h.doc] or "" for h in top]
