@@ -27,7 +27,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence
+from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence, TypeVar
 
 from . import text
 from .clusters import TERM_CLUSTERS, clusters_of
@@ -406,11 +406,12 @@ def _in_tier(category: str, tier: str | None) -> bool:
 
 
 Row = tuple[Any, float, float, float]  # (item, score, recency, topic)
+RowT = TypeVar("RowT", bound=Row)  # a row of any ranking path (the recall index's, the cold path's)
 
 
-def gate_select(rows: Iterable[Row], *, limit: int, ratio: float, min_score: float,
+def gate_select(rows: Iterable[RowT], *, limit: int, ratio: float, min_score: float,
                 ident: Callable[[Any], tuple[int, str]],
-                strong: Callable[[Any], bool] | None = None) -> tuple[list[Row], float]:
+                strong: Callable[[Any], bool] | None = None) -> tuple[list[RowT], float]:
     """The evidence gate: of ``rows`` (every candidate with topic > 0 that could pass, including
     the best one), keep those with topic ≥ ``ratio``·best and score ≥ ``min_score``, at most
     ``limit`` of them, in the evidence order: strong evidence first (``strong(item)``: a shared
