@@ -1280,5 +1280,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if mismatches else 0
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (a test's or a user's stop) unwinds like Ctrl-C: every ``finally`` that stops a
+    server this script started runs, instead of the process vanishing and leaving them behind."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main())

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import httpx
 import uvicorn
+import support
 from support import free_port, http, wait_for
 
 from memlocal import MemoryBank
@@ -91,8 +92,8 @@ class ServeProcess:
         self._log = self.log_path.open("wb")
         cmd = [sys.executable, "-m", "memlocal", *args, "serve", "--host", host, "--port", str(self.port),
                *(serve_args or [])]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+        self.proc = support.spawn(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **(env or {})})
 
     def wait_ready(self, headers: Mapping[str, str] | None = None, timeout: float = 30) -> None:
         def up() -> bool:
@@ -113,12 +114,7 @@ class ServeProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        """SIGTERM to the server's process group, SIGKILL to what is left after 15 s."""
+        support.stop(self.proc, grace_s=15)
         self._log.close()
         return int(self.proc.returncode)

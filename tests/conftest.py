@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +144,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     lives until the run ends, so a full collection need not walk it again."""
     gc.collect()
     gc.freeze()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Kill any process group a test or fixture started and did not stop (``support.spawn``)."""
+    support.stop_every_group()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -324,7 +328,7 @@ class Cli:
     def process(self, *args: Any, input: str | None = None, env: Mapping[str, str] | None = None,
                 db: Path | str | None | bool = True, timeout: float = 60) -> CliResult:
         """As a real ``python -m memlocal`` process (stdin, exit codes and start-up as a user sees them)."""
-        p = subprocess.run([sys.executable, "-m", "memlocal", *self._argv(args, db)], input=input,
+        p = support.run([sys.executable, "-m", "memlocal", *self._argv(args, db)], input=input,
                            capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
         return CliResult(p.returncode, p.stdout, p.stderr)
 

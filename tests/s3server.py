@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from support import free_port, fresh_database
+from support import free_port, fresh_database, spawn, stop
 
 from memlocal import Config, MemoryBank
 
@@ -121,10 +119,8 @@ def _start_moto(log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     for _ in range(5):
         port = free_port()
         log = open(log_path, "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-        )
+        proc = spawn([sys.executable, "-c", _MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)],
+                     stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
         endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -135,26 +131,19 @@ def _start_moto(log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
                 return proc, endpoint
             except OSError:
                 time.sleep(0.1)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace_s=0)
     raise RuntimeError(f"moto_server did not start; see {log_path}")
 
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """One moto_server process for the whole session, stopped by its pid at the end."""
+    """One moto_server process for the whole session, its process group stopped at the end."""
     log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
     proc, endpoint = _start_moto(log_path)
     try:
         yield S3Server(endpoint, proc.pid)
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)
 
 
 @dataclass

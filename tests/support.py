@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import ast
+import atexit
+import ctypes
+import ctypes.util
+import os
 import shutil
+import signal
 import socket
 import ssl
+import subprocess
 import time
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 if TYPE_CHECKING:
     import httpx
@@ -39,6 +46,121 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "the
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+# --- processes -------------------------------------------------------------------------------------
+# Every process a test or fixture starts goes through ``spawn`` or ``run``: it leads its own process
+# group (start_new_session), so whatever it starts in turn (bench.py's moto_server, a serve's
+# workers) is stopped with it, by ``stop``, on success, failure, timeout (``run``'s own bound, or
+# pytest-timeout's, which raises in the test) and Ctrl-C alike. A worker that dies without running
+# its ``finally`` blocks takes its direct children with it (the kernel's parent-death signal), and
+# any group still registered when the worker exits is killed then. Nothing outlives the run.
+
+DEFAULT_TIMEOUT_S = 120.0  # ``run``'s bound: a ceiling for a broken build, far above any test's need
+_GROUPS: set[int] = set()  # process groups started and not yet stopped
+_PR_SET_PDEATHSIG = 1
+
+
+@lru_cache(maxsize=None)
+def _prctl() -> Any:
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name, use_errno=True) if name else None
+    return getattr(libc, "prctl", None)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the thread that started it exits (a worker killed
+    with SIGKILL, or ended by pytest-timeout's thread method, runs no ``finally``)."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn(cmd: Sequence[str], **popen_kwargs: Any) -> "subprocess.Popen[Any]":
+    """``subprocess.Popen(cmd, **popen_kwargs)`` as the leader of a new process group, registered
+    until ``stop``. Start it from the thread that lives as long as it (the fixture's, the test's):
+    it is killed when that thread exits."""
+    _prctl()  # resolved here: the child only calls it
+    proc: subprocess.Popen[Any] = subprocess.Popen(list(cmd), start_new_session=True,
+                                                   preexec_fn=_die_with_parent, **popen_kwargs)
+    _GROUPS.add(proc.pid)
+    return proc
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the group; False when none of it is left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member changed user: nothing of ours is left to stop
+        return False
+
+
+def stop(proc: "subprocess.Popen[Any]", grace_s: float = 10.0) -> int | None:
+    """Stop ``proc`` and everything in its process group: SIGTERM, up to ``grace_s`` for the
+    leader to exit (its own clean-up: a server's shutdown, a script's ``finally``), then SIGKILL
+    to whatever of the group is left. Returns the leader's exit code."""
+    pgid = proc.pid
+    try:
+        if proc.poll() is None and _signal_group(pgid, signal.SIGTERM):
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(pgid, signal.SIGKILL)  # the leader if it ignored SIGTERM, and its strays
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:  # unkillable (D state): nothing more a test can do
+            pass
+    finally:
+        _GROUPS.discard(pgid)
+    return proc.returncode
+
+
+@contextmanager
+def spawned(cmd: Sequence[str], *, grace_s: float = 10.0, **popen_kwargs: Any) -> "Iterator[subprocess.Popen[Any]]":
+    """``with spawned(cmd) as proc:`` a process (group) that is stopped when the block ends, however."""
+    proc = spawn(cmd, **popen_kwargs)
+    try:
+        yield proc
+    finally:
+        stop(proc, grace_s)
+
+
+def run(cmd: Sequence[str], *, input: str | bytes | None = None, capture_output: bool = False,
+        timeout: float = DEFAULT_TIMEOUT_S, check: bool = False, **popen_kwargs: Any) -> "subprocess.CompletedProcess[Any]":
+    """``subprocess.run`` in a process group of its own, bounded by ``timeout`` (raises
+    ``subprocess.TimeoutExpired``): the whole group is killed on a timeout, an exception (a
+    failed assertion elsewhere, pytest-timeout, Ctrl-C) and also after a normal exit, so nothing
+    it started in the background outlives it."""
+    if capture_output:
+        popen_kwargs.setdefault("stdout", subprocess.PIPE)
+        popen_kwargs.setdefault("stderr", subprocess.PIPE)
+    if input is not None:
+        popen_kwargs["stdin"] = subprocess.PIPE
+    proc = spawn(cmd, **popen_kwargs)
+    try:
+        stdout, stderr = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        stop(proc, grace_s=0)
+        raise subprocess.TimeoutExpired(exc.cmd, timeout, *proc.communicate()) from None
+    finally:
+        stop(proc, grace_s=0)  # on an exception: the group; after an exit: its strays (none, mostly)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    if check:
+        result.check_returncode()
+    return result
+
+
+@atexit.register
+def stop_every_group() -> None:
+    """The session ends (conftest's ``pytest_sessionfinish``) or the worker exits, normally or
+    after an interrupt: no group it started survives it."""
+    for pgid in list(_GROUPS):
+        _signal_group(pgid, signal.SIGKILL)
+    _GROUPS.clear()
 
 
 @lru_cache(maxsize=None)

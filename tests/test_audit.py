@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 import threading
 from datetime import timedelta
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from api_live import LiveServer
+import support
 from support import http
 
 from memlocal import MemoryBank
@@ -113,18 +113,18 @@ def test_cli_and_rest_answer_both_questions(tmp_path: Path) -> None:
             assert len(r.json()["injections"]) == 2
             assert http.get(server.url + "/api/memory-bank/p/injections",
                             params={"memoryId": "nope"}).status_code == 400
-    out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p", "--memory", tea.id,
+    out = support.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p", "--memory", tea.id,
                           "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert [i["core"] for i in json.loads(out.stdout)["injections"]] == [[tea.id], [tea.id]]
-    out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p"],
+    out = support.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and tea.id in out.stdout and query_hash("tea please", host_key(db)) in out.stdout
 
 
 @pytest.mark.parametrize("bad", [["audit", "-p", "../x"], ["audit", "-p", "p", "--memory", "mem-x"]])
 def test_cli_bad_input_is_one_line(tmp_path: Path, bad: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), *bad],
+    out = support.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), *bad],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1, out.stderr
 

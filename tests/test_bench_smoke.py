@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import support
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -45,11 +45,11 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     # untimed first run of each kind would only repeat the timed one (~3 s of CPU, the runner's ~1.5).
     # --quick: the plan without the second rclone copy (rclone's default HEAD after each PUT), a
     # flag of the same function; the overrides below set everything else.
-    proc = subprocess.run(
+    proc = support.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--quick", "--json", "--details", "--sizes", "50",
          "--queries", "2", "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1",
          "--noop-big", "20", "--no-warmup"],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out: dict[str, Any] = json.loads(proc.stdout)

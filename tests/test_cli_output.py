@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import click
+import support
 import pytest
 from api_live import ServeProcess
 from click.testing import CliRunner, Result
@@ -32,7 +33,7 @@ def cli(db: Path, *args: str, color: bool = False, env: dict[str, str] | None = 
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memlocal", *args], capture_output=True, text=True,
+    return support.run([sys.executable, "-m", "memlocal", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=60)
 
 
@@ -195,7 +196,7 @@ def test_help_loads_no_storage_web_or_bucket_stack() -> None:
     probe = ("import sys\nfrom memlocal.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
              "heavy = sorted(m for m in ('sqlite_utils', 'numpy', 'boto3', 'fastapi', 'anthropic', 'mcp', 'uvicorn')"
              " if m in sys.modules)\nprint('HEAVY', heavy)")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    out = support.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in out.stdout, out.stdout[-300:] + out.stderr[-2000:]
 
 

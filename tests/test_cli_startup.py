@@ -15,6 +15,7 @@ from typing import Any
 import click
 from s3server import S3, FaultProxy
 
+import support
 from memlocal.cli import main
 from memlocal.cli._common import COMMAND_MODULES
 
@@ -36,7 +37,7 @@ def _child(body: str, *args: str, env: dict[str, str] | None = None) -> subproce
     import os
 
     code = _LOADED.format(heavy=HEAVY) + body
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
+    return support.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **(env or {})})
 
 

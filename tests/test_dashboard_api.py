@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 from api_live import LiveServer
+import support
 from support import http_client
 
 from memlocal import MemoryBank
@@ -132,7 +132,7 @@ def test_sync_status_with_a_bucket_is_what_sync_status_shows(tmp_path: Path, hos
     host.bank.save("p1", content="pushed on save")
     s3.put_raw("memory/p1/mem-0000beef.json", b"{not json")
     db = str(host.path)
-    subprocess.run([sys.executable, "-m", "memlocal", "--db", db, "sync", "run"], check=False, capture_output=True)
+    support.run([sys.executable, "-m", "memlocal", "--db", db, "sync", "run"], check=False, capture_output=True)
     with LiveServer(create_app(host.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         s = c.get("/api/sync/status").json()
     assert s["localOnly"] is False
@@ -140,7 +140,7 @@ def test_sync_status_with_a_bucket_is_what_sync_status_shows(tmp_path: Path, hos
     assert s["bucket"]["endpoint"] == s3.endpoint
     assert s["lastPass"]["result"] in ("ok", "errors")
     assert [o["key"] for o in s["skipped"]] == ["memory/p1/mem-0000beef.json"]
-    cli = json.loads(subprocess.run([sys.executable, "-m", "memlocal", "--db", db, "sync", "status", "--json"],
+    cli = json.loads(support.run([sys.executable, "-m", "memlocal", "--db", db, "sync", "status", "--json"],
                                     check=True, capture_output=True, text=True).stdout)
     assert s["message"] is None
     assert {k: v for k, v in s.items() if k not in ("localOnly", "message")} == cli

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import support
 import pytest
 
 from memlocal import MemoryBank, StoreError
@@ -48,14 +49,18 @@ STREAM = textwrap.dedent(
 def test_four_processes_saving_at_once(db_path: Path) -> None:
     MemoryBank(db_path).close()  # create the schema first, as a deployed host would have it
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), str(w), "500"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        support.spawn([sys.executable, "-c", WRITER, str(db_path), str(w), "500"],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for w in range(4)
     ]
-    for p in procs:
-        out, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err
-        assert "locked" not in err
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            assert "locked" not in err
+    finally:
+        for p in procs:
+            support.stop(p, grace_s=0)
     with MemoryBank(db_path) as bank:
         page = bank.list("shared", limit=1000)
         assert page.total == 2000
@@ -69,16 +74,19 @@ def test_four_processes_saving_at_once(db_path: Path) -> None:
 @pytest.mark.slow
 def test_sigkill_mid_stream_loses_no_acknowledged_save(db_path: Path) -> None:
     MemoryBank(db_path).close()
-    proc = subprocess.Popen([sys.executable, "-c", STREAM, str(db_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = support.spawn([sys.executable, "-c", STREAM, str(db_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acknowledged: list[str] = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        acknowledged.append(line.strip())
-        if len(acknowledged) >= 300:
-            break
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    try:
+        for line in proc.stdout:
+            acknowledged.append(line.strip())
+            if len(acknowledged) >= 300:
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        support.stop(proc, grace_s=0)
     # Lines already written by the child before the kill are acknowledged too.
     acknowledged += [line.strip() for line in proc.stdout.read().splitlines() if line.strip()]
     with MemoryBank(db_path) as bank:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from memlocal.clusters import clusters_of
 from memlocal.store import MIGRATIONS, Store
 from memlocal.store.schemas.recall import INDEX_PENDING_SQL
 from memory_factory import NOW, put
+import support
 from support import fresh_database
 
 
@@ -185,7 +185,7 @@ def test_a_tokenizer_change_re_derives_the_near_duplicate_keys_on_open(tmp_path:
 
 def test_the_fingerprint_is_the_same_in_every_process() -> None:
     code = "from memlocal.features import fingerprint; print(fingerprint())"
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    runs = {support.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
             for _ in range(2)}
     assert runs == {fingerprint()}
 

@@ -19,6 +19,7 @@ from api_live import LiveServer
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import support
 from support import http, http_client
 
 from memlocal import MemoryBank
@@ -74,7 +75,7 @@ def test_rest_lone_surrogate_summary_is_a_400_and_the_connection_lives(bank: Mem
 def test_cli_invalid_bytes_in_an_argument_is_one_line(tmp_path: Path) -> None:
     import subprocess
 
-    result = subprocess.run(
+    result = support.run(
         [sys.executable.encode(), b"-m", b"memlocal", b"--db", str(tmp_path / "c.db").encode(), b"save",
          b"-p", b"lim", b"--summary", b"s\xff", b"content"],
         capture_output=True, timeout=60,
@@ -88,7 +89,7 @@ def test_cli_invalid_bytes_in_an_argument_is_one_line(tmp_path: Path) -> None:
 def test_cli_invalid_utf8_on_stdin_is_one_line(tmp_path: Path) -> None:
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "c.db"), "save", "-p",
+    result = support.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "c.db"), "save", "-p",
                              "lim", "-"], input=b"abc\xff\xfe", capture_output=True, timeout=60)
     err = result.stderr.decode("utf-8", "replace")
     assert result.returncode != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
@@ -112,8 +113,8 @@ class RawMcp:
         import subprocess
         import threading
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "memlocal", "--db", str(db), "mcp", "-p", "lim"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = support.spawn([sys.executable, "-m", "memlocal", "--db", str(db), "mcp", "-p", "lim"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.lines: "queue.Queue[bytes]" = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(b) for b in self.proc.stdout], daemon=True).start()  # type: ignore[union-attr]
         self.next_id = 0
@@ -138,15 +139,20 @@ class RawMcp:
         return self.request("tools/call", {"name": name, "arguments": args})["result"]
 
     def close(self) -> None:
-        self.proc.stdin.close()  # type: ignore[union-attr]
-        self.proc.wait(30)
+        try:
+            self.proc.stdin.close()  # type: ignore[union-attr]  # end of input: the server exits
+            self.proc.wait(30)
+        finally:
+            support.stop(self.proc, grace_s=0)
 
 
 @pytest.fixture(scope="module")
 def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawMcp]:
     client = RawMcp(tmp_path_factory.mktemp("mcp") / "m.db")
-    yield client
-    client.close()
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @pytest.mark.timeout(120)

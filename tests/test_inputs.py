@@ -4,7 +4,6 @@ rejects a broken rule with the library's own message."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import click
 import jsonschema
 import pytest
 from api_live import LiveServer
+import support
 from support import http_client, mcp_server_params
 
 from memlocal import BankNotWiredError, MemoryBank
@@ -122,10 +122,10 @@ def test_cli_choices_come_from_the_models() -> None:
 def test_start_up_does_not_load_pydantic() -> None:
     code = ("import sys\nfrom memlocal.cli import main\ntry:\n    main(['save', '--help'], prog_name='memlocal')\n"
             "except SystemExit:\n    pass\nprint('pydantic' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    out = support.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert "--category [preference|fact|behavior|context|general]" in out  # the choices, loaded for help
     code = "import sys\nfrom memlocal.cli import main\nprint('pydantic' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    assert support.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60).stdout.strip() == "False"
 
 

@@ -8,6 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import support
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,8 +17,8 @@ LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(
 
 def lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``lint-imports`` (no cache: nothing is written into the repository)."""
-    return subprocess.run([sys.executable, "-c", LINT, "--no-cache", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return support.run([sys.executable, "-c", LINT, "--no-cache", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_lint_imports_is_clean() -> None:

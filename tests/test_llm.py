@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import support
 import pytest
 
 from anthropic_fake import FAKE_KEY, FakeAnthropic, Reply, unused_local_url
@@ -435,7 +436,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     The deadline counts the SDK's import (seconds on a loaded machine); these tests are about
     the processor being used, so they give it room."""
     env = {**os.environ, "MEMLOCAL_LLM_TIMEOUT_S": "60"}
-    return subprocess.run([sys.executable, "-m", "memlocal", *args], capture_output=True, text=True, timeout=120,
+    return support.run([sys.executable, "-m", "memlocal", *args], capture_output=True, text=True, timeout=120,
                           env=env)
 
 
@@ -468,5 +469,5 @@ def test_cli_save_with_a_failing_api_still_saves(anthropic_fake: FakeAnthropic, 
 
 def test_importing_memlocal_does_not_import_the_sdk() -> None:
     code = "import sys, memlocal, memlocal.llm, memlocal.cli; print('anthropic' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = support.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

@@ -4,10 +4,10 @@ WARNING, and never a credential, at any level."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import support
 from memlocal.logs import redact_credentials
 from s3server import ACCESS_KEY, SECRET_KEY, S3
 
@@ -31,7 +31,7 @@ for args in (["save", "-p", "logs", "a memory to push"], ["sync", "run"]):
 
 def _run(tmp_path: Path, mode: str) -> str:
     env = dict(os.environ, MEMLOCAL_DB=str(tmp_path / f"{mode}.db"))
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, mode], env=env, capture_output=True, text=True,
+    proc = support.run([sys.executable, "-c", _SCRIPT, mode], env=env, capture_output=True, text=True,
                           timeout=120)
     return proc.stderr
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+import support
 from support import mcp_server_params
 
 from memlocal import MemoryBank
@@ -108,7 +109,7 @@ def test_tools_round_trip_and_profile_isolation(tmp_path: Path) -> None:
 def test_bad_profile_is_refused_at_start(tmp_path: Path) -> None:
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), "mcp",
+    result = support.run([sys.executable, "-m", "memlocal", "--db", str(tmp_path / "x.db"), "mcp",
                              "--profile", "../etc"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert result.stderr.splitlines()[-1].startswith("Error: invalid profile name")

@@ -17,6 +17,7 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import support
 import pytest
 
 from s3server import S3
@@ -47,7 +48,7 @@ def _build_wheel(tmp: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src)]
     if _modern_setuptools():
         cmd.insert(4, "--no-build-isolation")  # offline: the test extra's setuptools builds it
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    support.run(cmd, check=True, capture_output=True, timeout=120)
     (wheel,) = (tmp / "dist").glob("memlocal-*.whl")
     return wheel
 
@@ -68,14 +69,14 @@ def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
     # install's finder among them, are not run). The interpreter's system site-packages are not
     # used: what they hold differs from machine to machine.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    support.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    site_dir = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    site_dir = Path(support.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    check=True, capture_output=True, text=True, timeout=60).stdout.strip())
     deps = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     (site_dir / "_memlocal_test_deps.pth").write_text("".join(f"{d}\n" for d in deps))
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
-                    str(wheel)], check=True, capture_output=True, timeout=300)
+    support.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
+                    str(wheel)], check=True, capture_output=True, timeout=120)
 
     work = tmp_path / "work"  # not the repository: its sync/ folder must not be importable
     work.mkdir()
@@ -83,7 +84,7 @@ def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
     db = str(work / "m.db")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run([str(venv / "bin" / "memlocal"), "--db", db, *args], cwd=work, env=env,
+        res = support.run([str(venv / "bin" / "memlocal"), "--db", db, *args], cwd=work, env=env,
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr
         return res
@@ -98,7 +99,7 @@ def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
 
     # The commands ran from the wheel, and its entry points name memlocal_sync. (Whether some
     # other top-level ``sync`` is importable depends on the machine's site-packages, not on us.)
-    where = subprocess.run([str(py), "-c", "import memlocal, memlocal_sync; from importlib.metadata import entry_points; "
+    where = support.run([str(py), "-c", "import memlocal, memlocal_sync; from importlib.metadata import entry_points; "
                             "print(memlocal.__file__); print(memlocal_sync.__file__); "
                             "print(sorted(ep.value for g in ('memlocal.commands', 'memlocal.replicators', "
                             "'memlocal.daemons') for ep in entry_points(group=g)))"],

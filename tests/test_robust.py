@@ -8,13 +8,13 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from api_live import LiveServer
+import support
 from support import http_client
 
 from memlocal import MemoryBank
@@ -121,7 +121,7 @@ def test_cli_save_on_a_full_disk_is_one_line(tmp_path: Path, cli: Any) -> None:
     limit = 36000
     script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (%d, %d)); "
               "from memlocal.cli import main; sys.argv = ['memlocal'] + sys.argv[1:]; main()" % (limit, limit))
-    p = subprocess.run([sys.executable, "-c", script, "--db", str(db), "save", "-p", P, "--content",
+    p = support.run([sys.executable, "-c", script, "--db", str(db), "save", "-p", P, "--content",
                         "more text " * 300], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
     one_line_error(p.stderr)

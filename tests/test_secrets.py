@@ -5,7 +5,6 @@ block renderer redacts memories another host wrote; ordinary prose and ids are n
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any, Callable
 
 import pytest
 from api_live import LiveServer
+import support
 from support import http
 
 from memlocal import MemoryBank
@@ -144,10 +144,10 @@ def test_every_face_reports_the_kinds_never_the_values(tmp_path: Path) -> None:
             # Another note with the same key (the same text would be a duplicate of the tool's save).
             r = http.post(server.url + "/api/profiles/p/memories", json={"content": "Invoices use " + text})
             assert r.status_code == 422 and r.json()["error"]["code"] == "secret_found" and value not in r.text
-    cli = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", "p", "--json", text],
+    cli = support.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", "p", "--json", text],
                          capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0 and json.loads(cli.stdout)["redacted"] == ["stripe-key"] and value not in cli.stdout
-    cli = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", "p", text],
+    cli = support.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", "p", text],
                          capture_output=True, text=True, timeout=60, env={**__import__("os").environ,
                                                                           "MEMLOCAL_SECRETS_MODE": "reject"})
     assert cli.returncode == 1 and len(cli.stderr.strip().splitlines()) == 1 and value not in cli.stderr
@@ -224,6 +224,6 @@ def test_prose_with_aws_inside_a_word_does_not_load_the_detectors() -> None:
         key = 'aws_secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"'
         print(redact.redact(key).kinds)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    out = support.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "0"
     assert out[1] == "('aws-key',)"

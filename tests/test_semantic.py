@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+import support
 import pytest
 
 from memlocal import MemoryBank
@@ -186,7 +187,7 @@ def test_off_means_numpy_is_never_imported(tmp_path: Path) -> None:
             "assert b.recall('dev', 'which test framework?')\n"
             "b.inject('dev', '@memory', 'which test framework?')\nb.close()\n"
             "print(sorted(m for m in ('numpy', 'wordllama', 'tokenizers') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = support.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 

@@ -17,6 +17,7 @@ import pytest
 from conftest import Cli
 from filelock import FileLock
 from s3server import S3, FaultProxy, Host
+import support
 from support import wait_for
 
 from memlocal import MemoryBank
@@ -42,7 +43,7 @@ def local_saves(db: Path, n: int, prefix: str = "memory") -> set[str]:
 class Daemon:
     def __init__(self, db: Path, log: Path, env: dict[str, str]) -> None:
         self.log = log
-        self.proc = subprocess.Popen(
+        self.proc = support.spawn(
             [sys.executable, "-m", "memlocal", "--db", str(db), "sync", "daemon", "--interval", "60"],
             env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"), stdin=subprocess.DEVNULL,
         )
@@ -64,11 +65,11 @@ def daemons() -> Iterator[Callable[..., Daemon]]:
         started.append(d)
         return d
 
-    yield start
-    for d in started:
-        if d.proc.poll() is None:
-            os.kill(d.proc.pid, signal.SIGKILL)
-            d.proc.wait()
+    try:
+        yield start
+    finally:
+        for d in started:
+            support.stop(d.proc, grace_s=0)
 
 
 @pytest.mark.slow
@@ -179,10 +180,10 @@ def test_passes_never_overlap_across_processes(s3: S3, hosts: Callable[..., Host
         if held.is_locked:
             held.release()
     # Another process's pass (a subprocess holding the lock) is refused too.
-    holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; from filelock import FileLock; l = FileLock(sys.argv[1]); "
-                               "l.acquire(); print('held', flush=True); time.sleep(30)", str(lock_path(a.path))],
-                              stdout=subprocess.PIPE)
+    holder = support.spawn([sys.executable, "-c",
+                            "import sys, time; from filelock import FileLock; l = FileLock(sys.argv[1]); "
+                            "l.acquire(); print('held', flush=True); time.sleep(30)", str(lock_path(a.path))],
+                           stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
         from memlocal.errors import SyncError
@@ -190,8 +191,7 @@ def test_passes_never_overlap_across_processes(s3: S3, hosts: Callable[..., Host
         with pytest.raises(SyncError, match="another sync pass is running"):
             a.sync()
     finally:
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait()
+        support.stop(holder, grace_s=0)
     assert a.sync().ok   # the kernel released the dead holder's lock
 
 

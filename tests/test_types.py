@@ -4,12 +4,12 @@ scripts/check_types.py), so a run after the first re-checks only what changed.""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+import support
 from support import absolute_imports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow  # ~21 s of CPU in a fresh clone (no mypy cache yet): started first, not last
 def test_mypy_strict_is_clean() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_types.py")], cwd=ROOT,
+    result = support.run([sys.executable, str(ROOT / "scripts" / "check_types.py")], cwd=ROOT,
                             capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("Success: no issues found"), result.stdout
