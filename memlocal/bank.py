@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, overload
 
 from .config import Config
-from .errors import ConfigError, InputTooLargeError, NotFoundError, SecretFoundError, ValidationError
+from .errors import ConfigError, InputTooLargeError, NotFoundError, SecretFoundError, StoreError, ValidationError
 from .model import (
     OFFSET_MAX,
     PAGE_MAX_LIMIT,
@@ -29,6 +29,7 @@ from .model import (
     check_text,
     compute_staleness,
     default_summary,
+    format_time,
     new_id,
     utcnow,
     validate_category,
@@ -64,6 +65,8 @@ log = logging.getLogger("memlocal")
 
 # The spec's start-up warning without a bucket is said once per process (a CLI command is one).
 _warned_local_only = False
+# ``meta`` key: when this database's local-only notice was given (``_warn_local_only``).
+LOCAL_ONLY_NOTICE_META_KEY = "notice.local_only"
 
 REPLICATOR_ENTRY_POINTS = "memlocal.replicators"
 DAEMON_ENTRY_POINTS = "memlocal.daemons"
@@ -299,8 +302,8 @@ class MemoryBank:
         except Exception:
             store.close()
             raise
-        if replicator is None:
-            _warn_local_only()
+        if replicator is None and config.get_bool("bucket.local_only_notice"):
+            _warn_local_only(store)
         return cls(store, config=config, replicator=replicator, extractor=extractor,
                    daemon_factory=_installed_daemon)
 
@@ -1213,13 +1216,23 @@ class MemoryBank:
             blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
         return assemble(blocks, prompt)
 
-def _warn_local_only() -> None:
-    """The spec's start-up warning of a bank without a bucket, once per process (on stderr where
-    nothing configured logging: Python's last-resort handler prints warnings)."""
+def _warn_local_only(store: Store) -> None:
+    """The spec's start-up warning of a bank without a bucket: once per database (its ``meta``
+    remembers it was given, so a local-only user's every later command is quiet), and at most
+    once per process (on stderr where nothing configured logging: Python's last-resort handler
+    prints warnings). ``memlocal serve`` says it in its start-up lines whatever this remembers."""
     global _warned_local_only
-    if not _warned_local_only:
-        _warned_local_only = True
-        log.warning("no bucket configured (set INTERNAL_S3_BUCKET or S3_BUCKET to sync): memories stay on this host only")
+    if _warned_local_only:
+        return
+    try:
+        if store.meta_get(LOCAL_ONLY_NOTICE_META_KEY) is not None:
+            return
+        store.meta_set(LOCAL_ONLY_NOTICE_META_KEY, format_time(utcnow()))
+    except StoreError:  # a read-only or busy file: say it (again) rather than not at all
+        pass
+    _warned_local_only = True
+    log.warning("no bucket configured (set INTERNAL_S3_BUCKET or S3_BUCKET to sync): memories stay on this host only"
+                " (said once per database; bucket.local_only_notice = false silences it)")
 
 
 def _warm_redaction() -> None:

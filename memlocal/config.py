@@ -155,6 +155,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("llm.timeout_s", float, 5.0, "deadline for one whole extraction, retries included", ("MEMLOCAL_LLM_TIMEOUT_S",), above=0, max=600),
     # The bucket: INTERNAL_S3_BUCKET, else S3_BUCKET; its friends follow the prefix that was chosen.
     Setting("bucket.name", str, "", "bucket for memory/<profile>/<id>.json; empty means local only", ("INTERNAL_S3_BUCKET", "S3_BUCKET"), check=_bucket_name, allowed="empty or a bucket name (2-255 of A-Z a-z 0-9 . _ -, starting with a letter or digit)"),
+    Setting("bucket.local_only_notice", bool, True, "without a bucket, say so once per database (on its first open) on stderr; false: never", ("MEMLOCAL_LOCAL_ONLY_NOTICE",)),
     Setting("bucket.endpoint", str, "", "S3 endpoint URL; empty means AWS", ("INTERNAL_S3_ENDPOINT", "S3_ENDPOINT"), follows="bucket.name", check=_http_url, allowed="empty or an http:// or https:// URL"),
     Setting("bucket.region", str, "", "bucket region; empty means boto3's default chain", ("INTERNAL_S3_REGION", "S3_REGION"), follows="bucket.name"),
     Setting("bucket.access_key_id", str, "", "access key; empty means boto3's credential chain", ("INTERNAL_S3_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID"), follows="bucket.name"),

@@ -121,11 +121,30 @@ def test_without_a_bucket_open_warns_once_per_process(tmp_path: Path, caplog: py
     assert len(said) == 1
 
 
-def test_without_a_bucket_a_cli_process_says_so_in_one_line(cli: Any) -> None:
+def test_without_a_bucket_a_cli_process_says_so_in_one_line_once_per_database(cli: Any, tmp_path: Path) -> None:
     res = cli.process("stats")
     assert res.exit_code == 0
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and "no bucket configured" in lines[0], res.stderr
+    # A local-only user's later commands on the same database say nothing more (ten saves, not ten notices).
+    for _ in range(2):
+        res = cli.process("save", "-p", "p", "a local memory")
+        assert res.exit_code == 0 and res.stderr == "", res.stderr
+    # Another database hears it once too.
+    res = cli.at(tmp_path / "other.db").process("stats")
+    assert "no bucket configured" in res.stderr
+
+
+def test_the_local_only_notice_can_be_silenced(cli: Any, tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    res = cli.process("stats", env={"MEMLOCAL_LOCAL_ONLY_NOTICE": "false"})
+    assert res.exit_code == 0 and res.stderr == "", res.stderr
+    import memlocal.bank as bank_module
+
+    monkeypatch.setattr(bank_module, "_warned_local_only", False)
+    with caplog.at_level(logging.WARNING):
+        MemoryBank.open(tmp_path / "quiet.db", config=Config.load(environ={}, overrides={"bucket.local_only_notice": False})).close()
+    assert not [r for r in caplog.records if "no bucket configured" in r.getMessage()]
 
 
 # --- one breaker per host ----------------------------------------------------------------------------
