@@ -28,6 +28,7 @@ from support import http, http_client
 
 from memlocal import MemoryBank
 from memlocal.config import Config
+from memlocal.humanize import shown_summary
 
 pytestmark = pytest.mark.slow  # a browser per module, a server per test
 
@@ -198,7 +199,7 @@ def test_profiles_memories_detail_and_delete_with_confirmation(page: Page, seede
     assert table_rows.evaluate_all("rs => rs.map(r => r.dataset.id)") == [m["id"] for m in api_page["memories"]]
     top = api_page["memories"][0]
     first = table_rows.first
-    expect(first.locator('td[data-label="Summary"]')).to_have_text(top["summary"])
+    expect(first.locator('td[data-label="Summary"]')).to_have_text(shown_summary(top["summary"], top["processedContent"]))
     expect(first.locator('td[data-label="Category"]')).to_have_text(top["category"])
     expect(first.locator('td[data-label="Confidence"]')).to_have_text(fmt(top["confidence"]))
     expect(first.locator('td[data-label="Accesses"]')).to_have_text(str(top["accessCount"]))
@@ -263,6 +264,31 @@ def test_profiles_memories_detail_and_delete_with_confirmation(page: Page, seede
     r = api.get(f"/api/profiles/researcher/memories/{ids['json']}")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     assert api.get("/api/memory-bank/stats").json()["perProfile"]["researcher"] == 25
+
+
+def test_summaries_are_cut_at_a_word_with_an_ellipsis_in_every_view(page: Page, seeded: Any) -> None:
+    """The default summary (the content's first 50 characters) ends mid-word; every view that
+    names a memory shows it cut at a word with "…", as the CLI does."""
+    proc, api, _ids = seeded
+    notes = api.get("/api/profiles/researcher/memories", params={"limit": 100}).json()["memories"]
+    note = next(m for m in notes if m["processedContent"].startswith("Note 13 "))
+    shown = shown_summary(note["summary"], note["processedContent"])
+    assert shown == "Note 13 about the quarterly report layout and its…" and note["summary"] != shown
+    assert page.goto(proc.url + "/#/profiles/researcher") is not None
+    expect(page.locator(f'tr[data-id="{note["id"]}"] td[data-label="Summary"]')).to_have_text(shown)
+    page.goto(proc.url + f"/#/profiles/researcher/memories/{note['id']}")
+    expect(page.get_by_role("heading", level=1)).to_have_text(shown)
+    page.goto(proc.url + "/#/profiles/researcher")
+    page.get_by_role("link", name="Search").click()
+    page.get_by_label("Query").fill("quarterly report layout")
+    page.keyboard.press("Enter")
+    expected = api.get("/api/profiles/researcher/memories/search", params={"q": "quarterly report layout"}).json()["results"]
+    links = page.locator("ol.results > li .result-head a")
+    expect(links).to_have_count(len(expected))
+    assert links.all_inner_texts() == [shown_summary(r["memory"]["summary"], r["memory"]["processedContent"])
+                                       for r in expected]
+    assert any(text.endswith("its…") for text in links.all_inner_texts())
+    assert page.evaluate("([s, c]) => shownSummary(s, c)", [note["summary"], note["processedContent"]]) == shown
 
 
 def test_memory_text_is_shown_as_text_never_as_markup(page: Page, seeded: Any) -> None:

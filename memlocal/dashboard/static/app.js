@@ -9,6 +9,30 @@ const PAGE_SIZE = 20;
 const NOTE_MAX_BYTES = 4096;
 const ZERO_TIME = "0001-01-01";
 
+// --- words ----------------------------------------------------------------------------------------
+
+/** A memory's summary as every face shows it (memlocal.humanize.shown_summary, tested to agree):
+ * the default summary (the content's first 50 characters) ends after its last whole word with
+ * "…" when the content goes on, never mid-word; a summary of its own is shown as it is. */
+function shownSummary(summary, content) {
+  const folded = String(content || "").split(/\s+/).filter(Boolean).join(" ");
+  summary = String(summary || "");
+  if (folded.length > summary.length && folded.startsWith(summary) && !summary.endsWith("…")) {
+    let cut = summary;
+    if (!/\s/.test(folded[summary.length]) && !/\s$/.test(summary)) {
+      const space = cut.lastIndexOf(" "); // the summary ends inside a word: end at the word before it
+      if (space >= Math.floor(cut.length / 2)) cut = cut.slice(0, space);
+    }
+    return cut.replace(/[ ,;:.\-]+$/, "") + "…";
+  }
+  return summary;
+}
+
+/** How a memory is named in links and headings: its shown summary, else its id. */
+function memoryName(m) {
+  return shownSummary(m.summary, m.processedContent) || m.id;
+}
+
 // --- the REST API ------------------------------------------------------------------------------
 
 class ApiError extends Error {
@@ -342,14 +366,14 @@ async function memoriesView(name, params) {
     page.memories.map((m) => ({
       attrs: { "data-id": m.id },
       cells: [
-        h("a", { href: hashFor(["profiles", name, "memories", m.id]) }, m.summary || m.id),
+        h("a", { href: hashFor(["profiles", name, "memories", m.id]) }, memoryName(m)),
         badge(m.category),
         h("span", { class: "num" }, fixed(m.confidence)),
         h("span", { class: "num" }, String(m.accessCount)),
         time(m.lastAccessedAt),
         h("span", { class: "num" }, fixed(m.stalenessScore)),
         h("button", {
-          type: "button", class: "danger small", "aria-label": "Delete " + (m.summary || m.id),
+          type: "button", class: "danger small", "aria-label": "Delete " + memoryName(m),
           onclick: () => deleteMemory(m, () => render({ focusHeading: true })),
         }, "Delete"),
       ],
@@ -367,7 +391,7 @@ async function memoriesView(name, params) {
 
 async function deleteMemory(memory, after) {
   const ok = await confirmAction("Delete this memory?",
-    `“${memory.summary}” (${memory.id}) is removed from profile ${memory.profileName}, and from the bucket when one is configured. This cannot be undone.`,
+    `“${memoryName(memory)}” (${memory.id}) is removed from profile ${memory.profileName}, and from the bucket when one is configured. This cannot be undone.`,
     "Delete");
   if (!ok) return;
   try {
@@ -378,7 +402,7 @@ async function deleteMemory(memory, after) {
       return;
     }
   }
-  say(`Deleted ${memory.id} (“${memory.summary}”).`);
+  say(`Deleted ${memory.id} (“${memoryName(memory)}”).`);
   after();
 }
 
@@ -414,7 +438,7 @@ async function memoryView(name, id) {
   return h("div", {},
     h("nav", { "aria-label": "Breadcrumb", class: "crumbs" }, h("a", { href: "#/" }, "Profiles"), " / ",
       h("a", { href: hashFor(["profiles", name]) }, name), " / ", m.id),
-    h("h1", {}, m.summary || m.id),
+    h("h1", {}, memoryName(m)),
     h("dl", { class: "fields" }, rows),
     h("h2", {}, "processedContent"),
     h("pre", { class: "text", "data-field": "processedContent" }, m.processedContent),
@@ -472,7 +496,7 @@ async function searchView(name, params) {
     return h("li", { class: "result", "data-id": r.memory.id },
       h("div", { class: "result-head" },
         h("span", { class: "rank" }, "#" + (i + 1)),
-        h("a", { href: hashFor(["profiles", name, "memories", r.memory.id]) }, r.memory.summary || r.memory.id),
+        h("a", { href: hashFor(["profiles", name, "memories", r.memory.id]) }, memoryName(r.memory)),
         badge(r.memory.category),
         h("span", { class: "score" }, "score ", h("strong", { "data-score": r.score }, fixed(r.score, 3)))),
       h("p", { class: "content" }, r.memory.processedContent),
@@ -511,7 +535,7 @@ async function injectView(name, params) {
   const rows = (entries) => entries.map((e) => ({
     attrs: { "data-id": e.memory.id },
     cells: [e.tier, badge(e.memory.category),
-      h("a", { href: hashFor(["profiles", name, "memories", e.memory.id]) }, e.memory.summary || e.memory.id),
+      h("a", { href: hashFor(["profiles", name, "memories", e.memory.id]) }, memoryName(e.memory)),
       h("span", { class: "num" }, fixed(e.score, 3))],
   }));
   const headers = ["Tier", "Category", "Summary", "Score"];
