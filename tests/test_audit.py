@@ -9,6 +9,7 @@ import sys
 import threading
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from api_live import LiveServer
@@ -119,7 +120,32 @@ def test_cli_and_rest_answer_both_questions(tmp_path: Path) -> None:
     assert [i["core"] for i in json.loads(out.stdout)["injections"]] == [[tea.id], [tea.id]]
     out = support.run([sys.executable, "-m", "memlocal", "--db", str(db), "audit", "-p", "p"],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and tea.id in out.stdout and query_hash("tea please", host_key(db)) in out.stdout
+    assert out.returncode == 0 and "Prefers green tea" in out.stdout and query_hash("tea please", host_key(db)) in out.stdout
+
+
+def test_the_audit_table_shows_what_each_run_saw_evidence_first(tmp_path: Path, cli: Any) -> None:
+    """Every run carries the same core preferences: a row shows its query's evidence entries
+    first, by their summaries, and how many entries each tier had, so the rows differ."""
+    db = tmp_path / "runs.db"
+    with _bank(db) as bank:
+        for i, food in enumerate(("oat milk", "rye bread", "black coffee", "dark chocolate", "green apples")):
+            bank.save("p", content=f"Prefers {food} at breakfast number {i}", category="preference")
+        bank.save("p", content="The staging database lives on host db-7", category="general")
+        bank.save("p", content="Deploys go out on Thursdays after the standup", category="general")
+        bank.build_context_block("p", "which host runs the staging database?")
+        bank.build_context_block("p", "when do deploys go out?")
+        bank.drain()
+        runs = bank.injections("p", limit=2)
+    assert all(len(r.core) >= 4 for r in runs) and all(r.relevant for r in runs)
+    res = cli.at(db)("audit", "-p", "p", env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    header, _rule, deploys, staging = res.stdout.splitlines()
+    assert header.split() == ["at", "chars", "query", "hash", "core", "relevant", "saw"]
+    # Counts per tier, then the evidence entries first (cut at a word with "…" to fit).
+    assert f"  {len(runs[0].core)}  " in deploys and f"  {len(runs[0].relevant)}  " in deploys
+    assert "Deploys go out on Thursdays" in deploys and "staging" not in deploys
+    assert "The staging database lives on host db-7" in staging
+    assert all(len(line) <= 100 for line in res.stdout.splitlines())
 
 
 @pytest.mark.parametrize("bad", [["audit", "-p", "../x"], ["audit", "-p", "p", "--memory", "mem-x"]])
