@@ -107,3 +107,36 @@ def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
     lib_file, sync_file, eps = where.stdout.split("\n")[:3]
     assert Path(lib_file).is_relative_to(venv) and Path(sync_file).is_relative_to(venv)
     assert eps == str(["memlocal_sync.cli:sync_group", "memlocal_sync.daemon:factory", "memlocal_sync.replicator:factory"])
+
+
+def test_the_langgraph_extra_installs_what_the_readme_example_imports() -> None:
+    """``pip install 'memlocal[langgraph]'`` then the README's LangGraph example: every module it
+    imports (``langgraph.graph`` for ``builder.compile(store=store)`` included) comes from a
+    distribution the extra names (tests/test_docs.py runs the example itself)."""
+    import ast
+    import importlib.metadata as metadata
+    import importlib.util
+    import re
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## A LangGraph store", 1)[1].split("\n## ", 1)[0]
+    code = "\n".join(re.findall(r"```python\n(.*?)```", section, re.S))
+    modules = {node.module for node in ast.walk(ast.parse(code)) if isinstance(node, ast.ImportFrom) and node.module}
+    modules |= {a.name for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Import) for a in node.names}
+    third_party = sorted(m for m in modules if m.split(".")[0] not in ("memlocal", *sys.stdlib_module_names))
+    assert "langgraph.graph" in third_party, third_party
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    named = {canonicalize_name(Requirement(r).name) for r in extras["langgraph"]}
+    by_top = metadata.packages_distributions()
+    for module in third_party:
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, f"{module} is not installed: the [test] extra installs the [langgraph] one"
+        origin = Path(spec.origin).resolve()
+        owners = {canonicalize_name(d) for d in by_top.get(module.split(".")[0], [])
+                  if any(Path(str(metadata.distribution(d).locate_file(f))).resolve() == origin
+                         for f in metadata.distribution(d).files or ())}
+        assert owners & named, f"{module} comes from {sorted(owners)}, which the [langgraph] extra does not name"
