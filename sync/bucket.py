@@ -14,6 +14,7 @@ bucket cannot be used right now: unreachable, no such bucket, denied, retries ex
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -227,7 +228,8 @@ _CLIENTS: OrderedDict[tuple[Any, ...], _Shared] = OrderedDict()
 CLIENTS_KEPT = 16
 
 
-def _s3_client(shared_as: tuple[Any, ...] | None, **kwargs: Any) -> tuple[Any, _Shared | None]:
+def _s3_client(shared_as: tuple[Any, ...] | None, *, deadline_s: float | None = None,
+               **kwargs: Any) -> tuple[Any, _Shared | None]:
     """An S3 client, and its ``_Shared`` entry when it is shared (``Bucket.close`` releases it).
 
     With explicit keys (``shared_as``: everything the client is made from) it is the process's
@@ -238,12 +240,12 @@ def _s3_client(shared_as: tuple[Any, ...] | None, **kwargs: Any) -> tuple[Any, _
     global _SHARED_SESSION
     with _SESSION_LOCK:
         if shared_as is None:
-            return _with_hooks(_new_session().client("s3", **kwargs)), None
+            return _with_hooks(_new_session().client("s3", **kwargs), deadline_s), None
         shared = _CLIENTS.get(shared_as)
         if shared is None:
             if _SHARED_SESSION is None:
                 _SHARED_SESSION = _new_session()
-            shared = _CLIENTS[shared_as] = _Shared(_with_hooks(_SHARED_SESSION.client("s3", **kwargs)))
+            shared = _CLIENTS[shared_as] = _Shared(_with_hooks(_SHARED_SESSION.client("s3", **kwargs), deadline_s))
             unused = [key for key, entry in _CLIENTS.items() if not entry.users and entry is not shared]
             for key in unused[:max(0, len(_CLIENTS) - CLIENTS_KEPT)]:
                 del _CLIENTS[key]  # closed when its last Bucket closed
@@ -259,11 +261,46 @@ def _release(shared: _Shared) -> bool:
         return shared.users == 0
 
 
-def _with_hooks(client: Any) -> Any:
+def _with_hooks(client: Any, deadline_s: float | None = None) -> Any:
     # botocore sends "Expect: 100-continue" with every PUT body, which costs a round trip per
     # object (the server's interim 100 answer) for bodies of a few hundred bytes.
     client.meta.events.register("before-sign.s3.PutObject", _drop_expect_header)
+    if deadline_s is not None:
+        _Deadline(deadline_s, float(client.meta.config.read_timeout)).install(client)
     return client
+
+
+class _Deadline:
+    """A request's attempts end within ``deadline_s`` of its start (``sync.deadline_s``): a
+    retry that could not finish in time is not made, so a hung bucket (it accepts connections
+    and never answers) costs one timeout, not ``attempts`` of them. botocore's standard retry
+    handler decides the rest (throttling, 5xx and connection errors, with its back-off)."""
+
+    KEY = "memlocal_deadline"
+
+    def __init__(self, deadline_s: float, attempt_s: float) -> None:
+        self.deadline_s = deadline_s
+        self.attempt_s = attempt_s
+
+    def install(self, client: Any) -> None:
+        client.meta.events.register("before-call.s3", self.start)
+        # First: a ``False`` from it stops the retry whatever the standard handler says after it.
+        client.meta.events.register_first("needs-retry.s3", self.needs_retry)
+
+    def start(self, context: dict[str, Any], **_: Any) -> None:
+        context[self.KEY] = time.monotonic() + self.deadline_s
+
+    def needs_retry(self, request_dict: dict[str, Any], caught_exception: Exception | None = None,
+                    **_: Any) -> bool | None:
+        """``False`` (no retry) once another attempt could run past the deadline; ``None``
+        leaves the decision to botocore."""
+        ends = (request_dict.get("context") or {}).get(self.KEY)
+        if ends is None:
+            return None
+        now = time.monotonic()
+        if now >= ends or (caught_exception is not None and now + self.attempt_s > ends):
+            return False
+        return None
 
 
 def _drop_expect_header(request: Any, **_: Any) -> None:
@@ -276,11 +313,14 @@ class Bucket:
     """The operations the sync needs, each one request (plus botocore's retries)."""
 
     def __init__(self, settings: BucketSettings, *, timeout_s: float, attempts: int, pool_size: int = 10,
-                 page_size: int = 1000) -> None:
+                 page_size: int = 1000, deadline_s: float | None = None) -> None:
         # The values come from the config registry, which has checked their limits at load.
+        # ``deadline_s``: a request with its retries ends within it (``_Deadline``); an attempt's
+        # timeout is never longer.
         self.settings = settings
         self.name = settings.name
-        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
+        self.timeout_s = min(timeout_s, deadline_s) if deadline_s else timeout_s
         self.attempts = attempts
         self.pool_size = max(1, pool_size)
         self.page_size = page_size
@@ -317,7 +357,8 @@ class Bucket:
         explicit = bool(s.access_key_id and s.secret_access_key)
         return _s3_client(
             (s.endpoint, s.region, s.access_key_id, s.secret_access_key, self.timeout_s, self.attempts,
-             self.pool_size) if explicit else None,
+             self.pool_size, self.deadline_s) if explicit else None,
+            deadline_s=self.deadline_s,
             endpoint_url=s.endpoint,
             region_name=s.region,
             aws_access_key_id=s.access_key_id,

@@ -7,16 +7,24 @@ Layout (under ``memlocal/``, which readers of ``memory/`` never list)::
     memlocal/changes/head.json               a hint: a sequence number at or below the last one
 
 A segment is created with ``If-None-Match: *`` at the next free sequence number, so two hosts
-publishing at once get two numbers (the loser of the race gets 412 and takes the next), and the
-numbers have no gaps. A reader remembers the last number it applied (its cursor) and reads
-``cursor + 1``, ``cursor + 2``, … until one is missing: a pass with nothing new costs one GET
-(404). Each segment names the bucket's identity marker; a segment of another marker, of an
-unknown format, or a cursor too old to trust sends the pass to a full listing.
+publishing at once get two numbers (the loser of the race gets 412 and takes the next). A
+reader remembers the last number it applied (its cursor) and lists the record after it: a pass
+with nothing new costs one LIST that returns nothing. The listing shows every later number, so
+a **gap** (a missing number with later ones present: a segment whose upload is still in flight,
+or lost) is seen at once: the reader waits for it a bounded time (``GAP_WAIT_S``), listing the
+bucket in full meanwhile, then moves past it.
+
+The record is a **hint**, never an order (docs/sync.md, "What a hint may do"): a segment that is
+malformed, of another format or marker, over ``MAX_SEGMENT_BYTES`` or ``SEGMENT_CHANGES``
+changes, or whose body names another number (out of order) is skipped and reported
+(``Reading.skipped``), and the reader reads on past it; the pass that meets one lists in full.
 
 A change is ``{"key", "etag", "op": "put"|"delete", "size"}``; a ``delete`` is a **delete
 record**: a deliberate deletion made through memlocal (a user's delete, ``prune``, retention,
-a clean-up), which other hosts apply without the mass-delete guard. A disappearance no record
-explains (a wipe, a foreign writer's deletion) is still guarded.
+a clean-up). Another host applies it without the mass-delete guard, but only once the bucket
+shows the object gone (a listing, or a GET that answers 404): a record for an object that is
+still there deletes nothing. A disappearance no record explains (a wipe, a foreign writer's
+deletion) is still guarded.
 
 Segments live ``sync.change_retention_days`` (7): a full pass of a writing host deletes older
 ones, oldest first, never the newest. Because of that, a host trusts its cursor (and a writer
@@ -30,8 +38,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Final, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Final, Sequence
 
 from memlocal.model import format_time, parse_time, utcnow
 
@@ -44,11 +52,22 @@ HEAD_KEY: Final = CHANGES_PREFIX + "head.json"
 FORMAT: Final = "memlocal-changes/1"
 # The head hint is moved forward once every this many segments (a hint, never the truth).
 HEAD_EVERY: Final = 64
-# Changes per segment (a host that was offline may publish a long journal as several).
+# Changes per segment (a host that was offline may publish a long journal as several); a
+# segment holding more is not one of ours and is skipped.
 SEGMENT_CHANGES: Final = 2000
-MAX_SEGMENT_BYTES: Final = 16 * 1024 * 1024
-# Segments a pass reads one by one before a full listing is the cheaper way to catch up.
+# The size cap of a segment: 2000 changes of the longest keys memlocal writes are ~400 KiB. A
+# larger object under memlocal/changes/ is skipped unread (its listed size says so).
+MAX_SEGMENT_BYTES: Final = 1024 * 1024
+# Segments a pass reads one by one before a full listing is the cheaper way to catch up (at
+# most MAX_SEGMENTS_READ x MAX_SEGMENT_BYTES read by a pass).
 MAX_SEGMENTS_READ: Final = 200
+# How long a reader waits for a missing segment while later ones exist (an upload still in
+# flight: a request ends within sync.deadline_s), listing in full meanwhile, before it moves
+# its cursor past the gap.
+GAP_WAIT_S: Final = 60.0
+# Gaps a reader moved past that it still looks into (a writer with an old idea of the end may
+# claim one later), for as long as a writer trusts that idea (half the retention).
+MAX_HOLES: Final = 32
 # Slots tried when others keep taking them (each 412 looks for the last number again).
 CLAIM_ATTEMPTS: Final = 16
 # Old segments a pass deletes at most.
@@ -57,6 +76,22 @@ COMPACT_MAX: Final = 200
 
 class Untrusted(Exception):
     """The record cannot be used for this pass: list the bucket in full (the reason says why)."""
+
+
+@dataclass(slots=True)
+class Reading:
+    """What a reader found after its cursor: the usable ``segments`` in order; ``end``, the
+    cursor once they are applied (past skipped segments, never past a gap still waited for);
+    ``skipped``, one line per segment not used; ``gap``, the first missing number with later
+    ones present (``None``: none); ``last``, the highest number listed."""
+
+    segments: list["Segment"] = field(default_factory=list)
+    end: int = 0
+    skipped: list[str] = field(default_factory=list)
+    gap: int | None = None
+    last: int = 0
+    missing: list[int] = field(default_factory=list)  # every missing number below ``last``
+    filled: list[int] = field(default_factory=list)  # holes found written since
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +146,13 @@ def decode_segment(data: bytes, seq: int) -> Segment:
         raise Untrusted(f"{segment_key(seq)} is not JSON") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise Untrusted(f"{segment_key(seq)} has an unknown format {str(doc.get('format') if isinstance(doc, dict) else '')[:40]!r}")
-    if doc.get("seq") != seq or not isinstance(doc.get("marker"), str) or not isinstance(doc.get("changes"), list):
-        raise Untrusted(f"{segment_key(seq)} is not a segment of this record")
+    if doc.get("seq") != seq or isinstance(doc.get("seq"), bool):
+        raise Untrusted(f"{segment_key(seq)} is not a segment of this record (its body names number "
+                        f"{str(doc.get('seq'))[:20]!r}: out of order or malformed)")
+    if not isinstance(doc.get("marker"), str) or not isinstance(doc.get("changes"), list):
+        raise Untrusted(f"{segment_key(seq)} is not a segment of this record (no marker or change list)")
+    if len(doc["changes"]) > SEGMENT_CHANGES:
+        raise Untrusted(f"{segment_key(seq)} holds {len(doc['changes'])} changes, more than {SEGMENT_CHANGES}")
     changes: list[Change] = []
     for c in doc["changes"]:
         if (not isinstance(c, dict) or not isinstance(c.get("key"), str) or c.get("op") not in ("put", "delete")
@@ -149,39 +189,81 @@ class ChangeLog:
         """How long a cursor or a known last number stays trustworthy: half the retention."""
         return self.retention_s / 2
 
-    def read_new(self, marker_id: str, cursor: int) -> list[Segment]:
-        """The segments after ``cursor``, in order (none: one GET that finds nothing)."""
-        out: list[Segment] = []
-        seq = cursor + 1
+    def read_new(self, marker_id: str, cursor: int, *, holes: Sequence[int] = (),
+                 pass_gap: Callable[[int], bool] = lambda _g: False) -> Reading:
+        """The segments after ``cursor``: one listing of the record after it (a pass with nothing
+        new: that one request), then a GET of each segment listed, in order. A segment that
+        cannot be used is skipped and reported; a missing number with later ones listed is a
+        gap, read past but not moved past unless ``pass_gap(number)`` says its wait is over.
+        ``holes``: numbers at or below the cursor that were gaps when it moved past them; the
+        same listing starts below the oldest, so a segment that appears in one later (a writer
+        that claimed it from an old idea of the end) is still read (``Reading.filled``).
+        ``Untrusted`` when there are more than ``MAX_SEGMENTS_READ`` to read."""
+        out = Reading(end=cursor, last=cursor)
+        wanted = set(holes)
+        numbers: dict[int, int] = {}  # number -> listed size
+        after = segment_key(min([cursor, *(h - 1 for h in wanted)]))
         while True:
-            try:
-                data, _etag = self.bucket.get(segment_key(seq), MAX_SEGMENT_BYTES)
-            except ObjectMissing:
-                return out
-            except ObjectTooLarge:
-                raise Untrusted(f"{segment_key(seq)} is larger than {MAX_SEGMENT_BYTES} bytes") from None
-            seg = decode_segment(data, seq)
-            if seg.marker != marker_id:
-                raise Untrusted(f"{segment_key(seq)} belongs to bucket marker {seg.marker[:32]!r}, not {marker_id}")
-            out.append(seg)
-            if len(out) >= MAX_SEGMENTS_READ:
+            page = self.bucket.list(CHANGES_PREFIX, start_after=after, max_pages=1)
+            for o in page.objects:
+                n = parse_segment_key(o.key)
+                if n is not None and (n > cursor or n in wanted):
+                    numbers[n] = o.size
+            if len(numbers) > MAX_SEGMENTS_READ:
                 raise Untrusted(f"more than {MAX_SEGMENTS_READ} segments to read: a full listing catches up faster")
-            seq += 1
+            if not page.truncated or not page.objects:
+                break
+            after = page.objects[-1].key
+        expected = cursor + 1
+        for seq in sorted(numbers):
+            key = segment_key(seq)
+            if seq > cursor:
+                if seq > expected and out.gap is None:
+                    out.gap = expected
+                expected = seq + 1
+                out.last = seq
+            else:
+                out.filled.append(seq)
+            try:
+                if numbers[seq] > MAX_SEGMENT_BYTES:
+                    raise ObjectTooLarge(numbers[seq], MAX_SEGMENT_BYTES)
+                data, _etag = self.bucket.get(key, MAX_SEGMENT_BYTES)
+                seg = decode_segment(data, seq)
+                if seg.marker != marker_id:
+                    raise Untrusted(f"{key} belongs to bucket marker {seg.marker[:32]!r}, not {marker_id}")
+                out.segments.append(seg)
+            except ObjectMissing:  # deleted since the listing (compacted): a gap like any other
+                if out.gap is None and seq > cursor:
+                    out.gap = seq
+            except ObjectTooLarge as exc:
+                out.skipped.append(f"{key} is larger than {MAX_SEGMENT_BYTES} bytes ({exc.size}): skipped unread")
+            except Untrusted as exc:
+                out.skipped.append(str(exc))
+        if out.gap is not None:
+            present = {n for n in numbers if n > cursor}
+            out.missing = [n for n in range(cursor + 1, out.last) if n not in present][:MAX_HOLES]
+        out.end = out.last if out.gap is None or pass_gap(out.gap) else out.gap - 1
+        return out
 
     def find_tail(self, after: int = 0) -> int:
         """The last sequence number in the bucket (``after`` if none is past it): the head hint,
-        then one listing from there."""
+        if its own segment exists (a hint naming a number nobody wrote is ignored), then one
+        listing from there."""
         start = after
         try:
             data, _ = self.bucket.get(HEAD_KEY, 64 * 1024)
             hint = json.loads(data.decode("utf-8")).get("seq")
             if isinstance(hint, int) and not isinstance(hint, bool) and hint > start:
-                start = hint
+                found = self._numbers(segment_key(hint - 1))
+                if hint in found:
+                    return max(found)
         except (ObjectMissing, ObjectTooLarge, ValueError, UnicodeDecodeError, AttributeError):
             pass
-        found = [s for o in self.bucket.list(CHANGES_PREFIX, start_after=segment_key(start) if start else None).objects
-                 if (s := parse_segment_key(o.key)) is not None]
-        return max([start, *found])
+        return max([start, *self._numbers(segment_key(start) if start else None)])
+
+    def _numbers(self, start_after: str | None) -> list[int]:
+        return [s for o in self.bucket.list(CHANGES_PREFIX, start_after=start_after).objects
+                if (s := parse_segment_key(o.key)) is not None]
 
     def publish(self, marker_id: str, host: str, changes: Sequence[Change], tail: int | None) -> int:
         """Create the next segment holding ``changes``; returns its number. ``tail``: the last

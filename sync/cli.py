@@ -172,6 +172,15 @@ def status_cmd(state: State, as_json: bool) -> None:
             until = "the next save probes the bucket" if breaker["state"] == "half-open" else f"until {breaker['openUntil']}"
             click.echo(f"breaker:     {breaker['state']}: saves on this host go to the outbox, {until} "
                        f"({plural(breaker['failures'], 'failure')}; {breaker['reason']})")
+    rec = data.get("record") or {}
+    if rec.get("listsInFullUntil"):
+        click.echo(f"record:      listing in full on every pass until {rec['listsInFullUntil']}: {rec['why']}")
+    elif rec.get("waitingFor") is not None:
+        click.echo(f"record:      waiting for missing change segment {rec['waitingFor']} (listing in full meanwhile)")
+    elif rec.get("cursor") is not None:
+        click.echo(f"record:      following the change record (last segment applied: {rec['cursor']})")
+    for p in (rec.get("problems") or [])[-5:]:
+        click.echo(f"             {_when(p.get('at'))} {p.get('what')}")
     if data["skipped"]:
         click.echo(f"skipped:     {plural(len(data['skipped']), 'object')}")
         click.echo(table([(s["key"], s["reason"]) for s in data["skipped"]], ("key", "reason"), max_width=None))

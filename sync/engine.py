@@ -78,6 +78,14 @@ MERGE_ATTEMPTS = 8
 # Changes named by the segments a pass reads, beyond which a full listing (with snapshots) is
 # the better way to catch up.
 RECORD_MAX_CHANGES = 2000
+# Delete records a record pass verifies with a GET each (a 404 says the object is gone); more,
+# and the pass lists in full instead (a listing shows every disappearance at once).
+VERIFY_MAX = 64
+# A change a full listing found that no segment explains is a suspect for this long (a pass
+# publishes its segments when it ends) before it counts as a writer that keeps no record.
+FOREIGN_GRACE_S = 600.0
+# Suspects kept at most (the first few name the writer in `sync status`).
+MAX_SUSPECTS = 50
 # Effects are committed when this many are waiting, or this many seconds after the last commit.
 BATCH_SIZE = 500
 BATCH_SECONDS = 0.5
@@ -206,7 +214,8 @@ class SyncEngine:
         self.allow_unconditional = config.get_bool("sync.allow_unconditional")
         self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=config.get_float("sync.timeout_s"),
                                        attempts=config.get_int("sync.attempts"), pool_size=self.workers + 2,
-                                       page_size=config.get_int("sync.list_page_size"))
+                                       page_size=config.get_int("sync.list_page_size"),
+                                       deadline_s=config.get_float("sync.deadline_s"))
         self._remote_ids: set[str] = set()
         self._cancelled = threading.Event()
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
@@ -215,6 +224,7 @@ class SyncEngine:
         self._snapshot_meta: dict[str, dict[str, Any]] = {}
         self._snapshot_modified: dict[str, str] = {}  # snapshot key -> LastModified (listed)
         self.full_listing_s = config.get_float("sync.full_listing_s")
+        self.foreign_listing_s = config.get_float("sync.foreign_listing_s")
         self.reprobe_s = config.get_float("sync.reprobe_s")
         self.changes = changes.ChangeLog(self.bucket, retention_s=config.get_float("sync.change_retention_days") * 86400)
 
@@ -366,21 +376,14 @@ class SyncEngine:
         prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
         snapshots: dict[str, list[str]] = {}
         prefetched: dict[str, dict[str, _Prefetched]] = {}
-        # A fresh host looks for snapshots first (every profile: ``view.fresh`` implies no scope);
-        # when none can stand for a listing, the full listing below reuses this one.
+        # A fresh host lists the bucket like any other (a snapshot never stands for a listing:
+        # docs/sync.md, "What a hint may do"); it reads its snapshots while the listing runs.
         listed_snapshots = self._list_snapshots(None) if view.fresh else None
-        fresh_listing = self._fresh_listing(identity, view, listed_snapshots) if listed_snapshots else None
-        if fresh_listing is not None:
-            report.mode = "snapshot"
-            listing, snapshots, prefetched, view = fresh_listing
-            base: dict[str, Any] = {}
-            local: dict[str, Local] = {}
-            outbox_deletes = self.state.outbox_deletes()
-        elif view.incremental:
-            side = self._record_side(view.segments)
-            if side is None:  # nothing changed anywhere: the marker and one segment GET
-                self._finish_record(report, identity, view, pull_only=pull_only)
-                return
+        side = self._record_side(view.segments, report) if view.incremental else None
+        if view.incremental and side is None:  # nothing changed anywhere: the marker and one LIST
+            self._finish_record(report, identity, view, pull_only=pull_only)
+            return
+        if side is not None:
             local, listing, base, outbox_deletes, notes = side
         else:
             # The local side is read *before* the listing, in one read transaction. A local
@@ -412,6 +415,8 @@ class SyncEngine:
             self._check_cancelled()
             if hashes:
                 self.state.remember_signatures(local_rows, local, base)
+        if not view.incremental:
+            self._ignore_listed_deletes(view, listing, report)
         known_bad: dict[str, tuple[str, str]] = {}
         for prefix in prefixes:
             known_bad.update(self.state.known_bad(prefix))
@@ -424,6 +429,8 @@ class SyncEngine:
         )
         report.objects = plan.objects
         report.planned = dict(plan.counts())
+        if report.mode == "full" and view.cursor is not None:
+            self._suspect_unexplained(identity.id, plan, base, local, view, listing)
         self._remote_ids = {k.key.rsplit("/", 1)[-1][:-5] for k in listing}
         effects: list[Effect] = [SkipObject(s.key, s.etag, s.reason) for s in plan.skips
                                  if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
@@ -478,104 +485,132 @@ class SyncEngine:
         """Whether this pass may follow the change record instead of listing, and the segments
         it reads. Scoped and pull-only passes list their prefixes as before and leave the record
         alone; on a server that ignores conditional writes the record is never used (two hosts
-        could take one segment number)."""
+        could take one segment number). The record is a hint: a bad segment, a gap, changes a
+        full listing found that no record explains, or delete records to verify by the dozen
+        send the pass to a full listing (docs/sync.md, "What a hint may do")."""
         if profiles is None and pull_only and identity.id and self.snapshot_min > 0 and self.state.is_empty():
-            # A fresh host's pull (hydration on open): snapshots stand for listings; the record's
-            # cursor is left to its first full pass.
+            # A fresh host's pull (hydration on open): it lists, and reads its snapshots while it
+            # does; the record's cursor is left to its first full pass.
             return _RecordView(False, [], None, "", None, fresh=True)
         if profiles is not None or pull_only or not identity.conditional or not identity.id:
             return _RecordView(False, [], None)
-        now = time.time()
+        now = self.changes.clock()
         cs = self.state.changes_state()
         same = cs.get("marker") == identity.id and identity.verified
         cursor = cs.get("cursor") if same else None
-        segments: list[changes.Segment] = []
         reason = ""
         trusted = isinstance(cursor, int) and now - float(cs.get("checked") or 0) < self.changes.trust_s
         if not same or cursor is None:
             reason = "no change record followed yet for this bucket: listed in full"
         elif not trusted:
             reason = "the change record was last read too long ago (sync.change_retention_days / 2): listed in full"
+        reading = changes.Reading()
+        holes = [h for h in cs.get("holes") or [] if isinstance(h, int)] if same else []
         if trusted:
             assert isinstance(cursor, int)
+
+            def gap_over(gap: int) -> bool:  # waited out since this host first saw it
+                return cs.get("gap") == gap and now - float(cs.get("gapSince") or now) >= changes.GAP_WAIT_S
+
             try:
-                segments = self.changes.read_new(identity.id, cursor)
+                reading = self.changes.read_new(identity.id, cursor, holes=holes, pass_gap=gap_over)
             except changes.Untrusted as exc:
                 trusted, reason = False, f"the change record cannot be trusted ({exc}): listed in full"
-                segments = []
-        tail = (segments[-1].seq if segments else cursor) if trusted else self.changes.find_tail()
+        segments = reading.segments
+        tail = reading.end if trusted else self.changes.find_tail()
+        why_full = self._record_hints(identity.id, reading, cursor if trusted else None, holes, now, cs) if same else []
+        # Delete records are kept only for ids this host has: the others explain nothing here.
         deletes = [(c.key, parsed[1], seg.seq) for seg in segments for c in seg.changes
                    if c.op == "delete" and (parsed := parse_key(c.key)) is not None]
-        if deletes:
-            self.state.record_deletes(deletes)
+        known = self.state.base_for({d[1] for d in deletes}) if deletes else {}
+        if known:
+            self.state.record_deletes([d for d in deletes if d[1] in known])
         due = (full or reupload or self.full_listing_s <= 0
                or now - float(cs.get("fullAt") or 0) >= self.full_listing_s)
         if not same and not full and self.snapshot_min > 0 and self.state.is_empty():
-            return _RecordView(False, [], tail, reason, None, fresh=True)
+            return _RecordView(False, [], tail, reason, None, fresh=True, last=tail)
         size = sum(len(seg.changes) for seg in segments)
-        if trusted and not due and size <= RECORD_MAX_CHANGES:
-            return _RecordView(True, segments, tail, "", cursor)
+        verify = len(known)
+        last = max(reading.last, tail)
+        if trusted and not due and not why_full and size <= RECORD_MAX_CHANGES and verify <= VERIFY_MAX:
+            return _RecordView(True, segments, tail, "", cursor, last=last)
         if trusted and size > RECORD_MAX_CHANGES:
             reason = f"{size} changes recorded since the last pass: listed in full (snapshots apply)"
-        return _RecordView(False, segments, tail, reason if not (full or due) or not trusted else "", cursor)
+        elif trusted and verify > VERIFY_MAX:
+            reason = f"{verify} delete records to verify: listed in full (a listing shows what is gone)"
+        elif trusted and why_full and not (full or due):
+            reason = "; ".join(why_full) + ": listed in full"
+        return _RecordView(False, segments, tail, reason if not (full or due) or not trusted else "",
+                           cursor if trusted else None, last=last)
 
-    def _fresh_listing(self, identity: marker.Identity, view: "_RecordView", snapshots: dict[str, list[str]]) -> (
-            tuple[list[Listed], dict[str, list[str]], dict[str, dict[str, "_Prefetched"]], "_RecordView"] | None):
-        """A fresh host's listing without listing every object: each profile's current snapshot
-        among ``snapshots`` (one made under this marker, less than half the record's retention
-        old, and naming the segment number its listing began at) stands for that profile's
-        listing, with the segments after that number applied; profiles without one are listed.
-        ``None`` (list in full) when the record cannot be followed from the oldest such snapshot."""
-        profiles = {p.rstrip("/").rsplit("/", 1)[-1]
-                    for p in self.bucket.list(profile_prefix(None), delimiter="/").prefixes}
-        self._snapshot_meta = {}
-        prefetched = self._prefetch_snapshots(snapshots)
-        self._check_cancelled()
-        now = time.time()
-        usable: dict[str, int] = {}
-        for profile in prefetched:
-            meta = self._snapshot_meta.get(profile, {})
-            seq, created = meta.get("seq"), meta.get("createdAt")
-            try:
-                age = now - parse_time(created).timestamp()  # type: ignore[union-attr]
-            except Exception:
-                continue
-            if (meta.get("marker") == identity.id and isinstance(seq, int) and not isinstance(seq, bool)
-                    and 0 <= age < self.changes.trust_s and meta.get("dropped") == 0):
-                usable[profile] = seq
-        if not usable:
-            return None
-        start = min(usable.values())
-        try:
-            segments = self.changes.read_new(identity.id, start)
-        except changes.Untrusted as exc:
-            log.info("fresh host: listing in full (%s)", exc)
-            return None
-        listing: dict[str, Listed] = {}
-        for profile, seq in usable.items():
-            for key, entry in prefetched[profile].items():
-                listing[key] = Listed(key, entry.etag, len(entry.body))
-        for seg in segments:
-            for c in seg.changes:
-                parsed = parse_key(c.key)
-                if parsed is None or usable.get(parsed[0], seg.seq) >= seg.seq:
-                    continue  # not a memory, a profile listed below, or already in its snapshot
-                if c.op == "put":
-                    listing[c.key] = Listed(c.key, c.etag, c.size)
-                else:
-                    listing.pop(c.key, None)
-        for profile in sorted((profiles | set(snapshots)) - set(usable)):
-            objects, _pages = self._list(profile_prefix(profile))
-            listing.update((o.key, o) for o in objects)
-        tail = segments[-1].seq if segments else start
-        return ([listing[k] for k in sorted(listing)], snapshots, prefetched,
-                _RecordView(False, segments, tail, "", None, fresh=True))
+    def _record_hints(self, marker_id: str, reading: changes.Reading, cursor: int | None, holes: list[int],
+                      now: float, cs: dict[str, Any]) -> list[str]:
+        """Keep what the record's reading says about the record itself (its bad segments, a gap
+        waited for, the gaps moved past, changes no record explained) in the change-record state
+        for ``sync status``, and say why this pass must list in full (none: it may follow it)."""
+        why: list[str] = []
+        values: dict[str, Any] = {}
+        stamp = format_time(utcnow())
+        problems = [p for p in cs.get("problems") or [] if isinstance(p, dict)]
+        for line in reading.skipped:
+            log.warning("change record: %s", line)
+            problems.append({"at": stamp, "what": f"skipped {line}"})
+        if reading.skipped:
+            why.append(f"{plural(len(reading.skipped), 'change segment')} skipped ({reading.skipped[0]}"
+                       f"{', …' if len(reading.skipped) > 1 else ''})")
+        if cursor is not None:
+            if reading.gap is not None and reading.end < reading.gap:  # waiting for it
+                if cs.get("gap") != reading.gap:
+                    values.update(gap=reading.gap, gapSince=now)
+                    problems.append({"at": stamp, "what": f"a gap in the change record: segment {reading.gap} is missing while later ones exist: "
+                                                          f"waiting up to {changes.GAP_WAIT_S:g} s for it"})
+                why.append(f"waiting for missing change segment {reading.gap}")
+            else:
+                if reading.gap is not None:
+                    problems.append({"at": stamp, "what": f"moved past missing change segment(s) "
+                                                          f"{', '.join(map(str, reading.missing[:5]))} after "
+                                                          f"{changes.GAP_WAIT_S:g} s"})
+                if cs.get("gap") is not None:
+                    values.update(gap=None, gapSince=None)
+            kept = [h for h in holes if h not in reading.filled and reading.end - h < 900]
+            if reading.end >= reading.last:
+                kept += [m for m in reading.missing if m not in kept]
+            if kept != holes:
+                values["holes"] = kept[-changes.MAX_HOLES:]
+            # Changes a full listing found unexplained: explained by the segments read since, or,
+            # once older than FOREIGN_GRACE_S (a pass publishes its segments when it ends), the
+            # sign of a writer that keeps no record: list in full on every pass for a while.
+            suspects = cs.get("suspects") or {}
+            if isinstance(suspects, dict) and suspects:
+                named = {(c.key, c.etag if c.op == "put" else "") for seg in reading.segments for c in seg.changes}
+                left = {k: v for k, v in suspects.items()
+                        if isinstance(v, list) and len(v) == 2 and (k, v[0]) not in named}
+                aged = sorted(k for k, v in left.items() if now - float(v[1]) >= FOREIGN_GRACE_S)
+                if aged and self.foreign_listing_s > 0:
+                    what = (f"a full listing found {plural(len(aged), 'change')} that no change record explains "
+                            f"({', '.join(aged[:3])}{', …' if len(aged) > 3 else ''}): a writer that keeps no record "
+                            f"(another implementation of the layout, a person with the AWS CLI) writes this bucket")
+                    values.update(fullUntil=now + self.foreign_listing_s, fullWhy=what)
+                    problems.append({"at": stamp, "what": what})
+                    log.warning("listing the bucket in full on every pass for %gs: %s", self.foreign_listing_s, what)
+                left = {k: v for k, v in left.items() if k not in aged}
+                if left != suspects:
+                    values["suspects"] = left
+        until = values.get("fullUntil", cs.get("fullUntil"))
+        if isinstance(until, (int, float)) and now < float(until):
+            why.append("changes no record explains were seen (sync.foreign_listing_s)")
+        if len(problems) != len(cs.get("problems") or []):
+            values["problems"] = problems[-20:]
+        if values:
+            self.state.update_changes(marker_id, **values)
+        return why
 
-    def _record_side(self, segments: Sequence[changes.Segment]) -> (
+    def _record_side(self, segments: Sequence[changes.Segment], report: PassReport) -> (
             tuple[dict[str, Local], list[Listed], dict[str, Any], dict[str, str], bool] | None):
         """The plan's three sides for the ids the segments name and the ids with local work,
         with a listing made of the base's ETags and the segments' changes; ``None`` when there
-        is nothing at all to do."""
+        is nothing at all to do. A delete record stands for "gone" only once a GET of its object
+        answers 404: a record for an object still there is ignored (and reported)."""
         latest: dict[str, changes.Change] = {}
         for seg in segments:
             for c in seg.changes:
@@ -593,14 +628,93 @@ class SyncEngine:
         for mid, b in base.items():
             key = object_key(b.profile, mid)
             listing[key] = Listed(key, b.etag, 0)
+        claimed: list[str] = []
         for key, c in latest.items():
-            if parse_key(key) is None:
+            parsed = parse_key(key)
+            if parsed is None:
                 continue
             if c.op == "put":
                 listing[key] = Listed(key, c.etag, c.size)
+            elif key in listing:  # a memory this host has: verified below
+                claimed.append(key)
             else:
                 listing.pop(key, None)
+        present = self._still_there(claimed)
+        for key in claimed:
+            if key in present:
+                listing[key] = Listed(key, present[key], 0)
+            else:
+                listing.pop(key, None)
+        self._report_ignored(sorted(present), report)
         return local, [listing[k] for k in sorted(listing)], base, outbox_deletes, note_work
+
+    def _still_there(self, keys: Sequence[str]) -> dict[str, str]:
+        """Which of ``keys`` the bucket still holds, with their ETags: one GET of a byte range
+        each, in parallel (a 404 is the only answer that means gone)."""
+        if not keys:
+            return {}
+
+        def look(key: str) -> tuple[str, str | None]:
+            try:
+                _data, etag = self.bucket.get(key, 0)  # a non-empty object is over 0 bytes
+                return key, etag
+            except ObjectTooLarge as exc:
+                return key, exc.etag
+            except ObjectMissing:
+                return key, None
+
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(keys)), thread_name_prefix="memlocal-sync-verify") as pool:
+            found = list(pool.map(look, keys))
+        return {k: e for k, e in found if e is not None}
+
+    def _ignore_listed_deletes(self, view: "_RecordView", listing: Sequence[Listed], report: PassReport) -> None:
+        """A listing is the truth: a delete record read in this pass (or kept from an earlier
+        one) for an object the listing shows is ignored, reported, and forgotten."""
+        listed = {o.key for o in listing}
+        latest: dict[str, str] = {}
+        for seg in view.segments:
+            for c in seg.changes:
+                latest[c.key] = c.op
+        ignored = {k for k, op in latest.items() if op == "delete" and k in listed}
+        kept = self.state.delete_records()
+        stale = {k for k in kept if k in listed}
+        if stale:
+            self.state.forget_delete_records(stale)
+        self._report_ignored(sorted(ignored | stale), report)
+
+    def _report_ignored(self, keys: Sequence[str], report: PassReport) -> None:
+        if not keys:
+            return
+        note = (f"ignored {plural(len(keys), 'delete record')} for objects still in the bucket "
+                f"({', '.join(keys[:3])}{', …' if len(keys) > 3 else ''}): a record deletes nothing the bucket holds")
+        report.notes.append(note)
+        log.warning("%s", note)
+
+    def _suspect_unexplained(self, marker_id: str, plan: Plan, base: dict[str, Any], local: dict[str, Local],
+                             view: "_RecordView", listing: Sequence[Listed]) -> None:
+        """After a full listing that followed a trusted cursor: the changes it found (objects new
+        or changed since this host's base, objects gone) that no segment read in this pass names
+        become suspects; a later pass that reads their segments clears them (``_record_hints``)."""
+        named = {(c.key, c.etag if c.op == "put" else "") for seg in view.segments for c in seg.changes}
+        found: dict[str, str] = {}
+        for a in plan.actions:
+            if a.op is Op.FETCH and (a.id in base or a.id not in local):  # not our own unrecorded PUT
+                found[object_key(a.profile, a.id)] = a.etag
+        listed = {o.key for o in listing}
+        for mid, b in base.items():  # gone from the bucket (deletions the guard held included)
+            key = object_key(b.profile, mid)
+            if key not in listed and mid in local:
+                found[key] = ""
+        unexplained = {k: e for k, e in found.items() if (k, e) not in named}
+        if not unexplained:
+            return
+        now = self.changes.clock()
+        suspects = self.state.changes_state().get("suspects")
+        suspects = dict(suspects) if isinstance(suspects, dict) else {}
+        for k, e in sorted(unexplained.items())[:MAX_SUSPECTS]:
+            if k not in suspects or suspects[k][0] != e:
+                suspects[k] = [e, now]
+        self.state.update_changes(marker_id, suspects=dict(list(suspects.items())[-MAX_SUSPECTS:]))
 
     def _finish_record(self, report: PassReport, identity: marker.Identity, view: "_RecordView", *,
                        pull_only: bool) -> None:
@@ -611,15 +725,13 @@ class SyncEngine:
         now = time.time()
         clean = report.result == "ok" and not report.errors
         if clean and view.tail is not None:
+            last = max(view.tail, view.last or 0)  # a writer's next segment goes past every one seen
             if view.incremental:
                 self.state.update_changes(identity.id, cursor_from=view.cursor, cursor=view.tail, checked=now,
-                                          tail=view.tail, now=now)
-            elif report.mode == "snapshot":  # the record from here on; a full listing at the next pass
-                self.state.update_changes(identity.id, cursor=view.tail, checked=now, fullAt=0,
-                                          tail=view.tail, now=now)
+                                          tail=last, now=now)
             else:
                 self.state.update_changes(identity.id, cursor=view.tail, checked=now, fullAt=now,
-                                          tail=view.tail, now=now)
+                                          tail=last, now=now)
         try:
             report.counts["segments_published"] += changes.publish_journal(self.changes, self.state, identity.id)
             if clean and report.mode == "full" and view.tail is not None:
@@ -1283,15 +1395,18 @@ class SyncEngine:
 @dataclass(frozen=True, slots=True)
 class _RecordView:
     """What the change record says for one pass: follow it (``incremental``) or list in full;
-    the segments read; the last segment number known before the listing (``tail``: the cursor
-    once the pass completes); why the record was not followed (``reason``)."""
+    the segments read; the cursor once the pass completes (``tail``: the last segment number
+    read before the listing, never past a gap still waited for); why the record was not
+    followed (``reason``); the cursor the pass started from (``None``: untrusted or none);
+    ``last``: the highest segment number known (where this host's next segment goes)."""
 
     incremental: bool
     segments: list["changes.Segment"]
     tail: int | None
     reason: str = ""
     cursor: int | None = None
-    fresh: bool = False  # a host with nothing yet: it may take snapshots for listings
+    fresh: bool = False  # a host with nothing yet (it reads its snapshots while it lists)
+    last: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -549,6 +549,15 @@ class SyncState:
                           " ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, seen_us = excluded.seen_us",
                           [(k, i, s, now_us) for k, i, s in records])
 
+    def delete_records(self) -> set[str]:
+        """The keys of the delete records kept."""
+        return {r[0] for r in self.store.read("SELECT key FROM sync_delete_record")}
+
+    def forget_delete_records(self, keys: Iterable[str]) -> None:
+        """Drop delete records a listing contradicts (their object is in the bucket)."""
+        with self.store.transaction() as c:
+            c.executemany("DELETE FROM sync_delete_record WHERE key = ?", [(k,) for k in keys])
+
     def explained(self) -> set[str]:
         """Ids whose disappearance a delete record explains."""
         return {r[0] for r in self.store.read("SELECT id FROM sync_delete_record")}
