@@ -25,7 +25,7 @@ from . import __version__
 from .bank import MemoryBank
 from .errors import MemoryBankError
 from .model import check_text, validate_profile
-from .tools import dispatch, tool_definitions
+from .tools import dispatch, result_line, tool_definitions
 
 log = logging.getLogger("memlocal.mcp")
 
@@ -53,8 +53,10 @@ def build_server(bank: MemoryBank, profile: str) -> Server[Any]:
                 structured_content={"error": {"code": exc.code, "message": str(exc)}},
                 is_error=True,
             )
+        # The result once: as structured content, with one short line of text beside it (not the
+        # same JSON again as text, which doubled every answer an agent's context paid for).
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+            content=[types.TextContent(type="text", text=result_line(params.name, result))],
             structured_content=result,
         )
 

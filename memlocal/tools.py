@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Mapping
 from pydantic import ValidationError as PydanticError
 
 from .errors import ValidationError, fold_whitespace
-from .humanize import round_floats
+from .humanize import plural, round_floats
 from .inputs import (
     LIST_DEFAULT_LIMIT,
     LIST_MAX_LIMIT,
@@ -45,6 +45,7 @@ __all__ = [
     "dispatch",
     "lean_memory",
     "lean_result",
+    "result_line",
     "tool_definitions",
     "validate_arguments",
 ]
@@ -135,8 +136,9 @@ def dispatch(
 ) -> dict[str, Any]:
     """Run one memory tool for the session's profile and return its JSON-ready result.
 
-    - ``memory_save`` -> ``{"memory": {...}, "synced": bool, "deduplicated": bool, "redacted": [kinds],
-      "proposedSupersedes": id | None}``
+    - ``memory_save`` -> ``{"memory": lean memory, "synced": bool, "deduplicated": bool, "redacted": [kinds],
+      "proposedSupersedes": id | None}`` (:func:`lean_memory`: the agent wrote the memory, it needs
+      its id and what was kept, not every stored field)
     - ``memory_recall`` -> ``{"results": [lean result, ...]}`` (:func:`lean_result`); with
       ``full: true``, ``{"results": [{"memory": {...}, "score": s, "breakdown": {...}, "evidence": {...}}]}``
       (marks every returned memory accessed)
@@ -151,7 +153,10 @@ def dispatch(
     if isinstance(args, SaveInput):
         result = bank.save(profile, args.raw_input, content=args.content, summary=args.summary,
                            category=args.category, confidence=args.confidence, supersedes=args.supersedes)
-        return result.to_dict()
+        saved = lean_memory(result.memory)
+        if args.supersedes is not None:  # what the save retired, as the agent asked
+            saved["supersedes"] = args.supersedes
+        return {**result.to_dict(), "memory": saved}
     if isinstance(args, RecallInput):
         scored = bank.recall(RecallQuery(profile, args.query, args.limit, args.min_score))
         if args.full:
@@ -166,3 +171,27 @@ def dispatch(
     assert isinstance(args, DeleteInput)
     deleted = bank.delete(profile, args.id)
     return {"deleted": deleted.id}
+
+
+def result_line(tool_name: str, result: Mapping[str, Any]) -> str:
+    """One short line saying what a tool did (``dispatch``'s ``result``), for a runtime that sends
+    the result as structured data and wants a text beside it (the MCP server's ``content``)."""
+    if tool_name == "memory_save":
+        memory = result["memory"]
+        line = (f"already saved as {memory['id']} ({memory['category']})" if result.get("deduplicated")
+                else f"saved {memory['id']} ({memory['category']})")
+        if memory.get("supersedes"):
+            line += f", replacing {memory['supersedes']}"
+        if result.get("redacted"):
+            line += "; redacted: " + ", ".join(result["redacted"])
+        if result.get("proposedSupersedes"):
+            line += f"; it may replace {result['proposedSupersedes']} (save again with supersedes to retire it)"
+        return line
+    if tool_name == "memory_recall":
+        found = result["results"]
+        ids = [r["memory"]["id"] if "memory" in r else r["id"] for r in found]
+        return f"{plural(len(ids), 'result')}" + (": " + ", ".join(ids) if ids else "")
+    if tool_name == "memory_list":
+        shown = len(result["memories"])
+        return f"{shown} of {plural(result['total'], 'memory')}" + (f" from offset {result['offset']}" if result["offset"] else "")
+    return f"deleted {result['deleted']}"

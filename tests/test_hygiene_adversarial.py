@@ -235,7 +235,7 @@ def test_a_pulled_key_never_leaves_through_mcp(pulled: Any) -> None:
                 for name, args in (("memory_recall", {"query": "deploy key"}), ("memory_list", {})):
                     result = await s.call_tool(name, args)
                     assert not result.is_error
-                    texts.append(result.content[0].text)  # type: ignore[union-attr]
+                    texts.append(result.content[0].text + json.dumps(result.structured_content))  # type: ignore[union-attr]
 
     anyio.run(scenario)
     assert len(texts) == 2

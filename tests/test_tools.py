@@ -84,10 +84,12 @@ def test_save_recall_list_delete(bank: MemoryBank) -> None:
     saved = dispatch(bank, "memory_save", {"content": "Prefers pnpm over npm", "category": "preference",
                                            "confidence": 0.9, "summary": "pnpm"}, "a")
     assert saved["synced"] is False
-    mem = saved["memory"]
-    assert (mem["profileName"], mem["category"], mem["confidence"], mem["summary"]) == ("a", "preference", 0.9, "pnpm")
+    mem = saved["memory"]  # lean: what the agent needs of what it saved
+    assert (mem["category"], mem["content"], mem["summary"]) == ("preference", "Prefers pnpm over npm", "pnpm")
+    stored = bank.get("a", mem["id"])
+    assert (stored.profile_name, stored.confidence) == ("a", 0.9)
     raw = dispatch(bank, "memory_save", {"rawInput": "The CI runs on Tuesdays"}, "a")["memory"]
-    assert raw["processedContent"] == "The CI runs on Tuesdays" and raw["confidence"] == 1.0
+    assert raw["content"] == "The CI runs on Tuesdays" and "summary" not in raw and "rawInput" not in raw
 
     recalled = dispatch(bank, "memory_recall", {"query": "which package manager, pnpm or npm?", "limit": 1}, "a")
     json.dumps(recalled)
