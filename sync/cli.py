@@ -159,8 +159,13 @@ def status_cmd(state: State, as_json: bool) -> None:
             click.echo(f"             {last['reason']}")
     else:
         click.echo("last pass:   never")
-    err = data["lastError"]
-    click.echo(f"last error:  {_when(err['at'])} {err['message']}" if err else "last error:  none")
+    err, resolved = data["lastError"], data.get("resolvedError")
+    if err:
+        click.echo(f"last error:  {_when(err['at'])} {err['message']}")
+    elif resolved:
+        click.echo(f"last error:  none {dim('(the one of ' + str(resolved['at']) + ' was cleared by a later pass)')}")
+    else:
+        click.echo("last error:  none")
     click.echo(f"pass running: {'yes' if data['passRunning'] else 'no'}")
     if b is not None:
         hydrated = data["hydrated"]

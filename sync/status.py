@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 from typing import Any
 
-from memlocal.model import format_time, from_us
+from memlocal.errors import ValidationError
+from memlocal.model import format_time, from_us, parse_time
 from memlocal.replication import Replica
 
 from .breaker import HostBreaker
@@ -36,19 +38,43 @@ def status_for(settings: BucketSettings | None, store: Replica) -> dict[str, Any
     ``status()``). ``hydrated``: when this index completed a pass of every profile against the
     bucket (``None``: never, so a bank opening here pulls it first); ``breaker``: the host's
     write-through circuit breaker (``closed``, ``open`` or ``half-open``); ``record``: the change
-    record as this host follows it (``record_status``)."""
+    record as this host follows it (``record_status``); ``lastError``: the last failed pass's
+    error while it is current (no pass succeeded since), else ``None`` and ``resolvedError``
+    holds it with the time of the pass that cleared it."""
     st = SyncState(store)
     breaker = HostBreaker(store, settings.identity, base_s=0, probe_lease_s=0) if settings else None
+    last_pass, last_error = st.get_json(META_LAST_PASS), st.get_json(META_LAST_ERROR)
+    resolved = None
+    if last_error and last_pass and last_pass.get("result") not in _FAILED and _after(last_pass.get("finishedAt"), last_error.get("at")):
+        # A later pass succeeded: the error is history, not the state of the sync.
+        resolved, last_error = {**last_error, "resolvedAt": last_pass.get("finishedAt")}, None
+    identity = st.get_json(META_MARKER)
+    if isinstance(identity, dict) and isinstance(identity.get("probedAt"), (int, float)):
+        # Stored as epoch seconds (compared with the clock); shown as every other time is.
+        identity = {**identity, "probedAt": format_time(datetime.fromtimestamp(identity["probedAt"], timezone.utc))}
     return {
         "bucket": settings.to_dict() if settings else None,
-        "bucketIdentity": st.get_json(META_MARKER),
+        "bucketIdentity": identity,
         "hydrated": st.hydrated(settings.identity) if settings else None,
         "breaker": breaker.state() if breaker else {"state": "closed"},
         "database": str(store.path),
         "pending": st.pending(),
-        "lastPass": st.get_json(META_LAST_PASS),
-        "lastError": st.get_json(META_LAST_ERROR),
+        "lastPass": last_pass,
+        "lastError": last_error,
+        "resolvedError": resolved,
         "skipped": st.skipped(),
         "record": record_status(st),
         "passRunning": pass_running(store.path),
     }
+
+
+_FAILED = ("failed", "errors")
+
+
+def _after(later: Any, earlier: Any) -> bool:
+    """``later`` is a recorded time after ``earlier`` (both ISO strings; unreadable: no)."""
+    try:
+        a, b = parse_time(later), parse_time(earlier)
+    except (ValidationError, TypeError):
+        return False
+    return a is not None and b is not None and a > b

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -11,6 +12,7 @@ from conftest import Cli
 from s3server import S3, Host, Outage
 
 P = "runner"
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
 def status(cli: Cli, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -57,8 +59,28 @@ def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host
     assert st["pending"] == {"total": 0, "saves": 0, "deletes": 0, "accessUpdates": 0, "outbox": 0,
                               "automationNotes": 0}
     assert st["lastPass"]["result"] == "ok" and st["lastPass"]["counts"]["pushed"] == 100
+    # The error is not current any more: a later pass succeeded. Status says so, and keeps it as resolved.
+    assert st["lastError"] is None
+    assert st["resolvedError"]["message"].startswith("cannot reach bucket")
+    assert st["resolvedError"]["resolvedAt"] == st["lastPass"]["finishedAt"]
+    text = cli.at(a.path)("sync", "status", env=env).output
+    assert "last error:  none" in text and "cannot reach bucket" not in text.split("last error:")[1].split("\n")[0]
+    # Every time in the JSON is an ISO 8601 string (the bucket probe's time included), none an epoch number.
+    assert_iso_times(st)
     res = cli.at(a.path)("sync", "run", env=env)
     assert res.exit_code == 0 and res.output.startswith("ok: nothing to do"), res.output
+
+
+def assert_iso_times(data: Any, where: str = "") -> None:
+    """Every ``...At`` field (and ``at``) of ``data`` is null or an ISO 8601 UTC string."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "at" or key.endswith("At"):
+                assert value is None or (isinstance(value, str) and ISO.fullmatch(value)), (f"{where}.{key}", value)
+            assert_iso_times(value, f"{where}.{key}")
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            assert_iso_times(item, f"{where}[{i}]")
 
 
 def test_a_second_host_sees_the_drained_saves(hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:

@@ -309,6 +309,9 @@ class SyncStatus(_Model):
         None, description="the host's write-through circuit breaker: state closed, open or half-open")
     pending: dict[str, int] | None = Field(None, description="what this host has that the bucket does not (yet)")
     last_pass: dict[str, Any] | None = Field(None, description="the last pass's report")
-    last_error: dict[str, Any] | None = Field(None, description="the last error of a pass, if any")
+    last_error: dict[str, Any] | None = Field(
+        None, description="the last failed pass's error (at, message) while it is current: null once a later pass succeeded")
+    resolved_error: dict[str, Any] | None = Field(
+        None, description="the last error when a later pass cleared it (at, message, resolvedAt); null otherwise")
     skipped: list[dict[str, Any]] | None = Field(None, description="bucket objects skipped, with the reason")
     pass_running: bool | None = Field(None, description="whether a pass runs now")
