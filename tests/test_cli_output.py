@@ -108,6 +108,8 @@ def test_plurals(tmp_path: Path) -> None:
     cli(db, "save", "-p", "bob", "another")
     assert cli(db, "stats").output.startswith("2 memories in 2 profiles ")
     assert cli(db, "list", "-p", "ana").output.splitlines()[-1] == "1–1 of 1 memory, newest first"
+    assert cli(db, "prune", "-p", "ana", "--category", "general", "--staleness-above", "0").output.splitlines()[-1] == "pruned 1 memory of ana"
+    assert cli(db, "automation", "set", "nightly", "x").output == "saved the note of nightly (1 byte)\n"
     assert [plural(n, w) for n, w in [(1, "pass"), (2, "pass"), (0, "profile"), (1, "object")]] == \
         ["1 pass", "2 passes", "0 profiles", "1 object"]
 

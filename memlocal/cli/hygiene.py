@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..humanize import ago, shown_summary
+from ..humanize import ago, plural, shown_summary
 from ..hygiene import RetentionRule
 from ._common import InputChoice, State, echo_json, json_option, main, memory_state, pass_state, profile_option, table
 
@@ -62,4 +62,4 @@ def prune(state: State, profile: str, staleness_above: float | None, older_than:
                 for p in pruned]
         click.echo(table(rows, ("id", "category", "summary", "why")))
     verb = "would prune" if dry_run else "pruned"
-    click.echo(f"{verb} {len(pruned)} memories of {profile}")
+    click.echo(f"{verb} {plural(len(pruned), 'memory')} of {profile}")

@@ -135,7 +135,7 @@ def automation_set(state: State, automation_id: str, text: str, as_json: bool) -
     elif note is None:
         click.echo(f"cleared the note of {automation_id}")
     else:
-        click.echo(f"saved the note of {automation_id} ({len(note.note.encode('utf-8'))} bytes)")
+        click.echo(f"saved the note of {automation_id} ({plural(len(note.note.encode('utf-8')), 'byte')})")
 
 
 @automation.command("clear")
