@@ -60,3 +60,17 @@ def test_not_a_database_is_one_line(tmp_path: Path, cli: Cli) -> None:
     result = cli("stats", db=junk)
     assert result.exit_code != 0
     assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+
+
+def test_a_database_in_a_missing_folder_is_one_line_and_creates_nothing(tmp_path: Path, cli: Cli) -> None:
+    """A typo in --db (or MEMLOCAL_DB, or store.path) must not quietly start an empty bank in a
+    new folder; only the default location (the user data dir) is created on first use."""
+    missing = tmp_path / "nonexistent" / "dir"
+    result = cli("save", "-p", "ana", "a note", db=missing / "x.db")
+    assert result.exit_code != 0 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"Error: cannot open database {missing / 'x.db'} (from --db): the folder {missing} does not exist "
+        f"(create it first: mkdir -p {missing})"]
+    result = cli("stats", db=None, env={"MEMLOCAL_DB": str(missing / "y.db")})
+    assert result.exit_code != 0 and result.stderr.count("\n") == 1 and "MEMLOCAL_DB" in result.stderr
+    assert not (tmp_path / "nonexistent").exists()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 import click
 
 from ..config import Config
-from ..errors import MemoryBankError, ValidationError, fold_whitespace
+from ..errors import MemoryBankError, StoreError, ValidationError, fold_whitespace
 from ..humanize import ellipsize, round_floats
 from ..model import CATEGORIES
 
@@ -57,6 +57,7 @@ class State:
         if self._bank is None:
             from ..bank import MemoryBank
 
+            check_db_folder(self.config)
             self._bank = MemoryBank.open(config=self.config)
         return self._bank
 
@@ -64,6 +65,25 @@ class State:
         if self._bank is not None:
             self._bank.close()
             self._bank = None
+
+
+def check_db_folder(config: Config) -> None:
+    """A database path the user chose (``--db``, ``MEMLOCAL_DB``, ``store.path``) in a folder that
+    does not exist is a ``StoreError`` (one line on the CLI; ``serve`` answers 503), not a new empty bank in a new folder (a typo would
+    otherwise look like a bank that lost its memories). The default location, the user data
+    dir, is created on first use as before."""
+    source = config.source("store.path")
+    if source == "default" or not config.get_str("store.path"):
+        return
+    path = config.db_path
+    folder = path.parent
+    if folder.is_dir():
+        return
+    named = "--db" if source == "flag" else source.removeprefix("env:") if source.startswith("env:") else f"store.path ({source})"
+    if folder.exists():
+        raise StoreError(f"cannot open database {path} (from {named}): {folder} is not a folder")
+    raise StoreError(f"cannot open database {path} (from {named}): the folder {folder} does not exist "
+                     f"(create it first: mkdir -p {folder})")
 
 
 @cache

@@ -10,7 +10,7 @@ import click
 
 from ..config import Config
 from ..errors import MemoryBankError
-from ._common import State, dim, main, pass_state, warn
+from ._common import State, check_db_folder, dim, main, pass_state, warn
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank, SyncDaemonHandle
@@ -94,6 +94,7 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     try:
         # Reads never wait on the bucket: the API asks the bank for background pulls
         # (MemoryBank.refresh_for_read), so the dashboard sees other hosts' saves promptly.
+        check_db_folder(config)
         bank = MemoryBank.open(config=config)
     except MemoryBankError as exc:
         bank = exc
