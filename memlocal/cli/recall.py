@@ -10,7 +10,7 @@ from ..humanize import ago, plural, shown_summary
 from ._common import State, dim, echo_json, empty_state, json_option, main, pass_state, profile_option, read_text_arg, table
 
 if TYPE_CHECKING:
-    from ..scoring import Breakdown
+    from ..scoring import Breakdown, ScoredMemory
 
 def weights_line(b: Breakdown) -> str:
     """The weights in force and why: usage weighs in as the profile's memories get used."""
@@ -48,14 +48,26 @@ def recall(state: State, profile: str, query: str, limit: int | None, min_score:
         empty_state("no memories matched")
         return
     rows = [
-        (r.memory.id, f"{r.score:.3f}", f"{r.breakdown.recency:.3f}", f"{r.breakdown.usage:.3f}",
+        (i, r.memory.id, evidence_cell(r), f"{r.score:.3f}", f"{r.breakdown.recency:.3f}", f"{r.breakdown.usage:.3f}",
          f"{r.breakdown.topic:.3f}", f"{r.breakdown.confidence_mul:.2f}", r.memory.category,
          shown_summary(r.memory.summary, r.memory.processed_content))
-        for r in results
+        for i, r in enumerate(results, 1)
     ]
-    click.echo(table(rows, ("id", "score", "recency", "usage", "topic", "confMul", "category", "summary"),
-                     right=("score", "recency", "usage", "topic", "confMul")))
+    click.echo(table(rows, ("#", "id", "evidence", "score", "recency", "usage", "topic", "confMul", "category", "summary"),
+                     right=("#", "score", "recency", "usage", "topic", "confMul")))
+    if any(r.evidence is not None for r in results):
+        click.echo(dim("ordered by evidence, not by score: a query word shared before a [topic cluster] alone, then "
+                       "the most evidence; the score breaks ties (docs/relevance.md)"))
+    else:
+        click.echo(dim("ordered by score (ranking.mode = spec)"))
     click.echo(weights_line(results[0].breakdown))
+
+
+def evidence_cell(r: "ScoredMemory") -> str:
+    """What the query and the memory share: its words, then [clusters]; ``-`` with none."""
+    if r.evidence is None:
+        return "-"
+    return " ".join([*r.evidence.terms, *(f"[{c}]" for c in r.evidence.clusters)]) or "-"
 
 
 @main.command()
