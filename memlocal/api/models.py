@@ -314,4 +314,6 @@ class SyncStatus(_Model):
     resolved_error: dict[str, Any] | None = Field(
         None, description="the last error when a later pass cleared it (at, message, resolvedAt); null otherwise")
     skipped: list[dict[str, Any]] | None = Field(None, description="bucket objects skipped, with the reason")
+    record: dict[str, Any] | None = Field(
+        None, description="the change record as this host follows it: cursor, listsInFullUntil, why, waitingFor, problems")
     pass_running: bool | None = Field(None, description="whether a pass runs now")
