@@ -136,6 +136,9 @@ class SaveResult:
     stored. ``redacted``: the kinds of credentials redacted from it (``aws-key``,
     ``private-key``, ...; never their values).
     ``proposed_supersedes``: a memory the LLM processor suggests this one replaces (not applied).
+    ``superseded``: the memory this save retired on its own (``dedup.supersede``: it restated that
+    memory's subject with a changed value, docs/hygiene.md "Updates"; ``MemoryBank.restore`` undoes
+    it); ``None`` when the caller named one with ``supersedes`` or none was retired.
     """
 
     memory: Memory
@@ -143,10 +146,12 @@ class SaveResult:
     deduplicated: bool = False
     redacted: tuple[str, ...] = ()
     proposed_supersedes: str | None = None
+    superseded: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"memory": self.memory.to_dict(), "synced": self.synced, "deduplicated": self.deduplicated,
-                "redacted": list(self.redacted), "proposedSupersedes": self.proposed_supersedes}
+                "redacted": list(self.redacted), "proposedSupersedes": self.proposed_supersedes,
+                "superseded": self.superseded}
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +401,7 @@ class MemoryBank:
         supersedes: str | None = None,
         extra: "Mapping[str, Any] | None" = None,
         deduplicate: bool | None = None,
+        auto_supersede: bool | None = None,
     ) -> SaveResult:
         """Save a memory and return it once it is durably committed.
 
@@ -415,6 +421,12 @@ class MemoryBank:
         integrations keep a file's path or a store item's key there; other readers ignore them).
         ``deduplicate``: ``False`` skips the hygiene rule for this save (a caller that checked
         with :meth:`find_duplicate` itself); ``None`` follows ``dedup.enabled``.
+
+        Updates (docs/hygiene.md, "Updates"): a save that restates an active memory's subject
+        with a changed value (:func:`memlocal.updates.relation` is sure) supersedes it, and the
+        result names it in ``superseded``; with the LLM processor, its proposal is applied when
+        the rule finds the two related. ``auto_supersede``: ``False`` retires nothing on its own
+        (``--no-supersede``); ``None`` follows ``dedup.supersede``. :meth:`restore` undoes it.
         """
         validate_profile(profile)
         extra = _check_extra(extra)
@@ -488,6 +500,12 @@ class MemoryBank:
             ),
             extra=extra,
         )
+        auto: str | None = None
+        if supersedes is None and (self.config.get_bool("dedup.supersede") if auto_supersede is None
+                                   else bool(auto_supersede)):
+            auto = self._update_of(profile, processed, extraction.supersedes if extraction is not None else None,
+                                   similar)
+            supersedes = auto
         semantic = self.semantic
         vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
         for _ in range(16):
@@ -507,7 +525,10 @@ class MemoryBank:
         proposed = extraction.supersedes if extraction is not None else None
         if proposed not in {m.id for m in similar}:
             proposed = None  # only ever one of the memories the model was shown
-        return SaveResult(memory, synced, redacted=redacted, proposed_supersedes=proposed)
+        retired = memory.supersedes if auto is not None else None
+        if retired is not None and retired == proposed:
+            proposed = None  # applied: the rule agreed with the model
+        return SaveResult(memory, synced, redacted=redacted, proposed_supersedes=proposed, superseded=retired)
 
     def redact_secrets(
         self, raw_input: str | None, content: str | None, summary: str | None
@@ -648,6 +669,41 @@ class MemoryBank:
             if near_duplicate(sig, signature(m.processed_content), threshold):
                 return m
         return None
+
+    def _update_of(self, profile: str, processed: str, proposed: str | None,
+                   shown_to_model: Sequence[Memory]) -> str | None:
+        """The active memory of ``profile`` that a save of ``processed`` updates, if the rule is
+        sure of one (:func:`memlocal.updates.relation`): among the recall index's best matches,
+        the first the rule is sure of. The LLM processor's proposal (one of ``shown_to_model``)
+        joins the rule: it is taken when the rule finds the two related at all (sure or maybe),
+        never for look-alikes the rule tells apart."""
+        from .updates import SURE, relation, statement
+
+        if proposed is not None:
+            for m in shown_to_model:
+                if m.id == proposed and m.is_active and relation(m.processed_content, processed) is not None:
+                    return m.id
+        said = statement(processed)
+        if not (said.values or said.marked):
+            return None  # no value and no word of change: it updates nothing surely (no look-up)
+        for m in self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES):
+            if relation(m.processed_content, processed) == SURE:
+                return m.id
+        return None
+
+    def restore(self, profile: str, memory_id: str) -> Memory:
+        """Undo a supersession: the superseded memory ``memory_id`` is active again, and the memory
+        that superseded it stays active without the link (its ``supersedes`` is removed); both
+        are written through to the bucket like saves. ``ValidationError`` when ``memory_id`` is
+        active, ``NotFoundError`` when it is not stored in ``profile``. Returns the restored memory."""
+        validate_profile(profile)
+        validate_id(memory_id)
+        old, successor = self.store.restore(profile, memory_id)
+        if self.replicator is not None:
+            for m in (old, successor):
+                if m is not None:
+                    self.replicator.push_saved(m)
+        return shown(old)
 
     def _deduplicated(
         self, profile: str, dup: Memory, supersedes: str | None, redacted: tuple[str, ...] = ()

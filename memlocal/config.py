@@ -145,6 +145,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("dedup.enabled", bool, True, "a save that repeats an active memory of its profile (case, whitespace and punctuation aside) returns that memory instead of storing a copy", ("MEMLOCAL_DEDUP_ENABLED",)),
     Setting("dedup.near", bool, True, "also merge near-duplicates (the same statement reworded slightly; see docs/hygiene.md)", ("MEMLOCAL_DEDUP_NEAR",)),
     Setting("dedup.near_threshold", float, 1.0, "Jaccard similarity of the terms at which a guarded near-duplicate merges", ("MEMLOCAL_DEDUP_NEAR_THRESHOLD",), above=0, max=1),
+    Setting("dedup.supersede", bool, True, "a save that restates an active memory's subject with a changed value (a number, time, date, version, name) supersedes it when the rule is sure (docs/hygiene.md, \"Updates\")", ("MEMLOCAL_DEDUP_SUPERSEDE",)),
     Setting("retention.enabled", bool, False, "let the sync daemon prune every profile by the policy below (off: nothing is ever pruned automatically)", ("MEMLOCAL_RETENTION_ENABLED",)),
     Setting("retention.interval_s", float, 3600.0, "seconds between the daemon's retention runs", ("MEMLOCAL_RETENTION_INTERVAL_S",), above=0, max=30 * _DAY),
     Setting("retention.staleness_above", float, 0.9, "the policy prunes memories whose current staleness is above this (0 to rely on age alone)", ("MEMLOCAL_RETENTION_STALENESS_ABOVE",), min=0, max=1, check=_below_one, allowed="a number at least 0 and below 1"),

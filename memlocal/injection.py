@@ -51,6 +51,7 @@ from .model import CATEGORIES, CORE_CATEGORIES, MEMORY_TOOL_NAMES, check_text, u
 
 if TYPE_CHECKING:
     from .audit import InjectionRecord
+    from .model import Memory
     from .scoring import ScoredMemory
     from .store import Store
 
@@ -227,6 +228,14 @@ def entry_line(category: str, content: str) -> str:
     return f"* [{category}] {one_line(redact(content).text)}"
 
 
+def dated_line(line: str, when: datetime, *, precise: bool = False) -> str:
+    """An entry line with the day its memory was saved after its category (``* [fact] (saved
+    2026-03-14) ...``; ``precise``: with the minute, UTC, for two related lines of one day), so
+    that a reader can order two lines that state one thing with different values."""
+    stamp = when.strftime("%Y-%m-%d %H:%M UTC" if precise else "%Y-%m-%d")
+    return line.replace("] ", f"] (saved {stamp}) ", 1)
+
+
 def block_size(core_chars: int, rel_chars: int) -> int:
     """The characters of a block whose core and relevant entry lines take ``core_chars`` and
     ``rel_chars`` (each line plus its newline; 0 = an empty, omitted section): the header, the
@@ -371,11 +380,23 @@ def build_evidence_block(
     The sections keep the spec's headings and line format; within each, entries keep the order
     they were admitted in. A core entry that is also evidence is shown with its evidence record.
 
+    Two entries that may state one thing with different values (:func:`memlocal.updates.relation`:
+    an update the save did not retire, or one the rule was not sure of) are both dated
+    (:func:`dated_line`), so that the reader can order them; an entry is admitted only if it
+    fits with those dates.
+
     ``trimmed=False``: the candidates left out are not listed (a run's block: nothing reads them).
     """
+    from .updates import relation
+
     core = _core_tier(ranked, budget)
     by_id = {s.memory.id: s for s in evidence}
     chosen: dict[str, tuple[bool, str]] = {}  # id -> (in the core section, its line)
+    dated: set[str] = set()  # the ids whose line carries its date
+
+    def _related(a: "Memory", b: "Memory") -> bool:
+        old, new = (a, b) if a.created_at < b.created_at else (b, a)
+        return relation(old.processed_content, new.processed_content) is not None
     order: list["ScoredMemory"] = []
     sizes = [0, 0]  # chars of the core and relevant sections' lines
     n_rel = 0
@@ -396,6 +417,22 @@ def build_evidence_block(
         grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
         if block_size(*grown) > budget:
             return False
+        when = s.memory.created_at
+        related = [o.memory for o in order if o.memory.created_at != when and _related(o.memory, s.memory)]
+        # The lines already chosen that a date is added to (with the minute when one day holds both).
+        redated = {o.id: dated_line(chosen[o.id][1], o.created_at, precise=o.created_at.date() == when.date())
+                   for o in related if o.id not in dated}
+        if related:
+            line = dated_line(line, when, precise=any(o.created_at.date() == when.date() for o in related))
+            grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
+            for oid, o_line in redated.items():
+                grown[0 if chosen[oid][0] else 1] += len(o_line) - len(chosen[oid][1])
+            if block_size(*grown) > budget:
+                return False
+            for oid, o_line in redated.items():
+                chosen[oid] = (chosen[oid][0], o_line)
+                dated.add(oid)
+            dated.add(s.memory.id)
         sizes[:] = grown
         n_rel += 0 if is_core else 1
         chosen[s.memory.id] = (is_core, line)

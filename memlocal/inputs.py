@@ -172,6 +172,10 @@ class SaveInput(InputModel):
     supersedes: MemoryId | None = Field(
         None, description="Id of one of your memories that this one replaces (it is outdated or wrong); the old "
         "one is no longer recalled.")
+    auto_supersede: bool | None = Field(
+        None, description="false: retire nothing on its own. By default a save that restates one of your memories' "
+        "subject with a changed value (a number, time, date, version, name) supersedes it, and the result names it in "
+        "superseded.")
 
     @model_validator(mode="after")
     def _one_text(self) -> "SaveInput":

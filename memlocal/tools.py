@@ -152,10 +152,12 @@ def dispatch(
     args = validate_arguments(tool_name, arguments)
     if isinstance(args, SaveInput):
         result = bank.save(profile, args.raw_input, content=args.content, summary=args.summary,
-                           category=args.category, confidence=args.confidence, supersedes=args.supersedes)
+                           category=args.category, confidence=args.confidence, supersedes=args.supersedes,
+                           auto_supersede=args.auto_supersede)
         saved = lean_memory(result.memory)
-        if args.supersedes is not None:  # what the save retired, as the agent asked
-            saved["supersedes"] = args.supersedes
+        retired = args.supersedes or result.superseded
+        if retired is not None:  # what the save retired, as the agent asked or on its own (an update)
+            saved["supersedes"] = retired
         return {**result.to_dict(), "memory": saved}
     if isinstance(args, RecallInput):
         scored = bank.recall(RecallQuery(profile, args.query, args.limit, args.min_score))

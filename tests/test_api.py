@@ -60,7 +60,7 @@ def test_create_returns_201_with_the_memory_and_synced(client: httpx.Client) -> 
                           "confidence": 0.8})
     assert r.status_code == 201
     body = r.json()
-    assert set(body) == {"memory", "synced", "deduplicated", "redacted", "proposedSupersedes"}
+    assert set(body) == {"memory", "synced", "deduplicated", "redacted", "proposedSupersedes", "superseded"}
     assert body["synced"] is False and body["deduplicated"] is False and body["redacted"] == []
     m = body["memory"]
     assert set(m) == set(JSON_FIELDS)
@@ -333,7 +333,7 @@ def test_openapi_and_docs(client: httpx.Client) -> None:
         "/api/profiles/{name}/memories/{id}", "/api/memory-bank", "/api/memory-bank/stats",
         "/api/automations/{id}/memory", "/api/automations/{id}", "/healthz"}
     create = schema["components"]["schemas"]["MemoryCreateRequest"]["properties"]
-    assert set(create) == {"rawInput", "content", "summary", "category", "confidence", "supersedes"}
+    assert set(create) == {"rawInput", "content", "summary", "category", "confidence", "supersedes", "autoSupersede"}
     assert "503" in paths["/api/memory-bank/stats"]["get"]["responses"]
     assert "413" in paths["/api/profiles/{name}/memories"]["post"]["responses"]
     docs = client.get("/docs")

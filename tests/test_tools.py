@@ -24,7 +24,7 @@ def test_definitions_are_registrable_data() -> None:
         assert not any("profile" in p.lower() for p in t["inputSchema"]["properties"])
     props = {t["name"]: set(t["inputSchema"]["properties"]) for t in tools}
     assert props == {
-        "memory_save": {"rawInput", "content", "category", "confidence", "summary", "supersedes"},
+        "memory_save": {"rawInput", "content", "category", "confidence", "summary", "supersedes", "autoSupersede"},
         "memory_recall": {"query", "limit", "minScore", "full"},
         "memory_list": {"limit", "offset", "full"},
         "memory_delete": {"id"},

@@ -135,6 +135,7 @@ def create_memory(
         category=body.category,
         confidence=body.confidence,
         supersedes=body.supersedes,
+        auto_supersede=body.auto_supersede,
     )
     if result.deduplicated:
         response.status_code = 200
@@ -212,6 +213,18 @@ def get_memory(response: Response, name: ProfilePath, id: IdPath, bank: MemoryBa
     """One memory of the profile (404 when absent, or in another profile). Read-only."""
     _refresh(bank, response, name)
     return {"memory": bank.get(name, id).to_dict()}
+
+
+@router.post(
+    "/profiles/{name}/memories/{id}/restore",
+    response_model=MemoryResponse,
+    summary="Undo a supersession",
+    responses=errors.error_responses(400, 404, 422),
+)
+def restore_memory(name: ProfilePath, id: IdPath, bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """The superseded memory ``id`` is active again; the memory that superseded it stays active
+    without the link (``MemoryBank.restore``). 400 when ``id`` is active."""
+    return {"memory": bank.restore(name, id).to_dict()}
 
 
 @router.delete(

@@ -141,6 +141,9 @@ class SaveResponse(_Model):
         default_factory=list, description="kinds of credentials replaced by [REDACTED:<kind>] (never their values)")
     proposed_supersedes: str | None = Field(
         None, description="a memory the LLM processor proposes this one supersedes (not applied)")
+    superseded: str | None = Field(
+        None, description="the memory this save retired on its own: it restated that memory's subject with a changed "
+        "value (undo: POST .../memories/{id}/restore)")
 
 
 class MemoryResponse(_Model):

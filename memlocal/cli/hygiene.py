@@ -1,4 +1,5 @@
-"""``memlocal history`` and ``memlocal prune``: supersession lineage and opt-in retention."""
+"""``memlocal history``, ``memlocal restore`` and ``memlocal prune``: supersession lineage, its undo and
+opt-in retention."""
 
 from __future__ import annotations
 
@@ -33,6 +34,21 @@ def history(state: State, profile: str, memory_id: str, as_json: bool) -> None:
     click.echo(table(rows, ("id", "created", "state", "summary")))
     if last.superseded_by:
         click.echo(f"(superseded by {last.superseded_by}, {end(last.superseded_by)})")
+
+
+@main.command()
+@profile_option
+@click.argument("memory_id")
+@json_option
+@pass_state
+def restore(state: State, profile: str, memory_id: str, as_json: bool) -> None:
+    """Undo a supersession: MEMORY_ID (superseded) is active again; the memory that superseded
+    it stays active, without the link."""
+    memory = state.bank().restore(profile, memory_id)
+    if as_json:
+        echo_json(memory.to_dict())
+        return
+    click.echo(f"{memory.id}  active again  {shown_summary(memory.summary, memory.processed_content)}")
 
 
 @main.command()

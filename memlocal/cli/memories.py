@@ -62,17 +62,22 @@ def memory_line(m: Memory, note: str = "") -> str:
 @click.option("--confidence", type=float, help="In [0, 1] (default 1.0).")
 @click.option("--no-llm", is_flag=True, help="Do not call the LLM processor even if ANTHROPIC_API_KEY is set.")
 @click.option("--supersedes", metavar="ID", help="An active memory this one replaces (it becomes inactive).")
+@click.option("--no-supersede", is_flag=True,
+              help="Retire nothing on its own, even when this restates a memory's subject with a new value.")
 @json_option
 @pass_state
 def save(state: State, profile: str, raw_input: str | None, content: str | None, summary: str | None,
          category: str | None, confidence: float | None, no_llm: bool, supersedes: str | None,
-         as_json: bool) -> None:
+         no_supersede: bool, as_json: bool) -> None:
     """Save a memory. RAW_INPUT is free text; '-' reads it from standard input.
 
-    A save that repeats an active memory stores nothing and prints that memory."""
+    A save that repeats an active memory stores nothing and prints that memory. A save that
+    restates an active memory's subject with a changed value supersedes it (`memlocal restore`
+    undoes that; --no-supersede prevents it)."""
     result = state.bank().save(
         profile, read_text_arg(raw_input), content=read_text_arg(content), summary=summary,
         category=category, confidence=confidence, use_llm=not no_llm, supersedes=supersedes,
+        auto_supersede=False if no_supersede else None,
     )
     if as_json:
         echo_json(result.to_dict())
@@ -87,6 +92,9 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
         note += f"  supersedes {m.supersedes}"
     redacted = f"  (redacted: {', '.join(result.redacted)})" if result.redacted else ""
     click.echo(f"{memory_line(m)}  {note}{redacted}")
+    if result.superseded:
+        click.echo(f"update: it restates {result.superseded} with a new value, which is now inactive "
+                   f"(undo: memlocal restore {result.superseded})")
     if result.proposed_supersedes:
         click.echo(f"proposal: this may supersede {result.proposed_supersedes}; to apply it, repeat the save "
                    f"with --supersedes {result.proposed_supersedes}")

@@ -739,6 +739,38 @@ class Store(Database):
             _record_outbox(c, old_id, profile, "put")
         return new, old
 
+    def restore(self, profile: str, old_id: str) -> tuple[Memory, Memory | None]:
+        """Undo a supersession, in one durable transaction: ``old_id`` (superseded) is active
+        again without its ``supersededBy``, and its successor (still stored) loses the
+        ``supersedes`` that pointed at it and stays active. Returns ``(old, successor)`` as
+        stored; ``NotFoundError`` if ``old_id`` is not in ``profile``, ``ValidationError`` if
+        it is active. Both are recorded in the outbox (the change log)."""
+        from ..errors import ValidationError
+        from ..hygiene import SUPERSEDED_BY, SUPERSEDES
+
+        with self.transaction() as c:
+            row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (old_id, profile)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no memory {old_id} in profile {profile} to restore")
+            old = row_to_memory(row)
+            if old.is_active:
+                raise ValidationError(f"{old_id} is active: nothing to restore")
+            successor: Memory | None = None
+            by = old.extra.get(SUPERSEDED_BY)
+            if isinstance(by, str):
+                cur = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (by, profile)).fetchone()
+                if cur is not None:
+                    successor = row_to_memory(cur)
+                    if successor.extra.get(SUPERSEDES) == old_id:
+                        successor = successor.with_changes(
+                            extra={k: v for k, v in successor.extra.items() if k != SUPERSEDES})
+                        c.execute("UPDATE memories SET extra = ? WHERE id = ?", (extra_json(successor), successor.id))
+                        _record_outbox(c, successor.id, profile, "put")
+            old = old.with_changes(is_active=True, extra={k: v for k, v in old.extra.items() if k != SUPERSEDED_BY})
+            c.execute("UPDATE memories SET is_active = 1, extra = ? WHERE id = ?", (extra_json(old), old_id))
+            _record_outbox(c, old_id, profile, "put")
+        return old, successor
+
     def profiles(self) -> dict[str, int]:
         """Memory count per profile, largest first."""
         rows = self.read("SELECT profile, count(*) FROM memories GROUP BY profile ORDER BY count(*) DESC, profile")

@@ -1,0 +1,227 @@
+"""Updates without an LLM: whether a new statement restates an older one with a changed value.
+
+An agent's bank keeps facts for months, and some are later restated with a new value ("The lab
+meeting moved to Fridays at 10:00" after "The lab meeting is on Thursdays at 14:00"). Both stay
+active unless something says the second replaces the first; a run that reads both cannot tell
+which holds. :func:`relation` reads two texts and says:
+
+- ``SURE``: the same subject, a changed value (a number, a time, a date, a version, a name, an
+  identifier) and nothing else that would tell two subjects apart. A save supersedes the older
+  memory (:meth:`memlocal.MemoryBank.save`, docs/hygiene.md "Updates").
+- ``MAYBE``: the two plausibly state one thing with different values, but the rule is not sure
+  (a subject said in other words, a changed verb). Nothing is retired; the block dates both
+  lines so that the reader can order them (:func:`memlocal.injection.build_evidence_block`).
+- ``None``: unrelated, or look-alikes about different subjects ("build-01 has 8 cores" and
+  "build-02 has 8 cores", "My dentist is Dr. Alvarez" and "My daughter's dentist is Dr. Osei",
+  "The NeurIPS deadline is 15 May" and "The ICML deadline is 15 January"): never merged, never
+  retired.
+
+How a text is read (deterministic, no model): its tokens are split at the first verb into a
+*subject* and a *predicate*. A token is a *value* when it holds a digit or a symbol (``14:00``,
+``build-07``, ``#lab-daily``, ``v2.1``, an address), is capitalised inside the sentence (a name:
+``Dr. Chen``, ``PulseGym``), or names a weekday or a month; the other words are *content*
+(stopwords dropped, Snowball stems). Words that announce a change (``now``, ``moved``, ``since``,
+``switched``, ``new``, ``was cut``, ``extended``, ...) are *markers* and belong to neither. The
+subject is compared whole (content, values and the possessor: ``my``, ``our``, ``his``, ...), so
+a look-alike whose subject differs in any word is never an update; a changed value in the subject
+is another subject.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final, Literal
+
+from . import text
+
+Relation = Literal["sure", "maybe"]
+SURE: Final = "sure"
+MAYBE: Final = "maybe"
+
+# Verbs that say a value changed: as a statement's verb they stand for any verb ("The lab
+# meeting moved to Fridays" restates "The lab meeting is on Thursdays").
+CHANGE_VERBS: Final = frozenset("""
+    moved changed switched cut extended raised lowered increased decreased reduced replaced
+    updated upgraded downgraded migrated renamed
+    """.split())
+# Words that announce that a statement replaces an older one (the change verbs too). "since"
+# and "currently" are weak: they mark a change but do not, alone, make a named subject's new
+# value sure.
+STRONG_MARKERS: Final = CHANGE_VERBS | frozenset("now new newly became instead anymore longer".split())
+# Markers only in the subject ("My new phone number is ..."; "a new project" is no change).
+_SUBJECT_MARKERS: Final = frozenset("new newly".split())
+MARKERS: Final = STRONG_MARKERS | frozenset("since currently".split())
+# The verbs that end a subject (its first one splits the text), besides any word ending in "ed".
+_VERB_BASES: Final = """
+    be have do take go end allow live move change switch run start meet cost pay use work leave
+    arrive open close need require get become last begin finish expire prefer like love hate
+    train own drive ride visit study teach manage lead report sit stay hold belong play cover
+    include mean stand fall rise grow drop reset retrain track store keep send receive host
+    deploy release ship build happen rotate renew support weigh measure speak write read eat
+    drink sleep wake commute join attend call email book cook fly
+    """.split()
+_IRREGULAR: Final = ("is are was were be been am has have had does did went goes takes took "
+                     "ran runs meets met costs paid pays leaves left holds held keeps kept "
+                     "sends sent gets got becomes became grows grew rises rose falls fell "
+                     "stands stood will would can could must should shall may might").split()
+VERBS: Final = frozenset([*_VERB_BASES, *(v + "s" for v in _VERB_BASES), *(v + "es" for v in _VERB_BASES),
+                          *_IRREGULAR])
+# Who a subject belongs to: a possessor or personal pronoun is part of the subject's identity.
+_PERSONS: Final = {"i": "@i", "me": "@i", "my": "@i", "mine": "@i", "we": "@we", "us": "@we", "our": "@we",
+                   "ours": "@we", "you": "@you", "your": "@you", "he": "@he", "him": "@he", "his": "@he",
+                   "she": "@she", "her": "@she", "they": "@they", "them": "@they", "their": "@they"}
+_CALENDAR: Final = frozenset("""
+    monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays thursdays
+    fridays saturdays sundays january february march april may june july august september october
+    november december jan feb mar apr jun jul aug sep sept oct nov dec
+    """.split())
+_TOKEN_RE: Final = re.compile(r"\S+")
+_EDGE: Final = ".,;:!?()[]{}\"'\u2018\u2019\u201c\u201d"
+_SYMBOL_RE: Final = re.compile(r"[\d#@/\\+$\u20ac\u00a3%:=_]|[a-z]-[a-z0-9]", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A text as :func:`relation` reads it (see the module docstring)."""
+
+    subject: frozenset[str]  # content stems, values and the possessor before the first verb
+    verb: str  # the first verb's stem ("be" for is/are/was, "have" for has/had; "*" for a marker verb, "" for none)
+    content: frozenset[str]  # the predicate's content stems (markers left out)
+    values: frozenset[str]  # the predicate's values, lower case
+    marked: bool  # a marker word says the statement changed
+    strong: bool  # a strong marker does (see STRONG_MARKERS)
+
+    @property
+    def named(self) -> bool:
+        """The subject names something beyond a pronoun ("my dentist", not "I")."""
+        return any(not s.startswith("@") for s in self.subject)
+
+
+def _is_value(token: str, first: bool) -> bool:
+    low = token.lower()
+    if _SYMBOL_RE.search(token) or low in _CALENDAR:
+        return True
+    return not first and token[:1].isupper() and low not in _PERSONS
+
+
+@lru_cache(maxsize=4096)  # a block compares each of its lines with the others
+def statement(value: str) -> Statement:
+    """The subject, content, values and markers of ``value`` (one sentence is assumed)."""
+    subject: set[str] = set()
+    content: set[str] = set()
+    values: set[str] = set()
+    marked = strong = False
+    in_subject = True
+    verb = ""
+    verb_at = -1
+    tokens = [t for t in (t.strip(_EDGE) for t in _TOKEN_RE.findall(value)) if t]
+    for i, token in enumerate(tokens):
+        low = token.lower().replace("\u2019", "'")
+        bare = low[:-2] if low.endswith("'s") else low
+        if bare in ("went", "gone", "goes", "go") and i + 1 < len(tokens) and tokens[i + 1].lower() in ("up", "down"):
+            bare = "raised"  # "The rent went up to 1310 GBP"
+        if bare in MARKERS and (in_subject or bare not in _SUBJECT_MARKERS):
+            marked = True
+            strong = strong or bare in STRONG_MARKERS
+            if bare in CHANGE_VERBS and ((in_subject and i) or (verb in ("be", "have") and i == verb_at + 1)):
+                in_subject, verb = False, "*"  # "Standup moved to", "was upgraded to": the change is the verb
+            continue
+        if in_subject and i and low in VERBS and tokens[i - 1].lower() not in _DETERMINERS:
+            in_subject, verb, verb_at = False, _verb_stem(low), i
+            continue
+        if bare in _PERSONS:
+            if in_subject:
+                subject.add(_PERSONS[bare])
+            continue
+        if _is_value(token, first=(i == 0)):
+            (subject if in_subject else values).add(bare)
+            continue
+        stem = text.stem(bare)
+        if stem is None:
+            continue
+        (subject if in_subject else content).add(stem)
+    return Statement(frozenset(subject), verb, frozenset(content), frozenset(values), marked, strong)
+
+
+# A word after one of these is a noun ("the release train", "my train"), not the verb.
+_DETERMINERS: Final = frozenset("the a an my our your his her their its this that these those".split())
+_BE: Final = frozenset("is are was were be been am".split())
+_HAVE: Final = frozenset("has have had".split())
+
+
+def _verb_stem(word: str) -> str:
+    if word in _BE:
+        return "be"
+    if word in _HAVE:
+        return "have"
+    return text.stem(word) or word
+
+
+_NUMBER_RE: Final = re.compile(r"[+\-]?[\d.,]+(?:st|nd|rd|th|k|m|%)?")
+_TIME_RE: Final = re.compile(r"\d{1,2}[:h]\d{2}|\d{1,2}(?:am|pm)")
+
+
+@lru_cache(maxsize=4096)
+def value_kind(value: str) -> str:
+    """What a value is, for "a value changed": ``time`` (14:00, 9am), ``number``, ``calendar``
+    (a weekday or month), ``name`` (a capitalised word) or ``id`` (anything with symbols: build-07,
+    #lab-daily, an address). A value replaced by one of another kind is not a changed value."""
+    if _TIME_RE.fullmatch(value):
+        return "time"
+    if _NUMBER_RE.fullmatch(value):
+        return "number"
+    if value in _CALENDAR:
+        return "calendar"
+    if value.isalpha():
+        return "name"
+    return "id"
+
+
+def _changed(a: frozenset[str], b: frozenset[str]) -> bool:
+    """A value of ``a`` that ``b`` no longer says, replaced by one of the same kind."""
+    gone, added = a - b, b - a
+    return bool(gone and added) and not {value_kind(v) for v in gone}.isdisjoint(value_kind(v) for v in added)
+
+
+def relation(old: str, new: str) -> Relation | None:
+    """Whether ``new`` restates ``old`` with a changed value: ``"sure"``, ``"maybe"`` or ``None``
+    (see the module docstring). Order matters: ``new`` is the later statement."""
+    a, b = statement(old), statement(new)
+    if not a.subject or not b.subject:
+        return None
+    same_subject = a.subject == b.subject
+    same_verb = a.verb == b.verb or b.verb == "*"
+    if same_subject and not (a.values ^ b.values) and a.content == b.content:
+        return None  # the same statement (the duplicate rules' business), or no value at all
+    changed = _changed(a.values, b.values)
+    if same_subject and same_verb:
+        if a.values <= b.values and a.content <= b.content and (a.values or a.content) and a.verb == b.verb:
+            return SURE  # the new one says all the old one did, and more
+        if changed and a.content == b.content:
+            return SURE
+        if changed and b.marked and ((a.content and a.content <= b.content) or (b.content and b.content <= a.content)
+                                     or (not a.content and a.verb == b.verb)):
+            return SURE  # "My daughter's school now ends at 15:45 on weekdays"
+    if not changed:
+        return None  # no value replaced by one of its kind: look-alikes, or two different facts
+    if same_subject:
+        if _overlap(a.content, b.content) >= 0.5 or (b.marked and a.content & b.content) or (b.strong and same_verb and b.named):
+            return MAYBE  # "My dentist is now Dr. Chen at the Harbour Street practice" after "... the Riverside clinic"
+        return None
+    if _overlap(_named(a.subject), _named(b.subject)) >= 0.5 and _overlap(a.content, b.content) >= 0.5:
+        return MAYBE  # "The NeurIPS deadline is 15 May", "The paper deadline for NeurIPS was extended ..."
+    if b.marked and a.subject & b.content:
+        return MAYBE  # "I switched my gym to PulseGym" after "My gym membership is at FitHub"
+    return None
+
+
+def _named(subject: frozenset[str]) -> frozenset[str]:
+    return frozenset(s for s in subject if not s.startswith("@"))
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)

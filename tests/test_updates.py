@@ -1,0 +1,200 @@
+"""Updates without an LLM (memlocal/updates.py, docs/hygiene.md "Updates"): a save that restates
+an active memory's subject with a changed value supersedes it when the rule is sure; look-alikes
+about other subjects are never retired; where the rule is not sure, the block dates both lines;
+``--no-supersede`` and the undo on every face where saves are.
+
+The examples here are not the dev set's (scripts/updates_eval.py measures that one).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from anthropic_fake import FakeAnthropic, Reply
+from api_live import LiveServer
+from conftest import Cli
+from support import http_client
+
+from memlocal import MemoryBank, ValidationError
+from memlocal.api import create_app
+from memlocal.config import Config
+from memlocal.model import utcnow
+from memlocal.tools import dispatch
+from memlocal.updates import MAYBE, SURE, relation, value_kind
+
+P = "team"
+
+# (old, new): one pair per kind of changed value; each new one retires its old one.
+UPDATES = {
+    "number": ("The staging cluster runs 6 nodes", "The staging cluster now runs 9 nodes"),
+    "time": ("The on-call handover is at 17:00 on Fridays", "The on-call handover moved to 16:30 on Fridays"),
+    "date": ("The security audit is due on 3 March", "The security audit is due on 17 March"),
+    "weekday": ("The release train leaves on Tuesdays", "The release train now leaves on Wednesdays"),
+    "version": ("The API gateway runs nginx 1.24", "The API gateway was upgraded to nginx 1.26"),
+    "name in a role": ("The incident commander is Priya Raman", "The incident commander is now Lukas Berg"),
+    "identifier": ("The primary database host is db-east-2", "The primary database host is now db-west-1"),
+    "address": ("Alerts go to ops-alerts@corp.example", "Alerts now go to sre-pager@corp.example"),
+    "amount": ("The monthly cloud limit is 12000 USD", "The monthly cloud limit was lowered to 9000 USD"),
+}
+
+# (fact, look-alike about another subject): neither is ever retired by the other.
+LOOKALIKES = {
+    "another machine, same value": ("ci-runner-3 has 16 cores", "ci-runner-4 has 16 cores"),
+    "another person's": ("My leave starts on 4 August", "Marta's leave starts on 11 August"),
+    "another event, same time": ("The design review is on Mondays at 11:00", "The budget review is on Mondays at 11:00"),
+    "another owner, same thing": ("I commute by the 08:10 tram", "My brother commutes by the 08:10 tram"),
+    "another budget": ("The hardware budget is 50000 EUR", "The training budget is 5000 EUR"),
+    "another number": ("My desk phone is 0201 5550 1234", "The team hotline is 0201 5550 9876"),
+    "another conference": ("The KDD deadline is 9 February", "The ACL deadline is 15 February"),
+}
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Iterator[MemoryBank]:
+    with MemoryBank.open(tmp_path / "u.db", config=Config.load()) as b:
+        yield b
+
+
+def _aged(bank: MemoryBank, memory_id: str, days: float) -> None:
+    from memlocal.store import to_us
+
+    with bank.store.transaction() as c:
+        c.execute("UPDATE memories SET created_us = ? WHERE id = ?", (to_us(utcnow() - timedelta(days=days)), memory_id))
+
+
+@pytest.mark.parametrize("kind", sorted(UPDATES))
+def test_each_kind_of_changed_value_supersedes_with_lineage(local: MemoryBank, kind: str) -> None:
+    old_text, new_text = UPDATES[kind]
+    assert relation(old_text, new_text) == SURE
+    old = local.save(P, content=old_text, category="fact").memory
+    local.save(P, content="The team uses Grafana for dashboards", category="fact")
+    res = local.save(P, content=new_text, category="fact")
+    assert res.superseded == old.id and res.to_dict()["superseded"] == old.id
+    assert res.memory.supersedes == old.id
+    stored = local.get(P, old.id)
+    assert not stored.is_active and stored.superseded_by == res.memory.id
+    assert [m.id for m in local.history(P, res.memory.id)] == [old.id, res.memory.id]
+    assert old_text not in local.build_context_block(P, new_text)
+
+
+@pytest.mark.parametrize("kind", sorted(LOOKALIKES))
+def test_look_alikes_about_other_subjects_are_never_retired(local: MemoryBank, kind: str) -> None:
+    fact, other = LOOKALIKES[kind]
+    assert relation(fact, other) is None and relation(other, fact) is None
+    first = local.save(P, content=fact, category="fact").memory
+    res = local.save(P, content=other, category="fact")
+    assert res.superseded is None and res.memory.supersedes is None
+    assert local.get(P, first.id).is_active and local.get(P, res.memory.id).is_active
+
+
+def test_kinds_of_values() -> None:
+    assert [value_kind(v) for v in ("14:00", "9am", "42", "1.26", "friday", "march", "chen", "db-west-1")] == [
+        "time", "time", "number", "number", "calendar", "calendar", "name", "id"]
+    # A value replaced by one of another kind is no update ("... on Fridays" is not a new name).
+    assert relation("The incident commander is Priya", "The incident commander is now on Fridays") is None
+
+
+def test_no_supersede_keeps_both_and_the_block_dates_them(local: MemoryBank) -> None:
+    old_text, new_text = UPDATES["time"]
+    old = local.save(P, content=old_text, category="fact").memory
+    _aged(local, old.id, 40)
+    res = local.save(P, content=new_text, category="fact", auto_supersede=False)
+    assert res.superseded is None and local.get(P, old.id).is_active
+    block = local.render_context_block(P, "When is the on-call handover?").text
+    day_old = (utcnow() - timedelta(days=40)).strftime("%Y-%m-%d")
+    day_new = res.memory.created_at.strftime("%Y-%m-%d")
+    assert f"* [fact] (saved {day_old}) {old_text}" in block.splitlines()
+    assert f"* [fact] (saved {day_new}) {new_text}" in block.splitlines()
+    assert local.config.with_overrides(dedup__supersede=False)["dedup.supersede"] is False
+
+
+def test_unsure_pairs_are_dated_and_unrelated_lines_are_not(local: MemoryBank) -> None:
+    old_text = "My dentist is Dr. Alvarez at the Riverside clinic"
+    new_text = "My dentist is now Dr. Chen at the Harbour Street practice"
+    assert relation(old_text, new_text) == MAYBE  # the place is said in other words: not sure
+    old = local.save(P, content=old_text, category="fact").memory
+    _aged(local, old.id, 90)
+    other = local.save(P, content="The dentist's bills go to the health insurance", category="fact").memory
+    _aged(local, other.id, 60)
+    res = local.save(P, content=new_text, category="fact")
+    assert res.superseded is None and local.get(P, old.id).is_active
+    lines = local.render_context_block(P, "Book my dental check-up with my dentist").text.splitlines()
+    dated = [ln for ln in lines if "(saved " in ln]
+    assert len(dated) == 2 and any(old_text in ln for ln in dated) and any(new_text in ln for ln in dated)
+    assert any(ln == "* [fact] The dentist's bills go to the health insurance" for ln in lines)
+
+
+def test_two_related_lines_of_one_day_carry_the_minute(local: MemoryBank) -> None:
+    old = local.save(P, content=UPDATES["number"][0], category="fact").memory
+    _aged(local, old.id, 0.01)  # some 15 minutes earlier, most often the same day
+    new = local.save(P, content=UPDATES["number"][1], category="fact", auto_supersede=False).memory
+    block = local.render_context_block(P, "How many nodes does the staging cluster run?").text
+    if old.created_at.date() == new.created_at.date() or (utcnow() - timedelta(days=0.01)).date() == new.created_at.date():
+        assert block.count(" UTC) ") == 2
+    assert block.count("(saved ") == 2
+
+
+def test_restore_undoes_it_on_the_library(local: MemoryBank) -> None:
+    old_text, new_text = UPDATES["identifier"]
+    old = local.save(P, content=old_text, category="fact").memory
+    new = local.save(P, content=new_text, category="fact").memory
+    restored = local.restore(P, old.id)
+    assert restored.is_active and restored.superseded_by is None
+    assert local.get(P, new.id).is_active and local.get(P, new.id).supersedes is None
+    assert [m.id for m in local.history(P, old.id)] == [old.id]
+    with pytest.raises(ValidationError, match="is active"):
+        local.restore(P, old.id)
+
+
+def _ok(cli: Cli, *args: str) -> str:
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_no_supersede_and_restore_on_the_cli(local: MemoryBank, cli: Cli) -> None:
+    old_text, new_text = UPDATES["version"]
+    old_id = cli.json("save", "-p", P, "--content", old_text, "--category", "fact", "--json")["memory"]["id"]
+    kept = cli.json("save", "-p", P, "--content", new_text, "--category", "fact", "--no-supersede", "--json")
+    assert kept["superseded"] is None
+    _ok(cli, "delete", "-p", P, kept["memory"]["id"])
+    out = _ok(cli, "save", "-p", P, "--content", new_text, "--category", "fact")
+    assert f"restates {old_id}" in out and f"memlocal restore {old_id}" in out
+    assert "superseded by" in _ok(cli, "history", "-p", P, old_id)
+    assert "active again" in _ok(cli, "restore", "-p", P, old_id)
+    assert cli.json("get", "-p", P, old_id, "--json")["isActive"] is True
+
+
+def test_no_supersede_and_restore_on_rest_and_the_tool(local: MemoryBank) -> None:
+    old_text, new_text = UPDATES["address"]
+    old = local.save(P, content=old_text, category="fact").memory
+    out = dispatch(local, "memory_save", {"content": new_text, "category": "fact", "autoSupersede": False}, P)
+    assert out["superseded"] is None and local.get(P, old.id).is_active
+    local.delete(P, out["memory"]["id"])
+    with LiveServer(create_app(local)) as server, http_client(base_url=server.url, timeout=30) as c:
+        r = c.post(f"/api/profiles/{P}/memories", json={"content": new_text, "category": "fact"})
+        assert r.status_code == 201 and r.json()["superseded"] == old.id
+        r = c.post(f"/api/profiles/{P}/memories/{old.id}/restore")
+        assert r.status_code == 200 and r.json()["memory"]["isActive"] is True
+        assert c.post(f"/api/profiles/{P}/memories/{old.id}/restore").status_code == 400
+
+
+def test_the_llm_proposal_joins_the_rule(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
+    with MemoryBank.open(tmp_path / "llm.db", config=Config.load().with_overrides(llm__timeout_s=30.0)) as bank:
+        old = bank.save(P, content="The weekly sync is on Tuesdays", category="fact", use_llm=False).memory
+        other = bank.save(P, content="The quarterly review is on Tuesdays", category="fact", use_llm=False).memory
+        # A proposal the rule finds related (a weekday changed) is applied...
+        anthropic_fake.respond(Reply.structured({
+            "processedContent": "The weekly sync moved to Thursdays", "summary": "sync day",
+            "category": "fact", "confidence": 0.9, "supersedes": old.id}))
+        res = bank.save(P, "the weekly sync is thursdays from now on")
+        assert res.superseded == old.id and res.proposed_supersedes is None
+        # ...one about another subject stays a proposal.
+        anthropic_fake.respond(Reply.structured({
+            "processedContent": "The weekly sync agenda lives in the team wiki", "summary": "agenda",
+            "category": "fact", "confidence": 0.9, "supersedes": other.id}))
+        res = bank.save(P, "agenda for the weekly sync: team wiki")
+        assert res.superseded is None and bank.get(P, other.id).is_active
