@@ -686,10 +686,22 @@ class MemoryBank:
         said = statement(processed)
         if not (said.values or said.marked):
             return None  # no value and no word of change: it updates nothing surely (no look-up)
-        for m in self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES):
+        # A sure update has this subject, word for word, so the candidates hold all its terms (an
+        # AND: bm25 ranks a few matches, however common the words); a pronoun alone ("I ...")
+        # must keep its verb ("I now take the 08:20 train"), unless it is a form of be or have.
+        # The memories still waiting for the FTS5 batch are read too, without indexing them (a commit).
+        sure: builtins.list[Memory] = []
+        required = text.terms(" ".join(said.subject_words))
+        if not required and said.verb not in ("", "*", "be", "have"):
+            required = text.terms(said.verb)
+        for m in self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES, read_only=True,
+                                    required=sorted(required)):
             if relation(m.processed_content, processed) == SURE:
-                return m.id
-        return None
+                sure.append(m)
+        # Of several, the one that shares the most words with the new text (the same subject
+        # restated twice: "The rent is 1200 GBP a month, due on the 1st" before "The rent is ...").
+        mine = text.terms(processed)
+        return max(sure, key=lambda m: jaccard(mine, text.terms(m.processed_content))).id if sure else None
 
     def restore(self, profile: str, memory_id: str) -> Memory:
         """Undo a supersession: the superseded memory ``memory_id`` is active again, and the memory
@@ -1196,7 +1208,8 @@ class MemoryBank:
                                                       now=now, ranking=Ranking(ranking.mode, 0.0),
                                                       similarity=similarity))
             block = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
-                                         ratio=ranking.ratio, trimmed=trimmed)
+                                         ratio=ranking.ratio, trimmed=trimmed,
+                                         filler=self.config.get_str("inject.filler"))
         return _shown_block(block)
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:

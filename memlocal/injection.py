@@ -60,6 +60,9 @@ log = logging.getLogger("memlocal")
 MEMORY_HEADER: Final = "--- CONTEXT FROM MEMORY ---"
 CORE_HEADING: Final = "Core knowledge (always apply):"
 RELEVANT_HEADING: Final = "Relevant to this task:"
+# Evidence mode's last section (``inject.filler = labelled``): the facts the task gave no evidence
+# for, placed after what applies and said to be what they are.
+FILLER_HEADING: Final = "Other saved facts (nothing in this task points to them):"
 BLOCK_END: Final = "---"
 OPERATOR_HEADER: Final = "--- CONTEXT FROM OPERATOR ---"
 OPERATOR_PREAMBLE: Final = (
@@ -140,7 +143,7 @@ def skeleton(line: str) -> str:
 @lru_cache(maxsize=1)
 def _protected_prefixes() -> tuple[str, ...]:
     """The starts of every header, heading and preamble of every block (the first four words)."""
-    phrases = (MEMORY_HEADER, OPERATOR_HEADER, NOTE_HEADER, CORE_HEADING, RELEVANT_HEADING,
+    phrases = (MEMORY_HEADER, OPERATOR_HEADER, NOTE_HEADER, CORE_HEADING, RELEVANT_HEADING, FILLER_HEADING,
                OPERATOR_PREAMBLE, NOTE_PREAMBLE)
     return tuple(" ".join(skeleton(p).strip("- ").split()[:4]) for p in phrases)
 
@@ -206,6 +209,7 @@ class RenderedBlock:
     core: tuple["ScoredMemory", ...]
     relevant: tuple["ScoredMemory", ...]
     trimmed: tuple["ScoredMemory", ...] = ()
+    filler: tuple[str, ...] = ()  # the ids of ``core`` shown under FILLER_HEADING (no evidence)
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -236,26 +240,27 @@ def dated_line(line: str, when: datetime, *, precise: bool = False) -> str:
     return line.replace("] ", f"] (saved {stamp}) ", 1)
 
 
-def block_size(core_chars: int, rel_chars: int) -> int:
-    """The characters of a block whose core and relevant entry lines take ``core_chars`` and
-    ``rel_chars`` (each line plus its newline; 0 = an empty, omitted section): the header, the
-    headings of the sections present, the spec's empty line between the two sections, the end."""
+def block_size(core_chars: int, rel_chars: int, filler_chars: int = 0) -> int:
+    """The characters of a block whose core, relevant and filler entry lines take ``core_chars``,
+    ``rel_chars`` and ``filler_chars`` (each line plus its newline; 0 = an empty, omitted
+    section): the header, the headings of the sections present, the spec's empty line between
+    two sections, the end."""
     total = len(MEMORY_HEADER) + 1 + len(BLOCK_END)
-    if core_chars:
-        total += len(CORE_HEADING) + 1 + core_chars
-    if rel_chars:
-        total += len(RELEVANT_HEADING) + 1 + rel_chars + (1 if core_chars else 0)
+    present = 0
+    for heading, chars in ((CORE_HEADING, core_chars), (RELEVANT_HEADING, rel_chars), (FILLER_HEADING, filler_chars)):
+        if chars:
+            total += len(heading) + 1 + chars + (1 if present else 0)
+            present += 1
     return total
 
 
-def _block_text(core_lines: Sequence[str], rel_lines: Sequence[str]) -> str:
+def _block_text(core_lines: Sequence[str], rel_lines: Sequence[str], filler_lines: Sequence[str] = ()) -> str:
     lines = [MEMORY_HEADER]
-    if core_lines:
-        lines += [CORE_HEADING, *core_lines]
-    if rel_lines:
-        if core_lines:
-            lines.append("")  # the spec's empty line between the sections
-        lines += [RELEVANT_HEADING, *rel_lines]
+    for heading, entries in ((CORE_HEADING, core_lines), (RELEVANT_HEADING, rel_lines), (FILLER_HEADING, filler_lines)):
+        if entries:
+            if len(lines) > 1:
+                lines.append("")  # the spec's empty line between the sections
+            lines += [heading, *entries]
     lines.append(BLOCK_END)
     return "\n".join(lines)
 
@@ -360,6 +365,7 @@ def build_evidence_block(
     preference_share: float = PREFERENCE_SHARE,
     ratio: float = 0.0,
     trimmed: bool = True,
+    filler: str = "labelled",
 ) -> RenderedBlock:
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
@@ -374,8 +380,10 @@ def build_evidence_block(
        order: facts and preferences go in the core section, the other categories in the
        relevant one (at most ``relevant_limit`` of them);
     3. the weaker evidence, facts and preferences only (the relevant section keeps the gate);
-    4. the rest of the core tier (facts and preferences without evidence), best first, in the
-       room left.
+    4. the rest of the core tier (facts without evidence), best first, in the room left: with
+       ``filler="labelled"`` (the default) in a last section under :data:`FILLER_HEADING`, so that
+       "Core knowledge (always apply)" holds only what applies; ``"core"`` under the core heading
+       (the former block); ``"omit"`` left out.
 
     The sections keep the spec's headings and line format; within each, entries keep the order
     they were admitted in. A core entry that is also evidence is shown with its evidence record.
@@ -391,42 +399,47 @@ def build_evidence_block(
 
     core = _core_tier(ranked, budget)
     by_id = {s.memory.id: s for s in evidence}
-    chosen: dict[str, tuple[bool, str]] = {}  # id -> (in the core section, its line)
+    chosen: dict[str, tuple[int, str]] = {}  # id -> (its section: 0 core, 1 relevant, 2 filler; its line)
     dated: set[str] = set()  # the ids whose line carries its date
 
     def _related(a: "Memory", b: "Memory") -> bool:
         old, new = (a, b) if a.created_at < b.created_at else (b, a)
         return relation(old.processed_content, new.processed_content) is not None
+
     order: list["ScoredMemory"] = []
-    sizes = [0, 0]  # chars of the core and relevant sections' lines
+    sizes = [0, 0, 0]  # chars of the core, relevant and filler sections' lines
     n_rel = 0
 
     def full() -> bool:
         return block_size(*sizes) + _MIN_GROWTH > budget  # no line fits any more
 
-    def admit(s: "ScoredMemory") -> bool:
+    def admit(s: "ScoredMemory", section: int | None = None) -> bool:
         nonlocal n_rel
         if s.memory.id in chosen:
             return False
         is_core = s.memory.category in CORE_CATEGORIES
-        if not is_core and n_rel >= relevant_limit:
+        if section is None:
+            section = 0 if is_core else 1
+        if section == 1 and n_rel >= relevant_limit:
             return False
         if full():
             return False  # so no line is rendered
         line = entry_line(s.memory.category, s.memory.processed_content)
-        grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
+        grown = list(sizes)
+        grown[section] += len(line) + 1
         if block_size(*grown) > budget:
             return False
         when = s.memory.created_at
         related = [o.memory for o in order if o.memory.created_at != when and _related(o.memory, s.memory)]
-        # The lines already chosen that a date is added to (with the minute when one day holds both).
-        redated = {o.id: dated_line(chosen[o.id][1], o.created_at, precise=o.created_at.date() == when.date())
-                   for o in related if o.id not in dated}
         if related:
+            # The lines already chosen that a date is added to (with the minute when one day holds both).
+            redated = {o.id: dated_line(chosen[o.id][1], o.created_at, precise=o.created_at.date() == when.date())
+                       for o in related if o.id not in dated}
             line = dated_line(line, when, precise=any(o.created_at.date() == when.date() for o in related))
-            grown = [sizes[0] + (len(line) + 1 if is_core else 0), sizes[1] + (0 if is_core else len(line) + 1)]
+            grown = list(sizes)
+            grown[section] += len(line) + 1
             for oid, o_line in redated.items():
-                grown[0 if chosen[oid][0] else 1] += len(o_line) - len(chosen[oid][1])
+                grown[chosen[oid][0]] += len(o_line) - len(chosen[oid][1])
             if block_size(*grown) > budget:
                 return False
             for oid, o_line in redated.items():
@@ -434,8 +447,8 @@ def build_evidence_block(
                 dated.add(oid)
             dated.add(s.memory.id)
         sizes[:] = grown
-        n_rel += 0 if is_core else 1
-        chosen[s.memory.id] = (is_core, line)
+        n_rel += section == 1
+        chosen[s.memory.id] = (section, line)
         order.append(by_id.get(s.memory.id, s))
         return True
 
@@ -447,6 +460,7 @@ def build_evidence_block(
             break
         if admit(s):
             spent += cost
+
     def passes(s: "ScoredMemory") -> bool:
         return s.evidence is None or s.evidence.strength >= ratio * s.evidence.best
 
@@ -461,10 +475,10 @@ def build_evidence_block(
             break
         if s.memory.category in CORE_CATEGORIES and not passes(s):
             admit(s)
-    for s in core:
-        admit(s)
-    kept_core = tuple(s for s in order if chosen[s.memory.id][0])
-    kept_rel = tuple(s for s in order if not chosen[s.memory.id][0])
+    if filler != "omit":
+        for s in core:  # the facts the task gave no evidence for (preferences are in already)
+            admit(s, 2 if filler == "labelled" else 0)
+    sections = [tuple(s for s in order if chosen[s.memory.id][0] == k) for k in range(3)]
     left: tuple["ScoredMemory", ...] = ()
     if trimmed:
         trimmed_ids: dict[str, "ScoredMemory"] = {}
@@ -474,9 +488,10 @@ def build_evidence_block(
         left = tuple(trimmed_ids.values())
     if not order:
         return RenderedBlock("", (), (), left)
-    text = _block_text([chosen[s.memory.id][1] for s in kept_core], [chosen[s.memory.id][1] for s in kept_rel])
+    text = _block_text(*([chosen[s.memory.id][1] for s in section] for section in sections))
     assert len(text) == block_size(*sizes) <= budget
-    return RenderedBlock(text, kept_core, kept_rel, left)
+    return RenderedBlock(text, sections[0] + sections[2], sections[1], left,
+                         filler=tuple(s.memory.id for s in sections[2]))
 
 
 # --- context blocks --------------------------------------------------------------------------

@@ -10,7 +10,9 @@ intersection. Decisions:
   One-letter words are dropped; numbers are kept (``2023`` is a useful term).
 - Stemming is the Snowball English ("Porter2") stemmer from PyStemmer, a C extension: the design's
   measurements (docs/spec.md, "Relevance") found stemming to help on LoCoMo (coverage 0.576 with,
-  0.538 without), and the C stemmer keeps tokenising a 10k-memory profile cheap.
+  0.538 without), and the C stemmer keeps tokenising a 10k-memory profile cheap. Porter2 keeps
+  comparatives and superlatives apart ("flakiest" is not "flaky"); :func:`_degree` and the
+  degree forms in :data:`memlocal.vocab.VARIANTS` join them (docs/relevance.md, "Word forms").
 
 - Vocabulary bridging (:mod:`memlocal.vocab`, data): two-word compounds are joined before
   stopwords are removed ("time zone", "time-zone" -> ``timezone``; "set up" -> ``setup``), spelling
@@ -39,7 +41,7 @@ import Stemmer  # PyStemmer
 from .model import default_summary, to_us
 from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 5
+TERMS_VERSION: Final = 6
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
@@ -103,9 +105,27 @@ def _term(word: str) -> str | None:
         return None
     if len(word) < 2:
         return None
-    stem: str = _stemmer.stemWord(word)
+    stem: str = _degree(_stemmer.stemWord(word))
     # A trailing possessive the stemmer left behind ("james'") is not part of the word.
     return stem.rstrip("'") or None
+
+
+# A superlative with a doubled final consonant ("biggest", "hottest", "thinnest").
+_DOUBLED_EST: Final = re.compile(r"(.*[aeiou])([bdgmnpt])\2est")
+
+
+def _degree(stem: str) -> str:
+    """A Snowball stem with its degree ending removed where Porter2 keeps it: "-iest"/"-ier" after
+    a consonant become the "-i" of the base's own stem ("flakiest", "flakier" -> ``flaki``, as
+    "flaky"; "earliest" -> ``earli``), and a doubled consonant's "-est" goes ("biggest" -> ``big``).
+    Regular "-er"/"-est" forms are data (:data:`memlocal.vocab.VARIANTS`): by rule they would take
+    "interest", "honest", "summer" and "letter" apart."""
+    if len(stem) >= 7 and stem.endswith("iest") and stem[-5] not in "aeiou":
+        return stem[:-4] + "i"
+    if len(stem) >= 5 and stem.endswith("ier") and stem[-4] not in "aeiou":
+        return stem[:-3] + "i"
+    m = _DOUBLED_EST.fullmatch(stem)
+    return m.group(1) + m.group(2) if m else stem
 
 
 def _fold(text: str) -> str:

@@ -87,6 +87,7 @@ class Statement:
     """A text as :func:`relation` reads it (see the module docstring)."""
 
     subject: frozenset[str]  # content stems, values and the possessor before the first verb
+    subject_words: tuple[str, ...]  # the subject's words as written (no possessor), for a look-up
     verb: str  # the first verb's stem ("be" for is/are/was, "have" for has/had; "*" for a marker verb, "" for none)
     content: frozenset[str]  # the predicate's content stems (markers left out)
     values: frozenset[str]  # the predicate's values, lower case
@@ -110,6 +111,7 @@ def _is_value(token: str, first: bool) -> bool:
 def statement(value: str) -> Statement:
     """The subject, content, values and markers of ``value`` (one sentence is assumed)."""
     subject: set[str] = set()
+    words: list[str] = []
     content: set[str] = set()
     values: set[str] = set()
     marked = strong = False
@@ -137,12 +139,16 @@ def statement(value: str) -> Statement:
             continue
         if _is_value(token, first=(i == 0)):
             (subject if in_subject else values).add(bare)
+            if in_subject:
+                words.append(bare)
             continue
         stem = text.stem(bare)
         if stem is None:
             continue
         (subject if in_subject else content).add(stem)
-    return Statement(frozenset(subject), verb, frozenset(content), frozenset(values), marked, strong)
+        if in_subject:
+            words.append(bare)
+    return Statement(frozenset(subject), tuple(words), verb, frozenset(content), frozenset(values), marked, strong)
 
 
 # A word after one of these is a noun ("the release train", "my train"), not the verb.
@@ -192,7 +198,9 @@ def relation(old: str, new: str) -> Relation | None:
     if not a.subject or not b.subject:
         return None
     same_subject = a.subject == b.subject
-    same_verb = a.verb == b.verb or b.verb == "*"
+    # A pronoun alone ("I ...") names no subject: its verb must be the same one ("I take the 07:45
+    # train" / "I now take the 08:20 train"); "I moved to Berlin" is not sure to replace "I work at Acme".
+    same_verb = a.verb == b.verb != "*" or (b.verb == "*" and a.named)
     if same_subject and not (a.values ^ b.values) and a.content == b.content:
         return None  # the same statement (the duplicate rules' business), or no value at all
     changed = _changed(a.values, b.values)
@@ -202,12 +210,13 @@ def relation(old: str, new: str) -> Relation | None:
         if changed and a.content == b.content:
             return SURE
         if changed and b.marked and ((a.content and a.content <= b.content) or (b.content and b.content <= a.content)
-                                     or (not a.content and a.verb == b.verb)):
+                                     or (not a.content and a.verb == b.verb != "*")):
             return SURE  # "My daughter's school now ends at 15:45 on weekdays"
     if not changed:
         return None  # no value replaced by one of its kind: look-alikes, or two different facts
     if same_subject:
-        if _overlap(a.content, b.content) >= 0.5 or (b.marked and a.content & b.content) or (b.strong and same_verb and b.named):
+        if (_overlap(a.content, b.content) >= 0.5 or (b.marked and a.content & b.content)
+                or (b.strong and (a.verb == b.verb or b.verb == "*"))):
             return MAYBE  # "My dentist is now Dr. Chen at the Harbour Street practice" after "... the Riverside clinic"
         return None
     if _overlap(_named(a.subject), _named(b.subject)) >= 0.5 and _overlap(a.content, b.content) >= 0.5:

@@ -86,7 +86,18 @@ VARIANTS: Final[Mapping[str, str]] = dict(
     msg=message msgs=messages pic=picture pics=pictures info=information
     nvim=neovim mins=minutes
     """.split()
-)
+) | {form: base for base, forms in (
+    # Comparatives and superlatives the stemmer keeps apart ("fastest" is not "fast" to Porter2),
+    # for adjectives whose "-er"/"-est" is regular. The "-ier"/"-iest" forms ("flakiest") and the
+    # doubled consonants ("biggest") are handled by rule in memlocal.text (_degree).
+    (adj, (adj + "er", adj + "est") if not adj.endswith("e") else (adj + "r", adj + "st"))
+    for adj in """
+    fast slow new old late large small high low long short strong weak cheap quick near safe
+    simple clean young great cool hard soft deep wide close loud quiet bright dark warm cold
+    rich poor smart light fresh clear tight loose rare ripe brave calm dense fair fine firm
+    kind mild neat odd plain proud pure rough sharp sick steep stiff strict sweet thick tough
+    vast wild wise bold broad crisp faint harsh lean nice polite pale sure true tame
+    """.split()) for form in forms}
 
 # word -> broader words it also yields (before stemming). Plurals are listed where they differ.
 _BROADER_GROUPS: Final = {

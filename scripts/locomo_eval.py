@@ -498,12 +498,14 @@ class BlockScores:
 
 
 def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evidence",
-                        limit: int | None = None) -> dict[str, Any]:
+                        limit: int | None = None, filler: str | None = None) -> dict[str, Any]:
     """The bank of facts (see the module docstring): per system and phase, the block hit (some
     gold memory in the block), the share of gold memories in the block, and hit@5 (some gold
     memory in the top 5 of ``query_with_relevance``, limit 8; BM25's top 5)."""
     convs = load_agent_bank(path)[:limit]
     overrides: dict[str, Any] = {"ranking.mode": mode, "semantic.enabled": semantic}
+    if filler is not None:
+        overrides["inject.filler"] = filler
     config = Config.load(environ={}, overrides=overrides)
     budget = int(config["inject.budget_chars"])
     res = {k: BlockScores() for k in ("fresh", "after", "bm25")}
@@ -547,14 +549,14 @@ def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evid
                     n = _fill([f"* [fact] {obs[k].text}" for k in ranked], budget)
                     res["bm25"].add(set(ranked[:n]), ranked[:5], t.gold)
                 db.close()
-    return {"data": str(path), "conversations": len(convs), "semantic": semantic, "mode": mode,
+    return {"data": str(path), "conversations": len(convs), "semantic": semantic, "mode": mode, "filler": config["inject.filler"],
             "budget": budget, "memlocal": {"fresh": res["fresh"].to_dict(), "after_use": res["after"].to_dict()},
             "fts5_bm25": res["bm25"].to_dict()}
 
 
 def format_agent_bank(result: dict[str, Any]) -> str:
     lines = [f"LoCoMo agent bank (observations as facts, {result['conversations']} conversations, "
-             f"mode {result['mode']}, semantic {'on' if result['semantic'] else 'off'}, "
+             f"mode {result['mode']}, filler {result['filler']}, semantic {'on' if result['semantic'] else 'off'}, "
              f"budget {result['budget']}): {result['data']}", ""]
     head = f"{'system':<22}{'block hit':>10}{'gold share':>11}{'hit@5':>8}{'lines':>7}{'tasks':>7}"
     lines += [head, "-" * len(head)]
@@ -581,6 +583,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the agent bank: observations as facts; the block's hit fresh and after use, beside FTS5 bm25")
     ap.add_argument("--semantic", action="store_true", help="with --agent-bank: semantic.enabled (memlocal[semantic])")
     ap.add_argument("--conversations", type=int, help="with --agent-bank: only the first N conversations")
+    ap.add_argument("--filler", choices=("labelled", "core", "omit"),
+                    help="with --agent-bank: inject.filler (default: the setting's default)")
     args = ap.parse_args(argv)
     path = args.path.resolve()
     if not path.is_file():
@@ -588,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.agent_bank:
         agent = evaluate_agent_bank(path, semantic=args.semantic, mode=(args.mode or ["evidence"])[0],
-                                    limit=args.conversations)
+                                    limit=args.conversations, filler=args.filler)
         print(json.dumps(agent, indent=2) if args.json else format_agent_bank(agent))
         return 0
     if args.living:

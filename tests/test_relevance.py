@@ -158,3 +158,34 @@ def test_bad_ranking_settings_are_one_clear_error(tmp_path: Path, key: str, valu
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         _bank(tmp_path / "m.db", **{key: value})
     assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("query, memory", [
+    ("which test is flaky?", "The flakiest test is test_sync_hosts, it fails one run in five"),
+    ("the flakiest job", "The nightly job is flaky on Mondays"),
+    ("how do we deploy?", "Deployments go out through the release pipeline after review"),
+    ("when was it deployed?", "We deploy on Tuesdays after the standup"),
+    ("our biggest customer", "The big customer is Acme Corp, on the enterprise plan"),
+    ("the fastest build machine", "build-07 is the fast machine for builds"),
+    ("an easier onboarding", "Onboarding should be easy: one command installs everything"),
+])
+def test_word_forms_match(tmp_path: Path, query: str, memory: str) -> None:
+    """Inflections and derivations match (Snowball stems; comparatives and superlatives joined by
+    memlocal.text._degree and vocab's degree forms): the memory is in the top 3 among the profile's
+    others (some of which say the query's own word)."""
+    with _bank(tmp_path / "m.db") as bank:
+        dev_profile(bank)
+        saved = bank.save("dev", content=memory, category="fact").memory
+        top = bank.query_with_relevance("dev", query, now=NOW)
+        assert saved.id in [r.memory.id for r in top[:3]], [r.memory.processed_content for r in top[:3]]
+
+
+def test_word_forms_keep_words_apart() -> None:
+    """The degree rules never join words a reader tells apart."""
+    from memlocal.text import terms
+
+    for a, b in (("interest", "inter"), ("honest", "hone"), ("summer", "sum"), ("letter", "let"),
+                 ("priest", "pry"), ("forest", "fore")):
+        assert not terms(a) & terms(b), (a, b)
+    assert terms("flakiest") == terms("flaky") == terms("flakier")
+    assert terms("biggest") == terms("big") and terms("newest") == terms("new")

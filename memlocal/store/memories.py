@@ -653,22 +653,41 @@ class Store(Database):
         rows = self.read(f"{_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1", (profile, key))
         return [row_to_memory(r) for r in _oldest_first(rows)]
 
-    def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
+    def similar(self, profile: str, terms: Sequence[str], limit: int, *, read_only: bool = False,
+                required: Sequence[str] = ()) -> builtins.list[Memory]:
         """Up to ``limit`` active memories of ``profile`` that share the most (rarest) of
         ``terms`` (the formula's stems, :func:`memlocal.text.terms`), best first: bm25 over the
-        recall index ``memory_features`` (migration 4), scoped by the profile's token."""
-        from ..features import scope_token, term_token
+        recall index ``memory_features`` (migration 4), scoped by the profile's token.
 
+        ``read_only``: the memories still waiting for the FTS5 batch are not indexed first (a
+        durable write); those of ``profile`` (fewer than a batch) follow the bm25 matches, newest
+        first, whatever their terms (a save's update check reads them so: no commit of its own).
+        ``required``: instead, the memories holding every one of these terms, newest first (an AND
+        read in rowid order: a few postings, where an OR of common terms ranks thousands)."""
         if not terms or limit <= 0:
             return []
+        if read_only:
+            cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
+            waiting = [row_to_memory(r) for r in self.read(
+                f"SELECT {cols} FROM memory_features_pending p CROSS JOIN memories m ON m.rowid = p.rowid"
+                " WHERE m.profile = ? AND m.is_active = 1 ORDER BY m.rowid DESC", (profile,))]
+            return self._bm25(profile, terms, limit, required) + waiting
         self.index_pending()  # bm25 ranks what the index holds: the memories still waiting too
-        match = f"{scope_token(profile)} AND ({' OR '.join(term_token(t) for t in dict.fromkeys(terms))})"
+        return self._bm25(profile, terms, limit, required)
+
+    def _bm25(self, profile: str, terms: Sequence[str], limit: int, required: Sequence[str] = ()) -> builtins.list[Memory]:
+        from ..features import scope_token, term_token
+
+        if required:
+            match = " AND ".join([scope_token(profile), *(term_token(t) for t in dict.fromkeys(required))])
+        else:
+            match = f"{scope_token(profile)} AND ({' OR '.join(term_token(t) for t in dict.fromkeys(terms))})"
         cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
         try:
             rows = self.read(
                 f"SELECT {cols} FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
                 " WHERE memory_features MATCH ? AND m.profile = ? AND m.is_active = 1"
-                " ORDER BY f.rank LIMIT ?",
+                + (" ORDER BY f.rowid DESC LIMIT ?" if required else " ORDER BY f.rank LIMIT ?"),
                 (match, profile, limit),
             )
         except sqlite3.OperationalError:  # a query FTS5 cannot parse: no candidates, no merge
