@@ -670,7 +670,7 @@ class Store(Database):
             cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
             waiting = [row_to_memory(r) for r in self.read(
                 f"SELECT {cols} FROM memory_features_pending p CROSS JOIN memories m ON m.rowid = p.rowid"
-                " WHERE m.profile = ? AND m.is_active = 1 ORDER BY m.rowid DESC", (profile,))]
+                " WHERE m.profile = ? AND m.is_active = 1 ORDER BY p.rowid DESC", (profile,))]
             return self._bm25(profile, terms, limit, required) + waiting
         self.index_pending()  # bm25 ranks what the index holds: the memories still waiting too
         return self._bm25(profile, terms, limit, required)
