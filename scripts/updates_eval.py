@@ -141,7 +141,7 @@ def _memlocal(data: dict[str, Any], tmp: Path, *, auto: bool) -> dict[str, Any]:
 
 
 def _bm25(data: dict[str, Any], budget: int) -> dict[str, Any]:
-    from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER
+    from locomo_eval import _fill  # the same filling as the agent bank's BM25 block
 
     facts = _old_rows(data) + [u[1] for u in data["updates"]] + [d[1] for d in data["distinct"]]
     db = sqlite3.connect(":memory:")
@@ -152,15 +152,8 @@ def _bm25(data: dict[str, Any], budget: int) -> dict[str, Any]:
         terms = [w.replace('"', '""') for w in words(task)]
         ranked = [r[0] for r in db.execute(
             "SELECT k FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT 60", (" OR ".join(f'"{w}"' for w in terms),))]
-        room = budget - (len(MEMORY_HEADER) + 1 + len(CORE_HEADING) + 1 + len(BLOCK_END))
-        lines = []
-        for k in ranked:
-            line = f"* [fact] {facts[k]}"
-            room -= len(line) + 1
-            if room < 0:
-                break
-            lines.append(line)
-        tally.add("\n".join(lines), new_s, old_s)
+        lines = [f"* [fact] {facts[k]}" for k in ranked]
+        tally.add("\n".join(lines[:_fill(lines, budget)]), new_s, old_s)
     db.close()
     return tally.to_dict()
 
