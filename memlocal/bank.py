@@ -1074,8 +1074,11 @@ class MemoryBank:
         Takes a :class:`~memlocal.model.RecallQuery`, or its fields as arguments (a convenience
         that builds one).
         """
-        q = _recall_query(profile, query, limit, min_score, exclude_ids, now).with_defaults(
-            self.config.get_int("recall.limit"), self.config.get_float("recall.min_score"))
+        return self._ranked(_recall_query(profile, query, limit, min_score, exclude_ids, now))
+
+    def _ranked(self, query: RecallQuery) -> "builtins.list[ScoredMemory]":
+        """What :meth:`query_with_relevance` returns for ``query`` (built once by its caller)."""
+        q = query.with_defaults(self.config.get_int("recall.limit"), self.config.get_float("recall.min_score"))
         from .scoring import RankQuery
 
         ranking = self.ranking()
@@ -1118,7 +1121,7 @@ class MemoryBank:
         reads (``get``, ``list``, ``stats``, ...) wait for it to be written (see
         :meth:`mark_accessed`). Written not fsynced, and never checkpointed on the caller's path."""
         q = _recall_query(profile, query, limit, min_score, exclude_ids, now)
-        results = self.query_with_relevance(q)
+        results = self._ranked(q)
         if results:
             ids = [r.memory.id for r in results]
             at = q.now or utcnow()
