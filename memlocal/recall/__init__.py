@@ -14,8 +14,8 @@ floats, and hence the ranking, are identical. The formula itself lives in :mod:`
 The package: :mod:`.index` (:class:`ProfileIndex`, the in-memory index of one profile),
 :mod:`.cold` (:func:`cold_query`, the cold path from the persisted FTS5 features),
 :mod:`.service` (:class:`RecallIndex`, the cache of indexes, their background builds and the
-choice between the two paths), :mod:`.classes` (what both paths share) and :mod:`.rows` (the
-rows they read).
+choice between the two paths) and :mod:`.classes` (what both paths share). The SQL they read
+with is the store's (:class:`memlocal.store.recall_reads.RecallReads`).
 """
 
 from __future__ import annotations

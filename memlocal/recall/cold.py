@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import functools
 import heapq
-import sqlite3
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, Callable, Final, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from ..model import CORE_CATEGORIES
+from ..store.recall_reads import RecallReads
 from ..scoring import (
-    HALF_LIFE_DAYS,
     PREFERENCE_TIER,
-    USAGE_FLOOR,
-    US_PER_DAY,
     PreparedQuery,
     Weights,
     confidence_mul,
@@ -34,76 +30,14 @@ from ..scoring import (
     with_similarity,
 )
 from .classes import _EPS, _MAX_COMMON, _offer, gated_classes, split_features
-from .rows import _ROW_SQL
-
-# The FTS5 match drives (CROSS JOIN keeps that order; "+" keeps the profile index out), then each
-# hit is one rowid lookup in ``memories``.
-_HIT_SQL: Final = (
-    "SELECT m.id, m.created_us, m.last_accessed_us, m.access_count, m.confidence, m.category, m.features"
-    " FROM memory_features f CROSS JOIN memories m ON m.rowid = f.rowid"
-    " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
-)
-_COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features MATCH ?"
-# The profile's active memories waiting for the FTS5 index (recall schema step 7: at most a batch).
-_WAITING_SQL: Final = (_ROW_SQL.replace("FROM memories", "FROM memory_features_pending p CROSS JOIN memories"
-                                        " ON memories.rowid = p.rowid")
-                       + " AND is_active = 1 AND features IS NOT NULL")
-# The two orders of a profile's memories the store indexes (memlocal/store/schemas/recall.py,
-# step 3): by anchor, newest first (the order of recency), and by access count (of usage).
-_ANCHOR_SQL: Final = "max(created_us, coalesce(last_accessed_us, created_us))"
-# Each order is two reads (recall schema step 8: the indexes hold only the memories a recall
-# returned): by anchor, the never-accessed by createdAt (their anchor) merged with the accessed;
-# by access count, the used ones, then the others (all of usage 0) in any order.
-_WALK_X_NEW_SQL: Final = _ROW_SQL + " AND is_active = 1 AND last_accessed_us IS NULL ORDER BY created_us DESC"
-_WALK_X_SEEN_SQL: Final = _ROW_SQL + f" AND is_active = 1 AND last_accessed_us IS NOT NULL ORDER BY {_ANCHOR_SQL} DESC"
-_WALK_Y_USED_SQL: Final = _ROW_SQL + " AND is_active = 1 AND access_count > 0 ORDER BY access_count DESC"
-_WALK_Y_REST_SQL: Final = _ROW_SQL + " AND is_active = 1 AND NOT access_count > 0"
-
-
-def _neg_anchor(r: Sequence[Any]) -> int:
-    anchor: int = max(r[1], r[2] or r[1])
-    return -anchor
-
-
-def _walk_by_anchor(conn: sqlite3.Connection, profile: str) -> Iterator[Sequence[Any]]:
-    """The profile's active rows by anchor, newest first."""
-    return heapq.merge(conn.execute(_WALK_X_NEW_SQL, (profile,)), conn.execute(_WALK_X_SEEN_SQL, (profile,)),
-                       key=_neg_anchor)
-
-
-def _walk_by_count(conn: sqlite3.Connection, profile: str) -> Iterator[Sequence[Any]]:
-    """The profile's active rows by access count, highest first."""
-    return chain(conn.execute(_WALK_Y_USED_SQL, (profile,)), conn.execute(_WALK_Y_REST_SQL, (profile,)))
-
 
 # A class of memories (one set of common features held) up to this size is read in the order
-# SQLite gives it (``_CLASS_SQL``); a larger, dense one is walked in the two indexed orders.
+# SQLite gives it (``RecallReads.by_hint``); a larger, dense one is walked in the two indexed orders.
 _COLD_DIRECT: Final = 1024
 # The cold path reads up to this many postings of the query's rarest features row by row.
 _COLD_BUDGET: Final = 256
-# A class's rows ordered by the score SQLite computes with the formula's constants; only a hint
-# for the order of reading (every row read is scored in Python), so it needs SQLite's math
-# functions (3.35+, on in Python's builds; without them the class is read whole).
-_CLASS_SQL: Final = (
-    "SELECT m.id, m.created_us, m.last_accessed_us, m.access_count, m.confidence, m.category, m.features,"
-    f" (? * pow(0.5, (max(0, ? - max(m.created_us, coalesce(m.last_accessed_us, m.created_us)))"
-    f" / {float(US_PER_DAY)!r}) / {float(HALF_LIFE_DAYS)!r})"
-    f" + ? * (1.0 - {1.0 - USAGE_FLOOR!r} / (1.0 + log10(1 + max(0, m.access_count)))) + ?)"
-    " * (0.5 + 0.5 * m.confidence) AS hint"
-    " FROM memory_features f CROSS JOIN memories m ON m.rowid = f.rowid"
-    " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
-    " ORDER BY hint DESC"
-)
 # How far the hint may be from the exact score (a few ulps of pow and log10; scores are ≤ 1).
 _HINT_EPS: Final = 1e-9
-
-
-def _has_math(conn: sqlite3.Connection) -> bool:
-    try:
-        conn.execute("SELECT pow(0.5, 1.0), log10(10.0)").fetchone()
-        return True
-    except sqlite3.OperationalError:
-        return False
 
 
 class ColdHit:
@@ -171,28 +105,23 @@ class _ColdScan:
     statistics, the query prepared against them, the memories seen, the rows scored so far and
     the similarity that counted. Runs inside the caller's read transaction."""
 
-    def __init__(self, conn: sqlite3.Connection, profile: str, *, now_us: int, limit: int, tier: str | None,
+    def __init__(self, reads: RecallReads, profile: str, *, now_us: int, limit: int, tier: str | None,
                  spec: bool, similarity: Mapping[str, float] | None, exclude_ids: Iterable[str], direct: int,
                  max_rows: int | None) -> None:
-        self.conn, self.profile, self.now_us, self.limit, self.tier, self.spec = conn, profile, now_us, limit, tier, spec
+        self.reads, self.profile, self.now_us, self.limit, self.tier, self.spec = reads, profile, now_us, limit, tier, spec
         self.direct, self.max_rows = direct, max_rows
-        row = conn.execute("SELECT active, accesses FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
-        n, accesses = row if row is not None else (0, 0)
-        self.n: int = n
+        self.n, accesses = reads.totals(profile)
         self.maturity = maturity(accesses)
         self.w = weights_for(self.maturity)
         # When no other profile has an active memory, every indexed document is this profile's: the
         # scope token (a posting list as long as the bank) is left out of the matches.
-        others = conn.execute("SELECT 1 FROM profile_revs WHERE profile <> ? AND active > 0 LIMIT 1",
-                              (profile,)).fetchone()
-        self.scope = f"{scope_token(profile)} AND " if others else ""
+        self.scope = f"{scope_token(profile)} AND " if reads.others_active(profile) else ""
         # Rows without stored features (written by raw SQL, not derived yet): tokenised here. And the
         # new memories not in the FTS5 index yet (waiting for their batch): read with their features.
         # Both are counted in the document frequencies and visited first, whatever the matches find.
-        stale = conn.execute(_ROW_SQL.replace("FROM memories", "FROM memories INDEXED BY memories_features_stale")
-                             + " AND features IS NULL AND is_active = 1", (profile,)).fetchall()
+        stale = reads.stale(profile)
         stale_features = [features_of(r[8], r[9]) for r in stale]
-        waiting = conn.execute(_WAITING_SQL, (profile,)).fetchall()
+        waiting = reads.waiting(profile)
         self.stale = stale + waiting
         self.stale_features = stale_features + [r[6] for r in waiting]
         self.stale_tokens = [frozenset(f.split()) for f in self.stale_features]
@@ -209,7 +138,7 @@ class _ColdScan:
         dfs = self.dfs
         if term not in dfs:
             tok = encode_term(term)
-            dfs[term] = (self.conn.execute(_COUNT_SQL, (self.scope + term_token(term),)).fetchone()[0]
+            dfs[term] = (self.reads.count(self.scope + term_token(term))
                          + sum(1 for ts in self.stale_tokens if tok in ts))
         return dfs[term]
 
@@ -233,7 +162,7 @@ class _ColdScan:
         feats: list[tuple[int, float, int]] = []
         for i, tok in enumerate(self.fts_toks):
             size = (self.df(pq.terms[i]) if i < len(pq.terms)
-                    else self.conn.execute(_COUNT_SQL, (self.scope + tok,)).fetchone()[0])
+                    else self.reads.count(self.scope + tok))
             if size > 0:  # nothing holds it (stale rows are visited anyway)
                 feats.append((size, weights[i], i))
         budget = _COLD_BUDGET if essential_budget is None else essential_budget
@@ -242,7 +171,7 @@ class _ColdScan:
             selective += common[:-_MAX_COMMON]
             common = common[-_MAX_COMMON:]
         self.selective, self.common = selective, common
-        self.ordered_sql = _has_math(self.conn)
+        self.ordered_sql = self.reads.has_math()
 
     def topic_of(self, mask: int) -> float:
         t = self.topics.get(mask)
@@ -282,7 +211,7 @@ class _ColdScan:
 
     def read(self, match: str) -> None:
         """Visit every memory of the profile an FTS5 expression matches."""
-        for r in self.conn.execute(_HIT_SQL, (match, self.profile)):
+        for r in self.reads.matching(match, self.profile):
             self.visit(r, r[6])
 
     def read_candidates(self) -> None:
@@ -294,13 +223,12 @@ class _ColdScan:
             self.read(f"{self.scope}({' OR '.join(self.fts_toks[i] for i in self.selective)})")
         wanted = [mid for mid in self.sim if mid not in self.seen]
         if wanted:  # the similarity top-k that shares no selective feature: read by id
-            marks = ", ".join("?" for _ in wanted)
-            for r in self.conn.execute(_ROW_SQL + f" AND is_active = 1 AND id IN ({marks})", (self.profile, *wanted)):
+            for r in self.reads.by_ids(self.profile, wanted):
                 self.visit(r, r[6] if r[6] is not None else features_of(r[8], r[9]))
 
     def read_preferences(self) -> None:
         """Visit every preference of the profile (few)."""
-        for r in self.conn.execute(_ROW_SQL + " AND is_active = 1 AND category = 'preference'", (self.profile,)):
+        for r in self.reads.preferences(self.profile):
             self.visit(r, r[6] if r[6] is not None else features_of(r[8], r[9]))
 
     def _walk_head(self, cursor: Iterator[Sequence[Any]], head: tuple[Sequence[Any], str, float] | None,
@@ -325,9 +253,9 @@ class _ColdScan:
         scored; any other has anchor ≤ the anchor at the first order's position and access count
         ≤ the count at the second's (and confidenceMul ≤ 1), so its score is at most
         wR·recency + wU·usage of those + wT·``top_bound``; the walk stops below the ``limit``-th."""
-        conn, profile, now_us, limit, w = self.conn, self.profile, self.now_us, self.limit, self.w
-        by_anchor = _walk_by_anchor(conn, profile)
-        by_count = _walk_by_count(conn, profile) if w.usage > 0.0 else None
+        reads, profile, now_us, limit, w = self.reads, self.profile, self.now_us, self.limit, self.w
+        by_anchor = reads.by_anchor(profile)
+        by_count = reads.by_count(profile) if w.usage > 0.0 else None
         hx: tuple[Sequence[Any], str, float] | None = None
         hy: tuple[Sequence[Any], str, float] | None = None
         done: set[str] = set()
@@ -365,12 +293,11 @@ class _ColdScan:
         now_us, limit, w, seen = self.now_us, self.limit, self.w, self.seen
         found: list[ColdRow] = []
         best: list[float] = []
-        args = (w.recency, now_us, w.usage, w.topic * top, match, self.profile)
         for cap in (4 * limit + 8, None):  # most classes end within a few rows: a bounded sort first
             found.clear()
             best.clear()
             returned, stopped = 0, False
-            for r in self.conn.execute(_CLASS_SQL if cap is None else f"{_CLASS_SQL} LIMIT {cap}", args):
+            for r in self.reads.by_hint(match, self.profile, (w.recency, w.usage, w.topic * top), now_us, cap):
                 returned += 1
                 if len(best) >= limit and r[7] + _HINT_EPS < best[0]:
                     stopped = True
@@ -412,7 +339,7 @@ class _ColdScan:
         match = f"({scope}{' AND '.join(fts_toks[i] for i in held)})"
         if others:
             match += f" NOT ({' OR '.join(fts_toks[i] for i in others)})"
-        size = self.conn.execute(_COUNT_SQL, (match,)).fetchone()[0]
+        size = self.reads.count(match)
         if size == 0:
             return []
         direct = self.direct
@@ -446,7 +373,7 @@ class _ColdScan:
 
 
 def cold_query(
-    conn: sqlite3.Connection,
+    reads: RecallReads,
     profile: str,
     query: str,
     *,
@@ -487,7 +414,7 @@ def cold_query(
     memories holding a selective feature are read and scored, then one walk over both orders
     scores the others (their topic is at most that of all the common features).
     """
-    scan = _ColdScan(conn, profile, now_us=now_us, limit=limit, tier=tier, spec=spec, similarity=similarity,
+    scan = _ColdScan(reads, profile, now_us=now_us, limit=limit, tier=tier, spec=spec, similarity=similarity,
                      exclude_ids=exclude_ids, direct=direct, max_rows=max_rows)
     pq = scan.prepare(query)
     if pq.empty and not spec:

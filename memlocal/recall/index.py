@@ -10,7 +10,6 @@ import heapq
 import math
 import operator
 import re
-import sqlite3
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Callable, Collection, Container, Final, Iterable, Iterat
 
 from ..features import CLUSTER_PREFIX, encode_term, features_of
 from ..model import CORE_CATEGORIES, Memory
+from ..store.recall_reads import RecallReads
 from ..scoring import (
     HALF_LIFE_DAYS,
     PREFERENCE_TIER,
@@ -38,7 +38,6 @@ from ..scoring import (
     with_similarity,
 )
 from .classes import _EPS, _MAX_COMMON, _offer, default_budget, gated_classes, split_features
-from .rows import _INDEX_ROW_SQL
 
 _LN2_PER_US: Final = math.log(2.0) / (HALF_LIFE_DAYS * US_PER_DAY)
 
@@ -467,7 +466,7 @@ class ProfileIndex:
         return True
 
     def apply(self, row: Sequence[Any]) -> None:
-        """Bring one changed row (as selected by ``_INDEX_ROW_SQL``) into the index."""
+        """Bring one changed row (as :meth:`RecallReads.changed` reads it) into the index."""
         self.rows.pop(row[0], None)  # its memory as read before is out of date
         d = self.doc.get(row[0])
         if d is not None and row[7] == 1 and row[6] is not None:
@@ -1083,19 +1082,14 @@ class ProfileIndex:
         return bit_docs(out) if len(found) <= self.direct else found
 
     @classmethod
-    def build(cls, conn: sqlite3.Connection, profile: str, t0_us: int,
+    def build(cls, reads: RecallReads, profile: str, t0_us: int,
               pause: Callable[[], None] | None = None) -> "ProfileIndex":
         """A full index of ``profile`` read inside the caller's read transaction; ``pause`` is
         called every few thousand rows (the background builder yields there)."""
         idx = cls(t0_us)
-        row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
-        idx.rev, idx.resets = row if row is not None else (0, 0)
-        cur = conn.execute(_INDEX_ROW_SQL + " AND is_active = 1", (profile,))
-        while True:
-            # Small batches beside the queries (a batch holds the GIL for a few ms at most).
-            batch = cur.fetchmany(2048 if pause is None else _BUILD_BATCH)
-            if not batch:
-                break
+        idx.rev, idx.resets = reads.revision(profile)
+        # Small batches beside the queries (a batch holds the GIL for a few ms at most).
+        for batch in reads.index_rows(profile, 2048 if pause is None else _BUILD_BATCH):
             idx._append_batch(batch)
             if pause is not None:
                 pause()

@@ -27,10 +27,10 @@ from ..scoring import (
     weights_for,
 )
 from ..store import Store
+from ..store.recall_reads import RecallReads
 from ..text import query_dates
 from .cold import _COLD_DIRECT, ColdAnswer, cold_query
 from .index import ProfileIndex
-from .rows import _INDEX_ROW_SQL
 
 log = logging.getLogger("memlocal")
 
@@ -238,15 +238,8 @@ class RecallIndex:
             time.sleep(0)  # release the GIL: a query waiting for it runs now
 
         try:
-            conn = sqlite3.connect(str(self.store.path), timeout=self.store.busy_timeout_s,
-                                   isolation_level=None, check_same_thread=False)
-            try:
-                conn.execute("PRAGMA query_only = 1")
-                conn.execute("BEGIN")
-                idx = ProfileIndex.build(conn, profile, to_us(utcnow()) or 0, pause)
-                conn.execute("COMMIT")
-            finally:
-                conn.close()
+            with RecallReads.read_only(self.store.path, self.store.busy_timeout_s) as reads:
+                idx = ProfileIndex.build(reads, profile, to_us(utcnow()) or 0, pause)
             hook = self.build_hook
             if hook is not None:
                 hook(profile)
@@ -290,9 +283,8 @@ class RecallIndex:
                 return
             self._stop.wait(max(WARM_IDLE_S - idle, 0.005))
 
-    def _refresh(self, conn: sqlite3.Connection, profile: str) -> ProfileIndex:
-        row = conn.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,)).fetchone()
-        rev, resets = row if row is not None else (0, 0)
+    def _refresh(self, reads: RecallReads, profile: str) -> ProfileIndex:
+        rev, resets = reads.revision(profile)
         idx = self._indexes.get(profile)
         if self._invalid:
             with self._settle:
@@ -303,13 +295,13 @@ class RecallIndex:
             self._indexes.move_to_end(profile)
             return idx
         if idx is None or rev < idx.rev:  # new, or the database was replaced under us
-            idx = ProfileIndex.build(conn, profile, to_us(utcnow()) or 0)
+            idx = ProfileIndex.build(reads, profile, to_us(utcnow()) or 0)
         else:
             if resets != idx.resets:
-                live = {mid for (mid,) in conn.execute("SELECT id FROM memories WHERE profile = ?", (profile,))}
+                live = reads.ids(profile)
                 for mid in [m for m in idx.doc if m not in live]:
                     idx.remove(mid)
-            for r in conn.execute(_INDEX_ROW_SQL + " AND rev > ?", (profile, idx.rev)):
+            for r in reads.changed(profile, idx.rev):
                 idx.apply(r)
             idx._settle()
         idx.rev, idx.resets = rev, resets
@@ -394,6 +386,7 @@ class RecallIndex:
             self._prepare(profile)
         tuning = self.tuning
         with self._lock, self.store.snapshot() as conn:
+            reads = RecallReads(conn)
             if profile not in self._indexes:
                 served = self._cold.get(profile, 0)
                 self._cold[profile] = served + 1
@@ -402,9 +395,9 @@ class RecallIndex:
                         self._start_build(profile)
                     else:
                         self._failed.discard(profile)
-                        self._refresh(conn, profile)
+                        self._refresh(reads, profile)
             if profile not in self._indexes:
-                cold = cold_query(conn, profile, rq.text, now_us=now_us, limit=limit, min_score=rq.min_score,
+                cold = cold_query(reads, profile, rq.text, now_us=now_us, limit=limit, min_score=rq.min_score,
                                   ratio=ranking.ratio, exclude_ids=rq.exclude_ids, tier=rq.tier,
                                   similarity=rq.similarity if ranking.gated else None,
                                   essential_budget=tuning.essential_budget, max_rows=tuning.cold_max_rows,
@@ -413,7 +406,7 @@ class RecallIndex:
                 if cold is not None:
                     found = self._cold_results(conn, profile, cold, ranking)
                     return found if keep is None else rerank(found, rq.text, keep)
-            idx = self._refresh(conn, profile)
+            idx = self._refresh(reads, profile)
             pq = idx.prepare(rq.text)
             mat = maturity(idx.total_accesses)
             w = weights_for(mat)
@@ -451,7 +444,7 @@ class RecallIndex:
 
     def _cold_results(self, conn: sqlite3.Connection, profile: str, cold: ColdAnswer,
                       ranking: Ranking) -> list[ScoredMemory]:
-        found = self._rows(conn, profile, [h.id for h, *_ in cold.kept])
+        found = self._rows(conn, profile, [r.hit.id for r in cold.kept])
         out = []
         for h, s, rec, t in cold.kept:
             if h.id in found:

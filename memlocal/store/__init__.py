@@ -6,6 +6,7 @@
   library live in :mod:`.schemas`, one module per owner;
 - :mod:`.derive`: what is derived from every row's text at once (features, near-duplicate keys);
 - :mod:`.memories`: :class:`Store`, the memories (CRUD, lists, hygiene look-ups, notes);
+- :mod:`.recall_reads`: the reads recall makes of a snapshot (its SQL, owned here);
 - :mod:`.replica`: the store behind the replication port (:mod:`memlocal.replication`), the only
   thing the sync package is given (``MemoryBank.replica``, or ``StoreReplica(store)``).
 """
