@@ -12,9 +12,10 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Final, Iterator, Mapping
+from typing import Any, Callable, Final, Iterator, Mapping, TypeVar
 
 import platformdirs
 
@@ -274,6 +275,147 @@ def _check_together(values: Mapping[str, Any], sources: Mapping[str, str]) -> No
         )
 
 
+# Typed views of the registry, one per section: ``config.sync.interval_s`` is a float to mypy, where
+# ``config["sync.interval_s"]`` could only be ``object``. tests/test_config.py checks that every
+# setting of a section is a field of its view, of the setting's type: a new setting is added
+# to ``SETTINGS`` and to its view.
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """The ``store.*`` settings, typed: ``config.store``."""
+
+    path: str
+    busy_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecallConfig:
+    """The ``recall.*`` settings, typed: ``config.recall``."""
+
+    limit: int
+    min_score: float
+    cache_profiles: int
+
+
+@dataclass(frozen=True, slots=True)
+class InjectConfig:
+    """The ``inject.*`` settings, typed: ``config.inject``."""
+
+    budget_chars: int
+    relevant_limit: int
+    min_score: float
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticConfig:
+    """The ``semantic.*`` settings, typed: ``config.semantic``."""
+
+    enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RankingConfig:
+    """The ``ranking.*`` settings, typed: ``config.ranking``."""
+
+    mode: str
+    evidence_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class DedupConfig:
+    """The ``dedup.*`` settings, typed: ``config.dedup``."""
+
+    enabled: bool
+    near: bool
+    near_threshold: float
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """The ``retention.*`` settings, typed: ``config.retention``."""
+
+    enabled: bool
+    interval_s: float
+    staleness_above: float
+    older_than: str
+    categories: str
+
+
+@dataclass(frozen=True, slots=True)
+class LlmConfig:
+    """The ``llm.*`` settings, typed: ``config.llm``."""
+
+    enabled: bool
+    model: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class BucketConfig:
+    """The ``bucket.*`` settings, typed: ``config.bucket``."""
+
+    name: str
+    endpoint: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SyncConfig:
+    """The ``sync.*`` settings, typed: ``config.sync``."""
+
+    interval_s: float
+    debounce_s: float
+    put_timeout_s: float
+    breaker_s: float
+    timeout_s: float
+    attempts: int
+    workers: int
+    mass_delete_min: int
+    max_delete_share: float
+    allow_unconditional: bool
+    max_object_bytes: int
+    list_page_size: int
+    snapshot_min_objects: int
+    pull_on_open: bool
+    hydrate_deadline_s: float
+    full_listing_s: float
+    change_retention_days: float
+    reprobe_s: float
+    refresh_ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class AuditConfig:
+    """The ``audit.*`` settings, typed: ``config.audit``."""
+
+    enabled: bool
+    max_rows: int
+    retention_days: float
+
+
+@dataclass(frozen=True, slots=True)
+class SecretsConfig:
+    """The ``secrets.*`` settings, typed: ``config.secrets``."""
+
+    mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """The ``serve.*`` settings, typed: ``config.serve``."""
+
+    host: str
+    port: int
+    api_token: str
+    allowed_hosts: str
+
+
+V = TypeVar("V")
+
+
 class Config:
     """Effective settings and where each came from (``default``, ``file:<path>``, ``env:<VAR>``, ``flag``)."""
 
@@ -350,32 +492,106 @@ class Config:
         _check_together(values, sources)
         return cls(values, sources, path)
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
+        """The setting ``key``'s value, untyped (``config show``, tests): code reads the typed
+        views (``config.recall.limit``) or ``get_int``/``get_float``/``get_str``/``get_bool``."""
+        return self._value(key)
+
+    def _value(self, key: str) -> Any:
         try:
             return self._values[key]
         except KeyError:
             raise _unknown(key, "config") from None
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> object:
         return self._values.get(key, default)
 
-    # Typed reads: ``config[key]`` is ``Any`` (the registry holds settings of several types), so a
-    # caller that needs a number or a string says which, once, here rather than with a cast.
+    def _view(self, cls: type[V], section: str) -> V:
+        """The section's settings as ``cls`` (a float setting given as a TOML integer is a float)."""
+        values = {f.name: self._value(f"{section}.{f.name}") for f in fields(cls)}  # type: ignore[arg-type]  # a view dataclass
+        return cls(**{k: float(v) if SETTINGS[f"{section}.{k}"].type is float else v for k, v in values.items()})
+
+    @cached_property
+    def store(self) -> StoreConfig:
+        """The ``store.*`` settings."""
+        return self._view(StoreConfig, "store")
+
+    @cached_property
+    def recall(self) -> RecallConfig:
+        """The ``recall.*`` settings."""
+        return self._view(RecallConfig, "recall")
+
+    @cached_property
+    def inject(self) -> InjectConfig:
+        """The ``inject.*`` settings."""
+        return self._view(InjectConfig, "inject")
+
+    @cached_property
+    def semantic(self) -> SemanticConfig:
+        """The ``semantic.*`` settings."""
+        return self._view(SemanticConfig, "semantic")
+
+    @cached_property
+    def ranking(self) -> RankingConfig:
+        """The ``ranking.*`` settings."""
+        return self._view(RankingConfig, "ranking")
+
+    @cached_property
+    def dedup(self) -> DedupConfig:
+        """The ``dedup.*`` settings."""
+        return self._view(DedupConfig, "dedup")
+
+    @cached_property
+    def retention(self) -> RetentionConfig:
+        """The ``retention.*`` settings."""
+        return self._view(RetentionConfig, "retention")
+
+    @cached_property
+    def llm(self) -> LlmConfig:
+        """The ``llm.*`` settings."""
+        return self._view(LlmConfig, "llm")
+
+    @cached_property
+    def bucket(self) -> BucketConfig:
+        """The ``bucket.*`` settings."""
+        return self._view(BucketConfig, "bucket")
+
+    @cached_property
+    def sync(self) -> SyncConfig:
+        """The ``sync.*`` settings."""
+        return self._view(SyncConfig, "sync")
+
+    @cached_property
+    def audit(self) -> AuditConfig:
+        """The ``audit.*`` settings."""
+        return self._view(AuditConfig, "audit")
+
+    @cached_property
+    def secrets(self) -> SecretsConfig:
+        """The ``secrets.*`` settings."""
+        return self._view(SecretsConfig, "secrets")
+
+    @cached_property
+    def serve(self) -> ServeConfig:
+        """The ``serve.*`` settings."""
+        return self._view(ServeConfig, "serve")
+
+    # Typed reads by key, for a key chosen at run time (``config.get_float(f"{name}.interval_s")``).
     def get_int(self, key: str) -> int:
         """The setting ``key`` as an ``int``."""
-        return int(self[key])
+        return int(self._value(key))
 
     def get_float(self, key: str) -> float:
         """The setting ``key`` as a ``float`` (a TOML integer such as ``5`` included)."""
-        return float(self[key])
+        return float(self._value(key))
 
     def get_str(self, key: str) -> str:
         """The setting ``key`` as a ``str``."""
-        return str(self[key])
+        return str(self._value(key))
 
     def get_bool(self, key: str) -> bool:
         """The setting ``key`` as a ``bool``."""
-        return bool(self[key])
+        return bool(self._value(key))
 
     def source(self, key: str) -> str:
         return self._sources.get(key, "default")
@@ -394,7 +610,7 @@ class Config:
 
     @property
     def db_path(self) -> Path:
-        return Path(self["store.path"]).expanduser() if self["store.path"] else default_db_path()
+        return Path(self.store.path).expanduser() if self.store.path else default_db_path()
 
     def rows(self) -> list[dict[str, Any]]:
         """Every setting with its effective value and source; secrets are masked."""

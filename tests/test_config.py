@@ -164,3 +164,37 @@ def test_docs_list_every_setting_with_its_limits() -> None:
         row = next((line for line in doc.splitlines() if line.startswith(f"| `{key}` |")), None)
         assert row is not None, f"{key} is missing from docs/configuration.md"
         assert (setting.limits() or "any string") in row, key
+
+
+def test_every_setting_is_a_typed_field_of_its_sections_view(tmp_path: Path) -> None:
+    """``config.<section>`` (a frozen dataclass per section) holds every setting of the section, each
+    field of the setting's type, and reads the effective value: a setting added to ``SETTINGS``
+    without its field fails here."""
+    import dataclasses
+    import typing
+
+    f = tmp_path / "c.toml"
+    f.write_text("[sync]\ninterval_s = 5\n[recall]\nlimit = 3\n")
+    cfg = Config.load(f, overrides={"serve.port": 9000}, environ={"MEMLOCAL_RECALL_MIN_SCORE": "0.5"})
+    sections = sorted({key.split(".")[0] for key in SETTINGS})
+    problems = []
+    for section in sections:
+        view = getattr(cfg, section, None)
+        if view is None or not dataclasses.is_dataclass(view):
+            problems.append(f"memlocal/config.py: add the view Config.{section} (a frozen dataclass)")
+            continue
+        hints = typing.get_type_hints(type(view))
+        declared = {f"{section}.{field.name}" for field in dataclasses.fields(view)}
+        wanted = {key for key in SETTINGS if key.split(".")[0] == section}
+        problems += [f"memlocal/config.py: add {key!r} to {type(view).__name__}" for key in sorted(wanted - declared)]
+        problems += [f"memlocal/config.py: {type(view).__name__} has {key!r}, no setting" for key in sorted(declared - wanted)]
+        for key in sorted(wanted & declared):
+            name = key.split(".", 1)[1]
+            if hints[name] is not SETTINGS[key].type:
+                problems.append(f"{type(view).__name__}.{name} is {hints[name]}, the setting is {SETTINGS[key].type}")
+            value = getattr(view, name)
+            if type(value) is not SETTINGS[key].type or value != cfg[key]:
+                problems.append(f"config.{key} is {value!r}, the registry holds {cfg[key]!r}")
+    assert not problems, "\n".join(problems)
+    assert (cfg.sync.interval_s, cfg.recall.limit, cfg.recall.min_score, cfg.serve.port) == (5.0, 3, 0.5, 9000)
+    assert type(cfg.sync.interval_s) is float  # a TOML integer for a float setting
