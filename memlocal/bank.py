@@ -300,7 +300,7 @@ class MemoryBank:
                 if replicator is not None:
                     break
             extractor: Extractor | None = None
-            if config["llm.enabled"] and os.environ.get("ANTHROPIC_API_KEY"):
+            if config.llm.enabled and os.environ.get("ANTHROPIC_API_KEY"):
                 from .llm import extractor_from_config  # anthropic is imported only there
 
                 extractor = extractor_from_config(config)
@@ -476,7 +476,7 @@ class MemoryBank:
         category = category or (extraction.category if extraction else "general")
         if dedup:
             dup = self._exact_duplicate(profile, (processed,), category) if processed != given else None
-            if dup is None and self.config["dedup.near"]:
+            if dup is None and self.config.dedup.near:
                 dup = self._near_duplicate(profile, processed, category, found=found[1] if found else None)
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
@@ -536,7 +536,7 @@ class MemoryBank:
         """``secrets.mode`` applied to a save's (or an import's) text: credentials replaced by
         ``[REDACTED:<kind>]`` (``redact``) or the save refused (``reject``, ``SecretFoundError``).
         Returns the three texts and the kinds found (docs/hygiene.md, "Secrets")."""
-        mode = check_mode(self.config["secrets.mode"])
+        mode = check_mode(self.config.secrets.mode)
         found: dict[str, Redacted] = {}
         for name, value in (("rawInput", raw_input), ("content", content), ("summary", summary)):
             if value is not None:
@@ -571,7 +571,7 @@ class MemoryBank:
             if found:
                 names.append(name)
                 kinds += [k for k in found if k not in kinds]
-        if kinds and check_mode(self.config["secrets.mode"]) == "reject":
+        if kinds and check_mode(self.config.secrets.mode) == "reject":
             raise SecretFoundError(f"field {', '.join(names)} holds a credential ({', '.join(kinds)}); nothing was "
                                    "saved (secrets.mode = reject)")
         return out, tuple(kinds), tuple(names)
@@ -580,7 +580,7 @@ class MemoryBank:
         """``secrets.mode`` applied to an automation note: the note with its credentials
         replaced and the kinds found; ``SecretFoundError`` in reject mode."""
         found = redact(text)
-        if found.kinds and check_mode(self.config["secrets.mode"]) == "reject":
+        if found.kinds and check_mode(self.config.secrets.mode) == "reject":
             raise SecretFoundError(f"the automation note holds a credential ({', '.join(found.kinds)}); nothing was "
                                    "saved (secrets.mode = reject)")
         return found.text, found.kinds
@@ -604,12 +604,12 @@ class MemoryBank:
         check_text(text, "text")
         if category is not None:
             validate_category(category)
-        if not self.config["dedup.enabled"]:
+        if not self.config.dedup.enabled:
             return None
         skip = frozenset(exclude)
         found = self._duplicate_candidates(profile, text)
         dup = self._exact_duplicate(profile, (text,), category, skip, found=found[0] if found else None)
-        if dup is None and self.config["dedup.near"]:
+        if dup is None and self.config.dedup.near:
             dup = self._near_duplicate(profile, text, category, skip, found=found[1] if found else None)
         return dup
 
@@ -619,7 +619,7 @@ class MemoryBank:
         ``profile`` with its exact key, and those with its near key. ``None`` when the near check
         would not use the stored near key (``dedup.near`` off, a threshold below 1.0, a short
         text): the exact check then reads its rows alone."""
-        if not self.config["dedup.near"] or self.config.get_float("dedup.near_threshold") < 1.0:
+        if not self.config.dedup.near or self.config.get_float("dedup.near_threshold") < 1.0:
             return None
         sig = signature(text)
         key = signature_key(sig)
@@ -780,7 +780,7 @@ class MemoryBank:
         """The configured retention policy (``retention.*``), or ``None`` when it is off."""
         from .hygiene import RetentionRule
 
-        if not self.config["retention.enabled"]:
+        if not self.config.retention.enabled:
             return None
         cats = [c.strip() for c in self.config.get_str("retention.categories").split(",") if c.strip()]
         staleness = self.config.get_float("retention.staleness_above")
@@ -1011,7 +1011,7 @@ class MemoryBank:
     def semantic(self) -> "SemanticIndex | None":
         """The semantic signal's vectors and similarity queries (``memlocal.semantic``), when the
         ``semantic`` extra is installed and ``semantic.enabled`` is set; otherwise ``None``."""
-        if self._semantic is None and self.config["semantic.enabled"]:
+        if self._semantic is None and self.config.semantic.enabled:
             from .semantic import SemanticIndex, available
 
             if available():
@@ -1224,7 +1224,7 @@ class MemoryBank:
         ids = block.evidence_ids if self.ranking().gated else block.ids
         if ids:
             self.mark_accessed(profile, ids, now=now)
-        if self.config["audit.enabled"]:
+        if self.config.audit.enabled:
             from .audit import InjectionRecord
 
             record = InjectionRecord(now or utcnow(), profile, self._query_hash(query), len(block.text),

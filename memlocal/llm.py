@@ -360,6 +360,6 @@ def extractor_from_config(config: Config) -> AnthropicExtractor | None:
     The key is read from the environment only (never from config files, never logged).
     """
     api_key = os.environ.get("ANTHROPIC_API_KEY", "")
-    if not config["llm.enabled"] or not api_key:
+    if not config.llm.enabled or not api_key:
         return None
     return AnthropicExtractor(api_key, model=config.get_str("llm.model"), timeout_s=config.get_float("llm.timeout_s"))

@@ -411,8 +411,8 @@ def create_app(
     if config is None and isinstance(bank_or_error, MemoryBank):
         config = bank_or_error.config
     if token is None:
-        token = str(config["serve.api_token"] or "") if config is not None else ""
-    allowed_hosts = parse_host_list(str(config["serve.allowed_hosts"] or "")) if config is not None else ()
+        token = config.serve.api_token if config is not None else ""
+    allowed_hosts = parse_host_list(config.serve.allowed_hosts) if config is not None else ()
     app = FastAPI(
         title="memlocal",
         version=__version__,

@@ -23,7 +23,7 @@ def _banner(config: Config, bank: MemoryBank | MemoryBankError, host: str, port:
     shown_host = f"[{host}]" if ":" in host else host
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else '[::1]' if host == '::' else shown_host}:{port}"
     if isinstance(bank, MemoryBankError):
-        database = f"{config['store.path'] or '(default)'} {warn('(not wired: memory endpoints answer 503)')}"
+        database = f"{config.store.path or '(default)'} {warn('(not wired: memory endpoints answer 503)')}"
         bucket = dim("unknown (the bank is not wired)")
     else:
         database = str(bank.path)
@@ -85,7 +85,7 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     flags = {"serve.host": host, "serve.port": port}
     config = state.config.with_overrides(**{k.replace(".", "__"): v for k, v in flags.items() if v is not None})
     host, port = config.get_str("serve.host"), config.get_int("serve.port")
-    check_bind(host, str(config["serve.api_token"] or ""))
+    check_bind(host, config.serve.api_token)
     # The port first: a port in use is one line, before any banner or database work.
     sock = _listen(host, port)
     port = sock.getsockname()[1]  # the one chosen, for --port 0
