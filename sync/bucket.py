@@ -75,15 +75,14 @@ class BucketSettings:
         name = config.get_str("bucket.name").strip()
         if not name:
             return None
-        key_id = config["bucket.access_key_id"] or None  # both or neither: checked at load
-        secret = config["bucket.secret_access_key"] or None
+        bucket = config.bucket
         return cls(
             name=name,
             source=config.source("bucket.name"),
-            endpoint=config["bucket.endpoint"] or None,
-            region=config["bucket.region"] or None,
-            access_key_id=key_id,
-            secret_access_key=secret,
+            endpoint=bucket.endpoint or None,
+            region=bucket.region or None,
+            access_key_id=bucket.access_key_id or None,  # both or neither: checked at load
+            secret_access_key=bucket.secret_access_key or None,
         )
 
     @property

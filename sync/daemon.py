@@ -164,9 +164,9 @@ class SyncDaemon:
         scheduler.add_job(self._job, "interval", seconds=self.interval_s, id=JOB_ID,
                           next_run_time=datetime.now(timezone.utc), coalesce=True, max_instances=1)
         config = self.engine.config
-        if config["retention.enabled"] and self.retention is None:
+        if config.retention.enabled and self.retention is None:
             log.warning("retention.enabled is set but this daemon was given no retention policy: not pruning")
-        elif config["retention.enabled"]:
+        elif config.retention.enabled:
             # Same one-thread executor: a retention run never overlaps a pass. First run after
             # one interval, so a daemon started by mistake can still be stopped first.
             every = config.get_float("retention.interval_s")

@@ -467,7 +467,7 @@ class S3Replicator:
             log.warning("answering from this host's index, which may lack memories from the bucket: %s", notice)
 
     def _start_open_pull(self, profile: str | None) -> None:
-        if not self.config["sync.pull_on_open"]:
+        if not self.config.sync.pull_on_open:
             self._notice = ""
             return
         try:
