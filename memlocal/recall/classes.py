@@ -9,16 +9,16 @@ from typing import Any, Callable, Final, Iterable, Iterator, Sequence, TypeVar
 
 # Slack for float rounding in the pruning bound: a memory is skipped only when its bound is below
 # the k-th best score by more than this, so ties and near-ties are always scored exactly.
-_EPS: Final = 1e-9
+EPS: Final = 1e-9
 
 # At most this many common features are split into classes (2^k subsets); any more are read
 # posting by posting like the selective ones (a query rarely holds more than three).
-_MAX_COMMON: Final = 6
+MAX_COMMON: Final = 6
 
 F = TypeVar("F")
 
 
-def _offer(best: list[float], s: float, limit: int) -> bool:
+def offer(best: list[float], s: float, limit: int) -> bool:
     """Offer score ``s`` to ``best``, the min-heap of the ``limit`` best scores so far: whether
     it is among them (an equal score may still win on the tie-break)."""
     if len(best) < limit:

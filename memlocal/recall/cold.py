@@ -29,11 +29,11 @@ from ..scoring import (
     weights_for,
     with_similarity,
 )
-from .classes import _EPS, _MAX_COMMON, _offer, gated_classes, split_features
+from .classes import EPS, MAX_COMMON, offer, gated_classes, split_features
 
 # A class of memories (one set of common features held) up to this size is read in the order
 # SQLite gives it (``RecallReads.by_hint``); a larger, dense one is walked in the two indexed orders.
-_COLD_DIRECT: Final = 1024
+COLD_DIRECT: Final = 1024
 # The cold path reads up to this many postings of the query's rarest features row by row.
 _COLD_BUDGET: Final = 256
 # How far the hint may be from the exact score (a few ulps of pow and log10; scores are ≤ 1).
@@ -167,9 +167,9 @@ class _ColdScan:
                 feats.append((size, weights[i], i))
         budget = _COLD_BUDGET if essential_budget is None else essential_budget
         selective, common, _ = split_features(feats, budget)
-        if len(common) > _MAX_COMMON:
-            selective += common[:-_MAX_COMMON]
-            common = common[-_MAX_COMMON:]
+        if len(common) > MAX_COMMON:
+            selective += common[:-MAX_COMMON]
+            common = common[-MAX_COMMON:]
         self.selective, self.common = selective, common
         self.ordered_sql = self.reads.has_math()
 
@@ -270,7 +270,7 @@ class _ColdScan:
             bx = recency(max(r[1], r[2] or r[1]), now_us)
             by = usage(hy[0][3]) if hy is not None else 0.0
             threshold = max(best[0], floor) if len(best) >= limit else floor
-            if w.recency * bx + w.usage * by + w.topic * top_bound + _EPS < threshold:
+            if w.recency * bx + w.usage * by + w.topic * top_bound + EPS < threshold:
                 break
             r, padded, t = hy if (hy is not None and w.usage * by > w.recency * bx) else hx
             done.add(r[0])
@@ -279,7 +279,7 @@ class _ColdScan:
             s, rec, top = score_with_topic(anchor, now_us, use, cm, t, w)
             if s < floor:
                 continue
-            if not _offer(best, s, limit):
+            if not offer(best, s, limit):
                 continue
             found.append(ColdRow(ColdHit(r[0], r[1], use, cm, r[6]), s, rec, top))
         self.seen.update(done)
@@ -308,7 +308,7 @@ class _ColdScan:
                 anchor = max(r[1], r[2] or r[1])
                 use, cm = usage(r[3]), confidence_mul(r[4])
                 s, rec, _ = score_with_topic(anchor, now_us, use, cm, top, w)
-                if not _offer(best, s, limit):
+                if not offer(best, s, limit):
                     continue
                 found.append(ColdRow(ColdHit(mid, r[1], use, cm, r[6]), s, rec, top))
             if stopped or cap is None or returned < cap:
@@ -387,7 +387,7 @@ def cold_query(
     essential_budget: int | None = None,
     max_rows: int | None = None,
     spec: bool = False,
-    direct: int = _COLD_DIRECT,
+    direct: int = COLD_DIRECT,
 ) -> ColdAnswer | None:
     """An evidence-gated query answered from the persisted features, without building an index
     (``spec``: the spec mode's top-k instead, see the end).
@@ -432,7 +432,7 @@ def cold_query(
         w = scan.w
         for top, m in pending:
             kth = heapq.nlargest(limit, [r.score for r in rows if r.score >= min_score])
-            if len(kth) >= limit and w.recency + w.usage + w.topic * top + _EPS < kth[-1]:
+            if len(kth) >= limit and w.recency + w.usage + w.topic * top + EPS < kth[-1]:
                 break
             found = scan.class_rows(top, m)
             if found is None:

@@ -37,7 +37,7 @@ from ..scoring import (
     weights_for,
     with_similarity,
 )
-from .classes import _EPS, _MAX_COMMON, _offer, default_budget, gated_classes, split_features
+from .classes import EPS, MAX_COMMON, offer, default_budget, gated_classes, split_features
 
 _LN2_PER_US: Final = math.log(2.0) / (HALF_LIFE_DAYS * US_PER_DAY)
 
@@ -575,15 +575,15 @@ class ProfileIndex:
 
     def _plan(self, pq: PreparedQuery, budget: int | None) -> tuple[list[array[int] | None], list[int], list[int]]:
         """The query's posting lists, and which features are read posting by posting (selective)
-        and which are split into classes (common, at most ``_MAX_COMMON``)."""
+        and which are split into classes (common, at most ``MAX_COMMON``)."""
         lists = self._lists(pq)
         weights = pq.weights + pq.cluster_weights
         feats = [(len(p), weights[i], i) for i, p in enumerate(lists) if p]
         budget = default_budget(len(self.doc)) if budget is None else budget
         selective, common, _ = split_features(feats, budget)
-        if len(common) > _MAX_COMMON:  # common is shortest first: the shortest extra ones go selective
-            selective += common[:-_MAX_COMMON]
-            common = common[-_MAX_COMMON:]
+        if len(common) > MAX_COMMON:  # common is shortest first: the shortest extra ones go selective
+            selective += common[:-MAX_COMMON]
+            common = common[-MAX_COMMON:]
         return lists, selective, common
 
     def _masks(self, lists: list[array[int] | None], selective: list[int], common: list[int],
@@ -639,7 +639,7 @@ class ProfileIndex:
         for d in moved:
             if d in members and (core is None or core_of[d] == core) and d not in skip:
                 s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
-                _offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
+                offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
                 hits.append(Hit(d, s, rec, top, mask))
         # What the walk may still take, as a bitmap (bit d: doc d): the members of the tier, less
         # the skipped and the moved ones, each cleared once visited. Testing a bit costs a few
@@ -661,12 +661,12 @@ class ProfileIndex:
                 break
             bx = math.exp(min(700.0, kx[xs[px]] - k_now))  # capped: an anchor centuries ahead
             by = y[ys[py]] if py < ny else 0.0
-            if len(best) >= limit and w.recency * bx + w.usage * by + topic_bound + _EPS < best[0]:
+            if len(best) >= limit and w.recency * bx + w.usage * by + topic_bound + EPS < best[0]:
                 break
             d = ys[py] if (w.usage * by > w.recency * bx and py < ny) else xs[px]
             want[d >> 3] &= ~(1 << (d & 7)) & 0xFF  # visited
             s, rec, _ = score_with_topic(anchor[d], now_us, use[d], cm[d], top, w)
-            if not _offer(best, s, limit):
+            if not offer(best, s, limit):
                 continue
             hits.append(Hit(d, s, rec, top, mask))
         return self._best(hits, limit)
@@ -782,7 +782,7 @@ class ProfileIndex:
                     top_x = math.exp(min(700.0, top_kx - k_now)) if top_kx is not None else 0.0
                     top_y = max([y[d] for d in out_of_place] + ([y[ys[0]]] if ys else []), default=0.0)
                     bound = w.recency * top_x + w.usage * top_y
-                if bound is not None and len(kth) >= limit and bound + w.topic * top + _EPS < kth[-1]:
+                if bound is not None and len(kth) >= limit and bound + w.topic * top + EPS < kth[-1]:
                     break
                 found = self._subset(m, common, bits, excl)
                 if found:
@@ -856,12 +856,12 @@ class ProfileIndex:
             take(d)
         dirty = head.dirty
         for d, bound in zip(head.docs, head.scores):
-            if len(best) >= limit and bound + _EPS < best[0]:
+            if len(best) >= limit and bound + EPS < best[0]:
                 break  # this one and every later one score at most their bound now: none can enter
             if d not in dirty:
                 take(d)
         answer = self._best(out, limit)
-        floor = head.floor + _EPS
+        floor = head.floor + EPS
         if min_score > floor or (len(answer) >= limit and answer[-1].score > floor):
             return answer  # (a floor of -inf: every doc of the tier is the head's or dirty)
         return None
@@ -889,7 +889,7 @@ class ProfileIndex:
             s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
             if s < min_score:
                 continue
-            _offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
+            offer(best, s, limit)  # kept as a hit either way: the caller's cut decides
             hits.append(Hit(d, s, rec, top, 0))
 
         def wanted(d: int) -> bool:
@@ -905,14 +905,14 @@ class ProfileIndex:
             bx = math.exp(min(700.0, kx[xs[px]] - k_now))
             by = y[ys[py]] if py < ny else 0.0
             threshold = max(best[0], min_score) if len(best) >= limit else min_score
-            if w.recency * bx + w.usage * by + _EPS < threshold:
+            if w.recency * bx + w.usage * by + EPS < threshold:
                 break
             d = ys[py] if (w.usage * by > w.recency * bx and py < ny) else xs[px]
             done.add(d)
             s, rec, top = score_with_topic(anchor[d], now_us, use[d], cm[d], 0.0, w)
             if s < min_score:
                 continue
-            if not _offer(best, s, limit):
+            if not offer(best, s, limit):
                 continue
             hits.append(Hit(d, s, rec, top, 0))
         return hits

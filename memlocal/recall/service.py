@@ -29,7 +29,7 @@ from ..scoring import (
 from ..store import Store
 from ..store.recall_reads import RecallReads
 from ..text import query_dates
-from .cold import _COLD_DIRECT, ColdAnswer, cold_query
+from .cold import COLD_DIRECT, ColdAnswer, cold_query
 from .index import ProfileIndex
 
 log = logging.getLogger("memlocal")
@@ -54,7 +54,7 @@ class RecallTuning:
     # The index is built on a background thread (``False``: by the query that needs it).
     background: bool = True
     # A class up to this size is scored member by member (``None``: ``_DIRECT``, the cold
-    # path's ``_COLD_DIRECT``; 0 walks every class).
+    # path's ``COLD_DIRECT``; 0 walks every class).
     direct: int | None = None
     # Docs a tier's head keeps (``None``: ``_HEAD_SIZE``).
     head_size: int | None = None
@@ -402,7 +402,7 @@ class RecallIndex:
                                   similarity=rq.similarity if ranking.gated else None,
                                   essential_budget=tuning.essential_budget, max_rows=tuning.cold_max_rows,
                                   spec=not ranking.gated,
-                                  direct=_COLD_DIRECT if tuning.direct is None else tuning.direct)
+                                  direct=COLD_DIRECT if tuning.direct is None else tuning.direct)
                 if cold is not None:
                     found = self._cold_results(conn, profile, cold, ranking)
                     return found if keep is None else rerank(found, rq.text, keep)
