@@ -360,6 +360,7 @@ class BucketConfig:
     region: str
     access_key_id: str
     secret_access_key: str
+    local_only_notice: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +386,8 @@ class SyncConfig:
     change_retention_days: float
     reprobe_s: float
     refresh_ttl_s: float
+    deadline_s: float
+    foreign_listing_s: float
 
 
 @dataclass(frozen=True, slots=True)
