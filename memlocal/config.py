@@ -305,6 +305,7 @@ class InjectConfig:
     budget_chars: int
     relevant_limit: int
     min_score: float
+    filler: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +330,7 @@ class DedupConfig:
     enabled: bool
     near: bool
     near_threshold: float
+    supersede: bool
 
 
 @dataclass(frozen=True, slots=True)
