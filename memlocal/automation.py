@@ -21,73 +21,22 @@ Decisions:
 from __future__ import annotations
 
 import builtins
-import re
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Final, Protocol
+from typing import Callable
 
-from .errors import InputTooLargeError, ValidationError
+from .errors import InputTooLargeError
 from .injection import NOTE_HEADER, NOTE_PREAMBLE, context_block
-from .model import check_text, format_time, parse_time, utcnow
+from .model import check_text, utcnow
 from .store import Store, from_us, to_us
 
-NOTE_MAX_BYTES: Final = 4096
-AUTOMATION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-_AUTOMATION_ID_RE: Final = re.compile(AUTOMATION_ID_PATTERN)
-
-
-def validate_automation_id(automation_id: object) -> str:
-    """Return ``automation_id`` if valid, else raise ``ValidationError``."""
-    if not isinstance(automation_id, str) or not _AUTOMATION_ID_RE.fullmatch(automation_id):
-        raise ValidationError(
-            f"invalid automation id {automation_id!r}: use 1-128 characters of A-Z a-z 0-9 . _ -, "
-            "starting with a letter or digit"
-        )
-    return automation_id
-
-
-@dataclass(frozen=True, slots=True)
-class AutomationNote:
-    """The note of one automation."""
-
-    automation_id: str
-    note: str
-    updated_at: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape, also the body of its bucket object ``memlocal/automations/<id>.json``."""
-        return {"automationId": self.automation_id, "note": self.note, "updatedAt": format_time(self.updated_at)}
-
-
-def read_foreign_note(data: object) -> AutomationNote:
-    """Read an automation note another writer stored (another host, another implementation),
-    else raise ``ValidationError`` with a reason. Deterministic, like ``model.read_foreign``.
-
-    Made valid: surrounding whitespace of the note is trimmed (as a write here trims it), any
-    RFC 3339 offset or precision of ``updatedAt`` (kept to the microsecond, in UTC), unknown
-    fields are ignored; a note over ``NOTE_MAX_BYTES`` is kept as written (the cap bounds what
-    *we* write; the object size cap bounds what is read). Refused: not an object, an invalid
-    ``automationId``, a note that is not valid Unicode text or is empty (a cleared note has no
-    object), a missing or invalid ``updatedAt``.
-    """
-    if not isinstance(data, dict):
-        raise ValidationError("an automation note must be a JSON object")
-    automation_id = validate_automation_id(data.get("automationId"))
-    text = check_text(data.get("note"), "note").strip()
-    if not text:
-        raise ValidationError("the note is empty (a cleared note has no object)")
-    updated = parse_time(data.get("updatedAt"))
-    if updated is None:
-        raise ValidationError("updatedAt is missing or the zero time")
-    return AutomationNote(automation_id, text, updated)
-
-
-class NoteReplicator(Protocol):
-    """Write-through of notes (the bank's replicator; ``memlocal.bank.Replicator``)."""
-
-    def push_note(self, automation_id: str, note: "AutomationNote | None") -> bool:
-        """Write ``note`` (``None``: its removal) to the bucket; ``True`` once the bucket has it."""
-        ...
+from .plugins import (
+    AUTOMATION_ID_PATTERN,
+    NOTE_MAX_BYTES,
+    AutomationNote,
+    NoteReplicator,
+    read_foreign_note,
+    validate_automation_id,
+)
 
 
 def _check_note(text: object) -> str:

@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, overload
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, overload
 
 from .config import Config
 from .errors import ConfigError, InputTooLargeError, NotFoundError, SecretFoundError, StoreError, ValidationError
@@ -40,6 +40,16 @@ from .model import (
     validate_summary,
     validate_text_input,
 )
+from .plugins import (
+    DAEMONS,
+    Daemon,
+    DaemonFactory,
+    Replica,
+    Replicator,
+    Retention,
+    daemon_factories,
+    replicator_factories,
+)
 from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store, to_us
 # Every save and imported line runs these (a function-level import costs microseconds per call);
 # the store loads hygiene and text anyway, and redact defers its detectors itself.
@@ -53,11 +63,10 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .audit import Injection
-    from .automation import AutomationNote, AutomationNotes
+    from .automation import AutomationNotes
     from .hygiene import RetentionRule
     from .injection import AccessMarker, RenderedBlock
     from .recall import RecallIndex
-    from .replication import Replica
     from .scoring import Ranking, ScoredMemory
     from .semantic import SemanticIndex
 
@@ -68,8 +77,6 @@ _warned_local_only = False
 # ``meta`` key: when this database's local-only notice was given (``_warn_local_only``).
 LOCAL_ONLY_NOTICE_META_KEY = "notice.local_only"
 
-REPLICATOR_ENTRY_POINTS = "memlocal.replicators"
-DAEMON_ENTRY_POINTS = "memlocal.daemons"
 
 
 class Extractor(Protocol):
@@ -80,52 +87,6 @@ class Extractor(Protocol):
 
         ``similar``: existing memories of the profile; the answer may name one of them in
         ``supersedes`` (a proposal the caller decides on)."""
-
-
-class Replicator(Protocol):
-    """Write-through to the bucket, provided by the ``sync`` package through an entry point.
-
-    The store records each change in its own change log (the outbox) inside the change's
-    transaction; ``push_*`` run after the commit and report whether the bucket now has it.
-    """
-
-    def push_saved(self, memory: Memory) -> bool: ...
-
-    def push_deleted(self, memory: Memory) -> bool: ...
-
-    def is_synced(self, memory: Memory) -> bool:
-        """Whether the bucket holds this memory as stored here (nothing of it pending)."""
-        ...
-
-    def push_note(self, automation_id: str, note: "AutomationNote | None") -> bool:
-        """Write an automation note (``None``: its removal) through to the bucket, after the
-        store committed it with its outbox entry; ``True`` once the bucket has it. Never raises."""
-        ...
-
-    def refresh_if_stale(self, profile: str, ttl: float) -> bool:
-        """Pull ``profile`` from the bucket if its last pull is older than ``ttl`` seconds."""
-        ...
-
-    def request_refresh(self, profile: str | None, ttl: float) -> float | None:
-        """Queue a background pull of ``profile`` (``None``: every profile the bucket holds) if
-        its last attempt is older than ``ttl`` s, without waiting; the local data's age in
-        seconds (``None`` before the first pull)."""
-        ...
-
-    def status(self) -> dict[str, Any]:
-        """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
-        the last pass and error, skipped objects (the dashboard's sync panel)."""
-        ...
-
-    def prepare(self, profile: str | None = None, *, wait: bool = True) -> None:
-        """The pull on open, called before every read (cheap after the first call). The first
-        call pulls the whole bucket on a background thread when this index has never completed a
-        pass against it (else queues a background refresh of ``profile``); with ``wait``, waits
-        for that pull until ``sync.hydrate_deadline_s`` after it began, then lets the read answer
-        from the local index (saying so once). Never raises."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,35 +159,20 @@ def _query_terms(value: str) -> builtins.list[str]:
     return sorted(text.terms(value))[:_QUERY_TERMS]
 
 
-@functools.cache
-def _discover(group: str) -> tuple[Any, ...]:
-    """The objects registered under an entry point group (the sync package registers here, so
-    memlocal never imports it by name: the daemon depends on the library, not the reverse).
-    Looked up once per process: ``entry_points`` reads every installed distribution's metadata
-    (~15 ms), and what is installed does not change under a running process."""
-    from importlib.metadata import entry_points
-
-    return tuple(ep.load() for ep in entry_points(group=group))
-
-
-# A sync daemon's factory: the configuration, the store as the replication port, and the
-# retention policy to run (``MemoryBank.apply_retention``). ``None`` without a bucket.
-DaemonFactory = Callable[["Config", "Replica", Callable[[], "Mapping[str, int]"]], Any]
-
-
-def _installed_daemon(config: Config, store: Replica, retention: Callable[[], Mapping[str, int]]) -> Any:
-    """The installed sync daemon's factory, looked up only when a daemon is started (loading the
-    sync package costs a one-shot process such as ``memlocal recall`` more than its query)."""
-    daemons = _discover(DAEMON_ENTRY_POINTS)
+def _installed_daemon(config: Config, store: Replica, retention: Retention) -> Daemon | None:
+    """The installed sync daemon's factory (:class:`memlocal.plugins.DaemonFactory`), looked up
+    only when a daemon is started (loading the sync package costs a one-shot process such as
+    ``memlocal recall`` more than its query)."""
+    daemons = daemon_factories()
     if not daemons:
-        raise ConfigError(f"no sync daemon is installed (entry point group {DAEMON_ENTRY_POINTS} is empty)")
+        raise ConfigError(f"no sync daemon is installed (entry point group {DAEMONS} is empty)")
     return daemons[0](config, store, retention)
 
 
 class SyncDaemonHandle:
     """The sync daemon running in a background thread of this process (``memlocal serve --with-sync``)."""
 
-    def __init__(self, daemon: Any) -> None:
+    def __init__(self, daemon: Daemon) -> None:
         import threading
 
         self.daemon = daemon
@@ -293,7 +239,7 @@ class MemoryBank:
             replicator: Replicator | None = None
             # The bucket's replicator exists only with a bucket: without one, the sync package
             # is not even imported (a local-only one-shot process would pay ~60 ms for it).
-            for factory in _discover(REPLICATOR_ENTRY_POINTS) if config.get_str("bucket.name").strip() else ():
+            for factory in replicator_factories() if config.get_str("bucket.name").strip() else ():
                 from .store.replica import StoreReplica
 
                 replicator = factory(config, StoreReplica(store))
@@ -360,7 +306,7 @@ class MemoryBank:
         Stop it with the handle's ``stop()`` before closing the bank.
         """
         if self._daemon_factory is None:
-            raise ConfigError(f"no sync daemon is installed (entry point group {DAEMON_ENTRY_POINTS} is empty)")
+            raise ConfigError(f"no sync daemon is installed (entry point group {DAEMONS} is empty)")
         daemon = self._daemon_factory(self.config, self.replica, self.apply_retention)
         return SyncDaemonHandle(daemon) if daemon is not None else None
 

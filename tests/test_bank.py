@@ -95,12 +95,12 @@ def test_faces_do_not_wire_the_bank() -> None:
 def test_open_reads_the_installed_entry_points_once_per_process(tmp_path: Path, s3: Any) -> None:
     """Reading the installed distributions' entry points costs ~15 ms: a process that opens banks
     again and again (a server, a test suite) reads them once."""
-    from memlocal.bank import REPLICATOR_ENTRY_POINTS, _discover
+    from memlocal.plugins import REPLICATORS, discover
 
     with MemoryBank.open(tmp_path / "a.db") as bank:
         assert bank.replicator is not None
-    read = _discover.cache_info().misses
+    read = discover.cache_info().misses
     with MemoryBank.open(tmp_path / "b.db") as bank:
         assert bank.replicator is not None
-    assert _discover.cache_info().misses == read
-    assert _discover(REPLICATOR_ENTRY_POINTS)  # the sync package's factory, found by its entry point
+    assert discover.cache_info().misses == read
+    assert discover(REPLICATORS)  # the sync package's factory, found by its entry point

@@ -232,3 +232,20 @@ def test_readme_python_examples_run(anthropic_fake: Any, tmp_path: Path, monkeyp
     out = capsys.readouterr().out
     assert "I'll remember that." in out and "/memories/preferences/work.md Reviews pull requests" in out
     assert "diet " in out and "[('users', 'ana')]" in out
+
+
+def test_every_extension_point_is_documented_in_plugins_md() -> None:
+    """docs/plugins.md names every Protocol and data type memlocal.plugins declares and every entry
+    point group, as datasette's docs test checks its hookspecs against plugin_hooks.rst."""
+    import inspect
+
+    from memlocal import plugins
+
+    text = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    declared = [name for name in plugins.__all__ if inspect.isclass(getattr(plugins, name))
+                or name in ("NoteState", "PreparedRow", "Step", "Retention")]
+    missing = [f"docs/plugins.md: describe `{name}` (memlocal/plugins.py)" for name in declared
+               if f"`{name}`" not in text and f"**`{name}`**" not in text]
+    missing += [f"docs/plugins.md: name the entry point group `{group}`" for group in plugins.EXTENSION_POINTS
+                if f"`{group}`" not in text]
+    assert not missing, "\n".join(missing)

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from memlocal import MemoryBank
-from memlocal.bank import Replicator
+from memlocal.plugins import Replicator
 from memlocal.store import Store
 from memlocal.store.replica import StoreReplica
 

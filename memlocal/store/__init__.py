@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import from_us, to_us, utcnow
+from ..plugins import NoteState
 from .database import LAZY_CHECKPOINT_COMMITS, Database
 from .derive import derive_features, derive_near_keys
 from .memories import (
     MEMORY_COLUMNS,
     WRITE_COLUMNS,
     IdTakenError,
-    NoteState,
     Page,
     Store,
     extra_json,

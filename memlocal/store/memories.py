@@ -24,6 +24,7 @@ from typing import Any, Final, Iterable, Iterator, Sequence
 from ..errors import NotFoundError, StoreError
 from ..features import features_of
 from ..hygiene import near_key, text_key
+from ..plugins import NoteState
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
 from .derive import derive_features, derive_text_keys
@@ -145,8 +146,6 @@ def _record_outbox_many(c: sqlite3.Connection, entries: Sequence[tuple[str, str,
     _insert_values(c, _OUTBOX_INSERT, 4, entries, _OUTBOX_ON_CONFLICT)
 
 
-# An automation note as the store keeps it: its text and updatedAt in µs.
-NoteState = tuple[str, int]
 
 
 def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> None:

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Iterator, Literal, Sequence
 
 from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
-from ..replication import AccessDelta, SignedRow
+from ..plugins import AccessDelta, NoteState, SignedRow
 from .database import set_meta
 from .memories import (
     SELECT_WITH_DELTA,
     WRITE_COLUMNS,
-    NoteState,
     Store,
     extra_json,
     id_batches,
@@ -32,8 +31,7 @@ from .memories import (
 )
 
 if TYPE_CHECKING:
-    from ..replication import PreparedRow
-    from .migrations import MigrationSet
+    from ..plugins import MigrationSet, PreparedRow
 
 # What a memory's content is made of, as stored: everything but access metadata and what is
 # derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
@@ -90,8 +88,10 @@ class StoreReplica:
         with self._store.transaction() as conn:
             yield ReplicaTransaction(conn)
 
-    def snapshot(self) -> Any:
-        return self._store.snapshot()
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        with self._store.snapshot():  # the connection stays here: the port hands out none
+            yield
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._store.read(sql, params)
@@ -208,6 +208,10 @@ class ReplicaTransaction:
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._conn.execute(sql, params).fetchall()
+
+    def meta_get(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row is not None else None
 
     def meta_set(self, key: str, value: str) -> None:
         set_meta(self._conn, key, value)

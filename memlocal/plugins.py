@@ -1,0 +1,451 @@
+"""memlocal's extension points, each declared once as a typed Protocol (as datasette declares its
+hooks in ``hookspecs.py``), and the data that crosses them.
+
+An installed package plugs into memlocal through three entry point groups; the library finds
+them with :func:`discover` and never imports a plugin by name (the sync package, ``memlocal_sync``,
+registers one of each):
+
+=========================  ====================================  ==========================================
+entry point group          what it registers                     called with, returning
+=========================  ====================================  ==========================================
+``memlocal.replicators``   a :class:`ReplicatorFactory`          ``(config, replica)`` -> a :class:`Replicator`
+                                                                 or ``None`` (no bucket: local only)
+``memlocal.daemons``       a :class:`DaemonFactory`              ``(config, replica, retention)`` -> a
+                                                                 :class:`Daemon` or ``None``
+``memlocal.commands``      a ``click.Command`` (a group)         added to ``memlocal``; its commands use
+                                                                 :mod:`memlocal.cli.plugin`
+=========================  ====================================  ==========================================
+
+A plugin receives the store only as a :class:`Replica`, the replication port (``MemoryBank.replica``):
+it reads the change log and applies what it learnt from the bucket in a :class:`ReplicaTransaction`,
+in which its own tables (a :class:`MigrationSet`, created with :meth:`Replica.migrate`) commit
+together with the change. This module imports nothing that loads the store: everything a plugin
+needs to know of memlocal's data is declared here (the notes, the migration sets), next to
+:mod:`memlocal.model`. Import-linter contracts (pyproject.toml) hold the sync package to this
+module and a few public library modules, directly and indirectly (docs/architecture.md).
+
+To give the sync something new of the store: add the method to :class:`Replica` (a read) or
+:class:`ReplicaTransaction` (a change), implement it in :mod:`memlocal.store.replica`, and, if it
+returns more than a plain value, a frozen dataclass here. docs/architecture.md lists every
+extension point, and tests/test_plugins.py checks the installed plugins against these
+declarations.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Mapping, Protocol, Sequence
+
+from .errors import ValidationError
+from .model import Memory, check_text, format_time, parse_time
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from .config import Config
+
+__all__ = [
+    "AUTOMATION_ID_PATTERN",
+    "COMMANDS",
+    "DAEMONS",
+    "EXTENSION_POINTS",
+    "NOTE_MAX_BYTES",
+    "REPLICATORS",
+    "AccessDelta",
+    "AutomationNote",
+    "Daemon",
+    "DaemonFactory",
+    "MigrationSet",
+    "NoteReplicator",
+    "NoteState",
+    "PreparedRow",
+    "Replica",
+    "ReplicaTransaction",
+    "Replicator",
+    "ReplicatorFactory",
+    "Retention",
+    "SignedRow",
+    "SchemaConnection",
+    "Step",
+    "discover",
+    "read_foreign_note",
+    "validate_automation_id",
+]
+
+REPLICATORS: Final = "memlocal.replicators"
+DAEMONS: Final = "memlocal.daemons"
+COMMANDS: Final = "memlocal.commands"
+
+
+# --- automation notes, as they cross to the bucket --------------------------------------------
+
+NOTE_MAX_BYTES: Final = 4096
+AUTOMATION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+_AUTOMATION_ID_RE: Final = re.compile(AUTOMATION_ID_PATTERN)
+
+
+def validate_automation_id(automation_id: object) -> str:
+    """Return ``automation_id`` if valid, else raise ``ValidationError``."""
+    if not isinstance(automation_id, str) or not _AUTOMATION_ID_RE.fullmatch(automation_id):
+        raise ValidationError(
+            f"invalid automation id {automation_id!r}: use 1-128 characters of A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+    return automation_id
+
+
+@dataclass(frozen=True, slots=True)
+class AutomationNote:
+    """The note of one automation."""
+
+    automation_id: str
+    note: str
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape, also the body of its bucket object ``memlocal/automations/<id>.json``."""
+        return {"automationId": self.automation_id, "note": self.note, "updatedAt": format_time(self.updated_at)}
+
+
+def read_foreign_note(data: object) -> AutomationNote:
+    """Read an automation note another writer stored (another host, another implementation),
+    else raise ``ValidationError`` with a reason. Deterministic, like ``model.read_foreign``.
+
+    Made valid: surrounding whitespace of the note is trimmed (as a write here trims it), any
+    RFC 3339 offset or precision of ``updatedAt`` (kept to the microsecond, in UTC), unknown
+    fields are ignored; a note over ``NOTE_MAX_BYTES`` is kept as written (the cap bounds what
+    *we* write; the object size cap bounds what is read). Refused: not an object, an invalid
+    ``automationId``, a note that is not valid Unicode text or is empty (a cleared note has no
+    object), a missing or invalid ``updatedAt``.
+    """
+    if not isinstance(data, dict):
+        raise ValidationError("an automation note must be a JSON object")
+    automation_id = validate_automation_id(data.get("automationId"))
+    text = check_text(data.get("note"), "note").strip()
+    if not text:
+        raise ValidationError("the note is empty (a cleared note has no object)")
+    updated = parse_time(data.get("updatedAt"))
+    if updated is None:
+        raise ValidationError("updatedAt is missing or the zero time")
+    return AutomationNote(automation_id, text, updated)
+
+
+# An automation note as the store keeps it: its text and updatedAt in µs.
+NoteState = tuple[str, int]
+
+
+# --- migration sets (a plugin's own tables) ----------------------------------------------------
+
+# One step: receives a sqlite_utils view of the connection, inside the step's transaction.
+Step = Callable[["sqlite_utils.Database"], None]
+
+
+class SchemaConnection(Protocol):
+    """What a plugin's migration step may use of the connection it is given (a ``Step`` of the
+    library receives the whole ``sqlite_utils.Database``): statements on its own tables."""
+
+    def execute(self, sql: str, /) -> object: ...
+
+
+@dataclass(frozen=True)
+class MigrationSet:
+    """One owner's numbered schema steps, applied in order, stamped in ``meta``."""
+
+    name: str
+    steps: Mapping[int, Step]
+    # The ``meta`` key of the set's version (default ``schema.<name>``).
+    stamp_key: str = ""
+    # Step number -> its number in the old single chain (``PRAGMA user_version``), for the
+    # steps that existed before named sets.
+    legacy: Mapping[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if sorted(self.steps) != list(range(1, len(self.steps) + 1)):
+            raise ValueError(f"migration set {self.name}: steps must be numbered 1, 2, 3, ... without gaps")
+
+    @property
+    def key(self) -> str:
+        return self.stamp_key or f"schema.{self.name}"
+
+    @property
+    def version(self) -> int:
+        return max(self.steps, default=0)
+
+    def current(self, stamps: Mapping[str, str], user_version: int) -> int:
+        """The set's version in a database with these ``meta`` stamps and ``user_version``."""
+        if self.key in stamps:
+            return int(stamps[self.key])
+        return max((step for step, old in self.legacy.items() if old <= user_version), default=0)
+
+
+# --- the replication port: the store as a plugin sees it ---------------------------------------
+
+# A memory as the store writes it (``Replica.prepare``): opaque to the replicator, which may
+# compute it off the write lock and hand it back to ``apply_remote`` / ``insert_remote_absent``.
+PreparedRow = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AccessDelta:
+    """A memory's id, profile and access bumps not yet merged into the bucket."""
+
+    id: str
+    profile: str
+    delta: int
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRow:
+    """A memory's content signature (``Replica.signature``) as stored, with its access bumps."""
+
+    id: str
+    profile: str
+    delta: int
+    active: bool
+    signature: str
+
+
+class ReplicaTransaction(Protocol):
+    """One durable write transaction (``Replica.transaction()``): the store-side changes a pull or
+    push makes, and the replicator's writes to its own tables, commit together or not at all."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement on the replicator's own tables; returns the rows changed."""
+        ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement per row on the replicator's own tables."""
+        ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Read the replicator's own tables inside the transaction."""
+        ...
+
+    def meta_get(self, key: str) -> str | None:
+        """A ``meta`` value as this transaction sees it (``None``: not set)."""
+        ...
+
+    def meta_set(self, key: str, value: str) -> None: ...
+
+    def meta_delete(self, key: str) -> None: ...
+
+    def apply_remote(self, memory: Memory, *, content: Literal["remote", "local"] = "remote", sent_delta: int = 0,
+                     set_staleness: bool = True, row: PreparedRow | None = None) -> bool:
+        """Fold a memory the bucket holds into the local row (see ``StoreReplica``)."""
+        ...
+
+    def insert_remote_absent(self, items: Sequence[tuple[Memory, PreparedRow | None]]) -> set[str]:
+        """``apply_remote`` of the items whose id is absent here, in a few statements."""
+        ...
+
+    def delete_from_remote(self, memory_id: str, profile: str) -> None: ...
+
+    def clear_outbox(self, memory_id: str, op: str | None = None, *, only_if_absent: bool = False) -> None: ...
+
+    def reid(self, old_id: str, new_id: str) -> bool: ...
+
+    def merge_access(self, memory_id: str, count: int, last_accessed: datetime | None) -> bool:
+        """Add ``count`` accesses (and a lastAccessedAt, the later kept) to a memory as unmerged
+        local bumps: those of a copy retired as its duplicate. ``False`` if the memory is gone."""
+        ...
+
+    def apply_remote_note(self, automation_id: str, note: NoteState, expected: NoteState | None) -> bool: ...
+
+    def delete_note_from_remote(self, automation_id: str, expected: NoteState) -> bool: ...
+
+    def clear_note_outbox(self, automation_id: str) -> None: ...
+
+
+class Replica(Protocol):
+    """The local database as a replicator sees it."""
+
+    @property
+    def path(self) -> Path:
+        """The database file (the replicator's lock and status name it)."""
+        ...
+
+    def migrate(self, migrations: MigrationSet) -> None:
+        """Create or migrate the replicator's own tables (cheap when current)."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[ReplicaTransaction]: ...
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """One read transaction: every read inside sees the same committed state (no connection
+        is handed out: the reads are this port's methods)."""
+        ...
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Read the replicator's own tables."""
+        ...
+
+    def meta_get(self, key: str) -> str | None: ...
+
+    def meta_set(self, key: str, value: str) -> None: ...
+
+    # --- the change log and the memories ---------------------------------------------------------
+
+    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:
+        """The change log: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``."""
+        ...
+
+    def access_deltas(self, profiles: Sequence[str] | None = None) -> list[AccessDelta]: ...
+
+    def changed_ids(self) -> set[str]:
+        """Ids with a change the bucket may not have: queued in the outbox, or with unmerged
+        access bumps."""
+        ...
+
+    def memories_with_deltas(self, profiles: Sequence[str] | None = None,
+                             ids: Sequence[str] | None = None) -> list[tuple[Memory, int]]: ...
+
+    def content_signatures(self, profiles: Sequence[str] | None = None) -> list[SignedRow]: ...
+
+    def memory_with_delta(self, memory_id: str) -> tuple[Memory, int] | None: ...
+
+    def convergence_candidates(self, profiles: Sequence[str] | None = None) -> list[Memory]:
+        """Active memories another active memory may make redundant across hosts
+        (``memlocal.hygiene.converge``): those sharing profile, category and exact-duplicate key
+        with another, and those superseding a memory that does not name them as its successor."""
+        ...
+
+    def exists(self, memory_id: str) -> bool: ...
+
+    def profiles(self) -> dict[str, int]: ...
+
+    def prepare(self, memory: Memory) -> PreparedRow:
+        """The row the store would write for ``memory`` (CPU only: call it off the write lock)."""
+        ...
+
+    def signature(self, memory: Memory) -> str:
+        """``memory``'s content signature, equal to its ``SignedRow.signature`` once stored."""
+        ...
+
+    # --- automation notes ------------------------------------------------------------------------
+
+    def note_get(self, automation_id: str) -> NoteState | None: ...
+
+    def notes(self) -> list[tuple[str, str, int]]: ...
+
+    def note_outbox(self) -> dict[str, str]: ...
+
+
+# --- what a plugin provides ---------------------------------------------------------------------
+
+class Replicator(Protocol):
+    """Write-through to the bucket, provided by the ``sync`` package through an entry point.
+
+    The store records each change in its own change log (the outbox) inside the change's
+    transaction; ``push_*`` run after the commit and report whether the bucket now has it.
+    """
+
+    def push_saved(self, memory: Memory) -> bool: ...
+
+    def push_deleted(self, memory: Memory) -> bool: ...
+
+    def is_synced(self, memory: Memory) -> bool:
+        """Whether the bucket holds this memory as stored here (nothing of it pending)."""
+        ...
+
+    def push_note(self, automation_id: str, note: "AutomationNote | None") -> bool:
+        """Write an automation note (``None``: its removal) through to the bucket, after the
+        store committed it with its outbox entry; ``True`` once the bucket has it. Never raises."""
+        ...
+
+    def refresh_if_stale(self, profile: str, ttl: float) -> bool:
+        """Pull ``profile`` from the bucket if its last pull is older than ``ttl`` seconds."""
+        ...
+
+    def request_refresh(self, profile: str | None, ttl: float) -> float | None:
+        """Queue a background pull of ``profile`` (``None``: every profile the bucket holds) if
+        its last attempt is older than ``ttl`` s, without waiting; the local data's age in
+        seconds (``None`` before the first pull)."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
+        the last pass and error, skipped objects (the dashboard's sync panel)."""
+        ...
+
+    def prepare(self, profile: str | None = None, *, wait: bool = True) -> None:
+        """The pull on open, called before every read (cheap after the first call). The first
+        call pulls the whole bucket on a background thread when this index has never completed a
+        pass against it (else queues a background refresh of ``profile``); with ``wait``, waits
+        for that pull until ``sync.hydrate_deadline_s`` after it began, then lets the read answer
+        from the local index (saying so once). Never raises."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class NoteReplicator(Protocol):
+    """Write-through of notes (what :class:`memlocal.automation.AutomationNotes` needs of a :class:`Replicator`)."""
+
+    def push_note(self, automation_id: str, note: "AutomationNote | None") -> bool:
+        """Write ``note`` (``None``: its removal) to the bucket; ``True`` once the bucket has it."""
+        ...
+
+
+class ReplicatorFactory(Protocol):
+    """The ``memlocal.replicators`` entry point: a replicator of ``replica`` for the configured
+    bucket, or ``None`` without one (``MemoryBank.open`` then runs local only)."""
+
+    def __call__(self, config: "Config", replica: Replica, /) -> Replicator | None: ...
+
+
+class Daemon(Protocol):
+    """A sync daemon (``memlocal serve --with-sync`` runs it on a thread of its own)."""
+
+    def run(self) -> None:
+        """Run passes until :meth:`stop`."""
+        ...
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return once the pass in flight has finished."""
+        ...
+
+
+# The retention policy the library hands a daemon: prunes every profile, returns
+# ``{profile: memories pruned}`` (``MemoryBank.apply_retention``).
+Retention = Callable[[], Mapping[str, int]]
+
+
+class DaemonFactory(Protocol):
+    """The ``memlocal.daemons`` entry point: a daemon sharing ``replica`` and running
+    ``retention`` on its schedule, or ``None`` without a bucket."""
+
+    def __call__(self, config: "Config", replica: Replica, retention: Retention, /) -> Daemon | None: ...
+
+
+# Every entry point group and what its entries are (tests/test_plugins.py checks the installed
+# ones against it; the commands are click commands, checked there).
+EXTENSION_POINTS: Final[Mapping[str, object]] = {
+    REPLICATORS: ReplicatorFactory,
+    DAEMONS: DaemonFactory,
+    COMMANDS: "click.Command",
+}
+
+
+@functools.cache
+def discover(group: str) -> tuple[Any, ...]:
+    """The objects registered under an entry point group, loaded. Looked up once per process:
+    ``entry_points`` reads every installed distribution's metadata (~15 ms), and what is
+    installed does not change under a running process."""
+    from importlib.metadata import entry_points
+
+    return tuple(ep.load() for ep in entry_points(group=group))
+
+
+def replicator_factories() -> tuple[ReplicatorFactory, ...]:
+    """The installed :class:`ReplicatorFactory` entries."""
+    return discover(REPLICATORS)
+
+
+def daemon_factories() -> tuple[DaemonFactory, ...]:
+    """The installed :class:`DaemonFactory` entries."""
+    return discover(DAEMONS)
