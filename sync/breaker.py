@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from memlocal.errors import MemoryBankError
 from memlocal.model import format_time, from_us
-from memlocal.replication import Replica
+from memlocal.plugins import Replica
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from memlocal.config import Config
 from memlocal.errors import SyncError
 from memlocal.humanize import plural
-from memlocal.replication import Replica
+from memlocal.plugins import DaemonFactory, Replica, Retention
 
 from .bucket import BucketSettings
 from .engine import PassReport, SyncEngine, lock_path
@@ -39,9 +39,6 @@ JOB_ID = "memlocal-sync-pass"
 RETENTION_JOB_ID = "memlocal-retention"
 
 
-# The retention policy as the library hands it over: prunes every profile, returns
-# ``{profile: memories pruned}`` (``MemoryBank.apply_retention``).
-Retention = Callable[[], Mapping[str, int]]
 
 
 def factory(config: Config, store: Replica, retention: Retention | None = None) -> "SyncDaemon | None":
@@ -223,3 +220,7 @@ class SyncDaemon:
             if not self._stop.is_set():
                 log.warning("cannot watch %s (%s): syncing on the interval only", self.db_path.parent, exc)
                 self._stop.wait()
+
+
+# The entry point, checked against its declaration (memlocal.plugins.DaemonFactory) by mypy.
+_ENTRY_POINT: DaemonFactory = factory

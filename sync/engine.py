@@ -30,7 +30,7 @@ from memlocal.config import Config
 from memlocal.errors import SyncError, fold_whitespace
 from memlocal.humanize import plural
 from memlocal.model import Memory, compute_staleness, format_time, new_id, parse_time, to_us, utcnow
-from memlocal.replication import NoteState, Replica
+from memlocal.plugins import NoteState, Replica
 
 from . import marker
 from .breaker import HostBreaker

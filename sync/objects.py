@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Final
 
-from memlocal.automation import AutomationNote, read_foreign_note, validate_automation_id
+from memlocal.plugins import AutomationNote, read_foreign_note, validate_automation_id
 from memlocal.errors import ValidationError, fold_whitespace
 from memlocal.model import Memory, read_foreign, validate_id, validate_profile
 

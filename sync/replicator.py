@@ -32,11 +32,10 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from memlocal.automation import AutomationNote
+from memlocal.plugins import AutomationNote, NoteState, Replica, ReplicatorFactory
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError, SyncError
 from memlocal.model import Memory, to_us, validate_profile
-from memlocal.replication import NoteState, Replica
 
 from . import changes, marker
 from .breaker import HostBreaker
@@ -545,3 +544,7 @@ class S3Replicator:
             pass
         self.bucket.close()
         self._read_bucket.close()
+
+
+# The entry point, checked against its declaration (memlocal.plugins.ReplicatorFactory) by mypy.
+_ENTRY_POINT: ReplicatorFactory = factory

@@ -21,10 +21,17 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Iterable, Literal, Sequence, Union
 
-from memlocal.automation import AutomationNote
+from memlocal.plugins import (
+    AutomationNote,
+    MigrationSet,
+    NoteState,
+    PreparedRow,
+    Replica,
+    ReplicaTransaction,
+    SchemaConnection,
+)
 from memlocal.errors import MemoryBankError
 from memlocal.model import Memory, format_time, from_us, to_us, utcnow
-from memlocal.replication import MigrationSet, NoteState, PreparedRow, Replica, ReplicaTransaction
 
 from .objects import content_hash, note_hash, note_key, object_key
 from .plan import Base, Local, NoteSide
@@ -50,7 +57,7 @@ META_HOST = "sync.host"  # this database's random id, named in the segments it p
 # --- the sync's own tables ------------------------------------------------------------------------
 
 
-def _schema_1(c: Any) -> None:
+def _schema_1(c: SchemaConnection) -> None:
     """``sync_base``: per memory, what this host last synced with the bucket (the object's ETag
     and the memory's content hash), the "base" of the three-way reconciliation. ``sync_skipped``:
     bucket objects that could not be used, with the reason, until they change or go away.
@@ -62,20 +69,20 @@ def _schema_1(c: Any) -> None:
               " reason TEXT NOT NULL, seen_us INTEGER NOT NULL)")
 
 
-def _schema_2(c: Any) -> None:
+def _schema_2(c: SchemaConnection) -> None:
     """``sync_note_base``: per automation note, what this host last synced with the bucket
     (``memlocal/automations/<id>.json``'s ETag and the note's content hash)."""
     c.execute("CREATE TABLE IF NOT EXISTS sync_note_base (automation_id TEXT PRIMARY KEY, etag TEXT NOT NULL,"
               " content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)")
 
 
-def _schema_3(c: Any) -> None:
+def _schema_3(c: SchemaConnection) -> None:
     """``sync_base.row_sig``: the local row's content signature that the base's content hash
     was computed for (NULL: unknown, hash the row). A no-op pass then hashes nothing."""
     c.execute("ALTER TABLE sync_base ADD COLUMN row_sig TEXT")
 
 
-def _schema_4(c: Any) -> None:
+def _schema_4(c: SchemaConnection) -> None:
     """``sync_breaker``: the write-through circuit breaker of every process on this host, per
     configured bucket (``memlocal_sync.breaker``): consecutive failures, until when it is open (wall
     clock, microseconds), until when one process holds the half-open probe, why, since when (the
@@ -85,7 +92,7 @@ def _schema_4(c: Any) -> None:
               " opened_us INTEGER NOT NULL, failed_us INTEGER NOT NULL)")
 
 
-def _schema_5(c: Any) -> None:
+def _schema_5(c: SchemaConnection) -> None:
     """The change record's local side (``memlocal_sync.changes``): ``sync_journal``, what this
     host wrote to the bucket and has not published yet (written in the transaction that records
     the write, so a crash never loses one); ``sync_delete_record``, the delete records read from
@@ -513,9 +520,9 @@ class SyncState:
         is dropped). ``cursor_from``/``cursor``: move the cursor only if it is still there;
         ``tail``: only forward."""
         with self.store.transaction() as c:
-            rows = c.query("SELECT value FROM meta WHERE key = ?", (META_CHANGES,))
+            stored = c.meta_get(META_CHANGES)
             try:
-                state = json.loads(rows[0][0]) if rows else {}
+                state = json.loads(stored) if stored is not None else {}
             except ValueError:
                 state = {}
             if not isinstance(state, dict) or state.get("marker") != marker_id:

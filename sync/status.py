@@ -8,7 +8,7 @@ from typing import Any
 
 from memlocal.errors import ValidationError
 from memlocal.model import format_time, from_us, parse_time
-from memlocal.replication import Replica
+from memlocal.plugins import Replica
 
 from .breaker import HostBreaker
 from .bucket import BucketSettings
