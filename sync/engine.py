@@ -910,7 +910,8 @@ class SyncEngine:
             used = 0
             for obj_key, etag in wanted.items():
                 entry = entries.get(obj_key)
-                if entry is not None and entry[0] == etag and len(entry[1]) <= self.max_object_bytes:
+                if (entry is not None and entry[0] == etag and len(entry[1]) <= self.max_object_bytes
+                        and snapshot.body_matches(entry[1], etag)):
                     self._from_snapshot[obj_key] = entry[1]
                     if ahead is not None:
                         ready[obj_key] = ahead[obj_key]

@@ -3,8 +3,10 @@
 A fresh host would otherwise GET its profiles' objects one by one (a round trip each). A pass
 that finds a profile in agreement with the bucket writes the profile's snapshot if the bucket's
 is not current; a pass that has many objects to fetch reads it first and takes from it every
-object whose ETag is the one the listing shows (the listing is the truth: a snapshot entry
-with another ETag, or for a key no longer listed, is ignored), then fetches only what differs.
+object whose ETag is the one the listing shows and whose body is the one that ETag names (its
+MD5, ``body_matches``): the listing is the truth, so a snapshot entry with another ETag, for a
+key no longer listed, or with a body the object does not have, is ignored; the rest is fetched.
+A snapshot can make a pull faster, never hide, add or change a memory.
 
 Layout (outside ``memory/``, so readers of ``memory/`` never see it)::
 
@@ -57,6 +59,14 @@ def parse_snapshot_key(key: str) -> tuple[str, str] | None:
     except ValidationError:
         return None
     return profile, digest
+
+
+def body_matches(body: bytes, etag: str) -> bool:
+    """Whether ``body`` is the object S3 lists under ``etag``: a single-part upload's ETag is the
+    MD5 of its bytes (S3 without SSE-KMS, MinIO, SeaweedFS, moto). Another kind of ETag (a
+    multipart upload's ``…-N``, SSE-KMS) cannot be checked: ``False``, and the object is fetched."""
+    tag = etag.strip('"').lower()
+    return len(tag) == 32 and all(c in "0123456789abcdef" for c in tag) and hashlib.md5(body).hexdigest() == tag
 
 
 def digest(entries: Iterable[tuple[str, str]]) -> str:
