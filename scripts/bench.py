@@ -45,7 +45,8 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 ``--json`` prints exactly: save.{p50_ms, plain_p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
 fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, recall.first50_max_<n>_ms, recall.rss_<n>_mb, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
 hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, noop_requests, noop_pass_100k_s, hydrate_s,
-hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_100_saves_s, frozen_rest_100_saves_s};
+hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_100_saves_s, frozen_rest_100_saves_s,
+hung_pass_s};
 ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
@@ -154,6 +155,7 @@ TARGETS = {
     and r["sync"]["_details"]["fresh_runner_block_has_memories"],
     "frozen bucket: 10 CLI saves ≤ 8 s in all": lambda r: r["sync"]["frozen_cli_10_saves_s"] <= 8,
     "frozen bucket: 100 library saves < 5 s": lambda r: r["sync"]["frozen_lib_100_saves_s"] < 5,
+    "a sync run against a hung bucket ends ≤ 15 s": lambda r: r["sync"]["hung_pass_s"] <= 15,
     "frozen bucket: 100 REST saves < 5 s": lambda r: r["sync"]["frozen_rest_100_saves_s"] < 5,
 }
 
@@ -666,6 +668,39 @@ def bench_frozen(tmp: Path, plan: Plan) -> dict[str, Any]:
             "cli_10_saves_cpu_s": cli_cpu, "connections": reached}
 
 
+def bench_hung_pass(tmp: Path, plan: Plan) -> dict[str, Any]:
+    """``sync.hung_pass_s``: a ``memlocal sync run`` process (as cron starts it) on a data dir
+    with one memory to push, against a bucket endpoint that accepts connections and never
+    answers, with the default timeouts (``sync.timeout_s`` 10, ``sync.attempts`` 5,
+    ``sync.deadline_s`` 15): seconds from its start to its exit with its one-line error, median
+    over repeats. With ``--frozen``'s put timeout (the smoke's small plan) that is the request
+    timeout and twice it the deadline. Nothing may be lost: the memory is still there after."""
+    runs: list[float] = []
+    said = ""
+    with FrozenEndpoint() as frozen:
+        env = runner_env(tmp / "x", frozen.endpoint)
+        if plan.frozen_put_timeout_s is not None:
+            env.update(MEMLOCAL_SYNC_TIMEOUT_S=str(plan.frozen_put_timeout_s),
+                       MEMLOCAL_SYNC_DEADLINE_S=str(2 * plan.frozen_put_timeout_s))
+        for rep in range(plan.noop_repeats):
+            log(f"  sync: a sync run against a hung bucket ({rep + 1}/{plan.noop_repeats})")
+            db = tmp / f"hung-{rep}.db"
+            with MemoryBank.open(db, config=Config.load(environ={**s3_env(frozen.endpoint),
+                                                                  "MEMLOCAL_SYNC_PUT_TIMEOUT_S": "0.1"})) as bank:
+                bank.save(PROFILE, content="saved before the bucket hung")
+            t = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "sync", "run"],
+                                  capture_output=True, text=True, env=env, timeout=600)
+            runs.append(time.perf_counter() - t)
+            said = done.stderr.strip()
+            if done.returncode != 1 or "\n" in said:
+                raise SystemExit(f"sync run against a hung bucket: exit {done.returncode}: {said[:500]}")
+            with MemoryBank.open(db, config=local_config()) as bank:
+                if bank.stats()["totalMemories"] != 1:
+                    raise SystemExit("sync run against a hung bucket lost the memory it was pushing")
+    return {"hung_pass_s": p50(runs), "_details": {"hung_pass_runs_s": runs, "hung_pass_error": said}}
+
+
 def hydrate(endpoint: str, bucket: str, workers: int) -> tuple[float, int]:
     """What an in-memory design does at start-up: list the prefix, GET and decode every object
     (``workers`` threads, the sync's own client settings). Returns (milliseconds, memories)."""
@@ -1124,6 +1159,9 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
             big = bench_noop_100k(tmp, plan, plan.noop_big)
             sync["noop_pass_100k_s"] = big.pop("noop_pass_100k_s")
             sync["_details"].update(big["_details"])
+            hung = bench_hung_pass(tmp, plan)
+            sync["hung_pass_s"] = hung.pop("hung_pass_s")
+            sync["_details"].update(hung["_details"])
             out["sync"] = sync
     elif "runner" in sections and startup_db is not None:
         log("runner: a fresh runner's memlocal inject against moto_server")
@@ -1220,6 +1258,8 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         if "frozen_cli_10_saves_s" in s:
             lines.append(f"sync frozen bucket  10 CLI saves {f(s['frozen_cli_10_saves_s'], '.2f')} s   100 library saves "
                          f"{f(s['frozen_lib_100_saves_s'], '.2f')} s   100 REST saves {f(s['frozen_rest_100_saves_s'], '.2f')} s")
+        if "hung_pass_s" in s:
+            lines.append(f"sync hung bucket    a sync run ends in {f(s['hung_pass_s'], '.2f')} s with its one-line error")
     lines.append("")
     for name, ok in targets.items():
         mark = "met" if ok else ("not measured" if ok is None else "MISSED")
