@@ -278,16 +278,19 @@ def _with_hooks(client: Any, deadline_s: float | None = None) -> Any:
 
 
 class _Deadline:
-    """A request's attempts end within ``deadline_s`` of its start (``sync.deadline_s``): a
-    retry that could not finish in time is not made, so a hung bucket (it accepts connections
-    and never answers) costs one timeout, not ``attempts`` of them. botocore's standard retry
-    handler decides the rest (throttling, 5xx and connection errors, with its back-off)."""
+    """A request is not retried once the bucket has answered nothing (no request of this
+    client) for ``deadline_s`` by the time another attempt could end (``sync.deadline_s``): a
+    hung bucket (it accepts connections and never answers) costs one timeout, not ``attempts``
+    of them, while a slow bucket that answers other requests (many parallel listings on a
+    loaded server) keeps its retries. botocore's standard retry handler decides the rest
+    (throttling, 5xx and connection errors, with its back-off)."""
 
-    KEY = "memlocal_deadline"
+    KEY = "memlocal_started"
 
     def __init__(self, deadline_s: float, attempt_s: float) -> None:
         self.deadline_s = deadline_s
         self.attempt_s = attempt_s
+        self.answered = 0.0  # monotonic time of the last HTTP answer of any request
 
     def install(self, client: Any) -> None:
         client.meta.events.register("before-call.s3", self.start)
@@ -295,17 +298,20 @@ class _Deadline:
         client.meta.events.register_first("needs-retry.s3", self.needs_retry)
 
     def start(self, context: dict[str, Any], **_: Any) -> None:
-        context[self.KEY] = time.monotonic() + self.deadline_s
+        context[self.KEY] = time.monotonic()
 
-    def needs_retry(self, request_dict: dict[str, Any], caught_exception: Exception | None = None,
-                    **_: Any) -> bool | None:
-        """``False`` (no retry) once another attempt could run past the deadline; ``None``
-        leaves the decision to botocore."""
-        ends = (request_dict.get("context") or {}).get(self.KEY)
-        if ends is None:
-            return None
+    def needs_retry(self, request_dict: dict[str, Any], response: Any = None, **_: Any) -> bool | None:
+        """``False`` (no retry) when another attempt would end more than ``deadline_s`` after
+        the bucket's last answer (or this request's start); ``None`` leaves it to botocore.
+        Called after every attempt, answered or not."""
         now = time.monotonic()
-        if now >= ends or (caught_exception is not None and now + self.attempt_s > ends):
+        if response is not None:  # an HTTP answer, whatever its status: the bucket is alive
+            self.answered = now
+            return None
+        started = (request_dict.get("context") or {}).get(self.KEY)
+        if started is None:
+            return None
+        if now + self.attempt_s > max(self.answered, started) + self.deadline_s:
             return False
         return None
 

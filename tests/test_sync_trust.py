@@ -10,11 +10,15 @@ import json
 import time
 from typing import Any, Callable
 
+import pytest
 from conftest import Cli
 
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from memlocal_sync.marker import MARKER_KEY
 from s3server import S3, FaultProxy, Host
+
+# Every reproduction on moto_server and on SeaweedFS (a real S3 server).
+pytestmark = pytest.mark.s3_servers()
 
 P = "alice"
 RECORD = {"sync__full_listing_s": 3600}  # follow the record; list in full once an hour
@@ -297,7 +301,7 @@ def _foreign_put(s3: S3, template_key: str, mid: str, text: str) -> str:
 
 
 def test_a_mixed_fleet_lists_in_full_on_every_pass_once_a_foreign_writer_is_seen(
-        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, cli: Cli) -> None:
     a = hosts("a", **RECORD)
     a.bank.save(P, "written by memlocal")
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint, **RECORD)
@@ -314,6 +318,8 @@ def test_a_mixed_fleet_lists_in_full_on_every_pass_once_a_foreign_writer_is_seen
     b.sync(clock=lambda: later)
     status = b.bank.sync_status()["record"]
     assert status["listsInFullUntil"] and "no change record explains" in status["why"], status
+    said = cli.at(b.path)("sync", "status", env={"INTERNAL_S3_ENDPOINT": fault_proxy.endpoint}).stdout
+    assert "record:      listing in full on every pass until" in said and "mem-0000f001" in said, said
     # From now on a foreign save is seen at the next pass, not an hour later.
     _foreign_put(s3, template, "mem-0000f002", "written by the Go service again")
     report = b.sync(clock=lambda: later)
