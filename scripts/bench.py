@@ -541,6 +541,7 @@ def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str],
     runs, included, cpus = [], [], []
     for i, (timed, q) in enumerate(with_warmup(queries, warmup)):
         db = tmp / f"runner-{i}" / "memlocal.db"
+        db.parent.mkdir(parents=True, exist_ok=True)  # a runner's data dir (memlocal creates no folders for --db)
         env = runner_env(tmp / "x", endpoint)  # the bytecode cache the other children use
         c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()

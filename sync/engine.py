@@ -217,7 +217,7 @@ class SyncEngine:
         self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=config.get_float("sync.timeout_s"),
                                        attempts=config.get_int("sync.attempts"), pool_size=self.workers + 2,
                                        page_size=config.get_int("sync.list_page_size"),
-                                       deadline_s=config.get_float("sync.deadline_s"))
+                                       deadline_s=config.sync.deadline_s)
         self._remote_ids: set[str] = set()
         self._cancelled = threading.Event()
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
@@ -226,7 +226,7 @@ class SyncEngine:
         self._snapshot_meta: dict[str, dict[str, Any]] = {}
         self._snapshot_modified: dict[str, str] = {}  # snapshot key -> LastModified (listed)
         self.full_listing_s = config.get_float("sync.full_listing_s")
-        self.foreign_listing_s = config.get_float("sync.foreign_listing_s")
+        self.foreign_listing_s = config.sync.foreign_listing_s
         self.reprobe_s = config.get_float("sync.reprobe_s")
         self.changes = changes.ChangeLog(self.bucket, retention_s=config.get_float("sync.change_retention_days") * 86400)
 

@@ -44,7 +44,7 @@ def _forge(s3: S3, seq: int, changes: list[dict[str, Any]], **fields: Any) -> No
 
 def _seeded(hosts: Callable[..., Host], n: int = 12, **overrides: Any) -> tuple[Host, list[str]]:
     a = hosts("a", **overrides)
-    ids = [a.bank.save(f"p{i % 3}", f"the team's fact number {i}").memory.id for i in range(n)]
+    ids = [a.bank.save(f"p{i % 3}", f"item {i} of the team's checklist is done").memory.id for i in range(n)]
     assert a.sync().ok
     return a, ids
 
@@ -96,8 +96,8 @@ def test_an_unpushed_supersession_survives_a_forged_delete_record(
 
 def test_a_forged_snapshot_neither_hides_nor_adds_memories(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
-    real = {a.bank.save(P, f"alice prefers green tea number {i}", category="preference").memory.id
-            for i in range(3)}
+    real = {a.bank.save(P, text, category="preference").memory.id
+            for text in ("alice prefers green tea", "alice rides a blue bicycle to work", "alice reads crime novels")}
     assert a.sync(full=True).ok
     (genuine,) = s3.keys("memlocal/snapshots/")
     doc = json.loads(gzip.decompress(s3.client.get_object(Bucket=s3.bucket, Key=genuine)["Body"].read()))
@@ -118,7 +118,7 @@ def test_a_forged_snapshot_neither_hides_nor_adds_memories(hosts: Callable[..., 
     assert {m.id for m in fresh.bank.list(P)} == real
     res = cli.at(fresh.path)("inject", "-p", P, "what does alice prefer?")
     assert res.exit_code == 0, res.output
-    assert "evil.example" not in res.stdout and "green tea" in res.stdout
+    assert "evil.example" not in res.stdout and "green tea" in res.stdout, res.stdout
     res = cli.at(fresh.path)("sync", "run")
     assert res.exit_code == 0, res.output
     assert fresh.ids(P) == real
@@ -129,7 +129,8 @@ def test_a_snapshot_entry_under_the_listed_etag_with_another_body_is_not_taken(
     """The listing's ETag is public: a forged entry can name it. Its body must be the one that
     ETag names (the MD5 of the object's bytes), or the object is fetched."""
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
-    ids = sorted(a.bank.save(P, f"alice's laptop is number {i}").memory.id for i in range(4))
+    ids = sorted(a.bank.save(P, text).memory.id for text in (
+        "the laptop runs Debian", "the standup is at nine", "the CI cache lives on S3", "the VPN needs a token"))
     assert a.sync(full=True).ok
     (key,) = s3.keys("memlocal/snapshots/")
     doc = json.loads(gzip.decompress(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()))
@@ -150,7 +151,7 @@ def test_a_snapshot_entry_under_the_listed_etag_with_another_body_is_not_taken(
 
 def test_a_stray_key_never_fails_a_fresh_host(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
-    ids = {a.bank.save(P, f"a note about the release {i}").memory.id for i in range(4)}
+    ids = {a.bank.save(P, f"step {i} of the release is documented").memory.id for i in range(4)}
     assert a.sync(full=True).ok and s3.keys("memlocal/snapshots/")
     s3.put_raw("memory/My Notes/readme.txt", b"notes a person keeps beside the memories")
     s3.put_raw(f"memory/{P}/notes/extra.json", b"{}")
@@ -247,7 +248,7 @@ def test_a_gap_is_waited_out_then_listed_past(hosts: Callable[..., Host], s3: S3
 def test_a_malformed_segment_is_skipped_and_deliberate_deletions_still_apply(
         hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a", **RECORD)
-    ids = [a.bank.save(P, f"sprint note {i}").memory.id for i in range(12)]
+    ids = [a.bank.save(P, f"ticket {i} of the sprint is closed").memory.id for i in range(12)]
     b = hosts("b", **RECORD)
     assert b.sync().ok and len(b.ids(P)) == 12
     s3.put_json(segment_key(_tail(s3) + 1), {"format": "memlocal-changes/1", "seq": "oops"})
