@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from .recall import RecallIndex
     from .scoring import Ranking, ScoredMemory
     from .semantic import SemanticIndex
+    from .store import MigrationSet
+    from .store.local import LocalTable
 
 log = logging.getLogger("memlocal")
 
@@ -391,6 +393,9 @@ class MemoryBank:
         # Credentials go before anything is stored or sent (the LLM processor included); the
         # caps above applied to the input as given.
         raw_input, content, summary, redacted = self.redact_secrets(raw_input, content, summary)
+        if extra:  # an integration's fields (a file's path, a store item) are checked as the texts are
+            extra, extra_kinds, _names = self.redact_fields(extra)
+            redacted = merge_kinds((redacted, extra_kinds))
 
         if supersedes is not None:
             self._check_supersedable(profile, supersedes)
@@ -416,6 +421,9 @@ class MemoryBank:
                 similar = self.store.similar(profile, _query_terms(raw_input), PROPOSAL_CANDIDATES)
             # No transaction is open here: the network wait holds no database lock.
             extraction = self._extractor.extract(raw_input, similar=similar)
+            if extraction is not None:  # the model's answer is text to check like any input
+                extraction, answer_kinds = _redacted_extraction(extraction)
+                redacted = merge_kinds((redacted, answer_kinds))
 
         processed = content if content is not None else (extraction.processed_content if extraction else raw_input)
         assert processed is not None
@@ -511,12 +519,9 @@ class MemoryBank:
         """``secrets.mode`` applied to the unknown fields of an imported memory (any JSON value:
         every string in it is checked). Returns the fields with credentials replaced, the kinds
         found and the names of the fields that held them; ``SecretFoundError`` in reject mode."""
-        out, kinds, names = {}, [], []
-        for name, value in fields.items():
-            out[name], found = redact_json(value)
-            if found:
-                names.append(name)
-                kinds += [k for k in found if k not in kinds]
+        out, found = redact_json(dict(fields))  # names and values, at any depth
+        kinds = list(found)
+        names = [redact(name).text for name, value in fields.items() if redact_json({name: value})[1]] if found else []
         if kinds and check_mode(self.config.secrets.mode) == "reject":
             raise SecretFoundError(f"field {', '.join(names)} holds a credential ({', '.join(kinds)}); nothing was "
                                    "saved (secrets.mode = reject)")
@@ -525,11 +530,7 @@ class MemoryBank:
     def redact_note(self, text: str) -> tuple[str, tuple[str, ...]]:
         """``secrets.mode`` applied to an automation note: the note with its credentials
         replaced and the kinds found; ``SecretFoundError`` in reject mode."""
-        found = redact(text)
-        if found.kinds and check_mode(self.config.secrets.mode) == "reject":
-            raise SecretFoundError(f"the automation note holds a credential ({', '.join(found.kinds)}); nothing was "
-                                   "saved (secrets.mode = reject)")
-        return found.text, found.kinds
+        return self.redact_text(text, "the automation note"), redact(text).kinds
 
     # --- hygiene (memlocal.hygiene) -----------------------------------------------------------
 
@@ -884,6 +885,37 @@ class MemoryBank:
         self._ready()
         self._own_writes()
         return _shown_page(self.store.list_all(limit, offset, q=q or None, category=category))
+
+    def memories(self, profile: str, *, with_field: str | None = None) -> builtins.list[Memory]:
+        """The active memories of ``profile``, newest first, as every face shows them (redacted);
+        ``with_field``: only those that carry that extra field (an integration's files or items,
+        found in SQL without reading the profile's others). Read-only."""
+        validate_profile(profile)
+        self._ready(profile)
+        self._own_writes()
+        found = (self.store.iter_with_extra(profile, with_field) if with_field is not None
+                 else self.store.iter_profile(profile, active_only=True))
+        return [shown(m) for m in found]
+
+    def local_table(self, schema: "MigrationSet", name: str) -> "LocalTable":
+        """An integration's own table of local rows ``(profile, path, kind, text)``, created by
+        its migration set ``schema`` (brought up to date here, cheap when current): the extension
+        point for what an integration keeps beside its memories that is not one. Its rows are
+        read through the redaction every face reads through."""
+        from .store.local import LocalTable
+
+        self.store.migrate(schema)
+        return LocalTable(self.store, name, shown=_redacted_text)
+
+    def redact_text(self, text: str, what: str) -> str:
+        """``secrets.mode`` applied to a string a memory carries that is not one of its texts (an
+        integration's path, namespace label or key): the text with its credentials replaced, or
+        ``SecretFoundError`` in reject mode (``what`` names it)."""
+        found = redact(text)
+        if found.kinds and check_mode(self.config.secrets.mode) == "reject":
+            raise SecretFoundError(f"{what} holds a credential ({', '.join(found.kinds)}); nothing was "
+                                   "saved (secrets.mode = reject)")
+        return found.text
 
     def export(self, profile: str | None = None) -> Iterator[Memory]:
         """Every memory of ``profile`` (or of every profile, by name), oldest first. Read-only."""
@@ -1272,6 +1304,21 @@ def shown(memory: Memory) -> Memory:
         return memory
     return memory.with_changes(raw_input=raw.text, processed_content=processed.text,
                                summary=cut_preview(summary.text, SUMMARY_MAX_CHARS), extra=extra)
+
+
+def _redacted_text(text: str) -> str:
+    return redact(text).text
+
+
+def _redacted_extraction(extraction: Extraction) -> tuple[Extraction, tuple[str, ...]]:
+    """The LLM processor's answer with its credentials redacted (the model may join what the
+    input kept apart, ``AKIA IOSF …`` -> ``AKIAIOSF…``). Always redacted, never refused: the
+    input as given passed ``secrets.mode``."""
+    processed, summary = redact(extraction.processed_content), redact(extraction.summary)
+    if not (processed.kinds or summary.kinds):
+        return extraction, ()
+    return (replace(extraction, processed_content=processed.text, summary=cut_preview(summary.text, SUMMARY_MAX_CHARS)),
+            merge_kinds((processed.kinds, summary.kinds)))
 
 
 def _shown_page(page: Page) -> Page:

@@ -37,14 +37,14 @@ import re
 import unicodedata
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Callable, Final
 
 from .errors import fold_whitespace
 
 if TYPE_CHECKING:
     import regex
 
-__all__ = ["DASH", "fold", "fold_map", "is_dash", "is_invisible", "skeleton", "strip_invisible"]
+__all__ = ["DASH", "fold", "fold_map", "is_dash", "is_invisible", "project", "skeleton", "strip_invisible"]
 
 # ASCII controls other than the whitespace ones (tab, line feed, vertical tab, form feed, CR).
 _ASCII_CONTROL: Final = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
@@ -148,6 +148,64 @@ def fold_map(text: str) -> tuple[str, list[int] | None]:
         index.extend([i] * len(_TABLE[ord(ch)]))
     index.append(len(text))
     return folded, index
+
+
+def _project_char(ch: str) -> str:
+    """What :func:`project` keeps of ``ch``: its fold's ASCII characters, a digit of any script as
+    its ASCII digit, white space as a space; nothing else."""
+    out = []
+    for c in _TABLE[ord(ch)]:
+        if c.isascii():
+            out.append(c)
+        elif c.isspace():
+            out.append(" ")
+        else:
+            digit = unicodedata.decimal(c, None)
+            if digit is not None:
+                out.append(str(digit))
+            else:  # a decorated letter is its base letter (Á is A), anything else nothing
+                out += [d for d in unicodedata.normalize("NFD", c) if d.isascii()]
+    return "".join(out)
+
+
+class _ProjectTable(dict[int, str]):
+    """``str.translate`` table of :func:`project`, filled one character at a time."""
+
+    def __missing__(self, code: int) -> str:
+        self[code] = value = _project_char(chr(code))
+        return value
+
+
+_PROJECT: Final = _ProjectTable()
+
+
+def project(text: str) -> tuple[str, Callable[[], list[int]] | None]:
+    """The projection credential detectors read: :func:`fold` of ``text``, then only what a
+    credential can be made of. ASCII stays, a digit of any script
+    becomes its ASCII digit (Devanagari ``७`` is ``7``), a letter with diacritics its ASCII base
+    letter, other white space a space, and every other
+    character is dropped: combining marks, private-use, unassigned and format characters,
+    letters, symbols and punctuation of other scripts. So a key split or decorated by any such
+    character reads as the key.
+
+    Returns the projection and, when it differs from ``text``, a function giving the index in
+    ``text`` of each projected character's source plus ``len(text)`` at the end (a span ``[a, b)``
+    of the projection covers ``[index[a], index[b - 1] + 1)`` of the original, the dropped
+    characters inside it included); it is computed only when asked (a span was found)."""
+    if _plain(text):
+        return text, None
+    projected = text.translate(_PROJECT)
+    if projected == text:
+        return text, None
+
+    def index() -> list[int]:
+        out: list[int] = []
+        for i, ch in enumerate(text):
+            out.extend([i] * len(_PROJECT[ord(ch)]))
+        out.append(len(text))
+        return out
+
+    return projected, index
 
 
 class _StripTable(dict[int, "int | None"]):

@@ -111,7 +111,12 @@ def user_message(raw_input: str, similar: Sequence[Memory] = ()) -> str:
     """The request's user turn: the note, and the existing memories it may replace."""
     if not similar:
         return f"<note>\n{raw_input}\n</note>"
-    shown = "\n".join(f'<memory id="{m.id}">{fold_whitespace(m.processed_content)}</memory>' for m in similar)
+    from .redact import redact
+
+    # A memory another host wrote (pulled from the bucket) never passed this host's save: its
+    # credentials go before its text leaves for the model.
+    shown = "\n".join(f'<memory id="{m.id}">{fold_whitespace(redact(m.processed_content).text)}</memory>'
+                      for m in similar)
     return f"<existing>\n{shown}\n</existing>\n<note>\n{raw_input}\n</note>"
 
 

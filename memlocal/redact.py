@@ -26,6 +26,7 @@ import importlib.util
 import re
 import sys
 import threading
+import unicodedata
 from dataclasses import dataclass
 from types import ModuleType
 from functools import lru_cache
@@ -71,7 +72,7 @@ def _defer_requests() -> None:
 
 
 from .errors import ConfigError
-from .fold import fold_map
+from .fold import is_invisible, project
 
 MODES: Final = ("redact", "reject")
 ENTROPY_LIMIT: Final = 4.5  # detect-secrets' own default for base64 strings
@@ -255,17 +256,28 @@ def _whole_token(view: str, start: int, end: int) -> tuple[int, int]:
     return start, _TOKEN_TAIL.match(view, end).end()  # type: ignore[union-attr]
 
 
+def _attached(text: str, end: int) -> int:
+    """``end`` moved past the marks and invisible characters that follow it: they belong to the
+    key's last character (``E\u0332``), and would be left dangling after the marker."""
+    while end < len(text) and (unicodedata.category(text[end])[0] == "M" or is_invisible(text[end])):
+        end += 1
+    return end
+
+
 @lru_cache(maxsize=4096)  # the renderer sees the same memories run after run
 def redact(text: str) -> Redacted:
     """``text`` with every credential replaced by ``[REDACTED:<kind>]``.
 
-    Credentials are looked for in :func:`memlocal.fold.fold` of the text (invisible characters
-    removed, look-alikes mapped to ASCII), and the whole token each is part of is cut out of the
-    text as given, invisible characters and all, so nothing left can recombine into the key.
-    Overlapping finds keep the earliest (a specific detector is listed before the entropy
-    check, so it names the kind); text that is already a marker is never matched again.
+    Credentials are looked for in :func:`memlocal.fold.project` of the text: the fold (look-alikes
+    mapped to ASCII), then only what a credential can be made of (ASCII, digits of any script as
+    ASCII digits, whitespace as a space); every other character (combining marks, private-use,
+    unassigned, format, letters and symbols of other scripts) is dropped, so no character put
+    inside a key hides it. The whole token each find is part of is cut out of the text as given,
+    the dropped characters inside it included, so nothing left can recombine into the key.
+    Overlapping finds keep the earliest (a specific detector is listed before the entropy check,
+    so it names the kind); text that is already a marker is never matched again.
     """
-    view, index = fold_map(text)
+    view, index = project(text)
     spans = _spans(view)
     if not spans:
         return Redacted(text, ())
@@ -279,7 +291,8 @@ def redact(text: str) -> Redacted:
         chosen.append(span)
     chosen.sort()
     if index is not None:  # back to the text as given
-        chosen = [(index[a], index[b - 1] + 1, kind) for a, b, kind in chosen]
+        positions = index()
+        chosen = [(positions[a], _attached(text, positions[b - 1] + 1), kind) for a, b, kind in chosen]
     out, pos, kinds = [], 0, []
     for start, end, kind in chosen:
         out += [text[pos:start], marker(kind)]
@@ -291,16 +304,31 @@ def redact(text: str) -> Redacted:
 
 
 def redact_json(value: Any) -> tuple[Any, tuple[str, ...]]:
-    """Every string of a JSON value (objects, lists, nested) redacted; the kinds found."""
+    """Every string of a JSON value redacted, object keys included, at any depth; the kinds found.
+    Two keys that redact to the same text are both kept: the later one gets `` (2)``, `` (3)``…"""
     if isinstance(value, str):
         r = redact(value)
         return r.text, r.kinds
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         parts = [redact_json(v) for v in value]
         return [v for v, _ in parts], merge_kinds(k for _, k in parts)
     if isinstance(value, dict):
-        items = {key: redact_json(v) for key, v in value.items()}
-        return {key: v for key, (v, _) in items.items()}, merge_kinds(k for _, k in items.values())
+        out: dict[Any, Any] = {}
+        groups: list[tuple[str, ...]] = []
+        for key, v in value.items():
+            if isinstance(key, str):
+                r = redact(key)
+                key = r.text
+                groups.append(r.kinds)
+                if r.kinds and key in out:
+                    n = 2
+                    while f"{key} ({n})" in out:
+                        n += 1
+                    key = f"{key} ({n})"
+            v, kinds = redact_json(v)
+            groups.append(kinds)
+            out[key] = v
+        return out, merge_kinds(groups)
     return value, ()
 
 

@@ -32,6 +32,7 @@ import os
 import posixpath
 import re
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -47,7 +48,9 @@ from anthropic.types.beta import (
 
 from ..errors import InputTooLargeError, MemoryBankError
 from ..model import CATEGORIES, RAW_INPUT_MAX_BYTES, Memory, validate_profile
+from ..redact import redact
 from ..store import MigrationSet
+from ..store.local import LocalRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -64,6 +67,11 @@ TABLE = "claude_memory_paths"
 # As the SDK's tool formats them (anthropic/lib/tools/_beta_builtin_memory_tool.py).
 _MAX_LINES = 999999
 _LINE_NUMBER_WIDTH = len(str(_MAX_LINES))
+# Paths are bounded as Anthropic's hosted memory stores bound theirs: at most this many bytes of
+# UTF-8 and this many segments below /memories (so every tree operation is linear in a path's
+# length, and a profile's tree in its number of files).
+PATH_MAX_BYTES = 1024
+PATH_MAX_SEGMENTS = 20
 # What a directory's st_size is on ext4 (a block), the size the SDK's tool shows for a directory.
 _DIR_SIZE = 4096
 
@@ -117,9 +125,28 @@ def _os_error(code: int) -> OSError:
 
 
 def _parents(rel: str) -> list[str]:
-    """The proper ancestors of ``rel`` below the root, outermost first: a/b/c -> [a, a/b]."""
-    parts = rel.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+    """The proper ancestors of ``rel`` below the root, outermost first: a/b/c -> [a, a/b]
+    (at most ``PATH_MAX_SEGMENTS`` prefixes of a bounded path)."""
+    out, at = [], rel.find("/")
+    while at != -1:
+        out.append(rel[:at])
+        at = rel.find("/", at + 1)
+    return out
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` is not a path the tool accepts (too long, too deep, a control or format
+    character), or None. Checked before anything else reads the path."""
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > PATH_MAX_BYTES:
+        return f"Path is {size} bytes long; a path holds at most {PATH_MAX_BYTES} bytes of UTF-8"
+    segments = path.count("/")
+    if segments > PATH_MAX_SEGMENTS:
+        return f"Path has {segments} segments; a path holds at most {PATH_MAX_SEGMENTS}"
+    bad = next((ch for ch in path if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")), None)
+    if bad is not None:
+        return f"Path must not hold control or format characters, got U+{ord(bad):04X}"
+    return None
 
 
 def _under(rel: str, top: str) -> bool:
@@ -167,19 +194,19 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
         self.bank = bank
         self.profile = validate_profile(profile)
         self._lock = threading.Lock()
-        bank.store.migrate(SCHEMA)
+        self._table = bank.local_table(SCHEMA, TABLE)
 
     # --- the directory -------------------------------------------------------------------------
 
     def _tree(self) -> _Tree:
         tree = _Tree()
-        for path, kind, text in self.bank.store.read(f"SELECT path, kind, text FROM {TABLE} WHERE profile = ?",
-                                                     (self.profile,)):
-            if kind == "dir":
-                tree.dirs.add(path)
+        # Both read through the bank's redaction, as every face reads.
+        for row in self._table.rows(self.profile):
+            if row.kind == "dir":
+                tree.dirs.add(row.path)
             else:
-                tree.files[path] = _File(text)
-        memories = sorted((m for m in self.bank.store.iter_with_extra(self.profile, FILE_FIELD)
+                tree.files[row.path] = _File(row.text)
+        memories = sorted((m for m in self.bank.memories(self.profile, with_field=FILE_FIELD)
                            if isinstance(m.extra.get(FILE_FIELD), str)), key=lambda m: (m.created_at, m.id))
         for m in memories:
             rel = self._relative(str(m.extra[FILE_FIELD]))
@@ -201,13 +228,20 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
     @staticmethod
     def _relative(path: str) -> str | None:
         """``path`` (a memory's ``memoryFile``) relative to the root, when it is a clean path below it."""
-        if not path.startswith(ROOT + "/"):
-            return None
-        rel = path[len(ROOT) + 1:]
+        if not path.startswith(ROOT + "/") or path_problem(path) is not None:
+            return None  # another writer's: not a path the tool would accept
+        rel = unicodedata.normalize("NFC", path)[len(ROOT) + 1:]
         return rel if rel and posixpath.normpath(rel) == rel and not rel.startswith("..") else None
 
-    def _resolve(self, path: str) -> str:
-        """The path relative to the root ("" for the root), as the SDK tool validates it."""
+    def _resolve(self, path: str, *, write: bool = False) -> str:
+        """The path relative to the root ("" for the root), as the SDK tool validates it, once
+        bounded (:func:`path_problem`), in NFC and with its credentials redacted (``write``: as
+        ``secrets.mode`` says, so reject mode refuses it), as every string a memory carries."""
+        problem = path_problem(path)
+        if problem is not None:
+            raise ToolError(problem)
+        path = unicodedata.normalize("NFC", path)
+        path = self.bank.redact_text(path, "the path") if write else redact(path).text
         if not path.startswith(ROOT):
             raise ToolError(f"Path must start with /memories, got: {path}")
         rel = path[len(ROOT):].lstrip("/")
@@ -268,19 +302,10 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
         self._local_rows([(rel, kind, text)])
 
     def _local_rows(self, rows: list[tuple[str, str, str]]) -> None:
-        if not rows:
-            return
-        with self.bank.store.transaction() as conn:
-            conn.executemany(f"INSERT INTO {TABLE} (profile, path, kind, text) VALUES (?, ?, ?, ?) "
-                             "ON CONFLICT (profile, path) DO UPDATE SET kind = excluded.kind, text = excluded.text",
-                             [(self.profile, *row) for row in rows])
+        self._table.put(self.profile, [LocalRow(*row) for row in rows])
 
     def _unlocal(self, rel: str, *, below: bool = False) -> None:
-        with self.bank.store.transaction() as conn:
-            conn.execute(f"DELETE FROM {TABLE} WHERE profile = ? AND path = ?", (self.profile, rel))
-            if below:
-                conn.execute(f"DELETE FROM {TABLE} WHERE profile = ? AND substr(path, 1, ?) = ?",
-                             (self.profile, len(rel) + 1, rel + "/"))
+        self._table.delete(self.profile, rel, below=below)
 
     def _mkdirs(self, tree: _Tree, rels: list[str]) -> None:
         """Record the directories ``rels`` (they stay when their files go, as on a disk)."""
@@ -338,7 +363,7 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
 
     def _create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
         tree = self._tree()
-        rel = self._resolve(command.path)
+        rel = self._resolve(command.path, write=True)
         if tree.under_a_file(rel):
             raise _os_error(errno.ENOTDIR)
         if tree.kind(rel) is not None:
@@ -443,7 +468,7 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
     def _rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         tree = self._tree()
         old = self._resolve(command.old_path)
-        new = self._resolve(command.new_path)
+        new = self._resolve(command.new_path, write=True)
         if old == "":
             raise ToolError("Cannot rename the /memories directory itself")
         if tree.kind(new) is not None:
@@ -492,8 +517,6 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
             for rel, file in tree.files.items():
                 self._remove_file(rel, file)
             self._unlocal("", below=True)
-            with self.bank.store.transaction() as conn:
-                conn.execute(f"DELETE FROM {TABLE} WHERE profile = ?", (self.profile,))
             return "All memory cleared"
 
         return self._run(clear)

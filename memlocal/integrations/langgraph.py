@@ -50,6 +50,7 @@ from langgraph.store.base import (
 )
 
 from ..model import CATEGORIES, PAGE_MAX_LIMIT, RAW_INPUT_MAX_BYTES, Memory, RecallQuery
+from ..redact import redact, redact_json
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank
@@ -140,7 +141,7 @@ class MemlocalStore(BaseStore):
     def _profiles(self, prefix: Sequence[str]) -> list[str]:
         """The profiles that may hold a namespace starting with ``prefix`` (a superset: items
         are then checked against their own namespace)."""
-        names = sorted(self.bank.store.profiles())
+        names = sorted(p["name"] for p in self.bank.profiles())
         if not prefix:
             return names
         start = _readable(prefix)
@@ -149,7 +150,7 @@ class MemlocalStore(BaseStore):
     def _load(self, profile: str, cache: dict[str, list[_Stored]]) -> list[_Stored]:
         if profile not in cache:
             stored = []
-            for m in self.bank.store.iter_profile(profile, active_only=True):
+            for m in self.bank.memories(profile):  # redacted, as every face reads
                 s = _from_memory(m)
                 if s is not None:
                     stored.append(s)
@@ -173,13 +174,16 @@ class MemlocalStore(BaseStore):
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         for op in ops:
             if isinstance(op, GetOp):
-                found = self._find(tuple(op.namespace), op.key, cache)
+                found = self._find(_shown_namespace(op.namespace), redact(op.key).text, cache)
                 results.append(found.item if found is not None else None)
             elif isinstance(op, SearchOp):
                 results.append(self._search(op, cache))
             elif isinstance(op, ListNamespacesOp):
                 results.append(self._list_namespaces(op, cache))
             elif isinstance(op, PutOp):
+                # Labels and keys are strings the memory carries: checked as its texts are.
+                op = PutOp(tuple(self.bank.redact_text(label, "a namespace label") for label in op.namespace),
+                           self.bank.redact_text(op.key, "an item key"), op.value, op.index, op.ttl)
                 puts[(tuple(op.namespace), op.key)] = op
                 results.append(None)
             else:
@@ -214,25 +218,16 @@ class MemlocalStore(BaseStore):
         cache.pop(profile_for(namespace), None)
 
     def _redacted(self, value: dict[str, Any]) -> dict[str, Any]:
-        """``value`` with every credential in its strings redacted (``secrets.mode``)."""
-        from ..redact import redact
-
-        if not redact(json.dumps(value, ensure_ascii=False)).kinds:
-            return value  # the common case: one scan of the whole value finds nothing
-
-        def walk(node: Any) -> Any:
-            if isinstance(node, str):
-                return self.bank.redact_secrets(None, node, None)[1] if node.strip() else node
-            if isinstance(node, dict):
-                return {k: walk(v) for k, v in node.items()}
-            if isinstance(node, (list, tuple)):
-                return [walk(v) for v in node]
-            return node
-
-        return dict(walk(value))
+        """``value`` with every credential in its strings redacted, object keys included, at any
+        depth (``secrets.mode``: reject mode refuses it). Each string is checked as it is, never
+        as JSON text (where a control character would be six harmless characters)."""
+        out, kinds = redact_json(value)
+        if kinds:
+            self.bank.redact_fields({"value": value})  # raises in reject mode
+        return dict(out)
 
     def _candidates(self, op: SearchOp, cache: dict[str, list[_Stored]]) -> list[_Stored]:
-        prefix = tuple(op.namespace_prefix)
+        prefix = _shown_namespace(op.namespace_prefix)
         found = []
         for profile in self._profiles(prefix):
             for s in self._load(profile, cache):
@@ -269,6 +264,11 @@ class MemlocalStore(BaseStore):
         if op.max_depth is not None:
             namespaces = {ns[:op.max_depth] for ns in namespaces}
         return sorted(namespaces)[op.offset:op.offset + op.limit]
+
+
+def _shown_namespace(namespace: Sequence[str]) -> tuple[str, ...]:
+    """A namespace as the store keeps it: each label redacted (a put stored it so)."""
+    return tuple(redact(label).text for label in namespace)
 
 
 def _from_memory(m: Memory) -> _Stored | None:

@@ -1,0 +1,209 @@
+"""Attacks on the bank's safety, each reproduced on the faces it reaches: characters the fold kept inside a key,
+secrets in keys of values, the integrations' reads, the LLM path, look-alike structure lines,
+exact duplicates, the memory tool's paths. What "survives" means: the key is in the output once
+it is read as the detectors read it (:func:`memlocal.fold.project`: every character no key is
+made of dropped), so a key decorated by any such character counts as there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from anthropic_fake import FakeAnthropic, Reply
+
+from memlocal import MemoryBank
+from memlocal.config import Config
+from memlocal.portability import import_jsonl
+from memlocal.redact import redact
+
+_B62 = "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3vW5xY7zA9bC1dE3fG5hJ7kL9mN1pQ3rS5xY7zA9bC1dE3fG5"
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+GHP = "ghp_" + _B62[:36]
+
+
+def seen(text: str) -> str:
+    """``text`` as a reader who skips every character no key is made of sees it (the test's own
+    oracle, independent of the library's projection): NFKC, digits of any script as ASCII,
+    ASCII kept, everything else dropped."""
+    out = []
+    for ch in text:
+        for c in unicodedata.normalize("NFKC", ch):
+            if c.isascii():
+                out.append(c if c.isprintable() or c.isspace() else "")
+            elif unicodedata.decimal(c, None) is not None:
+                out.append(str(unicodedata.decimal(c)))
+    return "".join(out)
+
+
+def survives(value: str, output: str) -> bool:
+    return value in seen(output)
+
+
+def db_text(folder: Path) -> str:
+    data = b"".join(p.read_bytes() for p in folder.iterdir() if p.is_file())
+    return seen(data.replace(b"\x00", b"").decode("utf-8", "ignore"))
+
+
+def _digits(key: str, zero: int) -> str:
+    return "".join(chr(zero + int(c)) if c.isdigit() else c for c in key)
+
+
+# --- 1. characters the fold keeps -------------------------------------------------------------
+
+DECORATED = {
+    "combining acute": AWS[:4] + "\u0301" + AWS[4:],
+    "combining low line under every character": "".join(c + "\u0332" for c in AWS),
+    "private use": AWS[:4] + "\ue000" + AWS[4:],
+    "unassigned": AWS[:4] + "\u0378" + AWS[4:],
+    "noncharacter": AWS[:4] + "\uffff" + AWS[4:],
+    "devanagari digits": _digits(AWS, 0x966),
+    "arabic-indic digits": _digits(AWS, 0x660),
+    "thai digits": _digits(AWS, 0xE50),
+    "musical symbol": AWS[:8] + "\U0001d159" + AWS[8:],
+    "a CJK letter": AWS[:8] + "\u4e2d" + AWS[8:],
+    "github, a mark after ten": GHP[:10] + "\u0301" + GHP[10:],
+    "ascii control": AWS[:4] + "\x01" + AWS[4:],
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECORATED))
+def test_a_decorated_key_is_cut_out_whole(name: str) -> None:
+    text = f"backup key {DECORATED[name]} here"
+    out = redact(text)
+    assert out.kinds and out.text.startswith("backup key [REDACTED:") and out.text.endswith("] here"), out.text
+    key = GHP if name.startswith("github") else AWS
+    assert not survives(key, out.text)
+    assert not survives(key[:10], out.text)  # not even its first characters
+
+
+def test_a_decorated_key_never_reaches_the_database_the_cli_or_the_block(tmp_path: Path) -> None:
+    db = tmp_path / "db" / "m.db"
+    env = {**os.environ, "MEMLOCAL_DB": str(db)}
+    for name, key in DECORATED.items():
+        run = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", "ops",
+                              f"backup key {key} ({name})"], capture_output=True, text=True, timeout=60, env=env)
+        assert run.returncode == 0, run.stderr
+    shown = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "list", "-p", "ops", "--json"],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert shown.returncode == 0 and "backup key" in shown.stdout
+    assert not survives(AWS, shown.stdout) and not survives(GHP[:10], shown.stdout)
+    with MemoryBank(db) as bank:
+        block = bank.inject("ops", "@memory", "what is the backup key?")
+        assert "backup key" in block and not survives(AWS, block) and not survives(GHP[:10], block)
+    text = db_text(db.parent)
+    assert not survives(AWS, text) and not survives(GHP[:10], text)
+
+
+def test_a_decorated_key_never_reaches_the_bucket(hosts: Callable[..., Any], s3: Any) -> None:
+    a = hosts("a")
+    ids = [a.bank.save("p", content=f"backup key {key}").memory.id for key in DECORATED.values()]
+    a.sync()
+    for i in ids:
+        body = s3.client.get_object(Bucket=s3.bucket, Key=f"memory/p/{i}.json")["Body"].read().decode()
+        assert "backup key" in body and not survives(AWS, json.loads(body)["processedContent"])
+        assert not survives(GHP[:10], json.loads(body)["rawInput"])
+
+
+# --- 2. secrets in dict keys, control characters, namespace labels ----------------------------
+
+
+def test_import_redacts_keys_at_any_depth(bank: MemoryBank) -> None:
+    line = json.dumps({"id": "mem-0000000c", "profileName": "p", "rawInput": "deploy notes",
+                       "createdAt": "2024-01-01T00:00:00Z", "meta": {"creds": {GHP: "x"}}})
+    report = import_jsonl(bank, [line])
+    assert report.imported == 1
+    assert report.to_dict()["redacted"] == [{"line": 1, "kinds": ["github-token"], "fields": ["meta"]}]
+    exported = json.dumps([m.to_dict() for m in bank.export("p")])
+    assert "deploy notes" in exported and not survives(GHP, exported)
+    assert not survives(GHP, db_text(bank.path.parent))
+
+
+def test_a_pulled_key_in_a_dict_key_is_not_shown(bank: MemoryBank, cli: Any) -> None:
+    from memory_factory import memory
+
+    pulled = memory("p", "deploy notes", memory_id="mem-0000000d").with_changes(extra={"meta": {GHP: "x"}})
+    bank.store.upsert(pulled)  # as a sync pull writes it
+    assert not survives(GHP, json.dumps(bank.get("p", "mem-0000000d").to_dict()))
+    code, out, _ = cli.at(bank.path)("get", "-p", "p", "mem-0000000d", "--json")
+    assert code == 0 and "deploy notes" in out and not survives(GHP, out)
+
+
+# --- 3 and 2. the integrations ----------------------------------------------------------------
+
+
+def test_the_memory_tool_reads_through_the_redaction(bank: MemoryBank) -> None:
+    from anthropic.types.beta import BetaMemoryTool20250818ViewCommand as View
+
+    from memlocal.integrations.claude import MemlocalMemoryTool
+    from memory_factory import memory
+
+    pulled = memory("claude", f"deploy with {GHP}", memory_id="mem-0000000e").with_changes(
+        extra={"memoryFile": "/memories/deploy.md"})
+    bank.store.upsert(pulled)
+    assert "[REDACTED:github-token]" in bank.get("claude", "mem-0000000e").processed_content
+    tool = MemlocalMemoryTool(bank, "claude")
+    out = tool.view(View(command="view", path="/memories/deploy.md"))
+    assert "deploy with" in out and not survives(GHP, out) and "[REDACTED:github-token]" in out
+    listing = tool.view(View(command="view", path="/memories"))
+    assert "deploy.md" in listing
+
+
+def test_the_langgraph_store_reads_through_the_redaction(bank: MemoryBank) -> None:
+    from memlocal.integrations.langgraph import MemlocalStore
+    from memory_factory import memory
+
+    pulled = memory("users.1", f"deploy with {GHP}", memory_id="mem-0000000f").with_changes(extra={"langgraph": {
+        "namespace": ["users", "1"], "key": "k0", "value": {"text": f"deploy with {GHP}", GHP: "x"}}})
+    bank.store.upsert(pulled)
+    store = MemlocalStore(bank)
+    item = store.get(("users", "1"), "k0")
+    assert item is not None and "deploy with" in json.dumps(item.value) and not survives(GHP, json.dumps(item.value))
+    found = store.search(("users",), query="deploy")
+    assert found and not survives(GHP, json.dumps([f.dict() for f in found], default=str))
+
+
+def test_the_langgraph_store_redacts_keys_controls_labels_and_item_keys(bank: MemoryBank) -> None:
+    from memlocal.integrations.langgraph import MemlocalStore
+
+    store = MemlocalStore(bank)
+    store.put(("users", "1"), "k1", {"tokens": {GHP: "x"}})
+    store.put(("users", "1"), "k2", {"note": AWS[:4] + "\x01" + AWS[4:]})
+    store.put(("users", AWS), f"key {GHP}", {"note": "labelled"})
+    everything = [store.get(("users", "1"), "k1"), store.get(("users", "1"), "k2"),
+                  store.get(("users", AWS), f"key {GHP}")]
+    assert all(everything)
+    out = json.dumps([i.dict() for i in everything if i is not None], default=str)
+    assert "labelled" in out and not survives(GHP, out) and not survives(AWS, out)
+    assert all(not survives(AWS, p["name"]) for p in bank.profiles())
+    assert not survives(GHP, db_text(bank.path.parent)) and not survives(AWS, db_text(bank.path.parent))
+
+
+# --- 4. the LLM path ------------------------------------------------------------------------------
+
+
+def test_the_models_answer_is_redacted_before_it_is_stored(anthropic_fake: FakeAnthropic, db_path: Path) -> None:
+    anthropic_fake.respond(Reply.structured({"processedContent": f"My AWS key is {AWS}.", "summary": f"AWS key {AWS}",
+                                             "category": "fact", "confidence": 0.9}))
+    with MemoryBank.open(db_path, config=Config.load()) as bank:
+        saved = bank.save("llm", "my aws key: " + " ".join(AWS[i:i + 4] for i in range(0, 20, 4)))
+        assert "aws-key" in saved.redacted
+        assert not survives(AWS, saved.memory.processed_content) and not survives(AWS, saved.memory.summary)
+    assert not survives(AWS, db_text(db_path.parent))
+
+
+def test_a_pulled_key_is_not_sent_to_the_model(anthropic_fake: FakeAnthropic, db_path: Path) -> None:
+    from memory_factory import memory
+
+    anthropic_fake.respond(Reply.structured({"processedContent": "The deploy key was rotated.", "summary": "rotated",
+                                             "category": "fact", "confidence": 0.9, "supersedes": None}))
+    with MemoryBank.open(db_path, config=Config.load()) as bank:
+        bank.store.upsert(memory("llm", f"the deploy key is {GHP}", memory_id="mem-00000010"))
+        bank.save("llm", "the deploy key was rotated yesterday")
+    sent = json.dumps([r.body for r in anthropic_fake.requests])
+    assert "deploy key is" in sent and not survives(GHP, sent)
