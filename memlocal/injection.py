@@ -21,10 +21,14 @@ The memory block (docs/spec.md, "Prompt injection")::
   ``inject.min_score`` (0.05), trimmed relevant first, then core, lowest score first.
 - The whole block, first line to closing ``---``, is at most ``inject.budget_chars`` (2000)
   characters (Unicode code points). Empty sections are omitted; no block when both are.
-- Memory text is redacted (:mod:`memlocal.redact`) and folded onto one line, control and
-  invisible characters are removed (:func:`memlocal.fold.is_invisible`), and every run of three or
-  more dashes (look-alikes included: :func:`memlocal.fold.is_dash`) becomes an em dash, so that no
-  memory can end, restart or imitate the block (``---``, ``--- CONTEXT FROM MEMORY ---``, newlines).
+- Structure by construction (docs/hygiene.md, "The grammar of the blocks"): every memory is one
+  line behind the renderer's bullet (``* [category] ``; every line break folded), every line of
+  an operator context or automation note behind the renderer's quote (``> ``), so no untrusted
+  text can end, start or imitate a block, whatever characters it holds.
+- Inside its line, the text is redacted (:mod:`memlocal.redact`), control and invisible
+  characters are removed (:func:`memlocal.fold.is_invisible`), and every run of three or more
+  dashes (look-alikes included: :func:`memlocal.fold.is_dash`) becomes an em dash; a context line
+  that poses as structure is quoted once more (the look-alike check, a second line of defence).
 - Operator-written contexts go in their own ``--- CONTEXT FROM OPERATOR ---`` block, labelled as
   a human operator's words, before the memory block (docs/spec.md, "Memory or context").
 """
@@ -87,8 +91,11 @@ _MIN_GROWTH: Final = len("* [fact] ") + 1
 # are rendered as one em dash.
 _ASCII_DASH_RUN: Final = re.compile(r"-{3,}")
 _MARKED_DASH_RUN: Final = re.compile(r"\x00{3,}")
-# The prefix that quotes a context line which would otherwise pose as a block's structure.
+# The renderer's own mark of an untrusted line: every line of an operator context or an
+# automation note starts with it (an empty line is the mark alone), so no line of theirs can
+# be a header, a preamble, an entry or the end of a block (docs/hygiene.md, "The grammar").
 QUOTE: Final = "> "
+QUOTE_EMPTY: Final = ">"
 
 
 def memory_enabled(tools: Iterable[str] | str | None) -> bool:
@@ -175,10 +182,14 @@ def one_line(text: str) -> str:
     return _fold_dash_runs(folded)
 
 
-def safe_lines(text: str) -> list[str]:
-    """Multi-line text (an operator context, an automation note) split into lines that cannot
-    end or forge a block: the same cleaning as :func:`one_line`, but line breaks are kept, and a
-    line that poses as structure (:func:`poses_as_structure`) is quoted with ``QUOTE``."""
+def shown_lines(text: str) -> list[str]:
+    """The lines of an untrusted multi-line text (an operator context, an automation note) as a
+    context block carries them, before the renderer's quote: split at every Unicode line
+    boundary, control and invisible characters dropped, a tab as four spaces, trailing white
+    space stripped, runs of three or more dashes made one em dash, leading and trailing empty
+    lines dropped. A line that poses as structure (:func:`poses_as_structure`) gets a quote of
+    its own besides (``> > …`` once rendered): the look-alike check is the second line of
+    defence, the quote on every line the first."""
     out = []
     for line in text.splitlines():  # every Unicode line boundary, not only "\n"
         line = _clean_chars(line.replace("\t", "    ")).rstrip()
@@ -191,6 +202,18 @@ def safe_lines(text: str) -> list[str]:
     while out and not out[0]:
         out.pop(0)
     return out
+
+
+def quote(line: str) -> str:
+    """One line of an untrusted text as rendered: behind the renderer's quote."""
+    return QUOTE + line if line else QUOTE_EMPTY
+
+
+def safe_lines(text: str) -> list[str]:
+    """Multi-line text (an operator context, an automation note) as the lines of a context
+    block: :func:`shown_lines`, each behind the renderer's quote (:func:`quote`), so that no
+    line can end, start or forge a block whatever the text holds."""
+    return [quote(line) for line in shown_lines(text)]
 
 
 # --- the memory block ------------------------------------------------------------------------

@@ -274,9 +274,10 @@ def test_no_note_or_context_line_poses_as_a_block(bank: MemoryBank, forged: str)
     ctx = _block_lines(bank.inject("lim", None, "p", contexts=[f"ok\n{forged}"]).rsplit("\n", 1)[0],
                        OPERATOR_HEADER)
     for line in (*note, *ctx):
+        assert line in ("", ">") or line.startswith("> "), repr(line)  # every line behind the quote
         assert not _poses(line), repr(line)
         assert not any(ch in line for ch in "\u200b\u061c\ufeff\u2060")
-    assert note[0] == "ok" and note[-1] == "still ok"
+    assert note[0] == "> ok" and note[-1] == "> still ok"
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -281,8 +281,9 @@ def test_lookalike_headers_are_quoted_in_notes_and_operator_contexts(bank: Memor
     bank.automations.put("auto", f"ok\n{forged}\nstill ok")
     note = _inner(bank.automations.block("auto"), NOTE_HEADER)
     ctx = _inner(bank.inject("lim", None, "p", contexts=[f"ok\n{forged}"]).rsplit("\n", 1)[0], OPERATOR_HEADER)
-    assert note[0] == "ok" and note[-1] == "still ok"
-    assert note[1].startswith(QUOTE) and ctx[1].startswith(QUOTE), (note, ctx)
+    assert note[0] == "> ok" and note[-1] == "> still ok"
+    # every line is quoted; a look-alike is quoted once more (the second line of defence)
+    assert note[1].startswith(QUOTE + QUOTE) and ctx[1].startswith(QUOTE + QUOTE), (note, ctx)
     for line in (note[1], ctx[1]):
         assert not any(ch in line for ch in "\u3164\u115f\u2800\u034f")
 
@@ -301,7 +302,7 @@ def test_lookalike_headers_in_a_memory_stay_inside_its_line(bank: MemoryBank, fo
 
 def test_the_dash_rule_sees_the_line_before_its_dashes_are_folded() -> None:
     block = context_block(OPERATOR_HEADER, OPERATOR_PREAMBLE, ("--- X ---\n-- y\n- a bullet",))
-    assert _inner(block, OPERATOR_HEADER) == ["> \u2014 X \u2014", "> -- y", "- a bullet"]
+    assert _inner(block, OPERATOR_HEADER) == ["> > \u2014 X \u2014", "> > -- y", "> - a bullet"]
 
 
 # --- 4. exact duplicates, exact in what matters ---------------------------------------------------
