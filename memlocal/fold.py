@@ -44,7 +44,7 @@ from .errors import fold_whitespace
 if TYPE_CHECKING:
     import regex
 
-__all__ = ["DASH", "fold", "fold_map", "is_dash", "is_invisible", "project", "skeleton", "strip_invisible"]
+__all__ = ["DASH", "fold", "fold_exact", "fold_map", "is_dash", "is_invisible", "project", "skeleton", "strip_invisible"]
 
 # ASCII controls other than the whitespace ones (tab, line feed, vertical tab, form feed, CR).
 _ASCII_CONTROL: Final = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
@@ -206,6 +206,41 @@ def project(text: str) -> tuple[str, Callable[[], list[int]] | None]:
         return out
 
     return projected, index
+
+
+# Compatibility forms whose fold changes what the text says, not how it is drawn: 10⁶ is not
+# 106, H₂O's 2 is not a separate 2, ½ is not 1/2 (nor "1 2" once the slash separates words).
+_MEANINGFUL_COMPAT: Final = ("<super>", "<sub>", "<fraction>")
+
+
+def _fold_exact_char(ch: str) -> str:
+    if ch.isascii():
+        return _TABLE[ord(ch)]
+    if unicodedata.decomposition(ch).startswith(_MEANINGFUL_COMPAT) or (
+            unicodedata.category(ch)[0] == "S" and not unicodedata.normalize("NFKC", ch).isascii()):
+        return ch  # (a symbol's look-alike is another symbol: ∞ is not "oo"; ＋ is still +)
+    return _TABLE[ord(ch)]
+
+
+class _ExactTable(dict[int, str]):
+    """``str.translate`` table of :func:`fold_exact`, filled one character at a time."""
+
+    def __missing__(self, code: int) -> str:
+        self[code] = value = _fold_exact_char(chr(code))
+        return value
+
+
+_EXACT: Final = _ExactTable()
+
+
+def fold_exact(text: str) -> str:
+    """:func:`fold` for the exact-duplicate key: the same, except that superscripts, subscripts
+    and vulgar fractions stay themselves (their compatibility fold changes the meaning: ``10⁶``
+    is not ``106``), and so do symbols that are not a compatibility form of an ASCII one (``∞`` is
+    not ``oo``, ``−`` stays a minus). Detection folds them all (a key in superscripts is a key)."""
+    if _plain(text):
+        return text
+    return text.translate(_EXACT)
 
 
 class _StripTable(dict[int, "int | None"]):

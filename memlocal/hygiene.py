@@ -4,8 +4,10 @@ Pure functions (no store, no I/O); :class:`memlocal.MemoryBank` applies them. do
 explains each rule, its setting and its cost.
 
 - **Exact duplicates.** Two memories are the same when they have the same category and their
-  texts have the same :func:`normalise` form: the one normalisation of every check
-  (:func:`memlocal.fold.fold`: invisible characters dropped, NFKC, look-alikes mapped to ASCII),
+  texts have the same :func:`normalise` form: the one normalisation of every check without the
+  compatibility folds that change the meaning (:func:`memlocal.fold.fold_exact`: invisible
+  characters dropped, NFKC but for superscripts, subscripts, fractions and symbols, look-alikes
+  mapped to ASCII),
   case folded, Latin diacritics stripped, whitespace collapsed, and punctuation that only
   separates words dropped; what carries meaning is kept: the sign of a number (``-5``), currency
   and other symbols (``$``, ``€``, ``+``, ``°``), ``%``, ``#`` and ``@`` (``C++``, ``C#``),
@@ -39,7 +41,7 @@ import unicodedata
 
 from . import text
 from .errors import ValidationError, fold_whitespace
-from .fold import fold
+from .fold import fold, fold_exact
 from .model import CATEGORIES, CORE_CATEGORIES, Memory, compute_staleness, parse_age
 
 # Extra fields of the memory object that record supersession (docs/hygiene.md).
@@ -80,12 +82,15 @@ def copy_of(memory: Memory, new_id: str, profile: str, ids: Mapping[str, str]) -
     return copy.with_changes(id=new_id, profile_name=profile, extra={**copy.extra, COPIED_FROM: memory.id})
 
 
-# Punctuation that carries meaning inside a token and is kept: number sign, percent and per
-# mille, at, ampersand. Symbols (category S: + $ € ° ^ ...) are always kept.
-_KEPT_PUNCTUATION: Final = frozenset("#%\u2030\u2031@&")
-# A "-" is a sign when a digit (or a decimal point and a digit) follows and no letter or digit
-# precedes: "-5", "-.5", "(-5)"; in "dark-mode" or "5-6" it only joins words.
-_SIGN_RE: Final = re.compile(r"(?<![^\W_])-(?=\.?\d)")
+# Punctuation that carries meaning inside a token and is kept: number sign, percent (the Arabic
+# percent sign too: "5٪" is not "5"), per mille, at, ampersand. Symbols (category S: + $ € ° ^
+# ∞ ...) are always kept.
+_KEPT_PUNCTUATION: Final = frozenset("#%\u066a\u2030\u2031@&")
+# Dashes that may stand for a minus sign (hyphen-minus, the Unicode dashes, the minus sign).
+_DASHES: Final = "\\-\u2010-\u2015\u2212\ufe58\ufe63\uff0d"
+# A dash is a sign when a digit (or a decimal point and a digit, or ∞) follows and no letter or
+# digit precedes: "-5", "-.5", "(-5)", "—5", "-∞"; in "dark-mode" or "5-6" it only joins words.
+_SIGN_RE: Final = re.compile(r"(?<![^\W_])[%s](?=\.?\d|\u221e)" % _DASHES)
 _DECIMAL_RE: Final = re.compile(r"(?<=\d)[.,](?=\d)")
 _DIGIT_RE: Final = re.compile(r"\d")
 _INNER_APOSTROPHE_RE: Final = re.compile(r"(?<=[^\W_])'(?=[^\W_])")
@@ -116,18 +121,26 @@ _ASCII_TOKEN_RE: Final = re.compile("[^\\s%s]+" % re.escape(_ASCII_SEPARATING))
 _ASCII_SEPARATORS: Final = {c: 32 if chr(c) in _ASCII_SEPARATING else c for c in range(128)}
 
 
+def _strip_marks(value: str) -> str:
+    """Combining marks stripped (café -> cafe) through the *canonical* decomposition: the
+    compatibility one would fold 10⁶ into 106 again."""
+    decomposed = unicodedata.normalize("NFD", value)
+    return unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
+
+
 @lru_cache(maxsize=4096)  # a save or an import row normalises the same text for both keys
 def normalise(value: str) -> str:
     """The form exact duplicates share (see the module docstring)."""
-    folded = fold(value).casefold()
+    folded = fold_exact(value).casefold()
     if not folded.isascii():
-        folded = text.strip_diacritics(folded.translate(text.APOSTROPHES))
+        folded = _strip_marks(folded.translate(text.APOSTROPHES))
     marked = False
     # A decimal point or a sign needs a digit: the one fast search first.
-    digits = ("." in folded or "," in folded or "-" in folded) and _DIGIT_RE.search(folded) is not None
+    digits = ("." in folded or "," in folded or "-" in folded or not folded.isascii()) and (
+        _DIGIT_RE.search(folded) is not None or "\u221e" in folded)
     if digits and ("." in folded or "," in folded) and _DECIMAL_RE.search(folded):
         folded, marked = _DECIMAL_RE.sub(lambda m: _MARKS[m.group()], folded), True
-    if digits and "-" in folded and _SIGN_RE.search(folded):
+    if digits and _SIGN_RE.search(folded):
         folded, marked = _SIGN_RE.sub(_MARKS["-"], folded), True
     if "'" in folded and _INNER_APOSTROPHE_RE.search(folded):
         folded, marked = _INNER_APOSTROPHE_RE.sub(_MARKS["'"], folded), True
@@ -215,8 +228,8 @@ _MARKED_TOKEN_RE: Final = re.compile(r"(?<![^ ])[^ ]*?(?:[^\w ']|[\d_])[^ ]*")
 @lru_cache(maxsize=1024)  # a save computes it for its near-duplicate check, then for its row's near_key
 def signature(value: str) -> Signature:
     """The :class:`Signature` of a text (after the one normalisation, :func:`memlocal.fold.fold`)."""
+    norm = normalise(value)  # of the text as given: its numbers as the exact rule keeps them (10⁶ is not 106)
     value = fold(value)
-    norm = normalise(value)
     marked = _ASCII_MARK_RE.search(norm) if norm.isascii() else _MARK_RE.search(norm)
     numbers = set(_MARKED_TOKEN_RE.findall(norm)) if marked else set()
     ws = text.word_tuple(value)  # split once: the features read the same words

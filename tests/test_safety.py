@@ -207,3 +207,41 @@ def test_a_pulled_key_is_not_sent_to_the_model(anthropic_fake: FakeAnthropic, db
         bank.save("llm", "the deploy key was rotated yesterday")
     sent = json.dumps([r.body for r in anthropic_fake.requests])
     assert "deploy key is" in sent and not survives(GHP, sent)
+
+
+# --- 6. exact duplicates stay exact -----------------------------------------------------------------
+
+NOT_THE_SAME = [
+    ("The server handles 10\u2076 requests a day", "The server handles 106 requests a day"),
+    ("The loop costs n\u00b2 steps", "The loop costs n2 steps"),
+    ("Water is H\u2082O", "Water is H2O"),
+    ("Add \u00bd cup of sugar", "Add 1/2 cup of sugar"),
+    ("Add \u00bd cup of sugar", "Add 1 2 cup of sugar"),
+    ("Everything is 5\u066a off", "Everything is 5 off"),
+    ("It was \u20145 degrees", "It was 5 degrees"),
+    ("The limit is -\u221e", "The limit is \u221e"),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), NOT_THE_SAME)
+def test_exact_duplicates_do_not_fold_what_changes_the_meaning(bank: MemoryBank, first: str, second: str) -> None:
+    a = bank.save("p", content=first, category="fact")
+    b = bank.save("p", content=second, category="fact")
+    assert not b.deduplicated and a.memory.id != b.memory.id
+
+
+def test_the_cli_does_not_answer_already_saved_for_a_different_number(cli: Any) -> None:
+    assert cli("save", "-p", "p", "--content", NOT_THE_SAME[0][0]).exit_code == 0
+    out = cli("save", "-p", "p", "--content", NOT_THE_SAME[0][1])
+    assert out.exit_code == 0 and "already saved" not in out.output
+
+
+def test_exact_duplicates_still_see_through_invisible_and_lookalike_characters(bank: MemoryBank) -> None:
+    a = bank.save("p", content="Ana prefers dark mode", category="preference")
+    for same in ("Ana prefers da\u200brk mode", "Ana prefers d\u0430rk mode", "\uff21na prefers dark mode",
+                 "It was \u22125 degrees"):
+        if same.startswith("It"):
+            assert bank.save("p", content="It was -5 degrees", category="fact").memory.id == \
+                bank.save("p", content=same, category="fact").memory.id  # a minus sign is a minus
+            continue
+        assert bank.save("p", content=same, category="preference").memory.id == a.memory.id, same
