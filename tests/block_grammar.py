@@ -6,9 +6,8 @@ not from the renderer: the tests render untrusted texts and parse them back with
     context-block := HEADER "\\n" PREAMBLE "\\n" text ("\\n" "" "\\n" text)* "\\n" "---" "\\n"
     text          := quoted ("\\n" quoted)*
     quoted        := "> " line-content | ">"
-    memory-block  := MEMORY_HEADER "\\n" [core] [relevant] "---" "\\n"
-    core          := CORE_HEADING "\\n" entry+
-    relevant      := ["" "\\n"] RELEVANT_HEADING "\\n" entry+      (the empty line when core is there)
+    memory-block  := MEMORY_HEADER "\\n" section ("" "\\n" section)* "---" "\\n"
+    section       := HEADING "\\n" entry+       (CORE, RELEVANT, FILLER headings, in this order, each once)
     entry         := "* [" CATEGORY "] " line-content "\\n"
 
 ``line-content`` holds no line boundary of any kind (``str.splitlines``); a line that is none of
@@ -20,8 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from memlocal.injection import (BLOCK_END, CORE_HEADING, MEMORY_HEADER, NOTE_HEADER, NOTE_PREAMBLE,
-                                OPERATOR_HEADER, OPERATOR_PREAMBLE, RELEVANT_HEADING)
+from memlocal.injection import (BLOCK_END, CORE_HEADING, FILLER_HEADING, MEMORY_HEADER, NOTE_HEADER,
+                                NOTE_PREAMBLE, OPERATOR_HEADER, OPERATOR_PREAMBLE, RELEVANT_HEADING)
 from memlocal.model import CATEGORIES
 
 CONTEXT_BLOCKS = {OPERATOR_HEADER: OPERATOR_PREAMBLE, NOTE_HEADER: NOTE_PREAMBLE}
@@ -37,6 +36,7 @@ class Parsed:
     contexts: list[tuple[str, list[list[str]]]] = field(default_factory=list)  # (header, texts' lines)
     core: list[tuple[str, str]] = field(default_factory=list)  # (category, text)
     relevant: list[tuple[str, str]] = field(default_factory=list)
+    filler: list[tuple[str, str]] = field(default_factory=list)
     rest: str = ""
 
 
@@ -82,32 +82,28 @@ def parse(prompt: str) -> Parsed:
                 raise GrammarError("a context block without text")
             out.contexts.append((header, texts))
             continue
-        if out.core or out.relevant:
+        if out.core or out.relevant or out.filler:
             raise GrammarError("two memory blocks")
-        section: list[tuple[str, str]] | None = None
-        seen: list[str] = []
-        while True:
-            line = take()
-            if line == BLOCK_END:
-                break
-            if line == CORE_HEADING and not seen:
-                section = out.core
-            elif line == "" and seen == [CORE_HEADING] and out.core:
-                if take() != RELEVANT_HEADING:
-                    raise GrammarError("an empty line not followed by the relevant heading")
-                line = RELEVANT_HEADING
-                section = out.relevant
-            elif line == RELEVANT_HEADING and not seen:
-                section = out.relevant
-            else:
-                m = _ENTRY.fullmatch(line)
-                if m is None or section is None:
+        sections = {CORE_HEADING: out.core, RELEVANT_HEADING: out.relevant, FILLER_HEADING: out.filler}
+        order = list(sections)
+        done = -1  # the index of the last section read
+        line = take()
+        while line != BLOCK_END:
+            if done >= 0:
+                if line != "":
                     raise GrammarError(f"not an entry line: {line!r}")
+                line = take()
+            if line not in sections or order.index(line) <= done:
+                raise GrammarError(f"not a section heading: {line!r}")
+            done = order.index(line)
+            section = sections[line]
+            line = take()
+            while (m := _ENTRY.fullmatch(line)) is not None:
                 section.append((m.group(1), m.group(2)))
-                continue
-            seen.append(line)
-        if not (out.core or out.relevant) or (CORE_HEADING in seen and not out.core) or (
-                RELEVANT_HEADING in seen and not out.relevant):
-            raise GrammarError("a memory block or section without entries")
+                line = take()
+            if not section:
+                raise GrammarError("a section without entries")
+        if done < 0:
+            raise GrammarError("a memory block without a section")
     out.rest = "\n".join(lines[i:])
     return out

@@ -44,13 +44,15 @@ def _valid(text: str) -> bool:
        core=st.lists(st.tuples(st.sampled_from(["preference", "fact"]), TEXT), max_size=4),
        relevant=st.lists(st.tuples(st.sampled_from(sorted(set(CATEGORIES) - {"preference", "fact"})), TEXT),
                          max_size=4),
+       filler=st.lists(st.tuples(st.sampled_from(["preference", "fact"]), TEXT), max_size=2),
        prompt=TEXT)
 def test_any_untrusted_text_parses_back_into_what_was_put_in(contexts: list[str], notes: list[str],
                                                            core: list[tuple[str, str]],
-                                                           relevant: list[tuple[str, str]], prompt: str) -> None:
+                                                           relevant: list[tuple[str, str]],
+                                                           filler: list[tuple[str, str]], prompt: str) -> None:
     blocks = [operator_block(contexts), context_block(NOTE_HEADER, NOTE_PREAMBLE, notes),
-              _block_text([entry_line(c, t) for c, t in core], [entry_line(c, t) for c, t in relevant])
-              if core or relevant else ""]
+              _block_text([entry_line(c, t) for c, t in core], [entry_line(c, t) for c, t in relevant],
+                          [entry_line(c, t) for c, t in filler]) if core or relevant or filler else ""]
     parsed = parse(assemble(blocks, prompt))
     expected_contexts = []
     for header, texts in ((OPERATOR_HEADER, contexts), (NOTE_HEADER, notes)):
@@ -60,6 +62,7 @@ def test_any_untrusted_text_parses_back_into_what_was_put_in(contexts: list[str]
     assert parsed.contexts == expected_contexts
     assert parsed.core == [(c, one_line(redact(t).text)) for c, t in core]
     assert parsed.relevant == [(c, one_line(redact(t).text)) for c, t in relevant]
+    assert parsed.filler == [(c, one_line(redact(t).text)) for c, t in filler]
     assert parsed.rest == prompt
 
 

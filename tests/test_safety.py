@@ -84,6 +84,7 @@ def test_a_decorated_key_is_cut_out_whole(name: str) -> None:
 
 def test_a_decorated_key_never_reaches_the_database_the_cli_or_the_block(tmp_path: Path) -> None:
     db = tmp_path / "db" / "m.db"
+    db.parent.mkdir()
     env = {**os.environ, "MEMLOCAL_DB": str(db)}
     for name, key in DECORATED.items():
         run = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "save", "-p", "ops",

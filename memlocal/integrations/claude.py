@@ -288,6 +288,7 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
             return
         self.bank.save(self.profile, content=text, category=category_for_path(rel), use_llm=False,
                        supersedes=prior.id if prior is not None else None, deduplicate=False,
+                       auto_supersede=False,  # a file's text never retires another file
                        extra={FILE_FIELD: f"{ROOT}/{rel}"})
         if old is not None and prior is None:
             self._unlocal(rel)
@@ -507,7 +508,8 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
             self._local(dst, "file", file.text)
             return
         self.bank.save(self.profile, content=file.text, category=category_for_path(dst), use_llm=False,
-                       supersedes=file.memory.id, deduplicate=False, extra={FILE_FIELD: f"{ROOT}/{dst}"})
+                       supersedes=file.memory.id, deduplicate=False, auto_supersede=False,
+                       extra={FILE_FIELD: f"{ROOT}/{dst}"})
 
     def clear_all_memory(self) -> str:
         """Delete every file (and its versions) and directory of the profile's ``/memories``."""

@@ -214,7 +214,8 @@ class MemlocalStore(BaseStore):
             text = _cut(_text_of(value, fields) or json.dumps(value, ensure_ascii=False, sort_keys=True))
             self.bank.save(profile_for(namespace), content=text, category=self.category, use_llm=False,
                            supersedes=old.memory.id if old is not None else None,
-                           deduplicate=False, extra={ITEM_FIELD: record})
+                           deduplicate=False, auto_supersede=False,  # two keys may hold related values
+                           extra={ITEM_FIELD: record})
         cache.pop(profile_for(namespace), None)
 
     def _redacted(self, value: dict[str, Any]) -> dict[str, Any]:
