@@ -190,6 +190,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("secrets.mode", str, "redact", "credentials found in a save: 'redact' them to [REDACTED:<kind>], or 'reject' the save", ("MEMLOCAL_SECRETS_MODE",), choices=("redact", "reject")),
     Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",), check=_non_empty, allowed="a host name or address (not empty)"),
     Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",), min=0, max=65535),
+    Setting("serve.workers", int, 0, "processes `memlocal serve` answers with, each with its own connection and recall index over the one WAL database; 0: one per CPU core, up to 4", ("MEMLOCAL_SERVE_WORKERS",), min=0, max=64),
     Setting("serve.api_token", str, "", "when set, every REST request needs 'Authorization: Bearer <token>'", ("MEMLOCAL_API_TOKEN",), secret=True),
     Setting("serve.allowed_hosts", str, "", "comma-separated Host names the server answers besides loopback ones; with a token and no list, any", ("MEMLOCAL_ALLOWED_HOSTS",)),
 )

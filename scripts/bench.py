@@ -32,6 +32,13 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
            ``frozen_lib_100_saves_s``, ``MemoryBank.open`` and 100 saves; ``frozen_rest_100_saves_s``,
            100 ``POST``s to a ``memlocal serve`` on a fresh data dir. Default timeouts and breaker.
 
+- rest:    ``--only rest`` (needs Debian's ``wrk``): ``memlocal serve`` on a 10k-memory bank of 10
+           profiles under a mixed load from wrk (60% search, 20% save, 10% list, 10% injection
+           preview; 32 connections, 20 s, two rounds), and the plain FastAPI + sqlite3 FTS5 service of
+           scripts/rest_baseline.py under the same load, back to back in each round (medians):
+           throughput, p50 and p99 latency, errors and lost saves (acknowledged, then not in the
+           database; scripts/_restload.py).
+
 - cold:    ``recall.cold.<n>_ms``: a fresh interpreter opens the <n> database and answers one recall
            (median over processes; ``import memlocal`` not counted); ``cli.recall_ms``: a whole
            ``memlocal recall`` process at the start-up size (10k), wall clock. Both run with
@@ -47,6 +54,7 @@ fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, recall.first50_max_<n>_m
 hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, noop_requests, noop_pass_100k_s, hydrate_s,
 hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_100_saves_s, frozen_rest_100_saves_s,
 hung_pass_s};
+rest.{req_per_s, p50_ms, p99_ms, errors, lost, baseline.{req_per_s, p50_ms, p99_ms}} (with ``rest`` named);
 ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
@@ -112,6 +120,15 @@ class Plan:
     # An untimed first run of each kind of fresh process (start-up, CLI, runner), which fills its
     # bytecode cache; off when the caller's cache is already filled (the smoke test's --no-warmup).
     warmup: bool = True
+    # The REST load (the ``rest`` section, scripts/_restload.py): seconds per server and round,
+    # wrk's connections, rounds (each memlocal then the plain service), serve's workers (None:
+    # serve.workers' default), and the untimed seconds of load before each timed run.
+    rest_seconds: float = 20.0
+    rest_connections: int = 32
+    rest_rounds: int = 2
+    rest_workers: int | None = None
+    rest_warmup_s: float = 5.0
+    rest_memories: int = 10_000
 
 
 QUICK = Plan()
@@ -157,6 +174,10 @@ TARGETS = {
     "frozen bucket: 100 library saves < 5 s": lambda r: r["sync"]["frozen_lib_100_saves_s"] < 5,
     "a sync run against a hung bucket ends ≤ 15 s": lambda r: r["sync"]["hung_pass_s"] <= 15,
     "frozen bucket: 100 REST saves < 5 s": lambda r: r["sync"]["frozen_rest_100_saves_s"] < 5,
+    "REST under load: req/s ≥ the plain FastAPI + SQLite service's": lambda r: r["rest"]["req_per_s"]
+    >= r["rest"]["baseline"]["req_per_s"],
+    "REST under load: p99 ≤ the plain service's": lambda r: r["rest"]["p99_ms"] <= r["rest"]["baseline"]["p99_ms"],
+    "REST under load: 0 errors, 0 lost saves": lambda r: r["rest"]["errors"] == 0 and r["rest"]["lost"] == 0,
 }
 
 
@@ -1144,6 +1165,14 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
         if "recall" not in sections:
             del out["recall"]
             out.pop("cli", None)
+    if "rest" in sections:
+        from _restload import bench_rest
+
+        out["rest"] = bench_rest(tmp, seconds=plan.rest_seconds, connections=plan.rest_connections,
+                                 rounds=plan.rest_rounds, seed=plan.seed, workers=plan.rest_workers,
+                                 warmup=plan.rest_warmup_s, memories=plan.rest_memories, log=log)
+        if sections == {"rest"}:
+            return out
     assert startup_db is not None or not (sections & {"inject", "import", "startup", "sync", "runner"})
     if "inject" in sections and startup_db is not None:
         log("inject: 10k memories")
@@ -1261,6 +1290,12 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
                          f"{f(s['frozen_lib_100_saves_s'], '.2f')} s   100 REST saves {f(s['frozen_rest_100_saves_s'], '.2f')} s")
         if "hung_pass_s" in s:
             lines.append(f"sync hung bucket    a sync run ends in {f(s['hung_pass_s'], '.2f')} s with its one-line error")
+    if "rest" in results:
+        r, b = results["rest"], results["rest"]["baseline"]
+        lines.append(f"REST under load     {r['req_per_s']:.0f} req/s, p50 {f(r['p50_ms'], '.1f')} ms, p99 "
+                     f"{f(r['p99_ms'], '.1f')} ms, {r['errors']} errors, {r['lost']} lost   plain FastAPI + SQLite "
+                     f"{b['req_per_s']:.0f} req/s, p50 {f(b['p50_ms'], '.1f')} ms, p99 {f(b['p99_ms'], '.1f')} ms   "
+                     f"({r['req_per_s'] / b['req_per_s']:.2f}×)")
     lines.append("")
     for name, ok in targets.items():
         mark = "met" if ok else ("not measured" if ok is None else "MISSED")
@@ -1270,7 +1305,10 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
 
 
 # ``runner``: the fresh runner alone (``sync.fresh_runner_inject_s``), without the rest of ``sync``.
-SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner")
+# ``rest``: the REST load beside the plain service; it needs Debian's wrk, so it runs only when named
+# (``--only rest``, or added to a list).
+SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "rest")
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "rest")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1278,7 +1316,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1k and 10k only, fewer repeats (< 3 minutes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (the documented keys)")
     ap.add_argument("--details", action="store_true", help="with --json: add a 'details' object")
-    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections ({', '.join(SECTIONS)})")
+    ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
+                    help=f"comma-separated sections ({', '.join(SECTIONS)}; default all but rest)")
+    ap.add_argument("--rest-seconds", type=float, help="seconds of load per server and round (default 20)")
+    ap.add_argument("--rest-rounds", type=int, help="rounds of the REST load (default 2)")
+    ap.add_argument("--rest-workers", type=int, help="memlocal serve --workers for the load (default: serve.workers)")
+    ap.add_argument("--rest-tiny", action="store_true", help="the smoke test's REST plan: 200 memories, 1 s, one round")
     ap.add_argument("--sizes", help="recall sizes, comma-separated (overrides the plan)")
     ap.add_argument("--queries", type=int, help="queries per size")
     ap.add_argument("--saves", type=int, help="saves timed")
@@ -1315,6 +1358,14 @@ def main(argv: list[str] | None = None) -> int:
         changes["noop_big"] = args.noop_big
     if args.no_warmup:
         changes["warmup"] = False
+    if args.rest_tiny:
+        changes.update(rest_seconds=1.0, rest_rounds=1, rest_warmup_s=1.0, rest_memories=200)
+    if args.rest_seconds:
+        changes["rest_seconds"] = args.rest_seconds
+    if args.rest_rounds:
+        changes["rest_rounds"] = args.rest_rounds
+    if args.rest_workers is not None:
+        changes["rest_workers"] = args.rest_workers
     if changes:
         plan = Plan(**{**plan.__dict__, **changes})
     sections = {s.strip() for s in args.only.split(",") if s.strip()}

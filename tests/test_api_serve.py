@@ -100,3 +100,35 @@ def test_non_loopback_bind_with_a_token_is_allowed(tmp_path: Path) -> None:
         assert http.get(proc.url + "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     finally:
         proc.stop()
+
+
+@pytest.mark.slow  # a serve process with a second worker
+def test_serve_with_two_workers_answers_from_both_and_stops_them_on_sigterm(tmp_path: Path, cli: Any) -> None:
+    """``--workers 2``: two processes answer on the one port over the one WAL database; every
+    save is in the database whichever answered it; SIGTERM to the server (the parent alone)
+    stops the worker too."""
+    import os
+    import signal
+    import time
+
+    db = tmp_path / "workers.db"
+    proc = ServeProcess(tmp_path, ["--db", str(db)], serve_args=["--workers", "2"])
+    try:
+        proc.wait_ready()
+        with http_client(base_url=proc.url, timeout=30) as c:
+            ids = {c.post("/api/profiles/p1/memories", json={"content": f"saved through a worker {i}"}).json()["memory"]["id"]
+                   for i in range(20)}
+            assert len(ids) == 20
+            assert c.get("/api/profiles/p1/memories", params={"limit": 50}).json()["total"] == 20
+        assert "workers:    2 processes" in proc.log
+        children = [int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split()]
+        assert len(children) == 1, children
+        os.kill(proc.proc.pid, signal.SIGTERM)  # the parent only, as a service manager does
+        assert proc.proc.wait(30) == 0, proc.log
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{children[0]}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{children[0]}") or "Z" in open(f"/proc/{children[0]}/stat").read().split(")")[1][:3]
+    finally:
+        proc.stop()
+    assert {m["id"] for m in cli.at(db).json("list", "-p", "p1", "--json", "--limit", "50")["memories"]} == ids

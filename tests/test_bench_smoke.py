@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -76,6 +77,25 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     assert details["sync"]["noop_full_listing_pages"] == 1
     assert out["sync"]["noop_requests"] <= 3 and details["sync"]["noop_100k_requests_runs"] == [2]
     assert details["machine"]["cpus"]
+
+
+@pytest.mark.slow  # two servers under a second of wrk's load each
+def test_bench_rest_section_runs_and_prints_the_documented_keys(tmp_path: Path) -> None:
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is missing: apt-get install -y wrk (the rest section's load generator)")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = support.run([sys.executable, str(SCRIPTS / "bench.py"), "--only", "rest", "--rest-tiny", "--json", "--details"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out: dict[str, Any] = json.loads(proc.stdout)
+    details = out.pop("details")
+    assert out.keys() == {"rest"}
+    assert out["rest"].keys() == {"req_per_s", "p50_ms", "p99_ms", "errors", "lost", "baseline"}
+    assert out["rest"]["baseline"].keys() == {"req_per_s", "p50_ms", "p99_ms"}
+    assert out["rest"]["errors"] == 0 and out["rest"]["lost"] == 0
+    assert out["rest"]["req_per_s"] > 0 and out["rest"]["baseline"]["req_per_s"] > 0
+    (first,) = details["rest"]["rounds"]
+    assert first["saves_found"] >= first["saves_acked"] > 0
 
 
 def _locomo_fixture(path: Path) -> None:

@@ -62,15 +62,20 @@ def test_not_a_database_is_one_line(tmp_path: Path, cli: Cli) -> None:
     assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
 
 
-def test_a_database_in_a_missing_folder_is_one_line_and_creates_nothing(tmp_path: Path, cli: Cli) -> None:
+def test_a_database_in_a_missing_folder_is_created_and_said_in_one_line(tmp_path: Path, cli: Cli) -> None:
     """A typo in --db (or MEMLOCAL_DB, or store.path) must not quietly start an empty bank in a
-    new folder; only the default location (the user data dir) is created on first use."""
+    new folder: the folder is made (a fresh runner's new data dir works) and one line says so."""
     missing = tmp_path / "nonexistent" / "dir"
     result = cli("save", "-p", "ana", "a note", db=missing / "x.db")
-    assert result.exit_code != 0 and result.stdout == ""
-    assert result.stderr.splitlines() == [
-        f"Error: cannot open database {missing / 'x.db'} (from --db): the folder {missing} does not exist "
-        f"(create it first: mkdir -p {missing})"]
-    result = cli("stats", db=None, env={"MEMLOCAL_DB": str(missing / "y.db")})
-    assert result.exit_code != 0 and result.stderr.count("\n") == 1 and "MEMLOCAL_DB" in result.stderr
-    assert not (tmp_path / "nonexistent").exists()
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"created the folder {missing} for the database {missing / 'x.db'} (from --db)"]
+    assert (missing / "x.db").is_file()
+    assert cli("save", "-p", "ana", "another", db=missing / "x.db").stderr == ""  # said once: the folder exists now
+    other = tmp_path / "elsewhere"
+    result = cli("stats", db=None, env={"MEMLOCAL_DB": str(other / "y.db")})
+    assert result.exit_code == 0 and result.stderr.splitlines() == [
+        f"created the folder {other} for the database {other / 'y.db'} (from MEMLOCAL_DB)"]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = cli("stats", db=blocker / "sub" / "z.db")
+    assert result.exit_code != 0 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

@@ -69,9 +69,10 @@ class State:
 
 def check_db_folder(config: Config) -> None:
     """A database path the user chose (``--db``, ``MEMLOCAL_DB``, ``store.path``) in a folder that
-    does not exist is a ``StoreError`` (one line on the CLI; ``serve`` answers 503), not a new empty bank in a new folder (a typo would
-    otherwise look like a bank that lost its memories). The default location, the user data
-    dir, is created on first use as before."""
+    does not exist: the folder is created, and one line on stderr says so, so that a typo does not
+    silently start an empty bank elsewhere while a fresh runner's new data dir still just works.
+    A path under a file is a ``StoreError`` (one line on the CLI; ``serve`` answers 503). The
+    default location, the user data dir, is created quietly on first use as before."""
     source = config.source("store.path")
     if source == "default" or not config.get_str("store.path"):
         return
@@ -80,10 +81,16 @@ def check_db_folder(config: Config) -> None:
     if folder.is_dir():
         return
     named = "--db" if source == "flag" else source.removeprefix("env:") if source.startswith("env:") else f"store.path ({source})"
-    if folder.exists():
-        raise StoreError(f"cannot open database {path} (from {named}): {folder} is not a folder")
-    raise StoreError(f"cannot open database {path} (from {named}): the folder {folder} does not exist "
-                     f"(create it first: mkdir -p {folder})")
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        if not folder.is_dir():
+            raise StoreError(f"cannot open database {path} (from {named}): {folder} is not a folder") from None
+        return  # another process made it meanwhile
+    except OSError as exc:
+        raise StoreError(f"cannot open database {path} (from {named}): cannot create {folder}: "
+                         f"{exc.strerror or exc}") from None
+    click.echo(f"created the folder {folder} for the database {path} (from {named})", err=True)
 
 
 @cache

@@ -60,12 +60,96 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+# The most processes ``serve.workers = 0`` chooses (one per core up to this): each holds its own
+# recall index in memory, and beyond four the SQLite writer's lock, not the CPU, bounds saves.
+AUTO_WORKERS_MAX = 4
+
+
+def worker_count(config: Config) -> int:
+    """``serve.workers``, with 0 meaning one per usable CPU core, up to ``AUTO_WORKERS_MAX``."""
+    import os
+
+    chosen = config.get_int("serve.workers")
+    if chosen:
+        return chosen
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, AUTO_WORKERS_MAX))
+
+
+def _fork_workers(count: int) -> tuple[int, list[int]]:
+    """Pre-fork ``count - 1`` worker processes (as gunicorn does): each answers on the listening
+    socket the parent bound (the kernel hands each connection to one of them), with its own bank
+    (connection, recall index) over the one WAL database, which SQLite makes safe for several
+    processes. Called before the bank opens, so no thread exists yet. Returns (this process's
+    worker number, the children's pids: empty in a child). A worker dies with the parent."""
+    import os
+
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()  # nothing buffered is written twice
+    children: list[int] = []
+    for number in range(1, count):
+        pid = os.fork()
+        if pid == 0:
+            _die_with_parent()
+            return number, []
+        children.append(pid)
+    return 0, children
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM to this worker when the parent exits, however it exits."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    name = ctypes.util.find_library("c")
+    if name:
+        ctypes.CDLL(name).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _stop_workers(children: list[int], timeout_s: float = 30.0) -> None:
+    """SIGTERM each worker (uvicorn shuts it down gracefully: requests in flight are answered),
+    then wait for them, SIGKILL after ``timeout_s``."""
+    import os
+    import time
+
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    waiting = set(children)
+    while waiting:
+        for pid in list(waiting):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                waiting.discard(pid)
+        if waiting and time.monotonic() > deadline:
+            for pid in waiting:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            deadline = float("inf")
+        if waiting:
+            time.sleep(0.05)
+
+
 @main.command()
 @click.option("--host", help="Address to bind (default: serve.host, 127.0.0.1). Non-loopback needs MEMLOCAL_API_TOKEN.")
 @click.option("--port", type=int, help="Port (default: serve.port, 8765).")
+@click.option("--workers", type=int, help="Processes answering requests (default: serve.workers; 0: one per core, up to 4).")
 @click.option("--with-sync", is_flag=True, help="Also run the sync daemon in this process.")
 @pass_state
-def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> None:
+def serve(state: State, host: str | None, port: int | None, workers: int | None, with_sync: bool) -> None:
     """Serve the REST API (docs at /docs, schema at /openapi.json).
 
     If the database cannot be opened the server still starts: every memory endpoint answers 503
@@ -82,13 +166,14 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
     # libraries only from WARNING up, and never a credential (docs/sync.md, "Logs").
     configure_logging()
 
-    flags = {"serve.host": host, "serve.port": port}
+    flags = {"serve.host": host, "serve.port": port, "serve.workers": workers}
     config = state.config.with_overrides(**{k.replace(".", "__"): v for k, v in flags.items() if v is not None})
     host, port = config.get_str("serve.host"), config.get_int("serve.port")
     check_bind(host, config.serve.api_token)
     # The port first: a port in use is one line, before any banner or database work.
     sock = _listen(host, port)
     port = sock.getsockname()[1]  # the one chosen, for --port 0
+    number, children = _fork_workers(worker_count(config))
 
     bank: MemoryBank | MemoryBankError
     try:
@@ -98,10 +183,14 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
         bank = MemoryBank.open(config=config)
     except MemoryBankError as exc:
         bank = exc
-        click.echo(f"Warning: the memory bank is not wired ({exc}); memory endpoints answer 503", err=True)
+        if number == 0:
+            click.echo(f"Warning: the memory bank is not wired ({exc}); memory endpoints answer 503", err=True)
 
-    _banner(config, bank, host, port)
-    if with_sync and not isinstance(bank, MemoryBank):
+    if number == 0:
+        _banner(config, bank, host, port)
+        if children:
+            click.echo(f"  workers:    {len(children) + 1} processes " + dim("(serve.workers)"), err=True)
+    if with_sync and number == 0 and not isinstance(bank, MemoryBank):
         click.echo("Warning: --with-sync: the sync daemon is not started, the bank is not wired", err=True)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; these
     # handlers absorb that re-raise so the cleanup below (the daemon's pass in flight, the
@@ -117,13 +206,14 @@ def serve(state: State, host: str | None, port: int | None, with_sync: bool) -> 
             # hydrated one refreshes every profile in the background, and its reads answer from
             # the local index at once.
             bank.prepare()
-        if with_sync and isinstance(bank, MemoryBank):
+        if with_sync and number == 0 and isinstance(bank, MemoryBank):  # one daemon, in the parent
             daemon = bank.start_sync_daemon()
             if daemon is None:
                 click.echo("Warning: --with-sync: no bucket is configured, so there is nothing to sync", err=True)
         server.run(sockets=[sock])
     finally:
         sock.close()
+        _stop_workers(children)
         if daemon is not None:
             daemon.stop()
         if isinstance(bank, MemoryBank):
