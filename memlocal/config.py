@@ -415,6 +415,7 @@ class ServeConfig:
 
     host: str
     port: int
+    workers: int
     api_token: str
     allowed_hosts: str
 
