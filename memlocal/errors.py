@@ -1,7 +1,8 @@
 """One exception hierarchy for every memlocal failure.
 
-Each boundary (CLI, REST, MCP, tools) translates these once: the ``http_status`` attribute is
-what the REST layer answers with, and ``str(err)`` is always a single human-readable line.
+Each boundary (CLI, REST, MCP, tools) translates these once: ``code`` is the error's stable name
+(REST and MCP answer it), ``str(err)`` is always a single human-readable line, and the HTTP status
+of each class is the REST layer's business (``memlocal.api.errors.HTTP_STATUS``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ def fold_whitespace(text: object) -> str:
 class MemoryBankError(Exception):
     """Base class of every error memlocal raises on purpose."""
 
-    http_status: int = 500
     code: str = "internal"
 
     def __init__(self, message: str) -> None:
@@ -36,68 +36,58 @@ class MemoryBankError(Exception):
 class ValidationError(MemoryBankError):
     """Bad input from a caller: a bad profile name, id, category, confidence or argument."""
 
-    http_status = 400
     code = "invalid_input"
 
 
 class InputTooLargeError(ValidationError):
     """An input over its size cap (rawInput over 4096 bytes, an automation note over its cap)."""
 
-    http_status = 413
     code = "too_large"
 
 
 class SecretFoundError(ValidationError):
     """A credential in a save while ``secrets.mode`` is ``reject``: nothing was stored."""
 
-    http_status = 422
     code = "secret_found"
 
 
 class NotFoundError(MemoryBankError):
     """The memory (or automation note) asked for does not exist in that profile."""
 
-    http_status = 404
     code = "not_found"
 
 
 class ConfigError(MemoryBankError):
     """A configuration file, variable or flag that cannot be used."""
 
-    http_status = 500
     code = "config"
 
 
 class BankNotWiredError(MemoryBankError):
     """The store could not be opened: the API answers 503 with this reason."""
 
-    http_status = 503
     code = "not_wired"
 
 
 class StoreError(MemoryBankError):
     """The local database failed in a way the caller cannot fix by changing its input."""
 
-    http_status = 500
     code = "store"
 
 
 class DiskFullError(StoreError):
     """The disk (or the database's size limit) is full: the write was not made."""
 
-    http_status = 507
     code = "disk_full"
 
 
 class CorruptDatabaseError(StoreError):
     """The database file is damaged (SQLite found a malformed page or no database at all)."""
 
-    http_status = 500
     code = "corrupt"
 
 
 class SyncError(MemoryBankError):
     """A sync pass could not complete (bucket unreachable, another pass holds the lock, guard)."""
 
-    http_status = 503
     code = "sync"

@@ -374,3 +374,21 @@ def test_concurrent_requests_are_safe(client: httpx.Client) -> None:
     for n in range(3):
         hits = client.get(f"/api/profiles/w{n}/memories/search", params={"q": "worker item", "limit": 100}).json()
         assert len(hits["results"]) == stats["perProfile"][f"w{n}"] == 15 * len(range(n, 8, 3))
+
+
+def test_every_library_error_has_its_http_status_in_the_api_layer() -> None:
+    """The status of each error class lives in the REST layer (memlocal.api.errors.HTTP_STATUS), not
+    on the classes: every class memlocal.errors declares is listed, and a subclass elsewhere (the
+    sync's bucket errors) answers its nearest listed base's."""
+    import inspect
+
+    from memlocal import errors
+    from memlocal.api.errors import HTTP_STATUS, http_status
+    from memlocal_sync.bucket import BucketUnavailable
+
+    declared = {cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+                if issubclass(cls, errors.MemoryBankError)}
+    assert declared == set(HTTP_STATUS)
+    assert not any("http_status" in vars(cls) for cls in declared)
+    assert http_status(BucketUnavailable("down")) == 503
+    assert (http_status(errors.InputTooLargeError("big")), http_status(errors.DiskFullError("full"))) == (413, 507)

@@ -1,7 +1,8 @@
 """Error translation for the REST API: done once, here, into ``{"error": {"code", "message"}}``.
 
-- :class:`memlocal.errors.MemoryBankError` answers its own ``http_status`` and ``code`` (400 bad
-  input, 413 too large, 404 not found, 503 not wired, ...) with its one-line message.
+- :class:`memlocal.errors.MemoryBankError` answers the status :data:`HTTP_STATUS` gives its class
+  (400 bad input, 413 too large, 404 not found, 503 not wired, ...), its ``code`` and its one-line
+  message.
 - FastAPI's request validation (bad JSON, wrong types, unknown fields) answers 422.
 - Starlette's own HTTP errors (unknown path 404, wrong method 405) keep their status.
 - Anything else is a bug: it is logged with its traceback and answers a generic 500.
@@ -10,14 +11,27 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from typing import Any, Final, Iterable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import MemoryBankError, fold_whitespace
+from ..errors import (
+    BankNotWiredError,
+    ConfigError,
+    CorruptDatabaseError,
+    DiskFullError,
+    InputTooLargeError,
+    MemoryBankError,
+    NotFoundError,
+    SecretFoundError,
+    StoreError,
+    SyncError,
+    ValidationError,
+    fold_whitespace,
+)
 from ..inputs import describe_error
 from .models import ErrorResponse
 
@@ -71,11 +85,39 @@ def _describe(errors: Iterable[Any]) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+# The HTTP status of each error class of the library (a subclass not listed answers its nearest
+# listed base's: the sync's bucket errors are SyncErrors). tests/test_api.py checks every class
+# of memlocal.errors is here.
+HTTP_STATUS: Final[Mapping[type[MemoryBankError], int]] = {
+    MemoryBankError: 500,
+    ValidationError: 400,
+    InputTooLargeError: 413,
+    SecretFoundError: 422,
+    NotFoundError: 404,
+    ConfigError: 500,
+    BankNotWiredError: 503,
+    StoreError: 500,
+    DiskFullError: 507,
+    CorruptDatabaseError: 500,
+    SyncError: 503,
+}
+
+
+def http_status(exc: MemoryBankError) -> int:
+    """The status REST answers ``exc`` with: its class's in :data:`HTTP_STATUS`, or its nearest base's."""
+    for cls in type(exc).__mro__:
+        status = HTTP_STATUS.get(cls)
+        if status is not None:
+            return status
+    return 500
+
+
 async def _bank_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, MemoryBankError)
-    if exc.http_status >= 500 and exc.http_status != 503:
+    status = http_status(exc)
+    if status >= 500 and status != 503:
         log.error("%s %s: %s", request.method, request.url.path, exc)
-    return error_response(exc.http_status, exc.code, exc.message)
+    return error_response(status, exc.code, exc.message)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
