@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, overload
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, TypedDict, overload
 
 from .config import Config
 from .errors import ConfigError, InputTooLargeError, NotFoundError, SecretFoundError, StoreError, ValidationError
@@ -89,6 +89,28 @@ class Extractor(Protocol):
 
         ``similar``: existing memories of the profile; the answer may name one of them in
         ``supersedes`` (a proposal the caller decides on)."""
+
+
+class Stats(TypedDict):
+    """What :meth:`MemoryBank.stats` returns (the JSON of ``memlocal stats --json`` and
+    ``GET /api/stats``): counts over every profile, superseded memories included except in the
+    ``active`` ones."""
+
+    totalMemories: int
+    activeMemories: int
+    supersededMemories: int
+    profilesWithMemory: int
+    perProfile: dict[str, int]
+    perProfileActive: dict[str, int]
+
+
+class ProfileSummary(TypedDict):
+    """One entry of :meth:`MemoryBank.profiles`: a profile, its memories and its latest activity
+    (RFC 3339: the latest createdAt or lastAccessedAt)."""
+
+    name: str
+    memoryCount: int
+    lastActivityAt: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -936,7 +958,7 @@ class MemoryBank:
             out.setdefault(memory.profile_name, []).append(shown(memory))
         return out
 
-    def profiles(self) -> builtins.list[dict[str, Any]]:
+    def profiles(self) -> builtins.list[ProfileSummary]:
         """``[{"name", "memoryCount", "lastActivityAt"}]``, newest activity first (a profile's
         activity: its latest createdAt or lastAccessedAt). Counts are the ones ``stats`` gives."""
         from .model import format_time
@@ -944,7 +966,7 @@ class MemoryBank:
 
         self._ready()
         self._own_writes()
-        return [{"name": p, "memoryCount": n, "lastActivityAt": format_time(from_us(act))}
+        return [ProfileSummary(name=p, memoryCount=n, lastActivityAt=format_time(from_us(act)))
                 for p, n, act in self.store.profile_activity()]
 
     def sync_status(self) -> dict[str, Any]:
@@ -956,7 +978,7 @@ class MemoryBank:
                     "database": str(self.store.path)}
         return {"localOnly": False, "message": None, **self.replicator.status()}
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> Stats:
         """``{"totalMemories": N, "activeMemories": A, "supersededMemories": N - A,
         "profilesWithMemory": K, "perProfile": {name: n}, "perProfileActive": {name: a}}``: every
         count includes superseded (inactive) memories except the ``active`` ones, which are what
@@ -966,14 +988,14 @@ class MemoryBank:
         per_profile = self.store.profiles()
         active = self.store.active_counts()
         total, live = sum(per_profile.values()), sum(active.values())
-        return {
-            "totalMemories": total,
-            "activeMemories": live,
-            "supersededMemories": total - live,
-            "profilesWithMemory": len(per_profile),
-            "perProfile": per_profile,
-            "perProfileActive": {p: active.get(p, 0) for p in per_profile},
-        }
+        return Stats(
+            totalMemories=total,
+            activeMemories=live,
+            supersededMemories=total - live,
+            profilesWithMemory=len(per_profile),
+            perProfile=per_profile,
+            perProfileActive={p: active.get(p, 0) for p in per_profile},
+        )
 
     # --- relevance, recall and injection (memlocal.recall, .injection, .automation) ----------
 

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import __version__, dashboard
 from ..bank import MemoryBank
+from ..bank import Stats as BankStats
 from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
 from ..humanize import shown_summary
@@ -292,7 +293,7 @@ def profile_injections(
 
 
 @router.get("/memory-bank/stats", response_model=Stats, summary="Roll-up counts")
-def memory_bank_stats(response: Response, bank: MemoryBank = BankDep) -> dict[str, Any]:
+def memory_bank_stats(response: Response, bank: MemoryBank = BankDep) -> BankStats:
     """Total memories, profiles with memory, and per-profile counts."""
     _refresh(bank, response)
     return bank.stats()
