@@ -249,3 +249,17 @@ def test_every_extension_point_is_documented_in_plugins_md() -> None:
     missing += [f"docs/plugins.md: name the entry point group `{group}`" for group in plugins.EXTENSION_POINTS
                 if f"`{group}`" not in text]
     assert not missing, "\n".join(missing)
+
+
+def test_the_architecture_picture_names_every_module_of_the_map() -> None:
+    """The picture of the house (docs/architecture.md) shows every top-level module and package of
+    both packages that the module map lists, by its short name, so a module added to the map and
+    left out of the picture fails here."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| [a-z]+ \| `([^`]+)` \|", text.split("## Module map", 1)[1].split("\n## ", 1)[0], re.M)
+    picture = text.split("## The picture of the house", 1)[1].split("```", 2)[1]
+    words = set(re.findall(r"[A-Za-z_]+", picture))
+    top_level = [p for p in rows if re.fullmatch(r"(memlocal|sync)/[a-z_]+(\.py|/)", p)]
+    missing = [f"docs/architecture.md: show `{p}` in the picture of the house" for p in top_level
+               if p.rstrip("/").split("/")[-1].removesuffix(".py") not in words | {"__init__"}]
+    assert top_level and not missing, "\n".join(missing)
