@@ -879,7 +879,7 @@ class MemoryBank:
         self._own_writes()
         for i in range(0, len(checked), 500):  # one IN (...) stays under SQLite's variable limit
             found.update(self.store.get_many(profile, checked[i:i + 500]))
-        return found
+        return {i: shown(m) for i, m in found.items()}  # as every read: redacted
 
     def list(self, profile: str, limit: int = 50, offset: int = 0, *, category: str | None = None,
              active_only: bool = False) -> Page:

@@ -246,3 +246,51 @@ def test_exact_duplicates_still_see_through_invisible_and_lookalike_characters(b
                 bank.save("p", content=same, category="fact").memory.id  # a minus sign is a minus
             continue
         assert bank.save("p", content=same, category="preference").memory.id == a.memory.id, same
+
+
+# --- 7. the memory tool's paths are bounded -------------------------------------------------------
+
+
+def _tool(bank: MemoryBank) -> Any:
+    from memlocal.integrations.claude import MemlocalMemoryTool
+
+    return MemlocalMemoryTool(bank, "claude")
+
+
+@pytest.mark.parametrize("path", [
+    "/memories/" + "a" * 1015,  # 1,025 bytes
+    "/memories/" + "é" * 508,  # 1,026 bytes of UTF-8
+    "/memories/" + "/".join("d" * 19) + "/f.md",  # 21 segments, /memories counted
+    "/memories/a\x01b.md", "/memories/a\u200bb.md", "/memories/a\u202eb.md", "/memories/a\u2028b.md",
+    "/memories/" + "a" * 1_200_000,  # the kernel killed a command over a 1.2 MB path
+])
+def test_an_unbounded_path_is_refused_in_the_tools_own_style(bank: MemoryBank, path: str) -> None:
+    from anthropic.lib.tools import ToolError
+
+    tool = _tool(bank)
+    for command in ({"command": "create", "path": path, "file_text": "x"}, {"command": "view", "path": path},
+                    {"command": "rename", "old_path": "/memories/ok.md", "new_path": path}):
+        with pytest.raises(ToolError) as err:
+            tool.call(command)
+        assert "Path" in str(err.value.content) and len(str(err.value.content)) < 200
+    assert bank.stats()["totalMemories"] == 0
+
+
+def test_the_longest_paths_allowed_work_and_nfc_is_one_name(bank: MemoryBank) -> None:
+    tool = _tool(bank)
+    longest = "/memories/" + "a" * 1014
+    deepest = "/memories/" + "/".join("d" * 18) + "/f.md"  # 20 segments, /memories counted
+    for path in (longest, deepest):
+        assert "created" in tool.call({"command": "create", "path": path, "file_text": f"text of {path[-8:]}"})
+        assert "text of" in tool.call({"command": "view", "path": path})
+    tool.call({"command": "create", "path": "/memories/caf\u00e9.md", "file_text": "espresso notes"})
+    assert "espresso notes" in tool.call({"command": "view", "path": "/memories/cafe\u0301.md"})  # NFD: the same file
+
+
+def test_a_secret_in_a_path_is_not_kept(bank: MemoryBank) -> None:
+    tool = _tool(bank)
+    tool.call({"command": "create", "path": f"/memories/{GHP}.md", "file_text": "the deploy notes"})
+    listing = tool.call({"command": "view", "path": "/memories"})
+    assert "[REDACTED:github-token].md" in listing and not survives(GHP, listing)
+    assert "the deploy notes" in tool.call({"command": "view", "path": f"/memories/{GHP}.md"})
+    assert not survives(GHP, db_text(bank.path.parent))

@@ -68,7 +68,7 @@ TABLE = "claude_memory_paths"
 _MAX_LINES = 999999
 _LINE_NUMBER_WIDTH = len(str(_MAX_LINES))
 # Paths are bounded as Anthropic's hosted memory stores bound theirs: at most this many bytes of
-# UTF-8 and this many segments below /memories (so every tree operation is linear in a path's
+# UTF-8 and this many segments (/memories counted) (so every tree operation is linear in a path's
 # length, and a profile's tree in its number of files).
 PATH_MAX_BYTES = 1024
 PATH_MAX_SEGMENTS = 20
