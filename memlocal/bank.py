@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, TypedDict, overload
 
 from .config import Config
-from .errors import ConfigError, InputTooLargeError, NotFoundError, SecretFoundError, StoreError, ValidationError
+from .errors import (ConfigError, InputTooLargeError, MemoryBankError, NotFoundError, SecretFoundError, StoreError,
+                     ValidationError)
 from .model import (
     OFFSET_MAX,
     PAGE_MAX_LIMIT,
@@ -497,7 +498,11 @@ class MemoryBank:
             raise ValidationError("could not draw an unused memory id")
         if semantic is not None and vector is not None:
             semantic.store_vector(memory.id, vector)
-        synced = self.replicator.push_saved(memory) if self.replicator else False
+        try:
+            synced = self.replicator.push_saved(memory) if self.replicator else False
+        except MemoryBankError as exc:  # committed: the outbox pushes it later; never an error now
+            log.warning("memory %s saved; pushing it failed (the sync will retry): %s", memory.id, exc)
+            synced = False
         proposed = extraction.supersedes if extraction is not None else None
         if proposed not in {m.id for m in similar}:
             proposed = None  # only ever one of the memories the model was shown

@@ -294,3 +294,24 @@ def test_a_secret_in_a_path_is_not_kept(bank: MemoryBank) -> None:
     assert "[REDACTED:github-token].md" in listing and not survives(GHP, listing)
     assert "the deploy notes" in tool.call({"command": "view", "path": f"/memories/{GHP}.md"})
     assert not survives(GHP, db_text(bank.path.parent))
+
+
+# --- 8. one line, never a traceback ---------------------------------------------------------------
+
+
+def test_damaged_sync_tables_are_one_line(hosts: Callable[..., Any], s3: Any, cli: Any) -> None:
+    import sqlite3
+
+    a = hosts("a")
+    a.bank.save("p", content="first note")
+    a.sync()
+    tables = [r[0] for r in a.bank.store.read("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'sync%'")]
+    a.close()
+    conn = sqlite3.connect(a.path)
+    conn.execute("DROP TABLE sync_base" if "sync_base" in tables else f"DROP TABLE {tables[0]}")
+    conn.commit()
+    conn.close()
+    host = cli.at(a.path)
+    for args in (("sync", "status"), ("sync", "run"), ("save", "-p", "p", "--content", "second note")):
+        code, out, err = host(*args)
+        assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, (args, err)

@@ -47,6 +47,9 @@ WAL_AUTOCHECKPOINT: Final = 1000
 LAZY_CHECKPOINT_COMMITS: Final = 64
 
 
+_SQLITE_ERROR: Final = 1  # SQLITE_ERROR: a generic error, "no such table" among them
+
+
 def database_error(path: Path, exc: BaseException) -> StoreError | None:
     """The one-line error a failure of the file or the disk becomes (``None`` for any other
     exception, which keeps its own meaning: a constraint, a query FTS5 cannot parse, ...)."""
@@ -64,6 +67,11 @@ def database_error(path: Path, exc: BaseException) -> StoreError | None:
         return CorruptDatabaseError(
             f"database {path} is corrupt: {detail}; restore it from a backup (`sqlite3 {path.name} .recover` "
             "saves what is readable), or move it aside and pull the bucket with `memlocal sync run`")
+    if primary == _SQLITE_ERROR and ("no such table" in detail or "no such column" in detail):
+        # A migration that did not finish (a full disk) or a table another tool dropped or altered.
+        return StoreError(f"database {path} lacks what memlocal needs: {detail}; a migration did not finish "
+                          "(the disk may be full) or another tool altered the file: free some space and retry, "
+                          "or restore it from a backup")
     if primary in _SQLITE_DISK:
         return StoreError(f"database {path}: {detail}; nothing was written (the disk may be full, "
                           "read-only or failing)")
