@@ -222,8 +222,6 @@ class SyncEngine:
         self._cancelled = threading.Event()
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
                                    probe_lease_s=2 * config.get_float("sync.put_timeout_s") + 1)
-        # The marker, segment number and time of the snapshots read in this pass, by profile.
-        self._snapshot_meta: dict[str, dict[str, Any]] = {}
         self._snapshot_modified: dict[str, str] = {}  # snapshot key -> LastModified (listed)
         self.full_listing_s = config.get_float("sync.full_listing_s")
         self.foreign_listing_s = config.sync.foreign_listing_s
@@ -264,7 +262,7 @@ class SyncEngine:
         return self._finish(report, record=record, trip_breaker=trip_breaker)
 
     def hydrate(self, lock_timeout: float) -> PassReport | None:
-        """A fresh host's pull of the whole bucket (the snapshot path; every profile and the
+        """A fresh host's pull of the whole bucket (listed, snapshots read meanwhile; every profile and the
         automation notes, pull only), recorded as a pass. ``None`` without a pass when, once the
         lock is held, this index has completed a pass of every profile against the bucket (it
         waited for another process's pass, which did it). A failure for the bucket opens the
@@ -826,8 +824,8 @@ class SyncEngine:
         return out
 
     def _snapshot_aging(self, key: str) -> bool:
-        """Whether a snapshot is a quarter of the record's retention old: rewritten then, so that a
-        fresh host always finds one young enough to follow the record from (half of it)."""
+        """Whether a snapshot is a quarter of the record's retention old: rewritten then, so that the
+        snapshot a fresh host reads is never far behind the bucket (fewer objects to fetch)."""
         try:
             written = parse_time(self._snapshot_modified.get(key, "")).timestamp()  # type: ignore[union-attr]
         except Exception:
@@ -875,9 +873,7 @@ class SyncEngine:
         for key in keys:
             try:
                 data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
-                entries, meta = snapshot.read_with_meta(data, profile)
-                self._snapshot_meta[profile] = meta
-                return entries
+                return snapshot.read(data, profile)
             except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
                 log.info("snapshot %s not used: %s", key, exc)
         return None

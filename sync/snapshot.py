@@ -83,8 +83,7 @@ def build(profile: str, entries: Iterable[tuple[str, str, bytes]], *, marker: st
 
     ``marker``, ``seq``, ``created_at``: the bucket's identity marker and the change record's
     last segment number when the listing the snapshot was made from began, and when it was
-    written; with them a fresh host can take the snapshot for the profile's listing, then apply
-    the segments after ``seq`` (``memlocal_sync.engine``)."""
+    written: for people reading it (no host decides anything by them)."""
     items = sorted(entries)
     payload: dict[str, object] = {
         "format": FORMAT,
@@ -98,13 +97,9 @@ def build(profile: str, entries: Iterable[tuple[str, str, bytes]], *, marker: st
 
 
 def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
-    """``{key: (etag, object body)}`` of a snapshot of ``profile``; ``BadObject`` if it is not one."""
-    return read_with_meta(data, profile)[0]
-
-
-def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, bytes]], dict[str, object]]:
-    """``read``, and the snapshot's ``marker``, ``seq`` and ``createdAt`` (when it has them), and
-    ``dropped``: how many of its entries were not used (outside the profile, malformed)."""
+    """``{key: (etag, object body)}`` of a snapshot of ``profile``; ``BadObject`` if it is not one.
+    Entries that cannot be used (outside the profile's prefix, malformed) are left out: a
+    snapshot only ever saves GETs of objects the listing shows (the engine checks each)."""
     try:
         inflater = zlib.decompressobj(wbits=31)  # gzip
         raw = inflater.decompress(data, MAX_SNAPSHOT_BYTES)
@@ -120,10 +115,8 @@ def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, byte
         raise BadObject("snapshot has no object list")
     prefix = f"{PREFIX}{profile}/"
     out: dict[str, tuple[str, bytes]] = {}
-    dropped = 0  # entries not used: such a snapshot may help a fetch, never stand for a listing
     for entry in objects:
         if not isinstance(entry, dict):
-            dropped += 1
             continue
         key, etag, body = entry.get("key"), entry.get("etag"), entry.get("body")
         # An entry outside the profile's prefix is never used: the snapshot cannot write elsewhere.
@@ -131,9 +124,5 @@ def read_with_meta(data: bytes, profile: str) -> tuple[dict[str, tuple[str, byte
             try:
                 out[key] = (etag, body.encode("utf-8"))
             except UnicodeEncodeError:  # a lone surrogate: fetch that object instead
-                dropped += 1
-        else:
-            dropped += 1
-    meta = {k: doc[k] for k in ("marker", "seq", "createdAt") if k in doc}
-    meta["dropped"] = dropped
-    return out, meta
+                continue
+    return out
