@@ -31,7 +31,10 @@ ENV_ON = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true", "MEMLOCAL_SYNC_HYDRATE_DEADLINE_
 def seeded(hosts: Callable[..., Host], n: int = 3) -> set[str]:
     """Host "a" saves ``n`` memories, written through to the bucket; their ids."""
     a = hosts("a")
-    ids = {a.bank.save(P, content=f"the runner's deploy note number {i}").memory.id for i in range(n)}
+    # Different subjects, so that no save supersedes another (docs/hygiene.md, "Updates").
+    topics = ["check staging first", "watch the canary", "page the on-call", "tag the release", "drain the queue"]
+    ids = {a.bank.save(P, content=f"the runner's deploy note number {i} says {topics[i % len(topics)]}").memory.id
+           for i in range(n)}
     assert len(ids) == n
     assert a.sync().ok  # in the bucket, whatever a loaded machine made of the write-through timeouts
     return ids
