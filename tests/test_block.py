@@ -179,3 +179,53 @@ def test_weaker_evidence_fills_the_block_before_facts_without_any(tmp_path: Path
         results = bank.query_with_relevance("p", "What does Melanie think about pottery?", now=NOW)
         assert weak not in {r.memory.id for r in results}  # the gate keeps it out of recall
         assert weak in bank.render_context_block("p", "What does Melanie think about pottery?", now=NOW).ids
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """The block's entry lines by the heading above them."""
+    out: dict[str, list[str]] = {}
+    heading = ""
+    for line in text.split("\n")[1:-1]:
+        if line.endswith(":") and not line.startswith("* ["):
+            heading = line
+            out[heading] = []
+        elif line:
+            out[heading].append(line)
+    return out
+
+
+def test_core_knowledge_holds_only_what_applies_and_the_filler_is_labelled(tmp_path: Path) -> None:
+    """Under "Core knowledge (always apply)": the preferences and the facts the task gives
+    evidence for; the facts it gives none for come last, under a heading that says so
+    (inject.filler: labelled by default, core as before, omit)."""
+    with _bank(tmp_path / "m.db") as bank:
+        put(bank, "p", "Prefers answers in British English", category="preference", created=days_ago(20))
+        put(bank, "p", "API keys are rotated every 90 days by the platform team", category="fact", created=days_ago(9))
+        put(bank, "p", "Idempotency keys expire after 24 hours", category="fact", created=days_ago(1))
+        put(bank, "p", "The on-call rotation changes on Mondays", category="fact", created=days_ago(2))
+        put(bank, "p", "The office closes at 18:00 on Fridays", category="fact", created=days_ago(3))
+        block = bank.render_context_block("p", "Plan the API key rotation", now=NOW)
+        parts = _sections(block.text)
+        assert parts[CORE_HEADING] == ["* [preference] Prefers answers in British English",
+                                       "* [fact] API keys are rotated every 90 days by the platform team",
+                                       *parts[CORE_HEADING][2:]]
+        assert "* [fact] The office closes at 18:00 on Fridays" in parts[FILLER_HEADING]
+        assert not set(parts[CORE_HEADING]) & set(parts[FILLER_HEADING])
+        filler = {s.memory.id for s in block.core if s.memory.id in block.filler}
+        assert filler and all(s.breakdown.topic == 0.0 for s in block.core if s.memory.id in filler)
+        assert block.text.split("\n").index(FILLER_HEADING) == len(block.text.split("\n")) - 2 - len(parts[FILLER_HEADING])
+    with _bank(tmp_path / "m.db", **{"inject.filler": "core"}) as bank:
+        parts = _sections(bank.render_context_block("p", "Plan the API key rotation", now=NOW).text)
+        assert FILLER_HEADING not in parts and "* [fact] The office closes at 18:00 on Fridays" in parts[CORE_HEADING]
+    with _bank(tmp_path / "m.db", **{"inject.filler": "omit"}) as bank:
+        block = bank.render_context_block("p", "Plan the API key rotation", now=NOW)
+        assert FILLER_HEADING not in block.text and "office closes" not in block.text and not block.filler
+        assert "API keys are rotated" in block.text
+    with _bank(tmp_path / "m.db", **{"ranking.mode": "spec"}) as bank:  # the spec's tiers as they are
+        assert FILLER_HEADING not in bank.render_context_block("p", "Plan the API key rotation", now=NOW).text
+
+
+def test_a_memory_cannot_pose_as_the_filler_heading() -> None:
+    from memlocal.injection import poses_as_structure
+
+    assert poses_as_structure(FILLER_HEADING) and poses_as_structure("  other SAVED facts (nothing here)")
