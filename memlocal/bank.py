@@ -397,7 +397,8 @@ class MemoryBank:
         with a changed value (:func:`memlocal.updates.relation` is sure) supersedes it, and the
         result names it in ``superseded``; with the LLM processor, its proposal is applied when
         the rule finds the two related. ``auto_supersede``: ``False`` retires nothing on its own
-        (``--no-supersede``); ``None`` follows ``dedup.supersede``. :meth:`restore` undoes it.
+        (``--no-supersede``); ``None`` follows ``dedup.supersede`` (and ``dedup.enabled``: the
+        write-time hygiene off is all of it off). :meth:`restore` undoes it.
         """
         validate_profile(profile)
         extra = _check_extra(extra)
@@ -478,8 +479,9 @@ class MemoryBank:
             extra=extra,
         )
         auto: str | None = None
-        if supersedes is None and (self.config.get_bool("dedup.supersede") if auto_supersede is None
-                                   else bool(auto_supersede)):
+        if auto_supersede is None:  # part of the write-time hygiene: off with dedup.enabled too
+            auto_supersede = self.config.get_bool("dedup.enabled") and self.config.get_bool("dedup.supersede")
+        if supersedes is None and auto_supersede:
             auto = self._update_of(profile, processed, extraction.supersedes if extraction is not None else None,
                                    similar)
             supersedes = auto
