@@ -268,13 +268,21 @@ def block_size(core_chars: int, rel_chars: int, filler_chars: int = 0) -> int:
     ``rel_chars`` and ``filler_chars`` (each line plus its newline; 0 = an empty, omitted
     section): the header, the headings of the sections present, the spec's empty line between
     two sections, the end."""
-    total = len(MEMORY_HEADER) + 1 + len(BLOCK_END)
-    present = 0
-    for heading, chars in ((CORE_HEADING, core_chars), (RELEVANT_HEADING, rel_chars), (FILLER_HEADING, filler_chars)):
-        if chars:
-            total += len(heading) + 1 + chars + (1 if present else 0)
-            present += 1
+    total = _FRAME
+    if core_chars:
+        total += _CORE_COST + core_chars
+    if rel_chars:
+        total += _RELEVANT_COST + rel_chars + (1 if core_chars else 0)
+    if filler_chars:
+        total += _FILLER_COST + filler_chars + (1 if core_chars or rel_chars else 0)
     return total
+
+
+# The header and end, and each section's heading and its newline (block_size runs per candidate).
+_FRAME: Final = len(MEMORY_HEADER) + 1 + len(BLOCK_END)
+_CORE_COST: Final = len(CORE_HEADING) + 1
+_RELEVANT_COST: Final = len(RELEVANT_HEADING) + 1
+_FILLER_COST: Final = len(FILLER_HEADING) + 1
 
 
 def _block_text(core_lines: Sequence[str], rel_lines: Sequence[str], filler_lines: Sequence[str] = ()) -> str:
@@ -418,16 +426,39 @@ def build_evidence_block(
 
     ``trimmed=False``: the candidates left out are not listed (a run's block: nothing reads them).
     """
-    from .updates import relation
+    from .updates import relation, statement
 
     core = _core_tier(ranked, budget)
     by_id = {s.memory.id: s for s in evidence}
     chosen: dict[str, tuple[int, str]] = {}  # id -> (its section: 0 core, 1 relevant, 2 filler; its line)
     dated: set[str] = set()  # the ids whose line carries its date
 
+    # The chosen memories that state a value, by the words of their subject, and the marked ones
+    # by their content too: a pair the rule could relate shares one of these
+    # (memlocal.updates.relation), so a new line is compared with those alone.
+    by_word: dict[str, list["Memory"]] = {}
+
     def _related(a: "Memory", b: "Memory") -> bool:
         old, new = (a, b) if a.created_at < b.created_at else (b, a)
         return relation(old.processed_content, new.processed_content) is not None
+
+    def _comparable(m: "Memory") -> list["Memory"]:
+        said = statement(m.processed_content)
+        if not said.values:
+            return []  # no value to differ in: nothing for a reader to order
+        keys = [*said.subject, *(said.content if said.marked else ()), *(f"~{w}" for w in said.subject)]
+        found: dict[str, "Memory"] = {}
+        for key in keys:
+            for o in by_word.get(key, ()):
+                found.setdefault(o.id, o)
+        return list(found.values())
+
+    def _remember(m: "Memory") -> None:
+        said = statement(m.processed_content)
+        if not said.values:
+            return
+        for key in {*said.subject, *(f"~{w}" for w in (said.content if said.marked else ()))}:
+            by_word.setdefault(key, []).append(m)
 
     order: list["ScoredMemory"] = []
     sizes = [0, 0, 0]  # chars of the core, relevant and filler sections' lines
@@ -453,7 +484,7 @@ def build_evidence_block(
         if block_size(*grown) > budget:
             return False
         when = s.memory.created_at
-        related = [o.memory for o in order if o.memory.created_at != when and _related(o.memory, s.memory)]
+        related = [o for o in _comparable(s.memory) if o.created_at != when and _related(o, s.memory)]
         if related:
             # The lines already chosen that a date is added to (with the minute when one day holds both).
             redated = {o.id: dated_line(chosen[o.id][1], o.created_at, precise=o.created_at.date() == when.date())
@@ -472,6 +503,7 @@ def build_evidence_block(
         sizes[:] = grown
         n_rel += section == 1
         chosen[s.memory.id] = (section, line)
+        _remember(s.memory)
         order.append(by_id.get(s.memory.id, s))
         return True
 

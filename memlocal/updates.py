@@ -107,6 +107,14 @@ def _is_value(token: str, first: bool) -> bool:
     return not first and token[:1].isupper() and low not in _PERSONS
 
 
+def _stem(word: str) -> str | None:
+    return text.stem(word)
+
+
+# Per-word caches read in C (a block reads each of its lines' statements; words repeat).
+_STEMS: Final[text.WordMemo[str | None]] = text.WordMemo(_stem)
+
+
 @lru_cache(maxsize=4096)  # a block compares each of its lines with the others
 def statement(value: str) -> Statement:
     """The subject, content, values and markers of ``value`` (one sentence is assumed)."""
@@ -142,7 +150,7 @@ def statement(value: str) -> Statement:
             if in_subject:
                 words.append(bare)
             continue
-        stem = text.stem(bare)
+        stem = _STEMS[bare]
         if stem is None:
             continue
         (subject if in_subject else content).add(stem)
