@@ -397,8 +397,10 @@ class MemoryBank:
         with a changed value (:func:`memlocal.updates.relation` is sure) supersedes it, and the
         result names it in ``superseded``; with the LLM processor, its proposal is applied when
         the rule finds the two related. ``auto_supersede``: ``False`` retires nothing on its own
-        (``--no-supersede``); ``None`` follows ``dedup.supersede`` (and ``dedup.enabled``: the
-        write-time hygiene off is all of it off). :meth:`restore` undoes it.
+        (``--no-supersede``); ``None`` follows ``dedup.supersede`` when the duplicate rules apply
+        (``deduplicate`` / ``dedup.enabled``: a caller that keeps its own identities, as the
+        integrations do with ``deduplicate=False``, retires nothing it did not name). :meth:`restore`
+        undoes it.
         """
         validate_profile(profile)
         extra = _check_extra(extra)
@@ -479,8 +481,8 @@ class MemoryBank:
             extra=extra,
         )
         auto: str | None = None
-        if auto_supersede is None:  # part of the write-time hygiene: off with dedup.enabled too
-            auto_supersede = self.config.get_bool("dedup.enabled") and self.config.get_bool("dedup.supersede")
+        if auto_supersede is None:  # part of the write-time hygiene: off with it (deduplicate, dedup.enabled)
+            auto_supersede = dedup and self.config.dedup.supersede
         if supersedes is None and auto_supersede:
             auto = self._update_of(profile, processed, extraction.supersedes if extraction is not None else None,
                                    similar)
@@ -1219,7 +1221,7 @@ class MemoryBank:
                                                       similarity=similarity))
             block = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
                                          ratio=ranking.ratio, trimmed=trimmed,
-                                         filler=self.config.get_str("inject.filler"))
+                                         filler=self.config.inject.filler)
         return _shown_block(block)
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:

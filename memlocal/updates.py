@@ -24,7 +24,8 @@ How a text is read (deterministic, no model): its tokens are split at the first 
 ``switched``, ``new``, ``was cut``, ``extended``, ...) are *markers* and belong to neither. The
 subject is compared whole (content, values and the possessor: ``my``, ``our``, ``his``, ...), so
 a look-alike whose subject differs in any word is never an update; a changed value in the subject
-is another subject.
+is another subject. A value right after "number", "item", "page", ... names which one ("note number 3")
+and is part of what the statement is about, never a changed value.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def statement(value: str) -> Statement:
             if bare in CHANGE_VERBS and ((in_subject and i) or (verb in ("be", "have") and i == verb_at + 1)):
                 in_subject, verb = False, "*"  # "Standup moved to", "was upgraded to": the change is the verb
             continue
-        if in_subject and i and low in VERBS and tokens[i - 1].lower() not in _DETERMINERS:
+        if in_subject and i and low in VERBS and tokens[i - 1].lower() not in _DETERMINERS \
+                and not tokens[i - 1].endswith(("'s", "\u2019s")):  # "the runner's deploy note": a noun
             in_subject, verb, verb_at = False, _verb_stem(low), i
             continue
         if bare in _PERSONS:
@@ -146,6 +148,9 @@ def statement(value: str) -> Statement:
                 subject.add(_PERSONS[bare])
             continue
         if _is_value(token, first=(i == 0)):
+            if i and tokens[i - 1].lower().rstrip(".") in _NUMBERING:
+                (subject if in_subject else content).add("#" + bare)  # an identity, not a value
+                continue
             (subject if in_subject else values).add(bare)
             if in_subject:
                 words.append(bare)
@@ -159,6 +164,9 @@ def statement(value: str) -> Statement:
     return Statement(frozenset(subject), tuple(words), verb, frozenset(content), frozenset(values), marked, strong)
 
 
+# A value right after one of these names which one ("note number 3", "page 12"): it is
+# part of what the statement is about, never a value that changed.
+_NUMBERING: Final = frozenset("number no nr item part step chapter page line entry".split())
 # A word after one of these is a noun ("the release train", "my train"), not the verb.
 _DETERMINERS: Final = frozenset("the a an my our your his her their its this that these those".split())
 _BE: Final = frozenset("is are was were be been am".split())

@@ -89,10 +89,11 @@ VARIANTS: Final[Mapping[str, str]] = dict(
 ) | {form: base for base, forms in (
     # Comparatives and superlatives the stemmer keeps apart ("fastest" is not "fast" to Porter2),
     # for adjectives whose "-er"/"-est" is regular. The "-ier"/"-iest" forms ("flakiest") and the
-    # doubled consonants ("biggest") are handled by rule in memlocal.text (_degree).
+    # doubled consonants ("biggest") are handled by rule in memlocal.text (_degree). Not "long":
+    # a question frame ("how long", GENERIC_WORDS), and "longer" should not find "longest" first.
     (adj, (adj + "er", adj + "est") if not adj.endswith("e") else (adj + "r", adj + "st"))
     for adj in """
-    fast slow new old late large small high low long short strong weak cheap quick near safe
+    fast slow new old late large small high low short strong weak cheap quick near safe
     simple clean young great cool hard soft deep wide close loud quiet bright dark warm cold
     rich poor smart light fresh clear tight loose rare ripe brave calm dense fair fine firm
     kind mild neat odd plain proud pure rough sharp sick steep stiff strict sweet thick tough
