@@ -11,6 +11,7 @@ import builtins
 import functools
 import logging
 import os
+from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, TypedDict, overload
@@ -843,8 +844,29 @@ class MemoryBank:
                        ) -> "Iterator[builtins.list[str]]":
         """:meth:`import_memories` of each batch in turn, yielding each one's outcomes once it
         is durable; the next batch is taken from ``batches`` (and its lines read) while the one
-        before it is written, on a writer thread (``Store.import_batches``)."""
-        return self.store.import_batches(batches, copied)
+        before it is written, on a writer thread (``Store.import_batches``). With the semantic
+        signal on, each batch's stored memories are embedded once it is durable."""
+        semantic = self.semantic
+        if semantic is None:
+            return self.store.import_batches(batches, copied)
+        return self._embedded(semantic, batches, copied)
+
+    def _embedded(self, semantic: "SemanticIndex", batches: "Iterable[Sequence[Memory]]",
+                  copied: "dict[str, str] | None") -> "Iterator[builtins.list[str]]":
+        """:meth:`import_batches` that stores each imported memory's vector (the save path's,
+        batched): an import's memories are found by similarity from the first query on."""
+        handed: "deque[Sequence[Memory]]" = deque()
+
+        def tracked() -> "Iterator[Sequence[Memory]]":
+            for batch in batches:
+                handed.append(batch)
+                yield batch
+
+        for outcomes in self.store.import_batches(tracked(), copied):
+            batch = handed.popleft()
+            semantic.embed_ids([m.id if o == "imported" else o[len("copied:"):]  # the store's outcomes
+                                for m, o in zip(batch, outcomes) if o == "imported" or o.startswith("copied:")])
+            yield outcomes
 
     def refresh_if_stale(self, profile: str, ttl: float | None = None) -> bool:
         """Pull ``profile``'s memories from the bucket if the last pull is older than ``ttl`` s
@@ -1043,7 +1065,7 @@ class MemoryBank:
     def _similarity(self, profile: str, query: str, ranking: "Ranking") -> "Mapping[str, float] | None":
         """The semantic signal's embedding top-k for ``query`` (id -> cosine), when it is on and
         the ranking is evidence-gated (the spec mode is the spec's literal rule); else ``None``,
-        and nothing of the extra (numpy, wordllama) is imported."""
+        and nothing of the extra (numpy, onnxruntime) is imported."""
         if not ranking.gated:
             return None
         semantic = self.semantic

@@ -42,11 +42,13 @@ USAGE_FLOOR: Final = 0.6
 # Each cluster a query touches adds this fraction of the query's mean term weight, shared out
 # among its clusters by the weight of the query words in each (see docs/relevance.md).
 CLUSTER_WEIGHT: Final = 0.25
-# The optional semantic signal (memlocal.semantic) adds to the topic: BONUS·max(0, cos − FLOOR).
-SIMILARITY_BONUS: Final = 0.25
+# The optional semantic signal (memlocal.semantic, MiniLM, cosines of profile-centred vectors)
+# adds to the topic: BONUS·max(0, cos − FLOOR). Tuned on the agent bank's dev conversations
+# (docs/relevance.md, "The semantic extra"): BONUS 0.25 -> 1.0 took hit@5 0.788 -> 0.813.
+SIMILARITY_BONUS: Final = 1.0
 SIMILARITY_FLOOR: Final = 0.1
 # Similarity alone (no shared term or cluster) admits a memory only from this cosine on: off-topic
-# queries reach 0.22 against a developer's memories (docs/relevance.md). Below it, similarity
+# queries stay below it against a developer's memories (docs/relevance.md). Below it, similarity
 # only adds to the topic of memories that have lexical evidence. (Not Final: scripts sweep it.)
 SIMILARITY_EVIDENCE = 0.3
 # A query weighs a generic word (memlocal.vocab.GENERIC_WORDS: "get", "thing", "how long") at
@@ -69,8 +71,7 @@ LENGTH_SCALE: Final = 60.0
 # What a memory created within a date the query names ("on 9 November, 2022") adds to it.
 DATE_BONUS: Final = 0.3
 # What the semantic signal's cosine adds, times this, in the second pass (on top of the topic's
-# similarity bonus): with the extra on, hit@5 0.750 -> 0.761 on the agent bank with a pass over
-# 50, 0.759 over 24 (docs/relevance.md).
+# similarity bonus); 0.25 and 1.0 measured no better on the agent bank (docs/relevance.md).
 SIMILARITY_RERANK: Final = 0.5
 
 TIERS: Final = ("core", "other")
@@ -234,7 +235,7 @@ def score_with_topic(anchor_us: int, now_us: int, use: float, cmul: float, top: 
 
 
 def similarity_bonus(cos: float) -> float:
-    """What the semantic signal adds to a memory's topic: ``0.25·max(0, cos − 0.1)``."""
+    """What the semantic signal adds to a memory's topic: ``1.0·max(0, cos − 0.1)``."""
     return SIMILARITY_BONUS * max(0.0, cos - SIMILARITY_FLOOR)
 
 
