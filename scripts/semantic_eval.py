@@ -6,13 +6,18 @@ Same data, turns and questions as ``locomo_eval.py``. Two banks get the same tur
 ``semantic.enabled`` off, one with it on; every question goes through
 ``MemoryBank.query_with_relevance`` (evidence mode, limit 10, min_score 0), so what is measured
 is what ``recall`` returns: the evidence gate over the union of the lexical candidates and the
-embedding top 50, each memory's topic raised by ``0.25·max(0, cos − 0.1)`` (docs/relevance.md).
+embedding top 50, each memory's topic raised by ``1.0·max(0, cos − 0.1)`` (docs/relevance.md).
 ``--dated`` gives each turn its session's date (the living bank's "fresh" phase); by default
 every turn is saved at one instant, so the topic decides. Also prints the per-query cost of the
 semantic query (``similar``), the stored bytes per memory, and the share of questions answered
 with at least one memory admitted on similarity alone.
 
     python scripts/semantic_eval.py [PATH] [--dated] [--evidence-min COS] [--json]
+    python scripts/semantic_eval.py --paraphrases [--json]
+
+``--paraphrases``: the queries that share no word with the memory they need
+(``tests/paraphrases.py``, over the tests' two developer profiles): the share whose memory is in
+recall's top 3 (``query_with_relevance``, limit 3), with the extra off and on.
 """
 
 from __future__ import annotations
@@ -75,12 +80,36 @@ def evaluate(path: Path, *, dated: bool = False) -> dict[str, Any]:
             "questions_with_a_similarity_only_result": round(semantic_only / max(1, n), 4)}
 
 
+def evaluate_paraphrases() -> dict[str, Any]:
+    """The paraphrase set's top-3 share with the extra off and on (see the module docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from dev_profile import agent_profile, dev_profile
+    from memory_factory import NOW
+    from paraphrases import PARAPHRASES
+
+    out: dict[str, Any] = {"queries": len(PARAPHRASES)}
+    with tempfile.TemporaryDirectory(prefix="memlocal-paraphrases-") as tmp:
+        for on in (False, True):
+            with MemoryBank(Path(tmp) / f"{on}.db", config=Config.load(environ={}, overrides={"semantic.enabled": on})) as bank:
+                keys = {m.id: ("agent", k) for k, m in agent_profile(bank, "agent").items()}
+                keys |= {m.id: ("dev", k) for k, m in dev_profile(bank, "dev").items()}
+                missed = []
+                for profile, key, query in PARAPHRASES:
+                    top = bank.query_with_relevance(profile, query, limit=3, min_score=0.0, now=NOW)
+                    if (profile, key) not in [keys[r.memory.id] for r in top]:
+                        missed.append(query)
+            out["semantic" if on else "lexical"] = {"top3": round(1 - len(missed) / len(PARAPHRASES), 4),
+                                                    "missed": missed}
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--dated", action="store_true", help="each turn created at its session's date")
     ap.add_argument("--evidence-min", type=float,
                     help="experiment: the cosine from which similarity alone is evidence (default: the shipped value)")
+    ap.add_argument("--paraphrases", action="store_true", help="the paraphrase set (tests/paraphrases.py) instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if not available():
@@ -88,6 +117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.evidence_min is not None:
         scoring.SIMILARITY_EVIDENCE = args.evidence_min
+    if args.paraphrases:
+        para = evaluate_paraphrases()
+        if args.json:
+            print(json.dumps(para, indent=2))
+        else:
+            for name in ("lexical", "semantic"):
+                print(f"{name:<9} top 3 {para[name]['top3']:.3f} of {para['queries']} queries sharing no word with their memory")
+            print("missed with the extra: " + "; ".join(para["semantic"]["missed"]))
+        return 0
     result = evaluate(args.path.resolve(), dated=args.dated)
     if args.json:
         print(json.dumps(result, indent=2))
