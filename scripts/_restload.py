@@ -240,8 +240,9 @@ def bench_rest(tmp: Path, *, seconds: float = 20, connections: int = 32, rounds:
                 f"{res['errors']} errors, {res['lost']} lost")
             (mine if name == "memlocal" else base).append(res)
     def med(runs: list[dict[str, Any]], key: str) -> float:
-        vals = sorted(x[key] for x in runs)
-        return float(vals[len(vals) // 2])
+        import statistics
+
+        return float(statistics.median(x[key] for x in runs))
     out: dict[str, Any] = {k: med(mine, k) for k in ("req_per_s", "p50_ms", "p99_ms")}
     out["errors"] = sum(x["errors"] for x in mine)
     out["lost"] = sum(x["lost"] for x in mine)
