@@ -412,7 +412,7 @@ def test_prune_cli(tmp_path: Path) -> None:
     data = json.loads(res.output)
     assert data["dryRun"] is True and data["count"] == 1 and data["pruned"][0]["memory"]["id"] == mid
     res = r.invoke(main, ["--db", str(db), "prune", "-p", P, "--older-than", "90d"])
-    assert res.exit_code == 0 and "pruned 1 memories" in res.output
+    assert res.exit_code == 0 and "pruned 1 memory of" in res.output
     for bad in (["--older-than", "ninety"], [], ["--staleness-above", "2"]):
         res = r.invoke(main, ["--db", str(db), "prune", "-p", P, *bad])
         assert res.exit_code != 0 and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
