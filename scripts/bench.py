@@ -1376,7 +1376,8 @@ def bench_fleet(tmp: Path, plan: Plan) -> dict[str, Any]:
     return {
         "hosts": result["hosts"], "identical": result["identical"], "lost": len(result["lost"]),
         "resurrected": len(result["resurrected"]), "settle_rounds": result["settle_rounds"],
-        "noop_pass_requests": max(result["quiet_pass_requests"], default=None),
+        "found_by_full_listing": len(result["found_by_full_listing"]),
+        "noop_pass_requests": max(result["settled_pass_requests"], default=None),
         "busy_pass_requests_mean": result["busy_pass_requests_mean"],
         "_details": result,
     }

@@ -2,7 +2,8 @@
 """A fleet of hosts on one bucket: N processes, each its own SQLite file, saving, deleting,
 superseding, pruning, recalling and syncing at random on one SeaweedFS bucket, some killed with
 SIGKILL (and started again on the same file), then settled: every host's passes until a round of
-passes changes nothing. Then it checks what a user of the sync relies on:
+passes changes nothing, one full pass each (``found_by_full_listing``: what the change record had
+not brought), and record passes until quiet again. Then it checks what a user of the sync relies on:
 
 - every host identical: the same memories (id, profile, content hash, active or not) on every
   host, and the same ids as the bucket's ``memory/`` objects;
@@ -11,8 +12,9 @@ passes changes nothing. Then it checks what a user of the sync relies on:
   journal line);
 - no deletion resurrected: every deletion a host journalled after ``delete`` returned is on no
   host and not in the bucket;
-- requests per host per pass, against docs/sync.md's cost model: a pass that finds nothing to do
-  makes 2 requests (the marker and the next segment's 404); the others are reported.
+- requests per host per pass, against docs/sync.md's cost model: a pass that follows the change
+  record and finds nothing to do makes 2 requests (the marker and the next segment's 404) plus a
+  GET per new segment it reads; once settled, every host's pass makes 2; the others are reported.
 
     python scripts/fleet.py --hosts 20 --seconds 60 --kills 6          # starts its own weed
     python scripts/fleet.py --hosts 20 --seconds 60 --kills 6 --json
@@ -65,19 +67,20 @@ class Journal:
         os.fsync(self.fd)
 
 
-def one_pass(bank: Any, config: Any) -> dict[str, Any]:
+def one_pass(bank: Any, config: Any, *, full: bool = False) -> dict[str, Any]:
     """One reconciliation pass of ``bank``: its report and the bucket requests it made."""
     from memlocal_sync.engine import SyncEngine
 
     engine = SyncEngine(config, bank.replica)
     try:
-        report = engine.run_pass(lock_timeout=30.0)
+        report = engine.run_pass(lock_timeout=30.0, full=full)
         requests = sum(engine.bucket.requests.values()) if hasattr(engine.bucket, "requests") else -1
     finally:
         engine.close()
     quiet = report.ok and not any(v for k, v in report.counts.items() if k not in ("skipped",)) and not report.planned
-    return {"requests": requests, "mode": report.mode, "result": report.result, "quiet": quiet,
-            "summary": report.summary(), "reason": report.reason}
+    return {"requests": requests, "mode": report.mode, "segments": report.segments, "result": report.result,
+            "quiet": quiet, "summary": report.summary(), "reason": report.reason,
+            "counts": {k: v for k, v in report.counts.items() if v}, "planned": dict(report.planned)}
 
 
 def host_main(db: Path, journal_path: Path, seed: int, seconds: float) -> None:
@@ -205,21 +208,33 @@ def run_fleet(endpoint: str, bucket: str, key: str, secret: str, work: Path, *, 
             stop(p)
     churn_s = time.perf_counter() - t0
 
-    # Settle: rounds of one pass per host until a whole round finds nothing to do.
+    # Settle: rounds of one pass per host until a whole round finds nothing to do; then one full
+    # pass each (the hourly listing, which sees what no record explains: what it still finds is
+    # reported), and record passes again until quiet.
     log("  fleet: settling")
     env_config = Config.load(environ=host_env(endpoint, bucket, key, secret))
     settle_rounds: list[list[dict[str, Any]]] = []
-    for _round in range(8):
+
+    def round_of_passes(full: bool = False) -> list[dict[str, Any]]:
         results = []
         for d in dirs:
             bank = MemoryBank.open(d / "memlocal.db", config=env_config)
             try:
-                results.append(one_pass(bank, env_config))
+                results.append(one_pass(bank, env_config, full=full))
             finally:
                 bank.close()
         settle_rounds.append(results)
-        if all(r["quiet"] for r in results):
-            break
+        return results
+
+    def settle() -> None:
+        for _round in range(8):
+            if all(r["quiet"] for r in round_of_passes()):
+                return
+
+    settle()
+    record_settled = [r["summary"] for r in settle_rounds[-1] if not r["quiet"]]
+    found_by_full = [r["summary"] for r in round_of_passes(full=True) if not r["quiet"]]
+    settle()
 
     # What each host holds, and the bucket.
     def state(d: Path) -> dict[str, tuple[str, bool, str]]:
@@ -264,20 +279,27 @@ def run_fleet(endpoint: str, bucket: str, key: str, secret: str, work: Path, *, 
     passes = [e for j in journals for e in j if e.get("op") == "pass"]
     final = settle_rounds[-1]
     busy = [p["requests"] for p in passes if not p["quiet"]]
-    quiet = [p["requests"] for p in passes if p["quiet"]] + [r["requests"] for r in final if r["quiet"]]
+    # docs/sync.md's cost model: a pass that follows the record and finds nothing to do makes 2
+    # requests (the marker, the next segment's 404) plus one GET per new segment it reads.
+    quiet = [p for p in passes if p["quiet"] and p["mode"] == "record"] + [r for r in final if r["quiet"]]
+    beyond_model = [p["summary"] for p in quiet if p["requests"] != 2 + p["segments"]]
     return {
         "hosts": hosts, "seconds": seconds, "churn_s": round(churn_s, 1), "kills": len(killed),
         "identical": identical, "lost": lost, "resurrected": resurrected,
         "settle_rounds": len(settle_rounds), "settled": all(r["quiet"] for r in final),
+        "record_not_settled": record_settled, "found_by_full_listing": found_by_full,
         "memories": len(first), "in_bucket": len(in_bucket),
         "acknowledged_saves": len(saved), "acknowledged_deletes": len(deleted),
         "passes": len(passes), "errors": sum(1 for j in journals for e in j if e.get("op") == "error"),
-        "quiet_pass_requests": dict(Counter(quiet)),
+        "quiet_pass_requests": dict(Counter(p["requests"] for p in quiet)),
+        "settled_pass_requests": dict(Counter(r["requests"] for r in final)),
+        "quiet_passes_beyond_model": beyond_model[:5],
         "busy_pass_requests_mean": round(sum(busy) / len(busy), 1) if busy else None,
         "busy_pass_requests_max": max(busy) if busy else None,
         "pass_results": dict(Counter(p["result"] for p in passes)),
         "pass_modes": dict(Counter(p["mode"] for p in passes)),
-        "not_settled": [r["summary"] + " " + r["reason"] for r in final if not r["quiet"]][:5],
+        "not_settled": [f"{r['summary']} {r['reason']} counts={r['counts']} planned={r['planned']}"
+                        for r in final if not r["quiet"]][:5],
         "differences": _differences(states, in_bucket)[:10],
     }
 
