@@ -1082,10 +1082,54 @@ def bench_noop_100k(tmp: Path, plan: Plan, n: int = 100_000) -> dict[str, Any]:
                          "hydrated_state_100k_s": hydrate}}
 
 
+def rclone_source(source: Path, folder: Path, write: bool) -> tuple[int, Path]:
+    """The profile's memories in ``source``: how many, and (with ``write``) each one's object body
+    written to ``folder`` as ``<id>.json``, what ``rclone copy`` uploads."""
+    from memlocal_sync.objects import encode
+
+    from memlocal.store import Store
+
+    store = Store(source)
+    try:
+        memories = list(store.iter_profile(PROFILE))
+    finally:
+        store.close()
+    if write:
+        folder.mkdir()
+        for m in memories:
+            (folder / f"{m.id}.json").write_bytes(encode(m))
+    return len(memories), folder
+
+
+def hydrations(config: Config, prefix: Path, count: int, repeats: int, label: str, hydrate_s: list[float],
+               hydrate_per_object_s: list[float]) -> None:
+    """A fresh host's first pass, ``repeats`` times with snapshots and as many object by object
+    (snapshots off): seconds appended to ``hydrate_s`` and ``hydrate_per_object_s``."""
+    from memlocal_sync.engine import SyncEngine
+
+    from memlocal.store import Store
+    from memlocal.store.replica import StoreReplica
+
+    for snapshots, runs in ((config, hydrate_s), (config.with_overrides(sync__snapshot_min_objects=0), hydrate_per_object_s)):
+        for h in range(repeats):
+            log(f"  {label}: a fresh host hydrating {count} memories"
+                f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{repeats})")
+            fresh = Store(Path(f"{prefix}-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db"))
+            engine = SyncEngine(snapshots, StoreReplica(fresh))
+            try:
+                t = time.perf_counter()
+                report = engine.run_pass()
+                runs.append(time.perf_counter() - t)
+            finally:
+                engine.close()
+                fresh.close()
+            if not report.ok or report.counts["pulled"] != count:
+                raise SystemExit(f"hydration ({label}): {report.summary()} {report.reason}")
+
+
 def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
     """First push, no-op passes, hydration (start-up baseline) and rclone copy on one moto_server."""
     from memlocal_sync.engine import SyncEngine
-    from memlocal_sync.objects import encode
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -1106,15 +1150,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     try:
         client = s3_client(endpoint)
         config = Config.load(environ=s3_env(endpoint, BUCKET, plan.workers))
-        store0 = Store(source)
-        memories = list(store0.iter_profile(PROFILE))
-        store0.close()
-        count = len(memories)
-        src = tmp / "rclone-src"
-        if rclone is not None:
-            src.mkdir()
-            for m in memories:
-                (src / f"{m.id}.json").write_bytes(encode(m))
+        count, src = rclone_source(source, tmp / "rclone-src", rclone is not None)
         for rep in range(plan.sync_repeats):
             reset_moto(endpoint)
             client.create_bucket(Bucket=BUCKET)
@@ -1154,22 +1190,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                 store.close()
             if rep == 0:
                 # The no-op passes above found the profile settled and wrote its snapshot.
-                for snapshots, runs in ((config, hydrate_s),
-                                        (config.with_overrides(sync__snapshot_min_objects=0), hydrate_per_object_s)):
-                    for h in range(plan.noop_repeats):
-                        log(f"  sync: a fresh host hydrating {count} memories"
-                            f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{plan.noop_repeats})")
-                        fresh = Store(tmp / f"fresh-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db")
-                        engine = SyncEngine(snapshots, StoreReplica(fresh))
-                        try:
-                            t = time.perf_counter()
-                            report = engine.run_pass()
-                            runs.append(time.perf_counter() - t)
-                        finally:
-                            engine.close()
-                            fresh.close()
-                        if not report.ok or report.counts["pulled"] != count:
-                            raise SystemExit(f"hydration: {report.summary()}")
+                hydrations(config, tmp / "fresh", count, plan.noop_repeats, "sync", hydrate_s, hydrate_per_object_s)
                 log(f"  sync: fresh runners' memlocal inject against {count} memories")
                 runner_s, runner_blocks, runner_cpu = fresh_runner_inject(endpoint, tmp, queries, plan.warmup)
             log("  start-up baseline: hydrating from the bucket")
@@ -1246,7 +1267,6 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
 
     from _weed import start_weed, weed_binary
     from memlocal_sync.engine import SyncEngine
-    from memlocal_sync.objects import encode
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -1264,15 +1284,7 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
         client.create_bucket(Bucket=f"{BUCKET}-warm")
         for i in range(20):
             client.put_object(Bucket=f"{BUCKET}-warm", Key=f"warm/{i}", Body=b"{}")
-        store0 = Store(source)
-        memories = list(store0.iter_profile(PROFILE))
-        store0.close()
-        count = len(memories)
-        src = tmp / "weed-rclone-src"
-        if rclone is not None:
-            src.mkdir()
-            for m in memories:
-                (src / f"{m.id}.json").write_bytes(encode(m))
+        count, src = rclone_source(source, tmp / "weed-rclone-src", rclone is not None)
         for rep in range(plan.sync_repeats):
             bucket = f"{BUCKET}-push-{rep}"
             client.create_bucket(Bucket=bucket)
@@ -1305,22 +1317,8 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
                 engine.close()
                 store.close()
             if rep == 0:
-                for snapshots, runs in ((config, hydrate_s),
-                                        (config.with_overrides(sync__snapshot_min_objects=0), hydrate_per_object_s)):
-                    for h in range(plan.noop_repeats):
-                        log(f"  seaweedfs: a fresh host hydrating {count} memories"
-                            f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{plan.noop_repeats})")
-                        fresh = Store(tmp / f"weed-fresh-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db")
-                        engine = SyncEngine(snapshots, StoreReplica(fresh))
-                        try:
-                            t = time.perf_counter()
-                            report = engine.run_pass()
-                            runs.append(time.perf_counter() - t)
-                        finally:
-                            engine.close()
-                            fresh.close()
-                        if not report.ok or report.counts["pulled"] != count:
-                            raise SystemExit(f"hydration from SeaweedFS: {report.summary()} {report.reason}")
+                hydrations(config, tmp / "weed-fresh", count, plan.noop_repeats, "seaweedfs", hydrate_s,
+                           hydrate_per_object_s)
             if rclone is not None:
                 target = f"{BUCKET}-rclone-{rep}"
                 client.create_bucket(Bucket=target)
