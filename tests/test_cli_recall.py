@@ -68,7 +68,7 @@ def test_inject_prints_the_final_prompt(cli: Cli) -> None:
     assert plain.output == "Book me a trip\n"
     ctx = cli("inject", "-p", "ana", "--tools", "@default", "--context", "-", "Go", input="Budget: 500 EUR\n")
     assert ctx.output.splitlines()[0] == "--- CONTEXT FROM OPERATOR ---"
-    assert "Budget: 500 EUR" in ctx.output.splitlines()
+    assert "> Budget: 500 EUR" in ctx.output.splitlines()  # behind the renderer's quote
     queried = cli("inject", "-p", "ana", "--query", "nothing relevant", "Book a trip")
     assert queried.exit_code == 0 and "Core knowledge" in queried.output
 
