@@ -293,6 +293,11 @@ def test_a_secret_in_a_path_is_not_kept(bank: MemoryBank) -> None:
     listing = tool.call({"command": "view", "path": "/memories"})
     assert "[REDACTED:github-token].md" in listing and not survives(GHP, listing)
     assert "the deploy notes" in tool.call({"command": "view", "path": f"/memories/{GHP}.md"})
+    from anthropic.lib.tools import ToolError
+
+    with pytest.raises(ToolError) as err:  # an error quoting the path as written does not show it
+        tool.call({"command": "view", "path": f"/memories/other/{GHP}.md"})
+    assert "does not exist" in str(err.value.content) and not survives(GHP, str(err.value.content))
     assert not survives(GHP, db_text(bank.path.parent))
 
 

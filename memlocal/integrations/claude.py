@@ -260,6 +260,10 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
                                 f"UTF-8 ({exc}); split the text into several files") from None
             except MemoryBankError as exc:
                 raise ToolError(f"No change was made: {exc}") from None
+            except ToolError as exc:  # its text may quote a path or an old_str as the caller wrote it
+                if isinstance(exc.content, str) and redact(exc.content).kinds:
+                    raise ToolError(redact(exc.content).text) from None
+                raise
 
     # --- writes to the bank --------------------------------------------------------------------
 
