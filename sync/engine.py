@@ -612,9 +612,12 @@ class SyncEngine:
         is nothing at all to do. A delete record stands for "gone" only once a GET of its object
         answers 404: a record for an object still there is ignored (and reported)."""
         latest: dict[str, changes.Change] = {}
+        deleted: set[str] = set()  # keys any segment read here records a deletion of
         for seg in segments:
             for c in seg.changes:
                 latest[c.key] = c
+                if c.op == "delete":
+                    deleted.add(c.key)
         note_work = any(k.startswith(NOTE_PREFIX) for k in latest) or bool(self.store.note_outbox())
         ids = {parsed[1] for k in latest if (parsed := parse_key(k)) is not None} | self.state.local_work_ids()
         if not ids and not note_work:
@@ -633,10 +636,13 @@ class SyncEngine:
             parsed = parse_key(key)
             if parsed is None:
                 continue
-            if c.op == "put":
-                listing[key] = Listed(key, c.etag, c.size)
-            elif key in listing:  # a memory this host has: verified below
+            if key in deleted and key in listing:
+                # A memory this host has, deleted in some segment read here: verified below even
+                # when a later segment names a PUT (a writer that published late: its PUT may
+                # have come before the deletion), so no delete record is lost to the order.
                 claimed.append(key)
+            elif c.op == "put":
+                listing[key] = Listed(key, c.etag, c.size)
             else:
                 listing.pop(key, None)
         present = self._still_there(claimed)
@@ -1188,7 +1194,7 @@ class SyncEngine:
             counts["precondition_failed"] += 1
             if attempt >= MERGE_ATTEMPTS:
                 raise SyncError(f"{key} kept changing: gave up after {attempt} conditional writes; next pass retries") from None
-            return self._fetch(body.id, body.profile_name, "", counts, attempt=attempt + 1)
+            return self._fetch(body.id, body.profile_name, "", counts, attempt=attempt + 1, merging=True)
         except ObjectMissing:
             # Deleted on another host while we merged: the deletion wins.
             counts["deleted_local"] += 1
@@ -1207,13 +1213,19 @@ class SyncEngine:
         return self._push(body, delta, etag, counts, attempt=attempt)
 
     def _fetch(self, memory_id: str, profile: str, listed_etag: str, counts: Counter[str], *,
-               pull_only: bool = False, attempt: int = 1) -> list[Effect]:
+               pull_only: bool = False, attempt: int = 1, merging: bool = False) -> list[Effect]:
         key = object_key(profile, memory_id)
         try:
             # A body from the profile's snapshot, under the listed ETag, stands for the GET.
             cached = self._from_snapshot.pop(key, None) if attempt == 1 and listed_etag else None
             data, etag = (cached, listed_etag) if cached is not None else self.bucket.get(key, self.max_object_bytes)
         except ObjectMissing:
+            if merging:
+                # Our conditional merge was refused and the object is gone: deleted on another
+                # host while we merged, as when the PUT itself answers 404 (SeaweedFS answers
+                # If-Match on a missing key with 412): the deletion wins.
+                counts["deleted_local"] += 1
+                return [DeleteLocal(memory_id, profile)]
             return []  # gone since the listing: the next pass sees the deletion
         except ObjectTooLarge as exc:
             counts["skipped_objects"] += 1
