@@ -1255,9 +1255,14 @@ class SyncEngine:
         if decision.content == "remote":
             if local is None:
                 counts["pulled"] += 1
-            elif local.content_hash == rhash and self.state.load_base(memory_id) is None:
+            elif local.content_hash == rhash and (base := self.state.load_base(memory_id)) is None:
                 counts["adopted"] += 1
                 # Our own earlier write whose record may never have been journalled.
+                effects.append(Changed(key, etag, "put", len(data)))
+            elif local.content_hash == rhash and base is not None and base.content_hash != rhash:
+                counts["adopted"] += 1
+                # Our own edit already in the bucket (a pass killed after its PUT, before it
+                # recorded it): journalled now, or followers would see it only in a full listing.
                 effects.append(Changed(key, etag, "put", len(data)))
             else:
                 counts["updated"] += 1

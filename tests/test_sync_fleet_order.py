@@ -67,3 +67,20 @@ def _bucket(host: Host) -> BucketClient:
     from memlocal_sync.engine import SyncEngine
 
     return SyncEngine(host.config, host.bank.replica).bucket
+
+
+def test_an_edit_put_by_a_pass_killed_before_it_recorded_it_reaches_the_followers(
+        hosts: Callable[..., Host], s3: S3) -> None:
+    from memlocal_sync.objects import encode
+
+    a, b, _c, x, key = _three(hosts)
+    a.bank.save(P, "the staging database moves to the new cluster on Monday instead", supersedes=x)
+    loaded = a.bank.replica.memory_with_delta(x)
+    assert loaded is not None and not loaded[0].is_active
+    # A's pass PUT the superseded memory and was killed (kill -9) before it recorded the PUT.
+    s3.put_raw(key, encode(loaded[0]))
+    assert a.sync().ok  # its next pass finds its own edit in the bucket: the record must say so
+    report = b.sync()
+    assert report.ok and report.mode == "record", report.summary()
+    mine = b.bank.replica.memory_with_delta(x)
+    assert mine is not None and not mine[0].is_active, f"{report.summary()} {dict(report.counts)}"
