@@ -279,6 +279,9 @@ def test_summaries_are_cut_at_a_word_with_an_ellipsis_in_every_view(page: Page, 
     page.goto(proc.url + f"/#/profiles/researcher/memories/{note['id']}")
     expect(page.get_by_role("heading", level=1)).to_have_text(shown)
     page.goto(proc.url + "/#/profiles/researcher")
+    # A hash change re-renders without a load: wait for the profile's view, or the click may
+    # land while the memory page (whose links also name the profile) is still shown.
+    expect(page.get_by_role("heading", level=1)).to_have_text("researcher")
     page.get_by_role("link", name="Search").click()
     page.get_by_label("Query").fill("quarterly report layout")
     page.keyboard.press("Enter")
