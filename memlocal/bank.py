@@ -310,7 +310,7 @@ class MemoryBank:
 
     @property
     def replica(self) -> "Replica":
-        """This bank's store as the replication port (:mod:`memlocal.replication`): all that a
+        """This bank's store as the replication port (:mod:`memlocal.plugins`): all that a
         replicator (the sync package) is given of it."""
         from .store.replica import StoreReplica
 

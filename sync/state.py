@@ -5,7 +5,7 @@ The sync declares its own tables as a named migration set (``SYNC_SCHEMA``, vers
 ``meta`` key ``sync.schema``), run by the store's one migration runner; the store owns
 ``memories`` and its change log (the outbox and each row's ``access_delta``), written inside the
 store's own transactions. This module sees the store only through the replication port
-(:mod:`memlocal.replication`): synced changes go through a ``ReplicaTransaction``
+(:mod:`memlocal.plugins`): synced changes go through a ``ReplicaTransaction``
 (``apply_remote``, ``insert_remote_absent``, ``delete_from_remote``, ``reid``, ``clear_outbox``;
 ``BEGIN IMMEDIATE``, durable commit) together with the sync's own rows. The engine hands this
 module *effects* in batches so that a pass over 10k memories is a few dozen commits, not 10k.

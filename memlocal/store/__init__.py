@@ -7,7 +7,7 @@
 - :mod:`.derive`: what is derived from every row's text at once (features, near-duplicate keys);
 - :mod:`.memories`: :class:`Store`, the memories (CRUD, lists, hygiene look-ups, notes);
 - :mod:`.recall_reads`: the reads recall makes of a snapshot (its SQL, owned here);
-- :mod:`.replica`: the store behind the replication port (:mod:`memlocal.replication`), the only
+- :mod:`.replica`: the store behind the replication port (:mod:`memlocal.plugins`), the only
   thing the sync package is given (``MemoryBank.replica``, or ``StoreReplica(store)``).
 """
 
@@ -40,7 +40,7 @@ SCHEMA_VERSION = LEGACY_VERSION
 
 
 def __getattr__(name: str) -> Any:
-    # The port's implementation loads on first use: it imports memlocal.replication, which a
+    # The port's implementation loads on first use: it imports memlocal.plugins' port, which a
     # process that never syncs does not need.
     if name in ("StoreReplica", "content_signature"):
         from . import replica

@@ -7,7 +7,7 @@ Decisions:
   ``NULL`` ``last_accessed_us`` means never accessed (Go's zero time in JSON).
 - Every write records its change in the change log (``sync_outbox``, ``automation_outbox``) in
   the same transaction; the sync reads and applies changes only through the replication port
-  (:mod:`memlocal.replication`, implemented by :mod:`memlocal.store.replica`).
+  (:mod:`memlocal.plugins`, implemented by :mod:`memlocal.store.replica`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The store behind the replication port (:mod:`memlocal.replication`): the change log and the
+"""The store behind the replication port (:mod:`memlocal.plugins`): the change log and the
 synced changes, the only way the sync package reads or changes memories and notes.
 
 The sync package never writes ``memories`` itself: it reads the change log (the outbox and each
@@ -71,7 +71,7 @@ def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
 
 
 class StoreReplica:
-    """A :class:`~memlocal.store.Store` as the replication port (:class:`memlocal.replication.Replica`)."""
+    """A :class:`~memlocal.store.Store` as the replication port (:class:`memlocal.plugins.Replica`)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -170,7 +170,7 @@ class StoreReplica:
         return (row_to_memory(rows[0]), int(rows[0][-1])) if rows else None
 
     def convergence_candidates(self, profiles: Sequence[str] | None = None) -> list[Memory]:
-        """See :meth:`memlocal.replication.Replica.convergence_candidates`: one pass over the
+        """See :meth:`memlocal.plugins.Replica.convergence_candidates`: one pass over the
         active rows, the duplicate test an index probe of ``memories_text_key``."""
         where, params = _scope(profiles)
         scope = where.replace(" WHERE", " AND") if where else ""
@@ -195,7 +195,7 @@ class StoreReplica:
 
 class ReplicaTransaction:
     """The replication port's unit of work: one durable store transaction (see
-    :class:`memlocal.replication.ReplicaTransaction`)."""
+    :class:`memlocal.plugins.ReplicaTransaction`)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
