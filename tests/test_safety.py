@@ -320,3 +320,35 @@ def test_damaged_sync_tables_are_one_line(hosts: Callable[..., Any], s3: Any, cl
     for args in (("sync", "status"), ("sync", "run"), ("save", "-p", "p", "--content", "second note")):
         code, out, err = host(*args)
         assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, (args, err)
+
+
+def _full_disk(args: tuple[str, ...], db: Path, limit: int) -> subprocess.CompletedProcess[str]:
+    """``memlocal --db db *args`` in a process whose files cannot grow past ``limit`` bytes (the
+    file size limit, RLIMIT_FSIZE: every write past it fails as a full disk's does)."""
+    import support
+
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (%d, %d)); "
+              "from memlocal.cli import main; sys.argv = ['memlocal'] + sys.argv[1:]; main()" % (limit, limit))
+    return support.run([sys.executable, "-c", script, "--db", str(db), *args],  # type: ignore[no-any-return]
+                       capture_output=True, text=True, timeout=60)
+
+
+def test_sync_and_save_on_a_full_disk_are_one_line(tmp_path: Path, s3: Any, cli: Any) -> None:
+    """The sync's tables cannot be created (a database made before the bucket was set, now on a
+    full disk), and a synced database whose next writes do not fit: ``sync status``, ``sync run``
+    and ``save`` answer with one line, never a traceback, and the first says the disk is full."""
+    local = tmp_path / "local.db"
+    env = {k: v for k, v in os.environ.items() if "S3" not in k}
+    made = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(local), "save", "-p", "p", "--content",
+                           "first note"], env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    synced = tmp_path / "synced.db"
+    assert cli.at(synced)("save", "-p", "p", "--content", "first note").exit_code == 0
+    assert cli.at(synced)("sync", "run").exit_code == 0
+    for db in (local, synced):
+        limit = 36000  # room for the shared-memory index (32 KiB), not for a migration or a save
+        for args in (("sync", "status"), ("sync", "run"), ("save", "-p", "p", "--content", "more text " * 300)):
+            p = _full_disk(args, db, limit)
+            assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 1, (db.name, args, p.stderr)
+            if p.returncode != 0:
+                assert "full" in p.stderr or "disk" in p.stderr, (db.name, args, p.stderr)
