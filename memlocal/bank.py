@@ -14,7 +14,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Required, Sequence, TypedDict, overload
 
 from .config import Config
 from .errors import (ConfigError, InputTooLargeError, MemoryBankError, NotFoundError, SecretFoundError, StoreError,
@@ -44,11 +44,15 @@ from .model import (
 )
 from .plugins import (
     DAEMONS,
+    BreakerStatus,
     Daemon,
     DaemonFactory,
+    PendingCounts,
+    RecordStatus,
     Replica,
     Replicator,
     Retention,
+    SkippedObject,
     daemon_factories,
     replicator_factories,
 )
@@ -113,6 +117,27 @@ class ProfileSummary(TypedDict):
     name: str
     memoryCount: int
     lastActivityAt: str
+
+
+class SyncStatus(TypedDict, total=False):
+    """What :meth:`MemoryBank.sync_status` returns (``memlocal sync status --json``,
+    ``GET /api/sync/status``): the replicator's ``ReplicatorStatus`` (memlocal.plugins) with
+    ``localOnly`` false and no message; without a bucket, only the four required keys."""
+
+    localOnly: Required[bool]
+    message: Required[str | None]  # without a bucket: "no bucket configured (local only)"
+    bucket: Required[dict[str, str | None] | None]
+    database: Required[str]
+    bucketIdentity: dict[str, Any] | None
+    hydrated: dict[str, Any] | None
+    breaker: BreakerStatus
+    pending: PendingCounts
+    lastPass: dict[str, Any] | None
+    lastError: dict[str, Any] | None
+    resolvedError: dict[str, Any] | None
+    skipped: list[SkippedObject]
+    record: RecordStatus
+    passRunning: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -1000,14 +1025,14 @@ class MemoryBank:
         return [ProfileSummary(name=p, memoryCount=n, lastActivityAt=format_time(from_us(act)))
                 for p, n, act in self.store.profile_activity()]
 
-    def sync_status(self) -> dict[str, Any]:
+    def sync_status(self) -> SyncStatus:
         """The replicator's ``status()`` with ``"localOnly": False`` and no message; without a
         bucket, ``{"bucket": None, "localOnly": True, "message": "no bucket configured (local only)",
         "database": ...}``."""
         if self.replicator is None:
-            return {"bucket": None, "localOnly": True, "message": "no bucket configured (local only)",
-                    "database": str(self.store.path)}
-        return {"localOnly": False, "message": None, **self.replicator.status()}
+            return SyncStatus(bucket=None, localOnly=True, message="no bucket configured (local only)",
+                              database=str(self.store.path))
+        return SyncStatus(localOnly=False, message=None, **self.replicator.status())
 
     def stats(self) -> Stats:
         """``{"totalMemories": N, "activeMemories": A, "supersededMemories": N - A,

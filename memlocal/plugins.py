@@ -39,7 +39,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Mapping, Protocol, Required, Sequence, TypedDict
 
 from .errors import ValidationError
 from .model import Memory, check_text, format_time, parse_time
@@ -58,19 +58,24 @@ __all__ = [
     "REPLICATORS",
     "AccessDelta",
     "AutomationNote",
+    "BreakerStatus",
     "Daemon",
     "DaemonFactory",
     "MigrationSet",
     "NoteReplicator",
     "NoteState",
+    "PendingCounts",
     "PreparedRow",
+    "RecordStatus",
     "Replica",
     "ReplicaTransaction",
+    "ReplicatorStatus",
     "Replicator",
     "ReplicatorFactory",
     "Retention",
     "SignedRow",
     "SchemaConnection",
+    "SkippedObject",
     "Step",
     "discover",
     "read_foreign_note",
@@ -335,6 +340,70 @@ class Replica(Protocol):
     def note_outbox(self) -> dict[str, str]: ...
 
 
+# --- what a replicator reports (``Replicator.status``) -------------------------------------------
+
+class PendingCounts(TypedDict):
+    """What this host has that the bucket does not (yet)."""
+
+    total: int
+    saves: int  # memories never synced
+    deletes: int  # deletions queued
+    accessUpdates: int  # synced memories with unmerged access bumps
+    outbox: int  # entries of the change log
+    automationNotes: int  # notes queued (writes and clears)
+
+
+class SkippedObject(TypedDict):
+    """A bucket object the sync could not use, until it changes or goes away."""
+
+    key: str
+    etag: str
+    reason: str
+    seenAt: str
+
+
+class BreakerStatus(TypedDict, total=False):
+    """The host's write-through circuit breaker: ``closed``; ``open`` (until ``openUntil``,
+    why, since when, consecutive failures); ``half-open`` (the window is over: the next try
+    probes; ``probing`` while one process holds the probe)."""
+
+    state: Required[Literal["closed", "open", "half-open"]]
+    failures: int
+    reason: str
+    since: str
+    openUntil: str
+    probing: bool
+
+
+class RecordStatus(TypedDict):
+    """The change record as this host follows it."""
+
+    cursor: int | None  # the last segment applied
+    listsInFullUntil: str | None  # a full listing on every pass until then ...
+    why: str | None  # ... for this reason (changes no record explained)
+    waitingFor: int | None  # a missing segment waited for
+    problems: list[dict[str, Any]]  # the record's last bad segments, gaps, unexplained changes
+
+
+class ReplicatorStatus(TypedDict):
+    """What ``Replicator.status()`` returns: ``memlocal sync status --json``,
+    ``GET /api/sync/status`` and the dashboard's sync panel (with ``localOnly`` and ``message``
+    added by ``MemoryBank.sync_status``)."""
+
+    bucket: dict[str, str | None] | None  # name, source, endpoint, region
+    bucketIdentity: dict[str, Any] | None  # the identity marker as this host last met it
+    hydrated: dict[str, Any] | None  # when a pass of every profile completed (None: never)
+    breaker: BreakerStatus
+    database: str
+    pending: PendingCounts
+    lastPass: dict[str, Any] | None  # the last pass's report
+    lastError: dict[str, Any] | None  # the last failed pass's error while it is current
+    resolvedError: dict[str, Any] | None  # the last error once a later pass cleared it
+    skipped: list[SkippedObject]
+    record: RecordStatus
+    passRunning: bool
+
+
 # --- what a plugin provides ---------------------------------------------------------------------
 
 class Replicator(Protocol):
@@ -367,7 +436,7 @@ class Replicator(Protocol):
         seconds (``None`` before the first pull)."""
         ...
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReplicatorStatus:
         """What ``memlocal sync status --json`` shows: the bucket and its source, what is pending,
         the last pass and error, skipped objects (the dashboard's sync panel)."""
         ...

@@ -17,11 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from memlocal.errors import MemoryBankError
 from memlocal.model import format_time, from_us
-from memlocal.plugins import Replica
+from memlocal.plugins import BreakerStatus, Replica
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class HostBreaker:
                     "(the sync pass pushes them)", reason, window)
         return window
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> BreakerStatus:
         """What ``sync status`` shows: ``closed``, ``open`` (until when, why, since when,
         consecutive failures) or ``half-open`` (the window is over: the next try probes)."""
         try:
@@ -145,9 +145,9 @@ class HostBreaker:
             return {"state": "closed"}
         failures, until, probe, reason, opened, _failed = row
         now = self._now_us()
-        state = "half-open" if self._window_over(row, now) else "open"
-        out: dict[str, Any] = {"state": state, "failures": failures, "reason": reason,
-                               "since": format_time(from_us(opened)), "openUntil": format_time(from_us(until))}
+        state: Literal["open", "half-open"] = "half-open" if self._window_over(row, now) else "open"
+        out = BreakerStatus(state=state, failures=failures, reason=reason, since=format_time(from_us(opened)),
+                            openUntil=format_time(from_us(until)))
         if probe > now:
             out["probing"] = True
         return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +11,8 @@ from memlocal.cli.plugin import Progress, State, dim, echo_json, json_option, pa
 from memlocal.humanize import plural
 
 if TYPE_CHECKING:  # the engine (boto3, the store) is imported when a command runs: `memlocal --help` stays fast
+    from memlocal.plugins import ReplicatorStatus
+
     from .bucket import BucketSettings
     from .engine import SyncEngine
 
@@ -118,7 +120,7 @@ def _when(stamp: str | None) -> str:
     return f"{ago(when)} {dim(f'({stamp})')}" if when else "never"
 
 
-def status_data(state: State) -> dict[str, Any]:
+def status_data(state: State) -> ReplicatorStatus:
     """Everything ``sync status`` shows, as JSON-ready data."""
     from .status import status_for
 
@@ -177,15 +179,15 @@ def status_cmd(state: State, as_json: bool) -> None:
             until = "the next save probes the bucket" if breaker["state"] == "half-open" else f"until {breaker['openUntil']}"
             click.echo(f"breaker:     {breaker['state']}: saves on this host go to the outbox, {until} "
                        f"({plural(breaker['failures'], 'failure')}; {breaker['reason']})")
-    rec = data.get("record") or {}
+    rec = data["record"]
     if rec.get("listsInFullUntil"):
         click.echo(f"record:      listing in full on every pass until {rec['listsInFullUntil']}: {rec['why']}")
     elif rec.get("waitingFor") is not None:
         click.echo(f"record:      waiting for missing change segment {rec['waitingFor']} (listing in full meanwhile)")
     elif rec.get("cursor") is not None:
         click.echo(f"record:      following the change record (last segment applied: {rec['cursor']})")
-    for p in (rec.get("problems") or [])[-5:]:
-        click.echo(f"             {_when(p.get('at'))} {p.get('what')}")
+    for problem in rec["problems"][-5:]:
+        click.echo(f"             {_when(problem.get('at'))} {problem.get('what')}")
     if data["skipped"]:
         click.echo(f"skipped:     {plural(len(data['skipped']), 'object')}")
         click.echo(table([(s["key"], s["reason"]) for s in data["skipped"]], ("key", "reason"), max_width=None))

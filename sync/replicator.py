@@ -30,9 +30,9 @@ import queue
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from memlocal.plugins import AutomationNote, NoteState, Replica, ReplicatorFactory
+from memlocal.plugins import AutomationNote, NoteState, Replica, ReplicatorFactory, ReplicatorStatus
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError, SyncError
 from memlocal.model import Memory, to_us, validate_profile
@@ -512,7 +512,7 @@ class S3Replicator:
         seconds of the local copy (``None`` until a pull has completed)."""
         return self.refresher.request(profile, ttl)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReplicatorStatus:
         """What ``memlocal sync status --json`` shows (the dashboard reads it through the bank)."""
         from .status import status_for
 

@@ -25,10 +25,12 @@ from memlocal.plugins import (
     AutomationNote,
     MigrationSet,
     NoteState,
+    PendingCounts,
     PreparedRow,
     Replica,
     ReplicaTransaction,
     SchemaConnection,
+    SkippedObject,
 )
 from memlocal.errors import MemoryBankError
 from memlocal.model import Memory, format_time, from_us, to_us, utcnow
@@ -647,14 +649,14 @@ class SyncState:
             return False
         return memory.id not in self.store.outbox()
 
-    def pending(self) -> dict[str, int]:
+    def pending(self) -> PendingCounts:
         """What this host has that the bucket does not (yet)."""
         saves, access = self._local_vs_base()
         outbox = self.store.outbox()
         deletes = sum(1 for _p, op in outbox.values() if op == "delete")
         notes = len(self.store.note_outbox())
-        return {"total": saves + deletes + access + notes, "saves": saves, "deletes": deletes,
-                "accessUpdates": access, "outbox": len(outbox), "automationNotes": notes}
+        return PendingCounts(total=saves + deletes + access + notes, saves=saves, deletes=deletes,
+                             accessUpdates=access, outbox=len(outbox), automationNotes=notes)
 
     def has_local_work(self) -> bool:
         """Check for the daemon's wake-ups: anything to push?"""
@@ -663,9 +665,9 @@ class SyncState:
         saves, access = self._local_vs_base()
         return bool(saves or access)
 
-    def skipped(self) -> list[dict[str, Any]]:
+    def skipped(self) -> list[SkippedObject]:
         rows = self.store.read("SELECT key, etag, reason, seen_us FROM sync_skipped ORDER BY key")
-        return [{"key": k, "etag": e, "reason": r, "seenAt": format_time(from_us(s))} for k, e, r, s in rows]
+        return [SkippedObject(key=k, etag=e, reason=r, seenAt=format_time(from_us(s))) for k, e, r, s in rows]
 
 
 def as_note(automation_id: str, note: NoteState) -> AutomationNote:

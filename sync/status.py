@@ -8,7 +8,7 @@ from typing import Any
 
 from memlocal.errors import ValidationError
 from memlocal.model import format_time, from_us, parse_time
-from memlocal.plugins import Replica
+from memlocal.plugins import RecordStatus, Replica, ReplicatorStatus
 
 from .breaker import HostBreaker
 from .bucket import BucketSettings
@@ -16,7 +16,7 @@ from .engine import pass_running
 from .state import META_LAST_ERROR, META_LAST_PASS, META_MARKER, SyncState
 
 
-def record_status(st: SyncState) -> dict[str, Any]:
+def record_status(st: SyncState) -> RecordStatus:
     """The change record as this host follows it: ``cursor`` (the last segment applied),
     ``listsInFullUntil`` and ``why`` (a full listing on every pass, for changes no record
     explained), ``waitingFor`` (a missing segment waited for) and ``problems`` (the record's
@@ -24,16 +24,16 @@ def record_status(st: SyncState) -> dict[str, Any]:
     cs = st.changes_state()
     until = cs.get("fullUntil")
     active = isinstance(until, (int, float)) and until > time.time()
-    return {
-        "cursor": cs.get("cursor"),
-        "listsInFullUntil": format_time(from_us(int(float(until) * 1e6))) if active and until else None,
-        "why": cs.get("fullWhy") if active else None,
-        "waitingFor": cs.get("gap"),
-        "problems": [p for p in cs.get("problems") or [] if isinstance(p, dict)],
-    }
+    return RecordStatus(
+        cursor=cs.get("cursor"),
+        listsInFullUntil=format_time(from_us(int(float(until) * 1e6))) if active and until else None,
+        why=cs.get("fullWhy") if active else None,
+        waitingFor=cs.get("gap"),
+        problems=[p for p in cs.get("problems") or [] if isinstance(p, dict)],
+    )
 
 
-def status_for(settings: BucketSettings | None, store: Replica) -> dict[str, Any]:
+def status_for(settings: BucketSettings | None, store: Replica) -> ReplicatorStatus:
     """``sync status`` of ``store`` against the bucket ``settings`` (also the replicator's
     ``status()``). ``hydrated``: when this index completed a pass of every profile against the
     bucket (``None``: never, so a bank opening here pulls it first); ``breaker``: the host's
@@ -52,20 +52,20 @@ def status_for(settings: BucketSettings | None, store: Replica) -> dict[str, Any
     if isinstance(identity, dict) and isinstance(identity.get("probedAt"), (int, float)):
         # Stored as epoch seconds (compared with the clock); shown as every other time is.
         identity = {**identity, "probedAt": format_time(datetime.fromtimestamp(identity["probedAt"], timezone.utc))}
-    return {
-        "bucket": settings.to_dict() if settings else None,
-        "bucketIdentity": identity,
-        "hydrated": st.hydrated(settings.identity) if settings else None,
-        "breaker": breaker.state() if breaker else {"state": "closed"},
-        "database": str(store.path),
-        "pending": st.pending(),
-        "lastPass": last_pass,
-        "lastError": last_error,
-        "resolvedError": resolved,
-        "skipped": st.skipped(),
-        "record": record_status(st),
-        "passRunning": pass_running(store.path),
-    }
+    return ReplicatorStatus(
+        bucket=settings.to_dict() if settings else None,
+        bucketIdentity=identity,
+        hydrated=st.hydrated(settings.identity) if settings else None,
+        breaker=breaker.state() if breaker else {"state": "closed"},
+        database=str(store.path),
+        pending=st.pending(),
+        lastPass=last_pass,
+        lastError=last_error,
+        resolvedError=resolved,
+        skipped=st.skipped(),
+        record=record_status(st),
+        passRunning=pass_running(store.path),
+    )
 
 
 _FAILED = ("failed", "errors")

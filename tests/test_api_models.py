@@ -153,6 +153,13 @@ def test_the_dicts_the_bank_builds_are_declared(bank: MemoryBank) -> None:
     local = bank.sync_status()
     with_bucket = {"localOnly": False, "message": None, **status_for(None, bank.replica)}
     assert set(local) | set(with_bucket) == aliases(models.SyncStatus)
+    # ... and typed: every key the bank and the replicator build is their TypedDict's
+    from memlocal.bank import SyncStatus
+    from memlocal.plugins import ReplicatorStatus
+
+    assert set(with_bucket) == set(SyncStatus.__annotations__)
+    assert set(with_bucket) - {"localOnly", "message"} == set(ReplicatorStatus.__annotations__)
+    assert set(local) <= set(SyncStatus.__annotations__)
     for body in (local, with_bucket):  # the route answers exactly what the bank gives
         dumped = models.SyncStatus.model_validate(body).model_dump(mode="json", by_alias=True, exclude_unset=True)
         assert dumped == body

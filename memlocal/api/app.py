@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from .. import __version__, dashboard
 from ..bank import MemoryBank
 from ..bank import Stats as BankStats
+from ..bank import SyncStatus as BankSyncStatus
 from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
 from ..humanize import shown_summary
@@ -391,7 +392,7 @@ def delete_automation(id: AutomationPath, bank: MemoryBank = BankDep) -> Respons
 
 @router.get("/sync/status", response_model=SyncStatus, response_model_exclude_unset=True,
             summary="The bucket sync's status")
-def sync_status(bank: MemoryBank = BankDep) -> dict[str, Any]:
+def sync_status(bank: MemoryBank = BankDep) -> BankSyncStatus:
     """What ``memlocal sync status --json`` shows: the bucket in use and where its name came
     from, what is pending (the outbox), the last pass and its result, the last error, skipped
     objects. Without a bucket: ``localOnly`` and the message "no bucket configured (local only)"."""
