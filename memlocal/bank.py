@@ -61,7 +61,7 @@ from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store, to_us
 # the store loads hygiene and text anyway, and redact defers its detectors itself.
 from . import text
 from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature, signature_key, text_key
-from .redact import Redacted, check_mode, merge_kinds, redact, redact_json
+from .redact import Redacted, check_mode, merge_kinds, redact, redact_json, refuse_credential_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -428,7 +428,7 @@ class MemoryBank:
         integrations do with ``deduplicate=False``, retires nothing it did not name). :meth:`restore`
         undoes it.
         """
-        validate_profile(profile)
+        refuse_credential_name(validate_profile(profile))
         extra = _check_extra(extra)
         if raw_input is None and content is None:
             raise ValidationError("give rawInput or content")
@@ -837,7 +837,7 @@ class MemoryBank:
 
     def _copy_profile(self, source: str, target: str, *, move: bool) -> ProfileCopy:
         validate_profile(source)
-        validate_profile(target)
+        refuse_credential_name(validate_profile(target), "target profile name")
         if source == target:
             raise ValidationError(f"{'rename' if move else 'copy'} {source} to itself: give another target profile")
         pairs = self.store.copy_profile(source, target, move=move)

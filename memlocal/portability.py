@@ -116,10 +116,10 @@ def import_jsonl(
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Validate and import JSON Lines; see the module docstring for the rules."""
-    from .redact import merge_kinds
+    from .redact import merge_kinds, refuse_credential_name
 
     if profile is not None:
-        validate_profile(profile)
+        refuse_credential_name(validate_profile(profile))
     report = ImportReport()
     copied: dict[str, str] = {}  # a line's id -> its copy's new id, across batches
     stored: list[str] = []  # the ids this import stored
@@ -143,6 +143,8 @@ def import_jsonl(
                 continue
             try:
                 memory = _parse(line_no, line, profile)
+                if profile is None:
+                    refuse_credential_name(memory.profile_name)
                 raw_input, processed, summary, kinds = bank.redact_secrets(memory.raw_input,
                                                                            memory.processed_content, memory.summary)
                 extra, extra_kinds, fields = bank.redact_fields(memory.extra) if memory.extra else ({}, (), ())

@@ -71,7 +71,7 @@ def _defer_requests() -> None:
     sys.modules["requests"] = stand_in
 
 
-from .errors import ConfigError
+from .errors import ConfigError, ValidationError
 from .fold import is_invisible, project
 
 MODES: Final = ("redact", "reject")
@@ -335,6 +335,18 @@ def redact_json(value: Any) -> tuple[Any, tuple[str, ...]]:
 def merge_kinds(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
     """The kinds of several fields, in order of first appearance, without repeats."""
     return tuple(dict.fromkeys(k for group in groups for k in group))
+
+
+def refuse_credential_name(name: str, what: str = "profile name") -> str:
+    """Return ``name`` unless it holds a credential, else raise ``ValidationError`` (whatever
+    ``secrets.mode`` says). A profile name is stored, synced and shown as given (it is part of
+    the bucket key ``memory/<profile>/<id>.json``), and a redaction marker is not a valid name:
+    so it is refused, never rewritten into another name. The message does not repeat it."""
+    kinds = redact(name).kinds
+    if kinds:
+        raise ValidationError(f"the {what} holds a credential ({', '.join(kinds)}): choose another name; "
+                              "nothing was saved")
+    return name
 
 
 def check_mode(mode: object) -> str:

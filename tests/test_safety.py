@@ -352,3 +352,24 @@ def test_sync_and_save_on_a_full_disk_are_one_line(tmp_path: Path, s3: Any, cli:
             assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 1, (db.name, args, p.stderr)
             if p.returncode != 0:
                 assert "full" in p.stderr or "disk" in p.stderr, (db.name, args, p.stderr)
+
+
+def test_a_profile_name_holding_a_credential_is_refused(tmp_path: Path, cli: Any) -> None:
+    """A profile name is stored and synced as given (it is part of the bucket key), so one that is
+    a credential is refused, never redacted into another name: by save, import and a rename."""
+    db = tmp_path / "bank" / "names.db"
+    db.parent.mkdir()
+    host = cli.at(db)
+    for name in (AWS, f"users.{AWS}", GHP):
+        code, _out, err = host("save", "-p", name, "--content", "the deploy notes")
+        assert code == 1 and "credential" in err and len(err.strip().splitlines()) == 1, err
+        assert not survives(name, err)
+    line = json.dumps({"id": "mem-0000abcd", "profileName": GHP, "processedContent": "deploy notes",
+                       "rawInput": "deploy notes", "category": "fact"})
+    (tmp_path / "in.jsonl").write_text(line + "\n")
+    code, out, err = host("import", str(tmp_path / "in.jsonl"), "--json")
+    assert json.loads(out)["imported"] == 0, out
+    assert host("save", "-p", "ops", "--content", "the deploy notes").exit_code == 0
+    code, _out, err = host("profile", "rename", "ops", AWS)
+    assert code == 1 and "credential" in err, err
+    assert not survives(AWS, db_text(db.parent)) and not survives(GHP, db_text(db.parent))
