@@ -18,15 +18,18 @@ entry point group          what it registers                     called with, re
 
 A plugin receives the store only as a :class:`Replica`, the replication port (``MemoryBank.replica``):
 it reads the change log and applies what it learnt from the bucket in a :class:`ReplicaTransaction`,
-in which its own tables (a :class:`MigrationSet`, created with :meth:`Replica.migrate`) commit
-together with the change. This module imports nothing that loads the store: everything a plugin
-needs to know of memlocal's data is declared here (the notes, the migration sets), next to
-:mod:`memlocal.model`. Import-linter contracts (pyproject.toml) hold the sync package to this
+in which its own tables (a :class:`PluginSchema` of typed steps, created with :meth:`Replica.migrate`,
+read and written through the named methods of :class:`SyncTables`) commit together with the
+change: no SQL text, connection or cursor crosses. This module imports nothing that loads the
+store: everything a plugin needs to know of memlocal's data is declared here (the notes, the
+tables' rows and schema changes), next to :mod:`memlocal.model`. Import-linter contracts (pyproject.toml) hold the sync package to this
 module and a few public library modules, directly and indirectly (docs/architecture.md).
 
 To give the sync something new of the store: add the method to :class:`Replica` (a read) or
 :class:`ReplicaTransaction` (a change), implement it in :mod:`memlocal.store.replica`, and, if it
-returns more than a plain value, a frozen dataclass here. docs/architecture.md lists every
+returns more than a plain value, a frozen dataclass or NamedTuple here; a statement on the sync's
+own tables is a method of :class:`SyncTableReads` or :class:`SyncTables`, implemented in
+:mod:`memlocal.store.sync_tables`. docs/architecture.md lists every
 extension point, and tests/test_plugins.py checks the installed plugins against these
 declarations.
 """
@@ -36,17 +39,16 @@ from __future__ import annotations
 import functools
 import re
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Mapping, Protocol, Required, Sequence, TypedDict
+from typing import (TYPE_CHECKING, Any, Callable, Final, Literal, Mapping, NamedTuple, Protocol, Required, Sequence,
+                    TypedDict, Union)
 
 from .errors import ValidationError
 from .model import Memory, check_text, format_time, parse_time
 
 if TYPE_CHECKING:
-    import sqlite_utils
-
     from .config import Config
 
 __all__ = [
@@ -57,26 +59,37 @@ __all__ = [
     "NOTE_MAX_BYTES",
     "REPLICATORS",
     "AccessDelta",
+    "AddColumn",
     "AutomationNote",
+    "BreakerRow",
     "BreakerStatus",
+    "Column",
+    "ColumnType",
     "Daemon",
     "DaemonFactory",
-    "MigrationSet",
+    "DeleteRecord",
+    "Index",
+    "JournalEntry",
     "NoteReplicator",
     "NoteState",
     "PendingCounts",
+    "PluginSchema",
     "PreparedRow",
     "RecordStatus",
     "Replica",
     "ReplicaTransaction",
-    "ReplicatorStatus",
     "Replicator",
     "ReplicatorFactory",
+    "ReplicatorStatus",
     "Retention",
+    "SchemaChange",
     "SignedRow",
-    "SchemaConnection",
     "SkippedObject",
-    "Step",
+    "SkippedRow",
+    "SyncBase",
+    "SyncTableReads",
+    "SyncTables",
+    "Table",
     "discover",
     "read_foreign_note",
     "validate_automation_id",
@@ -144,48 +157,210 @@ def read_foreign_note(data: object) -> AutomationNote:
 NoteState = tuple[str, int]
 
 
-# --- migration sets (a plugin's own tables) ----------------------------------------------------
+# --- a plugin's own tables: their schema as data, their statements behind typed operations ------
 
-# One step: receives a sqlite_utils view of the connection, inside the step's transaction.
-Step = Callable[["sqlite_utils.Database"], None]
+ColumnType = Literal["TEXT", "INTEGER", "REAL", "BLOB"]
 
 
-class SchemaConnection(Protocol):
-    """What a plugin's migration step may use of the connection it is given (a ``Step`` of the
-    library receives the whole ``sqlite_utils.Database``): statements on its own tables."""
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a plugin's table (``NOT NULL`` unless ``not_null`` is false; a primary key
+    is ``PRIMARY KEY``, with ``AUTOINCREMENT`` when asked)."""
 
-    def execute(self, sql: str, /) -> object: ...
+    name: str
+    type: ColumnType
+    not_null: bool = True
+    primary_key: bool = False
+    autoincrement: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """``CREATE TABLE IF NOT EXISTS``: a new table of the plugin's."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """``CREATE INDEX IF NOT EXISTS`` on a plugin's table."""
+
+    name: str
+    table: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddColumn:
+    """``ALTER TABLE ... ADD COLUMN``: a new column of a plugin's table."""
+
+    table: str
+    column: Column
+
+
+SchemaChange = Union[Table, Index, AddColumn]
 
 
 @dataclass(frozen=True)
-class MigrationSet:
-    """One owner's numbered schema steps, applied in order, stamped in ``meta``."""
+class PluginSchema:
+    """A plugin's own tables as numbered steps of typed schema changes (no SQL text), applied in
+    order by the store's one migration runner (``Replica.migrate``), each step stamped in
+    ``meta`` under ``stamp_key`` (default ``schema.<name>``). A new table or column is a new step."""
 
     name: str
-    steps: Mapping[int, Step]
-    # The ``meta`` key of the set's version (default ``schema.<name>``).
+    steps: Mapping[int, Sequence[SchemaChange]]
     stamp_key: str = ""
-    # Step number -> its number in the old single chain (``PRAGMA user_version``), for the
-    # steps that existed before named sets.
-    legacy: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if sorted(self.steps) != list(range(1, len(self.steps) + 1)):
-            raise ValueError(f"migration set {self.name}: steps must be numbered 1, 2, 3, ... without gaps")
-
-    @property
-    def key(self) -> str:
-        return self.stamp_key or f"schema.{self.name}"
+            raise ValueError(f"schema {self.name}: steps must be numbered 1, 2, 3, ... without gaps")
 
     @property
     def version(self) -> int:
         return max(self.steps, default=0)
 
-    def current(self, stamps: Mapping[str, str], user_version: int) -> int:
-        """The set's version in a database with these ``meta`` stamps and ``user_version``."""
-        if self.key in stamps:
-            return int(stamps[self.key])
-        return max((step for step, old in self.legacy.items() if old <= user_version), default=0)
+
+class SyncBase(NamedTuple):
+    """What this host last synced of one object (``sync_base``; a note's, ``sync_note_base``,
+    has ``profile`` ``""`` and no ``row_sig``): the memory or automation id, the object's ETag
+    and the content hash; ``row_sig``, the local row's content signature (``Replica.signature``)
+    that ``content_hash`` is the hash of (``None``: unknown)."""
+
+    id: str
+    profile: str
+    etag: str
+    content_hash: str
+    row_sig: str | None = None
+
+
+class SkippedRow(NamedTuple):
+    """A bucket object the sync could not use (``sync_skipped``), until it changes or goes away."""
+
+    key: str
+    etag: str
+    reason: str
+    seen_us: int
+
+
+class JournalEntry(NamedTuple):
+    """A write of this host not yet published in the change record (``sync_journal``)."""
+
+    n: int
+    key: str
+    etag: str
+    op: str
+    size: int
+
+
+class DeleteRecord(NamedTuple):
+    """A delete record read from the bucket (``sync_delete_record``)."""
+
+    key: str
+    id: str
+    seq: int
+    seen_us: int
+
+
+class BreakerRow(NamedTuple):
+    """The host's write-through circuit breaker of one bucket (``sync_breaker``); times are
+    wall-clock microseconds."""
+
+    failures: int
+    open_until_us: int
+    probe_until_us: int
+    reason: str
+    opened_us: int
+    failed_us: int
+
+
+class SyncTableReads(Protocol):
+    """The reads of the sync's own tables (``Replica.sync_tables``; inside a transaction,
+    ``ReplicaTransaction.sync_tables``)."""
+
+    def bases(self, profiles: Sequence[str] | None = None, ids: Sequence[str] | None = None) -> list[SyncBase]:
+        """The memories' bases (of ``profiles``; among ``ids``)."""
+        ...
+
+    def base_ids(self) -> set[str]: ...
+
+    def has_base(self) -> bool:
+        """Whether any memory has a base."""
+        ...
+
+    def note_bases(self, automation_id: str | None = None) -> list[SyncBase]:
+        """The automation notes' bases (of one note)."""
+        ...
+
+    def skipped(self, prefix: str = "") -> list[SkippedRow]:
+        """The objects skipped under ``prefix``, by key."""
+        ...
+
+    def journal(self, limit: int) -> list[JournalEntry]:
+        """The oldest ``limit`` writes not yet published."""
+        ...
+
+    def delete_records(self) -> list[DeleteRecord]: ...
+
+    def breaker(self, bucket: str) -> BreakerRow | None: ...
+
+
+class SyncTables(SyncTableReads, Protocol):
+    """The reads and writes of the sync's own tables inside one ``ReplicaTransaction``: they
+    commit with the store-side changes of the same transaction."""
+
+    def put_bases(self, bases: Sequence[SyncBase], synced_us: int) -> None: ...
+
+    def set_row_sigs(self, sigs: Sequence[tuple[str, str, str]]) -> None:
+        """``(id, content_hash, row_sig)``: record ``row_sig`` in the base of ``id`` if its content
+        hash is still ``content_hash``."""
+        ...
+
+    def drop_bases(self, ids: Sequence[str]) -> None: ...
+
+    def drop_profile_bases(self, profiles: Sequence[str] | None = None) -> int:
+        """Drop the bases of ``profiles`` (``None``: every memory's); returns how many."""
+        ...
+
+    def put_note_base(self, base: SyncBase, synced_us: int) -> None: ...
+
+    def drop_note_bases(self, ids: Sequence[str] | None = None) -> None:
+        """Drop the bases of the notes ``ids`` (``None``: every note's)."""
+        ...
+
+    def skip(self, row: SkippedRow) -> None: ...
+
+    def unskip(self, keys: Sequence[str]) -> None: ...
+
+    def journal_add(self, key: str, etag: str, op: str, size: int) -> None: ...
+
+    def journal_done(self, upto: int) -> None:
+        """Drop the journal's entries up to ``n`` = ``upto`` (published)."""
+        ...
+
+    def put_delete_records(self, records: Sequence[DeleteRecord]) -> None: ...
+
+    def drop_delete_records(self, keys: Sequence[str]) -> None: ...
+
+    def drop_delete_records_before(self, seen_before_us: int) -> None: ...
+
+    def clear(self) -> None:
+        """Forget everything synced with the bucket: bases, skipped objects, delete records and
+        the journal (not the breaker)."""
+        ...
+
+    def breaker_failed(self, bucket: str, failures: int, open_until_us: int, reason: str, now_us: int) -> None:
+        """Open the breaker until ``open_until_us`` after its ``failures``-th consecutive failure
+        (the first failure's time is kept as ``opened_us``; any probe is over)."""
+        ...
+
+    def breaker_probe(self, bucket: str, until_us: int) -> None:
+        """This process holds the half-open probe until ``until_us``."""
+        ...
+
+    def breaker_close(self, bucket: str) -> bool:
+        """Close the breaker; whether it was open."""
+        ...
 
 
 # --- the replication port: the store as a plugin sees it ---------------------------------------
@@ -219,16 +394,9 @@ class ReplicaTransaction(Protocol):
     """One durable write transaction (``Replica.transaction()``): the store-side changes a pull or
     push makes, and the replicator's writes to its own tables, commit together or not at all."""
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement on the replicator's own tables; returns the rows changed."""
-        ...
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Run one statement per row on the replicator's own tables."""
-        ...
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Read the replicator's own tables inside the transaction."""
+    @property
+    def sync_tables(self) -> SyncTables:
+        """The replicator's own tables, read and written inside this transaction."""
         ...
 
     def meta_get(self, key: str) -> str | None:
@@ -274,7 +442,7 @@ class Replica(Protocol):
         """The database file (the replicator's lock and status name it)."""
         ...
 
-    def migrate(self, migrations: MigrationSet) -> None:
+    def migrate(self, schema: PluginSchema) -> None:
         """Create or migrate the replicator's own tables (cheap when current)."""
         ...
 
@@ -285,8 +453,9 @@ class Replica(Protocol):
         is handed out: the reads are this port's methods)."""
         ...
 
-    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Read the replicator's own tables."""
+    @property
+    def sync_tables(self) -> SyncTableReads:
+        """Reads of the replicator's own tables (inside ``snapshot()``: of that one moment)."""
         ...
 
     def meta_get(self, key: str) -> str | None: ...

@@ -17,11 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
 from memlocal.errors import MemoryBankError
 from memlocal.model import format_time, from_us
-from memlocal.plugins import BreakerStatus, Replica
+from memlocal.plugins import BreakerRow, BreakerStatus, Replica, SyncTableReads
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +46,12 @@ class HostBreaker:
     def _now_us(self) -> int:
         return int(self._clock() * _US)
 
-    def _row(self, conn: Any = None) -> tuple[int, int, int, str, int, int] | None:
-        sql = ("SELECT failures, open_until_us, probe_until_us, reason, opened_us, failed_us FROM sync_breaker"
-               " WHERE bucket = ?")
-        rows = conn.query(sql, (self.bucket,)) if conn is not None else self.store.read(sql, (self.bucket,))
-        if not rows:
-            return None
-        r = rows[0]
-        return int(r[0]), int(r[1]), int(r[2]), str(r[3]), int(r[4]), int(r[5])
+    def _row(self, tables: SyncTableReads | None = None) -> BreakerRow | None:
+        return (tables or self.store.sync_tables).breaker(self.bucket)
 
     @staticmethod
-    def _window_over(row: tuple[int, int, int, str, int, int], now_us: int) -> bool:
-        return now_us >= row[1] or now_us < row[5]
+    def _window_over(row: BreakerRow, now_us: int) -> bool:
+        return now_us >= row.open_until_us or now_us < row.failed_us
 
     def blocked(self) -> bool:
         """Whether the breaker is open (within its window): no request should be made. Claims
@@ -81,16 +75,15 @@ class HostBreaker:
             if row is None:
                 return True
             now = self._now_us()
-            if not self._window_over(row, now) or row[2] > now:
+            if not self._window_over(row, now) or row.probe_until_us > now:
                 return False
             with self.store.transaction() as c:
-                row = self._row(c)
+                row = self._row(c.sync_tables)
                 if row is None:
                     return True  # closed meanwhile
-                if not self._window_over(row, now) or row[2] > now:
+                if not self._window_over(row, now) or row.probe_until_us > now:
                     return False  # another process took the probe
-                c.execute("UPDATE sync_breaker SET probe_until_us = ? WHERE bucket = ?",
-                          (now + int(self.probe_lease_s * _US), self.bucket))
+                c.sync_tables.breaker_probe(self.bucket, now + int(self.probe_lease_s * _US))
             return True
         except MemoryBankError as exc:
             log.debug("circuit breaker state unreadable: %s", exc)
@@ -103,7 +96,7 @@ class HostBreaker:
             if self._row() is None:
                 return
             with self.store.transaction() as c:
-                closed = c.execute("DELETE FROM sync_breaker WHERE bucket = ?", (self.bucket,))
+                closed = c.sync_tables.breaker_close(self.bucket)
         except MemoryBankError as exc:
             log.debug("circuit breaker not closed in the index: %s", exc)
             return
@@ -117,15 +110,10 @@ class HostBreaker:
         with self._lock:
             try:
                 with self.store.transaction() as c:
-                    row = self._row(c)
-                    failures: int = (row[0] if row else 0) + 1
+                    row = self._row(c.sync_tables)
+                    failures: int = (row.failures if row else 0) + 1
                     window: float = self.base_s * min(2 ** (failures - 1), MAX_FACTOR)
-                    c.execute(
-                        "INSERT INTO sync_breaker (bucket, failures, open_until_us, probe_until_us, reason, opened_us,"
-                        " failed_us) VALUES (?, ?, ?, 0, ?, ?, ?) ON CONFLICT(bucket) DO UPDATE SET"
-                        " failures = excluded.failures, open_until_us = excluded.open_until_us, probe_until_us = 0,"
-                        " reason = excluded.reason, failed_us = excluded.failed_us",
-                        (self.bucket, failures, now + int(window * _US), reason[:500], now, now))
+                    c.sync_tables.breaker_failed(self.bucket, failures, now + int(window * _US), reason[:500], now)
             except MemoryBankError as exc:
                 window = self.base_s
                 self._local_until = self._clock() + window

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Collection, Iterable, Literal, Mapping
 
+from memlocal.plugins import SyncBase
+
 from .objects import Listed, parse_key, parse_note_key
 
 
@@ -59,17 +61,9 @@ class Local:
     inactive: bool = False  # isActive false (superseded): wins a conflict, as a deletion does
 
 
-@dataclass(frozen=True, slots=True)
-class Base:
-    """What this host last synced for one id."""
-
-    id: str
-    profile: str
-    etag: str
-    content_hash: str
-    # The local row's content signature (``memlocal.store.content_signature``) that
-    # ``content_hash`` is the hash of: while the row still has it, its hash is not computed again.
-    row_sig: str | None = None
+# What this host last synced for one id (a memory's or a note's): the port's row as it is
+# (``memlocal.plugins.SyncBase``: id, profile, etag, content_hash, row_sig), read for every pass.
+Base = SyncBase
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,15 +22,22 @@ from itertools import islice
 from typing import Any, Iterable, Literal, Sequence, Union
 
 from memlocal.plugins import (
+    AddColumn,
     AutomationNote,
-    MigrationSet,
+    Column,
+    DeleteRecord,
+    Index,
+    JournalEntry,
     NoteState,
     PendingCounts,
+    PluginSchema,
     PreparedRow,
     Replica,
     ReplicaTransaction,
-    SchemaConnection,
     SkippedObject,
+    SkippedRow,
+    SyncBase,
+    Table,
 )
 from memlocal.errors import MemoryBankError
 from memlocal.model import Memory, format_time, from_us, to_us, utcnow
@@ -59,55 +66,47 @@ META_HOST = "sync.host"  # this database's random id, named in the segments it p
 # --- the sync's own tables ------------------------------------------------------------------------
 
 
-def _schema_1(c: SchemaConnection) -> None:
-    """``sync_base``: per memory, what this host last synced with the bucket (the object's ETag
-    and the memory's content hash), the "base" of the three-way reconciliation. ``sync_skipped``:
-    bucket objects that could not be used, with the reason, until they change or go away.
-    (Databases from before this module owned its tables already have both: IF NOT EXISTS.)"""
-    c.execute("CREATE TABLE IF NOT EXISTS sync_base (id TEXT PRIMARY KEY, profile TEXT NOT NULL,"
-              " etag TEXT NOT NULL, content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)")
-    c.execute("CREATE INDEX IF NOT EXISTS sync_base_profile ON sync_base (profile)")
-    c.execute("CREATE TABLE IF NOT EXISTS sync_skipped (key TEXT PRIMARY KEY, etag TEXT NOT NULL,"
-              " reason TEXT NOT NULL, seen_us INTEGER NOT NULL)")
+def _text(name: str, *, not_null: bool = True, primary_key: bool = False) -> Column:
+    return Column(name, "TEXT", not_null=not_null, primary_key=primary_key)
 
 
-def _schema_2(c: SchemaConnection) -> None:
-    """``sync_note_base``: per automation note, what this host last synced with the bucket
-    (``memlocal/automations/<id>.json``'s ETag and the note's content hash)."""
-    c.execute("CREATE TABLE IF NOT EXISTS sync_note_base (automation_id TEXT PRIMARY KEY, etag TEXT NOT NULL,"
-              " content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)")
+def _int(name: str, *, primary_key: bool = False, autoincrement: bool = False) -> Column:
+    return Column(name, "INTEGER", primary_key=primary_key, autoincrement=autoincrement)
 
 
-def _schema_3(c: SchemaConnection) -> None:
-    """``sync_base.row_sig``: the local row's content signature that the base's content hash
-    was computed for (NULL: unknown, hash the row). A no-op pass then hashes nothing."""
-    c.execute("ALTER TABLE sync_base ADD COLUMN row_sig TEXT")
-
-
-def _schema_4(c: SchemaConnection) -> None:
-    """``sync_breaker``: the write-through circuit breaker of every process on this host, per
-    configured bucket (``memlocal_sync.breaker``): consecutive failures, until when it is open (wall
-    clock, microseconds), until when one process holds the half-open probe, why, since when (the
-    first failure) and the last failure."""
-    c.execute("CREATE TABLE IF NOT EXISTS sync_breaker (bucket TEXT PRIMARY KEY, failures INTEGER NOT NULL,"
-              " open_until_us INTEGER NOT NULL, probe_until_us INTEGER NOT NULL, reason TEXT NOT NULL,"
-              " opened_us INTEGER NOT NULL, failed_us INTEGER NOT NULL)")
-
-
-def _schema_5(c: SchemaConnection) -> None:
-    """The change record's local side (``memlocal_sync.changes``): ``sync_journal``, what this
-    host wrote to the bucket and has not published yet (written in the transaction that records
-    the write, so a crash never loses one); ``sync_delete_record``, the delete records read from
-    the bucket, which explain the disappearances they name (kept for the record's retention)."""
-    c.execute("CREATE TABLE IF NOT EXISTS sync_journal (n INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,"
-              " etag TEXT NOT NULL, op TEXT NOT NULL, size INTEGER NOT NULL)")
-    c.execute("CREATE TABLE IF NOT EXISTS sync_delete_record (key TEXT PRIMARY KEY, id TEXT NOT NULL,"
-              " seq INTEGER NOT NULL, seen_us INTEGER NOT NULL)")
-
-
-# The sync's tables as a named migration set (the store's one runner applies it, each step in one
-# transaction with its stamp). A new table or column is a new step: the next number.
-SYNC_SCHEMA = MigrationSet("sync", {1: _schema_1, 2: _schema_2, 3: _schema_3, 4: _schema_4, 5: _schema_5}, stamp_key=META_SCHEMA)
+# The sync's tables as a named schema of typed steps, run by the store's one migration runner
+# (``Replica.migrate``), each step in one transaction with its stamp. A new table or column is a
+# new step: the next number. The statements on them are the port's ``SyncTables`` methods.
+SYNC_SCHEMA = PluginSchema("sync", {
+    # ``sync_base``: per memory, what this host last synced with the bucket (the object's ETag and
+    # the memory's content hash), the "base" of the three-way reconciliation. ``sync_skipped``:
+    # bucket objects that could not be used, with the reason, until they change or go away.
+    # (Databases from before this module owned its tables already have both: IF NOT EXISTS.)
+    1: (Table("sync_base", (_text("id", primary_key=True), _text("profile"), _text("etag"), _text("content_hash"),
+                            _int("synced_us"))),
+        Index("sync_base_profile", "sync_base", ("profile",)),
+        Table("sync_skipped", (_text("key", primary_key=True), _text("etag"), _text("reason"), _int("seen_us")))),
+    # ``sync_note_base``: per automation note, what this host last synced with the bucket
+    # (``memlocal/automations/<id>.json``'s ETag and the note's content hash).
+    2: (Table("sync_note_base", (_text("automation_id", primary_key=True), _text("etag"), _text("content_hash"),
+                                 _int("synced_us"))),),
+    # ``sync_base.row_sig``: the local row's content signature that the base's content hash was
+    # computed for (NULL: unknown, hash the row). A no-op pass then hashes nothing.
+    3: (AddColumn("sync_base", _text("row_sig", not_null=False)),),
+    # ``sync_breaker``: the write-through circuit breaker of every process on this host, per
+    # configured bucket (``memlocal_sync.breaker``): consecutive failures, until when it is open
+    # (wall clock, microseconds), until when one process holds the half-open probe, why, since
+    # when (the first failure) and the last failure.
+    4: (Table("sync_breaker", (_text("bucket", primary_key=True), _int("failures"), _int("open_until_us"),
+                               _int("probe_until_us"), _text("reason"), _int("opened_us"), _int("failed_us"))),),
+    # The change record's local side (``memlocal_sync.changes``): ``sync_journal``, what this host
+    # wrote to the bucket and has not published yet (written in the transaction that records the
+    # write, so a crash never loses one); ``sync_delete_record``, the delete records read from the
+    # bucket, which explain the disappearances they name (kept for the record's retention).
+    5: (Table("sync_journal", (_int("n", primary_key=True, autoincrement=True), _text("key"), _text("etag"),
+                               _text("op"), _int("size"))),
+        Table("sync_delete_record", (_text("key", primary_key=True), _text("id"), _int("seq"), _int("seen_us")))),
+}, stamp_key=META_SCHEMA)
 SCHEMA_VERSION = SYNC_SCHEMA.version
 
 
@@ -152,6 +151,8 @@ class Synced:
     # ``base_hash`` is ``memory``'s own content hash (False: an older base kept for a local edit),
     # so the base may record ``memory``'s content signature beside it.
     hash_is_memorys: bool = True
+    # ``memory``'s content signature (``Replica.signature``), when already computed.
+    signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +251,6 @@ class SyncState:
 
     # --- snapshots for the plan ---------------------------------------------------------------
 
-    @staticmethod
-    def _scope(profiles: Sequence[str] | None, column: str = "profile") -> tuple[str, list[str]]:
-        if profiles is None:
-            return "", []
-        return f" WHERE {column} IN ({', '.join('?' for _ in profiles)})", list(profiles)
-
     def local_entries(self, profiles: Sequence[str] | None = None, *, hashes: bool = True) -> dict[str, Local]:
         """The local side of the plan. ``hashes=False`` (a pull-only refresh, which never pushes
         content) reads three columns instead of every row whole."""
@@ -293,11 +288,11 @@ class SyncState:
         unchanged memory whose signature was not known: a base from before signatures, or a row
         rewritten to the same content), so the next pass takes its hash as it is. Guarded by the
         hash, so a base that changed meanwhile is left alone. Returns how many were recorded."""
-        known = [(sig, mid, local[mid].content_hash) for mid, sig in rows.signatures.items()
+        known = [(mid, local[mid].content_hash, sig) for mid, sig in rows.signatures.items()
                  if mid in local and (b := base.get(mid)) is not None and b.content_hash == local[mid].content_hash]
         if known:
             with self.store.transaction() as c:
-                c.executemany("UPDATE sync_base SET row_sig = ? WHERE id = ? AND content_hash = ?", known)
+                c.sync_tables.set_row_sigs(known)
         return len(known)
 
     @staticmethod
@@ -308,26 +303,22 @@ class SyncState:
                                  for m, delta in rows.pending}}
 
     def base_entries(self, profiles: Sequence[str] | None = None) -> dict[str, Base]:
-        where, params = self._scope(profiles)
-        rows = self.store.read(f"SELECT id, profile, etag, content_hash, row_sig FROM sync_base{where}", params)
-        return {r[0]: Base(r[0], r[1], r[2], r[3], r[4]) for r in rows}
+        return {b.id: b for b in self.store.sync_tables.bases(profiles)}
 
     def outbox_deletes(self, profiles: Sequence[str] | None = None) -> dict[str, str]:
         return {mid: profile for mid, (profile, _op) in self.store.outbox(profiles, op="delete").items()}
 
     def known_bad(self, prefix: str = "") -> dict[str, tuple[str, str]]:
-        rows = self.store.read("SELECT key, etag, reason FROM sync_skipped WHERE substr(key, 1, ?) = ?",
-                               (len(prefix), prefix))
-        return {r[0]: (r[1], r[2]) for r in rows}
+        return {r.key: (r.etag, r.reason) for r in self.store.sync_tables.skipped(prefix)}
 
     def note_entries(self) -> tuple[dict[str, NoteState], dict[str, Base], set[str]]:
         """The automation notes' sides of the plan, read at one moment: the local notes
         ``{id: (text, updated_us)}``, the base and the queued clears."""
         with self.store.snapshot():
             notes = {a: (n, u) for a, n, u in self.store.notes()}
-            rows = self.store.read("SELECT automation_id, etag, content_hash FROM sync_note_base")
+            bases = self.store.sync_tables.note_bases()
             deletes = {a for a, op in self.store.note_outbox().items() if op == "delete"}
-        return notes, {r[0]: Base(r[0], "", r[1], r[2]) for r in rows}, deletes
+        return notes, {b.id: b for b in bases}, deletes
 
     @staticmethod
     def note_side(automation_id: str, note: NoteState) -> NoteSide:
@@ -335,17 +326,15 @@ class SyncState:
         return NoteSide(automation_id, note_hash(as_note(automation_id, note)), (note[1], note[0]))
 
     def load_note_base(self, automation_id: str) -> Base | None:
-        rows = self.store.read("SELECT automation_id, etag, content_hash FROM sync_note_base WHERE automation_id = ?",
-                               (automation_id,))
-        return Base(rows[0][0], "", rows[0][1], rows[0][2]) if rows else None
+        bases = self.store.sync_tables.note_bases(automation_id)
+        return bases[0] if bases else None
 
     def load_local(self, memory_id: str) -> tuple[Memory, int] | None:
         return self.store.memory_with_delta(memory_id)
 
     def load_base(self, memory_id: str) -> Base | None:
-        rows = self.store.read("SELECT id, profile, etag, content_hash, row_sig FROM sync_base WHERE id = ?",
-                               (memory_id,))
-        return Base(*rows[0]) if rows else None
+        bases = self.store.sync_tables.bases(ids=[memory_id])
+        return bases[0] if bases else None
 
     # --- effects ----------------------------------------------------------------------------------
 
@@ -355,8 +344,8 @@ class SyncState:
         if not effects:
             return
         now_us = to_us(utcnow())
-        store = self.store
-        with store.transaction() as c:
+        with self.store.transaction() as c:
+            t = c.sync_tables
             i = 0
             while i < len(effects):
                 eff = effects[i]
@@ -376,41 +365,33 @@ class SyncState:
                     continue
                 i += 1
                 if isinstance(eff, DeletedRemote):
-                    c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
+                    t.drop_bases([eff.id])
                     c.clear_outbox(eff.id, "delete")
                 elif isinstance(eff, DeleteLocal):
                     c.delete_from_remote(eff.id, eff.profile)
-                    c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
+                    t.drop_bases([eff.id])
                 elif isinstance(eff, Forget):
-                    c.execute("DELETE FROM sync_base WHERE id = ?", (eff.id,))
+                    t.drop_bases([eff.id])
                     c.clear_outbox(eff.id, only_if_absent=True)
                 elif isinstance(eff, SkipObject):
-                    c.execute("INSERT INTO sync_skipped (key, etag, reason, seen_us) VALUES (?, ?, ?, ?)"
-                              " ON CONFLICT(key) DO UPDATE SET etag = excluded.etag, reason = excluded.reason,"
-                              " seen_us = excluded.seen_us", (eff.key, eff.etag, eff.reason, now_us))
+                    t.skip(SkippedRow(eff.key, eff.etag, eff.reason, now_us))
                 elif isinstance(eff, Unskip):
-                    c.execute("DELETE FROM sync_skipped WHERE key = ?", (eff.key,))
+                    t.unskip([eff.key])
                 elif isinstance(eff, NoteSynced):
                     c.apply_remote_note(eff.id, eff.note, eff.expected)
-                    c.execute(
-                        "INSERT INTO sync_note_base (automation_id, etag, content_hash, synced_us) VALUES (?, ?, ?, ?)"
-                        " ON CONFLICT(automation_id) DO UPDATE SET etag = excluded.etag,"
-                        " content_hash = excluded.content_hash, synced_us = excluded.synced_us",
-                        (eff.id, eff.etag, eff.content_hash, now_us),
-                    )
-                    c.execute("DELETE FROM sync_skipped WHERE key = ?", (note_key(eff.id),))
+                    t.put_note_base(SyncBase(eff.id, "", eff.etag, eff.content_hash), now_us)
+                    t.unskip([note_key(eff.id)])
                 elif isinstance(eff, NoteDeletedRemote):
-                    c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
+                    t.drop_note_bases([eff.id])
                     c.clear_note_outbox(eff.id)
                 elif isinstance(eff, NoteDeleteLocal):
                     c.delete_note_from_remote(eff.id, eff.expected)
-                    c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
+                    t.drop_note_bases([eff.id])
                 elif isinstance(eff, NoteForget):
-                    c.execute("DELETE FROM sync_note_base WHERE automation_id = ?", (eff.id,))
+                    t.drop_note_bases([eff.id])
                     c.clear_note_outbox(eff.id)
                 elif isinstance(eff, Changed):
-                    c.execute("INSERT INTO sync_journal (key, etag, op, size) VALUES (?, ?, ?, ?)",
-                              (eff.key, eff.etag, eff.op, eff.size))
+                    t.journal_add(eff.key, eff.etag, eff.op, eff.size)
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
 
@@ -426,17 +407,11 @@ class SyncState:
                     set_staleness=eff.set_staleness, row=eff.row):
                 continue  # the id belongs to a memory of another profile here
             recorded.append(eff)
-        c.executemany(
-            "INSERT INTO sync_base (id, profile, etag, content_hash, synced_us, row_sig)"
-            " VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, etag = excluded.etag,"
-            " content_hash = excluded.content_hash, synced_us = excluded.synced_us,"
-            " row_sig = excluded.row_sig",
-            [(e.memory.id, e.memory.profile_name, e.etag, e.base_hash, now_us,
-              store.signature(e.memory) if e.hash_is_memorys else None) for e in recorded],
-        )
-        c.executemany("DELETE FROM sync_skipped WHERE key = ?",
-                      [(object_key(e.memory.profile_name, e.memory.id),) for e in recorded])
+        c.sync_tables.put_bases(
+            [SyncBase(e.memory.id, e.memory.profile_name, e.etag, e.base_hash,
+                      (e.signature or store.signature(e.memory)) if e.hash_is_memorys else None) for e in recorded],
+            now_us)
+        c.sync_tables.unskip([object_key(e.memory.profile_name, e.memory.id) for e in recorded])
 
     def reid(self, old_id: str, new_id: str) -> Memory | None:
         """Move the local memory ``old_id`` to ``new_id`` (another host owns ``old_id``).
@@ -446,7 +421,7 @@ class SyncState:
         with self.store.transaction() as c:
             if not c.reid(old_id, new_id):
                 return None
-            c.execute("DELETE FROM sync_base WHERE id = ?", (old_id,))
+            c.sync_tables.drop_bases([old_id])
         loaded = self.load_local(new_id)
         return loaded[0] if loaded else None
 
@@ -460,13 +435,8 @@ class SyncState:
         if current == identity:
             return False
         with self.store.transaction() as c:
-            had_base = bool(c.query("SELECT 1 FROM sync_base LIMIT 1"))
-            had_base |= bool(c.query("SELECT 1 FROM sync_note_base LIMIT 1"))
-            c.execute("DELETE FROM sync_base")
-            c.execute("DELETE FROM sync_note_base")
-            c.execute("DELETE FROM sync_skipped")
-            c.execute("DELETE FROM sync_delete_record")
-            c.execute("DELETE FROM sync_journal")
+            had_base = c.sync_tables.has_base() or bool(c.sync_tables.note_bases())
+            c.sync_tables.clear()
             c.meta_delete(META_MARKER)
             c.meta_delete(META_HYDRATED)
             c.meta_delete(META_CHANGES)
@@ -480,11 +450,7 @@ class SyncState:
         """Forget everything synced with the bucket (another bucket under the same name): its
         contents then read as "not synced yet", never as deletions. The outbox stays."""
         with self.store.transaction() as c:
-            c.execute("DELETE FROM sync_base")
-            c.execute("DELETE FROM sync_note_base")
-            c.execute("DELETE FROM sync_skipped")
-            c.execute("DELETE FROM sync_delete_record")
-            c.execute("DELETE FROM sync_journal")
+            c.sync_tables.clear()
             c.meta_delete(META_HYDRATED)
             c.meta_delete(META_CHANGES)
 
@@ -541,43 +507,40 @@ class SyncState:
             state.update(values)
             c.meta_set(META_CHANGES, json.dumps(state, sort_keys=True))
 
-    def journal(self, limit: int) -> list[tuple[int, str, str, str, int]]:
+    def journal(self, limit: int) -> list[JournalEntry]:
         """The oldest ``limit`` writes not yet published: ``(n, key, etag, op, size)``."""
-        rows = self.store.read("SELECT n, key, etag, op, size FROM sync_journal ORDER BY n LIMIT ?", (limit,))
-        return [(int(n), str(k), str(e), str(op), int(size)) for n, k, e, op, size in rows]
+        return self.store.sync_tables.journal(limit)
 
     def journal_done(self, upto: int) -> None:
         with self.store.transaction() as c:
-            c.execute("DELETE FROM sync_journal WHERE n <= ?", (upto,))
+            c.sync_tables.journal_done(upto)
 
     def record_deletes(self, records: Iterable[tuple[str, str, int]]) -> None:
         """Keep delete records read from the bucket: ``(key, id, seq)``."""
         now_us = to_us(utcnow())
         with self.store.transaction() as c:
-            c.executemany("INSERT INTO sync_delete_record (key, id, seq, seen_us) VALUES (?, ?, ?, ?)"
-                          " ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, seen_us = excluded.seen_us",
-                          [(k, i, s, now_us) for k, i, s in records])
+            c.sync_tables.put_delete_records([DeleteRecord(k, i, s, now_us) for k, i, s in records])
 
     def delete_records(self) -> set[str]:
         """The keys of the delete records kept."""
-        return {r[0] for r in self.store.read("SELECT key FROM sync_delete_record")}
+        return {r.key for r in self.store.sync_tables.delete_records()}
 
     def forget_delete_records(self, keys: Iterable[str]) -> None:
         """Drop delete records a listing contradicts (their object is in the bucket)."""
         with self.store.transaction() as c:
-            c.executemany("DELETE FROM sync_delete_record WHERE key = ?", [(k,) for k in keys])
+            c.sync_tables.drop_delete_records(list(keys))
 
     def explained(self) -> set[str]:
         """Ids whose disappearance a delete record explains."""
-        return {r[0] for r in self.store.read("SELECT id FROM sync_delete_record")}
+        return {r.id for r in self.store.sync_tables.delete_records()}
 
     def forget_deletes_before(self, before_us: int) -> None:
         with self.store.transaction() as c:
-            c.execute("DELETE FROM sync_delete_record WHERE seen_us < ?", (before_us,))
+            c.sync_tables.drop_delete_records_before(before_us)
 
     def is_empty(self) -> bool:
         """No memory here and nothing synced: a fresh host."""
-        return not self.store.profiles() and not self.store.read("SELECT 1 FROM sync_base LIMIT 1")
+        return not self.store.profiles() and not self.store.sync_tables.has_base()
 
     def local_work_ids(self) -> set[str]:
         """Ids with something for the bucket: queued saves and deletions, unmerged access bumps.
@@ -586,14 +549,7 @@ class SyncState:
         return self.store.changed_ids()
 
     def base_for(self, ids: Iterable[str]) -> dict[str, Base]:
-        out: dict[str, Base] = {}
-        ids = list(ids)
-        for i in range(0, len(ids), 500):
-            part = ids[i:i + 500]
-            rows = self.store.read("SELECT id, profile, etag, content_hash, row_sig FROM sync_base WHERE id IN"
-                                   f" ({', '.join('?' * len(part))})", part)
-            out.update((r[0], Base(r[0], r[1], r[2], r[3], r[4])) for r in rows)
-        return out
+        return {b.id: b for b in self.store.sync_tables.bases(ids=list(ids))}
 
     def add_note(self, note: str) -> None:
         """Keep ``note`` for the next pass's report (said once, then dropped)."""
@@ -613,11 +569,10 @@ class SyncState:
     def forget_base(self, profiles: Sequence[str] | None = None) -> int:
         """Drop the base (``sync run --reupload``): every local memory then counts as not yet
         in the bucket and every remote one as new; nothing is deleted either way."""
-        where, params = self._scope(profiles)
         with self.store.transaction() as c:
             if profiles is None:  # automation notes belong to no profile: a full reupload only
-                c.execute("DELETE FROM sync_note_base")
-            return c.execute(f"DELETE FROM sync_base{where}", params)
+                c.sync_tables.drop_note_bases()
+            return c.sync_tables.drop_profile_bases(profiles)
 
     def get_json(self, key: str) -> Any:
         text = self.store.meta_get(key)
@@ -633,7 +588,7 @@ class SyncState:
 
     def _local_vs_base(self) -> tuple[int, int]:
         """(memories with no base, memories with a base and unmerged access bumps)."""
-        base = {r[0] for r in self.store.read("SELECT id FROM sync_base")}
+        base = self.store.sync_tables.base_ids()
         saves = access = 0
         for r in self.store.access_deltas():
             if r.id not in base:
@@ -666,8 +621,8 @@ class SyncState:
         return bool(saves or access)
 
     def skipped(self) -> list[SkippedObject]:
-        rows = self.store.read("SELECT key, etag, reason, seen_us FROM sync_skipped ORDER BY key")
-        return [SkippedObject(key=k, etag=e, reason=r, seenAt=format_time(from_us(s))) for k, e, r, s in rows]
+        return [SkippedObject(key=r.key, etag=r.etag, reason=r.reason, seenAt=format_time(from_us(r.seen_us)))
+                for r in self.store.sync_tables.skipped()]
 
 
 def as_note(automation_id: str, note: NoteState) -> AutomationNote:

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from memlocal.errors import StoreError
-from memlocal.plugins import MigrationSet
-from memlocal.store import MIGRATIONS, Store
+from memlocal.store import MIGRATIONS, MigrationSet, Store
 from memlocal.store.migrations import versions
 from memlocal.store.schemas import CORE_SETS
 

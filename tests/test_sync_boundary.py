@@ -41,6 +41,15 @@ def test_no_sql_against_the_stores_tables_in_the_sync_package() -> None:
     assert offenders == []
 
 
+def test_no_sql_in_the_sync_package() -> None:
+    """The sync's statements on its own tables are the port's typed methods (``SyncTables``) and
+    its schema typed steps (``PluginSchema``): no SQL text is written in the sync package."""
+    pattern = re.compile(r"\b(SELECT\s+\S.*\bFROM|INSERT\s+INTO|DELETE\s+FROM|UPDATE\s+\w+\s+SET|CREATE\s+(TABLE|INDEX)|"
+                         r"ALTER\s+TABLE)\b")
+    offenders = [f"{p.name}: {m.group(0)}" for p in sorted(SYNC.glob("*.py")) for m in pattern.finditer(p.read_text())]
+    assert offenders == []
+
+
 def test_layering_inside_the_sync_package() -> None:
     assert ".plan" not in _imports("bucket")  # the client knows nothing of reconciliation
     assert ".cli" not in _imports("replicator")  # write-through does not load click
@@ -69,6 +78,44 @@ def test_the_sync_creates_its_own_tables(tmp_path: Path) -> None:
     tables = {r[0] for r in store.read("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"sync_base", "sync_skipped", "sync_note_base"} <= tables
     store.close()
+
+
+# The sync's tables as its SQL migration steps created them before the schema was typed data: a
+# database made then and one made now must hold the same tables.
+_SQL_STEPS = (
+    "CREATE TABLE IF NOT EXISTS sync_base (id TEXT PRIMARY KEY, profile TEXT NOT NULL,"
+    " etag TEXT NOT NULL, content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS sync_base_profile ON sync_base (profile)",
+    "CREATE TABLE IF NOT EXISTS sync_skipped (key TEXT PRIMARY KEY, etag TEXT NOT NULL,"
+    " reason TEXT NOT NULL, seen_us INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sync_note_base (automation_id TEXT PRIMARY KEY, etag TEXT NOT NULL,"
+    " content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)",
+    "ALTER TABLE sync_base ADD COLUMN row_sig TEXT",
+    "CREATE TABLE IF NOT EXISTS sync_breaker (bucket TEXT PRIMARY KEY, failures INTEGER NOT NULL,"
+    " open_until_us INTEGER NOT NULL, probe_until_us INTEGER NOT NULL, reason TEXT NOT NULL,"
+    " opened_us INTEGER NOT NULL, failed_us INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sync_journal (n INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,"
+    " etag TEXT NOT NULL, op TEXT NOT NULL, size INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sync_delete_record (key TEXT PRIMARY KEY, id TEXT NOT NULL,"
+    " seq INTEGER NOT NULL, seen_us INTEGER NOT NULL)",
+)
+
+
+def test_the_typed_schema_makes_the_tables_the_sql_steps_made(tmp_path: Path) -> None:
+    store = Store(tmp_path / "m.db")
+    SyncState(StoreReplica(store))
+    made = store.read("SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'sync\\_%' ESCAPE '\\'"
+                      " AND name != 'sync_outbox' ORDER BY name")
+    store.close()
+    conn = sqlite3.connect(tmp_path / "old.db")
+    try:
+        for sql in _SQL_STEPS:
+            conn.execute(sql)
+        old = conn.execute("SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'sync\\_%' ESCAPE '\\'"
+                           " ORDER BY name").fetchall()
+    finally:
+        conn.close()
+    assert made == old and len(made) == 7
 
 
 def test_the_store_records_its_change_log_without_a_replicator(tmp_path: Path) -> None:

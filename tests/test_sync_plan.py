@@ -264,7 +264,8 @@ def test_after_fetch_other_profile_is_a_collision() -> None:
 def test_plan_never_compares_timestamps() -> None:
     """The plan's inputs carry no time at all: no merge decision can depend on clocks."""
     for cls in (Local, Listed, Base):
-        assert not [f for f in cls.__dataclass_fields__ if "time" in f or f.endswith(("_at", "_us"))]
+        fields = getattr(cls, "__dataclass_fields__", None) or getattr(cls, "_fields")  # dataclass or NamedTuple
+        assert not [f for f in fields if "time" in f or f.endswith(("_at", "_us"))]
     assert json.loads(encode(mem()))["createdAt"] == "2025-01-02T03:04:05.678Z"
 
 

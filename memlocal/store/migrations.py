@@ -25,16 +25,50 @@ sqlite_utils on every open.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     import sqlite_utils
 
-from ..plugins import MigrationSet, Step
-
 __all__ = ["LEGACY_VERSION", "MigrationSet", "Step", "run", "versions"]
+
+# One step: receives a sqlite_utils view of the connection, inside the step's transaction.
+Step = Callable[["sqlite_utils.Database"], None]
+
+
+@dataclass(frozen=True)
+class MigrationSet:
+    """One owner's numbered schema steps, applied in order, stamped in ``meta``."""
+
+    name: str
+    steps: Mapping[int, Step]
+    # The ``meta`` key of the set's version (default ``schema.<name>``).
+    stamp_key: str = ""
+    # Step number -> its number in the old single chain (``PRAGMA user_version``), for the
+    # steps that existed before named sets.
+    legacy: Mapping[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if sorted(self.steps) != list(range(1, len(self.steps) + 1)):
+            raise ValueError(f"migration set {self.name}: steps must be numbered 1, 2, 3, ... without gaps")
+
+    @property
+    def key(self) -> str:
+        return self.stamp_key or f"schema.{self.name}"
+
+    @property
+    def version(self) -> int:
+        return max(self.steps, default=0)
+
+    def current(self, stamps: Mapping[str, str], user_version: int) -> int:
+        """The set's version in a database with these ``meta`` stamps and ``user_version``."""
+        if self.key in stamps:
+            return int(stamps[self.key])
+        return max((step for step, old in self.legacy.items() if old <= user_version), default=0)
+
 
 # The last version of the single numbered chain (``PRAGMA user_version``) before named sets.
 LEGACY_VERSION = 9

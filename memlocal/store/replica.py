@@ -29,9 +29,10 @@ from .memories import (
     row_to_memory,
     write_row,
 )
+from .sync_tables import SyncTableReader, SyncTableWriter, migration_set
 
 if TYPE_CHECKING:
-    from ..plugins import MigrationSet, PreparedRow
+    from ..plugins import PluginSchema, PreparedRow
 
 # What a memory's content is made of, as stored: everything but access metadata and what is
 # derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
@@ -75,13 +76,18 @@ class StoreReplica:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._sync_tables = SyncTableReader(store.read)
 
     @property
     def path(self) -> Path:
         return self._store.path
 
-    def migrate(self, migrations: MigrationSet) -> None:
-        self._store.migrate(migrations)
+    def migrate(self, schema: PluginSchema) -> None:
+        self._store.migrate(migration_set(schema))
+
+    @property
+    def sync_tables(self) -> SyncTableReader:
+        return self._sync_tables
 
     @contextmanager
     def transaction(self) -> Iterator[ReplicaTransaction]:
@@ -92,9 +98,6 @@ class StoreReplica:
     def snapshot(self) -> Iterator[None]:
         with self._store.snapshot():  # the connection stays here: the port hands out none
             yield
-
-    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._store.read(sql, params)
 
     def meta_get(self, key: str) -> str | None:
         return self._store.meta_get(key)
@@ -199,15 +202,11 @@ class ReplicaTransaction:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._sync_tables = SyncTableWriter(conn)
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._conn.execute(sql, params).rowcount
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows)
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._conn.execute(sql, params).fetchall()
+    @property
+    def sync_tables(self) -> SyncTableWriter:
+        return self._sync_tables
 
     def meta_get(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
