@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Collection, Iterable, Literal, Mapping
+from typing import Callable, Collection, Iterable, Literal, Mapping
 
 from memlocal.plugins import SyncBase
 
@@ -113,6 +113,36 @@ class Plan:
         return Counter(a.op.value for a in self.actions)
 
 
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What the three-way plan needs to know of one synced kind (memories, automation notes):
+    its key scheme, how its deletions are guarded, and whether its ids are names.
+
+    The decision table (``plan_pass``'s) is the same for every kind; the kinds differ in
+    these facts only."""
+
+    # The plan's name for the kind (the guard's wording: "memories", "automation notes").
+    noun: str
+    # A bucket key -> (profile, id), or ``None`` if the key is not one of this kind's.
+    parse_key: Callable[[str], tuple[str, str] | None]
+    # The skip reason of a key under the kind's prefix that is not one of its keys.
+    not_a_key: str
+    # A profile -> the guard's scope of its deletions.
+    scope: Callable[[str], str]
+    # Ids are names (an automation's own name), not random draws: the same id on two hosts is
+    # the same thing, so "local and remote, no base" is always fetched and resolved, even by a
+    # pull-only pass; a memory's id there may be another host's memory, resolved by a re-id,
+    # which only a full pass writes.
+    ids_are_names: bool
+    # Whether an empty listing (for the unverified-bucket rule) counts every entry listed under
+    # the prefix (memories), or only this kind's usable and unusable objects (notes).
+    empty_counts_every_entry: bool
+
+
+MEMORIES = Kind("memories", parse_key, "not a memory key (expected memory/<profile>/mem-<8 hex>.json)",
+                lambda profile: profile, ids_are_names=False, empty_counts_every_entry=True)
+
+
 def plan_pass(
     local: Mapping[str, Local],
     listing: Iterable[Listed],
@@ -127,8 +157,10 @@ def plan_pass(
     force: bool = False,
     pull_only: bool = False,
     explained: Collection[str] = frozenset(),
+    kind: Kind = MEMORIES,
 ) -> Plan:
-    """Decide one pass over the given scope (every profile, or those the caller snapshotted).
+    """Decide one pass over the given scope (every profile, or those the caller snapshotted), of
+    one ``kind`` (memories unless given; ``plan_notes`` passes ``NOTES``).
 
     ``outbox_deletes``: id -> profile of local deletions not yet known to be in the bucket.
     ``known_bad``: key -> (ETag, reason) of objects already found unusable. ``pull_only``: plan
@@ -146,9 +178,9 @@ def plan_pass(
         plan.objects += 1
         if entry.key.endswith("/"):
             continue  # a "folder" marker some tools create
-        parsed = parse_key(entry.key)
+        parsed = kind.parse_key(entry.key)
         if parsed is None:
-            plan.skips.append(Skip(entry.key, entry.etag, "not a memory key (expected memory/<profile>/mem-<8 hex>.json)"))
+            plan.skips.append(Skip(entry.key, entry.etag, kind.not_a_key))
             continue
         profile, mid = parsed
         skip = _unusable(entry, known_bad, max_object_bytes)
@@ -187,7 +219,7 @@ def plan_pass(
             plan.actions.append(Action(op, mid, home, etag))
 
         if remote_bad:
-            # An unusable object never changes or deletes the local memory; a local deletion
+            # An unusable object never changes or deletes the local item; a local deletion
             # may still remove it (a deletion wins).
             if loc is None and (b is not None or deleting) and not pull_only:
                 add(Op.DELETE_REMOTE)
@@ -204,14 +236,15 @@ def plan_pass(
             else:
                 add(Op.FETCH, remote.etag)
         elif loc is None and remote is None:
-            add(Op.FORGET)  # gone on both sides (or a deletion of something never pushed)
+            if b is not None or deleting:
+                add(Op.FORGET)  # gone on both sides (or a deletion of something never pushed)
         elif loc is not None and remote is not None and b is None:
-            if not pull_only:
-                add(Op.FETCH, remote.etag)  # adopt our own earlier PUT, or re-id on a collision
+            if kind.ids_are_names or not pull_only:
+                add(Op.FETCH, remote.etag)  # adopt our own earlier PUT, resolve, or re-id on a collision
         elif loc is not None and remote is None and b is not None:
             add(Op.DELETE_LOCAL)
             if mid not in explained:
-                deletions[home or ""] += 1
+                deletions[kind.scope(home or "")] += 1
         elif loc is None and remote is not None and b is not None:
             if not pull_only:
                 add(Op.DELETE_REMOTE)
@@ -222,9 +255,10 @@ def plan_pass(
                 add(Op.UPDATE, b.etag)
 
     if deletions and not force:
-        synced = Counter(x.profile for x in base.values())
-        plan.guards = hold_deletions(deletions, synced, empty_unverified=plan.objects == 0 and not verified,
-                                     minimum=mass_delete_min, share=max_delete_share)
+        synced = Counter(kind.scope(x.profile) for x in base.values())
+        empty = plan.objects == 0 if kind.empty_counts_every_entry else not by_id and not bad
+        plan.guards = hold_deletions(deletions, synced, empty_unverified=empty and not verified,
+                                     minimum=mass_delete_min, share=max_delete_share, noun=kind.noun)
         if plan.guards:  # either rule holds every unexplained local deletion of the pass
             plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
     return plan
@@ -343,6 +377,17 @@ def after_fetch(local: Local | None, base: Base | None, remote_profile: str, rem
 NOTES_SCOPE = "automation notes"
 
 
+def _note_key(key: str) -> tuple[str, str] | None:
+    nid = parse_note_key(key)
+    return None if nid is None else ("", nid)
+
+
+# Automation notes as a synced kind: no profiles (one guard scope), ids are the automations' names.
+NOTES = Kind(NOTES_SCOPE, _note_key,
+             "not an automation note key (expected memlocal/automations/<automation id>.json)",
+             lambda _profile: NOTES_SCOPE, ids_are_names=True, empty_counts_every_entry=False)
+
+
 @dataclass(frozen=True, slots=True)
 class NoteSide:
     """A note as the plan sees it on one side: its content hash and its ordering key
@@ -389,64 +434,7 @@ def plan_notes(
                          with ``If-Match`` the base ETag; else nothing
     =====  ======  ====  ======================================================================
     """
-    plan = Plan()
-    remote: dict[str, Listed] = {}
-    bad: set[str] = set()
-    for entry in listing:
-        plan.objects += 1
-        if entry.key.endswith("/"):
-            continue
-        nid = parse_note_key(entry.key)
-        if nid is None:
-            plan.skips.append(Skip(entry.key, entry.etag,
-                                   "not an automation note key (expected memlocal/automations/<automation id>.json)"))
-            continue
-        skip = _unusable(entry, known_bad, max_object_bytes)
-        if skip is not None:
-            plan.skips.append(skip)
-            bad.add(nid)
-            continue
-        remote[nid] = entry
-    deleting = set(outbox_deletes)
-    deletions = 0
-    for nid in sorted(set(local) | set(remote) | set(base) | deleting | bad):
-        loc, rem, b = local.get(nid), remote.get(nid), base.get(nid)
-
-        def add(op: Op, etag: str = "") -> None:
-            plan.actions.append(Action(op, nid, "", etag))
-
-        if nid in bad:
-            # An unusable object never changes or deletes the local note; a clear here still
-            # removes it (a deletion wins).
-            if loc is None and (b is not None or nid in deleting) and not pull_only:
-                add(Op.DELETE_REMOTE)
-            continue
-        if loc is not None and rem is None:
-            if b is None:
-                if not pull_only:
-                    add(Op.CREATE)
-            else:
-                add(Op.DELETE_LOCAL)
-                deletions += 1
-        elif loc is None and rem is not None:
-            if b is not None or nid in deleting:
-                if not pull_only:
-                    add(Op.DELETE_REMOTE)
-            else:
-                add(Op.FETCH, rem.etag)
-        elif loc is None and rem is None:
-            if b is not None or nid in deleting:
-                add(Op.FORGET)
-        elif loc is not None and rem is not None:
-            if b is None or rem.etag != b.etag:
-                add(Op.FETCH, rem.etag)
-            elif loc.content_hash != b.content_hash and not pull_only:
-                add(Op.UPDATE, b.etag)
-
-    if deletions and not force:
-        plan.guards = hold_deletions({NOTES_SCOPE: deletions}, {NOTES_SCOPE: len(base)},
-                                     empty_unverified=not remote and not bad and not verified,
-                                     minimum=mass_delete_min, share=max_delete_share, noun="automation notes")
-        if plan.guards:
-            plan.actions = [a for a in plan.actions if a.op is not Op.DELETE_LOCAL]
-    return plan
+    return plan_pass({a: Local(a, "", side.content_hash) for a, side in local.items()}, listing, base,
+                     dict.fromkeys(outbox_deletes, ""), known_bad, max_object_bytes=max_object_bytes,
+                     mass_delete_min=mass_delete_min, max_delete_share=max_delete_share, verified=verified,
+                     force=force, pull_only=pull_only, kind=NOTES)
