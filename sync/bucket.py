@@ -348,7 +348,7 @@ class _Wire:
         self.secure = parts.scheme == "https"
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port
-        self.base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/{bucket}/"
+        self.origin = f"{parts.scheme}://{parts.netloc}"
         self.path = f"{parts.path.rstrip('/')}/{bucket}/"
         self.timeout_s = timeout_s
         self.signer = S3SigV4Auth(Credentials(key_id, secret), "s3", region)
@@ -382,17 +382,34 @@ class _Wire:
         ``http.client.HTTPException`` when the request got no answer."""
         from urllib.parse import quote
 
+        status, headers_got, data = self.send("PUT", self.path + quote(key, safe="/~"), body, headers)
+        return status, headers_got.get("etag", ""), data
+
+    def list_page(self, query: dict[str, str]) -> tuple[int, bytes]:
+        """One signed ListObjectsV2 request (``GET /<bucket>?list-type=2&...``): (status, body)."""
+        from urllib.parse import quote
+
+        # SigV4's canonical query: parameters sorted by name, names and values URI-encoded.
+        encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
+        status, _headers, data = self.send("GET", self.path.rstrip("/") + "?" + encoded, b"", {})
+        return status, data
+
+    def send(self, method: str, target: str, body: bytes,
+             headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        """One signed request for ``target`` (the path and query, already quoted): (status,
+        headers lower-cased, body). Raises ``OSError`` or ``http.client.HTTPException`` when the
+        request got no answer."""
         from botocore.awsrequest import AWSRequest
 
-        quoted = quote(key, safe="/~")
-        request = AWSRequest("PUT", self.base + quoted, data=body, headers=headers)
+        request = AWSRequest(method, self.origin + target, data=body, headers=headers)
         self.signer.add_auth(request)
         sent = dict(request.headers.items())
-        sent["Content-Length"] = str(len(body))
+        if body or method == "PUT":
+            sent["Content-Length"] = str(len(body))
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                conn.request("PUT", self.path + quoted, body=body, headers=sent)
+                conn.request(method, target, body=body or None, headers=sent)
                 response = conn.getresponse()
                 data = response.read()
             except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
@@ -407,7 +424,7 @@ class _Wire:
                 raise
             if response.will_close:
                 self._drop()
-            return response.status, response.getheader("ETag", ""), data
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, data
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
@@ -539,7 +556,7 @@ class Bucket:
 
     def list(self, prefix: str, *, delimiter: str | None = None, start_after: str | None = None,
              last: str | None = None, max_pages: int | None = None) -> Listing:
-        """Every object under ``prefix`` (boto3's ListObjectsV2 paginator: no 1000-entry cap),
+        """Every object under ``prefix``, page by page (no 1000-entry cap),
         ``sync.list_page_size`` objects a page; with ``delimiter``, the common
         prefixes one level down as well.
 
@@ -547,32 +564,80 @@ class Bucket:
         listings in parallel (``memlocal_sync.engine``): S3 returns keys in order, so paging
         stops at the first page that passes ``last``. ``max_pages`` stops after that many pages
         (``truncated`` then says whether keys were left)."""
-        kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix,
-                                  "PaginationConfig": {"PageSize": self.page_size}}
-        if delimiter:
-            kwargs["Delimiter"] = delimiter
-        if start_after is not None:
-            kwargs["StartAfter"] = start_after
         objects: list[Listed] = []
         prefixes: list[str] = []
         pages = 0
         truncated = False
-        try:
-            for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
-                pages += 1
-                self._count("LIST")
-                contents = page.get("Contents", [])
-                objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0)), o.get("LastModified", "")) for o in contents
-                            if last is None or o["Key"] <= last]
-                prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
-                if last is not None and contents and contents[-1]["Key"] >= last:
-                    break  # the rest of the prefix is past the range
-                if max_pages is not None and pages >= max_pages:
-                    truncated = bool(page.get("IsTruncated"))
-                    break
-        except Exception as exc:  # raised while fetching a page; translated like every request
-            raise _translate(exc, self.name, f"LIST {prefix}") from None
+        token: str | None = None
+        while True:
+            page = self._list_page(prefix, delimiter, start_after, token)
+            pages += 1
+            contents = page.get("Contents", [])
+            objects += [Listed(o["Key"], o.get("ETag", ""), int(o.get("Size", 0)), o.get("LastModified", ""))
+                        for o in contents if last is None or o["Key"] <= last]
+            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+            more = bool(page.get("IsTruncated")) and bool(page.get("NextContinuationToken"))
+            if last is not None and contents and contents[-1]["Key"] >= last:
+                break  # the rest of the prefix is past the range
+            if max_pages is not None and pages >= max_pages:
+                truncated = more
+                break
+            if not more:
+                break
+            token = page["NextContinuationToken"]
         return Listing(objects, pages, tuple(prefixes), truncated)
+
+    def _list_page(self, prefix: str, delimiter: str | None, start_after: str | None,
+                   token: str | None) -> dict[str, Any]:
+        """One ListObjectsV2 page as :func:`memlocal_sync.listing.parse_listing` reads it (keys
+        decoded). On the lean path when it applies: botocore's machinery cost as much CPU per page
+        as reading it (its check of every 200 answer for an error document parses the page a
+        second time); any answer but a 200, and a request that got none, goes through botocore."""
+        what = f"LIST {prefix}"
+        self._count("LIST")
+        wire = self.wire
+        if wire is not None:
+            from urllib.parse import unquote_plus
+
+            from .listing import parse_listing
+
+            query = {"list-type": "2", "prefix": prefix, "max-keys": str(self.page_size), "encoding-type": "url"}
+            if delimiter:
+                query["delimiter"] = delimiter
+            if start_after is not None:
+                query["start-after"] = start_after
+            if token is not None:
+                query["continuation-token"] = token
+            try:
+                status, data = wire.list_page(query)
+            except (OSError, http.client.HTTPException):
+                status, data = 0, b""  # no answer: botocore's retries take it from here
+            if status == 200:
+                try:
+                    page = parse_listing(data)
+                except Exception:  # not a listing (a proxy's page?): botocore says what it is
+                    page = None
+                if page is not None:
+                    if page.get("EncodingType") == "url":  # as botocore decodes them
+                        for name in ("Prefix", "Delimiter", "StartAfter"):
+                            if name in page:
+                                page[name] = unquote_plus(page[name])
+                        for entry in page.get("Contents", []):
+                            entry["Key"] = unquote_plus(entry.get("Key", ""))
+                        for entry in page.get("CommonPrefixes", []):
+                            entry["Prefix"] = unquote_plus(entry["Prefix"])
+                    return page
+        kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": self.page_size}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        if start_after is not None:
+            kwargs["StartAfter"] = start_after
+        if token is not None:
+            kwargs["ContinuationToken"] = token
+        try:
+            return dict(self.client.list_objects_v2(Bucket=self.name, **kwargs))
+        except Exception as exc:  # translated like every request
+            raise _translate(exc, self.name, what) from None
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``; at most ``max_bytes`` are ever read (a Range request)."""

@@ -35,9 +35,11 @@ from memlocal.plugins import NoteState, Replica
 from . import marker
 from .breaker import HostBreaker
 from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
-from . import changes, converge, snapshot
+from . import changes, converge, prepared, snapshot
 from .objects import (
     NOTE_PREFIX,
+    PREFIX,
+    SUFFIX,
     BadObject,
     Listed,
     content_hash,
@@ -840,38 +842,49 @@ class SyncEngine:
 
     def _prefetch_snapshots(self, snapshots: dict[str, list[str]]) -> dict[str, dict[str, _Prefetched]]:
         """The first readable snapshot of each profile, every entry decoded and made ready to
-        insert (content hash, store row). Runs beside the listing; never raises (a snapshot that
-        cannot be used here is read again, or its objects fetched, after the plan)."""
+        insert (content hash, store row): in a helper process for a large snapshot when this
+        store is memlocal's own (``memlocal_sync.prepared``), else here. Runs beside the listing;
+        never raises (a snapshot that cannot be used here is read again, or its objects fetched,
+        after the plan)."""
         out: dict[str, dict[str, _Prefetched]] = {}
         for profile, keys in snapshots.items():
             if self._cancelled.is_set():  # the caller checks, once the listing beside it is done
                 break
             try:
-                entries = self._first_snapshot(profile, keys)
+                ready = self._prepared_snapshot(profile, keys)
             except Exception as exc:  # containment: this is only a head start
                 log.info("snapshot of %s not read ahead: %s", profile, exc)
                 continue
-            if entries is None:
-                continue
-            ready: dict[str, _Prefetched] = {}
-            for obj_key, (etag, body) in entries.items():
-                if self._cancelled.is_set():
-                    return out
-                parsed = parse_key(obj_key)
-                if parsed is None or len(body) > self.max_object_bytes:
-                    continue
-                try:
-                    memory = decode(body, profile, parsed[1])
-                except BadObject as exc:
-                    ready[obj_key] = _Prefetched(etag, body, None, exc.reason, "", None)
-                    continue
-                try:
-                    row = self.store.prepare(memory)
-                except Exception:  # containment: the usual path reports it
-                    row = None
-                ready[obj_key] = _Prefetched(etag, body, memory, "", content_hash(memory), row)
-            out[profile] = ready
+            if ready is not None:
+                out[profile] = ready
         return out
+
+    def _prepared_snapshot(self, profile: str, keys: Sequence[str]) -> dict[str, _Prefetched] | None:
+        """The entries of the first of ``keys`` that reads as a snapshot of ``profile``, prepared
+        (``None``: none reads, or the pass was cancelled)."""
+        for key in keys:
+            try:
+                data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
+                if len(data) >= prepared.HELPER_MIN_BYTES and self._helper_allowed():
+                    try:
+                        return prepared.in_helper(data, profile, self.max_object_bytes, self._cancelled)
+                    except BadObject:
+                        raise
+                    except Exception as exc:  # the helper is only a second core: read it here
+                        log.info("snapshot %s read here (the helper process failed: %s)", key, exc)
+                entries = snapshot.read(data, profile)
+                return prepared.prepare_entries(entries, profile, self.max_object_bytes, self.store.prepare,
+                                                self._cancelled.is_set)
+            except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
+                log.info("snapshot %s not used: %s", key, exc)
+        return None
+
+    def _helper_allowed(self) -> bool:
+        """A helper process computes rows as memlocal's own store does (``StoreReplica.prepare``):
+        only for that store, and only with a second core."""
+        from memlocal.store.replica import StoreReplica
+
+        return type(self.store) is StoreReplica and prepared.helper_available()
 
     def _first_snapshot(self, profile: str, keys: Sequence[str]) -> dict[str, tuple[str, bytes]] | None:
         """The entries of the first of ``keys`` that reads as a snapshot of ``profile``
@@ -900,7 +913,7 @@ class SyncEngine:
         fetches: dict[str, dict[str, str]] = {}
         for action in plan.actions:
             if action.op is Op.FETCH and action.etag:
-                fetches.setdefault(action.profile, {})[object_key(action.profile, action.id)] = action.etag
+                fetches.setdefault(action.profile, {})[_planned_key(action)] = action.etag
         for profile, wanted in fetches.items():
             if len(wanted) < self.snapshot_min or profile not in snapshots:
                 continue
@@ -924,7 +937,7 @@ class SyncEngine:
         effects: list[Effect] = []
         remaining: list[Action] = []
         for action in plan.actions:
-            key = object_key(action.profile, action.id) if action.op is Op.FETCH else ""
+            key = _planned_key(action) if action.op is Op.FETCH else ""
             body = self._from_snapshot.get(key) if key else None
             if body is None or action.id in known:
                 remaining.append(action)
@@ -962,13 +975,16 @@ class SyncEngine:
         content unchanged, no unmerged access bumps); a profile with any other is skipped."""
         if self.snapshot_min <= 0:
             return
-        listed: dict[str, list[Listed]] = {}
-        for obj in listing:
-            parsed = parse_key(obj.key)
-            if parsed is not None:
-                listed.setdefault(parsed[0], []).append(obj)
-        for profile, objects in listed.items():
+        by_profile: dict[str, list[Listed]] = {}
+        for obj in listing:  # grouped by the key's profile part; the keys are checked below
+            profile, sep, _rest = obj.key[len(PREFIX):].partition("/")
+            if sep:
+                by_profile.setdefault(profile, []).append(obj)
+        for profile, objects in by_profile.items():
             if len(objects) < self.snapshot_min or profile in busy:
+                continue  # (a fresh host's pull: every profile is busy, nothing to check)
+            objects = [o for o in objects if (parse_key(o.key) or ("", ""))[0] == profile]
+            if len(objects) < self.snapshot_min:
                 continue
             current = snapshots.get(profile, [])
             name = snapshot.digest((o.key, o.etag) for o in objects)
@@ -1441,23 +1457,17 @@ class _RecordView:
     last: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Prefetched:
-    """One snapshot entry read ahead: its ETag and body, the memory (``None`` with the reason when
-    the body is unusable), its content hash and its store row (``Replica.prepare``; ``None`` if that
-    failed, left to the usual path)."""
-
-    etag: str
-    body: bytes
-    memory: Memory | None
-    reason: str
-    hash: str
-    row: tuple[Any, ...] | None
+_Prefetched = prepared.Prepared
 
 
 # Sorts after any character a key can hold: ``<profile prefix>`` + this is past the profile's keys.
 _PAST: str = "\U0010ffff"
 _HEX: str = "0123456789abcdef"
+
+
+def _planned_key(action: Action) -> str:
+    """The object key of a planned action (its profile and id come from a checked key)."""
+    return f"{PREFIX}{action.profile}/{action.id}{SUFFIX}"
 
 
 def _id_listings(last: str) -> list[tuple[str | None, str | None, str | None]] | None:

@@ -118,13 +118,14 @@ def test_get_never_reads_past_its_cap(client: BucketClient) -> None:
 
 def test_listings_are_in_key_order_across_pages(client: BucketClient) -> None:
     keys = [f"memory/p/mem-{i:08x}.json" for i in range(10)] + ["memory/q/mem-00000001.json",
-                                                              "memory/My Notes/readme.txt", "memory/é/x.json"]
+                                                              "memory/My Notes/readme.txt", "memory/é/x.json",
+                                                              "memory/a+b/x.json"]
     etags = {k: client.put(k, k.encode()) for k in keys}
     client.put("memlocal/bucket.json", b"{}")
     listing = client.list("memory/")
     assert [o.key for o in listing.objects] == sorted(keys, key=lambda k: k.encode())
     assert all(o.etag == etags[o.key] and o.size == len(o.key.encode()) for o in listing.objects)
-    assert listing.pages == 5 and not listing.truncated  # 13 keys, 3 a page
+    assert listing.pages == 5 and not listing.truncated  # 14 keys, 3 a page
     # One profile; a range (start_after < key <= last); a first page alone.
     assert [o.key for o in client.list("memory/p/").objects] == keys[:10]
     ranged = client.list("memory/p/", start_after=keys[2], last=keys[6])
@@ -135,7 +136,7 @@ def test_listings_are_in_key_order_across_pages(client: BucketClient) -> None:
     assert [o.key for o in whole.objects] == keys[7:10] and not whole.truncated
     # With a delimiter: the profiles one level down.
     assert sorted(client.list("memory/", delimiter="/").prefixes) == sorted(
-        ["memory/p/", "memory/q/", "memory/My Notes/", "memory/é/"])
+        ["memory/p/", "memory/q/", "memory/My Notes/", "memory/é/", "memory/a+b/"])
     assert client.list("nothing/").objects == [] and client.list("nothing/").pages == 1
 
 

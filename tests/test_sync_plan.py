@@ -80,6 +80,18 @@ def test_content_hash_ignores_access_metadata_only() -> None:
     assert content_hash(m) != content_hash(m.with_changes(extra={"tags": ["x"]}))
 
 
+
+def test_content_hash_is_the_sha256_of_the_sorted_json_without_access_fields() -> None:
+    """The definition the hashes every base already holds were computed with (a host that
+    hashed differently would see every memory as changed)."""
+    import hashlib
+    import json
+
+    for m in (mem(), mem().with_changes(extra={"tags": ["é", 1.5], "zeta": None, "Alpha": {"b": 1}}, is_active=False)):
+        body = {k: v for k, v in m.to_dict().items() if k not in ("accessCount", "lastAccessedAt", "stalenessScore")}
+        text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        assert content_hash(m) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 # --- the plan -----------------------------------------------------------------------------------
 
 H1, H2 = "h1", "h2"

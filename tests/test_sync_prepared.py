@@ -1,0 +1,63 @@
+"""A snapshot's entries made ready to insert, here and in the helper process (memlocal_sync.prepared):
+the same memories, hashes and store rows either way; a body that is not a snapshot is refused
+either way; a cancelled helper leaves no process behind."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from memlocal.model import Memory
+from memlocal.store import Store
+from memlocal.store.replica import StoreReplica
+from memlocal_sync import prepared, snapshot
+from memlocal_sync.objects import BadObject, content_hash, encode
+
+P = "prof"
+
+
+def memories(n: int) -> list[Memory]:
+    at = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    return [Memory(id=f"mem-{i:08x}", profile_name=P, raw_input=f"likes tea number {i}",
+                   processed_content=f"likes tea number {i}", summary=f"tea {i}", created_at=at,
+                   extra={"tags": ["é", i]} if i % 3 == 0 else {}) for i in range(n)]
+
+
+def snapshot_of(ms: list[Memory], extra: list[tuple[str, str, bytes]] = ()) -> bytes:  # type: ignore[assignment]
+    entries = [(f"memory/{P}/{m.id}.json", f'"{hashlib.md5(encode(m)).hexdigest()}"', encode(m)) for m in ms]
+    return snapshot.build(P, [*entries, *extra])[1]
+
+
+def test_the_helper_prepares_what_this_process_prepares(tmp_path: Path) -> None:
+    ms = memories(40)
+    bad = (f"memory/{P}/mem-ffffffff.json", '"x"', b'{"id": "mem-ffffffff"')  # not JSON: a reason, no row
+    data = snapshot_of(ms, [bad])
+    store = Store(tmp_path / "m.db")
+    try:
+        here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, StoreReplica(store).prepare)
+    finally:
+        store.close()
+    there = prepared.in_helper(data, P, 1 << 20)
+    assert here is not None and there is not None and there == here
+    assert there[bad[0]].memory is None and "not valid JSON" in there[bad[0]].reason
+    for m in ms:
+        entry = there[f"memory/{P}/{m.id}.json"]
+        assert entry.memory == m and entry.hash == content_hash(m) and entry.body == encode(m)
+
+
+def test_the_helper_refuses_what_is_not_a_snapshot_of_the_profile() -> None:
+    with pytest.raises(BadObject, match="not a snapshot"):
+        prepared.in_helper(b"not gzip at all", P, 1 << 20)
+    with pytest.raises(BadObject, match="this profile"):
+        prepared.in_helper(snapshot_of(memories(2)), "other", 1 << 20)
+
+
+def test_a_cancelled_pass_prepares_nothing() -> None:
+    cancelled = threading.Event()
+    cancelled.set()
+    assert prepared.in_helper(snapshot_of(memories(5)), P, 1 << 20, cancelled) is None
+    assert prepared.prepare_entries({}, P, 1 << 20, lambda m: (), cancelled.is_set) is None
