@@ -874,7 +874,7 @@ class SyncEngine:
                         log.info("snapshot %s read here (the helper process failed: %s)", key, exc)
                 entries = snapshot.read(data, profile)
                 return prepared.prepare_entries(entries, profile, self.max_object_bytes, self.store.prepare,
-                                                self._cancelled.is_set)
+                                                self.store.signature, self._cancelled.is_set)
             except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
                 log.info("snapshot %s not used: %s", key, exc)
         return None
@@ -949,7 +949,8 @@ class SyncEngine:
                 effects.append(SkipObject(key, action.etag, pre.reason))
                 continue
             if pre is not None and pre.memory is not None:
-                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=pre.row))
+                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=pre.row,
+                                      signature=pre.signature))
             else:
                 try:
                     remote = decode(body, action.profile, action.id)

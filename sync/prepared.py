@@ -41,8 +41,8 @@ HELPER_TIMEOUT_S: Final = 300.0
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One snapshot entry made ready: its ETag and body, the memory (``None`` with the reason when
-    the body is unusable), its content hash and its store row (``Replica.prepare``; ``None`` if that
-    failed, left to the usual path)."""
+    the body is unusable), its content hash, its store row and content signature
+    (``Replica.prepare``, ``Replica.signature``; ``None`` if that failed, left to the usual path)."""
 
     etag: str
     body: bytes
@@ -50,12 +50,14 @@ class Prepared:
     reason: str
     hash: str
     row: tuple[Any, ...] | None
+    signature: str | None = None
 
 
 def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_object_bytes: int,
-                    prepare: Callable[[Memory], tuple[Any, ...]],
+                    prepare: Callable[[Memory], tuple[Any, ...]], signature: Callable[[Memory], str],
                     cancelled: Callable[[], bool] = lambda: False) -> dict[str, Prepared] | None:
-    """Every entry of ``snapshot.read`` decoded, hashed and given its row (``prepare``); ``None``
+    """Every entry of ``snapshot.read`` decoded, hashed and given its row and signature
+    (``prepare``, ``signature``: the replica's); ``None``
     when ``cancelled`` says so. Entries that are not memory keys or over ``max_object_bytes`` are
     left out (the engine fetches those objects, if the listing shows them)."""
     ready: dict[str, Prepared] = {}
@@ -74,9 +76,10 @@ def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_obj
             continue
         try:
             row: tuple[Any, ...] | None = tuple(prepare(memory))
+            sig: str | None = signature(memory)
         except Exception:  # containment: the usual path reports it
-            row = None
-        ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), row)
+            row = sig = None
+        ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), row, sig)
     return ready
 
 
@@ -92,7 +95,7 @@ def helper_available() -> bool:
 def in_helper(data: bytes, profile: str, max_object_bytes: int,
               cancelled: threading.Event | None = None, timeout_s: float = HELPER_TIMEOUT_S) -> dict[str, Prepared] | None:
     """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process,
-    with the rows memlocal's own store computes (``StoreReplica.prepare``). ``BadObject`` when
+    with the rows and signatures memlocal's own store computes (``StoreReplica``). ``BadObject`` when
     ``data`` is not a snapshot of ``profile``; ``None`` when ``cancelled``; any other exception
     when the helper failed (the caller then reads it here)."""
     if cancelled is not None and cancelled.is_set():
@@ -146,6 +149,7 @@ def in_helper(data: bytes, profile: str, max_object_bytes: int,
 
 def _main() -> None:  # pragma: no cover - runs in the helper process (tested through in_helper)
     from memlocal.store.memories import write_row  # what StoreReplica.prepare computes
+    from memlocal.store.replica import content_signature  # and StoreReplica.signature
 
     data, profile, max_object_bytes = pickle.loads(sys.stdin.buffer.read())
     try:
@@ -153,8 +157,9 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
     except BadObject as exc:
         result: tuple[str, Any] = ("bad", exc.reason)
     else:
-        ready = prepare_entries(entries, profile, max_object_bytes, write_row) or {}
-        result = ("ok", {key: (p.etag, p.body, p.memory, p.reason, p.hash, p.row) for key, p in ready.items()})
+        ready = prepare_entries(entries, profile, max_object_bytes, write_row, content_signature) or {}
+        result = ("ok", {key: (p.etag, p.body, p.memory, p.reason, p.hash, p.row, p.signature)
+                         for key, p in ready.items()})
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.buffer.flush()
 

@@ -38,7 +38,8 @@ def test_the_helper_prepares_what_this_process_prepares(tmp_path: Path) -> None:
     data = snapshot_of(ms, [bad])
     store = Store(tmp_path / "m.db")
     try:
-        here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, StoreReplica(store).prepare)
+        replica = StoreReplica(store)
+        here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, replica.prepare, replica.signature)
     finally:
         store.close()
     there = prepared.in_helper(data, P, 1 << 20)
@@ -47,6 +48,7 @@ def test_the_helper_prepares_what_this_process_prepares(tmp_path: Path) -> None:
     for m in ms:
         entry = there[f"memory/{P}/{m.id}.json"]
         assert entry.memory == m and entry.hash == content_hash(m) and entry.body == encode(m)
+        assert entry.signature is not None and entry.row is not None
 
 
 def test_the_helper_refuses_what_is_not_a_snapshot_of_the_profile() -> None:
@@ -60,4 +62,4 @@ def test_a_cancelled_pass_prepares_nothing() -> None:
     cancelled = threading.Event()
     cancelled.set()
     assert prepared.in_helper(snapshot_of(memories(5)), P, 1 << 20, cancelled) is None
-    assert prepared.prepare_entries({}, P, 1 << 20, lambda m: (), cancelled.is_set) is None
+    assert prepared.prepare_entries({}, P, 1 << 20, lambda m: (), lambda m: "", cancelled.is_set) is None
