@@ -149,6 +149,15 @@ class BucketClient(Protocol):
         """Delete ``key``; deleting a missing key succeeds."""
         ...
 
+    def begin_pass(self, at: float | None = None) -> None:
+        """A pass starts (``time.monotonic()`` value ``at``, default now): ``sync.deadline_s`` runs
+        from then, or from the bucket's last answer (a client without a deadline ignores it)."""
+        ...
+
+    def end_pass(self) -> None:
+        """The pass that ``begin_pass`` started is over."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -273,47 +282,68 @@ def _with_hooks(client: Any, deadline_s: float | None = None) -> Any:
     # object (the server's interim 100 answer) for bodies of a few hundred bytes.
     client.meta.events.register("before-sign.s3.PutObject", _drop_expect_header)
     if deadline_s is not None:
-        _Deadline(deadline_s, float(client.meta.config.read_timeout)).install(client)
+        # First: a ``False`` from it stops the retry whatever the standard handler says after it.
+        client.meta.events.register_first("needs-retry.s3", _needs_retry)
+        client.meta.events.register("before-send.s3", _before_send)
     return client
 
 
-class _Deadline:
-    """A request is not retried once the bucket has answered nothing (no request of this
-    client) for ``deadline_s`` by the time another attempt could end (``sync.deadline_s``): a
-    hung bucket (it accepts connections and never answers) costs one timeout, not ``attempts``
-    of them, while a slow bucket that answers other requests (many parallel listings on a
-    loaded server) keeps its retries. botocore's standard retry handler decides the rest
-    (throttling, 5xx and connection errors, with its back-off)."""
+# The Bucket whose botocore request runs on this thread (set by ``Bucket._call``): the client is
+# shared by the Buckets of a process, each pass has its own clock.
+_ACTIVE = threading.local()
 
-    KEY = "memlocal_started"
 
-    def __init__(self, deadline_s: float, attempt_s: float) -> None:
+class _Clock:
+    """How long a pass may still wait for the bucket (``sync.deadline_s``): the deadline runs
+    from the pass's start (``Bucket.begin_pass``; a cron ``sync run`` passes its process's start)
+    or from the bucket's last answer to any request, whichever is later. Every attempt of every
+    request checks it first and waits at most what is left (its socket timeouts are capped by
+    it), so a pass against a hung bucket (it accepts connections and never answers) ends at the
+    deadline by construction, while a slow bucket that keeps answering some requests (many
+    parallel listings on a loaded server) keeps its retries."""
+
+    def __init__(self, deadline_s: float) -> None:
         self.deadline_s = deadline_s
-        self.attempt_s = attempt_s
-        self.answered = 0.0  # monotonic time of the last HTTP answer of any request
+        self.since: float | None = None  # outside a pass: every attempt has the whole deadline
 
-    def install(self, client: Any) -> None:
-        client.meta.events.register("before-call.s3", self.start)
-        # First: a ``False`` from it stops the retry whatever the standard handler says after it.
-        client.meta.events.register_first("needs-retry.s3", self.needs_retry)
+    def begin(self, at: float | None = None) -> None:
+        self.since = time.monotonic() if at is None else at
 
-    def start(self, context: dict[str, Any], **_: Any) -> None:
-        context[self.KEY] = time.monotonic()
+    def end(self) -> None:
+        self.since = None
 
-    def needs_retry(self, request_dict: dict[str, Any], response: Any = None, **_: Any) -> bool | None:
-        """``False`` (no retry) when another attempt would end more than ``deadline_s`` after
-        the bucket's last answer (or this request's start); ``None`` leaves it to botocore.
-        Called after every attempt, answered or not."""
-        now = time.monotonic()
-        if response is not None:  # an HTTP answer, whatever its status: the bucket is alive
-            self.answered = now
-            return None
-        started = (request_dict.get("context") or {}).get(self.KEY)
-        if started is None:
-            return None
-        if now + self.attempt_s > max(self.answered, started) + self.deadline_s:
-            return False
+    def answered(self) -> None:
+        since = self.since
+        if since is not None:
+            self.since = max(since, time.monotonic())  # a race between two answers is harmless
+
+    def left(self) -> float:
+        since = self.since
+        return self.deadline_s if since is None else since + self.deadline_s - time.monotonic()
+
+
+def _needs_retry(response: Any = None, attempts: int = 1, **_: Any) -> bool | None:
+    """botocore's ``needs-retry`` (called after every attempt, answered or not): an HTTP answer,
+    whatever its status, says the bucket is alive; no retry when what is left of the deadline
+    would not outlast the standard handler's back-off before it (at most 2^(attempts-1) s);
+    ``None`` leaves the rest to botocore's standard retry handler."""
+    bucket: Bucket | None = getattr(_ACTIVE, "bucket", None)
+    if bucket is None or bucket.clock is None:
         return None
+    if response is not None:
+        bucket.clock.answered()
+        return None
+    return False if bucket.clock.left() <= min(20.0, 2.0 ** max(0, attempts - 1)) else None
+
+
+def _before_send(request: Any, **_: Any) -> Any:
+    """botocore's ``before-send``: the attempt is refused once the pass's deadline has passed,
+    and sent by ``Bucket.send_attempt`` (socket timeouts capped by what is left) where the lean
+    path applies; ``None`` lets botocore send it."""
+    bucket: Bucket | None = getattr(_ACTIVE, "bucket", None)
+    if bucket is None or bucket.clock is None:
+        return None
+    return bucket.send_attempt(request)
 
 
 def _drop_expect_header(request: Any, **_: Any) -> None:
@@ -377,28 +407,28 @@ class _Wire:
         if conn is not None:
             conn.close()
 
-    def put(self, key: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    def put(self, key: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, str, bytes]:
         """One signed PUT: (status, ETag, body of an error answer). Raises ``OSError`` or
-        ``http.client.HTTPException`` when the request got no answer."""
+        ``http.client.HTTPException`` when the request got no answer within ``timeout``."""
         from urllib.parse import quote
 
-        status, headers_got, data = self.send("PUT", self.path + quote(key, safe="/~"), body, headers)
+        status, headers_got, data = self.send("PUT", self.path + quote(key, safe="/~"), body, headers, timeout)
         return status, headers_got.get("etag", ""), data
 
-    def list_page(self, query: dict[str, str]) -> tuple[int, bytes]:
+    def list_page(self, query: dict[str, str], timeout: float) -> tuple[int, bytes]:
         """One signed ListObjectsV2 request (``GET /<bucket>?list-type=2&...``): (status, body)."""
         from urllib.parse import quote
 
         # SigV4's canonical query: parameters sorted by name, names and values URI-encoded.
         encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
-        status, _headers, data = self.send("GET", self.path.rstrip("/") + "?" + encoded, b"", {})
+        status, _headers, data = self.send("GET", self.path.rstrip("/") + "?" + encoded, b"", {}, timeout)
         return status, data
 
-    def send(self, method: str, target: str, body: bytes,
-             headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        """One signed request for ``target`` (the path and query, already quoted): (status,
+    def send(self, method: str, target: str, body: bytes, headers: dict[str, str],
+             timeout: float) -> tuple[int, dict[str, str], bytes]:
+        """One request for ``target`` (the path and query, already quoted), signed here: (status,
         headers lower-cased, body). Raises ``OSError`` or ``http.client.HTTPException`` when the
-        request got no answer."""
+        request got no answer within ``timeout``."""
         from botocore.awsrequest import AWSRequest
 
         request = AWSRequest(method, self.origin + target, data=body, headers=headers)
@@ -406,10 +436,20 @@ class _Wire:
         sent = dict(request.headers.items())
         if body or method == "PUT":
             sent["Content-Length"] = str(len(body))
+        status, got, data = self.raw(method, target, body, sent, timeout)
+        return status, {k.lower(): v for k, v in got}, data
+
+    def raw(self, method: str, target: str, body: bytes | None, headers: dict[str, str],
+            timeout: float) -> tuple[int, list[tuple[str, str]], bytes]:
+        """One request as given (already signed), on this thread's kept-alive connection, waiting
+        at most ``timeout`` for the connection and for each read: (status, headers, body)."""
         for attempt in (1, 2):
             conn = self._connection()
+            conn.timeout = timeout  # used by a new connection's connect
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
             try:
-                conn.request(method, target, body=body or None, headers=sent)
+                conn.request(method, target, body=body or None, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
             except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
@@ -424,7 +464,7 @@ class _Wire:
                 raise
             if response.will_close:
                 self._drop()
-            return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+            return response.status, response.getheaders(), data
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
@@ -441,19 +481,32 @@ def _error_code(body: bytes) -> str:
     return body[start + 6:end].decode("utf-8", "replace") if start >= 0 and end > start else ""
 
 
+def _response(url: str, status: int, headers: list[tuple[str, str]], data: bytes) -> Any:
+    """An answer as botocore's HTTP layer hands it on (an ``AWSResponse`` over urllib3's response)."""
+    import io
+
+    from botocore.awsrequest import AWSResponse
+    from urllib3.response import HTTPResponse
+
+    raw = HTTPResponse(body=io.BytesIO(data), headers=headers, status=status, preload_content=False,
+                       decode_content=False)
+    return AWSResponse(url, status, raw.headers, raw)
+
+
 class Bucket:
     """The operations the sync needs, each one request (plus botocore's retries)."""
 
     def __init__(self, settings: BucketSettings, *, timeout_s: float, attempts: int, pool_size: int = 10,
                  page_size: int = 1000, deadline_s: float | None = None) -> None:
         # The values come from the config registry, which has checked their limits at load.
-        # ``deadline_s``: a request with its retries ends within it (``_Deadline``); an attempt's
-        # timeout is never longer.
+        # ``deadline_s``: a pass waits at most this long for an answer (``_Clock``); an attempt's
+        # timeout is never longer than what is left of it.
         self.settings = settings
         self.name = settings.name
         self.deadline_s = deadline_s
         self.timeout_s = min(timeout_s, deadline_s) if deadline_s else timeout_s
         self.attempts = attempts
+        self.clock = _Clock(deadline_s) if deadline_s else None
         self.pool_size = max(1, pool_size)
         self.page_size = page_size
         # Any: botocore builds S3 client methods at run time, so its static type has none of them.
@@ -470,6 +523,58 @@ class Bucket:
     def _count(self, method: str, n: int = 1) -> None:
         with self._count_lock:
             self.requests[method] += n
+
+    def begin_pass(self, at: float | None = None) -> None:
+        """A pass starts (at the ``time.monotonic()`` value ``at``, default now): its deadline
+        (``sync.deadline_s``) runs from then, or from the bucket's last answer once it answers."""
+        if self.clock is not None:
+            self.clock.begin(at)
+
+    def end_pass(self) -> None:
+        """The pass is over: requests outside a pass have the whole deadline each."""
+        if self.clock is not None:
+            self.clock.end()
+
+    def _attempt_timeout(self, what: str) -> float:
+        """How long the next attempt may wait: the request timeout, capped by what is left of the
+        pass's deadline; ``BucketUnavailable`` once nothing is left."""
+        if self.clock is None:
+            return self.timeout_s
+        left = self.clock.left()
+        if left <= 0:
+            raise BucketUnavailable(f"cannot reach bucket {self.name}: no answer for {self.clock.deadline_s:g} s "
+                                    f"(sync.deadline_s) during {what}")
+        return min(self.timeout_s, left)
+
+    def send_attempt(self, request: Any) -> Any:
+        """One attempt of a botocore request (its ``before-send``), within the pass's deadline:
+        sent here on the lean path's connection, with socket timeouts capped by what is left, when
+        the lean path applies to it (an ``AWSResponse``); else ``None`` (botocore sends it)."""
+        from urllib.parse import urlsplit
+
+        from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+        what = f"{request.method} {urlsplit(request.url).path}"
+        timeout = self._attempt_timeout(what)
+        wire = self.wire
+        body = request.body
+        if wire is None or not (body is None or isinstance(body, (bytes, bytearray))):
+            return None  # botocore sends it, with its own timeouts (the retry still checks the deadline)
+        parts = urlsplit(request.url)
+        if f"{parts.scheme}://{parts.netloc}" != wire.origin:
+            return None
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "expect"}
+        try:
+            status, got, data = wire.raw(request.method, target, bytes(body) if body else None,
+                                         {k: v.decode() if isinstance(v, bytes) else v for k, v in headers.items()},
+                                         timeout)
+        except TimeoutError as exc:  # botocore's retry handler and our translation take it from here
+            raise ReadTimeoutError(endpoint_url=request.url, error=exc) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise EndpointConnectionError(endpoint_url=request.url, error=exc) from None
+        self.clock.answered() if self.clock is not None else None
+        return _response(request.url, status, got, data)
 
     @property
     def wire(self) -> _Wire | None:
@@ -538,12 +643,16 @@ class Bucket:
             except Exception:  # pragma: no cover - closing a pool must not fail a shutdown
                 pass
 
-    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
-        self._count(what.split(" ", 1)[0])
+    def _call(self, what: str, fn: Any, *, count: bool = True, **kwargs: Any) -> Any:
+        if count:
+            self._count(what.split(" ", 1)[0])
+        _ACTIVE.bucket = self  # for the deadline's hooks (_needs_retry, _before_send)
         try:
             return fn(Bucket=self.name, **kwargs)
         except Exception as exc:  # translated below; anything unknown is re-raised as is
             raise _translate(exc, self.name, what) from None
+        finally:
+            _ACTIVE.bucket = None
 
     # --- operations ---------------------------------------------------------------------------
 
@@ -609,7 +718,9 @@ class Bucket:
             if token is not None:
                 query["continuation-token"] = token
             try:
-                status, data = wire.list_page(query)
+                status, data = wire.list_page(query, self._attempt_timeout(what))
+                if self.clock is not None:
+                    self.clock.answered()
             except (OSError, http.client.HTTPException):
                 status, data = 0, b""  # no answer: botocore's retries take it from here
             if status == 200:
@@ -634,15 +745,13 @@ class Bucket:
             kwargs["StartAfter"] = start_after
         if token is not None:
             kwargs["ContinuationToken"] = token
-        try:
-            return dict(self.client.list_objects_v2(Bucket=self.name, **kwargs))
-        except Exception as exc:  # translated like every request
-            raise _translate(exc, self.name, what) from None
+        return dict(self._call(what, self.client.list_objects_v2, count=False, **kwargs))
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``; at most ``max_bytes`` are ever read (a Range request)."""
+        what = f"GET {key}"
         try:
-            resp = self._call(f"GET {key}", self.client.get_object, Key=key, Range=f"bytes=0-{max_bytes}")
+            resp = self._call(what, self.client.get_object, Key=key, Range=f"bytes=0-{max_bytes}")
         except _EmptyObject:
             # An empty object has no byte 0: read it whole (it is empty).
             resp = self._call(f"GET {key}", self.client.get_object, Key=key)
@@ -678,7 +787,9 @@ class Bucket:
                 headers["If-Match"] = if_match
             self._count("PUT")
             try:
-                status, etag, data = wire.put(key, body, headers)
+                status, etag, data = wire.put(key, body, headers, self._attempt_timeout(what))
+                if self.clock is not None:
+                    self.clock.answered()
             except (OSError, http.client.HTTPException):
                 status, etag, data = 0, "", b""  # no answer: botocore's retries take it from here
             if status in _WIRE_ANSWERS:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import click
@@ -26,6 +28,20 @@ def _settings(state: State) -> BucketSettings | None:
     from .bucket import BucketSettings
 
     return BucketSettings.from_config(state.config)
+
+
+def _process_start() -> float | None:
+    """This process's start as a ``time.monotonic()`` value (Linux: /proc), else ``None``: a cron
+    ``sync run`` counts its deadline (``sync.deadline_s``) from there, its start-up included."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.monotonic() - min(max(0.0, age), 3600.0)
 
 
 def _engine(state: State) -> SyncEngine:
@@ -64,7 +80,7 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, full: bool, profile
     bar = Progress("sync", False if (progress is None and as_json) else progress, min_total=PROGRESS_MIN_ACTIONS)
     try:
         report = engine.run_pass(force=force, reupload=reupload, profiles=list(profiles) or None,
-                                 progress=bar.update_to, lock_timeout=wait_s, full=full)
+                                 progress=bar.update_to, lock_timeout=wait_s, full=full, started=_process_start())
     finally:
         bar.close()
         engine.close()

@@ -227,6 +227,7 @@ class SyncEngine:
         self._snapshot_modified: dict[str, str] = {}  # snapshot key -> LastModified (listed)
         self.full_listing_s = config.get_float("sync.full_listing_s")
         self.foreign_listing_s = config.sync.foreign_listing_s
+        self.deadline_s = config.sync.deadline_s
         self.reprobe_s = config.get_float("sync.reprobe_s")
         self.changes = changes.ChangeLog(self.bucket, retention_s=config.get_float("sync.change_retention_days") * 86400)
 
@@ -248,7 +249,7 @@ class SyncEngine:
     def run_pass(self, *, force: bool = False, reupload: bool = False, profiles: Sequence[str] | None = None,
                  pull_only: bool = False, progress: Progress | None = None, lock_timeout: float = 0.0,
                  record: bool = True, notes: bool | None = None, trip_breaker: bool = False,
-                 full: bool = False) -> PassReport:
+                 full: bool = False, started: float | None = None) -> PassReport:
         """One pass over every profile (or ``profiles``; ``[]``: none) and, with ``notes`` (by
         default: when every profile is in scope), the automation notes. Never raises for bucket
         trouble: the report says ``failed`` and why. Raises ``SyncError`` if another pass holds
@@ -256,10 +257,14 @@ class SyncEngine:
 
         A pass that completes closes the host's write-through breaker (the bucket answers);
         with ``trip_breaker``, one that fails for the bucket opens it (the read path's pulls,
-        which run unasked and must not each wait out a sick bucket)."""
+        which run unasked and must not each wait out a sick bucket).
+
+        ``started``: the ``time.monotonic()`` value the pass's deadline (``sync.deadline_s``) runs
+        from, when earlier than the pass (a cron ``sync run``: its process's start); at most half
+        the deadline before the pass, so that a slow start never leaves a healthy bucket no time."""
         report = self._locked_pass(lock_timeout, force=force, reupload=reupload, profiles=profiles,
                                    pull_only=pull_only, progress=progress,
-                                   notes=profiles is None if notes is None else notes, full=full)
+                                   notes=profiles is None if notes is None else notes, full=full, started=started)
         assert report is not None
         return self._finish(report, record=record, trip_breaker=trip_breaker)
 
@@ -314,8 +319,10 @@ class SyncEngine:
             log.warning("could not record the sync pass: %s", exc)
 
     def _pass(self, *, force: bool, reupload: bool, profiles: Sequence[str] | None, pull_only: bool,
-              progress: Progress | None, notes: bool, full: bool = False) -> PassReport:
+              progress: Progress | None, notes: bool, full: bool = False, started: float | None = None) -> PassReport:
         t0 = time.monotonic()
+        # Every request of the pass waits at most what is left of sync.deadline_s (bucket.py).
+        self.bucket.begin_pass(None if started is None else max(started, t0 - self.deadline_s / 2))
         scope = "all" if profiles is None else ",".join([*profiles, *(["automation notes"] if notes else [])])
         report = PassReport(scope=scope, started_at=format_time(utcnow()))
         try:
@@ -353,6 +360,7 @@ class SyncEngine:
             report.result = "failed"
             report.reason = f"internal error: {type(exc).__name__}: {fold_whitespace(exc)[:300]}"
         finally:
+            self.bucket.end_pass()
             report.duration_s = time.monotonic() - t0
             report.finished_at = format_time(utcnow())
         if report.result == "failed" and self._cancelled.is_set():

@@ -92,6 +92,12 @@ class InMemoryBucket:
             raise BucketUnavailable(f"bucket {self.settings.name} does not exist")
         return bucket
 
+    def begin_pass(self, at: float | None = None) -> None:
+        """No deadline here: the in-memory bucket always answers."""
+
+    def end_pass(self) -> None:
+        """No deadline here."""
+
     def check(self) -> None:
         """Raise ``BucketUnavailable`` unless the bucket exists."""
         with self.server._lock:
