@@ -831,8 +831,8 @@ def bench_hung_pass(tmp: Path, plan: Plan) -> dict[str, Any]:
     """``sync.hung_pass_s``: a ``memlocal sync run`` process (as cron starts it) on a data dir
     with one memory to push, against a bucket endpoint that accepts connections and never
     answers, with the default timeouts (``sync.timeout_s`` 10, ``sync.attempts`` 5,
-    ``sync.deadline_s`` 15): seconds from its start to its exit with its one-line error, median
-    over repeats. With ``--frozen``'s put timeout (the smoke's small plan) that is the request
+    ``sync.deadline_s`` 12, counted from the process's start): seconds from its start to its exit
+    with its one-line error, median over repeats. With ``--frozen``'s put timeout (the smoke's small plan) that is the request
     timeout and twice it the deadline. Nothing may be lost: the memory is still there after."""
     runs: list[float] = []
     said = ""
