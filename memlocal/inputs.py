@@ -66,6 +66,7 @@ __all__ = [
     "PageLimit",
     "ProfileName",
     "RecallInput",
+    "RestoreInput",
     "SaveInput",
     "choices",
     "describe_error",
@@ -217,6 +218,14 @@ class DeleteInput(InputModel):
     """Delete one of this profile's memories by id."""
 
     id: MemoryId = Field(description="The memory id (mem-<8 hex>).")
+
+
+class RestoreInput(InputModel):
+    """Undo an update: make a memory that a later save superseded (it restated the memory's subject
+    with a new value) active again. The memory that replaced it stays active, without the link.
+    Use it when the save was not an update of that memory."""
+
+    id: MemoryId = Field(description="The superseded memory's id (mem-<8 hex>), as memory_save returned it in supersedes.")
 
 
 class AutomationNoteInput(InputModel):

@@ -33,7 +33,8 @@ CONTEXT_PROMPT = "memory_context"
 
 
 def build_server(bank: MemoryBank, profile: str) -> Server[Any]:
-    """An MCP server exposing the four memory tools and the context prompt for ``profile``."""
+    """An MCP server exposing the memory tools (``memlocal.tools``: the spec's four and
+    ``memory_restore``) and the context prompt for ``profile``."""
     validate_profile(profile)
     tools = [
         types.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"])
@@ -93,7 +94,8 @@ def build_server(bank: MemoryBank, profile: str) -> Server[Any]:
         instructions=(
             f"Long-lived memory of the agent profile {profile!r}. Use memory_recall before a task to "
             "find what earlier runs learned, memory_save for durable preferences, facts and behaviors, "
-            "memory_list to browse, memory_delete to remove a wrong memory."
+            "memory_list to browse, memory_delete to remove a wrong memory, memory_restore to undo a "
+            "save that replaced a memory it should not have (its result names it in supersedes)."
         ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,

@@ -1,4 +1,5 @@
-"""The four memory tools as data an agent runtime can register, and their dispatcher.
+"""The memory tools as data an agent runtime can register, and their dispatcher: the spec's four
+(save, recall, list, delete) and ``memory_restore``, the undo of an update (``MemoryBank.restore``).
 
 Every tool acts on the *session's* profile: no tool takes a profile argument, and one that is
 passed is rejected, so an agent of profile A can never read, list or delete profile B's memories.
@@ -24,6 +25,7 @@ from .inputs import (
     InputModel,
     ListInput,
     RecallInput,
+    RestoreInput,
     SaveInput,
     describe_error,
     tool_schema,
@@ -41,6 +43,7 @@ __all__ = [
     "MEMORY_TOOL_NAMES",
     "RECALL_MAX_LIMIT",
     "TOOL_INPUTS",
+    "TOOL_NAMES",
     "TOOLS",
     "dispatch",
     "lean_memory",
@@ -52,8 +55,12 @@ __all__ = [
 
 # Each tool's input model (memlocal/inputs.py): its docstring is the tool's description, its
 # JSON Schema the tool's inputSchema, and it validates the arguments.
+# The spec's four, then the undo of an update (a save that superseded a memory on its own,
+# memlocal.updates, says so in its result; memory_restore takes it back, as `memlocal restore`
+# and REST's .../restore do).
+TOOL_NAMES: Final = (*MEMORY_TOOL_NAMES, "memory_restore")
 TOOL_INPUTS: Final[Mapping[str, type[InputModel]]] = dict(zip(
-    MEMORY_TOOL_NAMES, (SaveInput, RecallInput, ListInput, DeleteInput), strict=True))
+    TOOL_NAMES, (SaveInput, RecallInput, ListInput, DeleteInput, RestoreInput), strict=True))
 
 
 def _description(model: type[InputModel]) -> str:
@@ -67,7 +74,7 @@ TOOLS: Final[tuple[dict[str, Any], ...]] = tuple(
 
 
 def tool_definitions() -> list[dict[str, Any]]:
-    """The four tools (name, description, inputSchema), as fresh copies a caller may modify."""
+    """The tools (name, description, inputSchema), as fresh copies a caller may modify."""
     return copy.deepcopy(list(TOOLS))
 
 
@@ -76,7 +83,7 @@ def validate_arguments(tool_name: str, arguments: object) -> InputModel:
     ``InputTooLargeError``) naming the tool and the argument when they do not fit its schema."""
     model = TOOL_INPUTS.get(tool_name)
     if model is None:
-        raise ValidationError(f"unknown tool {tool_name!r}: expected one of {', '.join(MEMORY_TOOL_NAMES)}")
+        raise ValidationError(f"unknown tool {tool_name!r}: expected one of {', '.join(TOOL_NAMES)}")
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, Mapping):
@@ -145,6 +152,8 @@ def dispatch(
     - ``memory_list`` -> ``{"memories": [lean memory, ...], "total": n, "limit": l, "offset": o}``
       (:func:`lean_memory`); with ``full: true`` every field of each memory
     - ``memory_delete`` -> ``{"deleted": id}`` (``NotFoundError`` if the session's profile has no such id)
+    - ``memory_restore`` -> ``{"memory": lean memory}``, the restored one (``ValidationError`` when
+      it is active, ``NotFoundError`` when the session's profile has no such id)
     """
     if not session_profile:
         raise ValidationError(f"{tool_name}: memory tools need a session with a profile")
@@ -170,6 +179,8 @@ def dispatch(
             return page.to_dict()
         return {"memories": [lean_memory(m) for m in page], "total": page.total, "limit": page.limit,
                 "offset": page.offset}
+    if isinstance(args, RestoreInput):
+        return {"memory": lean_memory(bank.restore(profile, args.id))}
     assert isinstance(args, DeleteInput)
     deleted = bank.delete(profile, args.id)
     return {"deleted": deleted.id}
@@ -196,4 +207,6 @@ def result_line(tool_name: str, result: Mapping[str, Any]) -> str:
     if tool_name == "memory_list":
         shown = len(result["memories"])
         return f"{shown} of {plural(result['total'], 'memory')}" + (f" from offset {result['offset']}" if result["offset"] else "")
+    if tool_name == "memory_restore":
+        return f"restored {result['memory']['id']}"
     return f"deleted {result['deleted']}"

@@ -27,6 +27,7 @@ from memlocal.inputs import (
     DeleteInput,
     ListInput,
     RecallInput,
+    RestoreInput,
     SaveInput,
     choices,
     tool_schema,
@@ -35,7 +36,7 @@ from memlocal.model import CATEGORIES, ID_PATTERN, PROFILE_PATTERN, validate_cat
 from memlocal.tools import TOOL_INPUTS, tool_definitions, validate_arguments
 
 MODELS = {"memory_save": SaveInput, "memory_recall": RecallInput, "memory_list": ListInput,
-          "memory_delete": DeleteInput}
+          "memory_delete": DeleteInput, "memory_restore": RestoreInput}
 # The JSON Schema words that state a rule (the rest is documentation).
 RULE_WORDS = ("type", "enum", "pattern", "minimum", "maximum", "minLength", "maxLength")
 
@@ -82,6 +83,8 @@ def test_rest_bodies_and_parameters_are_the_models(openapi: dict[str, Any]) -> N
 
     assert param("/api/profiles/{name}/memories/{id}", "get", "name")["pattern"] == PROFILE_PATTERN
     assert param("/api/profiles/{name}/memories/{id}", "delete", "id") == _rules(tool_schema(DeleteInput)["properties"]["id"])
+    assert param("/api/profiles/{name}/memories/{id}/restore", "post", "id") == \
+        _rules(tool_schema(RestoreInput)["properties"]["id"])
     assert param("/api/profiles/{name}/memories", "get", "category") == _rules(tool["properties"]["category"])
     assert param("/api/memory-bank", "get", "category")["enum"] == list(CATEGORIES)
     assert param("/api/profiles/{name}/memories/search", "get", "minScore") == \

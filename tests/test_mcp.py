@@ -49,7 +49,7 @@ def test_tools_round_trip_and_profile_isolation(tmp_path: Path) -> None:
             async with ClientSession(r, w) as s:
                 await s.initialize()
                 tools = {t.name: t for t in (await s.list_tools()).tools}
-                assert set(tools) == {"memory_save", "memory_recall", "memory_list", "memory_delete"}
+                assert set(tools) == {"memory_save", "memory_recall", "memory_list", "memory_delete", "memory_restore"}
                 assert tools["memory_recall"].input_schema["required"] == ["query"]
 
                 err, saved = await call(s, "memory_save", {"content": "Alice is allergic to peanuts",
@@ -110,6 +110,43 @@ def test_tools_round_trip_and_profile_isolation(tmp_path: Path) -> None:
         assert bank.stats()["perProfile"] == {"alice": 1, "bob": 1}
         recalled_twice = bank.list("alice").memories[0]
         assert recalled_twice.raw_input == "Alice deploys on Tuesdays"
+
+
+def test_an_update_is_undone_with_memory_restore(tmp_path: Path) -> None:
+    """A save that restated a value superseded the old memory; ``memory_restore`` undoes it as
+    ``memlocal restore`` and REST's ``.../restore`` do: both active, the link gone. Only the
+    session's profile, and an active memory is refused."""
+    db = tmp_path / "mcp.db"
+    with MemoryBank(db) as bank:
+        bob = bank.save("bob", content="Bob's standup is at 9:30").memory
+        bank.save("bob", content="Bob's standup is at 10:00")
+        assert bank.get("bob", bob.id).is_active is False
+
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    async def scenario() -> None:
+        async with stdio_client(mcp_server_params(db, "alice")) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                err, first = await call(s, "memory_save", {"content": "The primary database host is db1"})
+                err, second = await call(s, "memory_save", {"content": "The primary database host is db2"})
+                old = first["memory"]["id"]
+                assert not err and second["memory"]["supersedes"] == old, second
+                result = await s.call_tool("memory_restore", {"id": old})
+                assert not result.is_error, result
+                assert [c.text for c in result.content] == [f"restored {old}"]  # type: ignore[union-attr]
+                assert result.structured_content["memory"]["id"] == old  # type: ignore[index]
+                err, listed = await call(s, "memory_list", {})
+                assert listed["total"] == 2
+                err, msg = await call(s, "memory_restore", {"id": old})
+                assert err and "active" in msg, msg
+                err, msg = await call(s, "memory_restore", {"id": bob.id})  # another profile's
+                assert err and f"no memory {bob.id} in profile alice" in msg, msg
+
+    run(scenario)
+    with MemoryBank(db) as bank:
+        assert bank.get("bob", bob.id).is_active is False
 
 
 def test_bad_profile_is_refused_at_start(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The four memory tools: definitions as data, argument validation, and profile isolation."""
+"""The memory tools (the spec's four and memory_restore): definitions as data, argument validation, and profile isolation."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import jsonschema
 import pytest
 
 from memlocal import MemoryBank, NotFoundError, ValidationError
-from memlocal.tools import MEMORY_TOOL_NAMES, dispatch, tool_definitions
+from memlocal.tools import MEMORY_TOOL_NAMES, TOOL_NAMES, dispatch, tool_definitions
 
 
 def test_definitions_are_registrable_data() -> None:
     tools = tool_definitions()
-    assert [t["name"] for t in tools] == list(MEMORY_TOOL_NAMES)
+    assert [t["name"] for t in tools] == list(TOOL_NAMES) == [*MEMORY_TOOL_NAMES, "memory_restore"]
     for t in tools:
         assert set(t) == {"name", "description", "inputSchema"}
         assert t["description"]
@@ -28,6 +28,7 @@ def test_definitions_are_registrable_data() -> None:
         "memory_recall": {"query", "limit", "minScore", "full"},
         "memory_list": {"limit", "offset", "full"},
         "memory_delete": {"id"},
+        "memory_restore": {"id"},
     }
     json.dumps(tools)  # plain JSON
     tools[0]["name"] = "changed"
