@@ -1268,8 +1268,19 @@ class MemoryBank:
                                                       similarity=similarity))
             block = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
                                          ratio=ranking.ratio, trimmed=trimmed,
-                                         filler=self.config.inject.filler)
+                                         filler=self.config.inject.filler, replaced=self._replaced_values)
         return _shown_block(block)
+
+    def _replaced_values(self, memory: Memory) -> frozenset[str]:
+        """The values the memory ``memory`` superseded stated and ``memory`` no longer does
+        (:func:`memlocal.updates.replaced_values`; none when that memory is gone): the block
+        dates the lines that hold one."""
+        from .updates import replaced_values
+
+        old = self.store.find(memory.supersedes) if memory.supersedes else None
+        if old is None or old.profile_name != memory.profile_name:
+            return frozenset()
+        return replaced_values(old.processed_content, memory.processed_content)
 
     def build_context_block(self, profile: str, query: str, *, now: "datetime | None" = None) -> str:
         """The ``--- CONTEXT FROM MEMORY ---`` block for ``query`` ("" when there is nothing to

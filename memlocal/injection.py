@@ -397,6 +397,7 @@ def build_evidence_block(
     ratio: float = 0.0,
     trimmed: bool = True,
     filler: str = "labelled",
+    replaced: "Callable[[Memory], frozenset[str]] | None" = None,
 ) -> RenderedBlock:
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
@@ -422,11 +423,15 @@ def build_evidence_block(
     Two entries that may state one thing with different values (:func:`memlocal.updates.relation`:
     an update the save did not retire, or one the rule was not sure of) are both dated
     (:func:`dated_line`), so that the reader can order them; an entry is admitted only if it
-    fits with those dates.
+    fits with those dates. So are an update (a memory that superseded another) and any entry
+    holding a value the update replaced (``replaced``: the values its superseded memory stated
+    and it no longer does, :func:`memlocal.updates.replaced_values`): "The reading group is on
+    Thursdays at 14:00" beside "The lab meeting moved to Fridays at 10:00" is another subject, or
+    the old value in other words; the rule cannot tell, the dates let the reader.
 
     ``trimmed=False``: the candidates left out are not listed (a run's block: nothing reads them).
     """
-    from .updates import relation, statement
+    from .updates import relation, statement, values_in
 
     core = _core_tier(ranked, budget)
     by_id = {s.memory.id: s for s in evidence}
@@ -453,7 +458,36 @@ def build_evidence_block(
                 found.setdefault(o.id, o)
         return list(found.values())
 
+    # Updates in the block and the values they replaced, and the chosen entries by the values
+    # they hold: an entry holding a value an update replaced is dated with it.
+    gone: dict[str, frozenset[str]] = {}  # id -> the values its update replaced
+    by_value: dict[str, list["Memory"]] = {}
+    holders: dict[str, list["Memory"]] = {}  # a replaced value -> the chosen updates that replaced it
+
+    def _replaced(m: "Memory") -> frozenset[str]:
+        if replaced is None or m.supersedes is None:
+            return frozenset()
+        if m.id not in gone:
+            gone[m.id] = replaced(m)
+        return gone[m.id]
+
+    def _value_linked(m: "Memory") -> list["Memory"]:
+        found: dict[str, "Memory"] = {}
+        for v in _replaced(m):
+            for o in by_value.get(v, ()):
+                found.setdefault(o.id, o)
+        for v in values_in(m.processed_content) if holders else ():
+            for o in holders.get(v, ()):
+                found.setdefault(o.id, o)
+        found.pop(m.id, None)
+        return list(found.values())
+
     def _remember(m: "Memory") -> None:
+        if replaced is not None:
+            for v in values_in(m.processed_content):
+                by_value.setdefault(v, []).append(m)
+            for v in _replaced(m):
+                holders.setdefault(v, []).append(m)
         said = statement(m.processed_content)
         if not said.values:
             return
@@ -485,6 +519,8 @@ def build_evidence_block(
             return False
         when = s.memory.created_at
         related = [o for o in _comparable(s.memory) if o.created_at != when and _related(o, s.memory)]
+        linked = {o.id for o in related}
+        related += [o for o in _value_linked(s.memory) if o.created_at != when and o.id not in linked]
         if related:
             # The lines already chosen that a date is added to (with the minute when one day holds both).
             redated = {o.id: dated_line(chosen[o.id][1], o.created_at, precise=o.created_at.date() == when.date())

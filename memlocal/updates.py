@@ -11,6 +11,9 @@ which holds. :func:`relation` reads two texts and says:
 - ``MAYBE``: the two plausibly state one thing with different values, but the rule is not sure
   (a subject said in other words, a changed verb). Nothing is retired; the block dates both
   lines so that the reader can order them (:func:`memlocal.injection.build_evidence_block`).
+- After a sure update, :func:`replaced_values` says which values it replaced: the block dates
+  the update and any line holding one ("The reading group is on Thursdays at 14:00" beside "The
+  lab meeting moved to Fridays at 10:00"), another subject or the old value in other words.
 - ``None``: unrelated, or look-alikes about different subjects ("build-01 has 8 cores" and
   "build-02 has 8 cores", "My dentist is Dr. Alvarez" and "My daughter's dentist is Dr. Osei",
   "The NeurIPS deadline is 15 May" and "The ICML deadline is 15 January"): never merged, never
@@ -250,3 +253,28 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     if not a and not b:
         return 1.0
     return len(a & b) / len(a | b)
+
+
+@lru_cache(maxsize=4096)
+def values_in(value: str) -> frozenset[str]:
+    """Every value ``value`` holds, in its subject or its predicate, lower case (as
+    :func:`statement` reads them: ``build-01``, ``14:00``, ``thursdays``, ``pulsegym``)."""
+    tokens = [t for t in (t.strip(_EDGE) for t in _TOKEN_RE.findall(value)) if t]
+    out: set[str] = set()
+    for i, token in enumerate(tokens):
+        low = token.lower().replace("\u2019", "'")
+        bare = low[:-2] if low.endswith("'s") else low
+        if bare in MARKERS or bare in _PERSONS or (i and low in VERBS):
+            continue
+        if _is_value(token, first=(i == 0)) and not (i and tokens[i - 1].lower().rstrip(".") in _NUMBERING):
+            out.add(bare)
+    return frozenset(out)
+
+
+def replaced_values(old: str, new: str) -> frozenset[str]:
+    """The values ``old`` stated that ``new``, its update, no longer does: what a reader could take
+    for the current value if another line holds it ("The reading group is on Thursdays at 14:00"
+    beside "The lab meeting moved to Fridays at 10:00"). A bare number of one or two digits is left
+    out ("8" cores): too many unrelated facts hold one."""
+    gone = statement(old).values - statement(new).values
+    return frozenset(v for v in gone if not (value_kind(v) == "number" and len(v.strip("+-.,%")) < 3))

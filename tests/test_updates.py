@@ -23,7 +23,7 @@ from memlocal.api import create_app
 from memlocal.config import Config
 from memlocal.model import utcnow
 from memlocal.tools import dispatch
-from memlocal.updates import MAYBE, SURE, relation, value_kind
+from memlocal.updates import MAYBE, SURE, relation, replaced_values, value_kind
 
 P = "team"
 
@@ -134,6 +134,33 @@ def test_unsure_pairs_are_dated_and_unrelated_lines_are_not(local: MemoryBank) -
     dated = [ln for ln in lines if "(saved " in ln]
     assert len(dated) == 2 and any(old_text in ln for ln in dated) and any(new_text in ln for ln in dated)
     assert any(ln == "* [fact] The dentist's bills go to the health insurance" for ln in lines)
+
+
+def test_a_line_holding_a_value_an_update_replaced_is_dated_with_the_update(local: MemoryBank) -> None:
+    """A look-alike about another subject that holds the value an update replaced is never retired,
+    but the block dates it and the update: the rule cannot tell another subject from the old
+    value in other words, the dates let the reader. Lines holding no replaced value stay undated,
+    and so does a bare number of one or two digits ("16" cores)."""
+    old = local.save(P, content="The design review is on Mondays at 11:00", category="fact").memory
+    _aged(local, old.id, 60)
+    look = local.save(P, content="The budget review is on Mondays at 11:00", category="fact").memory
+    _aged(local, look.id, 30)
+    other = local.save(P, content="The code review checklist lives in the wiki", category="fact").memory
+    _aged(local, other.id, 20)
+    res = local.save(P, content="The design review moved to Tuesdays at 15:00", category="fact")
+    assert res.superseded == old.id and local.get(P, look.id).is_active
+    lines = local.render_context_block(P, "When is the design review?").text.splitlines()
+    dated = sorted(ln for ln in lines if "(saved " in ln)
+    day = (utcnow() - timedelta(days=30)).strftime("%Y-%m-%d")
+    assert dated == sorted([f"* [fact] (saved {day}) The budget review is on Mondays at 11:00",
+                            f"* [fact] (saved {res.memory.created_at:%Y-%m-%d}) The design review moved to Tuesdays at 15:00"])
+    assert "* [fact] The code review checklist lives in the wiki" in lines
+    local.restore(P, old.id)  # no longer an update: the old line and the new are a pair the rule relates
+    lines = local.render_context_block(P, "When is the design review?").text.splitlines()
+    assert "* [fact] The budget review is on Mondays at 11:00" in lines
+    assert replaced_values("The build server is build-01 with 16 cores", "The build server is build-07 with 24 cores") \
+        == {"build-01"}
+    assert replaced_values(*UPDATES["time"]) == {"17:00"} and replaced_values(*UPDATES["amount"]) == {"12000"}
 
 
 def test_two_related_lines_of_one_day_carry_the_minute(local: MemoryBank) -> None:
