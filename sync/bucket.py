@@ -294,28 +294,55 @@ _ACTIVE = threading.local()
 
 
 class _Clock:
-    """How long a pass may still wait for the bucket (``sync.deadline_s``): the deadline runs
-    from the pass's start (``Bucket.begin_pass``; a cron ``sync run`` passes its process's start)
-    or from the bucket's last answer to any request, whichever is later. Every attempt of every
-    request checks it first and waits at most what is left (its socket timeouts are capped by
-    it), so a pass against a hung bucket (it accepts connections and never answers) ends at the
-    deadline by construction, while a slow bucket that keeps answering some requests (many
-    parallel listings on a loaded server) keeps its retries."""
+    """How long a pass may still wait for the bucket (``sync.deadline_s``). The deadline runs
+    while the pass waits on the bucket: from the pass's start (``Bucket.begin_pass``; a cron
+    ``sync run`` passes its process's start) until its first answer, then from the bucket's last
+    answer while a request is in flight; time the pass spends on its own work with no request in
+    flight after an answer does not count (a fresh host's inserts under load are not the bucket's
+    silence; after an attempt that got no answer, it does). Every
+    attempt of every request takes what is left when it starts (``start``) and waits at most that
+    (its socket timeouts are capped by it), so a pass against a hung bucket (it accepts
+    connections and never answers) ends at the deadline by construction, while a slow bucket that
+    keeps answering some requests keeps its retries."""
 
     def __init__(self, deadline_s: float) -> None:
         self.deadline_s = deadline_s
         self.since: float | None = None  # outside a pass: every attempt has the whole deadline
+        self.inflight = 0
+        self.started = False  # an attempt of this pass has started
+        self.last_answered = False  # the last attempt that ended got an answer
+        self._lock = threading.Lock()
 
     def begin(self, at: float | None = None) -> None:
-        self.since = time.monotonic() if at is None else at
+        with self._lock:
+            self.since = time.monotonic() if at is None else at
+            self.inflight, self.started, self.last_answered = 0, False, False
 
     def end(self) -> None:
-        self.since = None
+        with self._lock:
+            self.since, self.inflight, self.started = None, 0, False
 
-    def answered(self) -> None:
-        since = self.since
-        if since is not None:
-            self.since = max(since, time.monotonic())  # a race between two answers is harmless
+    def start(self) -> float:
+        """An attempt starts: what is left of the deadline (``<= 0``: nothing; not started then)."""
+        with self._lock:
+            if self.since is None:
+                return self.deadline_s
+            now = time.monotonic()
+            if not self.inflight and self.started and self.last_answered:
+                self.since = max(self.since, now)  # the pass's own work is not the bucket's silence
+            left = self.since + self.deadline_s - now
+            if left > 0:
+                self.inflight += 1
+                self.started = True
+            return left
+
+    def finish(self, answered: bool) -> None:
+        """An attempt started by ``start`` ended, with an HTTP answer (whatever its status) or none."""
+        with self._lock:
+            self.inflight = max(0, self.inflight - 1)
+            self.last_answered = answered
+            if answered and self.since is not None:
+                self.since = max(self.since, time.monotonic())
 
     def left(self) -> float:
         since = self.since
@@ -330,8 +357,10 @@ def _needs_retry(response: Any = None, attempts: int = 1, **_: Any) -> bool | No
     bucket: Bucket | None = getattr(_ACTIVE, "bucket", None)
     if bucket is None or bucket.clock is None:
         return None
+    if getattr(_ACTIVE, "attempt", False):  # the attempt _before_send started
+        _ACTIVE.attempt = False
+        bucket.clock.finish(response is not None)
     if response is not None:
-        bucket.clock.answered()
         return None
     return False if bucket.clock.left() <= min(20.0, 2.0 ** max(0, attempts - 1)) else None
 
@@ -536,15 +565,28 @@ class Bucket:
             self.clock.end()
 
     def _attempt_timeout(self, what: str) -> float:
-        """How long the next attempt may wait: the request timeout, capped by what is left of the
-        pass's deadline; ``BucketUnavailable`` once nothing is left."""
+        """An attempt starts: how long it may wait (the request timeout, capped by what is left of
+        the pass's deadline); ``BucketUnavailable`` once nothing is left. The caller ends it with
+        ``self.clock.finish`` (``_wire_call``, ``_needs_retry``)."""
         if self.clock is None:
             return self.timeout_s
-        left = self.clock.left()
+        left = self.clock.start()
         if left <= 0:
             raise BucketUnavailable(f"cannot reach bucket {self.name}: no answer for {self.clock.deadline_s:g} s "
                                     f"(sync.deadline_s) during {what}")
         return min(self.timeout_s, left)
+
+    def _wire_call(self, what: str, call: Any) -> Any:
+        """``call(timeout)`` on the lean path as one attempt within the pass's deadline."""
+        timeout = self._attempt_timeout(what)
+        answered = False
+        try:
+            result = call(timeout)
+            answered = True
+            return result
+        finally:
+            if self.clock is not None:
+                self.clock.finish(answered)
 
     def send_attempt(self, request: Any) -> Any:
         """One attempt of a botocore request (its ``before-send``), within the pass's deadline:
@@ -556,6 +598,7 @@ class Bucket:
 
         what = f"{request.method} {urlsplit(request.url).path}"
         timeout = self._attempt_timeout(what)
+        _ACTIVE.attempt = True  # _needs_retry ends it
         wire = self.wire
         body = request.body
         if wire is None or not (body is None or isinstance(body, (bytes, bytearray))):
@@ -573,7 +616,6 @@ class Bucket:
             raise ReadTimeoutError(endpoint_url=request.url, error=exc) from None
         except (OSError, http.client.HTTPException) as exc:
             raise EndpointConnectionError(endpoint_url=request.url, error=exc) from None
-        self.clock.answered() if self.clock is not None else None
         return _response(request.url, status, got, data)
 
     @property
@@ -652,7 +694,9 @@ class Bucket:
         except Exception as exc:  # translated below; anything unknown is re-raised as is
             raise _translate(exc, self.name, what) from None
         finally:
-            _ACTIVE.bucket = None
+            if getattr(_ACTIVE, "attempt", False) and self.clock is not None:  # (never left open)
+                self.clock.finish(False)
+            _ACTIVE.bucket, _ACTIVE.attempt = None, False
 
     # --- operations ---------------------------------------------------------------------------
 
@@ -718,9 +762,7 @@ class Bucket:
             if token is not None:
                 query["continuation-token"] = token
             try:
-                status, data = wire.list_page(query, self._attempt_timeout(what))
-                if self.clock is not None:
-                    self.clock.answered()
+                status, data = self._wire_call(what, lambda timeout: wire.list_page(query, timeout))
             except (OSError, http.client.HTTPException):
                 status, data = 0, b""  # no answer: botocore's retries take it from here
             if status == 200:
@@ -787,9 +829,7 @@ class Bucket:
                 headers["If-Match"] = if_match
             self._count("PUT")
             try:
-                status, etag, data = wire.put(key, body, headers, self._attempt_timeout(what))
-                if self.clock is not None:
-                    self.clock.answered()
+                status, etag, data = self._wire_call(what, lambda timeout: wire.put(key, body, headers, timeout))
             except (OSError, http.client.HTTPException):
                 status, etag, data = 0, "", b""  # no answer: botocore's retries take it from here
             if status in _WIRE_ANSWERS:
