@@ -986,21 +986,14 @@ def raw_listing_s(endpoint: str, bucket: str) -> tuple[float, int]:
 
 def timed_pass(engine: Any) -> tuple[float, float, int, Any]:
     """One ``run_pass``: wall seconds, this process's CPU seconds, the bucket requests it made
-    (botocore's ``before-send`` event, one per HTTP request, retries included), and the report."""
-    sent = [0]
-
-    def count(**_: Any) -> None:
-        sent[0] += 1
-
-    events = engine.bucket.client.meta.events
-    events.register("before-send.s3", count)
-    try:
-        c0 = time.process_time()
-        t = time.perf_counter()
-        report = engine.run_pass()
-        return time.perf_counter() - t, time.process_time() - c0, sent[0], report
-    finally:
-        events.unregister("before-send.s3", count)
+    (the bucket client's own count, one per HTTP request and listing page, whichever path sent
+    it: botocore or the lean path; botocore's retries are not counted), and the report."""
+    before = sum(engine.bucket.requests.values())
+    c0 = time.process_time()
+    t = time.perf_counter()
+    report = engine.run_pass()
+    return (time.perf_counter() - t, time.process_time() - c0, sum(engine.bucket.requests.values()) - before,
+            report)
 
 
 _FILLED_MOTO = """
@@ -1186,7 +1179,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     rclone = rclone_binary()
     push_rates, rclone_rates, hydrate_ms, noop_s, noop_cpu, listing_s = [], [], [], [], [], []
     noop_full_s: list[float] = []  # a no-op pass that lists the bucket (sync run --full)
-    noop_requests: list[int] = []  # bucket requests of one no-op pass (botocore's before-send)
+    noop_requests: list[int] = []  # bucket requests of one no-op pass (the client's own count)
     hydrate_s, hydrate_per_object_s = [], []  # a fresh host's first pass, with and without snapshots
     push_server_cpu, rclone_server_cpu = [], []  # moto_server's CPU seconds per object
     rclone_head_rates: list[float] = []
