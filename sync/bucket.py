@@ -601,7 +601,9 @@ class Bucket:
         _ACTIVE.attempt = True  # _needs_retry ends it
         wire = self.wire
         body = request.body
-        if wire is None or not (body is None or isinstance(body, (bytes, bytearray))):
+        # An https endpoint stays with botocore, which honours a private CA bundle (AWS_CA_BUNDLE,
+        # the config's ca_bundle) where the lean path's default context would refuse the server.
+        if wire is None or wire.secure or not (body is None or isinstance(body, (bytes, bytearray))):
             return None  # botocore sends it, with its own timeouts (the retry still checks the deadline)
         parts = urlsplit(request.url)
         if f"{parts.scheme}://{parts.netloc}" != wire.origin:
