@@ -11,6 +11,7 @@ import builtins
 import functools
 import logging
 import os
+import threading
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -332,6 +333,11 @@ class MemoryBank:
     @property
     def path(self) -> Path:
         return self.store.path
+
+    @property
+    def local_only(self) -> bool:
+        """No bucket: reads never wait on the network (no pull on open to wait for)."""
+        return self.replicator is None
 
     @property
     def replica(self) -> "Replica":
@@ -1059,8 +1065,10 @@ class MemoryBank:
         if self._recall_index is None:
             from .recall import RecallIndex
 
-            self._recall_index = RecallIndex(self.store, self.config.get_int("recall.cache_profiles"),
-                                             warm=_warm_redaction)
+            with _LAZY_LOCK:  # one index per bank: concurrent first requests would each build one
+                if self._recall_index is None:
+                    self._recall_index = RecallIndex(self.store, self.config.get_int("recall.cache_profiles"),
+                                                     warm=_warm_redaction)
         return self._recall_index
 
     @property
@@ -1354,6 +1362,10 @@ class MemoryBank:
         if memory_enabled(tools):
             blocks.append(self.build_context_block(profile, prompt if query is None else query, now=now))
         return assemble(blocks, prompt)
+
+# Guards the lazy creation of a bank's parts that must exist once (``MemoryBank._index``).
+_LAZY_LOCK = threading.Lock()
+
 
 def _warn_local_only(store: Store) -> None:
     """The spec's start-up warning of a bank without a bucket: once per database (its ``meta``

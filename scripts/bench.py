@@ -42,7 +42,9 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
            preview; 32 connections, 20 s, two rounds), and the plain FastAPI + sqlite3 FTS5 service of
            scripts/rest_baseline.py under the same load, back to back in each round (medians):
            throughput, p50 and p99 latency, errors and lost saves (acknowledged, then not in the
-           database; scripts/_restload.py).
+           database; scripts/_restload.py), and each server's CPU per request (its process group's
+           user + system time over the requests answered: on a shared machine the ratio of the two
+           holds where wall-clock throughput does not).
 
 - cold:    ``recall.cold.<n>_ms``: a fresh interpreter opens the <n> database and answers one recall
            (median over processes; ``import memlocal`` not counted); ``cli.recall_ms``: a whole
@@ -61,7 +63,8 @@ hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_1
 hung_pass_s}, sync.seaweedfs.{push_per_s, rclone_per_s, push_cpu_ms_per_object, rclone_cpu_ms_per_object, hydrate_s,
 hydrate_per_object_s, noop_requests, noop_pass_s}, sync.fleet.{hosts, identical, lost, resurrected, settle_rounds,
 found_by_full_listing, noop_pass_requests, busy_pass_requests_mean};
-rest.{req_per_s, p50_ms, p99_ms, errors, lost, baseline.{req_per_s, p50_ms, p99_ms}} (with ``rest`` named);
+rest.{req_per_s, p50_ms, p99_ms, cpu_ms_per_req, errors, lost, baseline.{req_per_s, p50_ms, p99_ms, cpu_ms_per_req}}
+(with ``rest`` named);
 with ``--only semantic`` (the extra's costs, :func:`bench_semantic`): semantic.{save_p50_ms, save_off_p50_ms,
 embed_p50_ms, query_embed_p50_ms, embed_cpu_p50_ms, query_embed_cpu_p50_ms, embed_real_cpu_p50_ms,
 query_real_cpu_p50_ms, recall_p50_ms, recall_off_p50_ms, backfill_per_memory_ms, import_per_s,
@@ -1645,7 +1648,8 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         lines.append(f"REST under load     {r['req_per_s']:.0f} req/s, p50 {f(r['p50_ms'], '.1f')} ms, p99 "
                      f"{f(r['p99_ms'], '.1f')} ms, {r['errors']} errors, {r['lost']} lost   plain FastAPI + SQLite "
                      f"{b['req_per_s']:.0f} req/s, p50 {f(b['p50_ms'], '.1f')} ms, p99 {f(b['p99_ms'], '.1f')} ms   "
-                     f"({r['req_per_s'] / b['req_per_s']:.2f}×)")
+                     f"({r['req_per_s'] / b['req_per_s']:.2f}×; server CPU {f(r['cpu_ms_per_req'], '.2f')} against "
+                     f"{f(b['cpu_ms_per_req'], '.2f')} ms a request)")
     if "semantic" in results:
         s = results["semantic"]
         lines.append(f"semantic save p50   {f(s['save_p50_ms'], '.2f')} ms (off {f(s['save_off_p50_ms'], '.2f')} ms)   "
@@ -1687,7 +1691,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rest-seconds", type=float, help="seconds of load per server and round (default 20)")
     ap.add_argument("--rest-rounds", type=int, help="rounds of the REST load (default 2)")
     ap.add_argument("--rest-workers", type=int, help="memlocal serve --workers for the load (default: serve.workers)")
-    ap.add_argument("--rest-tiny", action="store_true", help="the smoke test's REST plan: 200 memories, 1 s, one round")
+    ap.add_argument("--rest-tiny", action="store_true", help="the smoke test's REST plan: 200 memories, 2 s after 2 s of warm-up, one round")
     ap.add_argument("--sizes", help="recall sizes, comma-separated (overrides the plan)")
     ap.add_argument("--queries", type=int, help="queries per size")
     ap.add_argument("--saves", type=int, help="saves timed")
@@ -1729,7 +1733,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_warmup:
         changes["warmup"] = False
     if args.rest_tiny:
-        changes.update(rest_seconds=1.0, rest_rounds=1, rest_warmup_s=1.0, rest_memories=200)
+        changes.update(rest_seconds=2.0, rest_rounds=1, rest_warmup_s=2.0, rest_memories=200)
     if args.rest_seconds:
         changes["rest_seconds"] = args.rest_seconds
     if args.rest_rounds:

@@ -132,3 +132,37 @@ def test_serve_with_two_workers_answers_from_both_and_stops_them_on_sigterm(tmp_
     finally:
         proc.stop()
     assert {m["id"] for m in cli.at(db).json("list", "-p", "p1", "--json", "--limit", "50")["memories"]} == ids
+
+
+@pytest.mark.slow  # a serve process with a second worker
+def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
+    """Clients that connect at once are spread over the workers: each worker listens on a socket
+    of its own (SO_REUSEPORT). On one shared socket the worker that woke first accepted every
+    connection waiting, and the other idled while those clients' requests queued."""
+    import os
+    import socket
+
+    proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "burst.db")], serve_args=["--workers", "2"])
+    try:
+        proc.wait_ready()
+        workers = [proc.proc.pid, *(int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split())]
+        assert len(workers) == 2
+
+        def sockets(pid: int) -> int:
+            return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in os.listdir(f"/proc/{pid}/fd"))
+
+        before = [sockets(pid) for pid in workers]
+        port = int(proc.url.rsplit(":", 1)[1])
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(24)]
+        try:
+            for c in clients:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            for c in clients:
+                assert c.recv(4096).startswith(b"HTTP/1.1 200")
+            accepted = [sockets(pid) - n for pid, n in zip(workers, before)]
+        finally:
+            for c in clients:
+                c.close()
+        assert sum(accepted) == 24 and min(accepted) > 0, accepted
+    finally:
+        proc.stop()

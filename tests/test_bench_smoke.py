@@ -96,8 +96,9 @@ def test_bench_rest_section_runs_and_prints_the_documented_keys(tmp_path: Path) 
     out: dict[str, Any] = json.loads(proc.stdout)
     details = out.pop("details")
     assert out.keys() == {"rest"}
-    assert out["rest"].keys() == {"req_per_s", "p50_ms", "p99_ms", "errors", "lost", "baseline"}
-    assert out["rest"]["baseline"].keys() == {"req_per_s", "p50_ms", "p99_ms"}
+    assert out["rest"].keys() == {"req_per_s", "p50_ms", "p99_ms", "cpu_ms_per_req", "errors", "lost", "baseline"}
+    assert out["rest"]["baseline"].keys() == {"req_per_s", "p50_ms", "p99_ms", "cpu_ms_per_req"}
+    assert out["rest"]["cpu_ms_per_req"] > 0 and out["rest"]["baseline"]["cpu_ms_per_req"] > 0
     assert out["rest"]["errors"] == 0 and out["rest"]["lost"] == 0
     assert out["rest"]["req_per_s"] > 0 and out["rest"]["baseline"]["req_per_s"] > 0
     (first,) = details["rest"]["rounds"]

@@ -514,13 +514,13 @@ def test_the_duplicate_look_ups_build_no_temporary_b_tree(local: MemoryBank) -> 
     one per execution, which cost a save more than the probes themselves)."""
     local.save(P, content=TEXT, category="preference")
     statements: list[str] = []
-    local.store.conn.set_trace_callback(statements.append)
+    local.store.set_trace_callback(statements.append)  # the writer's and the read connections'
     try:
         local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
         local.find_duplicate(P, REWORDED, category="preference")
         local.store.find_by_near_key(P, "0123456789abcdef")
     finally:
-        local.store.conn.set_trace_callback(None)
+        local.store.set_trace_callback(None)
     reads = [sql for sql in statements if sql.startswith("SELECT") and "_key" in sql]
     assert len(reads) >= 2
     for sql in reads:
@@ -533,11 +533,11 @@ def test_a_save_reads_both_checks_rows_with_one_statement(local: MemoryBank) -> 
     fewer per save, counted rather than timed), and still find each kind of duplicate."""
     first = local.save(P, content=TEXT, category="preference")
     statements: list[str] = []
-    local.store.conn.set_trace_callback(statements.append)
+    local.store.set_trace_callback(statements.append)  # the writer's and the read connections'
     try:
         fresh = local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
     finally:
-        local.store.conn.set_trace_callback(None)
+        local.store.set_trace_callback(None)
     assert not fresh.deduplicated
     # One read for both duplicate checks; the update rule's candidates (memlocal.updates: the text
     # names values) are the recall index's matches, read apart.

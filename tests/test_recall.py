@@ -409,14 +409,17 @@ def test_queries_read_as_one_see_one_state_and_read_each_row_once(tmp_path: Path
         index._indexes["p"].rows.clear()  # nothing kept from before
         other = Store(bank.store.path)
         statements: list[str] = []
-        bank.store.conn.set_trace_callback(statements.append)
         try:
             with index.reading("p"):
-                core = index.query("p", RankQuery("release", 8, 0.0, now=NOW, tier="core", ranking=SPEC))
-                other.mark_accessed("p", [facts[0].id], NOW)  # committed between the two rankings
-                evidence = index.query("p", RankQuery("release", 8, 0.0, now=NOW))
+                with bank.store.snapshot() as conn:  # the reading's own connection (a nested snapshot)
+                    conn.set_trace_callback(statements.append)
+                try:
+                    core = index.query("p", RankQuery("release", 8, 0.0, now=NOW, tier="core", ranking=SPEC))
+                    other.mark_accessed("p", [facts[0].id], NOW)  # committed between the two rankings
+                    evidence = index.query("p", RankQuery("release", 8, 0.0, now=NOW))
+                finally:
+                    conn.set_trace_callback(None)
         finally:
-            bank.store.conn.set_trace_callback(None)
             other.close()
         assert len(core) == 4 and len(evidence) == 4
         seen = {r.memory.id: r.memory.access_count for r in (*core, *evidence)}

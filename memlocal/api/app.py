@@ -1,8 +1,17 @@
 """The FastAPI application: the spec's per-profile and global endpoints, automation notes, health.
 
-Endpoints are plain ``def`` functions, so FastAPI runs them in its thread pool; the bank's SQLite
-connection is guarded by the store's lock, and no lock is held while the bank waits on the network
-(the LLM processor, the bucket), so concurrent requests are safe and do not serialise on I/O.
+Most endpoints are plain ``def`` functions, so FastAPI runs them in its thread pool; the bank's
+writing SQLite connection is guarded by the store's lock, reads have connections of their own, and
+no lock is held while the bank waits on the network (the LLM processor, the bucket), so concurrent
+requests are safe and do not serialise on I/O.
+
+The hot reads (search, list, injection preview) are ``async``: a bank without a bucket answers
+them from memory and its read connections, which never wait on a write or the network, so they run
+on the event loop itself (no hand-over to a pool thread and back: under load that hand-over cost
+more than a search); with a bucket, whose first reads may wait for the pull on open, they go to
+the pool like the rest. The hot routes also answer their JSON directly (:func:`_json`): what
+their response model would answer (``tests/test_api_fast.py`` checks it), without validating
+every field of every memory again on the way out. The response models still document them.
 
 When the store could not be opened, the app is built around the error instead of a bank: every
 ``/api`` endpoint answers 503 with the reason and ``/healthz`` reports ``degraded``.
@@ -12,9 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Union
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool as _to_thread
 from pydantic import ValidationError as PydanticError
 from starlette.concurrency import run_in_threadpool
 
@@ -85,6 +95,37 @@ def _refresh(bank: MemoryBank, response: Response, profile: str | None = None) -
         response.headers["Age"] = str(int(age))
 
 
+def _age_headers(bank: MemoryBank, profile: str | None = None) -> dict[str, str]:
+    """:func:`_refresh` for a route that answers its own :class:`Response` (:func:`_json`)."""
+    age = bank.refresh_for_read(profile)
+    return {} if age is None else {"Age": str(int(age))}
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``body`` (JSON values only: the library's ``to_dict`` forms) as the JSON response FastAPI
+    would make of it, without the response model's second pass over every field."""
+    return Response(json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8"),
+                    status_code=status, headers=headers, media_type="application/json")
+
+
+def _scored(scored: "ScoredMemory") -> dict[str, Any]:
+    """A ranked memory as its response model answers it: ``evidence.semantic`` is ``null`` when the
+    semantic signal is off (``Evidence.to_dict`` leaves it out)."""
+    out = scored.to_dict()
+    evidence = out.get("evidence")
+    if evidence is not None:
+        evidence.setdefault("semantic", None)
+    return out
+
+
+async def _read(bank: MemoryBank, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a read of the bank: on the event loop when the bank is local only (its reads wait on
+    neither a write nor the network), else in the thread pool (the pull on open may be waited for)."""
+    if bank.local_only:
+        return fn(*args)
+    return await _to_thread(fn, *args)
+
+
 router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
 
 # --- per-profile --------------------------------------------------------------------------------
@@ -96,18 +137,20 @@ router = APIRouter(prefix="/api", responses=errors.error_responses(401, 503))
     summary="List a profile's memories",
     responses=errors.error_responses(400, 422),
 )
-def list_memories(
-    response: Response,
+async def list_memories(
     name: ProfilePath,
     limit: Annotated[PageLimit, Query()] = 50,
     offset: Annotated[Offset, Query()] = 0,
     category: Annotated[Category | None, Query(description="Keep one category")] = None,
     bank: MemoryBank = BankDep,
-) -> dict[str, Any]:
+) -> Response:
     """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``. Read-only:
     access counts do not change."""
-    _refresh(bank, response, name)
-    return bank.list(name, limit=limit, offset=offset, category=category).to_dict()
+    def page() -> Response:
+        headers = _age_headers(bank, name)
+        return _json(bank.list(name, limit=limit, offset=offset, category=category).to_dict(), headers=headers)
+    response: Response = await _read(bank, page)
+    return response
 
 
 @router.post(
@@ -121,10 +164,9 @@ def list_memories(
 )
 def create_memory(
     body: MemoryCreateRequest,
-    response: Response,
     name: ProfilePath,
     bank: MemoryBank = BankDep,
-) -> dict[str, Any]:
+) -> Response:
     """Save a memory from ``rawInput`` (structured by the LLM processor when one is configured)
     and/or ``content``. Returns once it is committed durably; ``synced`` says whether the bucket
     has it yet (always false without a bucket). A body that repeats an active memory answers
@@ -139,9 +181,7 @@ def create_memory(
         supersedes=body.supersedes,
         auto_supersede=body.auto_supersede,
     )
-    if result.deduplicated:
-        response.status_code = 200
-    return result.to_dict()
+    return _json(result.to_dict(), 200 if result.deduplicated else 201)
 
 
 @router.get(
@@ -150,20 +190,22 @@ def create_memory(
     summary="Search a profile's memories by relevance",
     responses=errors.error_responses(400, 422),
 )
-def search_memories(
-    response: Response,
+async def search_memories(
     name: ProfilePath,
     q: Annotated[str, Query(description="The query text")],
     limit: Annotated[PageLimit | None, Query(description="Default: recall.limit (8)")] = None,
     min_score: Annotated[MinScore | None, Query(alias="minScore",
                                                 description="Default: recall.min_score (0.05)")] = None,
     bank: MemoryBank = BankDep,
-) -> dict[str, Any]:
+) -> Response:
     """Ranked best first, each with its score breakdown. A dashboard read: unlike the
     ``memory_recall`` tool, it does not bump ``accessCount`` or ``lastAccessedAt``."""
-    _refresh(bank, response, name)
-    results = bank.query_with_relevance(RecallQuery(name, q, limit, min_score))
-    return {"results": [r.to_dict() for r in results]}
+    def search() -> Response:
+        headers = _age_headers(bank, name)
+        results = bank.query_with_relevance(RecallQuery(name, q, limit, min_score))
+        return _json({"results": [_scored(r) for r in results]}, headers=headers)
+    response: Response = await _read(bank, search)
+    return response
 
 
 @router.get(
@@ -172,20 +214,27 @@ def search_memories(
     summary="Preview the memory block prompt injection would add",
     responses=errors.error_responses(400, 422),
 )
-def injection_preview(
-    response: Response,
+async def injection_preview(
     name: ProfilePath,
     q: Annotated[str, Query(description="The query (a run's prompt)")],
     bank: MemoryBank = BankDep,
-) -> dict[str, Any]:
+) -> Response:
     """The exact ``--- CONTEXT FROM MEMORY ---`` block for ``q`` (as for a profile that opts in
     to ``@memory``), its length against ``inject.budget_chars``, the entries in it and the ones
     the budget trimmed. A dashboard read: nothing is marked accessed."""
-    _refresh(bank, response, name)
+    def preview() -> Response:
+        headers = _age_headers(bank, name)
+        return _json(_preview(bank, name, q), headers=headers)
+    response: Response = await _read(bank, preview)
+    return response
+
+
+def _preview(bank: MemoryBank, name: str, q: str) -> dict[str, Any]:
+    """The body of ``injection_preview``."""
     rendered = bank.render_context_block(name, q)
 
     def entry(scored: "ScoredMemory") -> dict[str, Any]:  # the tiers split the categories
-        return {**scored.to_dict(), "tier": "core" if scored.memory.category in CORE_CATEGORIES else "relevant"}
+        return {**_scored(scored), "tier": "core" if scored.memory.category in CORE_CATEGORIES else "relevant"}
 
     return {
         "query": q,

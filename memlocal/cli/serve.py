@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -40,23 +40,59 @@ def _banner(config: Config, bank: MemoryBank | MemoryBankError, host: str, port:
         click.echo(line, err=True)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, *, shared: bool = False) -> socket.socket:
     """A socket bound to ``host``:``port`` (as uvicorn binds one: address reuse on, inheritable),
-    or a one-line error naming the address and the reason."""
+    or a one-line error naming the address and the reason.
+
+    ``shared`` (several workers, where the platform has ``SO_REUSEPORT``): the port is first bound
+    alone, so one that anything else listens on is still refused, then bound again with
+    ``SO_REUSEPORT``, so that each worker can bind a socket of its own to it (:func:`_own_socket`)."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     family, kind, proto, _name, address = infos[0]
+    sock = _bound(family, kind, proto, address, host, port, reuse_port=False)
+    if shared and hasattr(socket, "SO_REUSEPORT"):
+        address = sock.getsockname()  # the port chosen, for --port 0
+        sock.close()
+        sock = _bound(family, kind, proto, address, host, port, reuse_port=True)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _bound(family: int, kind: int, proto: int, address: tuple[Any, ...], host: str, port: int, *,
+           reuse_port: bool) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(address)
     except OSError as exc:
         sock.close()
         reason = (exc.strerror or str(exc)).lower()
         raise click.ClickException(f"cannot listen on {host}:{port}: {reason}") from None
-    sock.set_inheritable(True)
+    return sock
+
+
+def _own_socket(parent: socket.socket) -> socket.socket:
+    """A worker's own listening socket on the parent's address (``SO_REUSEPORT``): the kernel
+    spreads new connections over the workers' sockets. On the one socket they would share, the
+    worker whose event loop woke first accepted every connection waiting (asyncio takes them all
+    at once): under a burst of clients one worker held them all while the others idled. Without
+    ``SO_REUSEPORT`` (not Linux or BSD), the shared socket is kept."""
+    if not hasattr(socket, "SO_REUSEPORT") or not parent.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
+        return parent
+    sock = socket.socket(parent.family, parent.type, parent.proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind(parent.getsockname())
+    except OSError:
+        sock.close()
+        return parent
+    parent.close()
     return sock
 
 
@@ -96,6 +132,15 @@ def _fork_workers(count: int) -> tuple[int, list[int]]:
             return number, []
         children.append(pid)
     return 0, children
+
+
+def _preload() -> None:
+    """Import what the first requests would (ranking, the memory block, the credential
+    detectors) before the workers fork: each inherits it instead of compiling and importing it
+    inside its first search or preview, which under load took seconds while requests queued."""
+    from .. import injection, recall, redact, scoring, updates  # noqa: F401
+
+    redact.warm()
 
 
 def _die_with_parent() -> None:
@@ -171,9 +216,13 @@ def serve(state: State, host: str | None, port: int | None, workers: int | None,
     host, port = config.get_str("serve.host"), config.get_int("serve.port")
     check_bind(host, config.serve.api_token)
     # The port first: a port in use is one line, before any banner or database work.
-    sock = _listen(host, port)
+    count = worker_count(config)
+    sock = _listen(host, port, shared=count > 1)
     port = sock.getsockname()[1]  # the one chosen, for --port 0
-    number, children = _fork_workers(worker_count(config))
+    _preload()
+    number, children = _fork_workers(count)
+    if number:
+        sock = _own_socket(sock)
 
     bank: MemoryBank | MemoryBankError
     try:

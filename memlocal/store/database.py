@@ -8,6 +8,10 @@ Decisions:
   transaction, so a writer takes the lock up front (no deadlock-prone lock upgrades) and waits
   ``busy_timeout`` (``store.busy_timeout_s``) for other processes; past that the write fails
   with one line saying so.
+- Reads outside a write run on a small pool of read connections of their own (``read``,
+  ``snapshot``): WAL lets them proceed while another connection commits, so a save's commit and
+  its fsync hold up neither this process's reads nor another's. A thread inside a write (it holds
+  the store's lock) reads on the writer's connection, and sees what it wrote.
 - Schema changes are named migration sets, one per owner (``memlocal/store/schemas/``), each
   versioned by its own stamp in ``meta`` (docs/storage.md, "Migrations").
 """
@@ -21,7 +25,7 @@ from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Sequence
 
 from ..errors import CorruptDatabaseError, DiskFullError, StoreError, fold_whitespace
 
@@ -42,6 +46,9 @@ _SQLITE_DISK: Final = frozenset({3, 8, 10, 14, 22})  # PERM, READONLY, IOERR, CA
 ITER_PAGE_ROWS: Final = 500
 # SQLite's own default: a commit that leaves the log this many pages long checkpoints it inline.
 WAL_AUTOCHECKPOINT: Final = 1000
+# Idle read connections a ``Database`` keeps for its reads (``Database.read``/``snapshot``); more
+# may be open at once (one per concurrent reader), the extra ones are closed when returned.
+READ_POOL_IDLE: Final = 8
 # Best-effort commits (access bumps, about 15 pages each) between two checkpoints run off the
 # caller's path (``Database.lazy_commits``): about ``WAL_AUTOCHECKPOINT`` pages.
 LAZY_CHECKPOINT_COMMITS: Final = 64
@@ -105,8 +112,9 @@ def import_sqlite_utils() -> ModuleType:
 class Database:
     """One SQLite file: connection, transactions, ``meta`` and migrations.
 
-    One connection per ``Database``; a re-entrant lock makes it usable from the background thread
-    that marks memories accessed.
+    One writing connection per ``Database`` (``conn``), behind a re-entrant lock that makes it
+    usable from several threads; reads outside a write take a connection of the read pool
+    (``READ_POOL_IDLE`` kept idle), so they never wait for a commit's fsync.
     """
 
     # The migration sets run on open, in order (a subclass names its tables' sets).
@@ -116,6 +124,12 @@ class Database:
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()
+        # The read pool: idle read connections, and the one each thread's open snapshot holds.
+        self._idle_readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._local = threading.local()
+        self._trace: Callable[[str], object] | None = None  # ``set_trace_callback``'s, for new readers
         # Best-effort commits since this connection last checkpointed (``transaction``): the
         # owner hands a checkpoint to a background thread every ``LAZY_CHECKPOINT_COMMITS``.
         self.lazy_commits = 0
@@ -185,11 +199,85 @@ class Database:
         """Hook run once the schema is current (a subclass's checks on open)."""
 
     def close(self) -> None:
+        with self._readers_lock:
+            self._closed = True
+            idle, self._idle_readers = self._idle_readers, []
+        for reader in idle:
+            reader.close()
         with self._lock:
             try:
                 self.conn.close()
             except sqlite3.Error:
                 pass
+
+    # --- the read pool ------------------------------------------------------------------------
+
+    def _take_reader(self) -> sqlite3.Connection:
+        """An idle read connection of the pool, or a new one (read-only: ``query_only``)."""
+        with self._readers_lock:
+            if self._idle_readers:
+                return self._idle_readers.pop()
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise database_error(self.path, exc) or StoreError(f"cannot open database {self.path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA query_only = ON")
+            conn.set_trace_callback(self._trace)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise database_error(self.path, exc) or StoreError(f"cannot use database {self.path}: {exc}") from None
+        return conn
+
+    def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
+        """``sqlite3.Connection.set_trace_callback`` on every connection of this store, the read
+        pool's included (tests count the statements a call runs, wherever they run)."""
+        with self._readers_lock:
+            self._trace = callback
+            readers = list(self._idle_readers)
+        for conn in (self.conn, *readers):
+            conn.set_trace_callback(callback)
+
+    def _give_reader(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                conn.close()
+                return
+        conn.set_trace_callback(self._trace)  # as the store's is now
+        with self._readers_lock:
+            if not self._closed and len(self._idle_readers) < READ_POOL_IDLE:
+                self._idle_readers.append(conn)
+                return
+        conn.close()
+
+    def _writing(self) -> bool:
+        """Whether this thread holds the store's lock (inside ``transaction`` or a block of the
+        subclass under the lock): its reads then go to the writer's connection."""
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection a read of this thread uses now, for a few statements: the one of this
+        thread's open ``snapshot``; the writer's, when this thread holds the store's lock (it sees
+        its own uncommitted writes); else one of the read pool (each statement its own read
+        transaction, unless the caller begins one). Never write on it."""
+        held: sqlite3.Connection | None = getattr(self._local, "snapshot", None)
+        if held is not None:
+            yield held
+            return
+        if self._writing():
+            with self._lock:
+                yield self.conn
+            return
+        conn = self._take_reader()
+        try:
+            yield conn
+        finally:
+            self._give_reader(conn)
 
     # --- transactions -------------------------------------------------------------------------
 
@@ -276,9 +364,10 @@ class Database:
             conn.close()
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        """The rows of one query (on the connection :meth:`reading` chooses)."""
+        with self.reading() as conn:
             try:
-                return self.conn.execute(sql, params).fetchall()
+                return conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 raise database_error(self.path, exc) or exc from None
 
@@ -296,24 +385,38 @@ class Database:
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction: every query inside sees the same committed state (WAL snapshot)."""
-        with self._lock:
-            if self.conn.in_transaction:  # already inside a transaction of this connection
-                yield self.conn
-                return
-            self.conn.execute("BEGIN")
+        """One read transaction: every query inside sees the same committed state (WAL snapshot),
+        the ``read`` calls of this thread included. On a connection of the read pool, without the
+        store's lock: writers (of this process too) go on meanwhile, unseen. Inside a write of this
+        thread (it holds the lock), the writer's own transaction. Read-only: never write in it."""
+        if getattr(self._local, "snapshot", None) is not None:
+            yield self._local.snapshot  # already inside one
+            return
+        if self._writing():
+            with self._lock:
+                if self.conn.in_transaction:  # already inside a transaction of this connection
+                    yield self.conn
+                    return
+                self.conn.execute("BEGIN")
+                try:
+                    with self.translated():
+                        yield self.conn
+                finally:
+                    _end_read(self.conn)
+            return
+        conn = self._take_reader()
+        try:
+            with self.translated():
+                conn.execute("BEGIN")
+            self._local.snapshot = conn
             try:
                 with self.translated():
-                    yield self.conn
+                    yield conn
             finally:
-                if self.conn.in_transaction:
-                    try:
-                        self.conn.execute("COMMIT")
-                    except sqlite3.Error:  # a read transaction has nothing to lose: end it anyway
-                        try:
-                            self.conn.execute("ROLLBACK")
-                        except sqlite3.Error:
-                            pass
+                self._local.snapshot = None
+                _end_read(conn)
+        finally:
+            self._give_reader(conn)
 
     # --- key/value metadata -------------------------------------------------------------------
 
@@ -327,6 +430,18 @@ class Database:
 
     def integrity_check(self) -> str:
         return str(self.read("PRAGMA integrity_check")[0][0])
+
+
+def _end_read(conn: sqlite3.Connection) -> None:
+    """End a read transaction (it has nothing to lose: rolled back if the commit fails)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
 
 def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:

@@ -292,17 +292,24 @@ class Store(Database):
     def derive_stale_features(self, profile: str) -> int:
         """Derive the features that ``profile``'s memories lack (rows written without them);
         best effort: returns how many were derived, 0 when the database cannot be written now."""
-        with self._lock:
-            # INDEXED BY: the partial index answers in one probe; the planner, without
-            # statistics, may otherwise pick another (profile, ...) index and scan the profile.
-            if not self.conn.execute("SELECT 1 FROM memories INDEXED BY memories_features_stale"
-                                     " WHERE profile = ? AND features IS NULL LIMIT 1", (profile,)).fetchone():
+        # INDEXED BY: the partial index answers in one probe; the planner, without
+        # statistics, may otherwise pick another (profile, ...) index and scan the profile.
+        probe = ("SELECT 1 FROM memories INDEXED BY memories_features_stale"
+                 " WHERE profile = ? AND features IS NULL LIMIT 1", (profile,))
+        if not self.read(*probe):  # on a read connection: a query never waits for a commit here
+            return 0
+        if not self._lock.acquire(blocking=False):
+            return 0  # this process is writing: the query derives them in memory rather than wait
+        try:
+            if not self.conn.execute(*probe).fetchone():
                 return 0
             try:
                 with self.transaction() as c:
                     return derive_features(c, profile)
             except (sqlite3.Error, StoreError):
                 return 0  # read-only file, or locked for too long: the query derives them in memory
+        finally:
+            self._lock.release()
 
 
     # --- memories -----------------------------------------------------------------------------
@@ -505,9 +512,9 @@ class Store(Database):
             "profile = ? AND category = ?", [profile, category])
         if active_only:
             clause += " AND is_active = 1"
-        with self._lock, self.translated():
-            total = self.conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
-            rows = self.conn.execute(
+        with self.snapshot() as conn:  # the total and the page at one moment
+            total = conn.execute(f"SELECT count(*) FROM memories WHERE {clause}", params).fetchone()[0]
+            rows = conn.execute(
                 f"{_SELECT} WHERE {clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             ).fetchall()
@@ -527,9 +534,9 @@ class Store(Database):
                          " OR instr(lower(summary), lower(?)))")
             params += [q, q, q]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
-        with self._lock, self.translated():
-            total = self.conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
-            rows = self.conn.execute(
+        with self.snapshot() as conn:  # the total and the page at one moment
+            total = conn.execute(f"SELECT count(*) FROM memories{clause}", params).fetchone()[0]
+            rows = conn.execute(
                 f"{_SELECT}{clause} ORDER BY created_us DESC, id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
             ).fetchall()
         return Page([row_to_memory(r) for r in rows], total, limit, offset)
@@ -697,6 +704,8 @@ class Store(Database):
         """Index in FTS5 the new memories still waiting for their batch (``memory_features_pending``,
         recall schema step 7), durably; best effort: left waiting when the database cannot be
         written now (the cold path reads waiting memories directly, so no query misses them)."""
+        if not self.read("SELECT 1 FROM memory_features_pending LIMIT 1"):  # without the lock
+            return
         with self._lock:
             if not self.conn.execute("SELECT 1 FROM memory_features_pending LIMIT 1").fetchone():
                 return
