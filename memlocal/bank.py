@@ -694,24 +694,29 @@ class MemoryBank:
                 if m.id == proposed and m.is_active and relation(m.processed_content, processed) is not None:
                     return m.id
         said = statement(processed)
-        if not (said.values or said.marked):
-            return None  # no value and no word of change: it updates nothing surely (no look-up)
+        if not said.subject or not (said.values or said.marked):
+            # relation() needs a subject to be sure of anything; without a value or a word of
+            # change nothing is updated surely: no look-up.
+            return None
         # A sure update has this subject, word for word, so the candidates hold all its terms (an
         # AND: bm25 ranks a few matches, however common the words); a pronoun alone ("I ...")
         # must keep its verb ("I now take the 08:20 train"), unless it is a form of be or have.
-        # The memories still waiting for the FTS5 batch are read too, without indexing them (a commit).
-        sure: builtins.list[Memory] = []
+        # The memories still waiting for the FTS5 batch are read too, without indexing them (a
+        # commit); only their ids and texts are read, which is all the rule looks at.
         required = text.terms(" ".join(said.subject_words))
         if not required and said.verb not in ("", "*", "be", "have"):
             required = text.terms(said.verb)
-        for m in self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES, read_only=True,
-                                    required=sorted(required)):
-            if relation(m.processed_content, processed) == SURE:
-                sure.append(m)
+        # relation() is sure only of the same subject: a candidate with another is passed over
+        # without the rest of the rule (statement() is cached by text).
+        sure = [(mid, old) for mid, old in self.store.similar_texts(profile, _query_terms(processed), NEAR_CANDIDATES,
+                                                                    required=sorted(required))
+                if statement(old).subject == said.subject and relation(old, processed) == SURE]
+        if not sure:
+            return None
         # Of several, the one that shares the most words with the new text (the same subject
         # restated twice: "The rent is 1200 GBP a month, due on the 1st" before "The rent is ...").
         mine = text.terms(processed)
-        return max(sure, key=lambda m: jaccard(mine, text.terms(m.processed_content))).id if sure else None
+        return max(sure, key=lambda s: jaccard(mine, text.terms(s[1])))[0]
 
     def restore(self, profile: str, memory_id: str) -> Memory:
         """Undo a supersession: the superseded memory ``memory_id`` is active again, and the memory

@@ -59,6 +59,7 @@ MEMORY_COLUMNS = (
 )
 _SELECT = "SELECT " + ", ".join(MEMORY_COLUMNS) + " FROM memories"
 _TEXT_KEY, _RAW_KEY, _NEAR_KEY = (MEMORY_COLUMNS.index(c) for c in ("text_key", "raw_key", "near_key"))
+_MATCH_COLUMNS = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)  # a memory's row, joined as ``m``
 SELECT_WITH_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
 
 
@@ -659,38 +660,44 @@ class Store(Database):
         rows = self.read(f"{_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1", (profile, key))
         return [row_to_memory(r) for r in _oldest_first(rows)]
 
-    def similar(self, profile: str, terms: Sequence[str], limit: int, *, read_only: bool = False,
-                required: Sequence[str] = ()) -> builtins.list[Memory]:
+    def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
         """Up to ``limit`` active memories of ``profile`` that share the most (rarest) of
         ``terms`` (the formula's stems, :func:`memlocal.text.terms`), best first: bm25 over the
-        recall index ``memory_features`` (migration 4), scoped by the profile's token.
-
-        ``read_only``: the memories still waiting for the FTS5 batch are not indexed first (a
-        durable write); those of ``profile`` (fewer than a batch) follow the bm25 matches, newest
-        first, whatever their terms (a save's update check reads them so: no commit of its own).
-        ``required``: instead, the memories holding every one of these terms, newest first (an AND
-        read in rowid order: a few postings, where an OR of common terms ranks thousands)."""
+        recall index ``memory_features`` (migration 4), scoped by the profile's token. The
+        memories still waiting for the FTS5 batch are indexed first (a durable write)."""
         if not terms or limit <= 0:
             return []
-        if read_only:
-            cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
-            waiting = [row_to_memory(r) for r in self.read(
-                f"SELECT {cols} FROM memory_features_pending p CROSS JOIN memories m ON m.rowid = p.rowid"
-                " WHERE m.profile = ? AND m.is_active = 1 ORDER BY p.rowid DESC", (profile,))]
-            return self._bm25(profile, terms, limit, required) + waiting
         self.index_pending()  # bm25 ranks what the index holds: the memories still waiting too
-        return self._bm25(profile, terms, limit, required)
+        return [row_to_memory(r) for r in self._matches(_MATCH_COLUMNS, profile, terms, limit)]
 
-    def _bm25(self, profile: str, terms: Sequence[str], limit: int, required: Sequence[str] = ()) -> builtins.list[Memory]:
+    def similar_texts(self, profile: str, terms: Sequence[str], limit: int, *,
+                      required: Sequence[str] = ()) -> builtins.list[tuple[str, str]]:
+        """``(id, processedContent)`` of what :meth:`similar` would match, without writing (a
+        save's update check: no commit of its own, and two columns rather than whole rows):
+        up to ``limit`` bm25 matches of ``terms`` among the indexed memories, or with
+        ``required``, those holding every one of these terms, newest first (an AND read in rowid
+        order: a few postings, where an OR of common terms ranks thousands); then every active
+        memory of ``profile`` still waiting for the FTS5 batch (fewer than a batch), newest
+        first, whatever its terms."""
+        if not terms or limit <= 0:
+            return []
+        waiting = self.read("SELECT m.id, m.processed_content FROM memory_features_pending p"
+                            " CROSS JOIN memories m ON m.rowid = p.rowid"
+                            " WHERE m.profile = ? AND m.is_active = 1 ORDER BY p.rowid DESC", (profile,))
+        return [*self._matches("m.id, m.processed_content", profile, terms, limit, required), *waiting]
+
+    def _matches(self, cols: str, profile: str, terms: Sequence[str], limit: int,
+                 required: Sequence[str] = ()) -> builtins.list[tuple[Any, ...]]:
+        """``cols`` of the indexed active memories of ``profile`` matching ``terms`` (bm25 order)
+        or holding all of ``required`` (newest first), at most ``limit``."""
         from ..features import scope_token, term_token
 
         if required:
             match = " AND ".join([scope_token(profile), *(term_token(t) for t in dict.fromkeys(required))])
         else:
             match = f"{scope_token(profile)} AND ({' OR '.join(term_token(t) for t in dict.fromkeys(terms))})"
-        cols = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
         try:
-            rows = self.read(
+            return self.read(
                 f"SELECT {cols} FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
                 " WHERE memory_features MATCH ? AND m.profile = ? AND m.is_active = 1"
                 + (" ORDER BY f.rowid DESC LIMIT ?" if required else " ORDER BY f.rank LIMIT ?"),
@@ -698,7 +705,6 @@ class Store(Database):
             )
         except sqlite3.OperationalError:  # a query FTS5 cannot parse: no candidates, no merge
             return []
-        return [row_to_memory(r) for r in rows]
 
     def index_pending(self) -> None:
         """Index in FTS5 the new memories still waiting for their batch (``memory_features_pending``,
