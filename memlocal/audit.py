@@ -4,7 +4,7 @@ Every memory block rendered for a run (``MemoryBank.build_context_block``, and s
 the MCP ``memory_context`` prompt) records when, which profile, which memory ids in which tier, the
 block's size in characters, and a hash of the query: never the query or prompt text, which may
 hold what the memories must not. The record is written on the same background connection as the
-access marks (``memlocal.injection.AccessMarker``), so a run never waits for it.
+access marks (``memlocal.store.access.AccessMarker``), so a run never waits for it.
 
 Decisions:
 - The query hash is the first 16 hex digits of HMAC-SHA-256 over the query's UTF-8 bytes, keyed

@@ -60,8 +60,7 @@ from .plugins import (
 from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store, to_us
 # Every save and imported line runs these (a function-level import costs microseconds per call);
 # the store loads hygiene and text anyway, and redact defers its detectors itself.
-from . import text
-from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature, signature_key, text_key
+from .dedup import Deduplicator, query_terms
 from .redact import Redacted, check_mode, merge_kinds, redact, redact_json, refuse_credential_name
 
 if TYPE_CHECKING:
@@ -72,11 +71,12 @@ if TYPE_CHECKING:
     from .audit import Injection
     from .automation import AutomationNotes
     from .hygiene import RetentionRule
-    from .injection import AccessMarker, RenderedBlock
+    from .injection import RenderedBlock
     from .recall import RecallIndex
     from .scoring import Ranking, ScoredMemory
     from .semantic import SemanticIndex
     from .store import MigrationSet
+    from .store.access import AccessMarker
     from .store.local import LocalTable
 
 log = logging.getLogger("memlocal")
@@ -199,16 +199,6 @@ class ProfileCopy:
 
 # Memories shown to the LLM processor when it may propose one to supersede.
 PROPOSAL_CANDIDATES = 3
-# Candidates the near-duplicate rule examines (the recall index's best matches).
-NEAR_CANDIDATES = 8
-# Terms of a text sent to the recall index to find similar memories.
-_QUERY_TERMS = 32
-
-
-def _query_terms(value: str) -> builtins.list[str]:
-    """The terms of ``value`` (:func:`memlocal.text.terms`, the recall index's tokens), at most
-    ``_QUERY_TERMS``, in a stable order."""
-    return sorted(text.terms(value))[:_QUERY_TERMS]
 
 
 def _installed_daemon(config: Config, store: Replica, retention: Retention) -> Daemon | None:
@@ -463,12 +453,13 @@ class MemoryBank:
         assert given is not None
         extracting = raw_input is not None and content is None and use_llm and self._extractor is not None
         # Without extraction the near check reads the same text: both checks' rows in one query.
-        found = self._duplicate_candidates(profile, given) if dedup and not extracting else None
+        dedupe = self._deduplicator()
+        found = dedupe.candidates(profile, given) if dedup and not extracting else None
         if dedup:
             # Before the LLM: a repeated note costs no extraction call. The category must match;
             # when the model is to choose it, what it chose for the same text stands.
-            dup = self._exact_duplicate(profile, (given,), category or (None if extracting else "general"),
-                                        found=found[0] if found else None)
+            dup = dedupe.exact(profile, (given,), category or (None if extracting else "general"),
+                               found=found[0] if found else None)
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
 
@@ -476,7 +467,7 @@ class MemoryBank:
         similar: builtins.list[Memory] = []
         if raw_input is not None and content is None and use_llm and self._extractor is not None:
             if supersedes is None:  # the caller has not decided: the model may propose one
-                similar = self.store.similar(profile, _query_terms(raw_input), PROPOSAL_CANDIDATES)
+                similar = self.store.similar(profile, query_terms(raw_input), PROPOSAL_CANDIDATES)
             # No transaction is open here: the network wait holds no database lock.
             extraction = self._extractor.extract(raw_input, similar=similar)
             if extraction is not None:  # the model's answer is text to check like any input
@@ -487,9 +478,9 @@ class MemoryBank:
         assert processed is not None
         category = category or (extraction.category if extraction else "general")
         if dedup:
-            dup = self._exact_duplicate(profile, (processed,), category) if processed != given else None
+            dup = dedupe.exact(profile, (processed,), category) if processed != given else None
             if dup is None and self.config.dedup.near:
-                dup = self._near_duplicate(profile, processed, category, found=found[1] if found else None)
+                dup = dedupe.near(profile, processed, category, found=found[1] if found else None)
             if dup is not None:
                 return self._deduplicated(profile, dup, supersedes, redacted)
         now = utcnow()
@@ -516,8 +507,8 @@ class MemoryBank:
         if auto_supersede is None:  # part of the write-time hygiene: off with it (deduplicate, dedup.enabled)
             auto_supersede = dedup and self.config.dedup.supersede
         if supersedes is None and auto_supersede:
-            auto = self._update_of(profile, processed, extraction.supersedes if extraction is not None else None,
-                                   similar)
+            auto = dedupe.update_of(profile, processed, extraction.supersedes if extraction is not None else None,
+                                    similar)
             supersedes = auto
         semantic = self.semantic
         vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
@@ -616,107 +607,11 @@ class MemoryBank:
             validate_category(category)
         if not self.config.dedup.enabled:
             return None
-        skip = frozenset(exclude)
-        found = self._duplicate_candidates(profile, text)
-        dup = self._exact_duplicate(profile, (text,), category, skip, found=found[0] if found else None)
-        if dup is None and self.config.dedup.near:
-            dup = self._near_duplicate(profile, text, category, skip, found=found[1] if found else None)
-        return dup
+        return self._deduplicator().find(profile, text, category, frozenset(exclude))
 
-    def _duplicate_candidates(self, profile: str, text: str
-                              ) -> tuple[builtins.list[Memory], builtins.list[Memory]] | None:
-        """The rows both checks of ``text`` would read, with one query: the active memories of
-        ``profile`` with its exact key, and those with its near key. ``None`` when the near check
-        would not use the stored near key (``dedup.near`` off, a threshold below 1.0, a short
-        text): the exact check then reads its rows alone."""
-        if not self.config.dedup.near or self.config.get_float("dedup.near_threshold") < 1.0:
-            return None
-        sig = signature(text)
-        key = signature_key(sig)
-        if len(sig.terms) < NEAR_MIN_TERMS or key is None:
-            return None
-        return self.store.find_by_keys(profile, [text_key(text)], near_key=key)
-
-    def _exact_duplicate(self, profile: str, texts: Iterable[str], category: str | None,
-                         skip: frozenset[str] = frozenset(), *,
-                         found: "builtins.list[Memory] | None" = None) -> Memory | None:
-        """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
-        ``category`` (``None``: any category), ignoring the ids in ``skip``. ``found``: the rows
-        with the texts' keys, when already read (:meth:`_duplicate_candidates`)."""
-        wanted = {normalise(t) for t in texts}
-        if found is None:
-            found = self.store.find_by_keys(profile, sorted({text_key(t) for t in texts}))[0]
-        for m in found:
-            if category is not None and m.category != category:
-                continue  # the same words as a preference and as a context are two memories
-            # Confirm on the text: a key written by another tool could be stale.
-            if m.id not in skip and (normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted):
-                return m
-        return None
-
-    def _near_duplicate(self, profile: str, processed: str, category: str | None,
-                        skip: frozenset[str] = frozenset(), *,
-                        found: "builtins.list[Memory] | None" = None) -> Memory | None:
-        """An active memory of ``profile`` in ``category`` (``None``: any) that ``processed``
-        restates (the guarded rule), ignoring the ids in ``skip``. ``found``: the rows with its
-        near key, when already read (:meth:`_duplicate_candidates`)."""
-        sig = signature(processed)
-        if len(sig.terms) < NEAR_MIN_TERMS:
-            return None
-        threshold = self.config.get_float("dedup.near_threshold")
-        if found is not None and threshold >= 1.0:
-            candidates = found
-        elif threshold >= 1.0:
-            # At 1.0 the rule is an equivalence: one lookup of the stored near_key (migration 9).
-            candidates = self.store.find_by_near_key(profile, signature_key(sig) or "")
-        else:
-            candidates = self.store.similar(profile, _query_terms(processed), NEAR_CANDIDATES)
-        for m in candidates:
-            if m.id in skip or (category is not None and m.category != category):
-                continue
-            if jaccard(sig.terms, text.terms(m.processed_content)) < threshold:
-                continue  # cheap test first: the terms alone already rule it out
-            if near_duplicate(sig, signature(m.processed_content), threshold):
-                return m
-        return None
-
-    def _update_of(self, profile: str, processed: str, proposed: str | None,
-                   shown_to_model: Sequence[Memory]) -> str | None:
-        """The active memory of ``profile`` that a save of ``processed`` updates, if the rule is
-        sure of one (:func:`memlocal.updates.relation`): among the recall index's best matches,
-        the first the rule is sure of. The LLM processor's proposal (one of ``shown_to_model``)
-        joins the rule: it is taken when the rule finds the two related at all (sure or maybe),
-        never for look-alikes the rule tells apart."""
-        from .updates import SURE, relation, statement
-
-        if proposed is not None:
-            for m in shown_to_model:
-                if m.id == proposed and m.is_active and relation(m.processed_content, processed) is not None:
-                    return m.id
-        said = statement(processed)
-        if not said.subject or not (said.values or said.marked):
-            # relation() needs a subject to be sure of anything; without a value or a word of
-            # change nothing is updated surely: no look-up.
-            return None
-        # A sure update has this subject, word for word, so the candidates hold all its terms (an
-        # AND: bm25 ranks a few matches, however common the words); a pronoun alone ("I ...")
-        # must keep its verb ("I now take the 08:20 train"), unless it is a form of be or have.
-        # The memories still waiting for the FTS5 batch are read too, without indexing them (a
-        # commit); only their ids and texts are read, which is all the rule looks at.
-        required = text.terms(" ".join(said.subject_words))
-        if not required and said.verb not in ("", "*", "be", "have"):
-            required = text.terms(said.verb)
-        # relation() is sure only of the same subject: a candidate with another is passed over
-        # without the rest of the rule (statement() is cached by text).
-        sure = [(mid, old) for mid, old in self.store.similar_texts(profile, _query_terms(processed), NEAR_CANDIDATES,
-                                                                    required=sorted(required))
-                if statement(old).subject == said.subject and relation(old, processed) == SURE]
-        if not sure:
-            return None
-        # Of several, the one that shares the most words with the new text (the same subject
-        # restated twice: "The rent is 1200 GBP a month, due on the 1st" before "The rent is ...").
-        mine = text.terms(processed)
-        return max(sure, key=lambda s: jaccard(mine, text.terms(s[1])))[0]
+    def _deduplicator(self) -> Deduplicator:
+        """The write-time duplicate and update checks (:mod:`memlocal.dedup`) over this store."""
+        return Deduplicator(self.store, self.config.dedup)
 
     def restore(self, profile: str, memory_id: str) -> Memory:
         """Undo a supersession: the superseded memory ``memory_id`` is active again, and the memory
@@ -1228,7 +1123,7 @@ class MemoryBank:
 
     def _background(self) -> "AccessMarker":
         if self._access_marker is None:
-            from .injection import AccessMarker
+            from .store.access import AccessMarker
 
             self._access_marker = AccessMarker(self.store.path, self.store.busy_timeout_s)
         return self._access_marker
@@ -1246,42 +1141,18 @@ class MemoryBank:
         return self._render(profile, query, now=now, trimmed=True)
 
     def _render(self, profile: str, query: str, *, now: "datetime | None", trimmed: bool) -> "RenderedBlock":
-        """The block; ``trimmed=False`` (a run's block): the candidates the budget left out are
-        not listed (nothing reads them)."""
-        from .injection import build_evidence_block, build_memory_block, evidence_limit
-        from .scoring import SPEC, RankQuery, Ranking
+        """The block (:func:`memlocal.injection.render_block`), its memories as the faces show
+        them; ``trimmed=False`` (a run's block): the candidates the budget left out are not
+        listed (nothing reads them)."""
+        from .injection import render_block
 
         validate_profile(profile)
         check_text(query, "query")
         self._ready(profile)
-        index = self._index()
         ranking = self.ranking()
-        now = now or utcnow()  # one clock for every ranking of the block: the tiers agree
-        budget = self.config.get_int("inject.budget_chars")
-        relevant_limit = self.config.get_int("inject.relevant_limit")
-        min_score = self.config.get_float("inject.min_score")
-
-        def ranked(tier: str, limit: int, min_score: float) -> "builtins.list[ScoredMemory]":
-            # The core tier (and its preferences) always applies (the spec's rule); the relevant
-            # tier needs evidence.
-            return index.query(profile, RankQuery(query, limit, min_score, now=now, tier=tier,
-                                                  ranking=ranking if tier == "other" else SPEC))
-
-        if not ranking.gated:
-            with index.reading(profile):  # the tiers in one read: they agree, and a row is read once
-                block = build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit, min_score=min_score)
-            return _shown_block(block)
-        similarity = self._similarity(profile, query, ranking)  # before the read: it may store vectors
-        with index.reading(profile):
-            # Every memory the task gives any evidence for (ratio 0), in the evidence order: the
-            # block takes those that pass the configured ratio first, then the weaker facts,
-            # before facts with none (build_evidence_block).
-            evidence = index.query(profile, RankQuery(query, evidence_limit(budget, relevant_limit), min_score,
-                                                      now=now, ranking=Ranking(ranking.mode, 0.0),
-                                                      similarity=similarity))
-            block = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
-                                         ratio=ranking.ratio, trimmed=trimmed,
-                                         filler=self.config.inject.filler, replaced=self._replaced_values)
+        block = render_block(self._index(), profile, query, ranking=ranking, now=now or utcnow(),
+                             settings=self.config.inject, similarity=self._similarity(profile, query, ranking),
+                             trimmed=trimmed, replaced=self._replaced_values)
         return _shown_block(block)
 
     def _replaced_values(self, memory: Memory) -> frozenset[str]:
@@ -1305,12 +1176,14 @@ class MemoryBank:
         if ids:
             self.mark_accessed(profile, ids, now=now)
         if self.config.audit.enabled:
-            from .audit import InjectionRecord
+            from .audit import InjectionRecord, record
 
-            record = InjectionRecord(now or utcnow(), profile, self._query_hash(query), len(block.text),
-                                     tuple(s.memory.id for s in block.core), tuple(s.memory.id for s in block.relevant))
-            self._background().submit_audit(record, max_rows=self.config.get_int("audit.max_rows"),
-                                            retention_days=self.config.get_float("audit.retention_days"))
+            row = InjectionRecord(now or utcnow(), profile, self._query_hash(query), len(block.text),
+                                  tuple(s.memory.id for s in block.core), tuple(s.memory.id for s in block.relevant))
+            self._background().submit_write(
+                functools.partial(record, rec=row, max_rows=self.config.get_int("audit.max_rows"),
+                                  retention_days=self.config.get_float("audit.retention_days")),
+                f"the injection audit row of profile {profile}")
         return block.text
 
     def _query_hash(self, query: str) -> str:

@@ -1,5 +1,6 @@
-"""Prompt injection: the ``--- CONTEXT FROM MEMORY ---`` block, operator context blocks, and the
-fire-and-forget access marking that follows a rendering.
+"""Prompt injection: the ``--- CONTEXT FROM MEMORY ---`` block and operator context blocks (the
+access marking that follows a rendering is the store's write-behind queue,
+:class:`memlocal.store.access.AccessMarker`).
 
 The memory block (docs/spec.md, "Prompt injection")::
 
@@ -35,31 +36,25 @@ The memory block (docs/spec.md, "Prompt injection")::
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
-import time
 import unicodedata
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from functools import lru_cache
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Final, Iterable, Iterator, Sequence
 
 from .errors import fold_whitespace
 from .fold import is_dash, strip_invisible
 from .fold import skeleton as fold_skeleton
-from .model import CATEGORIES, CORE_CATEGORIES, MEMORY_TOOL_NAMES, check_text, utcnow
+from .model import CATEGORIES, CORE_CATEGORIES, MEMORY_TOOL_NAMES, check_text
 
 if TYPE_CHECKING:
-    from .audit import InjectionRecord
-    from .model import Memory
-    from .scoring import ScoredMemory
-    from .store import Store
+    from collections.abc import Mapping
 
-log = logging.getLogger("memlocal")
+    from .config import InjectConfig
+    from .model import Memory
+    from .recall import RecallIndex
+    from .scoring import Ranking, ScoredMemory
 
 MEMORY_HEADER: Final = "--- CONTEXT FROM MEMORY ---"
 CORE_HEADING: Final = "Core knowledge (always apply):"
@@ -588,6 +583,43 @@ def build_evidence_block(
 # --- context blocks --------------------------------------------------------------------------
 
 
+def render_block(index: "RecallIndex", profile: str, query: str, *, ranking: "Ranking", now: datetime,
+                 settings: "InjectConfig", similarity: "Mapping[str, float] | None" = None,
+                 trimmed: bool = True, replaced: "Callable[[Memory], frozenset[str]] | None" = None
+                 ) -> RenderedBlock:
+    """The memory block of ``profile`` for ``query``, ranked by ``index`` with ``ranking`` at
+    ``now`` (one clock for every ranking of the block: the tiers agree) within ``settings``
+    (``inject.*``). Evidence mode: what ``query`` gives evidence for goes in first, across both
+    tiers (:func:`build_evidence_block`; ``similarity``: the semantic signal's top-k, when on);
+    spec mode: the spec's tiers (:func:`build_memory_block`). The rankings run in one read
+    (``RecallIndex.reading``): the tiers agree, and a row is read once. ``trimmed=False`` (a
+    run's block): the candidates the budget left out are not listed. ``replaced``: the values a
+    memory's superseded one stated (:func:`build_evidence_block` dates the lines holding one). The memories are as
+    stored: the caller redacts what it shows of them (the text is redacted as it is rendered)."""
+    from .scoring import SPEC, RankQuery, Ranking
+
+    budget, relevant_limit, min_score = settings.budget_chars, settings.relevant_limit, settings.min_score
+
+    def ranked(tier: str, limit: int, min_score: float) -> Sequence["ScoredMemory"]:
+        # The core tier (and its preferences) always applies (the spec's rule); the relevant
+        # tier needs evidence.
+        return index.query(profile, RankQuery(query, limit, min_score, now=now, tier=tier,
+                                              ranking=ranking if tier == "other" else SPEC))
+
+    if not ranking.gated:
+        with index.reading(profile):
+            return build_memory_block(ranked, budget=budget, relevant_limit=relevant_limit, min_score=min_score)
+    with index.reading(profile):
+        # Every memory the task gives any evidence for (ratio 0), in the evidence order: the
+        # block takes those that pass the configured ratio first, then the weaker facts, before
+        # facts with none (build_evidence_block).
+        evidence = index.query(profile, RankQuery(query, evidence_limit(budget, relevant_limit), min_score,
+                                                  now=now, ranking=Ranking(ranking.mode, 0.0), similarity=similarity))
+        return build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
+                                    ratio=ranking.ratio, trimmed=trimmed, filler=settings.filler,
+                                    replaced=replaced)
+
+
 def context_block(header: str, preamble: str, texts: Sequence[str]) -> str:
     """A labelled block of multi-line texts (separated by a blank line), or "" when all are empty.
     Credentials are redacted first: an operator context is never stored, and a note may have
@@ -619,183 +651,3 @@ def assemble(blocks: Sequence[str], prompt: str) -> str:
     """Blocks (empty ones skipped) followed by the prompt, one newline apart."""
     parts = [b for b in blocks if b]
     return "\n".join([*parts, prompt]) if parts else prompt
-
-
-# --- fire-and-forget access marking ----------------------------------------------------------
-
-
-def _done(value: int) -> "Future[int]":
-    future: Future[int] = Future()
-    future.set_result(value)
-    return future
-
-
-
-class AccessMarker:
-    """Marks memories accessed, and records injection audit rows, on a background thread with
-    its own SQLite connection.
-
-    The caller never waits and never sees a failure (it is logged): the spec calls MarkAccessed
-    best-effort, and the audit trail is a record, not a gate. The connection commits with
-    ``synchronous=NORMAL``: in WAL mode that keeps the database consistent and skips the fsync, so
-    a power cut may lose the last few bumps or audit rows, which the spec allows. ``close`` drains
-    what is queued.
-
-    Checkpoints run on a second thread and connection (a passive checkpoint and a writer do not
-    block each other in WAL mode): copying thousands of pages into the database file takes tens
-    of milliseconds, and a bump a query waits for must not queue behind one.
-    """
-
-    _WRITES, _CHECKPOINTS = "memlocal-access", "memlocal-checkpoint"
-
-    def __init__(self, path: Path, busy_timeout_s: float) -> None:
-        self.path = path
-        self.busy_timeout_s = busy_timeout_s
-        self._executors: dict[str, ThreadPoolExecutor] = {}  # by lane: one thread each
-        self._stores: dict[str, "Store"] = {}  # by lane: each thread's own connection
-        self._checkpoint_queued = False
-        self._pending: set[Future[int]] = set()
-        self._last_write: Future[int] | None = None  # the last bump or audit row queued (one thread: FIFO)
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def submit(self, profile: str, ids: Sequence[str], now: datetime | None = None, *,
-               written: Callable[[bool], None] | None = None) -> Future[int]:
-        """Queue the bump; the future resolves to the number of memories updated (0 on failure).
-        ``written`` is called once it is done, with whether it was written (``False``: it failed,
-        or the marker was closed and dropped it)."""
-        if not ids:
-            if written is not None:
-                written(True)
-            return _done(0)
-        return self._queue(self._run, f"{len(ids)} access marks of profile {profile}", profile, tuple(ids), now,
-                           written, dropped=None if written is None else lambda: written(False), write=True)
-
-    def submit_audit(self, record: "InjectionRecord", *, max_rows: int, retention_days: float) -> Future[int]:
-        """Queue an injection audit row (``memlocal.audit.record``); resolves to its id (0 on failure)."""
-        return self._queue(self._run_audit, f"the audit row of a block of profile {record.profile}",
-                           record, max_rows, retention_days, write=True)
-
-    def settle(self, timeout: float | None = None) -> None:
-        """Wait until the bumps and audit rows queued so far are written (not the checkpoints):
-        the bank's own reads see its own writes."""
-        last = self._last_write
-        if last is not None and not last.done():
-            wait_futures([last], timeout=timeout)
-
-    def _queue(self, fn: Callable[..., int], what: str, *args: object,
-               dropped: Callable[[], None] | None = None, write: bool = False, lane: str = _WRITES) -> Future[int]:
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                executor = self._executors.get(lane)
-                if executor is None:
-                    executor = self._executors[lane] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=lane)
-                future = executor.submit(fn, *args)
-                self._pending.add(future)
-                if write:
-                    self._last_write = future
-        if closed:
-            if write:  # a checkpoint is a head start, not a write: nothing is lost without it
-                log.warning("bank closed: %s dropped", what)
-            if dropped is not None:
-                dropped()  # outside the lock: it may take it
-            return _done(0)
-        future.add_done_callback(self._forget)
-        return future
-
-    def _forget(self, future: Future[int]) -> None:
-        with self._lock:
-            self._pending.discard(future)
-
-    def _open(self, lane: str = _WRITES) -> "Store":
-        """The connection of ``lane`` (only its own thread calls this)."""
-        store = self._stores.get(lane)
-        if store is None:
-            from .store import Store
-
-            store = self._stores[lane] = Store(self.path, busy_timeout_s=self.busy_timeout_s)
-            store.conn.execute("PRAGMA synchronous = NORMAL")
-        return store
-
-    def submit_checkpoint(self) -> Future[int]:
-        """Queue a checkpoint of the log (:meth:`memlocal.store.Database.checkpoint`): what the
-        caller's best-effort commits left undone, done here, off its path. One queued at a time:
-        another asked for meanwhile would find nothing more to copy."""
-        with self._lock:
-            if self._checkpoint_queued:
-                return _done(0)
-            self._checkpoint_queued = True
-        return self._queue(self._run_checkpoint, "a checkpoint of the log", lane=self._CHECKPOINTS,
-                           dropped=self._checkpoint_done)
-
-    def _checkpoint_done(self) -> None:
-        with self._lock:
-            self._checkpoint_queued = False
-
-    def _run_checkpoint(self) -> int:
-        self._checkpoint_done()  # from here on a new one may queue: it would copy what follows
-        try:
-            self._open(self._CHECKPOINTS).checkpoint()
-            return 1
-        except Exception as exc:  # the next one, or SQLite's own at a durable commit, does it
-            log.warning("could not checkpoint %s: %s", self.path, exc)
-            return 0
-
-    def _run(self, profile: str, ids: tuple[str, ...], now: datetime | None,
-             written: Callable[[bool], None] | None = None) -> int:
-        from .store import LAZY_CHECKPOINT_COMMITS
-
-        ok = False
-        try:
-            store = self._open()
-            updated = store.mark_accessed(profile, ids, now or utcnow())
-            ok = True
-            report, written = written, None
-            if report is not None:  # committed: a query waiting for these rows goes on now
-                report(True)
-            if store.lazy_commits >= LAZY_CHECKPOINT_COMMITS:
-                store.lazy_commits = 0
-                self.submit_checkpoint()
-            return updated
-        except Exception as exc:  # best-effort by design: log, never raise into the run
-            log.warning("could not mark %d memories of profile %s accessed: %s", len(ids), profile, exc)
-            return 0
-        finally:
-            if written is not None:
-                written(ok)
-
-    def _run_audit(self, record: "InjectionRecord", max_rows: int, retention_days: float) -> int:
-        from .audit import record as write_record
-
-        try:
-            return write_record(self._open(), record, max_rows=max_rows, retention_days=retention_days)
-        except Exception as exc:  # a record, not a gate: log, never raise into the run
-            log.warning("could not record the injection audit row of profile %s: %s", record.profile, exc)
-            return 0
-
-    def drain(self, timeout: float | None = None) -> None:
-        """Wait for every queued mark, audit row and checkpoint (tests and shutdown), including
-        the checkpoints the writes queue meanwhile."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                return
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return
-            wait_futures(pending, timeout=left)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            executors, self._executors = self._executors, {}
-        for lane in (self._WRITES, self._CHECKPOINTS):
-            executor = executors.get(lane)
-            if executor is not None:
-                executor.shutdown(wait=True)
-        stores, self._stores = self._stores, {}
-        for store in stores.values():
-            store.close()

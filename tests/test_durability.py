@@ -208,7 +208,7 @@ def test_closing_while_a_bump_queues_its_checkpoint_neither_hangs_nor_warns(
     import logging
     import threading
 
-    from memlocal.injection import AccessMarker
+    from memlocal.store.access import AccessMarker
     from memlocal.store import LAZY_CHECKPOINT_COMMITS
 
     saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
