@@ -388,16 +388,6 @@ NOTES = Kind(NOTES_SCOPE, _note_key,
              lambda _profile: NOTES_SCOPE, ids_are_names=True, empty_counts_every_entry=False)
 
 
-@dataclass(frozen=True, slots=True)
-class NoteSide:
-    """A note as the plan sees it on one side: its content hash and its ordering key
-    ``(updated_us, text)``, which decides a real conflict (``note_winner``)."""
-
-    id: str
-    content_hash: str
-    order: tuple[int, str] = (0, "")
-
-
 def note_winner(local: tuple[int, str], remote: tuple[int, str]) -> Literal["local", "remote"]:
     """Which of two different notes of one automation wins: the later ``updatedAt``; on a tie
     the larger text (code point order). A total order on the notes themselves, so every host
@@ -406,7 +396,7 @@ def note_winner(local: tuple[int, str], remote: tuple[int, str]) -> Literal["loc
 
 
 def plan_notes(
-    local: Mapping[str, NoteSide],
+    local: Mapping[str, Local],
     listing: Iterable[Listed],
     base: Mapping[str, Base],
     outbox_deletes: Iterable[str],
@@ -419,7 +409,8 @@ def plan_notes(
     force: bool = False,
     pull_only: bool = False,
 ) -> Plan:
-    """Decide the automation notes of one full pass (``Action.profile`` is empty).
+    """Decide the automation notes of one full pass: ``plan_pass`` of the kind ``NOTES``, whose
+    local side is a ``Local`` with no profile and no access bumps (``Action.profile`` is empty).
 
     =====  ======  ====  ======================================================================
     local  remote  base  decision
@@ -434,7 +425,6 @@ def plan_notes(
                          with ``If-Match`` the base ETag; else nothing
     =====  ======  ====  ======================================================================
     """
-    return plan_pass({a: Local(a, "", side.content_hash) for a, side in local.items()}, listing, base,
-                     dict.fromkeys(outbox_deletes, ""), known_bad, max_object_bytes=max_object_bytes,
+    return plan_pass(local, listing, base, dict.fromkeys(outbox_deletes, ""), known_bad, max_object_bytes=max_object_bytes,
                      mass_delete_min=mass_delete_min, max_delete_share=max_delete_share, verified=verified,
                      force=force, pull_only=pull_only, kind=NOTES)

@@ -43,7 +43,7 @@ from memlocal.errors import MemoryBankError
 from memlocal.model import Memory, format_time, from_us, to_us, utcnow
 
 from .objects import content_hash, note_hash, note_key, object_key
-from .plan import Base, Local, NoteSide
+from .plan import Base, Local
 
 log = logging.getLogger(__name__)
 
@@ -321,9 +321,10 @@ class SyncState:
         return notes, {b.id: b for b in bases}, deletes
 
     @staticmethod
-    def note_side(automation_id: str, note: NoteState) -> NoteSide:
-        """How the plan sees a local note: its content hash and its conflict order."""
-        return NoteSide(automation_id, note_hash(as_note(automation_id, note)), (note[1], note[0]))
+    def note_side(automation_id: str, note: NoteState) -> Local:
+        """How the plan sees a local note: as a memory with no profile and no access bumps, by its
+        content hash (a conflict's winner is decided after the fetch, ``plan.note_winner``)."""
+        return Local(automation_id, "", note_hash(as_note(automation_id, note)))
 
     def load_note_base(self, automation_id: str) -> Base | None:
         bases = self.store.sync_tables.note_bases(automation_id)
