@@ -25,13 +25,15 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from memlocal.config import Config
 from memlocal.errors import SyncError, fold_whitespace
 
 from .objects import Listed
 
+
+_T = TypeVar("_T")
 
 class PreconditionFailed(Exception):
     """The conditional write lost: the object exists (create) or moved on (If-Match)."""
@@ -515,9 +517,10 @@ def _response(url: str, status: int, headers: list[tuple[str, str]], data: bytes
     import io
 
     from botocore.awsrequest import AWSResponse
+    from urllib3 import HTTPHeaderDict
     from urllib3.response import HTTPResponse
 
-    raw = HTTPResponse(body=io.BytesIO(data), headers=headers, status=status, preload_content=False,
+    raw = HTTPResponse(body=io.BytesIO(data), headers=HTTPHeaderDict(headers), status=status, preload_content=False,
                        decode_content=False)
     return AWSResponse(url, status, raw.headers, raw)
 
@@ -576,7 +579,7 @@ class Bucket:
                                     f"(sync.deadline_s) during {what}")
         return min(self.timeout_s, left)
 
-    def _wire_call(self, what: str, call: Any) -> Any:
+    def _wire_call(self, what: str, call: Callable[[float], _T]) -> _T:
         """``call(timeout)`` on the lean path as one attempt within the pass's deadline."""
         timeout = self._attempt_timeout(what)
         answered = False

@@ -875,7 +875,9 @@ class SyncEngine:
                 data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
                 if len(data) >= prepared.HELPER_MIN_BYTES and self._helper_allowed():
                     try:
-                        return prepared.in_helper(data, profile, self.max_object_bytes, self._cancelled)
+                        ready = prepared.in_helper(data, profile, self.max_object_bytes, self._cancelled)
+                        return None if ready is None else prepared.with_rows(ready, self.store.prepare,
+                                                                              self.store.signature)
                     except BadObject:
                         raise
                     except Exception as exc:  # the helper is only a second core: read it here
@@ -888,11 +890,8 @@ class SyncEngine:
         return None
 
     def _helper_allowed(self) -> bool:
-        """A helper process computes rows as memlocal's own store does (``StoreReplica.prepare``):
-        only for that store, and only with a second core."""
-        from memlocal.store.replica import StoreReplica
-
-        return type(self.store) is StoreReplica and prepared.helper_available()
+        """A helper process decodes and hashes a large snapshot when there is a second core."""
+        return prepared.helper_available()
 
     def _first_snapshot(self, profile: str, keys: Sequence[str]) -> dict[str, tuple[str, bytes]] | None:
         """The entries of the first of ``keys`` that reads as a snapshot of ``profile``

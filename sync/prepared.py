@@ -6,7 +6,9 @@ derived keys and recall features a save computes): about 0.12 ms of pure Python 
 all of it under this process's GIL, while the same process lists the bucket and then inserts
 the rows. A snapshot of at least ``HELPER_MIN_BYTES`` (about 2,500 memories) is therefore read by
 a helper process (``python -m memlocal_sync.prepared``) on another core while this one lists the
-bucket; this process then only unpickles the result. The helper runs only this module's code on
+bucket: it decodes and hashes; this process unpickles the result and adds the store's rows and
+signatures through the port (``Replica.prepare``, ``Replica.signature``; the helper imports no
+store, as nothing in the sync does). The helper runs only this module's code on
 the snapshot's bytes, and its answer is a pickle from a process this one started with its own
 interpreter (never anything read from the bucket). Any failure (one core, the interpreter cannot
 be started, a timeout, the helper's error) falls back to doing it here; a body that is not a
@@ -54,7 +56,7 @@ class Prepared:
 
 
 def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_object_bytes: int,
-                    prepare: Callable[[Memory], tuple[Any, ...]], signature: Callable[[Memory], str],
+                    prepare: Callable[[Memory], tuple[Any, ...]] | None, signature: Callable[[Memory], str] | None,
                     cancelled: Callable[[], bool] = lambda: False) -> dict[str, Prepared] | None:
     """Every entry of ``snapshot.read`` decoded, hashed and given its row and signature
     (``prepare``, ``signature``: the replica's); ``None``
@@ -74,13 +76,33 @@ def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_obj
         except BadObject as exc:
             ready[obj_key] = Prepared(etag, body, None, exc.reason, "", None)
             continue
-        try:
-            row: tuple[Any, ...] | None = tuple(prepare(memory))
-            sig: str | None = signature(memory)
-        except Exception:  # containment: the usual path reports it
-            row = sig = None
+        row, sig = _row_of(memory, prepare, signature)
         ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), row, sig)
     return ready
+
+
+def _row_of(memory: Memory, prepare: Callable[[Memory], tuple[Any, ...]] | None,
+            signature: Callable[[Memory], str] | None) -> tuple[tuple[Any, ...] | None, str | None]:
+    if prepare is None or signature is None:
+        return None, None
+    try:
+        return tuple(prepare(memory)), signature(memory)
+    except Exception:  # containment: the usual path reports it
+        return None, None
+
+
+def with_rows(ready: dict[str, Prepared], prepare: Callable[[Memory], tuple[Any, ...]],
+              signature: Callable[[Memory], str]) -> dict[str, Prepared]:
+    """``ready`` (from the helper, which knows no store) with the store's rows and signatures,
+    computed here by the replica (``Replica.prepare``, ``Replica.signature``): the store's row
+    layout stays behind the port, in this process."""
+    out: dict[str, Prepared] = {}
+    for key, p in ready.items():
+        if p.memory is not None and p.row is None:
+            row, sig = _row_of(p.memory, prepare, signature)
+            p = Prepared(p.etag, p.body, p.memory, p.reason, p.hash, row, sig)
+        out[key] = p
+    return out
 
 
 def helper_available() -> bool:
@@ -94,8 +116,9 @@ def helper_available() -> bool:
 
 def in_helper(data: bytes, profile: str, max_object_bytes: int,
               cancelled: threading.Event | None = None, timeout_s: float = HELPER_TIMEOUT_S) -> dict[str, Prepared] | None:
-    """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process,
-    with the rows and signatures memlocal's own store computes (``StoreReplica``). ``BadObject`` when
+    """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process:
+    decoded and hashed, without the store's rows (the helper imports no store; the caller adds
+    them with :func:`with_rows`). ``BadObject`` when
     ``data`` is not a snapshot of ``profile``; ``None`` when ``cancelled``; any other exception
     when the helper failed (the caller then reads it here)."""
     if cancelled is not None and cancelled.is_set():
@@ -148,16 +171,13 @@ def in_helper(data: bytes, profile: str, max_object_bytes: int,
 
 
 def _main() -> None:  # pragma: no cover - runs in the helper process (tested through in_helper)
-    from memlocal.store.memories import write_row  # what StoreReplica.prepare computes
-    from memlocal.store.replica import content_signature  # and StoreReplica.signature
-
     data, profile, max_object_bytes = pickle.loads(sys.stdin.buffer.read())
     try:
         entries = snapshot.read(data, profile)
     except BadObject as exc:
         result: tuple[str, Any] = ("bad", exc.reason)
     else:
-        ready = prepare_entries(entries, profile, max_object_bytes, write_row, content_signature) or {}
+        ready = prepare_entries(entries, profile, max_object_bytes, None, None) or {}
         result = ("ok", {key: (p.etag, p.body, p.memory, p.reason, p.hash, p.row, p.signature)
                          for key, p in ready.items()})
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

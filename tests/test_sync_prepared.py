@@ -40,10 +40,12 @@ def test_the_helper_prepares_what_this_process_prepares(tmp_path: Path) -> None:
     try:
         replica = StoreReplica(store)
         here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, replica.prepare, replica.signature)
+        helped = prepared.in_helper(data, P, 1 << 20)  # decoded and hashed there, without a store
+        assert helped is not None and all(p.row is None and p.signature is None for p in helped.values())
+        there = prepared.with_rows(helped, replica.prepare, replica.signature)  # the rows added here
     finally:
         store.close()
-    there = prepared.in_helper(data, P, 1 << 20)
-    assert here is not None and there is not None and there == here
+    assert here is not None and there == here
     assert there[bad[0]].memory is None and "not valid JSON" in there[bad[0]].reason
     for m in ms:
         entry = there[f"memory/{P}/{m.id}.json"]
