@@ -213,10 +213,14 @@ class Database:
     # --- the read pool ------------------------------------------------------------------------
 
     def _take_reader(self) -> sqlite3.Connection:
-        """An idle read connection of the pool, or a new one (read-only: ``query_only``)."""
+        """An idle read connection of the pool, or a new one (:meth:`_open_reader`)."""
         with self._readers_lock:
             if self._idle_readers:
                 return self._idle_readers.pop()
+        return self._open_reader()
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """A new read-only (``query_only``) connection to this file, traced as the others are."""
         try:
             conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
                                    check_same_thread=False)
@@ -348,14 +352,9 @@ class Database:
         store's lock between rows: the store stays usable, and writable, meanwhile (a WAL reader
         does not block the writer). The connection closes when the iteration ends or the
         iterator is dropped. Sees committed rows only."""
-        try:
-            conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
-                                   check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise database_error(self.path, exc) or StoreError(f"cannot open database {self.path}: {exc}") from None
+        conn = self._open_reader()
         try:
             with self.translated():
-                conn.execute("PRAGMA query_only = ON")
                 conn.execute("BEGIN")  # one snapshot for every page
                 cursor = conn.execute(sql, params)
                 while rows := cursor.fetchmany(ITER_PAGE_ROWS):
