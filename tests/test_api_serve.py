@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from api_live import ServedInProcess, ServeProcess, free_port
-from support import http, http_client
+from support import http, http_client, wait_for
 
 from memlocal.api.auth import check_bind
 from memlocal.errors import ConfigError
@@ -151,8 +151,16 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
         def sockets(pid: int) -> int:
             return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in os.listdir(f"/proc/{pid}/fd"))
 
-        before = [sockets(pid) for pid in workers]
         port = int(proc.url.rsplit(":", 1)[1])
+
+        def listening() -> int:  # the listening sockets on the port (/proc/net/tcp, state 0A)
+            with open("/proc/net/tcp") as table:
+                return sum(1 for line in list(table)[1:]
+                           if line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A")
+
+        # Ready means one worker answered; the other may still be binding its socket.
+        wait_for(lambda: listening() >= 2, 30, "both workers listening")
+        before = [sockets(pid) for pid in workers]
         clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(24)]
         try:
             for c in clients:
