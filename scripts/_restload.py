@@ -201,7 +201,8 @@ def one_load(name: str, cmd: list[str], env: dict[str, str], port: int, db: Path
         _wait_up(url + "/api/profiles/p0/memories?limit=1", proc)
         # A server that has been up a while: its first requests (imports, caches, memlocal's recall
         # index per profile) are not what a user of a running server meets. Same for both.
-        run_wrk(url, script, warmup, connections)
+        if warmup > 0:
+            run_wrk(url, script, warmup, connections)
         before = count_saves(db, *count)
         cpu0 = group_cpu_s(proc.pid)
         res = run_wrk(url, script, seconds, connections)
