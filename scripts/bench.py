@@ -90,8 +90,9 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import (  # noqa: E402
@@ -147,6 +148,9 @@ class Plan:
     rest_workers: int | None = None
     rest_warmup_s: float = 5.0
     rest_memories: int = 10_000
+    # A moto_server already running (``--moto``: its endpoint and pid), used and reset instead of
+    # starting one (the test suite's own, in the smoke test); None: the bench starts its own.
+    moto: tuple[str, int] | None = None
 
 
 QUICK = Plan()
@@ -738,6 +742,21 @@ def runner_env(path: Path, endpoint: str) -> dict[str, str]:
     return {**env, **s3_env(endpoint)}
 
 
+@contextmanager
+def moto_server(tmp: Path, log_name: str, plan: Plan) -> Iterator[tuple[str, int]]:
+    """(endpoint, pid) of the moto_server the sync sections use: the running one ``--moto`` names
+    (reset before each use, as each of the bench's runs resets its own, and never stopped), else
+    a new ``python -m moto.server``, stopped at the end."""
+    if plan.moto is not None:
+        yield plan.moto
+        return
+    proc, endpoint = start_moto(tmp / log_name)
+    try:
+        yield endpoint, proc.pid
+    finally:
+        stop_moto(proc)
+
+
 def fresh_runner_inject(endpoint: str, tmp: Path, queries: list[str],
                         warmup: bool = True) -> tuple[list[float], list[bool], list[float]]:
     """``sync.fresh_runner_inject_s``: per query a new runner, with an empty data dir, runs one
@@ -772,8 +791,8 @@ def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
     from memlocal.store.replica import StoreReplica
 
     queries = Corpus(plan.seed + 2).queries(plan.startup_repeats)
-    proc, endpoint = start_moto(tmp / "moto-runner.log")
-    try:
+    with moto_server(tmp, "moto-runner.log", plan) as (endpoint, pid):
+        reset_moto(endpoint)
         s3_client(endpoint).create_bucket(Bucket=BUCKET)
         db = tmp / "runner-source.db"
         shutil.copyfile(source, db)
@@ -789,11 +808,9 @@ def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
             engine.close()
             store.close()
         log(f"  runner: {len(queries)} fresh runners' memlocal inject")
-        m0 = cpu_seconds(proc.pid)
+        m0 = cpu_seconds(pid)
         runs, blocks, cpus = fresh_runner_inject(endpoint, tmp, queries, plan.warmup)
-        server = (cpu_seconds(proc.pid) - m0) / (len(runs) + 1)
-    finally:
-        stop_moto(proc)
+        server = (cpu_seconds(pid) - m0) / (len(runs) + 1)
     return {"fresh_runner_inject_s": p50(runs),
             "_details": {"fresh_runner_runs_s": runs, "fresh_runner_block_has_memories": all(blocks),
                          "fresh_runner_cpu_s": p50(cpus), "fresh_runner_cpu_runs_s": cpus,
@@ -1178,7 +1195,8 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     from memlocal.store.replica import StoreReplica
 
     queries = Corpus(plan.seed + 2).queries(plan.startup_repeats)
-    proc, endpoint = start_moto(tmp / "moto.log")
+    server = ExitStack()
+    endpoint, moto_pid = server.enter_context(moto_server(tmp, "moto.log", plan))
     rclone = rclone_binary()
     push_rates, rclone_rates, hydrate_ms, noop_s, noop_cpu, listing_s = [], [], [], [], [], []
     noop_full_s: list[float] = []  # a no-op pass that lists the bucket (sync run --full)
@@ -1203,11 +1221,11 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
             engine = SyncEngine(config, StoreReplica(store))
             try:
                 log(f"  sync: first push of {count} memories ({rep + 1}/{plan.sync_repeats})")
-                m0 = cpu_seconds(proc.pid)
+                m0 = cpu_seconds(moto_pid)
                 t = time.perf_counter()
                 report = engine.run_pass()
                 elapsed = time.perf_counter() - t
-                push_server_cpu.append((cpu_seconds(proc.pid) - m0) / count)
+                push_server_cpu.append((cpu_seconds(moto_pid) - m0) / count)
                 if not report.ok or report.counts["pushed"] != count:
                     raise SystemExit(f"first push: {report.summary()}")
                 push_rates.append(count / elapsed)
@@ -1245,9 +1263,9 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                 reset_moto(endpoint)
                 client.create_bucket(Bucket=BUCKET)
                 log(f"  sync baseline: rclone copy of {count} objects ({rep + 1}/{plan.sync_repeats})")
-                m0 = cpu_seconds(proc.pid)
+                m0 = cpu_seconds(moto_pid)
                 rclone_rates.append(count / rclone_copy(rclone, src, endpoint, BUCKET, plan.workers))
-                rclone_server_cpu.append((cpu_seconds(proc.pid) - m0) / count)
+                rclone_server_cpu.append((cpu_seconds(moto_pid) - m0) / count)
                 listed = sum(len(p.get("Contents", [])) for p in
                              client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET))
                 if listed != count:
@@ -1259,7 +1277,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                     rclone_head_rates.append(count / rclone_copy(rclone, src, endpoint, BUCKET, plan.workers,
                                                                  head=True))
     finally:
-        stop_moto(proc)
+        server.close()
 
     log("  sync: a frozen bucket")
     frozen = bench_frozen(tmp, plan)
@@ -1704,6 +1722,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frozen", help="the frozen bucket's CLI saves, saves and put timeout, e.g. 2,5,0.2 "
                                      "(default 10,100 and the shipped timeout; the smoke test's shortcut)")
     ap.add_argument("--fleet", help="the fleet's hosts, seconds and kills, e.g. 20,60,6 (the default)")
+    ap.add_argument("--moto", metavar="ENDPOINT,PID",
+                    help="use this running moto_server (reset before each use, never stopped) instead of starting "
+                         "one: the test suite's, in the smoke test")
     ap.add_argument("--no-warmup", action="store_true",
                     help="no untimed first run of each kind of fresh process (their bytecode is already cached, "
                          "e.g. in the PYTHONPYCACHEPREFIX the test suite filled)")
@@ -1734,6 +1755,9 @@ def main(argv: list[str] | None = None) -> int:
         changes.update(fleet_hosts=int(fleet_hosts), fleet_seconds=float(fleet_seconds), fleet_kills=int(fleet_kills))
     if args.no_warmup:
         changes["warmup"] = False
+    if args.moto:
+        moto_endpoint, moto_pid = args.moto.rsplit(",", 1)
+        changes["moto"] = (moto_endpoint, int(moto_pid))
     if args.rest_tiny:
         # Each second of load keeps a server busy on every core: the smoke checks the keys, the
         # errors and the lost saves, not the rates (2 s after 2 s of warm-up per server: 11.6 s of CPU, now 5.9).

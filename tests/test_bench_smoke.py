@@ -20,6 +20,8 @@ from typing import Any
 import support
 import pytest
 
+from s3server import S3Server
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
@@ -36,8 +38,8 @@ def _load(name: str) -> ModuleType:
         sys.path.remove(str(SCRIPTS))
 
 
-@pytest.mark.slow  # starts moto_server and a few short-lived interpreters
-def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path) -> None:
+@pytest.mark.slow  # a few short-lived interpreters, SeaweedFS, a filled moto_server
+def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path, moto_server: S3Server) -> None:
     env = dict(os.environ, TMPDIR=str(tmp_path))
     # 50 memories: every section, the push, both hydrations and the rclone baseline run end to end
     # (200 took ~6 s longer and checked nothing more; exactness at size is test_recall.py's job).
@@ -45,11 +47,13 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path)
     # suite's bytecode cache (PYTHONPYCACHEPREFIX, kept by the children) is filled already, so the
     # untimed first run of each kind would only repeat the timed one (~3 s of CPU, the runner's ~1.5).
     # --quick: the plan without the second rclone copy (rclone's default HEAD after each PUT), a
-    # flag of the same function; the overrides below set everything else.
+    # flag of the same function; the overrides below set everything else. --moto: the sync sections
+    # use (and reset) this worker's moto_server, as every test's ``s3`` does, rather than starting
+    # and stopping one of their own (its start-up was ~2 s of CPU, and each request cost a third more).
     proc = support.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--quick", "--json", "--details", "--sizes", "50",
          "--queries", "2", "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1",
-         "--noop-big", "20", "--no-warmup",
+         "--noop-big", "20", "--no-warmup", "--moto", f"{moto_server.endpoint},{moto_server.pid}",
          # Every section but the fleet (tests/test_sync_fleet.py runs scripts/fleet.py's run_fleet).
          "--only", "save,recall,inject,import,startup,sync,runner,seaweedfs"],
         capture_output=True, text=True, env=env, timeout=120,
