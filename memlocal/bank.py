@@ -8,6 +8,7 @@ network, and a save that returns only once it is committed durably.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import logging
 import os
@@ -452,20 +453,17 @@ class MemoryBank:
         given = content if content is not None else raw_input
         assert given is not None
         extracting = raw_input is not None and content is None and use_llm and self._extractor is not None
-        # Without extraction the near check reads the same text: both checks' rows in one query.
         dedupe = self._deduplicator()
-        found = dedupe.candidates(profile, given) if dedup and not extracting else None
-        if dedup:
-            # Before the LLM: a repeated note costs no extraction call. The category must match;
-            # when the model is to choose it, what it chose for the same text stands.
-            dup = dedupe.exact(profile, (given,), category or (None if extracting else "general"),
-                               found=found[0] if found else None)
-            if dup is not None:
-                return self._deduplicated(profile, dup, supersedes, redacted)
-
         extraction: Extraction | None = None
         similar: builtins.list[Memory] = []
-        if raw_input is not None and content is None and use_llm and self._extractor is not None:
+        if extracting:
+            assert raw_input is not None and self._extractor is not None
+            if dedup:
+                # Before the LLM: a repeated note costs no extraction call. The category must
+                # match; when the model is to choose it, what it chose for the same text stands.
+                dup = dedupe.exact(profile, (given,), category)
+                if dup is not None:
+                    return self._deduplicated(profile, dup, supersedes, redacted)
             if supersedes is None:  # the caller has not decided: the model may propose one
                 similar = self.store.similar(profile, query_terms(raw_input), PROPOSAL_CANDIDATES)
             # No transaction is open here: the network wait holds no database lock.
@@ -477,52 +475,63 @@ class MemoryBank:
         processed = content if content is not None else (extraction.processed_content if extraction else raw_input)
         assert processed is not None
         category = category or (extraction.category if extraction else "general")
-        if dedup:
-            dup = dedupe.exact(profile, (processed,), category) if processed != given else None
-            if dup is None and self.config.dedup.near:
-                dup = dedupe.near(profile, processed, category, found=found[1] if found else None)
-            if dup is not None:
-                return self._deduplicated(profile, dup, supersedes, redacted)
-        now = utcnow()
-        confidence = confidence if confidence is not None else (extraction.confidence if extraction else 1.0)
-        memory = Memory(
-            id=new_id(),
-            profile_name=profile,
-            raw_input=raw_input if raw_input is not None else processed,
-            processed_content=processed,
-            summary=summary if summary is not None else (extraction.summary if extraction else default_summary(processed)),
-            category=category,
-            source="explicit",
-            confidence=confidence,
-            created_at=now,
-            last_accessed_at=None,
-            access_count=0,
-            staleness_score=compute_staleness(
-                category=category, confidence=confidence, access_count=0,
-                created_at=now, last_accessed_at=None, now=now,
-            ),
-            extra=extra,
-        )
         auto: str | None = None
         if auto_supersede is None:  # part of the write-time hygiene: off with it (deduplicate, dedup.enabled)
             auto_supersede = dedup and self.config.dedup.supersede
-        if supersedes is None and auto_supersede:
-            auto = dedupe.update_of(profile, processed, extraction.supersedes if extraction is not None else None,
-                                    similar)
-            supersedes = auto
         semantic = self.semantic
-        vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # before the lock
-        for _ in range(16):
-            try:
-                if supersedes is None:
-                    self.store.insert(memory)
-                else:
-                    memory, _old = self.store.supersede(profile, supersedes, memory, insert=True)
-                break
-            except IdTakenError:
-                memory = memory.with_changes(id=new_id())  # a collision is checked, never assumed away
-        else:  # pragma: no cover - 16 collisions in a 2^32 space means the CSPRNG is broken
-            raise ValidationError("could not draw an unused memory id")
+        vector = None
+        # The checks and the insert in one write transaction: the look-ups read the writer's
+        # connection, whose pages are cached (a read connection reads again from the log the
+        # pages each commit wrote), and no other writer stores the same text between a check
+        # and the insert. Not when the text is to be embedded between them: never under the lock.
+        with self.store.transaction() if semantic is None else contextlib.nullcontext():
+            if dedup:
+                if extracting:  # the given text's exact check ran before the LLM
+                    found = None
+                    dup = dedupe.exact(profile, (processed,), category) if processed != given else None
+                else:  # the same text for both checks: their rows in one query
+                    found = dedupe.candidates(profile, given)
+                    dup = dedupe.exact(profile, (given,), category, found=found[0] if found else None)
+                if dup is None and self.config.dedup.near:
+                    dup = dedupe.near(profile, processed, category, found=found[1] if found else None)
+                if dup is not None:
+                    return self._deduplicated(profile, dup, supersedes, redacted)
+            now = utcnow()
+            confidence = confidence if confidence is not None else (extraction.confidence if extraction else 1.0)
+            memory = Memory(
+                id=new_id(),
+                profile_name=profile,
+                raw_input=raw_input if raw_input is not None else processed,
+                processed_content=processed,
+                summary=summary if summary is not None else (extraction.summary if extraction else default_summary(processed)),
+                category=category,
+                source="explicit",
+                confidence=confidence,
+                created_at=now,
+                last_accessed_at=None,
+                access_count=0,
+                staleness_score=compute_staleness(
+                    category=category, confidence=confidence, access_count=0,
+                    created_at=now, last_accessed_at=None, now=now,
+                ),
+                extra=extra,
+            )
+            if supersedes is None and auto_supersede:
+                auto = dedupe.update_of(profile, processed, extraction.supersedes if extraction is not None else None,
+                                        similar)
+                supersedes = auto
+            vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # not under the lock
+            for _ in range(16):
+                try:
+                    if supersedes is None:
+                        self.store.insert(memory)
+                    else:
+                        memory, _old = self.store.supersede(profile, supersedes, memory, insert=True)
+                    break
+                except IdTakenError:
+                    memory = memory.with_changes(id=new_id())  # a collision is checked, never assumed away
+            else:  # pragma: no cover - 16 collisions in a 2^32 space means the CSPRNG is broken
+                raise ValidationError("could not draw an unused memory id")
         if semantic is not None and vector is not None:
             semantic.store_vector(memory.id, vector)
         try:

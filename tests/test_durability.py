@@ -114,6 +114,32 @@ def test_a_writer_waits_the_busy_timeout_once_then_fails_in_one_line(
     assert bank.save("p", content="free again").memory.processed_content == "free again"
 
 
+def test_a_transaction_inside_one_joins_it(bank: MemoryBank, db_path: Path) -> None:
+    """A store write inside a transaction of the same thread (a save's insert inside the save's
+    checks) joins it: one BEGIN and one COMMIT, nothing visible to another connection before the
+    outer block ends, and an error that leaves the outer block rolls back both."""
+    store = bank.store
+    other = sqlite3.connect(db_path)
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    try:
+        with store.transaction() as c:
+            c.execute("INSERT INTO meta (key, value) VALUES ('outer', '1')")
+            store.meta_set("inner", "2")  # a transaction of its own, here joined
+            assert other.execute("SELECT count(*) FROM meta WHERE key IN ('outer', 'inner')").fetchone()[0] == 0
+        with pytest.raises(RuntimeError):
+            with store.transaction() as c:
+                store.meta_set("lost", "3")
+                raise RuntimeError("after the inner block")
+    finally:
+        store.conn.set_trace_callback(None)
+        rows = dict(other.execute("SELECT key, value FROM meta WHERE key IN ('outer', 'inner', 'lost')").fetchall())
+        other.close()
+    assert rows == {"outer": "1", "inner": "2"}
+    assert statements.count("BEGIN IMMEDIATE") == 2 and statements.count("COMMIT") == 1, statements
+    assert bank.save("p", content="writes go on").memory.processed_content == "writes go on"
+
+
 def test_access_bumps_commit_without_the_fsync_and_saves_keep_it(bank: MemoryBank, db_path: Path) -> None:
     """MarkAccessed is best-effort (spec): recall's bump commits at synchronous=NORMAL, visible to
     another connection at once, and the connection is back on FULL for the next save."""

@@ -528,6 +528,32 @@ def test_the_duplicate_look_ups_build_no_temporary_b_tree(local: MemoryBank) -> 
         assert not opcodes & {"OpenEphemeral", "SorterOpen", "OpenAutoindex"}, (sql, opcodes)
 
 
+def test_a_save_checks_and_writes_in_one_transaction_on_the_writers_connection(local: MemoryBank) -> None:
+    """A save's duplicate and update look-ups run inside its write transaction, on the writer's
+    connection: none on the read pool (whose page cache each commit makes stale, so every look-up
+    read its pages again from the log), and no other writer can store the same text between a
+    check and the insert."""
+    local.save(P, content=TEXT, category="preference")
+    writer: list[str] = []
+    pool: list[str] = []
+    local.store.set_trace_callback(pool.append)  # every connection; the writer's is then its own
+    local.store.conn.set_trace_callback(writer.append)
+    try:
+        # Values and a subject: the update rule reads its candidates too.
+        fresh = local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
+        again = local.save(P, content=SAME, category="preference")
+    finally:
+        local.store.set_trace_callback(None)
+    assert not fresh.deduplicated and again.deduplicated
+    assert pool == []
+    first = writer[:writer.index("COMMIT") + 1]
+    assert first[0] == "BEGIN IMMEDIATE" and first.count("BEGIN IMMEDIATE") == 1, first
+    reads = [s for s in first if s.startswith("SELECT")]
+    assert any("text_key" in s and "near_key" in s for s in reads), reads
+    assert any("memory_features" in s for s in reads), reads
+    assert any(s.startswith("INSERT INTO memories") for s in first), first
+
+
 def test_a_save_reads_both_checks_rows_with_one_statement(local: MemoryBank) -> None:
     """The exact and the near check of a save read their candidates with one query (a statement
     fewer per save, counted rather than timed), and still find each kind of duplicate."""

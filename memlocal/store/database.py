@@ -133,6 +133,9 @@ class Database:
         # Best-effort commits since this connection last checkpointed (``transaction``): the
         # owner hands a checkpoint to a background thread every ``LAZY_CHECKPOINT_COMMITS``.
         self.lazy_commits = 0
+        # How deep this connection's open ``transaction`` blocks are (read under the lock: only
+        # the thread holding it changes it); an inner block joins the outer one.
+        self._write_depth = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
@@ -296,8 +299,21 @@ class Database:
         at once, but a power cut may undo it. Only for best-effort writes (access bumps); the next
         durable commit fsyncs the log, these frames included. Nor does it checkpoint the log
         (SQLite would, inline, every thousand pages: the slowest recalls were those commits);
-        ``lazy_commits`` counts them for the owner to run :meth:`checkpoint` off the caller's path."""
+        ``lazy_commits`` counts them for the owner to run :meth:`checkpoint` off the caller's path.
+
+        Inside a transaction of this thread the block joins it (``durable`` is the outer one's):
+        nothing is committed or rolled back at its end, and an error it raises goes on to the
+        outer block, which rolls the whole back unless the caller handles it (a failed statement
+        itself undoes only its own changes, so a caller may go on after a constraint error).
+        A save runs its checks and its insert so, in one transaction (:meth:`MemoryBank.save`)."""
         with self._lock:
+            if self._write_depth:
+                self._write_depth += 1
+                try:
+                    yield self.conn
+                finally:
+                    self._write_depth -= 1
+                return
             # 1 is NORMAL; a connection already on NORMAL (the background marker's) is left as is.
             relax = not durable and self.conn.execute("PRAGMA synchronous").fetchone()[0] != 1
             if relax:
@@ -314,6 +330,7 @@ class Database:
                         f"database {self.path} stayed locked by another process for store.busy_timeout_s "
                         f"({self.busy_timeout_s:g} s)"
                     ) from None
+                self._write_depth = 1
                 try:
                     yield self.conn
                     self.conn.execute("COMMIT")
@@ -328,6 +345,7 @@ class Database:
                         raise error from None
                     raise
             finally:
+                self._write_depth = 0
                 if relax:
                     self.conn.execute("PRAGMA synchronous = FULL")
                 if not durable:
