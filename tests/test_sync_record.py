@@ -232,3 +232,38 @@ def test_the_test_server_creates_a_key_once_however_many_ask_at_once(s3: S3) -> 
         for t in threads:
             t.join()
         assert won.count(True) == 1, (round_, won)
+
+
+@pytest.mark.s3_servers()
+def test_a_put_published_after_a_later_one_never_hides_the_later(hosts: Callable[..., Host], s3: S3,
+                                                                 fault_proxy: FaultProxy) -> None:
+    """Segments are published after their PUTs, in any order (a writer publishes when its pass
+    ends, or after a kill at its next pass): B's merge (v1) is published after C's merge over it
+    (v2). B, reading both, must not take its own v1, named last, for the object's current
+    version (the fleet's hosts got such an update only from the hourly full listing)."""
+    a = hosts("a", **RECORD)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, **RECORD)
+    c = hosts("c", **RECORD)
+    mid = a.bank.save(P, "a memory three hosts read").memory.id
+    for h in (b, c):
+        assert h.sync().ok and mid in h.ids(P)
+    for h in (b, c):
+        assert h.sync().mode == "record"
+    b.bank.store.mark_accessed(P, [mid], utcnow())
+    c.bank.store.mark_accessed(P, [mid], utcnow())
+    key = f"memory/{P}/{mid}.json"
+
+    def c_merges_before_b_publishes(method: str, path: str, headers: dict[str, str]) -> bool:
+        if method == "PUT" and CHANGES_PREFIX in path:  # B's PUT of v1 has landed; its segment waits
+            report = c.sync()  # 412 on v0, reads v1, merges: v2, published first
+            assert report.counts["merged"] == 1 and report.counts["precondition_failed"] == 1
+            return True
+        return False
+
+    fault_proxy.before(c_merges_before_b_publishes)
+    assert b.sync().counts["merged"] == 1
+    assert s3.get_json(key)["accessCount"] == 2
+    report = b.sync()  # reads C's segment (v2), then its own (v1)
+    assert report.ok and report.mode == "record"
+    assert b.bank.get(P, mid).access_count == 2
+    assert a.sync().ok and a.bank.get(P, mid).access_count == 2
