@@ -236,23 +236,28 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
     """Interleaved: one ``save`` (write-time hygiene on, the default), one ``save`` with
     ``dedup.enabled`` off (``plain``), then one bare INSERT + COMMIT of the same row, n times.
     The texts differ only by a number, so every save's near-duplicate check finds all earlier
-    memories as full-text candidates (its worst case) and merges none of them."""
+    memories as full-text candidates (its worst case) and merges none of them. Their subject
+    ("The user") holds no content word, so the update check reads no candidates: a fourth save per
+    round, into a bank of its own, names a subject with values ("The staging server for project
+    7 runs on port 8443"), which the update check looks up in the full-text index
+    (``subject_p50_ms`` in the details; a new project each time, so nothing is superseded)."""
     import sqlite3
 
     from memlocal.store import MEMORY_COLUMNS, memory_to_row
 
     bank = MemoryBank(tmp / "save.db", config=local_config())
     plain_bank = MemoryBank(tmp / "save-plain.db", config=local_config().with_overrides(dedup__enabled=False))
+    subject_bank = MemoryBank(tmp / "save-subject.db", config=local_config())
     bare = sqlite3.connect(str(tmp / "save-bare.db"), isolation_level=None)
     bare.execute("PRAGMA journal_mode = WAL")
     bare.execute("PRAGMA synchronous = FULL")
     cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "id" else c for c in MEMORY_COLUMNS)
     bare.execute(f"CREATE TABLE memories ({cols})")
     insert = f"INSERT INTO memories VALUES ({', '.join('?' for _ in MEMORY_COLUMNS)})"
-    ours, plain, base = [], [], []
+    ours, plain, base, subject = [], [], [], []
     # The CPU time of each call (this thread's, kernel time included) beside its wall clock: on a
     # shared machine the wall clock also counts the wait for a core and for the disk's flush.
-    cpu: dict[str, list[float]] = {"ours": [], "plain": [], "bare": []}
+    cpu: dict[str, list[float]] = {"ours": [], "plain": [], "bare": [], "subject": []}
     warmup = 10  # first saves pay for imports, statement caches and file growth: not timed
     try:
         for i in range(-warmup, n):
@@ -270,21 +275,30 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
             bare.execute(insert, row)
             bare.execute("COMMIT")
             t_base, c_base = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
+            t, c = time.perf_counter(), time.thread_time()
+            named = subject_bank.save(PROFILE, content=f"The staging server for project {i + warmup} runs on port 8443",
+                                      category="fact")
+            t_subject, c_subject = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
+            assert not named.deduplicated and named.superseded is None
             if i >= 0:
                 ours.append(t_ours)
                 plain.append(t_plain)
                 base.append(t_base)
-                for key, value in (("ours", c_ours), ("plain", c_plain), ("bare", c_base)):
+                subject.append(t_subject)
+                for key, value in (("ours", c_ours), ("plain", c_plain), ("bare", c_base), ("subject", c_subject)):
                     cpu[key].append(value)
         frames = wal_frames_per_save(bank, plain_bank)
     finally:
         bank.close()
         plain_bank.close()
+        subject_bank.close()
         bare.close()
     return {"p50_ms": p50(ours), "plain_p50_ms": p50(plain), "bare_p50_ms": p50(base),
             "_details": {"saves": n, "p95_ms": pct(ours, 95), "plain_p95_ms": pct(plain, 95),
                          "bare_p95_ms": pct(base, 95), "cpu_p50_ms": p50(cpu["ours"]),
                          "plain_cpu_p50_ms": p50(cpu["plain"]), "bare_cpu_p50_ms": p50(cpu["bare"]),
+                         "subject_p50_ms": p50(subject), "subject_p95_ms": pct(subject, 95),
+                         "subject_cpu_p50_ms": p50(cpu["subject"]),
                          **frames, **bench_secret_scan(n)}}
 
 
