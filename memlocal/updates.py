@@ -119,6 +119,24 @@ def _stem(word: str) -> str | None:
 _STEMS: Final[text.WordMemo[str | None]] = text.WordMemo(_stem)
 
 
+def _read_token(token: str) -> tuple[str, str, str, bool, bool, bool, bool, bool, bool, str, str | None]:
+    """What :func:`statement` reads of one token, whatever its neighbours: its lower case (plain,
+    and with the typographic apostrophe made plain), the bare word (no ``'s``), whether it is a
+    form of "go", a marker, a strong marker, a change verb, a verb, a value (first in the text,
+    and not), the verb's stem and the word's stem."""
+    lower = token.lower()
+    low = lower.replace("\u2019", "'")
+    bare = low[:-2] if low.endswith("'s") else low
+    return (lower, low, bare, bare in ("went", "gone", "goes", "go"), bare in MARKERS, low in VERBS,
+            _is_value(token, True), _is_value(token, False), token.endswith(("'s", "\u2019s")),
+            _verb_stem(low) if low in VERBS else "", _STEMS[bare])
+
+
+# Per-token cache read in C: an agent's texts repeat their words.
+_TOKENS: Final[text.WordMemo[tuple[str, str, str, bool, bool, bool, bool, bool, bool, str, str | None]]] = \
+    text.WordMemo(_read_token)
+
+
 @lru_cache(maxsize=4096)  # a block compares each of its lines with the others
 def statement(value: str) -> Statement:
     """The subject, content, values and markers of ``value`` (one sentence is assumed)."""
@@ -131,34 +149,34 @@ def statement(value: str) -> Statement:
     verb = ""
     verb_at = -1
     tokens = [t for t in (t.strip(_EDGE) for t in _TOKEN_RE.findall(value)) if t]
-    for i, token in enumerate(tokens):
-        low = token.lower().replace("\u2019", "'")
-        bare = low[:-2] if low.endswith("'s") else low
-        if bare in ("went", "gone", "goes", "go") and i + 1 < len(tokens) and tokens[i + 1].lower() in ("up", "down"):
+    read = list(map(_TOKENS.__getitem__, tokens))
+    for i, (_lower, low, bare, go, marker, is_verb, value_first, value_later, _possessive, verb_stem, stem) \
+            in enumerate(read):
+        if go and i + 1 < len(tokens) and read[i + 1][0] in ("up", "down"):
             bare = "raised"  # "The rent went up to 1310 GBP"
-        if bare in MARKERS and (in_subject or bare not in _SUBJECT_MARKERS):
+            marker = True
+        if marker and (in_subject or bare not in _SUBJECT_MARKERS):
             marked = True
             strong = strong or bare in STRONG_MARKERS
             if bare in CHANGE_VERBS and ((in_subject and i) or (verb in ("be", "have") and i == verb_at + 1)):
                 in_subject, verb = False, "*"  # "Standup moved to", "was upgraded to": the change is the verb
             continue
-        if in_subject and i and low in VERBS and tokens[i - 1].lower() not in _DETERMINERS \
-                and not tokens[i - 1].endswith(("'s", "\u2019s")):  # "the runner's deploy note": a noun
-            in_subject, verb, verb_at = False, _verb_stem(low), i
+        if in_subject and i and is_verb and read[i - 1][0] not in _DETERMINERS \
+                and not read[i - 1][8]:  # "the runner's deploy note": a noun
+            in_subject, verb, verb_at = False, verb_stem, i
             continue
         if bare in _PERSONS:
             if in_subject:
                 subject.add(_PERSONS[bare])
             continue
-        if _is_value(token, first=(i == 0)):
-            if i and tokens[i - 1].lower().rstrip(".") in _NUMBERING:
+        if value_first if i == 0 else value_later:
+            if i and read[i - 1][0].rstrip(".") in _NUMBERING:
                 (subject if in_subject else content).add("#" + bare)  # an identity, not a value
                 continue
             (subject if in_subject else values).add(bare)
             if in_subject:
                 words.append(bare)
             continue
-        stem = _STEMS[bare]
         if stem is None:
             continue
         (subject if in_subject else content).add(stem)
