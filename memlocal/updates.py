@@ -81,7 +81,6 @@ _CALENDAR: Final = frozenset("""
     fridays saturdays sundays january february march april may june july august september october
     november december jan feb mar apr jun jul aug sep sept oct nov dec
     """.split())
-_TOKEN_RE: Final = re.compile(r"\S+")
 _EDGE: Final = ".,;:!?()[]{}\"'\u2018\u2019\u201c\u201d"
 _SYMBOL_RE: Final = re.compile(r"[\d#@/\\+$\u20ac\u00a3%:=_]|[a-z]-[a-z0-9]", re.IGNORECASE)
 
@@ -127,9 +126,12 @@ def _read_token(token: str) -> tuple[str, str, str, bool, bool, bool, bool, bool
     lower = token.lower()
     low = lower.replace("\u2019", "'")
     bare = low[:-2] if low.endswith("'s") else low
+    first = _is_value(token, True)
+    # A value wherever it stands (a number, a symbol, a day) is read as a value before its stem
+    # would be: no stem looked up (a new number in every text was a stemmer call per save).
     return (lower, low, bare, bare in ("went", "gone", "goes", "go"), bare in MARKERS, low in VERBS,
-            _is_value(token, True), _is_value(token, False), token.endswith(("'s", "\u2019s")),
-            _verb_stem(low) if low in VERBS else "", _STEMS[bare])
+            first, first or _is_value(token, False), token.endswith(("'s", "\u2019s")),
+            _verb_stem(low) if low in VERBS else "", None if first else _STEMS[bare])
 
 
 # Per-token cache read in C: an agent's texts repeat their words.
@@ -148,7 +150,7 @@ def statement(value: str) -> Statement:
     in_subject = True
     verb = ""
     verb_at = -1
-    tokens = [t for t in (t.strip(_EDGE) for t in _TOKEN_RE.findall(value)) if t]
+    tokens = [t for t in [t.strip(_EDGE) for t in value.split()] if t]  # the runs of \S+ (the same white space)
     read = list(map(_TOKENS.__getitem__, tokens))
     for i, (_lower, low, bare, go, marker, is_verb, value_first, value_later, _possessive, verb_stem, stem) \
             in enumerate(read):
@@ -277,7 +279,7 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
 def values_in(value: str) -> frozenset[str]:
     """Every value ``value`` holds, in its subject or its predicate, lower case (as
     :func:`statement` reads them: ``build-01``, ``14:00``, ``thursdays``, ``pulsegym``)."""
-    tokens = [t for t in (t.strip(_EDGE) for t in _TOKEN_RE.findall(value)) if t]
+    tokens = [t for t in [t.strip(_EDGE) for t in value.split()] if t]  # the runs of \S+ (the same white space)
     out: set[str] = set()
     for i, token in enumerate(tokens):
         low = token.lower().replace("\u2019", "'")
