@@ -381,12 +381,22 @@ class Database:
             conn.close()
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        """The rows of one query (on the connection :meth:`reading` chooses)."""
-        with self.reading() as conn:
+        """The rows of one query (on the connection :meth:`reading` chooses; its choice made here
+        without the context manager: a save's duplicate look-up is one of these per save)."""
+        try:
+            conn: sqlite3.Connection | None = getattr(self._local, "snapshot", None)
+            if conn is not None:
+                return conn.execute(sql, params).fetchall()
+            if self._writing():
+                with self._lock:
+                    return self.conn.execute(sql, params).fetchall()
+            conn = self._take_reader()
             try:
                 return conn.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise database_error(self.path, exc) or exc from None
+            finally:
+                self._give_reader(conn)
+        except sqlite3.Error as exc:
+            raise database_error(self.path, exc) or exc from None
 
     @contextmanager
     def translated(self) -> Iterator[None]:

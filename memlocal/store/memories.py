@@ -643,14 +643,17 @@ class Store(Database):
         # UNION ALL and the order made here: a UNION, an IN (subquery) or an ORDER BY each built
         # a temporary b-tree, which cost more than the rest of the lookup.
         near = f" UNION ALL {_SELECT} WHERE profile = ? AND near_key = ? AND is_active = 1" if near_key is not None else ""
-        rows = _oldest_first(self.read(
+        rows = self.read(
             f"{_SELECT} WHERE profile = ? AND text_key IN ({marks}) AND is_active = 1"
             f" UNION ALL {_SELECT} WHERE profile = ? AND raw_key IN ({marks}) AND is_active = 1{near}",
             (profile, *keys, profile, *keys, *((profile, near_key) if near_key is not None else ())),
-        ))
+        )
+        if not rows:  # a new text, the common case of a save
+            return [], []
+        ordered = _oldest_first(rows)
         wanted = set(keys)
-        exact = [row_to_memory(r) for r in rows if r[_TEXT_KEY] in wanted or r[_RAW_KEY] in wanted]
-        return exact, [row_to_memory(r) for r in rows if near_key is not None and r[_NEAR_KEY] == near_key]
+        exact = [row_to_memory(r) for r in ordered if r[_TEXT_KEY] in wanted or r[_RAW_KEY] in wanted]
+        return exact, [row_to_memory(r) for r in ordered if near_key is not None and r[_NEAR_KEY] == near_key]
 
     def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
         """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
