@@ -1337,7 +1337,8 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
     """``sync.seaweedfs``: the first push, the no-op pass and a fresh host's hydration on SeaweedFS
     (``weed mini`` on 127.0.0.1, signatures checked: scripts/_weed.py), each first push beside an
     ``rclone copy --s3-no-head`` of the same bodies to the same server, alternately, a new bucket
-    each. CPU: this process's (every thread) during the pass, rclone's from its rusage."""
+    each, back to back (the hydrations come after them: a shared machine's load moves in a minute).
+    CPU: this process's (every thread) during the pass, rclone's from its rusage."""
     import resource
 
     from _weed import start_weed, weed_binary
@@ -1391,9 +1392,6 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
             finally:
                 engine.close()
                 store.close()
-            if rep == 0:
-                hydrations(config, tmp / "weed-fresh", count, plan.noop_repeats, "seaweedfs", hydrate_s,
-                           hydrate_per_object_s)
             if rclone is not None:
                 target = f"{BUCKET}-rclone-{rep}"
                 client.create_bucket(Bucket=target)
@@ -1408,6 +1406,9 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
                              client.get_paginator("list_objects_v2").paginate(Bucket=target))
                 if listed != count:
                     raise SystemExit(f"rclone copy to SeaweedFS left {listed} objects, expected {count}")
+            if rep == 0:  # after rclone's copy: the push and its baseline run back to back, at one load
+                hydrations(config, tmp / "weed-fresh", count, plan.noop_repeats, "seaweedfs", hydrate_s,
+                           hydrate_per_object_s)
     finally:
         weed.stop()
     return {
