@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from . import text
 
@@ -118,25 +118,37 @@ def _stem(word: str) -> str | None:
 _STEMS: Final[text.WordMemo[str | None]] = text.WordMemo(_stem)
 
 
-def _read_token(token: str) -> tuple[str, str, str, bool, bool, bool, bool, bool, bool, str, str | None]:
-    """What :func:`statement` reads of one token, whatever its neighbours: its lower case (plain,
-    and with the typographic apostrophe made plain), the bare word (no ``'s``), whether it is a
-    form of "go", a marker, a strong marker, a change verb, a verb, a value (first in the text,
-    and not), the verb's stem and the word's stem."""
+class _Token(NamedTuple):
+    """What :func:`statement` reads of one token, whatever its neighbours."""
+
+    lower: str  # its lower case
+    low: str  # ... with the typographic apostrophe made plain
+    bare: str  # ... without a trailing 's
+    go: bool  # a form of "go" ("went up": a change)
+    marker: bool
+    verb: bool
+    value_first: bool  # a value as the text's first token
+    value_later: bool  # a value anywhere else
+    possessive: bool  # ends with 's ("the runner's deploy note": the next word is a noun)
+    verb_stem: str  # "" unless a verb
+    stem: str | None  # None for a value as the first token (not looked up)
+
+
+def _read_token(token: str) -> _Token:
+    """:class:`_Token` of ``token``."""
     lower = token.lower()
     low = lower.replace("\u2019", "'")
     bare = low[:-2] if low.endswith("'s") else low
     first = _is_value(token, True)
     # A value wherever it stands (a number, a symbol, a day) is read as a value before its stem
     # would be: no stem looked up (a new number in every text was a stemmer call per save).
-    return (lower, low, bare, bare in ("went", "gone", "goes", "go"), bare in MARKERS, low in VERBS,
-            first, first or _is_value(token, False), token.endswith(("'s", "\u2019s")),
-            _verb_stem(low) if low in VERBS else "", None if first else _STEMS[bare])
+    return _Token(lower, low, bare, bare in ("went", "gone", "goes", "go"), bare in MARKERS, low in VERBS,
+                  first, first or _is_value(token, False), token.endswith(("'s", "\u2019s")),
+                  _verb_stem(low) if low in VERBS else "", None if first else _STEMS[bare])
 
 
 # Per-token cache read in C: an agent's texts repeat their words.
-_TOKENS: Final[text.WordMemo[tuple[str, str, str, bool, bool, bool, bool, bool, bool, str, str | None]]] = \
-    text.WordMemo(_read_token)
+_TOKENS: Final[text.WordMemo[_Token]] = text.WordMemo(_read_token)
 
 
 @lru_cache(maxsize=4096)  # a block compares each of its lines with the others
@@ -154,7 +166,7 @@ def statement(value: str) -> Statement:
     read = list(map(_TOKENS.__getitem__, tokens))
     for i, (_lower, low, bare, go, marker, is_verb, value_first, value_later, _possessive, verb_stem, stem) \
             in enumerate(read):
-        if go and i + 1 < len(tokens) and read[i + 1][0] in ("up", "down"):
+        if go and i + 1 < len(tokens) and read[i + 1].lower in ("up", "down"):
             bare = "raised"  # "The rent went up to 1310 GBP"
             marker = True
         if marker and (in_subject or bare not in _SUBJECT_MARKERS):
@@ -163,8 +175,8 @@ def statement(value: str) -> Statement:
             if bare in CHANGE_VERBS and ((in_subject and i) or (verb in ("be", "have") and i == verb_at + 1)):
                 in_subject, verb = False, "*"  # "Standup moved to", "was upgraded to": the change is the verb
             continue
-        if in_subject and i and is_verb and read[i - 1][0] not in _DETERMINERS \
-                and not read[i - 1][8]:  # "the runner's deploy note": a noun
+        if in_subject and i and is_verb and read[i - 1].lower not in _DETERMINERS \
+                and not read[i - 1].possessive:  # "the runner's deploy note": a noun
             in_subject, verb, verb_at = False, verb_stem, i
             continue
         if bare in _PERSONS:
@@ -172,7 +184,7 @@ def statement(value: str) -> Statement:
                 subject.add(_PERSONS[bare])
             continue
         if value_first if i == 0 else value_later:
-            if i and read[i - 1][0].rstrip(".") in _NUMBERING:
+            if i and read[i - 1].lower.rstrip(".") in _NUMBERING:
                 (subject if in_subject else content).add("#" + bare)  # an identity, not a value
                 continue
             (subject if in_subject else values).add(bare)
