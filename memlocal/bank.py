@@ -480,6 +480,7 @@ class MemoryBank:
             auto_supersede = dedup and self.config.dedup.supersede
         semantic = self.semantic
         vector = None
+        retired_memory: Memory | None = None
         # The checks and the insert in one write transaction: the look-ups read the writer's
         # connection, whose pages are cached (a read connection reads again from the log the
         # pages each commit wrote), and no other writer stores the same text between a check
@@ -526,7 +527,7 @@ class MemoryBank:
                     if supersedes is None:
                         self.store.insert(memory)
                     else:
-                        memory, _old = self.store.supersede(profile, supersedes, memory, insert=True)
+                        memory, retired_memory = self.store.supersede(profile, supersedes, memory, insert=True)
                     break
                 except IdTakenError:
                     memory = memory.with_changes(id=new_id())  # a collision is checked, never assumed away
@@ -536,6 +537,10 @@ class MemoryBank:
             semantic.store_vector(memory.id, vector)
         try:
             synced = self.replicator.push_saved(memory) if self.replicator else False
+            if synced and retired_memory is not None and self.replicator is not None:
+                # The retired memory too: no other host may hold the old value and the new one as
+                # two active facts until this host's next pass.
+                self.replicator.push_saved(retired_memory)
         except MemoryBankError as exc:  # committed: the outbox pushes it later; never an error now
             log.warning("memory %s saved; pushing it failed (the sync will retry): %s", memory.id, exc)
             synced = False

@@ -233,23 +233,47 @@ class S3Replicator:
         return True
 
     def push_saved(self, memory: Memory) -> bool:
-        """Create the object; ``True`` once the bucket has it."""
+        """Write ``memory`` through; ``True`` once the bucket has it as stored here. A new memory's
+        object is created (``If-None-Match``); one the bucket already has from this host's last
+        pass or write (a supersession's retired memory, both sides of a restore) is replaced
+        only while it is still that version (``If-Match``: another host's change since is the
+        next pass's to merge)."""
         key = object_key(memory.profile_name, memory.id)
         if not self.breaker.allow():
             log.debug("save of %s stays in the outbox: the bucket failed recently", memory.id)
             return False
+        base = self.state.load_base(memory.id)
         try:
             if not self._writable():
                 self.breaker.success()  # the bucket answered; writes are held for another reason
                 return False
-            etag = self.bucket.create(key, encode(memory))
+            if base is None:
+                body = encode(memory)
+                etag = self.bucket.create(key, body)
+                effects: list[Effect] = [Synced(memory, etag, content_hash(memory), 0, "local", set_staleness=False)]
+            else:
+                loaded = self.state.load_local(memory.id)
+                if loaded is None:  # deleted here since: push_deleted's or the pass's
+                    return False
+                memory, delta = loaded  # the row as stored now, its unmerged bumps included
+                if delta == 0 and content_hash(memory) == base.content_hash:
+                    return True  # the bucket has it already
+                body = encode(memory)
+                etag = self.bucket.replace(key, body, base.etag)
+                effects = [Synced(memory, etag, content_hash(memory), delta, "local")]
         except PreconditionFailed:
             self.breaker.success()
+            if base is not None:
+                log.info("%s changed in the bucket since this host last synced it: the next pass merges", key)
+                return False
             # Either a concurrent pass (the daemon, woken by this very write) pushed our memory
             # first, or another host's memory holds this id (the next pass re-ids ours).
             if self._bucket_has_ours(key, memory):
                 return True
             log.warning("%s already exists in the bucket: left in the outbox for the next pass", key)
+            return False
+        except ObjectMissing:  # deleted on another host: the next pass applies the deletion
+            self.breaker.success()
             return False
         except BucketUnavailable as exc:
             self.breaker.failure(str(exc))
@@ -261,8 +285,7 @@ class S3Replicator:
             return False
         self.breaker.success()
         try:
-            self.state.apply([Synced(memory, etag, content_hash(memory), 0, "local", set_staleness=False),
-                              Changed(key, etag, "put", len(encode(memory)))])
+            self.state.apply([*effects, Changed(key, etag, "put", len(body))])
         except MemoryBankError as exc:
             # The object is in the bucket; the next pass adopts it (same content, no duplicate).
             log.warning("could not record that %s is in the bucket: %s", memory.id, exc)

@@ -167,6 +167,24 @@ def test_a_local_content_edit_is_pushed_with_if_match(hosts: Callable[..., Host]
     assert b.bank.get(P, mid).processed_content == "edited on A"
 
 
+def test_an_update_retires_the_old_fact_on_other_hosts_without_a_pass_here(hosts: Callable[..., Host], s3: S3) -> None:
+    """A save that supersedes writes both objects through: the new memory and the retired one
+    (``If-Match`` on the version this host last synced), so another host's next pass never holds
+    the old value and the new one as two active facts while this host has run no pass."""
+    a, b = hosts("a"), hosts("b")
+    old = a.bank.save(P, "The staging server runs on port 8443").memory
+    new = a.bank.save(P, "The staging server now runs on port 9443")
+    assert new.superseded == old.id and new.synced is True
+    assert s3.get_json(f"memory/{P}/{old.id}.json")["isActive"] is False
+    assert b.sync().ok
+    assert {m.id for m in b.bank.list(P, active_only=True).memories} == {new.memory.id}
+    assert a.sync().summary().startswith("ok: nothing to do")
+    restored = a.bank.restore(P, old.id)  # the undo writes both through too
+    assert restored.is_active and s3.get_json(f"memory/{P}/{old.id}.json")["isActive"] is True
+    assert "supersedes" not in s3.get_json(f"memory/{P}/{new.memory.id}.json")
+    assert b.sync().ok and {m.id for m in b.bank.list(P, active_only=True).memories} == {old.id, new.memory.id}
+
+
 def test_an_edit_of_any_content_column_is_pushed_though_hashes_are_remembered(
         hosts: Callable[..., Host], s3: S3) -> None:
     """A pass remembers each memory's content hash with its content signature (sync_base.row_sig)
