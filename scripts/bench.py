@@ -313,7 +313,10 @@ def wal_frames_per_save(bank: MemoryBank, plain_bank: MemoryBank, saves: int = 2
         wal = Path(f"{b.path}-wal")
         before = wal.stat().st_size
         for i in range(saves):
-            b.save(PROFILE, content=f"Frames counted for report {i} of the structured JSON output", category="fact")
+            # The timed saves' kind of text: a subject with a changed value here ("Frames counted
+            # for report 1 ...") made every other save a supersession (two rows written).
+            b.save(PROFILE, content=f"The user prefers structured JSON output whenever report {10**6 + i} has a schema",
+                   category="preference", confidence=0.9)
         page = conn.execute("PRAGMA page_size").fetchone()[0]
         out[key] = (wal.stat().st_size - before) / (page + 24) / saves  # each frame: a 24-byte header and a page
         conn.execute("PRAGMA wal_autocheckpoint = 1000")

@@ -316,8 +316,8 @@ def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_pat
         assert assert_cold_is_exact(store, words[FTS_BATCH]) == [late[0].id]
         bank.delete("p", late[0].id)
         bank.save("p", content="The kappa service moved to the new cluster", category="fact", supersedes=late[1].id)
-        # The deleted and the retired left the set (the successor has no features yet: derived lazily).
-        assert counts(store) == (1, FTS_BATCH)
+        # The deleted and the retired left the set; the successor waits in it like any save.
+        assert counts(store) == (2, FTS_BATCH)
         assert [m.id for m in store.similar("p", ["mail"], 5)] == [late[2].id]  # indexes what waits first
-        assert counts(store) == (0, FTS_BATCH + 1)
+        assert counts(store) == (0, FTS_BATCH + 2)
         _assert_consistent(store)

@@ -48,10 +48,10 @@ def test_the_update_check_reads_the_waiting_memories_without_indexing_them(tmp_p
         assert bank.store.read("SELECT count(*) FROM memory_features_docs")[0][0] == 0
         new = bank.save("p", content="The staging cluster now runs 9 nodes")
         assert new.superseded == old.id
-        # Nothing was indexed; the retired one left the waiting set (its successor, written by
-        # the supersession, has its features derived lazily: test_features.py).
+        # Nothing was indexed; the retired one left the waiting set and its successor waits.
         assert bank.store.read("SELECT count(*) FROM memory_features_docs")[0][0] == 0
-        assert bank.store.read("SELECT count(*) FROM memory_features_pending")[0][0] == 0
+        assert bank.store.read("SELECT m.id FROM memory_features_pending p JOIN memories m"
+                               " ON m.rowid = p.rowid") == [(new.memory.id,)]
 
 
 def test_a_text_without_a_subject_updates_nothing(tmp_path: Path) -> None:

@@ -80,6 +80,17 @@ def test_each_kind_of_changed_value_supersedes_with_lineage(local: MemoryBank, k
     assert old_text not in local.build_context_block(P, new_text)
 
 
+def test_a_chain_of_updates_retires_each_value_in_turn(local: MemoryBank) -> None:
+    """The memory a supersession stores is a candidate of the next update at once: it is stored
+    with its recall features (so it waits for the FTS5 batch like any save), not left for a query
+    to derive them. Before, the third value found no candidate and two values stayed active."""
+    texts = [f"The staging server for project 7 runs on port {port}" for port in (8443, 9000, 9100, 9200)]
+    saved = [local.save(P, content=t, category="fact") for t in texts]
+    assert [s.superseded for s in saved[1:]] == [s.memory.id for s in saved[:-1]]
+    assert [m.processed_content for m in local.store.iter_profile(P, active_only=True)] == [texts[-1]]
+    assert [m.id for m in local.history(P, saved[-1].memory.id)] == [s.memory.id for s in saved]
+
+
 @pytest.mark.parametrize("kind", sorted(LOOKALIKES))
 def test_look_alikes_about_other_subjects_are_never_retired(local: MemoryBank, kind: str) -> None:
     fact, other = LOOKALIKES[kind]

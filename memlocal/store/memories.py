@@ -743,7 +743,6 @@ class Store(Database):
         from ..errors import ValidationError
         from ..hygiene import SUPERSEDED_BY, SUPERSEDES
 
-        placeholders = ", ".join("?" for _ in MEMORY_COLUMNS)
         with self.transaction() as c:
             row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (old_id, profile)).fetchone()
             if row is None:
@@ -755,8 +754,9 @@ class Store(Database):
             if insert:
                 new = new.with_changes(extra={**new.extra, SUPERSEDES: old_id})
                 try:
-                    c.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({placeholders})",
-                              memory_to_row(new))
+                    # As ``insert``'s: with its features (it waits for the FTS5 batch, so the
+                    # next update check finds it) and the rev it will have.
+                    c.execute(_INSERT, (*write_row(new), profile))
                 except sqlite3.IntegrityError:
                     raise IdTakenError(f"id {new.id} already exists") from None
             else:
