@@ -98,7 +98,9 @@ def default_config_path() -> Path:
 
 
 def _http_url(value: str) -> str | None:
-    return None if not value or re.fullmatch(r"https?://[^\s/]+(/\S*)?", value) else "not an http(s) URL"
+    # memory://<name>: the sync's in-process bucket (memlocal_sync.inmemory), for tests and embedding.
+    return (None if not value or re.fullmatch(r"https?://[^\s/]+(/\S*)?|memory://[A-Za-z0-9._-]+", value)
+            else "not an http(s) URL")
 
 
 def _bucket_name(value: str) -> str | None:
@@ -159,7 +161,7 @@ _SETTINGS: tuple[Setting, ...] = (
     # The bucket: INTERNAL_S3_BUCKET, else S3_BUCKET; its friends follow the prefix that was chosen.
     Setting("bucket.name", str, "", "bucket for memory/<profile>/<id>.json; empty means local only", ("INTERNAL_S3_BUCKET", "S3_BUCKET"), check=_bucket_name, allowed="empty or a bucket name (2-255 of A-Z a-z 0-9 . _ -, starting with a letter or digit)"),
     Setting("bucket.local_only_notice", bool, True, "without a bucket, say so once per database (on its first open) on stderr; false: never", ("MEMLOCAL_LOCAL_ONLY_NOTICE",)),
-    Setting("bucket.endpoint", str, "", "S3 endpoint URL; empty means AWS", ("INTERNAL_S3_ENDPOINT", "S3_ENDPOINT"), follows="bucket.name", check=_http_url, allowed="empty or an http:// or https:// URL"),
+    Setting("bucket.endpoint", str, "", "S3 endpoint URL; empty means AWS", ("INTERNAL_S3_ENDPOINT", "S3_ENDPOINT"), follows="bucket.name", check=_http_url, allowed="empty, an http:// or https:// URL, or memory://<name> (an in-process bucket)"),
     Setting("bucket.region", str, "", "bucket region; empty means boto3's default chain", ("INTERNAL_S3_REGION", "S3_REGION"), follows="bucket.name"),
     Setting("bucket.access_key_id", str, "", "access key; empty means boto3's credential chain", ("INTERNAL_S3_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID"), follows="bucket.name"),
     Setting("bucket.secret_access_key", str, "", "secret key; empty means boto3's credential chain", ("INTERNAL_S3_SECRET_ACCESS_KEY", "S3_SECRET_ACCESS_KEY"), secret=True, follows="bucket.name"),

@@ -1054,3 +1054,4 @@ class Bucket:
             self._call(f"DELETE {key}", self.client.delete_object, Key=key)
         except ObjectMissing:
             pass
+

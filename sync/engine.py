@@ -34,7 +34,10 @@ from memlocal.plugins import NoteState, Replica
 
 from . import marker
 from .breaker import HostBreaker
-from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed
+from .bucket import (
+    BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed,
+)
+from .clients import open_bucket
 from . import changes, converge, prepared, snapshot
 from .objects import (
     NOTE_PREFIX,
@@ -216,10 +219,10 @@ class SyncEngine:
         self._from_snapshot: dict[str, bytes] = {}
         self.max_delete_share = config.get_float("sync.max_delete_share")
         self.allow_unconditional = config.get_bool("sync.allow_unconditional")
-        self.bucket: BucketClient = bucket or Bucket(settings, timeout_s=config.get_float("sync.timeout_s"),
-                                       attempts=config.get_int("sync.attempts"), pool_size=self.workers + 2,
-                                       page_size=config.get_int("sync.list_page_size"),
-                                       deadline_s=config.sync.deadline_s)
+        self.bucket: BucketClient = bucket or open_bucket(
+            settings, timeout_s=config.get_float("sync.timeout_s"), attempts=config.get_int("sync.attempts"),
+            pool_size=self.workers + 2, page_size=config.get_int("sync.list_page_size"),
+            deadline_s=config.sync.deadline_s)
         self._remote_ids: set[str] = set()
         self._cancelled = threading.Event()
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),

@@ -39,7 +39,10 @@ from memlocal.model import Memory, to_us, validate_profile
 
 from . import changes, marker
 from .breaker import HostBreaker
-from .bucket import Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed
+from .bucket import (
+    BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed,
+)
+from .clients import open_bucket
 from .objects import PREFIX, content_hash, decode, encode, encode_note, note_hash, note_key, object_key
 from .state import META_MARKER, Changed, DeletedRemote, Effect, NoteDeletedRemote, NoteSynced, SyncState, Synced
 
@@ -182,11 +185,11 @@ class S3Replicator:
         self.state = SyncState(store)
         put_timeout = config.get_float("sync.put_timeout_s")
         # One attempt: the outbox is the retry, and a save must not wait on backoff.
-        self.bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=1, pool_size=4)
+        self.bucket: BucketClient = open_bucket(settings, timeout_s=put_timeout, attempts=1, pool_size=4)
         # Reads tolerate one retry; still short, since a reader is waiting.
-        self._read_bucket: BucketClient = Bucket(settings, timeout_s=put_timeout, attempts=2,
-                                                 pool_size=config.get_int("sync.workers") + 2,
-                                                 page_size=config.get_int("sync.list_page_size"))
+        self._read_bucket: BucketClient = open_bucket(settings, timeout_s=put_timeout, attempts=2,
+                                                      pool_size=config.get_int("sync.workers") + 2,
+                                                      page_size=config.get_int("sync.list_page_size"))
         self._engine: SyncEngine | None = None
         # The host's breaker (every process reads the same row of the index); the prober's lease
         # covers one write-through attempt and its recording.

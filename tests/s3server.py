@@ -13,6 +13,11 @@
 - ``@pytest.mark.s3_servers`` (on a test or a module): run the test once per server,
   ``[moto]`` and ``[seaweedfs]`` (or the servers named: ``s3_servers("seaweedfs")``); without it
   a test runs on moto_server alone. ``S3.kind`` says which one a test got.
+  ``s3_servers("memory")``: the sync's in-process bucket (``memlocal_sync.inmemory``), an endpoint
+  ``memory://test-<n>`` of its own per test; no server, no HTTP. For tests of the engine's
+  decisions (not the wire, not S3's semantics, not a second process); its ``fault_proxy`` and
+  ``outage`` are in-memory endpoints with the same attributes (``InMemoryEndpoint``), and
+  ``s3.client`` answers the few boto3 calls the tests make (``MemoryS3Client``).
 - ``fault_proxy`` (per test): a small HTTP proxy in front of the test's server that can answer
   503 SlowDown, add latency, or run a hook before forwarding a request (to force races). It is a
   real HTTP hop, not a mock: every other request reaches the server unchanged.
@@ -233,10 +238,131 @@ def s3_kind(request: pytest.FixtureRequest) -> str:
     return str(getattr(request, "param", "moto"))
 
 
-def s3_server_of(request: pytest.FixtureRequest, kind: str) -> S3Server:
-    """The session's server of ``kind`` (SeaweedFS is started by the first test that needs it)."""
+class MemoryS3Client:
+    """The boto3 calls the tests make of their bucket (``S3.client``), on an in-memory server,
+    straight to it (not through the test's ``fault_proxy``), as boto3 answers them."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def _bucket(self, name: str) -> Any:
+        from memlocal_sync.bucket import BucketSettings
+        from memlocal_sync.inmemory import InMemoryBucket
+
+        return InMemoryBucket(BucketSettings(name=name, source="test", endpoint="memory://"), self.server)
+
+    @staticmethod
+    def _missing(op: str) -> Exception:
+        from botocore.exceptions import ClientError
+
+        return ClientError({"Error": {"Code": "NoSuchKey", "Message": "not found"},
+                            "ResponseMetadata": {"HTTPStatusCode": 404}}, op)
+
+    def create_bucket(self, Bucket: str) -> None:
+        self.server.create_bucket(Bucket)
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes, IfNoneMatch: str | None = None, **_: Any) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+        from memlocal_sync.bucket import PreconditionFailed
+
+        bucket = self._bucket(Bucket)
+        try:
+            etag = bucket.create(Key, Body) if IfNoneMatch == "*" else bucket.put(Key, Body)
+        except PreconditionFailed:
+            raise ClientError({"Error": {"Code": "PreconditionFailed", "Message": "At least one of the pre-conditions "
+                               "you specified did not hold"}, "ResponseMetadata": {"HTTPStatusCode": 412}},
+                              "PutObject") from None
+        return {"ETag": etag}
+
+    def get_object(self, Bucket: str, Key: str, **_: Any) -> dict[str, Any]:
+        import io
+
+        from memlocal_sync.bucket import ObjectMissing
+
+        try:
+            body, etag = self._bucket(Bucket).get(Key, 1 << 40)
+        except ObjectMissing:
+            raise self._missing("GetObject") from None
+        return {"Body": io.BytesIO(body), "ETag": etag, "ContentLength": len(body)}
+
+    def head_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        reply = self.get_object(Bucket, Key)
+        del reply["Body"]
+        return reply
+
+    def delete_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        self._bucket(Bucket).delete(Key)
+        return {}
+
+    def list_objects_v2(self, Bucket: str, Prefix: str = "", **_: Any) -> dict[str, Any]:
+        listing = self._bucket(Bucket).list(Prefix)
+        contents = [{"Key": o.key, "ETag": o.etag, "Size": o.size, "LastModified": o.modified} for o in listing.objects]
+        return {"Contents": contents, "KeyCount": len(contents), "IsTruncated": False} if contents else {"KeyCount": 0}
+
+    def get_paginator(self, name: str) -> Any:
+        assert name == "list_objects_v2", name
+        client = self
+
+        class _Paginator:
+            def paginate(self, Bucket: str, Prefix: str = "") -> list[dict[str, Any]]:
+                return [client.list_objects_v2(Bucket=Bucket, Prefix=Prefix)]
+
+        return _Paginator()
+
+
+_MEMORY_ENDPOINTS = 0  # memory:// endpoints made by this process (each test its own)
+
+
+@dataclass
+class MemoryServer:
+    """An in-memory "server" for one test (``memlocal_sync.inmemory``), behind the endpoint
+    ``memory://test-<n>``; the S3Server attributes the fixtures use."""
+
+    endpoint: str
+    inner: Any
+    kind: str = "memory"
+    pid: int = 0
+
+    @classmethod
+    def new(cls) -> "MemoryServer":
+        from memlocal_sync import inmemory
+
+        global _MEMORY_ENDPOINTS
+        _MEMORY_ENDPOINTS += 1
+        made = inmemory.endpoint(f"test-{_MEMORY_ENDPOINTS}")
+        return cls(made.endpoint, made)
+
+    def fresh_bucket(self) -> str:
+        self.inner.server.create_bucket(TEST_BUCKET)
+        return TEST_BUCKET
+
+    def drop_bucket(self, name: str) -> None:
+        """Forget the test's endpoint and its proxies (``memory://test-<n>``, ``...-proxy-<m>``)."""
+        from memlocal_sync import inmemory
+
+        inmemory.forget(self.inner.name)
+        for proxy in list(inmemory._REGISTRY):
+            if proxy.startswith(self.inner.name + "-proxy-"):
+                inmemory.forget(proxy)
+
+    def client(self, endpoint: str | None = None) -> MemoryS3Client:
+        return MemoryS3Client(self.inner.server)
+
+    def proxy(self) -> Any:
+        """A new endpoint in front of this test's server, with faults of its own (``fault_proxy``)."""
+        from memlocal_sync import inmemory
+
+        n = sum(1 for name in inmemory._REGISTRY if name.startswith(self.inner.name + "-proxy-"))
+        return inmemory.endpoint(f"{self.inner.name}-proxy-{n + 1}", server=self.inner.server)
+
+
+def s3_server_of(request: pytest.FixtureRequest, kind: str) -> Any:
+    """The session's server of ``kind`` (SeaweedFS is started by the first test that needs it);
+    for ``memory``, a new in-memory server of the test's own."""
+    if kind == "memory":
+        return MemoryServer.new()
     if kind not in SERVERS:
-        raise ValueError(f"unknown S3 server {kind!r}: one of {SERVERS}")
+        raise ValueError(f"unknown S3 server {kind!r}: one of {SERVERS} or memory")
     server: S3Server = request.getfixturevalue("moto_server" if kind == "moto" else "seaweedfs_server")
     return server
 
@@ -506,6 +632,13 @@ class FaultProxy:
 
 @pytest.fixture
 def fault_proxy(s3: S3) -> Iterator[FaultProxy]:
+    if s3.kind == "memory":  # an in-memory endpoint in front of the test's server, same attributes
+        memory_proxy = s3.server.proxy()
+        try:
+            yield memory_proxy
+        finally:
+            memory_proxy.close()
+        return
     proxy = FaultProxy(s3.endpoint)
     try:
         yield proxy
@@ -534,8 +667,26 @@ class Outage:
             self.proxy = None
 
 
+class MemoryOutage:
+    """``Outage`` on an in-memory server: an endpoint that is down until ``up()``."""
+
+    def __init__(self, server: MemoryServer) -> None:
+        self.proxy = server.proxy()
+        self.proxy.down()
+        self.endpoint = self.proxy.endpoint
+
+    def up(self) -> Any:
+        return self.proxy.up()
+
+    def down(self) -> None:
+        self.proxy.down()
+
+
 @pytest.fixture
-def outage(s3: S3) -> Iterator[Outage]:
+def outage(s3: S3) -> Iterator[Outage | MemoryOutage]:
+    if s3.kind == "memory":
+        yield MemoryOutage(s3.server)
+        return
     o = Outage(s3.endpoint)
     try:
         yield o

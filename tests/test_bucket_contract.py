@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from memlocal_sync import inmemory
 from memlocal_sync.bucket import (
     Bucket, BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed,
 )
+from memlocal_sync.clients import open_bucket
 from memlocal_sync.inmemory import InMemoryServer
 from s3server import ACCESS_KEY, SECRET_KEY
 
@@ -190,3 +193,113 @@ def test_a_missing_bucket_is_unavailable(missing: BucketClient) -> None:
         missing.check()
     with pytest.raises(BucketUnavailable):
         missing.list("memory/")
+
+
+# --- memory:// endpoints: what the engine's in-process tests rely on (docs/sync.md) -------------
+
+
+@pytest.fixture
+def mem() -> Iterator[inmemory.InMemoryEndpoint]:
+    made = inmemory.endpoint("contract-endpoint")
+    try:
+        yield made
+    finally:
+        inmemory.forget("contract-endpoint")
+
+
+def _open(url: str, **kw: float) -> BucketClient:
+    return open_bucket(BucketSettings(name="b", source="test", endpoint=url), timeout_s=kw.get("timeout_s", 5.0),
+                       attempts=int(kw.get("attempts", 3)), deadline_s=kw.get("deadline_s"))
+
+
+def test_every_client_of_one_memory_endpoint_sees_the_same_bucket(mem: inmemory.InMemoryEndpoint) -> None:
+    a, b = _open(mem.endpoint), _open(mem.endpoint)
+    assert isinstance(a, inmemory.InMemoryBucket) and isinstance(a, BucketClient)
+    etag = a.create("memory/p/mem-00000001.json", b"one")
+    assert b.get("memory/p/mem-00000001.json", 10) == (b"one", etag)
+    with pytest.raises(PreconditionFailed):
+        b.create("memory/p/mem-00000001.json", b"two")
+    other = inmemory.endpoint("contract-elsewhere")
+    try:
+        assert _open(other.endpoint).list("memory/").objects == []  # another endpoint, another server
+    finally:
+        inmemory.forget("contract-elsewhere")
+    assert [m[0] for m in mem.requests] == ["PUT", "GET", "PUT"]
+    assert mem.requests[0][1] == "/b/memory/p/mem-00000001.json" and mem.count("PUT", 412) == 1
+
+
+def test_injected_errors_are_retried_up_to_the_attempts_then_translated(mem: inmemory.InMemoryEndpoint) -> None:
+    client = _open(mem.endpoint, attempts=3)
+    mem.fail(2)  # 503 SlowDown twice, then the bucket answers
+    assert client.list("memory/").objects == [] and mem.count(status=503) == 2
+    mem.fail(3)
+    with pytest.raises(BucketUnavailable, match="answered 503 SlowDown during LIST memory/"):
+        client.list("memory/")
+    mem.fail(1, 403, "AccessDenied", when=lambda method, path: method == "PUT")
+    assert client.list("memory/").objects == []  # not a PUT: served
+    with pytest.raises(BucketUnavailable, match="denied"):
+        client.put("memlocal/x", b"x")
+    mem.fail(1, 412, "PreconditionFailed")
+    with pytest.raises(PreconditionFailed):
+        client.put("memlocal/x", b"x")
+
+
+def test_a_down_or_frozen_endpoint_is_unavailable_within_the_timeout_and_deadline(
+        mem: inmemory.InMemoryEndpoint) -> None:
+    client = _open(mem.endpoint, attempts=2, timeout_s=0.05)
+    mem.down()
+    with pytest.raises(BucketUnavailable, match="cannot reach bucket b"):
+        client.check()
+    mem.up()
+    client.check()
+    mem.freeze()
+    with pytest.raises(BucketUnavailable, match="no answer within 0.05 s"):
+        client.get("k", 10)
+    deadline = _open(mem.endpoint, attempts=100, timeout_s=0.05, deadline_s=0.2)
+    deadline.begin_pass()
+    with pytest.raises(BucketUnavailable, match="sync.deadline_s"):
+        deadline.get("k", 10)
+    mem.thaw()
+    deadline.end_pass()
+    with pytest.raises(ObjectMissing):
+        deadline.get("k", 10)
+    assert mem.received > len(mem.requests)  # the frozen requests were read, never answered
+
+
+def test_hooks_run_before_and_after_a_request_until_they_say_done(mem: inmemory.InMemoryEndpoint) -> None:
+    # The racer goes to the same server past this endpoint (its requests run no hooks).
+    direct = inmemory.endpoint("contract-direct", server=mem.server)
+    client, racer = _open(mem.endpoint), _open(direct.endpoint)
+    etag = client.create("memory/p/mem-00000002.json", b"base")
+    seen: list[tuple[str, str, dict[str, str]]] = []
+
+    def race(method: str, path: str, headers: dict[str, str]) -> bool:
+        seen.append((method, path, headers))
+        if "If-Match" in headers:
+            racer.replace("memory/p/mem-00000002.json", b"theirs", headers["If-Match"])  # requests of its own
+            return True
+        return False
+
+    mem.before(race)
+    with pytest.raises(PreconditionFailed):
+        client.replace("memory/p/mem-00000002.json", b"ours", etag)
+    assert seen[-1][2] == {"If-Match": etag} and mem.hooks == []
+    answered: list[bytes] = []
+    mem.after(lambda method, path, headers: answered.append(racer.get("memory/p/mem-00000002.json", 99)[0]) is None)
+    assert client.get("memory/p/mem-00000002.json", 99)[0] == b"theirs" and answered == [b"theirs"]
+    inmemory.forget("contract-direct")
+
+
+def test_the_cli_runs_a_pass_on_a_memory_endpoint_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               mem: inmemory.InMemoryEndpoint) -> None:
+    from conftest import Cli
+
+    monkeypatch.setenv("INTERNAL_S3_BUCKET", "cli-bucket")
+    monkeypatch.setenv("INTERNAL_S3_ENDPOINT", mem.endpoint)
+    monkeypatch.setenv("MEMLOCAL_SYNC_PULL_ON_OPEN", "false")
+    a, b = Cli(tmp_path / "a.db"), Cli(tmp_path / "b.db")
+    assert a("save", "-p", "alice", "prefers tea to coffee").exit_code == 0  # written through
+    res = b("sync", "run")
+    assert res.exit_code == 0 and "pulled 1" in res.stdout, res.output
+    assert [m["rawInput"] for m in b.json("list", "-p", "alice", "--json")["memories"]] == ["prefers tea to coffee"]
+    assert len(mem.server.client("cli-bucket").list("memory/alice/").objects) == 1

@@ -10,10 +10,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 from memlocal.model import format_time, utcnow
 from memlocal.store import Store
 from memlocal.store.replica import StoreReplica
 from s3server import S3, FaultProxy, Host, Outage
+
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
 
 NOTES = "memlocal/automations/"
 

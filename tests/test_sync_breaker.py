@@ -7,7 +7,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import pytest
 from s3server import S3, FaultProxy, Host
+
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
 
 P = "breaker"
 

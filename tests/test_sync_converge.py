@@ -11,6 +11,9 @@ import pytest
 from memlocal.model import format_time, utcnow
 from s3server import S3, FaultProxy, Host
 
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
+
 P = "conv"
 
 

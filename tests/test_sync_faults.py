@@ -8,10 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+import pytest
 from conftest import Cli
 
 from memlocal.model import utcnow
 from s3server import S3, FaultProxy, Host
+
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
 
 P = "prof"
 
@@ -242,6 +246,7 @@ def test_an_object_that_grows_after_the_listing_is_never_read_whole(
     assert a.ids(P) == set()
 
 
+@pytest.mark.s3_servers("moto")  # the S3 client itself
 def test_the_listing_reader_gives_what_botocore_gives(s3: S3) -> None:
     """memlocal_sync.listing reads a ListObjectsV2 page into the dictionary botocore's own
     parser makes (the members the sync reads), for keys that need URL-encoding too."""
@@ -280,6 +285,7 @@ def test_the_listing_reader_gives_what_botocore_gives(s3: S3) -> None:
         "IsTruncated": False}
 
 
+@pytest.mark.s3_servers("moto")  # the S3 client itself
 def test_buckets_with_the_same_settings_share_a_client_whose_last_close_closes_its_connections(
         s3: S3, fault_proxy: FaultProxy, wait_for: Callable[..., object]) -> None:
     """A bank opens two Buckets and a pass one: those of one process with the same settings and

@@ -11,9 +11,13 @@ from typing import Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import pytest
 
 from memlocal_sync.plan import Base, Listed, Local, Op, plan_pass
 from s3server import S3, Host
+
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
 
 MIN, SHARE = 5, 0.5
 

@@ -10,7 +10,11 @@ import gzip
 import json
 from typing import Callable
 
+import pytest
 from s3server import S3, FaultProxy, Host
+
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
 
 P = "prof"
 N = 30

@@ -28,6 +28,9 @@ from memlocal.api import create_app
 from memlocal.cli import main
 from s3server import ACCESS_KEY, SECRET_KEY, S3, Host, free_port
 
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
+
 MARKER = "memlocal/bucket.json"
 
 
@@ -133,20 +136,20 @@ def test_a_replaced_bucket_deletes_nothing_and_says_why(hosts: Callable[..., Hos
 
 def test_a_wrong_endpoint_deletes_nothing(hosts: Callable[..., Host], s3: S3, tmp_path: Path) -> None:
     """Another S3 server with a bucket of the same name (empty): nothing deleted here."""
-    from s3server import _start_moto
+    from memlocal_sync import inmemory
 
     a = hosts("a")
     ids = {a.bank.save("alice", f"memory {i}").memory.id for i in range(8)}
     assert a.sync().ok
-    proc, endpoint = _start_moto(tmp_path / "other-moto.log")
+    other = inmemory.endpoint(f"other-than-{s3.endpoint.rsplit('/', 1)[-1]}")  # a server of its own
     try:
-        s3.server.client(endpoint).create_bucket(Bucket=s3.bucket)
-        wrong = hosts("a", bucket__endpoint=endpoint)
+        other.server.create_bucket(s3.bucket)
+        wrong = hosts("a", bucket__endpoint=other.endpoint)
         report = wrong.sync()
         assert report.counts["deleted_local"] == 0 and wrong.ids("alice") == ids
         assert report.notes, "the pass must say why nothing was deleted"
     finally:
-        support.stop(proc)
+        inmemory.forget(other.name)
 
 
 def test_the_proportional_guard_is_a_share_and_a_minimum(hosts: Callable[..., Host], s3: S3,
@@ -233,6 +236,7 @@ def test_a_server_that_ignores_conditions_is_refused(rclone_s3: dict[str, str], 
     assert any("last-writer-wins" in n for n in json.loads(res.stdout)["notes"])
 
 
+@pytest.mark.s3_servers("moto")  # an HTTP proxy switched to rclone
 def test_the_probe_is_repeated_on_a_schedule_and_for_another_endpoint(s3: S3, rclone_s3: dict[str, str],
                                                                      tmp_path: Path) -> None:
     """A server that ignores conditional writes put behind the endpoint a host already probed is

@@ -8,8 +8,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 from conftest import Cli
 from s3server import S3, Host, Outage
+
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
 
 P = "runner"
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")

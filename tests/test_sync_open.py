@@ -22,6 +22,9 @@ from s3server import S3, FaultProxy, Host
 
 from memlocal import Config, MemoryBank
 
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
+
 P = "runner"
 # A deadline no loaded machine reaches: these hosts must end up with the bucket's memories.
 ON = {"sync__pull_on_open": True, "sync__hydrate_deadline_s": 60.0}
@@ -65,6 +68,7 @@ def test_a_fresh_runner_cli_injects_the_buckets_memories(hosts: Callable[..., Ho
 
 
 @pytest.mark.slow  # an MCP server process that hydrates from the bucket
+@pytest.mark.s3_servers("moto")  # other processes: a real server
 def test_a_fresh_mcp_server_answers_from_the_bucket(hosts: Callable[..., Host], s3: S3, tmp_path: Path) -> None:
     seeded(hosts, 2)
     from mcp.client.session import ClientSession
@@ -216,6 +220,7 @@ def test_a_completed_pass_closes_the_breaker(hosts: Callable[..., Host], s3: S3,
     assert a.bank.save(P, "written through after the pass").synced is True
 
 
+@pytest.mark.s3_servers("moto")  # other processes: a real server
 def test_cli_reads_with_a_bucket_print_nothing_on_stderr(hosts: Callable[..., Host], s3: S3, cli: Any) -> None:
     seeded(hosts, 2)
     env = ENV_ON

@@ -19,6 +19,9 @@ from memlocal.store import to_us
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from s3server import S3, FaultProxy, Host
 
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
+
 P = "researcher"
 RECORD = {"sync__full_listing_s": 3600}  # follow the record; list in full once an hour
 

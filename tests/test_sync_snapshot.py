@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+import pytest
 from s3server import S3, FaultProxy, Host
 
 from memlocal_sync.engine import SyncEngine
+
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
 
 P = "prof"
 

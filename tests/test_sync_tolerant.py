@@ -21,6 +21,9 @@ from memlocal.cli import main
 from memlocal.model import utcnow
 from s3server import S3, Host
 
+# The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
+pytestmark = pytest.mark.s3_servers("memory")
+
 P = "tol"
 COUNT_MAX = 2**53
 
