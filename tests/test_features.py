@@ -278,6 +278,47 @@ def test_an_access_bump_sets_one_rev_and_every_writer_keeps_revs_and_counts(tmp_
         _assert_consistent(bank.store)
 
 
+def test_no_memory_is_left_behind_the_fts_watermark(tmp_path: Path) -> None:
+    """The FTS5 batch's waiting set is the rows above a watermark (recall schema step 10). A row
+    inserted at or below it (the newest rows deleted after a batch, so their rowids are used
+    again; a rowid given by hand) is indexed at once, never left waiting where no batch looks;
+    and a writer that inserts with ``INSERT OR REPLACE`` keeps the profile's counters."""
+    from memlocal.store.schemas.recall import FTS_BATCH
+
+    def waiting(store: Store) -> int:
+        return int(store.read("SELECT count(*) FROM memory_features_pending")[0][0])
+
+    with _open(fresh_database(tmp_path / "m.db")) as bank:
+        store = bank.store
+        mems = [bank.save("p", content=f"The kappa{i}x service runs the billing jobs", category="fact").memory
+                for i in range(FTS_BATCH)]
+        assert waiting(store) == 0 and store.read("SELECT upto FROM memory_features_indexed") == [(FTS_BATCH,)]
+        for m in mems[-3:]:
+            bank.delete("p", m.id)
+        again = [bank.save("p", content=f"The lambda{i}x service runs the mail jobs", category="fact").memory
+                 for i in range(4)]
+        rowids = [store.read("SELECT rowid FROM memories WHERE id = ?", (m.id,))[0][0] for m in again]
+        assert rowids == [FTS_BATCH - 2, FTS_BATCH - 1, FTS_BATCH, FTS_BATCH + 1]  # three reused
+        assert waiting(store) == 1  # the three at or below the watermark are indexed already
+        assert store.read("SELECT m.id FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
+                          " WHERE memory_features MATCH ?", (term_token("lambda0x"),)) == [(again[0].id,)]
+        _assert_consistent(store)
+        bank.delete("p", mems[2].id)  # rowid 3
+        with store.transaction() as c:  # the sqlite3 shell: a rowid of its choosing, a REPLACE
+            c.execute("INSERT INTO memories (rowid, id, profile, raw_input, processed_content, summary, category,"
+                      " source, confidence, created_us, access_count, staleness, is_active, version, extra, features)"
+                      " VALUES (3, 'mem-0000beef', 'p', 'x', 'Uses tabs', 'Uses tabs', 'general', 'explicit', 1.0,"
+                      " 1, 2, 0.0, 1, 1, '{}', ?)", (features_of("Uses tabs", "Uses tabs"),))
+        # Indexed at once, with the one that waited above the watermark.
+        assert waiting(store) == 0 and store.read("SELECT count(*) FROM memory_features_docs WHERE rowid = 3") == [(1,)]
+        with store.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO memories (id, profile, raw_input, processed_content, summary, category,"
+                      " source, confidence, created_us, access_count, staleness, is_active, version, extra)"
+                      " VALUES ('mem-0000bee5', 'p', 'x', 'Uses vim', 'Uses vim', 'general', 'explicit', 1.0,"
+                      " 1, 4, 0.0, 1, 1, '{}')")
+        _assert_consistent(store)
+
+
 def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_path: Path) -> None:
     """A save puts its memory in the FTS5 index's waiting set (recall schema step 7); the insert
     that fills a batch indexes the batch in one statement. A query answered from SQLite (a fresh

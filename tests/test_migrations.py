@@ -163,3 +163,44 @@ def test_a_file_indexed_memory_by_memory_takes_the_batched_fts_index(tmp_path: P
         assert store.read("SELECT count(*) FROM memory_features_pending") == [(0,)]
     finally:
         store.close()
+
+
+def test_a_file_with_memories_waiting_in_the_old_table_takes_the_watermark(tmp_path: Path) -> None:
+    """Recall steps 9 and 10 (the insert's bookkeeping as one upsert, the FTS5 waiting set as a
+    watermark) upgrade a file whose memories wait in ``memory_features_pending``: they are
+    indexed, the watermark starts at the newest row, the table becomes a view of the rows above
+    it, and the counters and revs go on from where they were."""
+    from memlocal.features import scope_token
+    from memlocal.store.database import Database
+    from memlocal.store.memories import insert_rows, write_row
+    from memory_factory import memory
+
+    path = tmp_path / "prev.db"
+    old = Database(path)
+    shipped = {"recall": 8}  # the set's version in the release before the steps
+    for s in CORE_SETS:
+        old.migrate(MigrationSet(s.name, {n: s.steps[n] for n in range(1, shipped.get(s.name, s.version) + 1)}))
+    old.conn.execute("PRAGMA user_version = 9")
+    olds = [memory("p", f"Team {w} owns the {w} service", count=1) for w in ("alpha", "bravo", "charlie")]
+    with old.transaction() as c:
+        insert_rows(c, [write_row(m) for m in olds])
+    assert old.conn.execute("SELECT count(*) FROM memory_features_pending").fetchone() == (3,)
+    old.close()
+    store = Store(path)
+    try:
+        assert store.meta_get("schema.recall") == "10"
+        kinds = dict(store.read("SELECT name, type FROM sqlite_master WHERE name LIKE 'memory_features_%'"))
+        assert kinds["memory_features_pending"] == "view" and kinds["memory_features_indexed"] == "table"
+        assert store.read("SELECT upto FROM memory_features_indexed") == [(3,)]
+        assert store.read("SELECT count(*) FROM memory_features_pending") == [(0,)]
+        assert {r[0] for r in store.read("SELECT m.id FROM memory_features f JOIN memories m ON m.rowid = f.rowid"
+                                         " WHERE memory_features MATCH ?", (scope_token("p"),))} == {
+            m.id for m in olds}
+        new = memory("p", "Team delta owns the bravo service")
+        store.insert(new)
+        assert store.read("SELECT m.id FROM memory_features_pending p JOIN memories m ON m.rowid = p.rowid") == [
+            (new.id,)]
+        assert store.read("SELECT rev, active, accesses FROM profile_revs") == [(4, 4, 3)]
+        assert store.read("SELECT rev FROM memories WHERE id = ?", (new.id,)) == [(4,)]
+    finally:
+        store.close()

@@ -30,7 +30,7 @@ from .database import Database
 from .derive import derive_features, derive_text_keys
 from .schemas import CORE_SETS
 from .schemas.lineage import COPIED_FROM_SQL
-from .schemas.recall import INDEX_PENDING_SQL
+from .schemas.recall import INDEX_PENDING_SQL, WAITING_SQL
 
 
 MEMORY_COLUMNS = (
@@ -128,6 +128,9 @@ def id_batches(ids: Sequence[str]) -> Iterator[builtins.list[str]]:
     for i in range(0, len(ids), 500):
         yield list(ids[i:i + 500])
 
+
+# Whether a memory waits for the FTS5 batch (recall schema step 10).
+_ANY_WAITING: Final = f"SELECT 1 FROM memories m WHERE {WAITING_SQL} LIMIT 1"
 
 _OUTBOX_INSERT: Final = "INSERT INTO sync_outbox (id, profile, op, queued_us) VALUES "
 _OUTBOX_ON_CONFLICT: Final = (" ON CONFLICT(id) DO UPDATE SET profile = excluded.profile, op = excluded.op,"
@@ -684,9 +687,8 @@ class Store(Database):
         first, whatever its terms."""
         if not terms or limit <= 0:
             return []
-        waiting = self.read("SELECT m.id, m.processed_content FROM memory_features_pending p"
-                            " CROSS JOIN memories m ON m.rowid = p.rowid"
-                            " WHERE m.profile = ? AND m.is_active = 1 ORDER BY p.rowid DESC", (profile,))
+        waiting = self.read(f"SELECT m.id, m.processed_content FROM memories m WHERE {WAITING_SQL}"
+                            " AND +m.profile = ? ORDER BY m.rowid DESC", (profile,))
         return [*self._matches("m.id, m.processed_content", profile, terms, limit, required), *waiting]
 
     def _matches(self, cols: str, profile: str, terms: Sequence[str], limit: int,
@@ -710,13 +712,13 @@ class Store(Database):
             return []
 
     def index_pending(self) -> None:
-        """Index in FTS5 the new memories still waiting for their batch (``memory_features_pending``,
-        recall schema step 7), durably; best effort: left waiting when the database cannot be
+        """Index in FTS5 the new memories still waiting for their batch (those above the watermark,
+        recall schema step 10), durably; best effort: left waiting when the database cannot be
         written now (the cold path reads waiting memories directly, so no query misses them)."""
-        if not self.read("SELECT 1 FROM memory_features_pending LIMIT 1"):  # without the lock
+        if not self.read(_ANY_WAITING):  # without the lock
             return
         with self._lock:
-            if not self.conn.execute("SELECT 1 FROM memory_features_pending LIMIT 1").fetchone():
+            if not self.conn.execute(_ANY_WAITING).fetchone():
                 return
             try:
                 with self.transaction() as c:

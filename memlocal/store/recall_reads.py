@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final, Iterable, Iterator, Sequence
 
 from ..scoring import HALF_LIFE_DAYS, USAGE_FLOOR, US_PER_DAY
+from .schemas.recall import WAITING_SQL
 
 # The columns of a row, in order. The text is read only for a row without stored features
 # (``NULL``: derived lazily, by the caller).
@@ -43,10 +44,10 @@ _HIT_SQL: Final = (
     " WHERE memory_features MATCH ? AND +m.profile = ? AND m.is_active = 1 AND m.features IS NOT NULL"
 )
 _COUNT_SQL: Final = "SELECT count(*) FROM memory_features WHERE memory_features MATCH ?"
-# The profile's active memories waiting for the FTS5 index (recall schema step 7: at most a batch).
-_WAITING_SQL: Final = (_ROW_SQL.replace("FROM memories", "FROM memory_features_pending p CROSS JOIN memories"
-                                        " ON memories.rowid = p.rowid")
-                       + " AND is_active = 1 AND features IS NOT NULL")
+# The profile's active memories waiting for the FTS5 index (recall schema step 10: the rows above
+# the watermark, about a batch; "+" keeps the profile's indexes out of that rowid range).
+_WAITING_SQL: Final = _ROW_SQL.replace("FROM memories WHERE profile = ?",
+                                       f"FROM memories m WHERE {WAITING_SQL} AND +m.profile = ?")
 _STALE_SQL: Final = (_ROW_SQL.replace("FROM memories", "FROM memories INDEXED BY memories_features_stale")
                      + " AND features IS NULL AND is_active = 1")
 # The two orders of a profile's memories the store indexes (memlocal/store/schemas/recall.py,
