@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +138,43 @@ set_hypothesis_home_dir(str(CACHE / "hypothesis"))
 # generation of 10,000 objects and the collection's objects frozen (never scanned again), 2 full
 # collections and ~3 s. Cycles are still collected, only in fewer, larger passes.
 gc.set_threshold(10_000, 10, 10)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+TYPE_CHECK_TEST = ROOT / "tests" / "test_types.py"
+
+
+def _runs_the_type_check(config: pytest.Config) -> bool:
+    """Whether this run may select ``test_mypy_strict_is_clean``, judged from the command line
+    alone (xdist's controller collects nothing): no ``-k``, ``-m``, ``--lf`` or ``--collect-only``,
+    and a path argument that is tests/test_types.py or a folder holding it (no argument: the
+    ``testpaths``). A wrong guess costs only time: the test runs the check itself when no
+    background one was started, and a background one no test waited for is killed at the end."""
+    option = config.option
+    if (getattr(option, "keyword", "") or getattr(option, "markexpr", "") or getattr(option, "lf", False)
+            or getattr(option, "collectonly", False)):
+        return False
+    for arg in config.args:
+        path, _, rest = str(arg).partition("::")
+        target = (config.invocation_params.dir / path).resolve()
+        if target == TYPE_CHECK_TEST and rest in ("", "test_mypy_strict_is_clean"):
+            return True
+        if target.is_dir() and TYPE_CHECK_TEST.is_relative_to(target):
+            return True
+    return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's first process (xdist's controller, or the only one) starts mypy's check in
+    the background when the run may include it (``support.start_type_check``): it runs beside
+    the workers' start-up and first tests rather than holding one worker for ~20 s of CPU."""
+    if hasattr(config, "workerinput") or support.TYPE_CHECK_RESULT or not _runs_the_type_check(config):
+        return
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="memlocal-types-"))
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    support.start_type_check(ROOT, folder / "result.json")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -203,6 +203,61 @@ class _Http:
 http = _Http()
 
 
+# --- the type check, in the background ----------------------------------------------------------
+# mypy's first check of a checkout (a fresh clone, CI) is ~20 s of CPU in one process, and a test
+# that ran it held its worker for all of it. The session's first process (xdist's controller, or
+# the only one with -n0) starts it before any worker, and tests/test_types.py waits for its result
+# (a JSON file written when mypy has exited): it runs beside the workers' start-up and first tests.
+
+TYPE_CHECK_ENV = "MEMLOCAL_TESTS_TYPE_CHECK"  # the result file's path, for the workers
+TYPE_CHECK_RESULT: list[Path] = [Path(os.environ[TYPE_CHECK_ENV])] if os.environ.get(TYPE_CHECK_ENV) else []
+
+
+def type_check_command(root: Path) -> list[str]:
+    import sys
+
+    return [sys.executable, str(root / "scripts" / "check_types.py")]
+
+
+def start_type_check(root: Path, result: Path) -> None:
+    """Start ``scripts/check_types.py`` in the background (a process group of its own, killed by
+    ``stop_every_group`` when the session ends) and write ``{"returncode", "stdout", "stderr"}``
+    to ``result`` (atomically, by a rename) when it exits. The workers find ``result`` through
+    ``TYPE_CHECK_ENV``, which it sets (they inherit the environment it is called with)."""
+    import json
+    import threading
+
+    proc = spawn(type_check_command(root), cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, text=True)
+
+    def finish() -> None:
+        stdout, stderr = proc.communicate()
+        _GROUPS.discard(proc.pid)
+        try:
+            tmp = result.with_name(result.name + ".tmp")
+            tmp.write_text(json.dumps({"returncode": proc.returncode, "stdout": stdout, "stderr": stderr}))
+            tmp.replace(result)
+        except OSError:  # the session ended (and removed the folder) first
+            pass
+
+    threading.Thread(target=finish, name="type-check", daemon=True).start()
+    os.environ[TYPE_CHECK_ENV] = str(result)
+    TYPE_CHECK_RESULT[:] = [result]
+
+
+def type_check(root: Path, timeout: float = 140.0) -> "subprocess.CompletedProcess[str]":
+    """The result of ``scripts/check_types.py``: the background one's when the session started it
+    (waiting up to ``timeout`` s for it), else a run of it here."""
+    import json
+
+    if not TYPE_CHECK_RESULT:
+        return run(type_check_command(root), cwd=root, capture_output=True, text=True, timeout=timeout)
+    path = TYPE_CHECK_RESULT[0]
+    wait_for(path.exists, timeout=timeout, what=f"the session's background type check ({path})", interval=0.1)
+    out = json.loads(path.read_text())
+    return subprocess.CompletedProcess(type_check_command(root), out["returncode"], out["stdout"], out["stderr"])
+
+
 # Set once per session by conftest's ``_empty_database`` fixture.
 EMPTY_DATABASE: list[Path] = []
 
