@@ -1,5 +1,9 @@
 """One reconciliation pass: snapshot, plan (``sync.plan``), then the effects.
 
+Memories and automation notes run through the same pipeline: one decision table
+(``plan.plan_pass``) and one executor (``SyncEngine._execute``), parameterised by the synced kind
+(``memlocal_sync.kinds``: its key scheme, codec, local side, effects and resolution).
+
 The pass holds a lock file beside the database (``<db>.sync.lock``, an OS file lock via
 ``filelock``), so passes never overlap, across processes too; the kernel drops the lock when a
 process dies, so a SIGKILLed daemon never leaves a stale lock.
@@ -19,18 +23,17 @@ import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from filelock import FileLock, Timeout
 
 from memlocal.config import Config
 from memlocal.errors import SyncError, fold_whitespace
 from memlocal.humanize import plural
-from memlocal.model import Memory, compute_staleness, format_time, new_id, parse_time, to_us, utcnow
-from memlocal.plugins import NoteState, Replica
+from memlocal.model import format_time, new_id, parse_time, utcnow
+from memlocal.plugins import Replica
 
 from . import marker
 from .breaker import HostBreaker
@@ -39,6 +42,7 @@ from .bucket import (
 )
 from .clients import open_bucket
 from . import changes, converge, prepared, snapshot
+from .kinds import MEMORY, NOTE, NoteRecord, SyncedKind
 from .objects import (
     NOTE_PREFIX,
     PREFIX,
@@ -47,33 +51,21 @@ from .objects import (
     Listed,
     content_hash,
     decode,
-    decode_note,
     encode,
-    encode_note,
-    note_hash,
-    note_key,
     object_key,
     parse_key,
     profile_prefix,
 )
-from .plan import Action, Local, Op, Plan, after_fetch, held_summary, note_winner, plan_notes, plan_pass
+from .plan import Action, Local, Op, Plan, held_summary, plan_notes, plan_pass
 from .state import (
     META_LAST_ERROR,
     Changed,
     META_LAST_PASS,
-    DeletedRemote,
-    DeleteLocal,
     Effect,
-    Forget,
-    NoteDeletedRemote,
-    NoteDeleteLocal,
-    NoteForget,
-    NoteSynced,
     SkipObject,
     SyncState,
     Synced,
     Unskip,
-    as_note,
 )
 
 log = logging.getLogger(__name__)
@@ -452,7 +444,7 @@ class SyncEngine:
             effects += [Unskip(key) for key in known_bad if key not in listed]
         self.state.apply(effects)
         note_plan: Plan | None = None
-        notes_seen: dict[str, NoteState] = {}
+        notes_seen: dict[str, NoteRecord] = {}
         if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
             note_plan, notes_seen = self._plan_notes(report, verified=identity.verified, force=force,
                                                      pull_only=pull_only)
@@ -468,7 +460,7 @@ class SyncEngine:
         if report.mode != "record":
             self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
         self._check_cancelled()
-        self._execute(plan, report, pull_only=pull_only, progress=progress)
+        self._execute(MEMORY, plan, report, pull_only=pull_only, progress=progress)
         self._check_cancelled()
         busy |= self._converge(busy, report, pull_only=pull_only)
         if not pull_only and not report.errors and report.mode in ("full", "scoped"):
@@ -476,7 +468,7 @@ class SyncEngine:
                                   seq=view.tail if identity.conditional else None)
         self._collect_skips(plan, report, prefixes)
         if note_plan is not None:
-            self._run_notes(note_plan, notes_seen, report, pull_only=pull_only)
+            self._execute(NOTE, note_plan, report, pull_only=pull_only, progress=None, seen=notes_seen)
             self._collect_skips(note_plan, report, [NOTE_PREFIX])
         if guards:
             report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
@@ -1047,7 +1039,13 @@ class SyncEngine:
                     seen.add(key)
         report.counts["skipped"] = len(report.skipped)
 
-    def _execute(self, plan: Plan, report: PassReport, *, pull_only: bool, progress: Progress | None) -> None:
+    def _execute(self, kind: SyncedKind[Any, Any], plan: Plan, report: PassReport, *, pull_only: bool,
+                 progress: Progress | None, seen: Mapping[str, Any] | None = None) -> None:
+        """Run ``plan``'s actions of ``kind`` on the worker pool and commit their effects in
+        batches (``seen``: the local records the plan was made with, by id). Bucket trouble
+        stops the rest and is raised once the actions in flight are done; any other failure is
+        reported for that action alone."""
+        seen = seen or {}
         actions = plan.actions
         total = len(actions)
         if not total:
@@ -1069,7 +1067,7 @@ class SyncEngine:
 
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="memlocal-sync") as pool:
             pending: set[Future[tuple[list[Effect], Counter[str]]]] = set()
-            queue = self._with_locals(actions)
+            queue = self._with_locals(kind, actions)
             futures: dict[Future[Any], Action] = {}
             # Finished futures arrive here: O(1) per completion, where ``wait()`` on the pending
             # set re-arms a waiter on every pending future each time one finishes.
@@ -1082,7 +1080,7 @@ class SyncEngine:
                     if item is None:
                         return
                     action, loaded = item
-                    fut = pool.submit(self._run_action, action, pull_only, loaded)
+                    fut = pool.submit(self._run_action, kind, action, pull_only, loaded, seen.get(action.id))
                     futures[fut] = action
                     pending.add(fut)
                     fut.add_done_callback(completed.put)
@@ -1112,9 +1110,9 @@ class SyncEngine:
                         if failure is None:
                             failure = exc
                         cancelled = True
-                    except Exception as exc:  # one memory's trouble must not stop the others
-                        log.exception("sync %s of %s failed", action.op.value, action.id)
-                        report.errors.append(f"{action.op.value} {action.id}: {exc}")
+                    except Exception as exc:  # one item's trouble must not stop the others
+                        log.exception("sync %s of %s%s failed", action.op.value, kind.what, action.id)
+                        report.errors.append(f"{action.op.value} {kind.what}{action.id}: {exc}")
                 if progress:
                     progress(done, total)
                 if len(buffer) >= BATCH_SIZE or time.monotonic() - last_flush >= BATCH_SECONDS:
@@ -1149,182 +1147,131 @@ class SyncEngine:
                 else:
                     report.errors.append(f"{type(eff).__name__} {getattr(eff, 'id', getattr(eff, 'key', ''))}: {reason}")
 
-    # --- one action (runs on a worker thread) ---------------------------------------------------
+    # --- one action of any kind (runs on a worker thread) ------------------------------------------
 
-    def _with_locals(self, actions: Sequence[Action]) -> Iterator[tuple[Action, tuple[Memory, int] | None]]:
-        """The actions, each CREATE with its local memory and unmerged delta, read ``PRELOAD`` ids
-        a query as the queue reaches them: a first push is thousands of creates, and one read
-        per memory on the workers (each taking the store's lock) was a fifth of its CPU."""
+    def _with_locals(self, kind: SyncedKind[Any, Any], actions: Sequence[Action]) -> Iterator[tuple[Action, Any]]:
+        """The actions, each CREATE with its local record, read ``PRELOAD`` ids at a time as the
+        queue reaches them (``SyncedKind.load_many``; a kind that reads none: ``None``)."""
         for start in range(0, len(actions), PRELOAD):
             chunk = actions[start:start + PRELOAD]
             ids = [a.id for a in chunk if a.op is Op.CREATE]
-            loaded = {m.id: (m, d) for m, d in self.store.memories_with_deltas(None, ids=ids)} if ids else {}
+            loaded = kind.load_many(self.state, ids) if ids else {}
             for action in chunk:
                 yield action, loaded.get(action.id)
 
-    def _run_action(self, action: Action, pull_only: bool,
-                    loaded: tuple[Memory, int] | None = None) -> tuple[list[Effect], Counter[str]]:
+    def _run_action(self, kind: SyncedKind[Any, Any], action: Action, pull_only: bool, loaded: Any = None,
+                    seen: Any = None) -> tuple[list[Effect], Counter[str]]:
+        """One planned action: its requests, and the effects to commit (``loaded``: the local
+        record of a CREATE, read ahead; ``seen``: the record the plan saw)."""
         counts: Counter[str] = Counter()
         op = action.op
         if op is Op.CREATE:
-            effects = self._create(action.id, counts, loaded)
+            effects = self._create(kind, action.id, counts, loaded)
         elif op is Op.FETCH:
-            effects = self._fetch(action.id, action.profile, action.etag, counts, pull_only=pull_only)
+            effects = self._fetch(kind, action.id, action.profile, action.etag, counts, pull_only=pull_only)
         elif op is Op.UPDATE:
-            effects = self._update(action.id, action.profile, action.etag, counts)
+            # The remote is still at the base ETag, so its count is ours minus the unmerged delta.
+            record = kind.load(self.state, action.id)
+            effects = [] if record is None else self._push(kind, record, action.etag, counts, attempt=1)
         elif op is Op.DELETE_REMOTE:
-            key = object_key(action.profile, action.id)
+            key = kind.key(action.profile, action.id)
             self.bucket.delete(key)
-            counts["deleted_remote"] += 1
-            effects = [DeletedRemote(action.id), Changed(key, "", "delete")]
+            counts[kind.counters.deleted_remote] += 1
+            effects = [kind.deleted_remote(action.id), Changed(key, "", "delete")]
         elif op is Op.DELETE_LOCAL:
-            counts["deleted_local"] += 1
-            effects = [DeleteLocal(action.id, action.profile)]
+            counts[kind.counters.deleted_local] += 1
+            effects = [kind.delete_local(action, seen)]
         elif op is Op.FORGET:
-            effects = [Forget(action.id)]
+            effects = [kind.forget(action.id)]
         elif op is Op.REID:
             effects = self._reid(action.id, counts)
         else:  # pragma: no cover
             raise AssertionError(op)
         return effects, counts
 
-    def _create(self, memory_id: str, counts: Counter[str], loaded: tuple[Memory, int] | None = None) -> list[Effect]:
-        """PUT a memory the bucket does not have (``If-None-Match: *``). ``loaded``: the local
-        memory and its unmerged delta, read with others by ``_with_locals`` (``None``: read here;
-        a memory deleted since is not recreated, its base records nothing of its row)."""
-        loaded = loaded or self.state.load_local(memory_id)
-        if loaded is None:
-            return []  # deleted meanwhile; its outbox entry says so
-        memory, delta = loaded
-        # A create never carries unmerged local bumps: the bucket's count must not depend on
-        # whether this PUT's base got recorded (see the adopt path). The delta merges after.
-        sent = memory.with_changes(access_count=max(0, memory.access_count - delta))
-        key = object_key(memory.profile_name, memory.id)
-        body = encode(sent)
+    def _create(self, kind: SyncedKind[Any, Any], item_id: str, counts: Counter[str], loaded: Any = None) -> list[Effect]:
+        """PUT a local record the bucket does not have (``If-None-Match: *``). ``loaded``: the
+        record, read ahead (``None``: read here; one deleted since is not recreated, its outbox
+        entry says so)."""
+        record = loaded if loaded is not None else kind.load(self.state, item_id)
+        if record is None:
+            return []
+        sent = kind.outgoing(record)
+        key, profile, _id = kind.key_of(sent)
+        body = kind.encode(sent)
         try:
             etag = self.bucket.create(key, body)
         except PreconditionFailed:
-            # Someone holds that key: our own earlier PUT, or another host's memory.
-            return self._fetch(memory.id, memory.profile_name, "", counts)
-        counts["pushed"] += 1
-        effects: list[Effect] = [Synced(sent, etag, content_hash(sent), 0, "local", set_staleness=False),
-                                 Changed(key, etag, "put", len(body))]
-        if delta > 0:
-            effects += self._merge(memory.id, memory.profile_name, sent, etag, counts)
-        return effects
+            # Someone holds that key: our own earlier PUT, or another host's.
+            return self._fetch(kind, item_id, profile, "", counts)
+        counts[kind.counters.created] += 1
+        return [*kind.written(sent, etag, created=True), Changed(key, etag, "put", len(body)),
+                *kind.after_create(self, sent, etag, counts)]
 
-    def _update(self, memory_id: str, profile: str, etag: str, counts: Counter[str]) -> list[Effect]:
-        loaded = self.state.load_local(memory_id)
-        if loaded is None:
-            return []
-        memory, delta = loaded
-        # The remote is still at the base ETag, so its count is ours minus the unmerged delta.
-        return self._push(memory, delta, etag, counts, attempt=1)
+    def push(self, kind: SyncedKind[Any, Any], record: Any, etag: str, counts: Counter[str], *,
+             attempt: int) -> list[Effect]:
+        """``Pipeline.push`` for the kinds' ``resolve``: ``_push``."""
+        return self._push(kind, record, etag, counts, attempt=attempt)
 
-    def _push(self, body: Memory, delta: int, etag: str, counts: Counter[str], *, attempt: int) -> list[Effect]:
-        """PUT ``body`` (whose count already includes ``delta``) with ``If-Match: etag``."""
-        key = object_key(body.profile_name, body.id)
-        data = encode(body)
+    def reid(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
+        """``Pipeline.reid`` for the kinds' ``resolve``: ``_reid``."""
+        return self._reid(memory_id, counts)
+
+    def _push(self, kind: SyncedKind[Any, Any], record: Any, etag: str, counts: Counter[str], *,
+              attempt: int) -> list[Effect]:
+        """PUT ``record`` with ``If-Match: etag``. A 412 re-reads the object and resolves again
+        (up to ``MERGE_ATTEMPTS`` writes); a 404 means it was deleted on another host meanwhile:
+        the deletion wins."""
+        key, profile, item_id = kind.key_of(record)
+        data = kind.encode(record)
         try:
             new_etag = self.bucket.replace(key, data, etag)
         except PreconditionFailed:
             counts["precondition_failed"] += 1
             if attempt >= MERGE_ATTEMPTS:
                 raise SyncError(f"{key} kept changing: gave up after {attempt} conditional writes; next pass retries") from None
-            return self._fetch(body.id, body.profile_name, "", counts, attempt=attempt + 1, merging=True)
+            return self._fetch(kind, item_id, profile, "", counts, attempt=attempt + 1, merging=True)
         except ObjectMissing:
-            # Deleted on another host while we merged: the deletion wins.
-            counts["deleted_local"] += 1
-            return [DeleteLocal(body.id, body.profile_name)]
-        counts["merged"] += 1
-        return [Synced(body, new_etag, content_hash(body), delta, "local"), Changed(key, new_etag, "put", len(data))]
+            counts[kind.counters.deleted_local] += 1
+            return kind.gone(self.state, item_id, profile, record)
+        counts[kind.counters.pushed] += 1
+        return [*kind.written(record, new_etag, created=False), Changed(key, new_etag, "put", len(data))]
 
-    def _merge(self, memory_id: str, profile: str, remote: Memory, etag: str, counts: Counter[str],
-               *, attempt: int = 1) -> list[Effect]:
-        """Merge our unmerged access delta into ``remote`` (at ``etag``) and push it."""
-        loaded = self.state.load_local(memory_id)
-        if loaded is None or loaded[1] <= 0:
-            return []
-        local, delta = loaded
-        body = _merged(remote, local, delta)
-        return self._push(body, delta, etag, counts, attempt=attempt)
-
-    def _fetch(self, memory_id: str, profile: str, listed_etag: str, counts: Counter[str], *,
+    def _fetch(self, kind: SyncedKind[Any, Any], item_id: str, profile: str, listed_etag: str, counts: Counter[str], *,
                pull_only: bool = False, attempt: int = 1, merging: bool = False) -> list[Effect]:
-        key = object_key(profile, memory_id)
+        """GET an object, decode it, and let the kind resolve it against the local record; an
+        object too large or unreadable is skipped (remembered with its ETag), never applied."""
+        key = kind.key(profile, item_id)
         try:
             # A body from the profile's snapshot, under the listed ETag, stands for the GET.
             cached = self._from_snapshot.pop(key, None) if attempt == 1 and listed_etag else None
             data, etag = (cached, listed_etag) if cached is not None else self.bucket.get(key, self.max_object_bytes)
         except ObjectMissing:
             if merging:
-                # Our conditional merge was refused and the object is gone: deleted on another
-                # host while we merged, as when the PUT itself answers 404 (SeaweedFS answers
-                # If-Match on a missing key with 412): the deletion wins.
-                counts["deleted_local"] += 1
-                return [DeleteLocal(memory_id, profile)]
+                # Our conditional write was refused and the object is gone: deleted on another
+                # host meanwhile, as when the PUT itself answers 404 (SeaweedFS answers If-Match
+                # on a missing key with 412): the deletion wins.
+                counts[kind.counters.deleted_local] += 1
+                return kind.gone(self.state, item_id, profile)
             return []  # gone since the listing: the next pass sees the deletion
         except ObjectTooLarge as exc:
             counts["skipped_objects"] += 1
             return [SkipObject(key, exc.etag or listed_etag, str(exc))]
         try:
-            remote = decode(data, profile, memory_id)
+            remote = kind.decode(data, profile, item_id)
         except BadObject as exc:
             counts["skipped_objects"] += 1
             log.warning("skipping %s: %s", key, exc.reason)
             return [SkipObject(key, etag or listed_etag, exc.reason)]
-        rhash = content_hash(remote)
-        loaded = self.state.load_local(memory_id)
-        local = (Local(loaded[0].id, loaded[0].profile_name, content_hash(loaded[0]), loaded[1],
-                       inactive=not loaded[0].is_active) if loaded else None)
-        decision = after_fetch(local, self.state.load_base(memory_id), profile, rhash, pull_only=pull_only,
-                               remote_inactive=not remote.is_active)
-        if decision.skip:
-            return []
-        effects: list[Effect] = []
-        if decision.reid:
-            effects += self._reid(memory_id, counts)
-            local, loaded = None, None
-            decision = after_fetch(None, None, profile, rhash)
-        if decision.conflict:
-            counts["conflicts"] += 1
-            log.warning("%s changed here and in the bucket: the bucket's content wins", key)
-        if decision.content == "remote":
-            if local is None:
-                counts["pulled"] += 1
-            elif local.content_hash == rhash and (base := self.state.load_base(memory_id)) is None:
-                counts["adopted"] += 1
-                # Our own earlier write whose record may never have been journalled.
-                effects.append(Changed(key, etag, "put", len(data)))
-            elif local.content_hash == rhash and base is not None and base.content_hash != rhash:
-                counts["adopted"] += 1
-                # Our own edit already in the bucket (a pass killed after its PUT, before it
-                # recorded it): journalled now, or followers would see it only in a full listing.
-                effects.append(Changed(key, etag, "put", len(data)))
-            else:
-                counts["updated"] += 1
-            effects.append(Synced(remote, etag, decision.base_hash, 0, "remote"))
-        else:
-            assert loaded is not None
-            # Keep our content; take the remote's access metadata (delta is added on apply).
-            own = loaded[0].with_changes(access_count=remote.access_count, last_accessed_at=remote.last_accessed_at)
-            effects.append(Synced(own, etag, decision.base_hash, 0, "local", set_staleness=False,
-                                  hash_is_memorys=decision.base_hash == content_hash(own)))
-        if decision.push and loaded is not None:
-            source = remote if decision.content == "remote" else loaded[0]
-            delta = loaded[1]
-            # The local lastAccessedAt goes in even when the content is the remote's: it is
-            # what the unmerged bumps set, and the merge takes the later of the two.
-            body = _merged(remote, source, delta, local_last=loaded[0].last_accessed_at)
-            effects += self._push(body, delta, etag, counts, attempt=attempt)
-        return effects
+        return kind.resolve(self, remote, etag, data, counts, pull_only=pull_only, attempt=attempt)
 
     # --- automation notes: memlocal/automations/<id>.json (docs/sync.md, "Automation notes") ----
 
     def _plan_notes(self, report: PassReport, *, verified: bool, force: bool,
-                    pull_only: bool) -> tuple[Plan, dict[str, NoteState]]:
-        """List and plan the automation notes (few and small); bucket trouble raises
-        ``BucketUnavailable`` like the memories' part. Returns the plan and the local notes it saw."""
+                    pull_only: bool) -> tuple[Plan, dict[str, NoteRecord]]:
+        """List and plan the automation notes (few and small: one listing, no change record, no
+        snapshots); bucket trouble raises ``BucketUnavailable`` like the memories' part. Returns
+        the plan and the local notes it saw, which ``_execute`` runs as the kind ``NOTE``."""
         notes, base, deletes = self.state.note_entries()
         # (Not in the report's ``pages``/``objects``: those describe the listing of ``memory/``.)
         listing = self.bucket.list(NOTE_PREFIX)
@@ -1341,109 +1288,7 @@ class SyncEngine:
                                  if s.persist and known_bad.get(s.key, ("", ""))[0] != s.etag]
         effects += [Unskip(key) for key in known_bad if key not in listed]
         self.state.apply(effects)
-        return plan, notes
-
-    def _run_notes(self, plan: Plan, notes: dict[str, NoteState], report: PassReport, *, pull_only: bool) -> None:
-        """The planned notes' actions, one request each, in turn; any failure other than bucket
-        trouble is reported for that note alone."""
-        for action in plan.actions:
-            try:
-                self.state.apply(self._note_action(action, notes.get(action.id), report.counts, pull_only))
-            except (BucketUnavailable, marker.MarkerGone):
-                raise
-            except Exception as exc:  # one note's trouble must not stop the others
-                log.exception("sync %s of automation note %s failed", action.op.value, action.id)
-                report.errors.append(f"{action.op.value} automation note {action.id}: {exc}")
-
-    def _note_action(self, action: Action, seen: NoteState | None, counts: Counter[str],
-                     pull_only: bool) -> list[Effect]:
-        """One note's action; ``seen``: the local note the plan was made with."""
-        nid, op = action.id, action.op
-        if op is Op.FETCH:
-            return self._fetch_note(nid, action.etag, counts, pull_only=pull_only)
-        if op is Op.DELETE_REMOTE:
-            self.bucket.delete(note_key(nid))
-            counts["notes_deleted_remote"] += 1
-            return [NoteDeletedRemote(nid), Changed(note_key(nid), "", "delete")]
-        if op is Op.DELETE_LOCAL:
-            assert seen is not None
-            counts["notes_deleted_local"] += 1
-            return [NoteDeleteLocal(nid, seen)]
-        if op is Op.FORGET:
-            return [NoteForget(nid)]
-        current = self.store.note_get(nid)
-        if current is None:
-            return []  # cleared meanwhile: its outbox entry says so, the next pass sends it
-        if op is Op.CREATE:
-            note = as_note(nid, current)
-            try:
-                etag = self.bucket.create(note_key(nid), encode_note(note))
-            except PreconditionFailed:  # another host wrote this automation's note first
-                return self._fetch_note(nid, "", counts)
-            counts["notes_pushed"] += 1
-            return [NoteSynced(nid, current, etag, note_hash(note), current), Changed(note_key(nid), etag, "put")]
-        if op is Op.UPDATE:
-            return self._push_note(nid, current, action.etag, counts, attempt=1)
-        raise AssertionError(op)  # pragma: no cover - REID never happens to notes
-
-    def _push_note(self, nid: str, current: NoteState, etag: str, counts: Counter[str], *,
-                   attempt: int) -> list[Effect]:
-        """PUT the local note with ``If-Match: etag``; a 412 re-reads and decides again."""
-        note = as_note(nid, current)
-        try:
-            new_etag = self.bucket.replace(note_key(nid), encode_note(note), etag)
-        except PreconditionFailed:
-            counts["precondition_failed"] += 1
-            if attempt >= MERGE_ATTEMPTS:
-                raise SyncError(f"{note_key(nid)} kept changing: gave up after {attempt} conditional writes; "
-                                "next pass retries") from None
-            return self._fetch_note(nid, "", counts, attempt=attempt + 1)
-        except ObjectMissing:  # cleared on another host meanwhile: the deletion wins
-            counts["notes_deleted_local"] += 1
-            return [NoteDeleteLocal(nid, current)]
-        counts["notes_pushed"] += 1
-        return [NoteSynced(nid, current, new_etag, note_hash(note), current), Changed(note_key(nid), new_etag, "put")]
-
-    def _fetch_note(self, nid: str, listed_etag: str, counts: Counter[str], *, pull_only: bool = False,
-                    attempt: int = 1) -> list[Effect]:
-        """Read a note object and decide: take it, keep ours (and push it), or adopt the same."""
-        key = note_key(nid)
-        try:
-            data, etag = self.bucket.get(key, self.max_object_bytes)
-        except ObjectMissing:
-            return []  # gone since the listing: the next pass sees the deletion
-        except ObjectTooLarge as exc:
-            return [SkipObject(key, exc.etag or listed_etag, str(exc))]
-        try:
-            remote = decode_note(data, nid)
-        except BadObject as exc:
-            log.warning("skipping %s: %s", key, exc.reason)
-            return [SkipObject(key, etag or listed_etag, exc.reason)]
-        theirs: NoteState = (remote.note, to_us(remote.updated_at) or 0)
-        rhash = note_hash(remote)
-        current = self.store.note_get(nid)
-        if current is None:
-            counts["notes_pulled"] += 1
-            return [NoteSynced(nid, theirs, etag, rhash, None)]
-        lhash = note_hash(as_note(nid, current))
-        if lhash == rhash:  # the same note (our own earlier PUT, or written alike): adopt it
-            return [NoteSynced(nid, theirs, etag, rhash, current)]
-        base = self.state.load_note_base(nid)
-        local_edit = base is None or lhash != base.content_hash
-        remote_edit = base is None or rhash != base.content_hash
-        if local_edit and remote_edit:
-            counts["note_conflicts"] += 1
-            winner = note_winner((current[1], current[0]), (theirs[1], theirs[0]))
-            log.warning("%s changed here and in the bucket: the %s note wins (the later updatedAt)", key,
-                        "local" if winner == "local" else "bucket's")
-        else:
-            winner = "local" if local_edit else "remote"
-        if winner == "remote":
-            counts["notes_updated"] += 1
-            return [NoteSynced(nid, theirs, etag, rhash, current)]
-        if pull_only:
-            return []  # ours wins, and a read-only pass writes nothing: the next full pass pushes it
-        return self._push_note(nid, current, etag, counts, attempt=attempt)
+        return plan, {a: NoteRecord(a, n) for a, n in notes.items()}
 
     def _reid(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
         """Give our memory a fresh id (another host's memory owns ``memory_id``), then push it."""
@@ -1458,7 +1303,7 @@ class SyncEngine:
             return []
         counts["reid"] += 1
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
-        return self._create(candidate, counts)
+        return self._create(MEMORY, candidate, counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1513,17 +1358,3 @@ def _id_listings(last: str) -> list[tuple[str | None, str | None, str | None]] |
     out.append((profile, head + "f" + _PAST, profile + _PAST))
     return out
 
-
-def _merged(remote: Memory, content: Memory, delta: int, *, local_last: datetime | None = None) -> Memory:
-    """``content``'s content with the remote's access count plus ``delta`` and the latest
-    lastAccessedAt of the remote, ``content`` and ``local_last`` (data, not an arbiter: a max is
-    order-independent, so every host and the bucket converge on the later value). Staleness
-    recomputed."""
-    last_candidates = [t for t in (remote.last_accessed_at, content.last_accessed_at, local_last) if t is not None]
-    last = max(last_candidates) if last_candidates else None
-    count = remote.access_count + delta
-    merged = content.with_changes(access_count=count, last_accessed_at=last)
-    return merged.with_changes(staleness_score=compute_staleness(
-        category=merged.category, confidence=merged.confidence, access_count=count,
-        created_at=merged.created_at, last_accessed_at=last,
-    ))

@@ -308,6 +308,34 @@ def test_a_412_race_during_a_pass_is_resolved_by_updated_at(hosts: Callable[...,
     settled(a, b)
 
 
+def test_a_clear_elsewhere_wins_over_an_edit_whose_if_match_answers_412(hosts: Callable[..., Host], s3: S3,
+                                                                        fault_proxy: FaultProxy) -> None:
+    """A clears the note while B's pass pushes B's edit; the server answers B's If-Match on the
+    missing key with 412 (as SeaweedFS does; S3 and moto answer 404): B re-reads, finds the
+    object gone, and clears its note in that pass, as a memory's merge does (the deletion wins)."""
+    a, b = hosts("a"), hosts("b", bucket__endpoint=fault_proxy.endpoint)
+    t0 = utcnow()
+    a.bank.automations.put("n1", "v0", now=t0)
+    assert b.sync().counts["notes_pulled"] == 1
+    fault_proxy.fail(1000, status=503)  # B's write-through fails: its edit stays queued
+    b.bank.automations.put("n1", "b's edit", now=t0 + timedelta(seconds=1))
+    fault_proxy.fail(0)
+
+    def clear_first(method: str, path: str, headers: dict[str, str]) -> bool:
+        if method == "PUT" and "If-Match" in headers and "/memlocal/automations/" in path:
+            assert a.bank.automations.delete("n1") is True  # the object is gone from the bucket
+            fault_proxy.fail(1, 412, "PreconditionFailed")  # answered as SeaweedFS answers it
+            return True
+        return False
+
+    fault_proxy.before(clear_first)
+    report = b.sync()
+    assert report.ok and report.counts["precondition_failed"] == 1, report.to_dict()
+    assert report.counts["notes_deleted_local"] == 1 and note_of(b, "n1") is None
+    assert s3.keys(NOTES) == []
+    settled(a, b)
+
+
 # --- the note decoder, fed generated JSON (hypothesis) -----------------------------------------
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
