@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from filelock import FileLock, Timeout
 
@@ -220,6 +220,8 @@ class SyncEngine:
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
                                    probe_lease_s=2 * config.get_float("sync.put_timeout_s") + 1)
         self._snapshot_modified: dict[str, str] = {}  # snapshot key -> LastModified (listed)
+        # The thread preparing this pass's snapshots (``_start_feeds``) and the event that stops it.
+        self._feeding: tuple[threading.Thread, threading.Event] | None = None
         self.full_listing_s = config.get_float("sync.full_listing_s")
         self.foreign_listing_s = config.sync.foreign_listing_s
         self.deadline_s = config.sync.deadline_s
@@ -355,6 +357,7 @@ class SyncEngine:
             report.result = "failed"
             report.reason = f"internal error: {type(exc).__name__}: {fold_whitespace(exc)[:300]}"
         finally:
+            self._stop_feeds()  # (a pass that failed while its snapshots were being read)
             self.bucket.end_pass()
             report.duration_s = time.monotonic() - t0
             report.finished_at = format_time(utcnow())
@@ -380,7 +383,7 @@ class SyncEngine:
             report.record_note = view.reason
         prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
         snapshots: dict[str, list[str]] = {}
-        prefetched: dict[str, dict[str, _Prefetched]] = {}
+        feeds: dict[str, prepared.Feed] = {}
         # A fresh host lists the bucket like any other (a snapshot never stands for a listing:
         # docs/sync.md, "What a hint may do"); it reads its snapshots while the listing runs.
         listed_snapshots = self._list_snapshots(None) if view.fresh else None
@@ -403,20 +406,20 @@ class SyncEngine:
                 outbox_deletes = self.state.outbox_deletes(profiles)
             snapshots = listed_snapshots if listed_snapshots is not None else self._list_snapshots(profiles)
             # A profile this host has nothing of (a fresh host's case) will take most of its
-            # memories from its snapshot: fetched and decoded here, as the content hashes are
-            # computed, while the listing waits on the server (CPU that would otherwise follow it).
+            # memories from its snapshot: fetched, decoded and made into rows on a thread of its
+            # own (and a helper process) from now on, while the listing waits on the server, and
+            # inserted chunk by chunk as they come once the pass has its plan (``_read_snapshots``).
             known_profiles = {b.profile for b in base.values()} | local_rows.profiles
             fresh = {p: keys for p, keys in snapshots.items() if p not in known_profiles}
-            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="memlocal-sync-local") as helper:
+            feeds = self._start_feeds(fresh) if fresh else {}
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-sync-local") as helper:
                 local_future = helper.submit(self.state.local_entries_from, local_rows)
-                prefetch = helper.submit(self._prefetch_snapshots, fresh) if fresh else None
                 listing = []
                 for prefix in prefixes:
                     objects, pages = self._list(prefix)
                     listing.extend(objects)
                     report.pages += pages
                 local = local_future.result()
-                prefetched = prefetch.result() if prefetch is not None else {}
             self._check_cancelled()
             if hashes:
                 self.state.remember_signatures(local_rows, local, base)
@@ -458,7 +461,8 @@ class SyncEngine:
         # Profiles this pass changes are written by a later pass that finds them settled.
         busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
         if report.mode != "record":
-            self._read_snapshots(plan, snapshots, report, set(local) | set(base), prefetched)
+            self._read_snapshots(plan, snapshots, report, set(local) | set(base), feeds)
+            self._stop_feeds()
         self._check_cancelled()
         self._execute(MEMORY, plan, report, pull_only=pull_only, progress=progress)
         self._check_cancelled()
@@ -853,46 +857,68 @@ class SyncEngine:
             return False  # no time from the server: written when the profile changes
         return time.time() - written >= self.changes.trust_s / 2
 
-    def _prefetch_snapshots(self, snapshots: dict[str, list[str]]) -> dict[str, dict[str, _Prefetched]]:
-        """The first readable snapshot of each profile, every entry decoded and made ready to
-        insert (content hash, store row): in a helper process for a large snapshot when this
-        store is memlocal's own (``memlocal_sync.prepared``), else here. Runs beside the listing;
-        never raises (a snapshot that cannot be used here is read again, or its objects fetched,
-        after the plan)."""
-        out: dict[str, dict[str, _Prefetched]] = {}
-        for profile, keys in snapshots.items():
-            if self._cancelled.is_set():  # the caller checks, once the listing beside it is done
-                break
-            try:
-                ready = self._prepared_snapshot(profile, keys)
-            except Exception as exc:  # containment: this is only a head start
-                log.info("snapshot of %s not read ahead: %s", profile, exc)
-                continue
-            if ready is not None:
-                out[profile] = ready
-        return out
+    def _start_feeds(self, snapshots: dict[str, list[str]]) -> dict[str, prepared.Feed]:
+        """Start reading the first readable snapshot of each profile on a thread of its own: each
+        entry decoded and made ready to insert (content hash, MD5, store row), in a helper process
+        for a large snapshot (``memlocal_sync.prepared``), else here, chunk by chunk into the
+        profile's feed. Runs beside the listing and the inserts; never raises (a snapshot that
+        cannot be used here is read again, or its objects fetched, after the plan);
+        ``_stop_feeds`` ends it."""
+        feeds = {profile: prepared.Feed() for profile in snapshots}
+        stop = threading.Event()
 
-    def _prepared_snapshot(self, profile: str, keys: Sequence[str]) -> dict[str, _Prefetched] | None:
-        """The entries of the first of ``keys`` that reads as a snapshot of ``profile``, prepared
-        (``None``: none reads, or the pass was cancelled)."""
+        def run() -> None:
+            for profile, keys in snapshots.items():
+                feed, read = feeds[profile], False
+                try:
+                    if not stop.is_set() and not self._cancelled.is_set():
+                        read = self._feed_snapshot(profile, keys, feed, stop)
+                except Exception as exc:  # containment: this is only a head start
+                    log.info("snapshot of %s not read ahead: %s", profile, exc)
+                finally:
+                    feed.finish(read)  # always: the pass may be waiting for it
+
+        thread = threading.Thread(target=run, name="memlocal-sync-snapshots", daemon=True)
+        self._feeding = (thread, stop)
+        thread.start()
+        return feeds
+
+    def _stop_feeds(self) -> None:
+        """Stop the snapshot thread of ``_start_feeds`` (its helper process killed) and wait for it."""
+        feeding, self._feeding = self._feeding, None
+        if feeding is not None:
+            feeding[1].set()
+            feeding[0].join()
+
+    def _feed_snapshot(self, profile: str, keys: Sequence[str], feed: prepared.Feed, stop: threading.Event) -> bool:
+        """Put the entries of the first of ``keys`` that reads as a snapshot of ``profile``,
+        prepared, into ``feed``; whether one was read whole (``False``: none reads, or stopped)."""
+        def stopped() -> bool:
+            return stop.is_set() or self._cancelled.is_set()
+
         for key in keys:
             try:
                 data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
                 if len(data) >= prepared.HELPER_MIN_BYTES and self._helper_allowed():
                     try:
-                        ready = prepared.in_helper(data, profile, self.max_object_bytes, self._cancelled)
-                        return None if ready is None else prepared.with_rows(ready, self.store.prepare,
-                                                                              self.store.signature)
+                        return prepared.stream_in_helper(data, profile, self.max_object_bytes, feed.put, stopped,
+                                                         chunk=prepared.CHUNK)
                     except BadObject:
                         raise
-                    except Exception as exc:  # the helper is only a second core: read it here
+                    except Exception as exc:  # the helper is only a second core: read here (again)
                         log.info("snapshot %s read here (the helper process failed: %s)", key, exc)
-                entries = snapshot.read(data, profile)
-                return prepared.prepare_entries(entries, profile, self.max_object_bytes, self.store.prepare,
-                                                self.store.signature, self._cancelled.is_set)
+                # Decoded and hashed here; the rows are made by the pass as it takes the entries.
+                entries = list(snapshot.read(data, profile).items())
+                for i in range(0, len(entries), prepared.CHUNK):
+                    ready = prepared.prepare_entries(dict(entries[i:i + prepared.CHUNK]), profile,
+                                                     self.max_object_bytes, None, None, stopped)
+                    if ready is None:
+                        return False
+                    feed.put(ready)
+                return True
             except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
                 log.info("snapshot %s not used: %s", key, exc)
-        return None
+        return False
 
     def _helper_allowed(self) -> bool:
         """A helper process decodes and hashes a large snapshot when there is a second core."""
@@ -910,74 +936,98 @@ class SyncEngine:
         return None
 
     def _read_snapshots(self, plan: Plan, snapshots: dict[str, list[str]], report: PassReport,
-                        known: set[str], prefetched: dict[str, dict[str, _Prefetched]] | None = None) -> None:
+                        known: set[str], feeds: dict[str, prepared.Feed] | None = None) -> None:
         """For each profile with many objects to fetch, take their bodies from its snapshot where
-        the snapshot's ETag is the listing's (the listing is the truth); the rest are fetched.
+        the snapshot's ETag is the listing's and the body is the one that ETag names (the listing
+        is the truth); the rest are fetched.
 
         A memory new to this host (no local row, no base: a fresh host's case) is pulled here
         at once, in batches; the others go through the usual fetch, with the body in hand.
-        ``prefetched``: snapshots already read and decoded during the listing."""
+        ``feeds``: snapshots being read and prepared since the listing began (``_start_feeds``),
+        taken chunk by chunk as they come, so that the inserts overlap the preparing."""
         self._from_snapshot = {}
         if self.snapshot_min <= 0:
             return
-        prefetched = prefetched or {}
-        ready: dict[str, _Prefetched] = {}
-        fetches: dict[str, dict[str, str]] = {}
+        feeds = feeds or {}
+        fetches: dict[str, dict[str, Action]] = {}
         for action in plan.actions:
             if action.op is Op.FETCH and action.etag:
-                fetches.setdefault(action.profile, {})[_planned_key(action)] = action.etag
+                fetches.setdefault(action.profile, {})[_planned_key(action)] = action
+        taken: set[str] = set()  # keys pulled here: their fetches are done
+        effects: list[Effect] = []
         for profile, wanted in fetches.items():
             if len(wanted) < self.snapshot_min or profile not in snapshots:
                 continue
-            ahead = prefetched.get(profile)
-            entries = ({k: (p.etag, p.body) for k, p in ahead.items()} if ahead is not None
-                       else self._first_snapshot(profile, snapshots[profile]))
-            if entries is None:
-                continue
+            feed = feeds.get(profile)
+            chunks: Iterable[dict[str, _Prefetched] | dict[str, tuple[str, bytes]]] = ()
+            if feed is not None:
+                chunks = feed.chunks()
             used = 0
-            for obj_key, etag in wanted.items():
-                entry = entries.get(obj_key)
-                if (entry is not None and entry[0] == etag and len(entry[1]) <= self.max_object_bytes
-                        and snapshot.body_matches(entry[1], etag)):
-                    self._from_snapshot[obj_key] = entry[1]
-                    if ahead is not None:
-                        ready[obj_key] = ahead[obj_key]
-                    used += 1
+            for chunk in chunks:
+                used += self._take_snapshot_entries(chunk, wanted, known, taken, effects, report)
+                # Inserted in batches, and whenever the next chunk is not ready yet: what the feed
+                # prepares meanwhile is the next batch's.
+                if len(effects) >= BATCH_SIZE * 4 or (len(effects) >= BATCH_SIZE and feed is not None
+                                                      and not feed.pending()):
+                    self._check_cancelled()  # what was applied stays applied
+                    self.state.apply(effects)
+                    effects = []
+            if feed is None or not feed.read:  # not read ahead (or that failed): read here, whole
+                entries = self._first_snapshot(profile, snapshots[profile])
+                if entries is not None:
+                    used += self._take_snapshot_entries(
+                        {k: v for k, v in entries.items() if k not in taken}, wanted, known, taken, effects, report)
             report.counts["from_snapshot"] += used
-        if not self._from_snapshot:
-            return
-        effects: list[Effect] = []
-        remaining: list[Action] = []
-        for action in plan.actions:
-            key = _planned_key(action) if action.op is Op.FETCH else ""
-            body = self._from_snapshot.get(key) if key else None
-            if body is None or action.id in known:
-                remaining.append(action)
+        self.state.apply(effects)
+        if taken:
+            plan.actions = [a for a in plan.actions if not (a.op is Op.FETCH and _planned_key(a) in taken)]
+
+    def _take_snapshot_entries(self, entries: dict[str, _Prefetched] | dict[str, tuple[str, bytes]],
+                               wanted: dict[str, Action], known: set[str], taken: set[str], effects: list[Effect],
+                               report: PassReport) -> int:
+        """The entries (prepared, or ``(etag, body)``) that stand for a planned fetch: the
+        listing's ETag, the body that ETag names, within the size limit. A memory this host does
+        not know is pulled (its effect appended, its key added to ``taken``); a known one keeps
+        its fetch, with the body in hand (``_from_snapshot``). Returns how many were used."""
+        used = 0
+        for obj_key, entry in entries.items():
+            action = wanted.get(obj_key)
+            if action is None or obj_key in taken or obj_key in self._from_snapshot:
                 continue
-            del self._from_snapshot[key]
-            pre = ready.get(key)
+            if isinstance(entry, prepared.Prepared):
+                pre: _Prefetched | None = entry
+                etag, body = entry.etag, entry.body
+                matches = bool(entry.md5) and entry.md5 == snapshot.etag_md5(action.etag)
+            else:
+                pre = None
+                etag, body = entry
+                matches = snapshot.body_matches(body, action.etag)
+            if etag != action.etag or len(body) > self.max_object_bytes or not matches:
+                continue
+            used += 1
+            if action.id in known:
+                self._from_snapshot[obj_key] = body
+                continue
+            taken.add(obj_key)
             if pre is not None and pre.memory is None:
                 report.counts["skipped_objects"] += 1
-                effects.append(SkipObject(key, action.etag, pre.reason))
+                effects.append(SkipObject(obj_key, action.etag, pre.reason))
                 continue
             if pre is not None and pre.memory is not None:
-                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=pre.row,
-                                      signature=pre.signature))
+                row, sig = pre.row, pre.signature
+                if row is None:  # the store's row, made on this thread (the port's; no helper has it)
+                    row, sig = prepared.row_of(pre.memory, self.store.prepare, self.store.signature)
+                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=row, signature=sig))
             else:
                 try:
                     remote = decode(body, action.profile, action.id)
                 except BadObject as exc:
                     report.counts["skipped_objects"] += 1
-                    effects.append(SkipObject(key, action.etag, exc.reason))
+                    effects.append(SkipObject(obj_key, action.etag, exc.reason))
                     continue
                 effects.append(Synced(remote, action.etag, content_hash(remote), 0, "remote"))
             report.counts["pulled"] += 1
-            if len(effects) >= BATCH_SIZE * 4:
-                self._check_cancelled()  # what was applied stays applied
-                self.state.apply(effects)
-                effects = []
-        self.state.apply(effects)
-        plan.actions = remaining
+        return used
 
     def _write_snapshots(self, listing: list[Listed], base: dict[str, Any],
                          snapshots: dict[str, list[str]], report: PassReport, busy: set[str], *,

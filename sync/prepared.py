@@ -6,9 +6,12 @@ derived keys and recall features a save computes): about 0.12 ms of pure Python 
 all of it under this process's GIL, while the same process lists the bucket and then inserts
 the rows. A snapshot of at least ``HELPER_MIN_BYTES`` (about 2,500 memories) is therefore read by
 a helper process (``python -m memlocal_sync.prepared``) on another core while this one lists the
-bucket: it decodes and hashes; this process unpickles the result and adds the store's rows and
+bucket: it decodes, hashes and takes each body's MD5, and sends its entries back in chunks of
+``CHUNK`` as it goes; this process unpickles each chunk and adds the store's rows and
 signatures through the port (``Replica.prepare``, ``Replica.signature``; the helper imports no
-store, as nothing in the sync does). The helper runs only this module's code on
+store, as nothing in the sync does) while the helper works on the next one, and the pass inserts
+the chunks as they come (a :class:`Feed`): the helper, the rows and the inserts overlap instead of
+following each other. The helper runs only this module's code on
 the snapshot's bytes, and its answer is a pickle from a process this one started with its own
 interpreter (never anything read from the bucket). Any failure (one core, the interpreter cannot
 be started, a timeout, the helper's error) falls back to doing it here; a body that is not a
@@ -20,13 +23,17 @@ with an ETag equal to the MD5 of its body (docs/sync.md, "What a hint may do").
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Final
+from queue import SimpleQueue
+from typing import IO, Any, Callable, Final, Iterator
 
 from memlocal.model import Memory
 
@@ -38,13 +45,18 @@ from .objects import BadObject, content_hash, decode, parse_key
 HELPER_MIN_BYTES: Final = 256 << 10
 # The helper's bound; past it, it is killed and the snapshot read here.
 HELPER_TIMEOUT_S: Final = 300.0
+# Entries per chunk the helper sends (and the in-process path prepares) at a time: small enough
+# that the pass's rows and inserts start soon after the helper does, large enough that a chunk's
+# pickling and its insert statements cost little each.
+CHUNK: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One snapshot entry made ready: its ETag and body, the memory (``None`` with the reason when
     the body is unusable), its content hash, its store row and content signature
-    (``Replica.prepare``, ``Replica.signature``; ``None`` if that failed, left to the usual path)."""
+    (``Replica.prepare``, ``Replica.signature``; ``None`` if that failed, left to the usual path),
+    and the MD5 of its body (hex: what the listing's ETag of that body is, ``snapshot.etag_md5``)."""
 
     etag: str
     body: bytes
@@ -53,6 +65,7 @@ class Prepared:
     hash: str
     row: tuple[Any, ...] | None
     signature: str | None = None
+    md5: str = ""
 
 
 def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_object_bytes: int,
@@ -71,18 +84,21 @@ def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_obj
         parsed = parse_key(obj_key)
         if parsed is None or len(body) > max_object_bytes:
             continue
+        md5 = hashlib.md5(body).hexdigest()
         try:
             memory = decode(body, profile, parsed[1])
         except BadObject as exc:
-            ready[obj_key] = Prepared(etag, body, None, exc.reason, "", None)
+            ready[obj_key] = Prepared(etag, body, None, exc.reason, "", None, None, md5)
             continue
-        row, sig = _row_of(memory, prepare, signature)
-        ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), row, sig)
+        row, sig = row_of(memory, prepare, signature)
+        ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), row, sig, md5)
     return ready
 
 
-def _row_of(memory: Memory, prepare: Callable[[Memory], tuple[Any, ...]] | None,
-            signature: Callable[[Memory], str] | None) -> tuple[tuple[Any, ...] | None, str | None]:
+def row_of(memory: Memory, prepare: Callable[[Memory], tuple[Any, ...]] | None,
+           signature: Callable[[Memory], str] | None) -> tuple[tuple[Any, ...] | None, str | None]:
+    """The store's row and content signature of ``memory`` (``None`` for both when either
+    function is missing or fails: the usual path then reports it)."""
     if prepare is None or signature is None:
         return None, None
     try:
@@ -99,10 +115,49 @@ def with_rows(ready: dict[str, Prepared], prepare: Callable[[Memory], tuple[Any,
     out: dict[str, Prepared] = {}
     for key, p in ready.items():
         if p.memory is not None and p.row is None:
-            row, sig = _row_of(p.memory, prepare, signature)
-            p = Prepared(p.etag, p.body, p.memory, p.reason, p.hash, row, sig)
+            row, sig = row_of(p.memory, prepare, signature)
+            p = Prepared(p.etag, p.body, p.memory, p.reason, p.hash, row, sig, p.md5)
         out[key] = p
     return out
+
+
+class Feed:
+    """The prepared entries of one profile's snapshot, chunk by chunk as they are made ready
+    (a thread of the pass fills it; the pass reads it). A chunk is put as entries or as the
+    helper's frame (``stream_in_helper``), unpickled by the reader: the thread that fills the feed
+    then holds the GIL for nothing, so the pass's inserts never wait on it. ``read`` once
+    finished: whether a snapshot was read (every entry of it was put); ``False``: none could be,
+    the pass reads it itself."""
+
+    _END: Final = None
+
+    def __init__(self) -> None:
+        self._chunks: SimpleQueue[dict[str, Prepared] | bytes | None] = SimpleQueue()
+        self.read = False
+
+    def put(self, chunk: dict[str, Prepared] | bytes) -> None:
+        if chunk:
+            self._chunks.put(chunk)
+
+    def finish(self, read: bool) -> None:
+        """No more chunks (call exactly once, whatever happened: a reader waits for it)."""
+        self.read = read
+        self._chunks.put(self._END)
+
+    def pending(self) -> bool:
+        """Whether a chunk (or the end) is ready now, so that reading it does not wait."""
+        return not self._chunks.empty()
+
+    def chunks(self) -> Iterator[dict[str, Prepared]]:
+        """Every chunk, waiting for each, until the feed is finished."""
+        while (chunk := self._chunks.get()) is not self._END:
+            yield entries_of(chunk) if isinstance(chunk, bytes) else chunk
+
+
+def entries_of(frame: bytes) -> dict[str, Prepared]:
+    """The entries of a chunk the helper sent (``stream_in_helper``'s ``on_chunk``)."""
+    # A pickle from the helper this process started, never from the bucket.
+    return {key: Prepared(*fields) for key, fields in pickle.loads(frame).items()}
 
 
 def helper_available() -> bool:
@@ -121,67 +176,131 @@ def in_helper(data: bytes, profile: str, max_object_bytes: int,
     them with :func:`with_rows`). ``BadObject`` when
     ``data`` is not a snapshot of ``profile``; ``None`` when ``cancelled``; any other exception
     when the helper failed (the caller then reads it here)."""
-    if cancelled is not None and cancelled.is_set():
-        return None
+    ready: dict[str, Prepared] = {}
+    done = stream_in_helper(data, profile, max_object_bytes, lambda frame: ready.update(entries_of(frame)),
+                            cancelled.is_set if cancelled is not None else (lambda: False), timeout_s)
+    return ready if done else None
+
+
+def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
+                     on_chunk: Callable[[bytes], None], cancelled: Callable[[], bool],
+                     timeout_s: float = HELPER_TIMEOUT_S, chunk: int | None = None) -> bool:
+    """:func:`in_helper`, each chunk of ``chunk`` (default ``CHUNK``) entries handed to
+    ``on_chunk`` (on this thread, still pickled: :func:`entries_of` reads it)
+    as soon as the helper has sent it, while the helper prepares the next. ``True`` once every
+    entry was handed over; ``False`` when ``cancelled`` (some chunks may have been handed over);
+    ``BadObject`` when ``data`` is not a snapshot of ``profile`` (before any chunk); any other
+    exception when the helper failed (the chunks handed over are good: the caller prepares the
+    rest)."""
+    if cancelled():
+        return False
     env = dict(os.environ)
     # The helper imports what this process imports, from where this process found it.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "memlocal_sync.prepared"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True)
-    request = pickle.dumps((data, profile, max_object_bytes), protocol=pickle.HIGHEST_PROTOCOL)
-    answer: dict[str, Any] = {}
+    # Its error output goes to a file: a pipe nobody reads while the chunks come could fill and stall it.
+    errfile = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "memlocal_sync.prepared"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errfile, env=env, close_fds=True)
+    except BaseException:
+        errfile.close()
+        raise
+    assert proc.stdin is not None and proc.stdout is not None
+    request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK), protocol=pickle.HIGHEST_PROTOCOL)
+    finished = threading.Event()
+    stopped: list[str] = []
+    errors: list[BaseException] = []
 
-    def talk() -> None:  # one communicate() call: a retried one would not send the rest of its input
+    def send(stdin: IO[bytes]) -> None:  # its own thread: the helper answers while it reads
         try:
-            answer["out"] = proc.communicate(request)
-        except BaseException as exc:  # handed to the caller below
-            answer["error"] = exc
+            stdin.write(request)
+            stdin.close()
+        except BaseException as exc:  # a helper that died early: its answer says why
+            errors.append(exc)
 
-    talker = threading.Thread(target=talk, name="memlocal-sync-helper", daemon=True)
-    talker.start()
-    waited = 0.0
-    stopped = ""
-    while talker.is_alive():
-        talker.join(0.25)
-        waited += 0.25
-        if talker.is_alive() and not stopped:
-            if cancelled is not None and cancelled.is_set():
-                stopped = "cancelled"
-            elif waited >= timeout_s:
-                stopped = "timeout"
-            if stopped:
-                proc.kill()  # its pipes close: communicate() returns
-    if stopped == "cancelled":
-        return None
-    if stopped == "timeout":
-        raise TimeoutError(f"the snapshot helper took over {timeout_s:g} s")
-    if "error" in answer:
-        if proc.poll() is None:
+    def watch() -> None:  # a cancelled pass or a helper past its bound is killed: its pipe closes
+        deadline = time.monotonic() + timeout_s
+        while not finished.wait(0.1):
+            if cancelled() or time.monotonic() >= deadline:
+                stopped.append("cancelled" if cancelled() else "timeout")
+                proc.kill()
+                return
+
+    frames: SimpleQueue[bytes | None] = SimpleQueue()
+
+    def receive(stdout: IO[bytes]) -> None:
+        # Its own thread: the helper never waits on a full pipe while this thread makes rows of
+        # the chunk before (a pipe holds 64 KiB; a chunk's frame is ~300 KiB).
+        try:
+            while len(head := stdout.read(8)) == 8:
+                frame = stdout.read(int.from_bytes(head, "big"))
+                frames.put(frame)
+        except (OSError, ValueError):  # the pipe closed under it: the helper was stopped
+            pass
+        finally:
+            frames.put(None)
+
+    threads = [threading.Thread(target=send, args=(proc.stdin,), name="memlocal-sync-helper-in", daemon=True),
+               threading.Thread(target=receive, args=(proc.stdout,), name="memlocal-sync-helper-out", daemon=True),
+               threading.Thread(target=watch, name="memlocal-sync-helper-watch", daemon=True)]
+    for t in threads:
+        t.start()
+    complete = False
+    try:
+        while True:
+            frame = frames.get()
+            if frame is None:
+                break  # the helper's output ended without its last frame: it failed (or was killed)
+            kind, body = frame[:1], frame[1:]
+            if kind == b"o":
+                on_chunk(body)
+                continue
+            if kind == b"b":  # (a pickle from the helper this process started, never from the bucket)
+                raise BadObject(pickle.loads(body))
+            complete = kind == b"e"
+            break
+    finally:
+        finished.set()
+        if not complete and proc.poll() is None:
             proc.kill()
-            proc.wait()
-        raise answer["error"]
-    out, err = answer["out"]
-    if proc.returncode != 0:
+        proc.wait()
+        for t in threads:
+            t.join()
+        proc.stdout.close()
+        errfile.seek(0)
+        err = errfile.read()
+        errfile.close()
+    if stopped and stopped[0] == "cancelled":
+        return False
+    if stopped:
+        raise TimeoutError(f"the snapshot helper took over {timeout_s:g} s")
+    if not complete:
         raise RuntimeError(f"the snapshot helper exited {proc.returncode}: "
                            f"{err.decode('utf-8', 'replace').strip().splitlines()[-1:]}")
-    kind, value = pickle.loads(out)  # a pickle from the helper this process started, never from the bucket
-    if kind == "bad":
-        raise BadObject(value)
-    return {key: Prepared(*fields) for key, fields in value.items()}
+    return True
 
 
 def _main() -> None:  # pragma: no cover - runs in the helper process (tested through in_helper)
-    data, profile, max_object_bytes = pickle.loads(sys.stdin.buffer.read())
+    data, profile, max_object_bytes, chunk = pickle.loads(sys.stdin.buffer.read())
+    out = sys.stdout.buffer
+
+    def send(kind: bytes, value: Any) -> None:  # a length, the kind (ok, bad, end), the pickle
+        body = kind + pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(len(body).to_bytes(8, "big"))
+        out.write(body)
+        out.flush()
+
     try:
         entries = snapshot.read(data, profile)
     except BadObject as exc:
-        result: tuple[str, Any] = ("bad", exc.reason)
-    else:
-        ready = prepare_entries(entries, profile, max_object_bytes, None, None) or {}
-        result = ("ok", {key: (p.etag, p.body, p.memory, p.reason, p.hash, p.row, p.signature)
-                         for key, p in ready.items()})
-    sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-    sys.stdout.buffer.flush()
+        send(b"b", exc.reason)
+        return
+    items = list(entries.items())
+    for i in range(0, len(items), chunk):
+        ready = prepare_entries(dict(items[i:i + chunk]), profile, max_object_bytes, None, None) or {}
+        send(b"o", {key: (p.etag, p.body, p.memory, p.reason, p.hash, p.row, p.signature, p.md5)
+                    for key, p in ready.items()})
+    send(b"e", len(items))
 
 
 if __name__ == "__main__":  # pragma: no cover

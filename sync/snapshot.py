@@ -61,12 +61,18 @@ def parse_snapshot_key(key: str) -> tuple[str, str] | None:
     return profile, digest
 
 
-def body_matches(body: bytes, etag: str) -> bool:
-    """Whether ``body`` is the object S3 lists under ``etag``: a single-part upload's ETag is the
-    MD5 of its bytes (S3 without SSE-KMS, MinIO, SeaweedFS, moto). Another kind of ETag (a
-    multipart upload's ``…-N``, SSE-KMS) cannot be checked: ``False``, and the object is fetched."""
+def etag_md5(etag: str) -> str | None:
+    """The MD5 (lower-case hex) an ETag names, or ``None`` when it is not one: a single-part
+    upload's ETag is the MD5 of its bytes (S3 without SSE-KMS, MinIO, SeaweedFS, moto); another
+    kind (a multipart upload's ``…-N``, SSE-KMS) cannot be checked, and the object is fetched."""
     tag = etag.strip('"').lower()
-    return len(tag) == 32 and all(c in "0123456789abcdef" for c in tag) and hashlib.md5(body).hexdigest() == tag
+    return tag if len(tag) == 32 and all(c in "0123456789abcdef" for c in tag) else None
+
+
+def body_matches(body: bytes, etag: str) -> bool:
+    """Whether ``body`` is the object S3 lists under ``etag`` (its MD5, :func:`etag_md5`)."""
+    tag = etag_md5(etag)
+    return tag is not None and hashlib.md5(body).hexdigest() == tag
 
 
 def digest(entries: Iterable[tuple[str, str]]) -> str:

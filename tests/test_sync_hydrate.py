@@ -11,6 +11,7 @@ import json
 from typing import Callable
 
 import pytest
+from memlocal_sync import prepared
 from s3server import S3, FaultProxy, Host
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
@@ -77,6 +78,22 @@ def test_a_fresh_host_takes_the_snapshot_and_fetches_only_what_differs(
     for m in a.bank.store.iter_profile(P):
         theirs = b.bank.get(P, m.id)
         assert (theirs.processed_content, theirs.access_count) == (m.processed_content, m.access_count)
+
+
+def test_a_fresh_host_takes_the_snapshot_chunk_by_chunk_from_the_helper(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshot read by the helper process (however small) in chunks of 7, inserted as they
+    come: every memory once, as the writer has it, and no object fetched."""
+    monkeypatch.setattr(prepared, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(prepared, "CHUNK", 7)
+    a = settled_host(hosts, s3)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
+    report = b.sync()
+    assert report.ok, report.reason
+    assert report.counts["from_snapshot"] == N and report.counts["pulled"] == N
+    assert object_gets(fault_proxy) == 0 and b.ids(P) == a.ids(P)
+    for m in a.bank.store.iter_profile(P):
+        assert b.bank.get(P, m.id) == m
 
 
 def test_snapshots_off_fetch_every_object(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:

@@ -65,3 +65,15 @@ def test_a_cancelled_pass_prepares_nothing() -> None:
     cancelled.set()
     assert prepared.in_helper(snapshot_of(memories(5)), P, 1 << 20, cancelled) is None
     assert prepared.prepare_entries({}, P, 1 << 20, lambda m: (), lambda m: "", cancelled.is_set) is None
+
+
+def test_the_helper_hands_its_entries_over_chunk_by_chunk() -> None:
+    """What the pass inserts while the helper prepares the rest: every entry once, in chunks."""
+    data = snapshot_of(memories(40))
+    frames: list[bytes] = []
+    assert prepared.stream_in_helper(data, P, 1 << 20, frames.append, lambda: False, chunk=16)
+    chunks = [prepared.entries_of(frame) for frame in frames]
+    assert [len(c) for c in chunks] == [16, 16, 8]
+    merged = {key: p for c in chunks for key, p in c.items()}
+    assert merged == prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, None, None)
+    assert all(p.md5 == hashlib.md5(p.body).hexdigest() for p in merged.values())
