@@ -1009,14 +1009,20 @@ class MemoryBank:
             raise ConfigError(f"ranking.evidence_ratio must be from 0 to 1, got {ratio!r}")
         return Ranking(mode, ratio)
 
-    def _similarity(self, profile: str, query: str, ranking: "Ranking") -> "Mapping[str, float] | None":
-        """The semantic signal's embedding top-k for ``query`` (id -> cosine), when it is on and
-        the ranking is evidence-gated (the spec mode is the spec's literal rule); else ``None``,
-        and nothing of the extra (numpy, onnxruntime) is imported."""
+    def _similarity(self, profile: str, query: str, ranking: "Ranking", *,
+                    block: bool = False) -> "Mapping[str, float] | None":
+        """The semantic signal's embedding top-k for ``query`` (id -> similarity), when it is on
+        and the ranking is evidence-gated (the spec mode is the spec's literal rule); else
+        ``None``, and nothing of the extra (numpy, onnxruntime) is imported. ``block``: the
+        context block's deeper top-k (``semantic.BLOCK_CANDIDATES``: it holds ~20 lines)."""
         if not ranking.gated:
             return None
         semantic = self.semantic
-        return semantic.similar(profile, query) if semantic is not None else None
+        if semantic is None:
+            return None
+        from .semantic import BLOCK_CANDIDATES, CANDIDATES
+
+        return semantic.similar(profile, query, k=BLOCK_CANDIDATES if block else CANDIDATES)
 
     @overload
     def query_with_relevance(self, profile: RecallQuery, /) -> "builtins.list[ScoredMemory]": ...
@@ -1165,7 +1171,7 @@ class MemoryBank:
         self._ready(profile)
         ranking = self.ranking()
         block = render_block(self._index(), profile, query, ranking=ranking, now=now or utcnow(),
-                             settings=self.config.inject, similarity=self._similarity(profile, query, ranking),
+                             settings=self.config.inject, similarity=self._similarity(profile, query, ranking, block=True),
                              trimmed=trimmed, replaced=self._replaced_values)
         return _shown_block(block)
 

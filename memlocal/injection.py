@@ -393,6 +393,7 @@ def build_evidence_block(
     trimmed: bool = True,
     filler: str = "labelled",
     replaced: "Callable[[Memory], frozenset[str]] | None" = None,
+    fused: bool = False,
 ) -> RenderedBlock:
     """The evidence mode's block: what the task gives evidence for goes in before what it does not.
 
@@ -407,6 +408,9 @@ def build_evidence_block(
        order: facts and preferences go in the core section, the other categories in the
        relevant one (at most ``relevant_limit`` of them);
     3. the weaker evidence, facts and preferences only (the relevant section keeps the gate);
+       with ``fused`` (the semantic signal is in the evidence: its order already weighs the
+       similarity, and a ratio against a topic the similarity raised says less) steps 2 and 3
+       are one for facts and preferences: they go in by the evidence order alone;
     4. the rest of the core tier (facts without evidence), best first, in the room left: with
        ``filler="labelled"`` (the default) in a last section under :data:`FILLER_HEADING`, so that
        "Core knowledge (always apply)" holds only what applies; ``"core"`` under the core heading
@@ -548,7 +552,9 @@ def build_evidence_block(
             spent += cost
 
     def passes(s: "ScoredMemory") -> bool:
-        return s.evidence is None or s.evidence.strength >= ratio * s.evidence.best
+        ev = s.evidence
+        return (ev is None or ev.strength >= ratio * ev.best
+                or (fused and s.memory.category in CORE_CATEGORIES))
 
     # Once not even the shortest line fits, nothing more is admitted: the rest is not looked at.
     for s in evidence:
@@ -617,7 +623,7 @@ def render_block(index: "RecallIndex", profile: str, query: str, *, ranking: "Ra
                                                   now=now, ranking=Ranking(ranking.mode, 0.0), similarity=similarity))
         return build_evidence_block(evidence, ranked, budget=budget, relevant_limit=relevant_limit,
                                     ratio=ranking.ratio, trimmed=trimmed, filler=settings.filler,
-                                    replaced=replaced)
+                                    replaced=replaced, fused=similarity is not None)
 
 
 def context_block(header: str, preamble: str, texts: Sequence[str]) -> str:

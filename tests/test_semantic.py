@@ -267,6 +267,42 @@ def test_recall_adds_similarity_to_the_topic_exactly_as_the_full_scan(tmp_path: 
                 assert "semantic" in r.evidence.to_dict() or r.evidence.semantic is None
 
 
+def test_with_the_signal_the_blocks_facts_follow_the_evidence_order() -> None:
+    """Facts go in by the evidence order alone when the semantic signal is on (``fused``): the
+    order already weighs the similarity, and the gate's ratio against a topic the similarity
+    raised says less (agent bank, dev: block 0.924 -> 0.930). Without it, the facts that pass
+    the ratio still go first; and either way another category keeps the gate."""
+    from memlocal.injection import build_evidence_block
+    from memlocal.scoring import Breakdown, Evidence, ScoredMemory, weights_for
+    from memory_factory import memory
+
+    def scored(content: str, category: str, strength: float, semantic: float | None) -> ScoredMemory:
+        m = memory("dev", content, category=category)
+        return ScoredMemory(m, 0.5, Breakdown(1.0, 0.6, strength, 1.0, weights_for(0.0), 0.0, 0.5),
+                            Evidence(("x",), (), strength, 1.0, semantic))
+
+    similar = scored("Saved beside the task's best match", "fact", 0.25, 0.45)
+    lexical = scored("Shares two words with the task: xy", "fact", 0.9, None)
+    note = scored("A behaviour with weak evidence", "behavior", 0.2, 0.4)
+    evidence = [similar, note, lexical]  # the evidence order (the second pass's)
+
+    def ranked(tier: str, limit: int, min_score: float) -> list[ScoredMemory]:
+        return []
+
+    def block(fused: bool, budget: int) -> list[str]:
+        got = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=8, ratio=0.3, fused=fused)
+        return [s.memory.processed_content for s in (*got.core, *got.relevant)]
+
+    from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER
+
+    room = len(f"{MEMORY_HEADER}\n{CORE_HEADING}\n* [fact] {similar.memory.processed_content}\n{BLOCK_END}")
+    assert len(similar.memory.processed_content) == len(lexical.memory.processed_content)
+    assert block(True, room) == [similar.memory.processed_content]
+    assert block(False, room) == [lexical.memory.processed_content]
+    assert block(True, 2000) == [similar.memory.processed_content, lexical.memory.processed_content]
+    assert block(False, 2000) == [lexical.memory.processed_content, similar.memory.processed_content]
+
+
 def test_the_spec_mode_ignores_the_signal(tmp_path: Path) -> None:
     from memory_factory import NOW
 
