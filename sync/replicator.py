@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from memlocal.plugins import AutomationNote, NoteState, Replica, ReplicatorFactory, ReplicatorStatus
+from memlocal.plugins import AutomationNote, Replica, ReplicatorFactory, ReplicatorStatus
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError, SyncError
 from memlocal.model import Memory, to_us, validate_profile
@@ -43,8 +43,9 @@ from .bucket import (
     BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, PreconditionFailed,
 )
 from .clients import open_bucket
-from .objects import PREFIX, content_hash, decode, encode, encode_note, note_hash, note_key, object_key
-from .state import META_MARKER, Changed, DeletedRemote, Effect, NoteDeletedRemote, NoteSynced, SyncState, Synced
+from .kinds import MEMORY, NOTE, MemoryRecord, NoteRecord
+from .objects import PREFIX, content_hash, decode, object_key
+from .state import META_MARKER, Changed, Effect, SyncState
 
 if TYPE_CHECKING:
     # The engine (and botocore's parsers, through the listing) is imported when a pull runs: a
@@ -235,6 +236,45 @@ class S3Replicator:
             return False
         return True
 
+    def _through(self, what: str, write: Callable[[], "list[Effect] | bool"], *, writable: bool = True,
+                 conflict: Callable[[Exception], bool] | None = None) -> bool:
+        """One write-through of any synced kind (``memlocal_sync.kinds``): the host's breaker, the
+        bucket's writability (``writable``: its identity marker and conditional writes), then
+        ``write()``, which makes the request and returns the effects to commit with it (a bool:
+        the outcome, nothing to record), committed and published to the change record.
+        ``conflict``: the outcome of a 412 or 404 (another host's change: the next pass's to
+        merge). Never raises for the bucket: a failure leaves the write in the outbox."""
+        if not self.breaker.allow():
+            log.debug("%s stays in the outbox: the bucket failed recently", what)
+            return False
+        try:
+            if writable and not self._writable():
+                self.breaker.success()  # the bucket answered; writes are held for another reason
+                return False
+            result = write()
+        except (PreconditionFailed, ObjectMissing) as exc:
+            self.breaker.success()
+            return conflict(exc) if conflict is not None else False
+        except BucketUnavailable as exc:
+            self.breaker.failure(str(exc))
+            log.info("%s stays in the outbox: %s", what, exc)
+            return False
+        except Exception as exc:  # never fail a write that is already durable locally
+            self.breaker.failure(f"{type(exc).__name__}: {exc}")
+            log.warning("%s stays in the outbox: %s", what, exc)
+            return False
+        if isinstance(result, bool):
+            return result
+        self.breaker.success()
+        try:
+            self.state.apply(result)
+        except MemoryBankError as exc:
+            # The object is in the bucket; the next pass adopts it (same content, no duplicate).
+            log.warning("%s reached the bucket but could not be recorded here (the next pass adopts it): %s", what, exc)
+            return True
+        self._publish()
+        return True
+
     def push_saved(self, memory: Memory) -> bool:
         """Write ``memory`` through; ``True`` once the bucket has it as stored here. A new memory's
         object is created (``If-None-Match``); one the bucket already has from this host's last
@@ -242,30 +282,26 @@ class S3Replicator:
         only while it is still that version (``If-Match``: another host's change since is the
         next pass's to merge)."""
         key = object_key(memory.profile_name, memory.id)
-        if not self.breaker.allow():
-            log.debug("save of %s stays in the outbox: the bucket failed recently", memory.id)
-            return False
         base = self.state.load_base(memory.id)
-        try:
-            if not self._writable():
-                self.breaker.success()  # the bucket answered; writes are held for another reason
-                return False
+
+        def write() -> list[Effect] | bool:
             if base is None:
-                body = encode(memory)
+                record = MemoryRecord(memory, 0)
+                body = MEMORY.encode(record)
                 etag = self.bucket.create(key, body)
-                effects: list[Effect] = [Synced(memory, etag, content_hash(memory), 0, "local", set_staleness=False)]
-            else:
-                loaded = self.state.load_local(memory.id)
-                if loaded is None:  # deleted here since: push_deleted's or the pass's
-                    return False
-                memory, delta = loaded  # the row as stored now, its unmerged bumps included
-                if delta == 0 and content_hash(memory) == base.content_hash:
-                    return True  # the bucket has it already
-                body = encode(memory)
-                etag = self.bucket.replace(key, body, base.etag)
-                effects = [Synced(memory, etag, content_hash(memory), delta, "local")]
-        except PreconditionFailed:
-            self.breaker.success()
+                return [*MEMORY.written(record, etag, created=True), Changed(key, etag, "put", len(body))]
+            loaded = MEMORY.load(self.state, memory.id)  # the row as stored now, its unmerged bumps included
+            if loaded is None:  # deleted here since: push_deleted's or the pass's
+                return False
+            if loaded.delta == 0 and content_hash(loaded.memory) == base.content_hash:
+                return True  # the bucket has it already
+            body = MEMORY.encode(loaded)
+            etag = self.bucket.replace(key, body, base.etag)
+            return [*MEMORY.written(loaded, etag, created=False), Changed(key, etag, "put", len(body))]
+
+        def conflict(exc: Exception) -> bool:
+            if isinstance(exc, ObjectMissing):  # deleted on another host: the next pass applies it
+                return False
             if base is not None:
                 log.info("%s changed in the bucket since this host last synced it: the next pass merges", key)
                 return False
@@ -275,26 +311,8 @@ class S3Replicator:
                 return True
             log.warning("%s already exists in the bucket: left in the outbox for the next pass", key)
             return False
-        except ObjectMissing:  # deleted on another host: the next pass applies the deletion
-            self.breaker.success()
-            return False
-        except BucketUnavailable as exc:
-            self.breaker.failure(str(exc))
-            log.info("save of %s stays in the outbox: %s", memory.id, exc)
-            return False
-        except Exception as exc:  # never fail a save that is already durable locally
-            self.breaker.failure(f"{type(exc).__name__}: {exc}")
-            log.warning("save of %s stays in the outbox: %s", memory.id, exc)
-            return False
-        self.breaker.success()
-        try:
-            self.state.apply([*effects, Changed(key, etag, "put", len(body))])
-        except MemoryBankError as exc:
-            # The object is in the bucket; the next pass adopts it (same content, no duplicate).
-            log.warning("could not record that %s is in the bucket: %s", memory.id, exc)
-            return True
-        self._publish()
-        return True
+
+        return self._through(f"save of {memory.id}", write, conflict=conflict)
 
     def _publish(self) -> None:
         """Publish the journal (this write, and any left by earlier ones) to the change record, so
@@ -327,65 +345,37 @@ class S3Replicator:
         return self.state.is_synced(memory)
 
     def push_deleted(self, memory: Memory) -> bool:
-        if not self.breaker.allow():
-            log.debug("deletion of %s stays in the outbox: the bucket failed recently", memory.id)
-            return False
         key = object_key(memory.profile_name, memory.id)
-        try:
+
+        def write() -> list[Effect]:
             self.bucket.delete(key)
-        except Exception as exc:
-            self.breaker.failure(str(exc))
-            log.info("deletion of %s stays in the outbox: %s", memory.id, exc)
-            return False
-        self.breaker.success()
-        try:
             # The delete record: other hosts apply this deliberate deletion without the guard.
-            self.state.apply([DeletedRemote(memory.id), Changed(key, "", "delete")])
-        except MemoryBankError as exc:
-            log.warning("could not record the deletion of %s: %s", memory.id, exc)
-            return True
-        self._publish()
-        return True
+            return [MEMORY.deleted_remote(memory.id), Changed(key, "", "delete")]
+
+        return self._through(f"deletion of {memory.id}", write, writable=False)
 
     def push_note(self, automation_id: str, note: AutomationNote | None) -> bool:
         """Write an automation note through (``None``: delete its object); ``True`` once the
         bucket has it. Conditional like a save: ``If-Match`` the ETag this host synced, or
         ``If-None-Match: *`` for a note it never synced; a 412 (another host wrote the note
         meanwhile) leaves it to the next pass, which applies the conflict rule. Never raises."""
-        key = note_key(automation_id)
-        if not self.breaker.allow():
-            log.debug("automation note %s stays in the outbox: the bucket failed recently", automation_id)
-            return False
-        try:
-            if not self._writable():
-                self.breaker.success()  # the bucket answered; writes are held for another reason
-                return False
+        key = NOTE.key("", automation_id)
+
+        def write() -> list[Effect]:
             if note is None:
                 self.bucket.delete(key)
-                effects: list[Effect] = [NoteDeletedRemote(automation_id), Changed(key, "", "delete")]
-            else:
-                base = self.state.load_note_base(automation_id)
-                body = encode_note(note)
-                etag = self.bucket.replace(key, body, base.etag) if base else self.bucket.create(key, body)
-                stored: NoteState = (note.note, to_us(note.updated_at) or 0)
-                effects = [NoteSynced(automation_id, stored, etag, note_hash(note), stored),
-                           Changed(key, etag, "put", len(body))]
-        except (PreconditionFailed, ObjectMissing):
-            self.breaker.success()
+                return [NOTE.deleted_remote(automation_id), Changed(key, "", "delete")]
+            base = self.state.load_note_base(automation_id)
+            record = NoteRecord(automation_id, (note.note, to_us(note.updated_at) or 0))
+            body = NOTE.encode(record)
+            etag = self.bucket.replace(key, body, base.etag) if base else self.bucket.create(key, body)
+            return [*NOTE.written(record, etag, created=base is None), Changed(key, etag, "put", len(body))]
+
+        def conflict(exc: Exception) -> bool:
             log.info("automation note %s changed in the bucket: left in the outbox for the next pass", automation_id)
             return False
-        except Exception as exc:  # never fail a write that is already durable locally
-            self.breaker.failure(str(exc))
-            log.info("automation note %s stays in the outbox: %s", automation_id, exc)
-            return False
-        self.breaker.success()
-        try:
-            self.state.apply(effects)
-        except MemoryBankError as exc:  # the next pass finds the object and adopts it
-            log.warning("could not record that automation note %s is in the bucket: %s", automation_id, exc)
-            return True
-        self._publish()
-        return True
+
+        return self._through(f"automation note {automation_id}", write, conflict=conflict)
 
     # --- the read path's pull -------------------------------------------------------------------
 
