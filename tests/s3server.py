@@ -213,7 +213,7 @@ def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Ser
     folder = tmp_path_factory.mktemp("seaweedfs")
     # With the suite's keys as its one identity: every request's signature is checked.
     server: Weed = start_weed(folder / "data", folder / "weed.log", credentials=(ACCESS_KEY, SECRET_KEY),
-                              spawn=spawn, stop=stop)
+                              spawn=spawn, stop=lambda proc: stop(proc, grace_s=0))  # (_weed.kill_group)
     try:
         yield S3Server(server.endpoint, server.pid, "seaweedfs")
     finally:
