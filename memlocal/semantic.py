@@ -215,7 +215,7 @@ class SemanticIndex:
         self._lock = threading.Lock()
         # profile -> (rev, resets, ids, centred unit vectors, the shift, the context): reloaded
         # when the profile changes
-        self._cache: dict[str, tuple[int, int, list[str], Any, Any, Any]] = {}
+        self._cache: dict[str, tuple[int, int, list[str], Any, Any, Context]] = {}
         # query text -> its unit vector, the most recent QUERY_CACHE: an agent's runs ask the
         # same task again (a block, then a recall; a retry), and a vector is a function of the
         # text alone (the profile's centring is applied after).
@@ -263,7 +263,7 @@ class SemanticIndex:
                               [(mid, self.embedder.name, v) for (mid, _), v in zip(chunk, vectors)])
         return len(missing)
 
-    def _matrix(self, profile: str) -> tuple[list[str], Any, Any, Any]:
+    def _matrix(self, profile: str) -> tuple[list[str], Any, Any, Context]:
         """The profile's ids, their vectors centred on the profile (unit length again), the
         shift (see :data:`CENTRE_PRIOR`) and each memory's context (:func:`context_of`),
         reloaded when the profile changed."""
@@ -320,8 +320,7 @@ class SemanticIndex:
             return {}
         q = _unit(self.query_vector(query)[None, :] - shift)[0]
         cos = matrix @ q
-        if context.shape[1]:  # index len(ids) is "no neighbour there": a cosine of 0
-            cos = cos + np.float32(CONTEXT_WEIGHT) * np.append(cos, np.float32(0.0))[context].max(axis=1).clip(0.0)
+        cos = context.lift(cos)
         if len(ids) > k:  # everything at least as similar as the k-th, then ties by id
             kth = np.partition(cos, len(ids) - k)[len(ids) - k]
             pool = np.nonzero(cos >= kth)[0].tolist()
@@ -331,27 +330,59 @@ class SemanticIndex:
         return {ids[i]: float(cos[i]) for i in order}
 
 
-def context_of(created_us: Sequence[int]) -> "np.ndarray":
-    """Each memory's context as an index array (n, 2·CONTEXT_NEIGHBOURS) into ``created_us``'s
-    order: the memories saved just before and after it, up to :data:`CONTEXT_NEIGHBOURS` each
-    side in (createdAt, position) order, within :data:`CONTEXT_GAP_US` and not at the same
-    instant; ``n`` where there is none (a bulk import's memories share one instant, so none of
-    them has a context, and a profile whose memories are days apart has none either)."""
+
+class Context:
+    """Each memory's context in a profile (:func:`context_of`): the memories in createdAt order
+    (``order``, positions into the profile's ids) and, per step ``d`` = 1..CONTEXT_NEIGHBOURS,
+    which pairs of positions ``d`` apart are near (``near[d - 1][p]``: positions ``p`` and
+    ``p + d``)."""
+
+    def __init__(self, order: "np.ndarray", near: "list[np.ndarray]") -> None:
+        self.order = order
+        self.near = near
+
+    def lift(self, cos: "np.ndarray") -> "np.ndarray":
+        """``cos`` plus CONTEXT_WEIGHT times each memory's best positive context cosine: a
+        shifted maximum per step in createdAt order (0.2 ms at 10,000 memories, where a gather
+        of the neighbours' indexes took 1.1)."""
+        import numpy as np
+
+        if not len(self.order):
+            return cos
+        ordered = cos[self.order]
+        best = np.zeros_like(ordered)
+        for d, near in enumerate(self.near, start=1):
+            if not near.any():
+                continue
+            np.maximum(best[:-d], np.where(near, ordered[d:], 0.0), out=best[:-d])
+            np.maximum(best[d:], np.where(near, ordered[:-d], 0.0), out=best[d:])
+        out = np.empty_like(cos)
+        out[self.order] = ordered + np.float32(CONTEXT_WEIGHT) * best
+        return out
+
+    def neighbours(self) -> list[list[int]]:
+        """Each memory's context as positions into the profile's ids, in no particular order."""
+        out: list[list[int]] = [[] for _ in self.order]
+        order = self.order.tolist()
+        for d, near in enumerate(self.near, start=1):
+            for p in near.nonzero()[0].tolist():
+                out[order[p]].append(order[p + d])
+                out[order[p + d]].append(order[p])
+        return out
+
+
+def context_of(created_us: Sequence[int]) -> Context:
+    """Each memory's context: the memories saved just before and after it, up to
+    :data:`CONTEXT_NEIGHBOURS` each side in (createdAt, position) order, within
+    :data:`CONTEXT_GAP_US` and not at the same instant (a bulk import's memories share one, so
+    none of them has a context; nor has a memory saved hours from any other)."""
     import numpy as np
 
-    n = len(created_us)
     t = np.asarray(created_us, dtype=np.int64)
-    order = np.lexsort((np.arange(n), t))
+    order = np.lexsort((np.arange(len(t)), t))
     ts = t[order]
-    out = np.full((n, 2 * CONTEXT_NEIGHBOURS), n, dtype=np.intp)
-    col = 0
-    for step in range(1, CONTEXT_NEIGHBOURS + 1):
-        for sign in (-1, 1):
-            at = np.arange(n) + sign * step
-            inside = (at >= 0) & (at < n)
-            at = at.clip(0, max(n - 1, 0))
-            gap = np.abs(ts[at] - ts)
-            near = inside & (gap > 0) & (gap <= CONTEXT_GAP_US)
-            out[order, col] = np.where(near, order[at], n)
-            col += 1
-    return out
+    near = []
+    for d in range(1, CONTEXT_NEIGHBOURS + 1):
+        gap = ts[d:] - ts[:-d]
+        near.append((gap > 0) & (gap <= CONTEXT_GAP_US))
+    return Context(order, near)

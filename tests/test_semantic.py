@@ -96,21 +96,26 @@ def test_similar_ranks_by_cosine_and_keeps_to_the_profile(tmp_path: Path) -> Non
 
 
 def test_a_memorys_context_is_what_was_saved_just_before_and_after_it() -> None:
-    """Up to two each side in createdAt order, within an hour and not at the same instant; the
-    index ``n`` stands for "none"."""
+    """Up to two each side in createdAt order, within an hour and not at the same instant; its
+    best positive cosine adds CONTEXT_WEIGHT of it."""
+    import numpy as np
+
     hour, s = 3_600_000_000, 1_000_000
     # 0 and 1 an import's (one instant), 2..6 a run's saves a second apart (listed out of
     # order), 7 the next day
     created = [0, 0, 10 * s, 14 * s, 11 * s, 12 * s, 13 * s, 24 * hour]
-    n = len(created)
-    got = {i: sorted(j for j in row if j != n) for i, row in enumerate(context_of(created).tolist())}
+    got = dict(enumerate(sorted(c) for c in context_of(created).neighbours()))
     # in createdAt order: 0, 1 (one instant), 2, 4, 5, 6, 3 (10-14 s), 7
     assert got[0] == [2] and got[1] == [2, 4]  # not each other: the same instant
     assert got[2] == [0, 1, 4, 5]
     assert got[5] == [2, 3, 4, 6]
     assert got[3] == [5, 6]  # the last of the run: the next day is out of reach
     assert got[7] == []
-    assert context_of([]).shape == (0, 4) and context_of([5]).tolist() == [[1, 1, 1, 1]]
+    cos = np.array([0.1, -0.2, 0.5, 0.0, -0.3, 0.2, 0.9, 0.8], dtype=np.float32)
+    want = [c + CONTEXT_WEIGHT * max([0.0, *(cos[j] for j in got[i])]) for i, c in enumerate(cos)]
+    assert context_of(created).lift(cos).tolist() == pytest.approx(want)
+    assert context_of([]).neighbours() == [] and context_of([5]).neighbours() == [[]]
+    assert context_of([5]).lift(np.array([0.5], dtype=np.float32)).tolist() == [0.5]
 
 
 class CountingEmbedder(HashEmbedder):
