@@ -25,6 +25,16 @@ PARENT = textwrap.dedent("""
     time.sleep(float(sys.argv[2]))
 """)
 
+# The same in a shell, for the tests bounded by a timeout: sh starts and forks its background
+# ``sleep`` within milliseconds, where an interpreter's start-up can take a second on a loaded
+# machine, so their bound is 1 s rather than 3 (a bound that fired before the grandchild started
+# would leave no pid to check).
+SH_PARENT = 'sleep 600 & echo $! > "$1"; exec sleep "$2"'
+
+
+def sh_parent(pid_file: Path, seconds: str) -> list[str]:
+    return ["sh", "-c", SH_PARENT, "sh", str(pid_file), seconds]
+
 
 def alive(pid: int) -> bool:
     """Running (a zombie waiting for a reaper counts as gone: it runs nothing)."""
@@ -42,7 +52,7 @@ def grandchild_of(pid_file: Path) -> int:
 def test_a_timed_out_run_takes_its_whole_process_group_with_it(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
     with pytest.raises(subprocess.TimeoutExpired):
-        support.run([sys.executable, "-c", PARENT, str(pid_file), "600"], timeout=3)
+        support.run(sh_parent(pid_file, "600"), timeout=1)
     grandchild = grandchild_of(pid_file)
     wait_for(lambda: not alive(grandchild), 10, "the grandchild to be killed")
 
@@ -74,7 +84,7 @@ INNER_TEST = textwrap.dedent("""
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def test_hangs(tmp_path):
-        proc = support.spawn([sys.executable, "-c", {parent!r}, {pid_file!r}, "600"])
+        proc = support.spawn({sh_parent!r})
         try:
             proc.wait()  # forever: pytest-timeout ends it
         finally:
@@ -91,14 +101,14 @@ INNER_TEST = textwrap.dedent("""
 def test_pytest_timeout_and_ctrl_c_kill_what_a_hung_test_started(tmp_path: Path, how: str) -> None:
     """The suite's own settings (pyproject's timeout method: signal) in an inner run."""
     pid_file, pid_file2 = tmp_path / "timeout.pid", tmp_path / "interrupt.pid"
-    (tmp_path / "test_inner.py").write_text(INNER_TEST.format(parent=PARENT, pid_file=str(pid_file),
+    (tmp_path / "test_inner.py").write_text(INNER_TEST.format(parent=PARENT, sh_parent=sh_parent(pid_file, "600"),
                                                                pid_file2=str(pid_file2)))
     tests = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])}
     inner = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--disable-plugin-autoload",
              "-p", "timeout", "-o", "addopts=", "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")]
     if how == "pytest-timeout":
-        done = support.run([*inner, "-k", "hangs", "--timeout", "3", "-o", "timeout_method=signal"],
+        done = support.run([*inner, "-k", "hangs", "--timeout", "1", "-o", "timeout_method=signal"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
         assert "Timeout" in done.stdout and done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
         grandchild = grandchild_of(pid_file)
