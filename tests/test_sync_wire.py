@@ -122,6 +122,10 @@ class _Server:
                         break
 
     def close(self) -> None:
+        try:  # wakes a thread blocked in accept() (closing alone does not, on Linux)
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         self._thread.join(5)
 
