@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Iterable, Protocol, Sequence
 
 from .errors import ConfigError
+from .text import without_dates
 
 # How similarity enters the topic (docs/relevance.md): topic + BONUS·max(0, cos − FLOOR). The
 # formula is the scoring module's (pure, shared by the recall index and the full scan).
@@ -318,7 +319,9 @@ class SemanticIndex:
             ids, matrix, shift, context = self._matrix(profile)
         if not ids:
             return {}
-        q = _unit(self.query_vector(query)[None, :] - shift)[0]
+        # The dates a query names are read against createdAt by the second pass; a memory's text
+        # seldom states its own, so the vector is the query's without them.
+        q = _unit(self.query_vector(without_dates(query))[None, :] - shift)[0]
         cos = matrix @ q
         cos = context.lift(cos)
         if len(ids) > k:  # everything at least as similar as the k-th, then ties by id

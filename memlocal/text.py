@@ -295,6 +295,30 @@ def query_dates(query: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+# A date in a query, with the word that attaches it: "on 9 November, 2022", "in August 2023",
+# "before July 10, 2022", "in June", "in 2023". A month is read capitalised ("may" is a verb too).
+_MONTH_NAMES: Final = "|".join(m.capitalize() for m in _MONTHS)
+_PREP: Final = r"\b(?i:on|in|before|after|by|since|during|around|of|as of|between|and)\s+(?:(?i:the)\s+)?"
+_DAY_NO: Final = r"\d{1,2}(?:st|nd|rd|th)?"
+_YEAR: Final = r"\b(?:19|20)\d\d\b"
+_DATE_PHRASE: Final = re.compile(
+    # a month with a day or a year ("9 November, 2022", "July 10", "August 2023")
+    rf"(?:{_PREP})?(?:\b{_DAY_NO}\s+(?:of\s+)?\b(?:{_MONTH_NAMES})\b(?:,?\s*{_YEAR})?"
+    rf"|\b(?:{_MONTH_NAMES})\s+{_DAY_NO}\b(?:,?\s*{_YEAR})?|\b(?:{_MONTH_NAMES}),?\s*{_YEAR})"
+    # a month alone after its preposition ("in June"; "May I" is not one), a year alone
+    rf"|{_PREP}\b(?:{_MONTH_NAMES})\b|(?:{_PREP})?{_YEAR}")
+
+
+def without_dates(query: str) -> str:
+    """``query`` without the dates it names (a day, a month, a year, and the preposition before
+    each): what the semantic extra embeds of a query. A memory's text seldom states the date it was
+    saved on (its createdAt does, and the second pass reads the query's dates against it), so a
+    date in the query only moves its vector away from the memory it asks about."""
+    low = query.lower()
+    out = re.sub(r"[\s,]+(?=[?.!;:]|$)", "", " ".join(_DATE_PHRASE.sub(" ", query).split()))
+    return out or query
+
+
 def _date(year: int, month: str, day: int) -> datetime:
     """The UTC midnight of a date, or ``datetime.min`` (year 1) when it does not exist."""
     try:

@@ -118,6 +118,29 @@ def test_a_memorys_context_is_what_was_saved_just_before_and_after_it() -> None:
     assert context_of([5]).lift(np.array([0.5], dtype=np.float32)).tolist() == [0.5]
 
 
+def test_the_query_is_embedded_without_the_dates_it_names(tmp_path: Path) -> None:
+    """A memory's text seldom states the day it was saved (its createdAt does, which the second
+    pass reads against the query's dates): the vector is the query's without them."""
+    from memlocal.text import without_dates
+
+    assert without_dates("What did Maria do last weekend before April 10, 2023?") == "What did Maria do last weekend?"
+    assert without_dates("What happened on the 9th of November 2022 in May?") == "What happened?"
+    assert without_dates("Where was John between August 11 and August 15 2023?") == "Where was John?"
+    assert without_dates("How long has Tim played the piano, as of December 2023?") == "How long has Tim played the piano?"
+    assert without_dates("When did Melanie go camping in June?") == "When did Melanie go camping?"
+    assert without_dates("How many beach trips in 2023?") == "How many beach trips?"
+    # "May" starting a question and "may" the verb are no month; a query that is only a date stays
+    assert without_dates("May I ask what she may do?") == "May I ask what she may do?"
+    assert without_dates("in June") == "in June" and without_dates("deploy the api") == "deploy the api"
+    with _bank(tmp_path / "m.db") as bank:
+        for v in DEV.values():
+            bank.save("dev", content=v)
+        model = CountingEmbedder()
+        index = SemanticIndex(bank.store, model)
+        assert index.similar("dev", "flat white coffee on 9 November, 2022") == index.similar("dev", "flat white coffee")
+        assert model.texts[-1] == "flat white coffee" and "flat white coffee on 9 November, 2022" not in model.texts
+
+
 class CountingEmbedder(HashEmbedder):
     """The hash embedder, counting the texts it embedded."""
 
