@@ -213,8 +213,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       front, all fell into the first worker's slice and ran one after another); a module's slow
       tests stay together (the dashboard's module shares one browser), the biggest modules
       placed first, each on the slice with the fewest so far;
-    - the modules that use a fixture of ``HEAVY_IMPORT_FIXTURES`` come next, together, on the
-      slice with the fewest slow tests: one worker imports the anthropic SDK, not every one."""
+    - the modules that use a fixture of ``HEAVY_IMPORT_FIXTURES``, and the tests marked
+      ``anthropic_sdk`` (they import it themselves), come next, together, on the slice with the
+      fewest slow tests: one worker imports the anthropic SDK, not every one."""
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     module_of = {item: item.nodeid.split("::")[0] for item in items}
     heavy_modules = {module_of[item] for item in items
@@ -226,7 +227,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("slow") is not None:
             slow_modules.setdefault(module_of[item], []).append(item)
         else:
-            (heavy if module_of[item] in heavy_modules else fast).append(item)
+            sdk = module_of[item] in heavy_modules or item.get_closest_marker("anthropic_sdk") is not None
+            (heavy if sdk else fast).append(item)
     shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
     for group in sorted(slow_modules.values(), key=len, reverse=True):  # stable: ties keep file order
         min(shares, key=len).extend(group)

@@ -96,6 +96,7 @@ def test_every_read_of_the_cli(pulled: Any, cli: Any) -> None:
     assert all(MID in out for out in outputs.values())
 
 
+@pytest.mark.anthropic_sdk  # the Claude memory tool's module imports the SDK
 def test_every_read_of_the_integrations(pulled: Any) -> None:
     from anthropic.types.beta import BetaMemoryTool20250818ViewCommand as View
 
