@@ -287,6 +287,12 @@ def forget(name: str) -> None:
         gone.close()
 
 
+def registered(prefix: str = "") -> list[str]:
+    """The names of this process's endpoints (those starting with ``prefix``)."""
+    with _REGISTRY_LOCK:
+        return sorted(name for name in _REGISTRY if name.startswith(prefix))
+
+
 def endpoint_name(url: str) -> str | None:
     """``memory://<name>`` -> ``name``; ``None`` for any other URL."""
     if not url.startswith(SCHEME):

@@ -341,9 +341,8 @@ class MemoryServer:
         from memlocal_sync import inmemory
 
         inmemory.forget(self.inner.name)
-        for proxy in list(inmemory._REGISTRY):
-            if proxy.startswith(self.inner.name + "-proxy-"):
-                inmemory.forget(proxy)
+        for proxy in inmemory.registered(self.inner.name + "-proxy-"):
+            inmemory.forget(proxy)
 
     def client(self, endpoint: str | None = None) -> MemoryS3Client:
         return MemoryS3Client(self.inner.server)
@@ -352,7 +351,7 @@ class MemoryServer:
         """A new endpoint in front of this test's server, with faults of its own (``fault_proxy``)."""
         from memlocal_sync import inmemory
 
-        n = sum(1 for name in inmemory._REGISTRY if name.startswith(self.inner.name + "-proxy-"))
+        n = len(inmemory.registered(self.inner.name + "-proxy-"))
         return inmemory.endpoint(f"{self.inner.name}-proxy-{n + 1}", server=self.inner.server)
 
 
