@@ -160,7 +160,7 @@ def test_the_local_only_notice_can_be_silenced(cli: Any, tmp_path: Path,
 def test_cli_saves_against_a_frozen_bucket_wait_for_one_timeout(
         s3: S3, fault_proxy: FaultProxy, cli: Any) -> None:
     fault_proxy.freeze()
-    env = {"INTERNAL_S3_ENDPOINT": fault_proxy.endpoint, "MEMLOCAL_SYNC_PUT_TIMEOUT_S": "0.5",
+    env = {"INTERNAL_S3_ENDPOINT": fault_proxy.endpoint, "MEMLOCAL_SYNC_PUT_TIMEOUT_S": "0.2",
            "MEMLOCAL_SYNC_BREAKER_S": "600"}
     for i in range(3):
         res = cli("save", "-p", P, "--json", f"saved by process {i} while the bucket hangs", env=env)
