@@ -221,7 +221,8 @@ class InMemoryEndpoint:
 
     def serve(self, method: str, path: str, headers: dict[str, str], op: Callable[[], _T], wait_s: float) -> _T:
         """One request: the faults, then ``op`` (the buckets' answer), then the after hooks.
-        ``wait_s``: how long the client waits for an answer (a frozen endpoint's requests)."""
+        ``wait_s``: how long the client waits for an answer (a frozen endpoint's requests). The
+        log has S3's statuses: 204 for a DELETE, 206 for a GET of a byte range."""
         with self.lock:
             self.received += 1
             down, frozen = self.is_down, self.frozen
@@ -242,7 +243,7 @@ class InMemoryEndpoint:
             with self.lock:
                 self.requests.append((method, path, status))
             raise _Injected(status, code)
-        status = 200
+        status = 204 if method == "DELETE" else 206 if "Range" in headers else 200
         try:
             return op()
         except PreconditionFailed:
@@ -260,7 +261,7 @@ class InMemoryEndpoint:
         finally:
             self._run_hooks(self.after_hooks, method, path, headers)
             with self.lock:
-                self.requests.append((method, path, 204 if method == "DELETE" and status == 200 else status))
+                self.requests.append((method, path, status))
 
 
 _REGISTRY: dict[str, InMemoryEndpoint] = {}
