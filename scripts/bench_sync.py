@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Benchmark the sync against a real S3 server (moto_server, started here on 127.0.0.1).
+"""Benchmark the sync against a real S3 server (moto_server, started here on 127.0.0.1), or with
+``--memory`` against the sync's in-process bucket (``memory://``: no server, no HTTP; what is
+left is the sync's own work, the engine's CPU per object).
 
 Measures, for N memories in one profile (default 10,000):
   1. the first push: a host with N local memories and an empty bucket, one pass (objects/s);
   2. a no-op pass over N objects (nothing changed on either side);
-  3. hydration: a fresh, empty database pulling all N objects in one pass (objects/s).
+  3. hydration: a fresh, empty database pulling all N objects in one pass (objects/s);
+and this process's CPU for each (``*_cpu_s``: every thread's; the server's is not in it).
 
-Usage: python scripts/bench_sync.py [--count 10000] [--workers 16] [--json]
-Needs the test extras (moto[s3,server], flask, flask-cors). Everything stays on loopback.
+Usage: python scripts/bench_sync.py [--count 10000] [--workers 16] [--memory] [--json]
+Needs the test extras (moto[s3,server], flask, flask-cors) unless --memory. Everything stays on loopback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -28,29 +32,38 @@ from memlocal.store import Store  # noqa: E402
 from memlocal.store.replica import StoreReplica  # noqa: E402
 
 
-def run(count: int, workers: int) -> dict[str, Any]:
+def _cpu() -> float:
+    """This process's CPU so far (every thread)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(count: int, workers: int, memory: bool = False) -> dict[str, Any]:
     from memlocal_sync.engine import SyncEngine
 
     tmp = Path(tempfile.mkdtemp(prefix="memlocal-bench-"))
-    proc, endpoint = start_moto(tmp / "moto.log")
+    proc, endpoint = (None, "memory://bench-sync") if memory else start_moto(tmp / "moto.log")
     try:
-        s3_client(endpoint).create_bucket(Bucket=BUCKET)
+        if proc is not None:
+            s3_client(endpoint).create_bucket(Bucket=BUCKET)
         config = Config.load(environ=s3_env(endpoint, BUCKET, workers))
-        results: dict[str, Any] = {"count": count, "workers": workers}
+        results: dict[str, Any] = {"count": count, "workers": workers, "server": "memory" if memory else "moto"}
 
         a = Store(tmp / "a.db")
         fill(a, count)
         engine = SyncEngine(config, StoreReplica(a))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu()
         report = engine.run_pass()
         push_s = time.perf_counter() - t0
+        results["first_push_cpu_s"] = round(_cpu() - c0, 3)
         assert report.ok and report.counts["pushed"] == count, report.summary()
         results["first_push_s"] = round(push_s, 2)
         results["first_push_objects_per_s"] = round(count / push_s)
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu()
         report = engine.run_pass()
         noop_s = time.perf_counter() - t0
+        results["noop_pass_cpu_s"] = round(_cpu() - c0, 3)
         assert report.ok and not report.planned, report.summary()
         results["noop_pass_s"] = round(noop_s, 2)
         results["noop_listing_pages"] = report.pages
@@ -58,9 +71,10 @@ def run(count: int, workers: int) -> dict[str, Any]:
 
         b = Store(tmp / "b.db")
         engine = SyncEngine(config, StoreReplica(b))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu()
         report = engine.run_pass()
         pull_s = time.perf_counter() - t0
+        results["hydration_cpu_s"] = round(_cpu() - c0, 3)
         assert report.ok and report.counts["pulled"] == count, report.summary()
         results["hydration_s"] = round(pull_s, 2)
         results["hydration_objects_per_s"] = round(count / pull_s)
@@ -69,24 +83,31 @@ def run(count: int, workers: int) -> dict[str, Any]:
         b.close()
         return results
     finally:
-        stop_moto(proc)
+        if proc is not None:
+            stop_moto(proc)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--memory", action="store_true",
+                        help="the in-process bucket (memory://) instead of moto_server: the sync's own CPU")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = run(args.count, args.workers)
+    results = run(args.count, args.workers, memory=args.memory)
     if args.json:
         print(json.dumps(results, indent=2))
         return
     n = results["count"]
-    print(f"sync benchmark against moto_server on 127.0.0.1, {n} memories, {results['workers']} workers")
-    print(f"  first push:  {results['first_push_s']:>7.2f} s  ({results['first_push_objects_per_s']} objects/s)")
-    print(f"  no-op pass:  {results['noop_pass_s']:>7.2f} s  ({results['noop_listing_pages']} listing pages)")
-    print(f"  hydration:   {results['hydration_s']:>7.2f} s  ({results['hydration_objects_per_s']} objects/s)")
+    where = "the in-process bucket (memory://)" if args.memory else "moto_server on 127.0.0.1"
+    print(f"sync benchmark against {where}, {n} memories, {results['workers']} workers")
+    print(f"  first push:  {results['first_push_s']:>7.2f} s  ({results['first_push_objects_per_s']} objects/s, "
+          f"{results['first_push_cpu_s'] * 1000 / n:.3f} ms of CPU an object)")
+    print(f"  no-op pass:  {results['noop_pass_s']:>7.2f} s  ({results['noop_listing_pages']} listing pages, "
+          f"{results['noop_pass_cpu_s']:.3f} s of CPU)")
+    print(f"  hydration:   {results['hydration_s']:>7.2f} s  ({results['hydration_objects_per_s']} objects/s, "
+          f"{results['hydration_cpu_s'] * 1000 / n:.3f} ms of CPU an object)")
 
 
 if __name__ == "__main__":
