@@ -100,7 +100,7 @@ def default_config_path() -> Path:
 def _http_url(value: str) -> str | None:
     # memory://<name>: the sync's in-process bucket (memlocal_sync.inmemory), for tests and embedding.
     return (None if not value or re.fullmatch(r"https?://[^\s/]+(/\S*)?|memory://[A-Za-z0-9._-]+", value)
-            else "not an http(s) URL")
+            else "not an http(s) URL or memory://<name>")
 
 
 def _bucket_name(value: str) -> str | None:

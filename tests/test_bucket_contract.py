@@ -303,3 +303,13 @@ def test_the_cli_runs_a_pass_on_a_memory_endpoint_in_process(tmp_path: Path, mon
     assert res.exit_code == 0 and "pulled 1" in res.stdout, res.output
     assert [m["rawInput"] for m in b.json("list", "-p", "alice", "--json")["memories"]] == ["prefers tea to coffee"]
     assert len(mem.server.client("cli-bucket").list("memory/alice/").objects) == 1
+
+
+def test_a_memory_endpoint_is_a_valid_setting_and_a_bad_name_one_clear_line() -> None:
+    from memlocal import Config
+    from memlocal.errors import ConfigError
+
+    config = Config.load(environ={"INTERNAL_S3_BUCKET": "b1", "INTERNAL_S3_ENDPOINT": "memory://unit-1"})
+    assert config.bucket.endpoint == "memory://unit-1"
+    with pytest.raises(ConfigError, match="bucket.endpoint must be empty, an http:// or https:// URL, or memory://<name>"):
+        Config.load(environ={"INTERNAL_S3_BUCKET": "b1", "INTERNAL_S3_ENDPOINT": "memory://a b"})
