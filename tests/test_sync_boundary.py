@@ -205,3 +205,21 @@ def test_a_pull_longer_than_one_statement_lands_whole(tmp_path: Path) -> None:
     store.close()
     with MemoryBank(tmp_path / "m.db") as bank:  # the pulled rows are in the recall index
         assert len(bank.query_with_relevance("p", "lighthouse keeper", limit=1_000)) == 1_000
+
+
+def test_every_bucket_client_comes_from_the_one_factory() -> None:
+    """Only ``clients.open_bucket`` makes a client, so a ``memory://`` endpoint reaches every place
+    that talks to the bucket (the engine, the write-through, the daemon, the CLI)."""
+    made = re.compile(r"\b(Bucket|InMemoryBucket)\(")
+    offenders = [f"{p.name}: {m.group(0)}" for p in sorted(SYNC.glob("*.py")) if p.name not in ("clients.py", "inmemory.py")
+                 for m in made.finditer(p.read_text())]
+    assert offenders == []
+
+
+def test_one_pipeline_runs_every_synced_kind() -> None:
+    """The engine has one executor for memories and automation notes (``memlocal_sync.kinds``):
+    no method of its own for one kind's actions."""
+    from memlocal_sync.engine import SyncEngine
+
+    per_kind = [name for name in vars(SyncEngine) if re.search(r"note", name) and name != "_plan_notes"]
+    assert per_kind == []
