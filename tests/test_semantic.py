@@ -18,7 +18,7 @@ import pytest
 from memlocal import MemoryBank
 from memlocal.config import Config
 from memlocal.errors import ConfigError
-from memlocal.semantic import CENTRE_PRIOR, CONTEXT_WEIGHT, SemanticIndex, available, context_of, similarity_bonus
+from memlocal.semantic import CENTRE_PRIOR, CONTEXT_WEIGHTS, SemanticIndex, available, context_of, similarity_bonus
 from memlocal.text import stem, words
 
 # numpy is imported by the tests that use it: at module level, every worker paid for it while
@@ -83,10 +83,12 @@ def test_similar_ranks_by_cosine_and_keeps_to_the_profile(tmp_path: Path) -> Non
         centred /= np.linalg.norm(centred, axis=1, keepdims=True)
         cos = centred[:len(DEV)] @ centred[-1]
         # The memories were saved one after another (microseconds apart): each one's context is
-        # the two saved before and the two after it, and its best positive cosine adds 0.3 of it.
+        # the four saved before and the four after it, and the best of their positive cosines,
+        # each times its step's weight (0.3, 0.3, 0.15, 0.075), is added.
         at = list(DEV).index("pytest")
-        context = [cos[i] for i in (at - 2, at - 1, at + 1, at + 2) if 0 <= i < len(DEV)]
-        want = cos[at] + CONTEXT_WEIGHT * max(0.0, *context)
+        context = [CONTEXT_WEIGHTS[abs(i - at) - 1] * cos[i] for i in range(at - 4, at + 5)
+                   if 0 <= i < len(DEV) and i != at]
+        want = cos[at] + max(0.0, *context)
         assert got[ids["pytest"]] == pytest.approx(want, abs=1e-5)
         # Every memory got a vector lazily, stored as float32 unit vectors beside the memory.
         rows = bank.store.read("SELECT id, model, length(vector) FROM memory_vectors WHERE id IN"
@@ -96,24 +98,27 @@ def test_similar_ranks_by_cosine_and_keeps_to_the_profile(tmp_path: Path) -> Non
 
 
 def test_a_memorys_context_is_what_was_saved_just_before_and_after_it() -> None:
-    """Up to two each side in createdAt order, within an hour and not at the same instant; its
-    best positive cosine adds CONTEXT_WEIGHT of it."""
+    """Up to four each side in createdAt order, within an hour and not at the same instant; the
+    best of their positive cosines, each times its step's weight, is added."""
     import numpy as np
 
+    assert CONTEXT_WEIGHTS == (0.3, 0.3, 0.15, 0.075)
     hour, s = 3_600_000_000, 1_000_000
     # 0 and 1 an import's (one instant), 2..6 a run's saves a second apart (listed out of
-    # order), 7 the next day
-    created = [0, 0, 10 * s, 14 * s, 11 * s, 12 * s, 13 * s, 24 * hour]
+    # order), 7 two hours after the run, 8 the next day
+    created = [0, 0, 10 * s, 14 * s, 11 * s, 12 * s, 13 * s, 2 * hour, 24 * hour]
     got = dict(enumerate(sorted(c) for c in context_of(created).neighbours()))
-    # in createdAt order: 0, 1 (one instant), 2, 4, 5, 6, 3 (10-14 s), 7
-    assert got[0] == [2] and got[1] == [2, 4]  # not each other: the same instant
-    assert got[2] == [0, 1, 4, 5]
-    assert got[5] == [2, 3, 4, 6]
-    assert got[3] == [5, 6]  # the last of the run: the next day is out of reach
-    assert got[7] == []
-    cos = np.array([0.1, -0.2, 0.5, 0.0, -0.3, 0.2, 0.9, 0.8], dtype=np.float32)
-    want = [c + CONTEXT_WEIGHT * max([0.0, *(cos[j] for j in got[i])]) for i, c in enumerate(cos)]
+    # in createdAt order: 0, 1 (one instant), 2, 4, 5, 6, 3 (10-14 s), 7, 8
+    assert got[0] == [2, 4, 5] and got[1] == [2, 4, 5, 6]  # not each other: the same instant
+    assert got[2] == [0, 1, 3, 4, 5, 6]
+    assert got[3] == [2, 4, 5, 6]  # the last of the run: four back (1 is five); 7 is two hours on
+    assert got[7] == [] and got[8] == []
+    cos = np.array([0.1, -0.2, 0.5, 0.0, -0.3, 0.2, 0.9, 0.8, 0.7], dtype=np.float32)
+    position = {m: p for p, m in enumerate([0, 1, 2, 4, 5, 6, 3, 7, 8])}
+    want = [c + max([0.0, *(CONTEXT_WEIGHTS[abs(position[j] - position[i]) - 1] * cos[j] for j in got[i])])
+            for i, c in enumerate(cos)]
     assert context_of(created).lift(cos).tolist() == pytest.approx(want)
+    assert want[3] == pytest.approx(0.0 + 0.3 * 0.9) and want[0] == pytest.approx(0.1 + 0.3 * 0.5)
     assert context_of([]).neighbours() == [] and context_of([5]).neighbours() == [[]]
     assert context_of([5]).lift(np.array([0.5], dtype=np.float32)).tolist() == [0.5]
 

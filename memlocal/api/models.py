@@ -179,7 +179,7 @@ class Evidence(_Model):
     clusters: list[str]
     strength: float
     best: float
-    semantic: float | None = Field(default=None, description="similarity (the cosine, plus 0.3 of its context's best; at most 1.3), when the semantic signal is on")
+    semantic: float | None = Field(default=None, description="similarity (the cosine, plus at most 0.3 of its context's best; at most 1.3), when the semantic signal is on")
 
 
 class SearchResult(_Model):
