@@ -182,17 +182,36 @@ def _runs_the_type_check(config: pytest.Config) -> bool:
     return False
 
 
+class _TypeCheckAfterCollection:
+    """xdist's controller starts the background type check when the first worker has collected:
+    the workers' start-up (imports and collection, ~2-3 s of CPU each) is the one stretch of a
+    run that keeps every core busy, and mypy's ~20 s of a fresh clone would stretch it."""
+
+    def __init__(self, result: Path) -> None:
+        self.result: Path | None = result
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        if self.result is not None:
+            support.start_type_check(ROOT, self.result)
+            self.result = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """The session's first process (xdist's controller, or the only one) starts mypy's check in
-    the background when the run may include it (``support.start_type_check``): it runs beside
-    the workers' start-up and first tests rather than holding one worker for ~20 s of CPU."""
+    """The session's first process (xdist's controller, or the only one) runs mypy's check in
+    the background when the run may include it (``support.start_type_check``), from the moment
+    the first worker has collected: it runs beside the workers' tests rather than holding one
+    worker for ~20 s of CPU."""
     if hasattr(config, "workerinput") or support.TYPE_CHECK_RESULT or not _runs_the_type_check(config):
         return
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="memlocal-types-"))
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-    support.start_type_check(ROOT, folder / "result.json")
+    support.announce_type_check(folder / "result.json")  # before xdist starts the workers
+    if getattr(config.option, "numprocesses", None) and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_TypeCheckAfterCollection(folder / "result.json"), "memlocal-type-check")
+    else:
+        support.start_type_check(ROOT, folder / "result.json")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

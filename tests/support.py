@@ -219,11 +219,17 @@ def type_check_command(root: Path) -> list[str]:
     return [sys.executable, str(root / "scripts" / "check_types.py")]
 
 
+def announce_type_check(result: Path) -> None:
+    """Tell this process and the workers it starts later (through ``TYPE_CHECK_ENV``: they
+    inherit the environment) that the check's result will be written to ``result``."""
+    os.environ[TYPE_CHECK_ENV] = str(result)
+    TYPE_CHECK_RESULT[:] = [result]
+
+
 def start_type_check(root: Path, result: Path) -> None:
     """Start ``scripts/check_types.py`` in the background (a process group of its own, killed by
     ``stop_every_group`` when the session ends) and write ``{"returncode", "stdout", "stderr"}``
-    to ``result`` (atomically, by a rename) when it exits. The workers find ``result`` through
-    ``TYPE_CHECK_ENV``, which it sets (they inherit the environment it is called with)."""
+    to ``result`` (atomically, by a rename) when it exits."""
     import json
     import threading
 
@@ -241,8 +247,6 @@ def start_type_check(root: Path, result: Path) -> None:
             pass
 
     threading.Thread(target=finish, name="type-check", daemon=True).start()
-    os.environ[TYPE_CHECK_ENV] = str(result)
-    TYPE_CHECK_RESULT[:] = [result]
 
 
 def type_check(root: Path, timeout: float = 140.0) -> "subprocess.CompletedProcess[str]":
