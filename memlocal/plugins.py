@@ -500,6 +500,13 @@ class Replica(Protocol):
         """``memory``'s content signature, equal to its ``SignedRow.signature`` once stored."""
         ...
 
+    def row_function(self) -> Callable[[Memory], tuple[PreparedRow, str]] | None:
+        """``(prepare(memory), signature(memory))`` as one module-level function that another
+        process may import and run (pure, CPU only: no connection, no state of this replica),
+        or ``None``. A replicator may pickle it (by reference) to a helper process that
+        prepares many memories beside the pass (a fresh host's snapshot)."""
+        ...
+
     # --- automation notes ------------------------------------------------------------------------
 
     def note_get(self, automation_id: str) -> NoteState | None: ...

@@ -902,7 +902,7 @@ class SyncEngine:
                 if len(data) >= prepared.HELPER_MIN_BYTES and self._helper_allowed():
                     try:
                         return prepared.stream_in_helper(data, profile, self.max_object_bytes, feed.put, stopped,
-                                                         chunk=prepared.CHUNK)
+                                                         chunk=prepared.CHUNK, rows=self.store.row_function())
                     except BadObject:
                         raise
                     except Exception as exc:  # the helper is only a second core: read here (again)

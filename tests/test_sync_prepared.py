@@ -77,3 +77,23 @@ def test_the_helper_hands_its_entries_over_chunk_by_chunk() -> None:
     merged = {key: p for c in chunks for key, p in c.items()}
     assert merged == prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, None, None)
     assert all(p.md5 == hashlib.md5(p.body).hexdigest() for p in merged.values())
+
+
+def test_the_helper_makes_the_stores_rows_with_the_function_the_port_hands_it(tmp_path: Path) -> None:
+    """``Replica.row_function``, pickled by reference to the helper: its rows and signatures are
+    this process's, for the chunks it makes them for (from the second on, ``ROWS_EVERY``); the
+    rest get them here, as before."""
+    data = snapshot_of(memories(40))
+    store = Store(tmp_path / "m.db")
+    try:
+        replica = StoreReplica(store)
+        here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, replica.prepare, replica.signature)
+        helped = prepared.in_helper(data, P, 1 << 20, rows=replica.row_function(), chunk=8)
+        assert helped is not None and here is not None
+        with_rows = [key for key, p in helped.items() if p.row is not None]
+        # Five chunks of 8: the first without rows, then every one but each ROWS_EVERY-th.
+        assert len(with_rows) == 8 * sum(1 for n in range(1, 5) if n % prepared.ROWS_EVERY)
+        assert with_rows and all(helped[k] == here[k] for k in with_rows)
+        assert prepared.with_rows(helped, replica.prepare, replica.signature) == here
+    finally:
+        store.close()

@@ -14,7 +14,7 @@ import sqlite3
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Literal, Sequence
 
 from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
 from ..plugins import AccessDelta, NoteState, SignedRow
@@ -62,6 +62,12 @@ def content_signature(m: Memory) -> str:
     # The values memory_to_row writes for these columns (a REAL column reads back as a float).
     return _signature((m.id, m.profile_name, m.raw_input, m.processed_content, m.summary, m.category, m.source,
                        float(m.confidence), to_us(m.created_at), int(m.is_active), m.version, extra_json(m)))
+
+
+def prepared_row(m: Memory) -> tuple[PreparedRow, str]:
+    """``(StoreReplica.prepare(m), StoreReplica.signature(m))``: module-level, for a helper process
+    (``StoreReplica.row_function``)."""
+    return write_row(m), content_signature(m)
 
 
 def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
@@ -116,6 +122,9 @@ class StoreReplica:
 
     def signature(self, memory: Memory) -> str:
         return content_signature(memory)
+
+    def row_function(self) -> Callable[[Memory], tuple[PreparedRow, str]]:
+        return prepared_row
 
     def note_get(self, automation_id: str) -> NoteState | None:
         return self._store.note_get(automation_id)
