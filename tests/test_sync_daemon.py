@@ -93,11 +93,34 @@ def test_sigterm_finishes_the_pass_in_flight(s3: S3, tmp_path: Path, fault_proxy
                                              daemons: Callable[..., Daemon]) -> None:
     db = tmp_path / "host" / "memlocal.db"
     ids = local_saves(db, 200)
-    fault_proxy.delay_s = 0.02
+    # Mid-pass, held there until the signal: past the first 20 memory PUTs, the proxy holds each
+    # request (every worker ends up waiting on one), so the signal lands while the pass is in
+    # flight however fast or slow the machine is; then the pass goes on at full speed.
+    landed = 0
+    counter = threading.Lock()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_after_20(method: str, path: str, headers: dict[str, str]) -> bool:
+        nonlocal landed
+        if method != "PUT" or f"/memory/{P}/" not in path:
+            return False
+        with counter:
+            landed += 1
+            if landed <= 20:
+                return False
+        held.set()
+        release.wait()
+        return True
+
+    fault_proxy.before(hold_after_20)
     d = daemons(db, tmp_path / "daemon.log", INTERNAL_S3_ENDPOINT=fault_proxy.endpoint, MEMLOCAL_SYNC_WORKERS="2")
-    wait_for(lambda: len(s3.keys()) >= 20, 120, "the pass to be under way")
-    assert len(s3.keys()) < 200, "the pass finished before the signal: the test proves nothing"
-    assert d.stop() == 0, d.output()
+    try:
+        wait_for(held.is_set, 120, "the pass to be under way")
+        assert 20 <= len(s3.keys()) < 200
+        os.kill(d.proc.pid, signal.SIGTERM)
+    finally:
+        release.set()
+    assert d.proc.wait(timeout=30) == 0, d.output()
     assert sorted(s3.keys()) == sorted(f"memory/{P}/{i}.json" for i in ids)
     assert query(db, "SELECT count(*) FROM sync_base") == 200
     last = json.loads(query(db, "SELECT value FROM meta WHERE key = 'sync.last_pass'"))
