@@ -46,11 +46,12 @@ from .objects import BadObject, content_hash, decode, parse_key
 HELPER_MIN_BYTES: Final = 256 << 10
 # The helper's bound; past it, it is killed and the snapshot read here.
 HELPER_TIMEOUT_S: Final = 300.0
-# The helper makes the store's rows (with the replica's row function) for all but one chunk in
-# this many, and the pass for the rest, so that the two processes finish together: at 10,000
-# memories (load 6-9) the helper took 0.52 s of CPU without rows, 0.95 s with all of them; the
-# pass (its main thread, which inserts) 0.85-0.90 s and 0.55 s.
-ROWS_EVERY: Final = 2
+# The helper makes the store's rows of a chunk (with the replica's row function) when the pass
+# has at least this many of its chunks not yet taken: it is behind, so the helper takes on more of
+# the work; else the pass makes them. The two processes then finish about together, whatever
+# share of a machine each gets (at 10,000 memories, load 6-9, the helper took 0.52 s of CPU
+# without rows and 0.95 s with all of them; the pass's main thread 0.85-0.90 s and 0.55 s).
+ROWS_LAG: Final = 2
 # Entries per chunk the helper sends (and the in-process path prepares) at a time: small enough
 # that the pass's rows and inserts start soon after the helper does, large enough that a chunk's
 # pickling and its insert statements cost little each.
@@ -155,12 +156,13 @@ class Feed:
     _END: Final = None
 
     def __init__(self) -> None:
-        self._chunks: SimpleQueue[dict[str, Prepared] | bytes | None] = SimpleQueue()
+        self._chunks: SimpleQueue[tuple[dict[str, Prepared] | bytes, Callable[[], None] | None] | None] = SimpleQueue()
         self.read = False
 
-    def put(self, chunk: dict[str, Prepared] | bytes) -> None:
+    def put(self, chunk: dict[str, Prepared] | bytes, taken: Callable[[], None] | None = None) -> None:
+        """Add a chunk; ``taken`` is called when the reader takes it (the helper's pacing)."""
         if chunk:
-            self._chunks.put(chunk)
+            self._chunks.put((chunk, taken))
 
     def finish(self, read: bool) -> None:
         """No more chunks (call exactly once, whatever happened: a reader waits for it)."""
@@ -173,7 +175,10 @@ class Feed:
 
     def chunks(self) -> Iterator[dict[str, Prepared]]:
         """Every chunk, waiting for each, until the feed is finished."""
-        while (chunk := self._chunks.get()) is not self._END:
+        while (item := self._chunks.get()) is not self._END:
+            chunk, taken = item
+            if taken is not None:
+                taken()
             yield entries_of(chunk) if isinstance(chunk, bytes) else chunk
 
 
@@ -216,29 +221,36 @@ def helper_available() -> bool:
 
 def in_helper(data: bytes, profile: str, max_object_bytes: int,
               cancelled: threading.Event | None = None, timeout_s: float = HELPER_TIMEOUT_S,
-              rows: RowFunction | None = None, chunk: int | None = None) -> dict[str, Prepared] | None:
+              rows: RowFunction | None = None, chunk: int | None = None,
+              lag: int = ROWS_LAG) -> dict[str, Prepared] | None:
     """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process:
     decoded and hashed, without the store's rows (the helper imports no store; the caller adds
     them with :func:`with_rows`). ``BadObject`` when
     ``data`` is not a snapshot of ``profile``; ``None`` when ``cancelled``; any other exception
     when the helper failed (the caller then reads it here)."""
     ready: dict[str, Prepared] = {}
-    done = stream_in_helper(data, profile, max_object_bytes, lambda frame: ready.update(entries_of(frame)),
+
+    def take(frame: bytes, taken: Callable[[], None]) -> None:
+        taken()
+        ready.update(entries_of(frame))
+
+    done = stream_in_helper(data, profile, max_object_bytes, take,
                             cancelled.is_set if cancelled is not None else (lambda: False), timeout_s,
-                            chunk=chunk, rows=rows)
+                            chunk=chunk, rows=rows, lag=lag)
     return ready if done else None
 
 
 def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
-                     on_chunk: Callable[[bytes], None], cancelled: Callable[[], bool],
+                     on_chunk: Callable[[bytes, Callable[[], None]], None], cancelled: Callable[[], bool],
                      timeout_s: float = HELPER_TIMEOUT_S, chunk: int | None = None,
-                     rows: RowFunction | None = None) -> bool:
+                     rows: RowFunction | None = None, lag: int = ROWS_LAG) -> bool:
     """:func:`in_helper`, each chunk of ``chunk`` (default ``CHUNK``) entries handed to
-    ``on_chunk`` (on this thread, still pickled: :func:`entries_of` reads it)
-    as soon as the helper has sent it, while the helper prepares the next. With ``rows`` (the
-    replica's ``row_function``) the helper also makes the store's rows and signatures, for one
-    chunk in two (``ROWS_EVERY``) from its second on (importing that function's module would
-    hold up the first); entries without them get them from the caller. ``True`` once every
+    ``on_chunk`` (on this thread, still pickled: :func:`entries_of` reads it) with a function
+    to call when the chunk is taken to be used, as soon as the helper has sent it, while the
+    helper prepares the next. With ``rows`` (the replica's ``row_function``) the helper also
+    makes the store's rows and signatures of a chunk, from its second on (importing that
+    function's module would hold up the first), whenever ``lag`` or more of the chunks it sent
+    are not taken yet (``ROWS_LAG``); entries without them get them from the caller. ``True`` once every
     entry was handed over; ``False`` when ``cancelled`` (some chunks may have been handed over);
     ``BadObject`` when ``data`` is not a snapshot of ``profile`` (before any chunk); any other
     exception when the helper failed (the chunks handed over are good: the caller prepares the
@@ -260,18 +272,31 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     # The row function goes pickled on its own: the helper loads it (and its module) only once
     # its first chunk is on its way.
     request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK,
-                            pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None),
+                            pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None, lag),
                            protocol=pickle.HIGHEST_PROTOCOL)
     finished = threading.Event()
     stopped: list[str] = []
     errors: list[BaseException] = []
+    # The request (its length first), then a byte for each chunk taken: the helper's pacing.
+    writing = threading.Lock()
 
     def send(stdin: IO[bytes]) -> None:  # its own thread: the helper answers while it reads
         try:
-            stdin.write(request)
-            stdin.close()
+            with writing:
+                stdin.write(len(request).to_bytes(8, "big") + request)
+                stdin.flush()
         except BaseException as exc:  # a helper that died early: its answer says why
             errors.append(exc)
+
+    def taken() -> None:
+        try:
+            with writing:
+                stdin = proc.stdin
+                if stdin is not None and not stdin.closed:
+                    stdin.write(b".")
+                    stdin.flush()
+        except (OSError, ValueError):  # the helper is gone: nothing to pace
+            pass
 
     def watch() -> None:  # a cancelled pass or a helper past its bound is killed: its pipe closes
         deadline = time.monotonic() + timeout_s
@@ -308,7 +333,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
                 break  # the helper's output ended without its last frame: it failed (or was killed)
             kind, body = frame[:1], frame[1:]
             if kind == b"o":
-                on_chunk(body)
+                on_chunk(body, taken)
                 continue
             if kind == b"b":  # (a pickle from the helper this process started, never from the bucket)
                 raise BadObject(pickle.loads(body))
@@ -318,6 +343,11 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
         finished.set()
         if not complete and proc.poll() is None:
             proc.kill()
+        with writing:
+            try:
+                proc.stdin.close()
+            except OSError:  # (a helper that exited first: a broken pipe)
+                pass
         proc.wait()
         for t in threads:
             t.join()
@@ -336,7 +366,15 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
 
 
 def _main() -> None:  # pragma: no cover - runs in the helper process (tested through in_helper)
-    data, profile, max_object_bytes, chunk, row_function = pickle.loads(sys.stdin.buffer.read())
+    def read(n: int) -> bytes:
+        got = b""
+        while len(got) < n and (part := os.read(0, n - len(got))):
+            got += part
+        return got
+
+    data, profile, max_object_bytes, chunk, row_function, lag = pickle.loads(read(int.from_bytes(read(8), "big")))
+    os.set_blocking(0, False)  # then a byte for each chunk the pass has taken, read as they come
+    sent = taken = 0
     out = sys.stdout.buffer
 
     def send(kind: bytes, value: Any) -> None:  # a length, the kind (ok, bad, end), the pickle
@@ -352,16 +390,24 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
         return
     items = list(entries.items())
     rows: RowFunction | None = None
-    for n, i in enumerate(range(0, len(items), chunk)):
-        if i and row_function is not None and rows is None:
+    for i in range(0, len(items), chunk):
+        try:
+            while part := os.read(0, 4096):
+                taken += len(part)
+        except BlockingIOError:
+            pass
+        # The pass is behind (it has ``lag`` chunks or more not taken yet): these rows are made here.
+        behind = bool(i) and row_function is not None and sent - taken >= lag
+        if behind and rows is None:
             try:  # the replica's function, by reference: a pickle from the process that started this one
                 rows = pickle.loads(row_function)
             except Exception:  # the caller makes the rows, as for the first chunk
                 row_function = None
         ready = prepare_entries(dict(items[i:i + chunk]), profile, max_object_bytes, None, None,
-                                rows=rows if n % ROWS_EVERY else None) or {}
+                                rows=rows if behind else None) or {}
         send(b"o", {key: (p.etag, p.body, _memory_fields(p.memory), p.reason, p.hash, p.row, p.signature, p.md5)
                     for key, p in ready.items()})
+        sent += 1
     send(b"e", len(items))
 
 

@@ -71,7 +71,8 @@ def test_the_helper_hands_its_entries_over_chunk_by_chunk() -> None:
     """What the pass inserts while the helper prepares the rest: every entry once, in chunks."""
     data = snapshot_of(memories(40))
     frames: list[bytes] = []
-    assert prepared.stream_in_helper(data, P, 1 << 20, frames.append, lambda: False, chunk=16)
+    assert prepared.stream_in_helper(data, P, 1 << 20, lambda frame, taken: frames.append(frame), lambda: False,
+                                     chunk=16)
     chunks = [prepared.entries_of(frame) for frame in frames]
     assert [len(c) for c in chunks] == [16, 16, 8]
     merged = {key: p for c in chunks for key, p in c.items()}
@@ -81,19 +82,17 @@ def test_the_helper_hands_its_entries_over_chunk_by_chunk() -> None:
 
 def test_the_helper_makes_the_stores_rows_with_the_function_the_port_hands_it(tmp_path: Path) -> None:
     """``Replica.row_function``, pickled by reference to the helper: its rows and signatures are
-    this process's, for the chunks it makes them for (from the second on, ``ROWS_EVERY``); the
-    rest get them here, as before."""
+    this process's, for the chunks it makes them for (from the second on, when the pass is
+    behind: always, with a lag of 0); the rest get them here, as before."""
     data = snapshot_of(memories(40))
     store = Store(tmp_path / "m.db")
     try:
         replica = StoreReplica(store)
         here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, replica.prepare, replica.signature)
-        helped = prepared.in_helper(data, P, 1 << 20, rows=replica.row_function(), chunk=8)
+        helped = prepared.in_helper(data, P, 1 << 20, rows=replica.row_function(), chunk=8, lag=0)
         assert helped is not None and here is not None
         with_rows = [key for key, p in helped.items() if p.row is not None]
-        # Five chunks of 8: the first without rows, then every one but each ROWS_EVERY-th.
-        assert len(with_rows) == 8 * sum(1 for n in range(1, 5) if n % prepared.ROWS_EVERY)
-        assert with_rows and all(helped[k] == here[k] for k in with_rows)
+        assert len(with_rows) == 32 and all(helped[k] == here[k] for k in with_rows)  # all but the first chunk
         assert prepared.with_rows(helped, replica.prepare, replica.signature) == here
     finally:
         store.close()
