@@ -141,6 +141,7 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
     connection waiting, and the other idled while those clients' requests queued."""
     import os
     import socket
+    import threading
 
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "burst.db")], serve_args=["--workers", "2"])
     try:
@@ -148,27 +149,57 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
         workers = [proc.proc.pid, *(int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split())]
         assert len(workers) == 2
 
-        def sockets(pid: int) -> int:
-            return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in os.listdir(f"/proc/{pid}/fd"))
-
         port = int(proc.url.rsplit(":", 1)[1])
 
-        def listening() -> int:  # the listening sockets on the port (/proc/net/tcp, state 0A)
+        def tcp_table() -> list[list[str]]:
             with open("/proc/net/tcp") as table:
-                return sum(1 for line in list(table)[1:]
-                           if line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A")
+                return [line.split() for line in list(table)[1:]]
+
+        def listening() -> int:  # the listening sockets on the port (/proc/net/tcp, state 0A)
+            return sum(1 for row in tcp_table() if row[1].endswith(f":{port:04X}") and row[3] == "0A")
+
+        def holders() -> dict[str, int]:
+            """The connections to the port the workers hold now: established sockets with the
+            port as their local one (by inode), each with the worker whose fd it is."""
+            served = {row[9] for row in tcp_table() if row[1].endswith(f":{port:04X}") and row[3] == "01"}
+            found = {}
+            for pid in workers:
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    try:
+                        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    except FileNotFoundError:  # closed meanwhile
+                        continue
+                    if link.startswith("socket:[") and link[8:-1] in served:
+                        found[link[8:-1]] = pid
+            return found
+
+        # Which worker holds each connection is sampled all along, not once at the end: under
+        # load a connection answered early can reach uvicorn's 5 s keep-alive timeout and be
+        # closed before the last client is answered (a count of 23 of 24 was seen).
+        seen: dict[str, int] = {}
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                seen.update(holders())
+                done.wait(0.02)
 
         # Ready means one worker answered; the other may still be binding its socket.
         wait_for(lambda: listening() >= 2, 30, "both workers listening")
-        before = [sockets(pid) for pid in workers]
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(24)]
         try:
             for c in clients:
                 c.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             for c in clients:
                 assert c.recv(4096).startswith(b"HTTP/1.1 200")
-            accepted = [sockets(pid) - n for pid, n in zip(workers, before)]
+            done.set()
+            sampler.join()
+            seen.update(holders())
+            accepted = [sum(1 for pid in seen.values() if pid == worker) for worker in workers]
         finally:
+            done.set()
             for c in clients:
                 c.close()
         assert sum(accepted) == 24 and min(accepted) > 0, accepted
