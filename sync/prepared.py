@@ -7,12 +7,14 @@ all of it under this process's GIL, while the same process lists the bucket and 
 the rows. A snapshot of at least ``HELPER_MIN_BYTES`` (about 2,500 memories) is therefore read by
 a helper process (``python -m memlocal_sync.prepared``) on another core while this one lists the
 bucket: it decodes, hashes and takes each body's MD5, and sends its entries back in chunks of
-``CHUNK`` as it goes; this process unpickles each chunk and adds the store's rows and
-signatures through the port (``Replica.prepare``, ``Replica.signature``; the helper imports no
-store, as nothing in the sync does) while the helper works on the next one, and the pass inserts
-the chunks as they come (a :class:`Feed`): the helper, the rows and the inserts overlap instead of
-following each other. The helper runs only this module's code on
-the snapshot's bytes, and its answer is a pickle from a process this one started with its own
+``CHUNK`` as it goes; the pass inserts the chunks as they come (a :class:`Feed`), adding the
+store's rows and signatures through the port (``Replica.prepare``, ``Replica.signature``) where
+they are missing, while the helper works on the next ones: the helper, the rows and the inserts
+overlap instead of following each other. When the pass falls behind (``ROWS_LAG``), the helper
+makes a chunk's rows itself, with the module-level function the port hands over for that
+(``Replica.row_function``, pickled by reference: the helper imports that function's module;
+nothing in the sync names the store). The helper runs only this package's code and that function
+on the snapshot's bytes, and its answer is a pickle from a process this one started with its own
 interpreter (never anything read from the bucket). Any failure (one core, the interpreter cannot
 be started, a timeout, the helper's error) falls back to doing it here; a body that is not a
 snapshot is ``BadObject`` either way.
@@ -104,6 +106,8 @@ def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_obj
             ready[obj_key] = Prepared(etag, body, None, exc.reason, "", None, None, md5)
             continue
         ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), None, None, md5)
+    if rows is None and (prepare is None or signature is None):
+        return ready
     # The rows in a second loop: interleaved with the decoding, memory by memory, the same rows
     # cost ~1.5x the CPU (the two code paths evict each other from the processor's caches).
     for obj_key, p in ready.items():
@@ -133,9 +137,8 @@ def row_of(memory: Memory, prepare: Callable[[Memory], tuple[Any, ...]] | None,
 
 def with_rows(ready: dict[str, Prepared], prepare: Callable[[Memory], tuple[Any, ...]],
               signature: Callable[[Memory], str]) -> dict[str, Prepared]:
-    """``ready`` (from the helper, which knows no store) with the store's rows and signatures,
-    computed here by the replica (``Replica.prepare``, ``Replica.signature``): the store's row
-    layout stays behind the port, in this process."""
+    """``ready`` (from the helper) with the store's rows and signatures where they are missing,
+    computed here by the replica (``Replica.prepare``, ``Replica.signature``)."""
     out: dict[str, Prepared] = {}
     for key, p in ready.items():
         if p.memory is not None and p.row is None:
@@ -224,8 +227,8 @@ def in_helper(data: bytes, profile: str, max_object_bytes: int,
               rows: RowFunction | None = None, chunk: int | None = None,
               lag: int = ROWS_LAG) -> dict[str, Prepared] | None:
     """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process:
-    decoded and hashed, without the store's rows (the helper imports no store; the caller adds
-    them with :func:`with_rows`). ``BadObject`` when
+    decoded and hashed; the store's rows only where the helper made them with ``rows`` (see
+    :func:`stream_in_helper`; the caller adds the others with :func:`with_rows`). ``BadObject`` when
     ``data`` is not a snapshot of ``profile``; ``None`` when ``cancelled``; any other exception
     when the helper failed (the caller then reads it here)."""
     ready: dict[str, Prepared] = {}
