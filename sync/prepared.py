@@ -376,7 +376,11 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
         return got
 
     data, profile, max_object_bytes, chunk, row_function, lag = pickle.loads(read(int.from_bytes(read(8), "big")))
-    os.set_blocking(0, False)  # then a byte for each chunk the pass has taken, read as they come
+    try:
+        os.set_blocking(0, False)  # then a byte for each chunk the pass has taken, read as they come
+        paced = True
+    except (AttributeError, OSError):  # (a platform without it: the pass is taken to be behind)
+        paced = False
     sent = taken = 0
     out = sys.stdout.buffer
 
@@ -395,7 +399,7 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
     rows: RowFunction | None = None
     for i in range(0, len(items), chunk):
         try:
-            while part := os.read(0, 4096):
+            while paced and (part := os.read(0, 4096)):
                 taken += len(part)
         except BlockingIOError:
             pass
