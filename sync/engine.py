@@ -997,7 +997,9 @@ class SyncEngine:
             if isinstance(entry, prepared.Prepared):
                 pre: _Prefetched | None = entry
                 etag, body = entry.etag, entry.body
-                matches = bool(entry.md5) and entry.md5 == snapshot.etag_md5(action.etag)
+                # Its body's MD5 (32 hex digits) is the listed ETag: only an MD5 ETag can be
+                # equal to it (``snapshot.etag_md5``, without checking the digits a second time).
+                matches = bool(entry.md5) and entry.md5 == action.etag.strip('"').lower()
             else:
                 pre = None
                 etag, body = entry

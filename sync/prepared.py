@@ -296,8 +296,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
             with writing:
                 stdin = proc.stdin
                 if stdin is not None and not stdin.closed:
-                    stdin.write(b".")
-                    stdin.flush()
+                    os.write(stdin.fileno(), b".")  # (the request, written before, is flushed)
         except (OSError, ValueError):  # the helper is gone: nothing to pace
             pass
 
