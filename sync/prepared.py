@@ -315,7 +315,9 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
         # the chunk before (a pipe holds 64 KiB; a chunk's frame is ~300 KiB).
         try:
             while len(head := stdout.read(8)) == 8:
-                frame = stdout.read(int.from_bytes(head, "big"))
+                frame = stdout.read(size := int.from_bytes(head, "big"))
+                if len(frame) < size:
+                    break  # the helper died while writing it: a truncated pickle is not a chunk
                 frames.put(frame)
         except (OSError, ValueError):  # the pipe closed under it: the helper was stopped
             pass

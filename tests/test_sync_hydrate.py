@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -135,3 +136,43 @@ def test_a_hostile_snapshot_is_ignored(hosts: Callable[..., Host], s3: S3, fault
     assert len(b.ids(P)) == N and b.ids("other") == set()
     assert report.counts["from_snapshot"] in (0, N - 1)  # whichever snapshot was read first
     assert object_gets(fault_proxy) == N - report.counts["from_snapshot"]
+
+
+# The snapshot helper as the pass sees it when the helper dies while it writes a chunk: the real
+# helper runs behind this shim, which passes its first chunk on whole, then half of its second's
+# frame, and dies (the pipe closes mid-frame, as when the kernel kills the helper there).
+_DYING_HELPER = """#!{python}
+import os, subprocess, sys
+helper = subprocess.Popen([{python!r}, *sys.argv[1:]], stdout=subprocess.PIPE)  # stdin: the pass's pipe
+out = sys.stdout.buffer
+for whole in (True, False):
+    head = helper.stdout.read(8)
+    body = helper.stdout.read(int.from_bytes(head, "big"))
+    out.write(head + (body if whole else body[: len(body) // 2]))
+    out.flush()
+helper.kill()
+os._exit(1)
+"""
+
+
+def test_a_helper_that_dies_mid_chunk_leaves_the_rest_to_the_pass(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """A chunk the helper did not finish writing is never handed to the pass (it would be a
+    truncated pickle: the pass failed with an internal error); the pass reads the snapshot itself
+    and takes every memory once, none fetched."""
+    import sys
+
+    shim = tmp_path / "dying-helper"
+    shim.write_text(_DYING_HELPER.format(python=sys.executable))
+    shim.chmod(0o755)
+    monkeypatch.setattr(prepared, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(prepared, "CHUNK", 7)
+    a = settled_host(hosts, s3)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
+    monkeypatch.setattr(sys, "executable", str(shim))  # the helper is started as sys.executable
+    report = b.sync()
+    monkeypatch.undo()
+    assert report.ok, report.reason
+    assert report.counts["from_snapshot"] == N and report.counts["pulled"] == N
+    assert object_gets(fault_proxy) == 0 and b.ids(P) == a.ids(P)
