@@ -121,16 +121,17 @@ class _Injected(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-class InMemoryEndpoint:
-    """What the clients of ``memory://<name>`` talk to: a server's buckets, through the faults a
-    test sets (``fail``, ``freeze``, ``down``, hooks), with a log of the requests it answered.
-    Its attributes and methods are those of the suite's HTTP ``FaultProxy``, so that a test of
-    the engine's decisions runs on either."""
+class Faults:
+    """The faults a test sets on what a client talks to, and the log of what it answered: the
+    in-memory endpoint's (``InMemoryEndpoint``) and the suite's HTTP proxy's (tests/s3server.py's
+    ``FaultProxy``) alike, so that a test of the engine's decisions runs on either.
 
-    def __init__(self, name: str, server: InMemoryServer, *, autocreate: bool = False) -> None:
-        self.name = name
-        self.server = server
-        self.autocreate = autocreate  # a bucket a client names exists (``memory://`` endpoints)
+    ``fail``: the next ``n`` matching requests are answered with an S3 error; ``before``/``after``:
+    hooks around serving a request; ``freeze``/``thaw``: requests wait unanswered; ``delay_s``: a
+    wait before each request; ``requests``: ``(method, path, status)`` of every answered request,
+    ``received``: every request read, answered or not."""
+
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.fail_remaining = 0
         self.fail_status = 503
@@ -138,27 +139,12 @@ class InMemoryEndpoint:
         self.fail_when: Callable[[str, str], bool] = lambda method, path: True
         self.delay_s = 0.0
         self.frozen = False
-        self.is_down = False
         self.received = 0
         self.requests: list[tuple[str, str, int]] = []
         self.hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
         self._thaw = threading.Event()
         self._thaw.set()
-
-    @property
-    def endpoint(self) -> str:
-        """The URL a config names it by (``bucket.endpoint``)."""
-        return SCHEME + self.name
-
-    def client(self, settings: BucketSettings, *, timeout_s: float = 30.0, attempts: int = 1, page_size: int = 1000,
-               deadline_s: float | None = None) -> "InMemoryBucket":
-        if self.autocreate:
-            self.server.create_bucket(settings.name)
-        return InMemoryBucket(settings, self, page_size=page_size, timeout_s=timeout_s, attempts=attempts,
-                              deadline_s=deadline_s)
-
-    # --- faults (as FaultProxy's) ---------------------------------------------------------------
 
     def fail(self, n: int, status: int = 503, code: str = "SlowDown",
              when: Callable[[str, str], bool] | None = None) -> None:
@@ -190,6 +176,61 @@ class InMemoryEndpoint:
             self.frozen = False
             self._thaw.set()
 
+    def count(self, method: str | None = None, status: int | None = None) -> int:
+        """How many answered requests had ``method`` and ``status`` (``None``: any)."""
+        with self.lock:
+            return sum(1 for m, _p, s in self.requests
+                       if (method is None or m == method) and (status is None or s == status))
+
+    def _run_hooks(self, hooks: list[Hook], method: str, path: str, headers: dict[str, str]) -> None:
+        with self.lock:
+            current = list(hooks)
+        for hook in current:  # outside the lock: a hook may make requests of its own
+            if hook(method, path, headers):
+                with self.lock:
+                    if hook in hooks:
+                        hooks.remove(hook)
+
+    def _injected(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str] | None:
+        """A request about to be served, once it was not held (``frozen``): the before hooks,
+        the delay, then ``(status, code)`` when it is to fail (logged as answered so), else ``None``."""
+        self._run_hooks(self.hooks, method, path, headers)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        with self.lock:
+            if not (self.fail_remaining > 0 and self.fail_when(method, path)):
+                return None
+            self.fail_remaining -= 1
+            self.requests.append((method, path, self.fail_status))
+            return self.fail_status, self.fail_code
+
+
+class InMemoryEndpoint(Faults):
+    """What the clients of ``memory://<name>`` talk to: a server's buckets, through the faults a
+    test sets (``Faults``: ``fail``, ``freeze``, hooks; and ``down``), with a log of the requests
+    it answered."""
+
+    def __init__(self, name: str, server: InMemoryServer, *, autocreate: bool = False) -> None:
+        super().__init__()
+        self.name = name
+        self.server = server
+        self.autocreate = autocreate  # a bucket a client names exists (``memory://`` endpoints)
+        self.is_down = False
+
+    @property
+    def endpoint(self) -> str:
+        """The URL a config names it by (``bucket.endpoint``)."""
+        return SCHEME + self.name
+
+    def client(self, settings: BucketSettings, *, timeout_s: float = 30.0, attempts: int = 1, page_size: int = 1000,
+               deadline_s: float | None = None) -> "InMemoryBucket":
+        """A client of bucket ``settings.name`` through this endpoint (made first, for a
+        ``memory://`` endpoint)."""
+        if self.autocreate:
+            self.server.create_bucket(settings.name)
+        return InMemoryBucket(settings, self, page_size=page_size, timeout_s=timeout_s, attempts=attempts,
+                              deadline_s=deadline_s)
+
     def down(self) -> None:
         """Nothing answers: every request fails at once, as against a port nothing listens on."""
         with self.lock:
@@ -205,20 +246,6 @@ class InMemoryEndpoint:
         """Thaw whatever waits (the end of a test)."""
         self.thaw()
 
-    def count(self, method: str | None = None, status: int | None = None) -> int:
-        with self.lock:
-            return sum(1 for m, _p, s in self.requests
-                       if (method is None or m == method) and (status is None or s == status))
-
-    def _run_hooks(self, hooks: list[Hook], method: str, path: str, headers: dict[str, str]) -> None:
-        with self.lock:
-            current = list(hooks)
-        for hook in current:  # outside the lock: a hook may make requests of its own
-            if hook(method, path, headers):
-                with self.lock:
-                    if hook in hooks:
-                        hooks.remove(hook)
-
     def serve(self, method: str, path: str, headers: dict[str, str], op: Callable[[], _T], wait_s: float) -> _T:
         """One request: the faults, then ``op`` (the buckets' answer), then the after hooks.
         ``wait_s``: how long the client waits for an answer (a frozen endpoint's requests). The
@@ -231,18 +258,9 @@ class InMemoryEndpoint:
         if frozen:
             self._thaw.wait(wait_s)
             raise _Injected(0, "Timeout", f"no answer within {wait_s:g} s")
-        self._run_hooks(self.hooks, method, path, headers)
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        with self.lock:
-            failing = self.fail_remaining > 0 and self.fail_when(method, path)
-            if failing:
-                self.fail_remaining -= 1
-            status, code = self.fail_status, self.fail_code
-        if failing:
-            with self.lock:
-                self.requests.append((method, path, status))
-            raise _Injected(status, code)
+        failing = self._injected(method, path, headers)
+        if failing is not None:
+            raise _Injected(*failing)
         status = 204 if method == "DELETE" else 206 if "Range" in headers else 200
         try:
             return op()

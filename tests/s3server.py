@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from _weed import Weed, start_weed, weed_binary  # noqa: E402  (shared with the benchmarks)
 
 from memlocal import Config, MemoryBank
+from memlocal_sync.inmemory import Faults
 
 TEST_BUCKET = "memlocal-test"
 ACCESS_KEY = "testing-key"
@@ -446,25 +447,14 @@ def s3(request: pytest.FixtureRequest, s3_kind: str, monkeypatch: pytest.MonkeyP
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailers", "upgrade"}
 
 
-class FaultProxy:
-    """Forwards HTTP to ``upstream``; can fail, delay, or run a hook before forwarding."""
+class FaultProxy(Faults):
+    """Forwards HTTP to ``upstream``; can fail, delay, hold (``freeze``: a bucket that accepts
+    and hangs) or run a hook around forwarding (``Faults``, as the in-memory endpoint's)."""
 
     def __init__(self, upstream: str, port: int = 0) -> None:
+        super().__init__()
         self.upstream = upstream.split("://", 1)[1]
-        self.fail_remaining = 0
-        self.fail_status = 503
-        self.fail_code = "SlowDown"
-        self.fail_when: Callable[[str, str], bool] = lambda method, path: True
-        self.delay_s = 0.0
-        # Frozen: requests are read and never answered (a bucket that accepts and hangs).
-        self.frozen = False
-        self.received = 0  # requests read, answered or not
-        self._thaw = threading.Event()
-        self.hooks: list[Callable[[str, str, dict[str, str]], bool]] = []
-        self.after_hooks: list[Callable[[str, str, dict[str, str]], bool]] = []
-        self.requests: list[tuple[str, str, int]] = []
         self.connections: set[socket.socket] = set()
-        self.lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -519,51 +509,6 @@ class FaultProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def fail(self, n: int, status: int = 503, code: str = "SlowDown",
-             when: Callable[[str, str], bool] | None = None) -> None:
-        """Answer the next ``n`` matching requests with an S3 error instead of forwarding them."""
-        with self.lock:
-            self.fail_remaining, self.fail_status, self.fail_code = n, status, code
-            self.fail_when = when or (lambda method, path: True)
-
-    def before(self, hook: Callable[[str, str, dict[str, str]], bool]) -> None:
-        """Run ``hook(method, path, headers)`` before forwarding; it stays until it returns True."""
-        with self.lock:
-            self.hooks.append(hook)
-
-    def after(self, hook: Callable[[str, str, dict[str, str]], bool]) -> None:
-        """Run ``hook(method, path, headers)`` once the server has answered, before the answer
-        is passed on (the client has not seen it yet); it stays until it returns True."""
-        with self.lock:
-            self.after_hooks.append(hook)
-
-    def count(self, method: str | None = None, status: int | None = None) -> int:
-        with self.lock:
-            return sum(1 for m, _p, s in self.requests
-                       if (method is None or m == method) and (status is None or s == status))
-
-    def _run_hooks(self, hooks: list[Callable[[str, str, dict[str, str]], bool]], method: str, path: str,
-                   headers: dict[str, str]) -> None:
-        with self.lock:
-            current = list(hooks)
-        for hook in current:
-            if hook(method, path, headers):
-                with self.lock:
-                    if hook in hooks:
-                        hooks.remove(hook)
-
-    def freeze(self) -> None:
-        """From now on, read requests and never answer them (until ``thaw`` or ``close``)."""
-        with self.lock:
-            self._thaw.clear()
-            self.frozen = True
-
-    def thaw(self) -> None:
-        """Answer again; requests held while frozen are dropped unanswered."""
-        with self.lock:
-            self.frozen = False
-            self._thaw.set()
-
     def _serve(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         method, path = handler.command, handler.path
         headers = {k: v for k, v in handler.headers.items()}
@@ -574,19 +519,11 @@ class FaultProxy:
             self._thaw.wait()
             handler.close_connection = True
             return
-        self._run_hooks(self.hooks, method, path, headers)
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        with self.lock:
-            failing = self.fail_remaining > 0 and self.fail_when(method, path)
-            if failing:
-                self.fail_remaining -= 1
-            status_code, code = self.fail_status, self.fail_code
-        if failing:
+        failing = self._injected(method, path, headers)
+        if failing is not None:
+            status_code, code = failing
             payload = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
                        f"<Message>injected by the test proxy</Message></Error>").encode()
-            with self.lock:
-                self.requests.append((method, path, status_code))
             handler.send_response(status_code)
             handler.send_header("Content-Type", "application/xml")
             handler.send_header("Content-Length", str(len(payload)))
