@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -278,10 +278,9 @@ def test_notes_written_before_the_upgrade_are_queued(tmp_path: Path) -> None:
         store.close()
 
 
-def test_a_412_race_during_a_pass_is_resolved_by_updated_at(hosts: Callable[..., Host], s3: S3,
-                                                            fault_proxy: FaultProxy) -> None:
-    """B's If-Match PUT of its note is held at the proxy while A writes a later note: B's PUT
-    gets 412, B re-reads and lets the later note win; both hosts and the bucket agree."""
+def edit_queued_on_b(hosts: Callable[..., Host], fault_proxy: FaultProxy) -> tuple[Host, Host, datetime]:
+    """A's note ``n1`` (at ``t0``) pulled by B (behind the proxy), then B's edit of it (at ``t0``
+    + 1 s) left queued for B's next pass: its write-through failed. Returns A, B and ``t0``."""
     a, b = hosts("a"), hosts("b", bucket__endpoint=fault_proxy.endpoint)
     t0 = utcnow()
     a.bank.automations.put("n1", "v0", now=t0)
@@ -289,6 +288,14 @@ def test_a_412_race_during_a_pass_is_resolved_by_updated_at(hosts: Callable[...,
     fault_proxy.fail(1000, status=503)  # B's write-through fails: its edit stays queued
     b.bank.automations.put("n1", "b's edit", now=t0 + timedelta(seconds=1))
     fault_proxy.fail(0)
+    return a, b, t0
+
+
+def test_a_412_race_during_a_pass_is_resolved_by_updated_at(hosts: Callable[..., Host], s3: S3,
+                                                            fault_proxy: FaultProxy) -> None:
+    """B's If-Match PUT of its note is held at the proxy while A writes a later note: B's PUT
+    gets 412, B re-reads and lets the later note win; both hosts and the bucket agree."""
+    a, b, t0 = edit_queued_on_b(hosts, fault_proxy)
     raced: list[str] = []
 
     def race(method: str, path: str, headers: dict[str, str]) -> bool:
@@ -313,13 +320,7 @@ def test_a_clear_elsewhere_wins_over_an_edit_whose_if_match_answers_412(hosts: C
     """A clears the note while B's pass pushes B's edit; the server answers B's If-Match on the
     missing key with 412 (as SeaweedFS does; S3 and moto answer 404): B re-reads, finds the
     object gone, and clears its note in that pass, as a memory's merge does (the deletion wins)."""
-    a, b = hosts("a"), hosts("b", bucket__endpoint=fault_proxy.endpoint)
-    t0 = utcnow()
-    a.bank.automations.put("n1", "v0", now=t0)
-    assert b.sync().counts["notes_pulled"] == 1
-    fault_proxy.fail(1000, status=503)  # B's write-through fails: its edit stays queued
-    b.bank.automations.put("n1", "b's edit", now=t0 + timedelta(seconds=1))
-    fault_proxy.fail(0)
+    a, b, t0 = edit_queued_on_b(hosts, fault_proxy)
 
     def clear_first(method: str, path: str, headers: dict[str, str]) -> bool:
         if method == "PUT" and "If-Match" in headers and "/memlocal/automations/" in path:
