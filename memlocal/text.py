@@ -314,7 +314,6 @@ def without_dates(query: str) -> str:
     each): what the semantic extra embeds of a query. A memory's text seldom states the date it was
     saved on (its createdAt does, and the second pass reads the query's dates against it), so a
     date in the query only moves its vector away from the memory it asks about."""
-    low = query.lower()
     out = re.sub(r"[\s,]+(?=[?.!;:]|$)", "", " ".join(_DATE_PHRASE.sub(" ", query).split()))
     return out or query
 

@@ -1054,4 +1054,3 @@ class Bucket:
             self._call(f"DELETE {key}", self.client.delete_object, Key=key)
         except ObjectMissing:
             pass
-

@@ -97,15 +97,6 @@ class InMemoryServer:
         with self._lock:
             self._buckets.setdefault(name, _Bucket())
 
-    def delete_bucket(self, name: str) -> None:
-        """Remove a bucket and everything in it (clients of it then answer ``BucketUnavailable``)."""
-        with self._lock:
-            self._buckets.pop(name, None)
-
-    def has_bucket(self, name: str) -> bool:
-        with self._lock:
-            return name in self._buckets
-
     def client(self, name: str, *, page_size: int = 1000) -> "InMemoryBucket":
         """A client of bucket ``name`` (which need not exist yet: ``check`` says so), through an
         endpoint of its own with no faults."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-import pytest
 import support
 from support import absolute_imports
 
