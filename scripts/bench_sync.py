@@ -42,7 +42,12 @@ def run(count: int, workers: int, memory: bool = False) -> dict[str, Any]:
     from memlocal_sync.engine import SyncEngine
 
     tmp = Path(tempfile.mkdtemp(prefix="memlocal-bench-"))
-    proc, endpoint = (None, "memory://bench-sync") if memory else start_moto(tmp / "moto.log")
+    if memory:
+        from memlocal_sync import inmemory
+
+        proc, endpoint = None, inmemory.endpoint("bench-sync").endpoint  # made here: a config alone makes none
+    else:
+        proc, endpoint = start_moto(tmp / "moto.log")
     try:
         if proc is not None:
             s3_client(endpoint).create_bucket(Bucket=BUCKET)

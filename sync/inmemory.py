@@ -19,9 +19,11 @@ does it:
 - deleting a missing key succeeds; a bucket that does not exist answers ``BucketUnavailable``.
 
 Endpoints. ``bucket.endpoint = "memory://<name>"`` (``memlocal_sync.clients.open_bucket``) names a
-process-wide ``InMemoryEndpoint`` (``endpoint(name)``): every client made for that name in this
-process, whatever opened it (the engine, the replicator, a daemon, the CLI run in-process), sees
-the same buckets, which exist as soon as a client names them. An endpoint is what a client talks
+process-wide ``InMemoryEndpoint`` that code of this process made (``endpoint(name)``: a test, a
+program embedding memlocal): every client made for that name in this process, whatever opened it
+(the engine, the replicator, a daemon, the CLI run in-process), sees the same buckets, which exist
+as soon as a client names them. A config alone makes none (``made``): a process that runs the bank
+from its config and names one nobody made reaches no bucket, and says so. An endpoint is what a client talks
 to, as an HTTP proxy in front of a server would be: several endpoints can front one
 ``InMemoryServer`` (``endpoint(name, server=...)``), each with its own faults and request log:
 
@@ -207,6 +209,7 @@ class InMemoryEndpoint(Faults):
         self.server = server
         self.autocreate = autocreate  # a bucket a client names exists (``memory://`` endpoints)
         self.is_down = False
+        self.down_reason = "connection refused"
 
     @property
     def endpoint(self) -> str:
@@ -222,10 +225,11 @@ class InMemoryEndpoint(Faults):
         return InMemoryBucket(settings, self, page_size=page_size, timeout_s=timeout_s, attempts=attempts,
                               deadline_s=deadline_s)
 
-    def down(self) -> None:
-        """Nothing answers: every request fails at once, as against a port nothing listens on."""
+    def down(self, reason: str = "connection refused") -> None:
+        """Nothing answers: every request fails at once (``reason``), as against a port nothing
+        listens on."""
         with self.lock:
-            self.is_down = True
+            self.is_down, self.down_reason = True, reason
 
     def up(self) -> "InMemoryEndpoint":
         """Answer again (after ``down``)."""
@@ -243,9 +247,9 @@ class InMemoryEndpoint(Faults):
         log has S3's statuses: 204 for a DELETE, 206 for a GET of a byte range."""
         with self.lock:
             self.received += 1
-            down, frozen = self.is_down, self.frozen
+            down, frozen, reason = self.is_down, self.frozen, self.down_reason
         if down:
-            raise _Injected(0, "ConnectionRefused", "connection refused")
+            raise _Injected(0, "ConnectionRefused", reason)
         if frozen:
             self._thaw.wait(wait_s)
             raise _Injected(0, "Timeout", f"no answer within {wait_s:g} s")
@@ -287,6 +291,21 @@ def endpoint(name: str, *, server: InMemoryServer | None = None) -> InMemoryEndp
         elif server is not None and found.server is not server:
             raise ValueError(f"memory://{name} already fronts another server")
         return found
+
+
+def made(name: str) -> InMemoryEndpoint:
+    """The endpoint ``memory://<name>`` that code of this process made (``endpoint``); else one
+    that nothing answers behind (not registered): a config alone never makes a bucket, so a
+    process that runs the bank from its config (the CLI, a daemon, ``serve``) and names a
+    ``memory://`` endpoint reaches no bucket, and says so, rather than one that ends with it."""
+    with _REGISTRY_LOCK:
+        found = _REGISTRY.get(name)
+    if found is not None:
+        return found
+    missing = InMemoryEndpoint(name, InMemoryServer())
+    missing.down(f"no in-process endpoint {SCHEME}{name} in this process (a memory:// endpoint is made by "
+                 "the code that runs the bank, memlocal_sync.inmemory.endpoint: for tests and embedding)")
+    return missing
 
 
 def forget(name: str) -> None:

@@ -313,3 +313,26 @@ def test_a_memory_endpoint_is_a_valid_setting_and_a_bad_name_one_clear_line() ->
     assert config.bucket.endpoint == "memory://unit-1"
     with pytest.raises(ConfigError, match="bucket.endpoint must be empty, an http:// or https:// URL, or memory://<name>"):
         Config.load(environ={"INTERNAL_S3_BUCKET": "b1", "INTERNAL_S3_ENDPOINT": "memory://a b"})
+
+
+def test_a_memory_endpoint_no_code_made_reaches_no_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory://`` is for tests and embedding: the code that runs the bank makes the endpoint
+    (``inmemory.endpoint(name)``). A config that names one nothing made (a CLI run, a daemon, a
+    server: each its own process) reaches no bucket: a save stays queued for a real one, never
+    "in the bucket" of a bucket that ends with the process, and a pass fails with one line."""
+    from conftest import Cli
+
+    monkeypatch.setenv("INTERNAL_S3_BUCKET", "cli-bucket")
+    monkeypatch.setenv("INTERNAL_S3_ENDPOINT", "memory://nobody-made-this")
+    monkeypatch.setenv("MEMLOCAL_SYNC_PULL_ON_OPEN", "false")
+    cli = Cli(tmp_path / "a.db")
+    try:
+        saved = cli("save", "-p", "ops", "the deploy runs on port 8443")
+        assert saved.exit_code == 0 and "in the bucket" not in saved.stdout, saved.output
+        res = cli("sync", "run")
+        assert res.exit_code != 0 and "memory://nobody-made-this" in res.output, res.output
+        assert "no in-process endpoint" in res.output and "Traceback" not in res.output, res.output
+        assert "pending:     1 " in cli("sync", "status").stdout
+        assert "nobody-made-this" not in inmemory.registered()
+    finally:
+        inmemory.forget("nobody-made-this")
