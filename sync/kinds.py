@@ -79,7 +79,9 @@ class SyncedKind(Protocol, Generic[R, V]):
     what: str  # how a report's error line names one ("" for a memory: "fetch mem-…: …")
     counters: Counters
 
-    def key(self, profile: str, item_id: str) -> str: ...
+    def key(self, profile: str, item_id: str) -> str:
+        """The object key of item ``item_id`` (of ``profile``, for a kind that has profiles)."""
+        ...
 
     def key_of(self, record: R) -> tuple[str, str, str]:
         """``(key, profile, id)`` of a local record."""
@@ -93,7 +95,9 @@ class SyncedKind(Protocol, Generic[R, V]):
         """Several at once, for a pass's creates (``{}``: each is loaded by its worker)."""
         ...
 
-    def encode(self, record: R) -> bytes: ...
+    def encode(self, record: R) -> bytes:
+        """The object body of a local record."""
+        ...
 
     def decode(self, data: bytes, profile: str, item_id: str) -> V:
         """The object's body, checked (``objects.BadObject`` says why not)."""
@@ -111,7 +115,9 @@ class SyncedKind(Protocol, Generic[R, V]):
         """What follows a CREATE (a memory's unmerged access bumps, merged in)."""
         ...
 
-    def deleted_remote(self, item_id: str) -> Effect: ...
+    def deleted_remote(self, item_id: str) -> Effect:
+        """The effect of this host's deletion of the object (its base goes, the outbox clears)."""
+        ...
 
     def delete_local(self, action: Action, seen: R | None) -> Effect:
         """Deleted in the bucket by another host: delete here (``seen``: the record the plan saw)."""
@@ -121,7 +127,9 @@ class SyncedKind(Protocol, Generic[R, V]):
         """The object vanished under a conditional write of ours: the deletion wins."""
         ...
 
-    def forget(self, item_id: str) -> Effect: ...
+    def forget(self, item_id: str) -> Effect:
+        """The effect of forgetting an item gone on both sides (its base and outbox entry)."""
+        ...
 
     def resolve(self, pipeline: Pipeline, remote: V, etag: str, data: bytes, counts: Counter[str], *,
                 pull_only: bool, attempt: int) -> list[Effect]:
