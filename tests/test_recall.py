@@ -630,9 +630,12 @@ def test_the_warm_up_waits_for_a_pause_in_the_queries(tmp_path: Path) -> None:
     """What a process that stays up may soon need (the bank's credential detectors) is loaded
     on a thread of its own after the background build, never while a query runs and only after a
     pause in the queries:
-    a thread importing modules holds the GIL for tens of ms, which a query would wait for."""
-    from memlocal.recall import WARM_IDLE_S
+    a thread importing modules holds the GIL for tens of ms, which a query would wait for.
 
+    The pause is 0.25 s here, not the bank's 0.05 s: the test must take the index's lock after
+    its second query before a pause has passed, and under load (10 on 2 cores) the thread was
+    once descheduled for longer than 0.05 s, so the warm-up rightly ran first."""
+    pause = 0.25
     path = tmp_path / "m.db"
     with MemoryBank(fresh_database(path), config=Config.load(environ={})) as bank:
         for i in range(30):
@@ -644,16 +647,16 @@ def test_the_warm_up_waits_for_a_pause_in_the_queries(tmp_path: Path) -> None:
             seen.append((threading.current_thread().name, time.monotonic()))
             done.set()
 
-        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0), warm=warm)
+        index = RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, warm_idle_s=pause), warm=warm)
         try:
             index.query("p", RankQuery("server", limit=8, min_score=0.05, now=NOW))  # starts the build
             assert index.wait_built("p", 10)
             index.query("p", RankQuery("server deploy", limit=8, min_score=0.05, now=NOW))
             with index._lock:  # a query in flight (as a long one holds it), however long: no warm-up
-                assert not done.wait(3 * WARM_IDLE_S)
+                assert not done.wait(2 * pause)
             assert not seen
             assert done.wait(10)
             (name, at), = seen
-            assert name == "memlocal-warm" and at - index._last_query >= WARM_IDLE_S
+            assert name == "memlocal-warm" and at - index._last_query >= pause
         finally:
             index.close()

@@ -34,7 +34,8 @@ from .index import ProfileIndex
 
 log = logging.getLogger("memlocal")
 
-# How long no query must have run before the index's warm-up (``RecallIndex.warm``) starts.
+# How long no query must have run before the index's warm-up (``RecallIndex.warm``) starts
+# (``RecallTuning.warm_idle_s``'s default).
 WARM_IDLE_S: Final = 0.05
 
 
@@ -60,6 +61,8 @@ class RecallTuning:
     head_size: int | None = None
     # Docs out of place in the orders before they are filed (``None``: ``_MOVED_MAX``).
     moved_max: int | None = None
+    # How long no query must have run before the warm-up (``RecallIndex.warm``) starts.
+    warm_idle_s: float = WARM_IDLE_S
 
 
 class RecallIndex:
@@ -272,16 +275,17 @@ class RecallIndex:
             threading.Thread(target=self._warm_when_idle, args=(warm,), daemon=True, name="memlocal-warm").start()
 
     def _warm_when_idle(self, warm: Callable[[], None]) -> None:
+        pause = self.tuning.warm_idle_s
         while not self._stop.is_set():
             idle = time.monotonic() - self._last_query
-            if idle >= WARM_IDLE_S and self._lock.acquire(blocking=False):
+            if idle >= pause and self._lock.acquire(blocking=False):
                 self._lock.release()
                 try:
                     warm()
                 except Exception as exc:  # noqa: BLE001 - a head start, never needed: the first use loads it
                     log.warning("warming up failed (%s); the first query that needs it does it", exc)
                 return
-            self._stop.wait(max(WARM_IDLE_S - idle, 0.005))
+            self._stop.wait(max(pause - idle, 0.005))
 
     def _refresh(self, reads: RecallReads, profile: str) -> ProfileIndex:
         rev, resets = reads.revision(profile)
