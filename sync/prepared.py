@@ -260,6 +260,12 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     rest)."""
     if cancelled():
         return False
+    # The row function goes pickled on its own: the helper loads it (and its module) only once
+    # its first chunk is on its way. Made before the helper starts: a function that cannot be
+    # pickled (not module-level) must not leave a helper waiting for a request.
+    request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK,
+                            pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None, lag),
+                           protocol=pickle.HIGHEST_PROTOCOL)
     env = dict(os.environ)
     # The helper imports what this process imports, from where this process found it.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -272,11 +278,6 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
         errfile.close()
         raise
     assert proc.stdin is not None and proc.stdout is not None
-    # The row function goes pickled on its own: the helper loads it (and its module) only once
-    # its first chunk is on its way.
-    request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK,
-                            pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None, lag),
-                           protocol=pickle.HIGHEST_PROTOCOL)
     finished = threading.Event()
     stopped: list[str] = []
     errors: list[BaseException] = []

@@ -96,3 +96,31 @@ def test_the_helper_makes_the_stores_rows_with_the_function_the_port_hands_it(tm
         assert prepared.with_rows(helped, replica.prepare, replica.signature) == here
     finally:
         store.close()
+
+
+def test_a_row_function_that_cannot_cross_starts_no_helper() -> None:
+    """``Replica.row_function`` must be a module-level function (it is pickled by reference); a
+    replica that hands out another callable gets an error before any helper is started, never
+    a helper left waiting for a request that will not come."""
+    import os
+    import pickle
+
+    def helpers() -> set[int]:
+        found = set()
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+                    line = cmd.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == os.getpid() and b"memlocal_sync.prepared" in line:
+                found.add(int(pid))
+        return found
+
+    before = helpers()
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # "Can't pickle local object"
+        prepared.stream_in_helper(snapshot_of(memories(5)), P, 1 << 20, lambda frame, taken: None, lambda: False,
+                                  rows=lambda m: ((), ""))
+    assert helpers() == before
