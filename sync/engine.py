@@ -901,8 +901,12 @@ class SyncEngine:
                 data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
                 if len(data) >= prepared.HELPER_MIN_BYTES and self._helper_allowed():
                     try:
+                        # A helper that sends nothing for half the pass's deadline is hung: killed,
+                        # and the snapshot read here. Half: the deadline of the pass's next request
+                        # runs from the bucket's last answer, which came before that wait.
                         return prepared.stream_in_helper(data, profile, self.max_object_bytes, feed.put, stopped,
-                                                         chunk=prepared.CHUNK, rows=self.store.row_function())
+                                                         timeout_s=self.deadline_s / 2, chunk=prepared.CHUNK,
+                                                         rows=self.store.row_function())
                     except BadObject:
                         raise
                     except Exception as exc:  # the helper is only a second core: read here (again)

@@ -46,7 +46,8 @@ from .objects import BadObject, content_hash, decode, parse_key
 # A snapshot this large (compressed) is read by a helper process when there is a second core:
 # below it, starting an interpreter (~0.2 s of CPU, on the other core) saves too little.
 HELPER_MIN_BYTES: Final = 256 << 10
-# The helper's bound; past it, it is killed and the snapshot read here.
+# The helper's bound without progress (no chunk for this long); past it, it is killed and the
+# snapshot read here. A pass gives its own deadline (``sync.deadline_s``), as for the bucket.
 HELPER_TIMEOUT_S: Final = 300.0
 # The helper makes the store's rows of a chunk (with the replica's row function) when the pass
 # has at least this many of its chunks not yet taken: it is behind, so the helper takes on more of
@@ -301,10 +302,11 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
         except (OSError, ValueError):  # the helper is gone: nothing to pace
             pass
 
-    def watch() -> None:  # a cancelled pass or a helper past its bound is killed: its pipe closes
-        deadline = time.monotonic() + timeout_s
+    progress = [time.monotonic()]  # when the helper last sent a frame
+
+    def watch() -> None:  # a cancelled pass or a helper stalled past its bound is killed: its pipe closes
         while not finished.wait(0.1):
-            if cancelled() or time.monotonic() >= deadline:
+            if cancelled() or time.monotonic() - progress[0] >= timeout_s:
                 stopped.append("cancelled" if cancelled() else "timeout")
                 proc.kill()
                 return
@@ -320,6 +322,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
                 if len(frame) < size:
                     break  # the helper died while writing it: a truncated pickle is not a chunk
                 frames.put(frame)
+                progress[0] = time.monotonic()
         except (OSError, ValueError):  # the pipe closed under it: the helper was stopped
             pass
         finally:
@@ -363,7 +366,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     if stopped and stopped[0] == "cancelled":
         return False
     if stopped:
-        raise TimeoutError(f"the snapshot helper took over {timeout_s:g} s")
+        raise TimeoutError(f"the snapshot helper sent nothing for {timeout_s:g} s")
     if not complete:
         raise RuntimeError(f"the snapshot helper exited {proc.returncode}: "
                            f"{err.decode('utf-8', 'replace').strip().splitlines()[-1:]}")

@@ -176,3 +176,41 @@ def test_a_helper_that_dies_mid_chunk_leaves_the_rest_to_the_pass(
     assert report.ok, report.reason
     assert report.counts["from_snapshot"] == N and report.counts["pulled"] == N
     assert object_gets(fault_proxy) == 0 and b.ids(P) == a.ids(P)
+
+
+# A helper that hangs: the real helper behind this shim, whose first chunk is passed on whole;
+# then the shim holds the pipe open and sends nothing more, as a helper stuck in a read or a
+# row function would. (Killed by the pass; the real helper then ends on its closed pipes.)
+_HUNG_HELPER = """#!{python}
+import subprocess, sys, time
+helper = subprocess.Popen([{python!r}, *sys.argv[1:]], stdout=subprocess.PIPE)  # stdin: the pass's pipe
+head = helper.stdout.read(8)
+sys.stdout.buffer.write(head + helper.stdout.read(int.from_bytes(head, "big")))
+sys.stdout.buffer.flush()
+time.sleep(3600)
+"""
+
+
+def test_a_helper_that_hangs_is_given_up_after_the_passs_deadline(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """A snapshot helper that sends nothing more is killed once it has been silent for half the
+    pass's deadline (``sync.deadline_s``), and the pass reads the snapshot itself: a fresh host's
+    pass is not held for the helper's 300 s bound (it was, past the 12 s every pass keeps to
+    against the bucket)."""
+    import sys
+
+    shim = tmp_path / "hung-helper"
+    shim.write_text(_HUNG_HELPER.format(python=sys.executable))
+    shim.chmod(0o755)
+    monkeypatch.setattr(prepared, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(prepared, "CHUNK", 7)
+    a = settled_host(hosts, s3)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10, sync__deadline_s=4)
+    monkeypatch.setattr(sys, "executable", str(shim))  # the helper is started as sys.executable
+    report = b.sync()
+    monkeypatch.undo()
+    assert report.ok, report.reason
+    assert report.counts["from_snapshot"] == N and report.counts["pulled"] == N
+    assert object_gets(fault_proxy) == 0 and b.ids(P) == a.ids(P)
+    assert report.duration_s < 30  # 2 s of silence, then the snapshot read here (300 s before)
