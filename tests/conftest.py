@@ -119,11 +119,18 @@ def _exit_without_teardown() -> None:
     collection, every library the run imported) took 0.7-2 s at the end of each run. Registered
     before anything else of the suite, so every other exit handler (``support.stop_every_group``
     among them) has run by then; the results went to the controller before (the worker is being
-    shut down by it)."""
+    shut down by it). Only a process that ``pytest_configure`` found to be an xdist worker
+    leaves this way: the environment variable that registers it is inherited by whatever a test
+    starts, and a pytest run inside a test must still exit with its own status."""
+    if not _XDIST_WORKER:
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
+
+# Set by pytest_configure in a real xdist worker (its config has ``workerinput``).
+_XDIST_WORKER: list[bool] = []
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     import atexit
@@ -201,6 +208,8 @@ def pytest_configure(config: pytest.Config) -> None:
     the background when the run may include it (``support.start_type_check``), from the moment
     the first worker has collected: it runs beside the workers' tests rather than holding one
     worker for ~20 s of CPU."""
+    if hasattr(config, "workerinput"):
+        _XDIST_WORKER[:] = [True]  # this process may leave without its teardown (_exit_without_teardown)
     if hasattr(config, "workerinput") or support.TYPE_CHECK_RESULT or not _runs_the_type_check(config):
         return
     import tempfile
