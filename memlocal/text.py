@@ -305,8 +305,9 @@ _DATE_PHRASE: Final = re.compile(
     # a month with a day or a year ("9 November, 2022", "July 10", "August 2023")
     rf"(?:{_PREP})?(?:\b{_DAY_NO}\s+(?:of\s+)?\b(?:{_MONTH_NAMES})\b(?:,?\s*{_YEAR})?"
     rf"|\b(?:{_MONTH_NAMES})\s+{_DAY_NO}\b(?:,?\s*{_YEAR})?|\b(?:{_MONTH_NAMES}),?\s*{_YEAR})"
-    # a month alone after its preposition ("in June"; "May I" is not one), a year alone
-    rf"|{_PREP}\b(?:{_MONTH_NAMES})\b|(?:{_PREP})?{_YEAR}")
+    # a month alone after its preposition ("in June"; "May I" is not one), a year alone after its
+    # preposition ("in 2023"; "port 2049" and "error 2003" are no year)
+    rf"|{_PREP}\b(?:{_MONTH_NAMES})\b|{_PREP}{_YEAR}")
 
 
 def without_dates(query: str) -> str:

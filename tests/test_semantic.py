@@ -137,6 +137,10 @@ def test_the_query_is_embedded_without_the_dates_it_names(tmp_path: Path) -> Non
     # "May" starting a question and "may" the verb are no month; a query that is only a date stays
     assert without_dates("May I ask what she may do?") == "May I ask what she may do?"
     assert without_dates("in June") == "in June" and without_dates("deploy the api") == "deploy the api"
+    # a number that reads as a year is one only after its preposition: a port, an error code stay
+    assert without_dates("is nfs on port 2049?") == "is nfs on port 2049?"
+    assert without_dates("error 2003 when connecting to mysql") == "error 2003 when connecting to mysql"
+    assert without_dates("What did Caroline paint since 2022?") == "What did Caroline paint?"
     with _bank(tmp_path / "m.db") as bank:
         for v in DEV.values():
             bank.save("dev", content=v)
