@@ -9,10 +9,11 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 from memlocal_sync import prepared
+from memlocal_sync.engine import PassReport
 from s3server import S3, FaultProxy, Host
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
@@ -155,27 +156,36 @@ os._exit(1)
 """
 
 
-def test_a_helper_that_dies_mid_chunk_leaves_the_rest_to_the_pass(
-        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path) -> None:
-    """A chunk the helper did not finish writing is never handed to the pass (it would be a
-    truncated pickle: the pass failed with an internal error); the pass reads the snapshot itself
-    and takes every memory once, none fetched."""
+def _fresh_pass_behind(shim_text: str, hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy,
+                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **settings: Any) -> PassReport:
+    """A settled host A, then a fresh host B's pass with its snapshot helper started through
+    ``shim_text`` (a script standing for ``sys.executable``), in chunks of 7: B takes every
+    memory from the snapshot, none fetched, whatever the helper did."""
     import sys
 
-    shim = tmp_path / "dying-helper"
-    shim.write_text(_DYING_HELPER.format(python=sys.executable))
+    shim = tmp_path / "helper-shim"
+    shim.write_text(shim_text.format(python=sys.executable))
     shim.chmod(0o755)
     monkeypatch.setattr(prepared, "HELPER_MIN_BYTES", 0)
     monkeypatch.setattr(prepared, "CHUNK", 7)
     a = settled_host(hosts, s3)
-    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10, **settings)
     monkeypatch.setattr(sys, "executable", str(shim))  # the helper is started as sys.executable
     report = b.sync()
     monkeypatch.undo()
     assert report.ok, report.reason
     assert report.counts["from_snapshot"] == N and report.counts["pulled"] == N
     assert object_gets(fault_proxy) == 0 and b.ids(P) == a.ids(P)
+    return report
+
+
+def test_a_helper_that_dies_mid_chunk_leaves_the_rest_to_the_pass(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """A chunk the helper did not finish writing is never handed to the pass (it would be a
+    truncated pickle: the pass failed with an internal error); the pass reads the snapshot itself
+    and takes every memory once, none fetched."""
+    _fresh_pass_behind(_DYING_HELPER, hosts, s3, fault_proxy, monkeypatch, tmp_path)
 
 
 # A helper that hangs: the real helper behind this shim, whose first chunk is passed on whole;
@@ -198,19 +208,5 @@ def test_a_helper_that_hangs_is_given_up_after_the_passs_deadline(
     pass's deadline (``sync.deadline_s``), and the pass reads the snapshot itself: a fresh host's
     pass is not held for the helper's 300 s bound (it was, past the 12 s every pass keeps to
     against the bucket)."""
-    import sys
-
-    shim = tmp_path / "hung-helper"
-    shim.write_text(_HUNG_HELPER.format(python=sys.executable))
-    shim.chmod(0o755)
-    monkeypatch.setattr(prepared, "HELPER_MIN_BYTES", 0)
-    monkeypatch.setattr(prepared, "CHUNK", 7)
-    a = settled_host(hosts, s3)
-    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10, sync__deadline_s=4)
-    monkeypatch.setattr(sys, "executable", str(shim))  # the helper is started as sys.executable
-    report = b.sync()
-    monkeypatch.undo()
-    assert report.ok, report.reason
-    assert report.counts["from_snapshot"] == N and report.counts["pulled"] == N
-    assert object_gets(fault_proxy) == 0 and b.ids(P) == a.ids(P)
+    report = _fresh_pass_behind(_HUNG_HELPER, hosts, s3, fault_proxy, monkeypatch, tmp_path, sync__deadline_s=4)
     assert report.duration_s < 30  # 2 s of silence, then the snapshot read here (300 s before)
