@@ -40,6 +40,30 @@ def local_saves(db: Path, n: int, prefix: str = "memory") -> set[str]:
         return {bank.save(P, f"{prefix} {i}").memory.id for i in range(n)}
 
 
+class PutGate:
+    """A FaultProxy hook that lets the first ``after`` memory PUTs of profile ``P`` through, then
+    holds every later one (as a ``before`` hook: the request; as an ``after`` hook: its answer)
+    until ``release`` is set. ``held`` counts those held, ``holding`` is set at the first."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.landed = self.held = 0
+        self.holding, self.release = threading.Event(), threading.Event()
+        self._counter = threading.Lock()
+
+    def __call__(self, method: str, path: str, headers: dict[str, str]) -> bool:
+        if method != "PUT" or f"/memory/{P}/" not in path:
+            return False
+        with self._counter:
+            self.landed += 1
+            if self.landed <= self.after:
+                return False
+            self.held += 1
+        self.holding.set()
+        self.release.wait()
+        return True
+
+
 class Daemon:
     def __init__(self, db: Path, log: Path, env: dict[str, str]) -> None:
         self.log = log
@@ -96,30 +120,15 @@ def test_sigterm_finishes_the_pass_in_flight(s3: S3, tmp_path: Path, fault_proxy
     # Mid-pass, held there until the signal: past the first 20 memory PUTs, the proxy holds each
     # request (every worker ends up waiting on one), so the signal lands while the pass is in
     # flight however fast or slow the machine is; then the pass goes on at full speed.
-    landed = 0
-    counter = threading.Lock()
-    held, release = threading.Event(), threading.Event()
-
-    def hold_after_20(method: str, path: str, headers: dict[str, str]) -> bool:
-        nonlocal landed
-        if method != "PUT" or f"/memory/{P}/" not in path:
-            return False
-        with counter:
-            landed += 1
-            if landed <= 20:
-                return False
-        held.set()
-        release.wait()
-        return True
-
-    fault_proxy.before(hold_after_20)
+    gate = PutGate(after=20)
+    fault_proxy.before(gate)
     d = daemons(db, tmp_path / "daemon.log", INTERNAL_S3_ENDPOINT=fault_proxy.endpoint, MEMLOCAL_SYNC_WORKERS="2")
     try:
-        wait_for(held.is_set, 120, "the pass to be under way")
+        wait_for(gate.holding.is_set, 120, "the pass to be under way")
         assert 20 <= len(s3.keys()) < 80
         os.kill(d.proc.pid, signal.SIGTERM)
     finally:
-        release.set()
+        gate.release.set()
     assert d.proc.wait(timeout=30) == 0, d.output()
     assert sorted(s3.keys()) == sorted(f"memory/{P}/{i}.json" for i in ids)
     assert query(db, "SELECT count(*) FROM sync_base") == 80
@@ -138,34 +147,18 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
     # answer (the object is in the bucket, the daemon has not seen it, so it cannot record its
     # base) until the test releases them. Once every worker waits on one, the pass can go no
     # further, however slow the machine: the kill lands with PUTs ahead of their recorded base.
-    landed = 0
-    held = 0
-    counter = threading.Lock()
-    release = threading.Event()
-
-    def hold_answers(method: str, path: str, headers: dict[str, str]) -> bool:
-        nonlocal landed, held
-        if method != "PUT" or f"/memory/{P}/" not in path:
-            return False
-        with counter:
-            landed += 1
-            if landed <= 40:
-                return False
-            held += 1
-        release.wait()
-        return True
-
-    fault_proxy.after(hold_answers)
+    gate = PutGate(after=40)
+    fault_proxy.after(gate)
     d = daemons(db, tmp_path / "daemon.log", INTERNAL_S3_ENDPOINT=fault_proxy.endpoint,
                 MEMLOCAL_SYNC_WORKERS=str(workers))
     try:
-        wait_for(lambda: held == workers, 120, "every worker waiting on a held answer")
+        wait_for(lambda: gate.held == workers, 120, "every worker waiting on a held answer")
         # Nothing moves now: the held objects are in the bucket, and none of them has a base.
         assert len(s3.keys()) == 40 + workers
         assert len(s3.keys()) - query(db, "SELECT count(*) FROM sync_base") >= workers
         d.stop(signal.SIGKILL)
     finally:
-        release.set()
+        gate.release.set()
     # The proxy still delivers requests that were in flight when the daemon died: let them land
     # (every request the proxy has read is answered).
     wait_for(lambda: fault_proxy.received == fault_proxy.count(), 30, "the requests in flight to land")
