@@ -136,19 +136,6 @@ def row_of(memory: Memory, prepare: Callable[[Memory], tuple[Any, ...]] | None,
         return None, None
 
 
-def with_rows(ready: dict[str, Prepared], prepare: Callable[[Memory], tuple[Any, ...]],
-              signature: Callable[[Memory], str]) -> dict[str, Prepared]:
-    """``ready`` (from the helper) with the store's rows and signatures where they are missing,
-    computed here by the replica (``Replica.prepare``, ``Replica.signature``)."""
-    out: dict[str, Prepared] = {}
-    for key, p in ready.items():
-        if p.memory is not None and p.row is None:
-            row, sig = row_of(p.memory, prepare, signature)
-            p = Prepared(p.etag, p.body, p.memory, p.reason, p.hash, row, sig, p.md5)
-        out[key] = p
-    return out
-
-
 class Feed:
     """The prepared entries of one profile's snapshot, chunk by chunk as they are made ready
     (a thread of the pass fills it; the pass reads it). A chunk is put as entries or as the
@@ -223,32 +210,12 @@ def helper_available() -> bool:
     return cores > 1 and bool(sys.executable)
 
 
-def in_helper(data: bytes, profile: str, max_object_bytes: int,
-              cancelled: threading.Event | None = None, timeout_s: float = HELPER_TIMEOUT_S,
-              rows: RowFunction | None = None, chunk: int | None = None,
-              lag: int = ROWS_LAG) -> dict[str, Prepared] | None:
-    """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process:
-    decoded and hashed; the store's rows only where the helper made them with ``rows`` (see
-    :func:`stream_in_helper`; the caller adds the others with :func:`with_rows`). ``BadObject`` when
-    ``data`` is not a snapshot of ``profile``; ``None`` when ``cancelled``; any other exception
-    when the helper failed (the caller then reads it here)."""
-    ready: dict[str, Prepared] = {}
-
-    def take(frame: bytes, taken: Callable[[], None]) -> None:
-        taken()
-        ready.update(entries_of(frame))
-
-    done = stream_in_helper(data, profile, max_object_bytes, take,
-                            cancelled.is_set if cancelled is not None else (lambda: False), timeout_s,
-                            chunk=chunk, rows=rows, lag=lag)
-    return ready if done else None
-
-
 def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
                      on_chunk: Callable[[bytes, Callable[[], None]], None], cancelled: Callable[[], bool],
                      timeout_s: float = HELPER_TIMEOUT_S, chunk: int | None = None,
                      rows: RowFunction | None = None, lag: int = ROWS_LAG) -> bool:
-    """:func:`in_helper`, each chunk of ``chunk`` (default ``CHUNK``) entries handed to
+    """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process
+    (decoded and hashed), each chunk of ``chunk`` (default ``CHUNK``) entries handed to
     ``on_chunk`` (on this thread, still pickled: :func:`entries_of` reads it) with a function
     to call when the chunk is taken to be used, as soon as the helper has sent it, while the
     helper prepares the next. With ``rows`` (the replica's ``row_function``) the helper also
@@ -373,7 +340,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     return True
 
 
-def _main() -> None:  # pragma: no cover - runs in the helper process (tested through in_helper)
+def _main() -> None:  # pragma: no cover - runs in the helper process (tested through stream_in_helper)
     def read(n: int) -> bytes:
         got = b""
         while len(got) < n and (part := os.read(0, n - len(got))):

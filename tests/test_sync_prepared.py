@@ -8,6 +8,7 @@ import hashlib
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -27,6 +28,33 @@ def memories(n: int) -> list[Memory]:
                    extra={"tags": ["é", i]} if i % 3 == 0 else {}) for i in range(n)]
 
 
+def in_helper(data: bytes, profile: str, max_object_bytes: int, cancelled: threading.Event | None = None,
+              **kwargs: Any) -> dict[str, prepared.Prepared] | None:
+    """Every entry the helper prepares of ``data``, in one dict (``None`` when ``cancelled``):
+    ``prepared.stream_in_helper`` with its chunks gathered, as the pass's feed gathers them."""
+    ready: dict[str, prepared.Prepared] = {}
+
+    def take(frame: bytes, taken: Callable[[], None]) -> None:
+        taken()
+        ready.update(prepared.entries_of(frame))
+
+    done = prepared.stream_in_helper(data, profile, max_object_bytes, take,
+                                     cancelled.is_set if cancelled is not None else (lambda: False), **kwargs)
+    return ready if done else None
+
+
+def rows_added(ready: dict[str, prepared.Prepared], replica: StoreReplica) -> dict[str, prepared.Prepared]:
+    """``ready`` with the store's rows and signatures made here where the helper made none (as the
+    pass makes them, ``prepared.row_of``)."""
+    out = {}
+    for key, p in ready.items():
+        if p.memory is not None and p.row is None:
+            row, sig = prepared.row_of(p.memory, replica.prepare, replica.signature)
+            p = prepared.Prepared(p.etag, p.body, p.memory, p.reason, p.hash, row, sig, p.md5)
+        out[key] = p
+    return out
+
+
 def snapshot_of(ms: list[Memory], extra: list[tuple[str, str, bytes]] = ()) -> bytes:  # type: ignore[assignment]
     entries = [(f"memory/{P}/{m.id}.json", f'"{hashlib.md5(encode(m)).hexdigest()}"', encode(m)) for m in ms]
     return snapshot.build(P, [*entries, *extra])[1]
@@ -40,9 +68,9 @@ def test_the_helper_prepares_what_this_process_prepares(tmp_path: Path) -> None:
     try:
         replica = StoreReplica(store)
         here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, replica.prepare, replica.signature)
-        helped = prepared.in_helper(data, P, 1 << 20)  # decoded and hashed there, without a store
+        helped = in_helper(data, P, 1 << 20)  # decoded and hashed there, without a store
         assert helped is not None and all(p.row is None and p.signature is None for p in helped.values())
-        there = prepared.with_rows(helped, replica.prepare, replica.signature)  # the rows added here
+        there = rows_added(helped, replica)  # the rows added here
     finally:
         store.close()
     assert here is not None and there == here
@@ -55,15 +83,15 @@ def test_the_helper_prepares_what_this_process_prepares(tmp_path: Path) -> None:
 
 def test_the_helper_refuses_what_is_not_a_snapshot_of_the_profile() -> None:
     with pytest.raises(BadObject, match="not a snapshot"):
-        prepared.in_helper(b"not gzip at all", P, 1 << 20)
+        in_helper(b"not gzip at all", P, 1 << 20)
     with pytest.raises(BadObject, match="this profile"):
-        prepared.in_helper(snapshot_of(memories(2)), "other", 1 << 20)
+        in_helper(snapshot_of(memories(2)), "other", 1 << 20)
 
 
 def test_a_cancelled_pass_prepares_nothing() -> None:
     cancelled = threading.Event()
     cancelled.set()
-    assert prepared.in_helper(snapshot_of(memories(5)), P, 1 << 20, cancelled) is None
+    assert in_helper(snapshot_of(memories(5)), P, 1 << 20, cancelled) is None
     assert prepared.prepare_entries({}, P, 1 << 20, lambda m: (), lambda m: "", cancelled.is_set) is None
 
 
@@ -89,11 +117,11 @@ def test_the_helper_makes_the_stores_rows_with_the_function_the_port_hands_it(tm
     try:
         replica = StoreReplica(store)
         here = prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20, replica.prepare, replica.signature)
-        helped = prepared.in_helper(data, P, 1 << 20, rows=replica.row_function(), chunk=8, lag=0)
+        helped = in_helper(data, P, 1 << 20, rows=replica.row_function(), chunk=8, lag=0)
         assert helped is not None and here is not None
         with_rows = [key for key, p in helped.items() if p.row is not None]
         assert len(with_rows) == 32 and all(helped[k] == here[k] for k in with_rows)  # all but the first chunk
-        assert prepared.with_rows(helped, replica.prepare, replica.signature) == here
+        assert rows_added(helped, replica) == here
     finally:
         store.close()
 
