@@ -362,16 +362,6 @@ class Context:
         out[self.order] = ordered + best
         return out
 
-    def neighbours(self) -> list[list[int]]:
-        """Each memory's context as positions into the profile's ids, in no particular order."""
-        out: list[list[int]] = [[] for _ in self.order]
-        order = self.order.tolist()
-        for d, near in enumerate(self.near, start=1):
-            for p in near.nonzero()[0].tolist():
-                out[order[p]].append(order[p + d])
-                out[order[p + d]].append(order[p])
-        return out
-
 
 def context_of(created_us: Sequence[int]) -> Context:
     """Each memory's context: the memories saved just before and after it, up to
