@@ -1228,7 +1228,7 @@ class SyncEngine:
         elif op is Op.UPDATE:
             # The remote is still at the base ETag, so its count is ours minus the unmerged delta.
             record = kind.load(self.state, action.id)
-            effects = [] if record is None else self._push(kind, record, action.etag, counts, attempt=1)
+            effects = [] if record is None else self.push(kind, record, action.etag, counts, attempt=1)
         elif op is Op.DELETE_REMOTE:
             key = kind.key(action.profile, action.id)
             self.bucket.delete(key)
@@ -1240,7 +1240,7 @@ class SyncEngine:
         elif op is Op.FORGET:
             effects = [kind.forget(action.id)]
         elif op is Op.REID:
-            effects = self._reid(action.id, counts)
+            effects = self.reid(action.id, counts)
         else:  # pragma: no cover
             raise AssertionError(op)
         return effects, counts
@@ -1266,18 +1266,9 @@ class SyncEngine:
 
     def push(self, kind: SyncedKind[Any, Any], record: Any, etag: str, counts: Counter[str], *,
              attempt: int) -> list[Effect]:
-        """``Pipeline.push`` for the kinds' ``resolve``: ``_push``."""
-        return self._push(kind, record, etag, counts, attempt=attempt)
-
-    def reid(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
-        """``Pipeline.reid`` for the kinds' ``resolve``: ``_reid``."""
-        return self._reid(memory_id, counts)
-
-    def _push(self, kind: SyncedKind[Any, Any], record: Any, etag: str, counts: Counter[str], *,
-              attempt: int) -> list[Effect]:
-        """PUT ``record`` with ``If-Match: etag``. A 412 re-reads the object and resolves again
-        (up to ``MERGE_ATTEMPTS`` writes); a 404 means it was deleted on another host meanwhile:
-        the deletion wins."""
+        """PUT ``record`` with ``If-Match: etag`` (also ``Pipeline.push``, for the kinds'
+        ``resolve``). A 412 re-reads the object and resolves again (up to ``MERGE_ATTEMPTS``
+        writes); a 404 means it was deleted on another host meanwhile: the deletion wins."""
         key, profile, item_id = kind.key_of(record)
         data = kind.encode(record)
         try:
@@ -1346,8 +1337,9 @@ class SyncEngine:
         self.state.apply(effects)
         return plan, {a: NoteRecord(a, n) for a, n in notes.items()}
 
-    def _reid(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
-        """Give our memory a fresh id (another host's memory owns ``memory_id``), then push it."""
+    def reid(self, memory_id: str, counts: Counter[str]) -> list[Effect]:
+        """Give our memory a fresh id (another host's memory owns ``memory_id``), then push it
+        (also ``Pipeline.reid``, for the kinds' ``resolve``)."""
         for _ in range(16):
             candidate = new_id()
             if candidate not in self._remote_ids and not self.store.exists(candidate):
