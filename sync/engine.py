@@ -21,8 +21,9 @@ import logging
 import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from queue import Empty, SimpleQueue
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -56,7 +57,7 @@ from .objects import (
     parse_key,
     profile_prefix,
 )
-from .plan import Action, Local, Op, Plan, held_summary, plan_notes, plan_pass
+from .plan import Action, Base, Local, Op, Plan, held_summary, plan_notes, plan_pass, unusable
 from .state import (
     META_LAST_ERROR,
     Changed,
@@ -384,6 +385,7 @@ class SyncEngine:
         prefixes = [profile_prefix(None)] if profiles is None else [profile_prefix(p) for p in profiles]
         snapshots: dict[str, list[str]] = {}
         feeds: dict[str, prepared.Feed] = {}
+        early: _EarlyTake | None = None
         # A fresh host lists the bucket like any other (a snapshot never stands for a listing:
         # docs/sync.md, "What a hint may do"); it reads its snapshots while the listing runs.
         listed_snapshots = self._list_snapshots(None) if view.fresh else None
@@ -412,22 +414,29 @@ class SyncEngine:
             known_profiles = {b.profile for b in base.values()} | local_rows.profiles
             fresh = {p: keys for p, keys in snapshots.items() if p not in known_profiles}
             feeds = self._start_feeds(fresh) if fresh else {}
+        known_bad: dict[str, tuple[str, str]] = {}
+        for prefix in prefixes:
+            known_bad.update(self.state.known_bad(prefix))
+        if side is None:
+            # What a fresh profile's snapshot holds is pulled as the listing confirms it, part
+            # by part, instead of after the whole listing (``_EarlyTake``).
+            early = _EarlyTake(self, feeds, set(base) | local_rows.ids() | set(outbox_deletes), known_bad,
+                               report) if feeds else None
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-sync-local") as helper:
                 local_future = helper.submit(self.state.local_entries_from, local_rows)
                 listing = []
                 for prefix in prefixes:
-                    objects, pages = self._list(prefix)
+                    objects, pages = self._list(prefix, early)
                     listing.extend(objects)
                     report.pages += pages
                 local = local_future.result()
             self._check_cancelled()
             if hashes:
                 self.state.remember_signatures(local_rows, local, base)
+            if early is not None:
+                early.finish(local, base, known_bad)
         if not view.incremental:
             self._ignore_listed_deletes(view, listing, report)
-        known_bad: dict[str, tuple[str, str]] = {}
-        for prefix in prefixes:
-            known_bad.update(self.state.known_bad(prefix))
         explained = self.state.explained()
         plan = plan_pass(
             local, listing, base, outbox_deletes, known_bad,
@@ -461,7 +470,10 @@ class SyncEngine:
         # Profiles this pass changes are written by a later pass that finds them settled.
         busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
         if report.mode != "record":
-            self._read_snapshots(plan, snapshots, report, set(local) | set(base), feeds)
+            if early is not None:
+                busy |= early.profiles()
+            self._read_snapshots(plan, snapshots, report, set(local) | set(base), feeds,
+                                 early.waiting if early is not None else None)
             self._stop_feeds()
         self._check_cancelled()
         self._execute(MEMORY, plan, report, pull_only=pull_only, progress=progress)
@@ -793,7 +805,7 @@ class SyncEngine:
 
     # --- the listing (docs/sync.md, "Listing") ------------------------------------------------------
 
-    def _list(self, prefix: str) -> tuple[list[Listed], int]:
+    def _list(self, prefix: str, early: _EarlyTake | None = None) -> tuple[list[Listed], int]:
         """Every object under ``prefix``, in key order, and the pages that took.
 
         A prefix that fits one page costs one request, as before. Past it, the rest of the
@@ -804,34 +816,47 @@ class SyncEngine:
         threads. What comes after that profile is listed the same way, from just past its last
         possible key. Together they cover every key once at least (a key two of them see is kept
         once), whatever the bucket holds. On S3 the pages of a listing are sequential round
-        trips; this makes them parallel, and the client's parsing overlaps the server's work."""
+        trips; this makes them parallel, and the client's parsing overlaps the server's work.
+        ``early``: handed the objects of each part on this thread as it is listed (a key two
+        parts see may come twice), while the other parts are still being listed, and woken
+        whenever its snapshot feeds have more."""
         found: dict[str, Listed] = {}
         pages = 0
-        start: str | None = None
-        futures: list[Future[Any]] = []
+        pending: dict[Future[Any], bool] = {}  # the listings running: whether each is a first page
+
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="memlocal-sync-list") as pool:
+            def first_page(start: str | None) -> None:
+                pending[pool.submit(self.bucket.list, prefix, start_after=start, max_pages=1)] = True
+
             try:
-                while True:
-                    first = self.bucket.list(prefix, start_after=start, max_pages=1)
-                    found.update((o.key, o) for o in first.objects)
-                    pages += first.pages
-                    if not first.truncated or not first.objects:
-                        break
-                    last = first.objects[-1].key
-                    parts = _id_listings(last)
-                    if parts is None:  # not a memory key: go on page by page from it
-                        start = last
-                        continue
-                    futures += [pool.submit(self.bucket.list, part or prefix, start_after=lo, last=hi)
-                                for part, lo, hi in parts]
-                    start = parts[-1][2]  # past every key of that profile
+                first_page(None)
+                while pending:
+                    # Each part as it comes, in any order (the first error to come is raised):
+                    # what follows a first page is asked for before its objects are handed on.
+                    woken = early.woken() if early is not None else None
+                    for future in wait([*pending, *([woken] if woken else [])], return_when=FIRST_COMPLETED).done:
+                        if future is woken:
+                            assert early is not None
+                            early.listed(())
+                            continue
+                        first = pending.pop(future)
+                        part = future.result()
+                        pages += part.pages
+                        if first and part.truncated and part.objects:
+                            last = part.objects[-1].key
+                            parts = _id_listings(last)
+                            if parts is None:  # not a memory key: go on page by page from it
+                                first_page(last)
+                            else:
+                                pending.update((pool.submit(self.bucket.list, sub or prefix, start_after=lo, last=hi),
+                                                False) for sub, lo, hi in parts)
+                                first_page(parts[-1][2])  # past every key of that profile
+                        found.update((o.key, o) for o in part.objects)
+                        if early is not None:
+                            early.listed(part.objects)
             finally:
-                for future in futures:  # wait for every listing (the first error is raised below)
-                    future.exception()
-            for future in futures:
-                part = future.result()
-                found.update((o.key, o) for o in part.objects)
-                pages += part.pages
+                for future in pending:  # the parts not started yet are not started; the others end
+                    future.cancel()
         return [found[k] for k in sorted(found)], pages
 
     # --- snapshots (docs/sync.md, "Snapshots") ------------------------------------------------------
@@ -940,7 +965,8 @@ class SyncEngine:
         return None
 
     def _read_snapshots(self, plan: Plan, snapshots: dict[str, list[str]], report: PassReport,
-                        known: set[str], feeds: dict[str, prepared.Feed] | None = None) -> None:
+                        known: set[str], feeds: dict[str, prepared.Feed] | None = None,
+                        read: Mapping[str, dict[str, _Prefetched]] | None = None) -> None:
         """For each profile with many objects to fetch, take their bodies from its snapshot where
         the snapshot's ETag is the listing's and the body is the one that ETag names (the listing
         is the truth); the rest are fetched.
@@ -948,7 +974,8 @@ class SyncEngine:
         A memory new to this host (no local row, no base: a fresh host's case) is pulled here
         at once, in batches; the others go through the usual fetch, with the body in hand.
         ``feeds``: snapshots being read and prepared since the listing began (``_start_feeds``),
-        taken chunk by chunk as they come, so that the inserts overlap the preparing."""
+        taken chunk by chunk as they come, so that the inserts overlap the preparing; ``read``:
+        entries taken from those feeds already and not used yet (``_EarlyTake.waiting``)."""
         self._from_snapshot = {}
         if self.snapshot_min <= 0:
             return
@@ -960,12 +987,12 @@ class SyncEngine:
         taken: set[str] = set()  # keys pulled here: their fetches are done
         effects: list[Effect] = []
         for profile, wanted in fetches.items():
-            if len(wanted) < self.snapshot_min or profile not in snapshots:
-                continue
+            if profile not in snapshots or (len(wanted) < self.snapshot_min and profile not in feeds):
+                continue  # (a snapshot read ahead is used whatever is left to fetch)
             feed = feeds.get(profile)
             chunks: Iterable[dict[str, _Prefetched] | dict[str, tuple[str, bytes]]] = ()
             if feed is not None:
-                chunks = feed.chunks()
+                chunks = chain([(read or {}).get(profile, {})], feed.chunks())
             used = 0
             for chunk in chunks:
                 used += self._take_snapshot_entries(chunk, wanted, known, taken, effects, report)
@@ -1352,6 +1379,103 @@ class SyncEngine:
         counts["reid"] += 1
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
         return self._create(MEMORY, candidate, counts)
+
+
+class _EarlyTake:
+    """A fresh profile's snapshot entries pulled while the listing still runs.
+
+    A fresh host's pass used to list the whole bucket, plan, and only then insert what the
+    snapshots hold: the inserts followed the listing. Here each part of the listing, as it comes
+    (``SyncEngine._list``), confirms the keys it shows, and an entry of a profile
+    this host has nothing of is pulled once its key is confirmed with the entry's ETag, by the
+    same rule as after the plan (``_take_snapshot_entries``: the listed ETag, the body it names,
+    within the size cap). What the plan would do with such a key is known before the listing
+    ends: nothing here holds its id (no local row, no base, no queued deletion) and the object
+    is usable, so the plan fetches it. A hint still decides nothing alone: an entry whose key no
+    listing shows, or shows with another ETag, is never used. ``finish`` then hands the plan those
+    memories as synced (local rows and bases, as a later pass would read them), so that it
+    plans nothing more for them; an id that the whole listing shows under two profiles is
+    resolved by the plan as for any memory this host holds."""
+
+    def __init__(self, engine: SyncEngine, feeds: Mapping[str, prepared.Feed], held: set[str],
+                 known_bad: Mapping[str, tuple[str, str]], report: PassReport) -> None:
+        self._engine, self._feeds, self._held, self._known_bad, self._report = engine, feeds, held, known_bad, report
+        # Keys the listing showed (their fetch as the plan would make it), not matched yet.
+        self._confirmed: dict[str, dict[str, Action]] = {p: {} for p in feeds}
+        # Entries read from the feeds whose keys the listing has not shown (yet): the plan's.
+        self.waiting: dict[str, dict[str, _Prefetched]] = {p: {} for p in feeds}
+        self._taken: set[str] = set()
+        self._effects: list[Effect] = []
+        self._applied: list[Effect] = []
+        engine._from_snapshot = {}
+        self._wake: Future[None] = Future()
+        for feed in feeds.values():
+            feed.notify = self._chunk_came
+
+    def _chunk_came(self) -> None:  # on the feeds' thread
+        wake = self._wake
+        if not wake.done():
+            try:
+                wake.set_result(None)
+            except InvalidStateError:  # set meanwhile by another chunk
+                pass
+
+    def woken(self) -> Future[None] | None:
+        """Done once a feed has more (``None`` once every feed has ended): the listing's wait
+        includes it, so that entries are taken as they come, not only as parts of the listing do."""
+        return None if all(feed.ended for feed in self._feeds.values()) else self._wake
+
+    def listed(self, objects: Sequence[Listed]) -> None:
+        """A part of the listing: confirm its keys, take the entries that match, insert them."""
+        cap = self._engine.max_object_bytes
+        for obj in objects:
+            parsed = parse_key(obj.key)
+            if parsed is None or parsed[0] not in self._confirmed or parsed[1] in self._held:
+                continue
+            if obj.key not in self._taken and unusable(obj, self._known_bad, cap) is None:
+                self._confirmed[parsed[0]][obj.key] = Action(Op.FETCH, parsed[1], parsed[0], obj.etag)
+        self._take()
+
+    def _take(self) -> None:
+        if self._wake.done():  # a new one before the feeds are read: a chunk put after sets it
+            self._wake = Future()
+        for profile, feed in self._feeds.items():
+            waiting, confirmed = self.waiting[profile], self._confirmed[profile]
+            for chunk in feed.chunks(wait=False):
+                waiting.update(chunk)
+            ready = {key: waiting.pop(key) for key in [k for k in confirmed if k in waiting]}
+            if ready:
+                used = self._engine._take_snapshot_entries(ready, confirmed, set(), self._taken, self._effects,
+                                                           self._report)
+                self._report.counts["from_snapshot"] += used
+                for key in ready:  # matched or not, decided: a mismatch is the plan's fetch
+                    del confirmed[key]
+        if self._effects:  # one transaction for what a part or a chunk confirmed (hundreds at most)
+            self._engine._check_cancelled()  # what was applied stays applied
+            self._engine.state.apply(self._effects)
+            self._applied += self._effects
+            self._effects = []
+
+    def finish(self, local: dict[str, Local], base: dict[str, Base],
+               known_bad: dict[str, tuple[str, str]]) -> None:
+        """The listing is over: take what the feeds sent since, then add what was pulled to the
+        plan's sides (``local``, ``base``) and what was found unusable to ``known_bad``."""
+        self._take()
+        pulled = {e.memory.id: e for e in self._applied if isinstance(e, Synced)}
+        if pulled:
+            stored = self._engine.state.base_entries(list(self._feeds))
+            for mid, synced in pulled.items():
+                b = stored.get(mid)
+                if b is not None and b.etag == synced.etag and b.profile == synced.memory.profile_name:
+                    base[mid] = b
+                    local[mid] = Local(mid, b.profile, synced.base_hash, 0, inactive=not synced.memory.is_active)
+        for skip in self._applied:
+            if isinstance(skip, SkipObject):
+                known_bad[skip.key] = (skip.etag, skip.reason)
+
+    def profiles(self) -> set[str]:
+        """The profiles this took memories into (changed by this pass)."""
+        return {parsed[0] for key in self._taken if (parsed := parse_key(key)) is not None}
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,7 +183,7 @@ def plan_pass(
             plan.skips.append(Skip(entry.key, entry.etag, kind.not_a_key))
             continue
         profile, mid = parsed
-        skip = _unusable(entry, known_bad, max_object_bytes)
+        skip = unusable(entry, known_bad, max_object_bytes)
         if skip is not None:
             plan.skips.append(skip)
             bad[mid] = (profile, entry)
@@ -264,7 +264,7 @@ def plan_pass(
     return plan
 
 
-def _unusable(entry: Listed, known_bad: Mapping[str, tuple[str, str]], max_object_bytes: int) -> Skip | None:
+def unusable(entry: Listed, known_bad: Mapping[str, tuple[str, str]], max_object_bytes: int) -> Skip | None:
     """Why a listed object is skipped without reading it (known bad at this ETag, too large)."""
     known = known_bad.get(entry.key)
     if known is not None and known[0] == entry.etag:

@@ -149,24 +149,45 @@ class Feed:
     def __init__(self) -> None:
         self._chunks: SimpleQueue[tuple[dict[str, Prepared] | bytes, Callable[[], None] | None] | None] = SimpleQueue()
         self.read = False
+        self._ended = False  # the reader has taken the end
+        # Called (on the filling thread) after each chunk and the end: a reader waiting on other
+        # things too wakes up to take them (the engine's ``_EarlyTake``).
+        self.notify: Callable[[], None] | None = None
 
     def put(self, chunk: dict[str, Prepared] | bytes, taken: Callable[[], None] | None = None) -> None:
         """Add a chunk; ``taken`` is called when the reader takes it (the helper's pacing)."""
         if chunk:
             self._chunks.put((chunk, taken))
+            self._notify()
 
     def finish(self, read: bool) -> None:
         """No more chunks (call exactly once, whatever happened: a reader waits for it)."""
         self.read = read
         self._chunks.put(self._END)
+        self._notify()
+
+    def _notify(self) -> None:
+        notify = self.notify
+        if notify is not None:
+            notify()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the reader has taken every chunk and the end."""
+        return self._ended
 
     def pending(self) -> bool:
         """Whether a chunk (or the end) is ready now, so that reading it does not wait."""
         return not self._chunks.empty()
 
-    def chunks(self) -> Iterator[dict[str, Prepared]]:
-        """Every chunk, waiting for each, until the feed is finished."""
-        while (item := self._chunks.get()) is not self._END:
+    def chunks(self, wait: bool = True) -> Iterator[dict[str, Prepared]]:
+        """Every chunk not taken yet, waiting for each, until the feed is finished; with
+        ``wait=False``, only those ready now (one reader: the pass's thread)."""
+        while not self._ended and (wait or not self._chunks.empty()):
+            item = self._chunks.get()
+            if item is self._END:
+                self._ended = True
+                return
             chunk, taken = item
             if taken is not None:
                 taken()

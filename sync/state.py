@@ -131,6 +131,10 @@ class LocalRows:
     def profiles(self) -> set[str]:
         return {e.profile for e in self.ready.values()} | {m.profile_name for m, _ in self.pending}
 
+    def ids(self) -> set[str]:
+        """The ids of every memory read."""
+        return set(self.ready) | {m.id for m, _ in self.pending}
+
 
 @dataclass(frozen=True, slots=True)
 class Synced:

@@ -98,6 +98,65 @@ def test_a_fresh_host_takes_the_snapshot_chunk_by_chunk_from_the_helper(
         assert b.bank.get(P, m.id) == m
 
 
+def test_a_fresh_host_inserts_what_the_listing_confirmed_before_the_listing_ends(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh host's inserts overlap its listing (``_EarlyTake``): listed 4 keys a page, in
+    parallel parts, its last part (the keys past the profile) is held until the host has
+    memories of the profile in its database; they come from the snapshot entries the other
+    parts confirmed. Then the pass ends as before: every memory once, none fetched."""
+    import sqlite3
+    import time
+    from urllib.parse import unquote
+
+    monkeypatch.setattr(prepared, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(prepared, "CHUNK", 7)
+    a = settled_host(hosts, s3)
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10, sync__list_page_size=4)
+    held: list[int] = []
+
+    def count() -> int:
+        with sqlite3.connect(f"file:{b.path}?mode=ro", uri=True) as conn:
+            return int(conn.execute("SELECT count(*) FROM memories WHERE profile = ?", (P,)).fetchone()[0])
+
+    def hold_the_last_part(method: str, path: str, headers: dict[str, str]) -> bool:
+        if method != "GET" or f"start-after=memory/{P}/\U0010ffff" not in unquote(path):
+            return False
+        deadline = time.monotonic() + 20  # bounded: without the overlap, the count stays 0
+        while (n := count()) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held.append(n)
+        return True
+
+    fault_proxy.before(hold_the_last_part)
+    report = b.sync()
+    assert report.ok, report.reason
+    assert len(held) == 1 and held[0] > 0, held
+    assert report.counts["from_snapshot"] == N and report.counts["pulled"] == N
+    assert object_gets(fault_proxy) == 0 and b.ids(P) == a.ids(P)
+    for m in a.bank.store.iter_profile(P):
+        assert b.bank.get(P, m.id) == m
+    assert b.sync().planned == {}  # settled: what was taken early is synced, as a later pass reads it
+
+
+def test_one_id_under_two_profiles_ends_in_one_of_them_on_a_fresh_host(
+        hosts: Callable[..., Host], s3: S3) -> None:
+    """A buggy or hostile writer copies a memory of the snapshot's profile under another profile
+    that sorts first. The fresh host keeps one copy, whichever part of the listing came first,
+    skips the other, and its next pass plans nothing and keeps the same one."""
+    a = settled_host(hosts, s3)
+    mid = sorted(a.ids(P))[3]
+    body = s3.client.get_object(Bucket=s3.bucket, Key=f"memory/{P}/{mid}.json")["Body"].read()
+    s3.put_raw(f"memory/aaa/{mid}.json", body.replace(f'"{P}"'.encode(), b'"aaa"'))
+    b = hosts("b", sync__snapshot_min_objects=10, sync__list_page_size=4)
+    first = b.sync()
+    assert first.ok, first.reason
+    where = [p for p in ("aaa", P) if mid in b.ids(p)]
+    assert len(where) == 1 and len(b.ids(P) - {mid}) == N - 1
+    assert any(s["key"].endswith(f"/{mid}.json") for s in first.skipped), first.skipped
+    again = b.sync()
+    assert again.planned == {} and [p for p in ("aaa", P) if mid in b.ids(p)] == where
+
+
 def test_snapshots_off_fetch_every_object(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
     settled_host(hosts, s3)
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=0)
