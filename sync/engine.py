@@ -39,7 +39,7 @@ from memlocal.plugins import Replica
 from . import marker
 from .breaker import HostBreaker
 from .bucket import (
-    BucketClient, BucketSettings, BucketUnavailable, ObjectMissing, ObjectTooLarge, PreconditionFailed,
+    BucketClient, BucketSettings, BucketUnavailable, Listing, ObjectMissing, ObjectTooLarge, PreconditionFailed,
 )
 from .clients import open_bucket
 from . import changes, converge, prepared, snapshot
@@ -825,35 +825,37 @@ class SyncEngine:
         pending: dict[Future[Any], bool] = {}  # the listings running: whether each is a first page
 
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="memlocal-sync-list") as pool:
-            def first_page(start: str | None) -> None:
-                pending[pool.submit(self.bucket.list, prefix, start_after=start, max_pages=1)] = True
+            def came(part: Listing, first: bool) -> None:
+                # What follows a first page is asked for before its objects are handed on.
+                nonlocal pages
+                pages += part.pages
+                if first and part.truncated and part.objects:
+                    last = part.objects[-1].key
+                    parts = _id_listings(last)
+                    if parts is None:  # not a memory key: go on page by page from it
+                        pending[pool.submit(self.bucket.list, prefix, start_after=last, max_pages=1)] = True
+                    else:
+                        pending.update((pool.submit(self.bucket.list, sub or prefix, start_after=lo, last=hi), False)
+                                       for sub, lo, hi in parts)
+                        # past every key of that profile
+                        pending[pool.submit(self.bucket.list, prefix, start_after=parts[-1][2], max_pages=1)] = True
+                found.update((o.key, o) for o in part.objects)
+                if early is not None:
+                    early.listed(part.objects)
 
             try:
-                first_page(None)
+                # The first page on this thread (its kept-alive connection): a prefix that fits one
+                # page costs that one request, as before. The other parts, each as it comes, in
+                # any order (the first error to come is raised).
+                came(self.bucket.list(prefix, max_pages=1), True)
                 while pending:
-                    # Each part as it comes, in any order (the first error to come is raised):
-                    # what follows a first page is asked for before its objects are handed on.
                     woken = early.woken() if early is not None else None
                     for future in wait([*pending, *([woken] if woken else [])], return_when=FIRST_COMPLETED).done:
                         if future is woken:
                             assert early is not None
                             early.listed(())
-                            continue
-                        first = pending.pop(future)
-                        part = future.result()
-                        pages += part.pages
-                        if first and part.truncated and part.objects:
-                            last = part.objects[-1].key
-                            parts = _id_listings(last)
-                            if parts is None:  # not a memory key: go on page by page from it
-                                first_page(last)
-                            else:
-                                pending.update((pool.submit(self.bucket.list, sub or prefix, start_after=lo, last=hi),
-                                                False) for sub, lo, hi in parts)
-                                first_page(parts[-1][2])  # past every key of that profile
-                        found.update((o.key, o) for o in part.objects)
-                        if early is not None:
-                            early.listed(part.objects)
+                        else:
+                            came(future.result(), pending.pop(future))
             finally:
                 for future in pending:  # the parts not started yet are not started; the others end
                     future.cancel()
