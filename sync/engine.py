@@ -1415,12 +1415,10 @@ class _EarlyTake:
             feed.notify = self._chunk_came
 
     def _chunk_came(self) -> None:  # on the feeds' thread
-        wake = self._wake
-        if not wake.done():
-            try:
-                wake.set_result(None)
-            except InvalidStateError:  # set meanwhile by another chunk
-                pass
+        try:
+            self._wake.set_result(None)
+        except InvalidStateError:  # set already, by an earlier chunk the pass has not taken yet
+            pass
 
     def woken(self) -> Future[None] | None:
         """Done once a feed has more (``None`` once every feed has ended): the listing's wait
