@@ -1,4 +1,5 @@
-"""Words for people: plurals, relative times, cut text with an ellipsis, tidy JSON numbers.
+"""Words for people: plurals, relative times, cut text with an ellipsis, tidy JSON numbers,
+other hosts' text made safe to print.
 
 Used by the CLI and by the sync package's one-line summaries, so every face says "1 profile",
 "3 min ago" and "…" the same way. Nothing here changes data: it only formats it.
@@ -6,6 +7,7 @@ Used by the CLI and by the sync package's one-line summaries, so every face says
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime, timezone
 from typing import Any, Final
 
@@ -53,6 +55,19 @@ def shown_summary(summary: str, content: str) -> str:
                 cut = cut[:space]
         return cut.rstrip(" ,;:.-") + ELLIPSIS
     return summary
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal, every character that would show nothing or pass for another
+    written as Python writes it in a string literal (``\\u200b``, ``\\xa0``, ``\\U000e0fff``):
+    controls, format characters, private-use, unassigned and surrogate code points, combining
+    marks, and separators other than the ASCII space. Letters, digits, punctuation and symbols
+    of every script stay as they are; a backslash is doubled, so that an escape is never text.
+    For text another host wrote (a bucket key), so that ``alice\\u200b`` never reads as ``alice``."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text
+    return "".join(ch if ch == " " or (unicodedata.category(ch)[0] in "LNPS" and ch != "\\")
+                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def ago(when: datetime | None, now: datetime | None = None) -> str:

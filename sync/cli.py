@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from memlocal.cli.plugin import Progress, State, dim, echo_json, json_option, pass_state, table
-from memlocal.humanize import plural
+from memlocal.humanize import plural, printable
 
 if TYPE_CHECKING:  # the engine (boto3, the store) is imported when a command runs: `memlocal --help` stays fast
     from memlocal.plugins import ReplicatorStatus
@@ -91,7 +91,7 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, full: bool, profile
         for note in report.notes:
             click.echo(f"  note: {note}")
         for s in report.skipped:
-            click.echo(f"  skipped {s['key']}: {s['reason']}")
+            click.echo(f"  skipped {printable(s['key'])}: {printable(s['reason'])}")  # (another host's key)
     if report.result == "guarded":
         click.echo(f"Error: sync stopped: {report.reason}", err=True)
         ctx.exit(EXIT_GUARDED)
@@ -206,4 +206,5 @@ def status_cmd(state: State, as_json: bool) -> None:
         click.echo(f"             {_when(problem.get('at'))} {problem.get('what')}")
     if data["skipped"]:
         click.echo(f"skipped:     {plural(len(data['skipped']), 'object')}")
-        click.echo(table([(s["key"], s["reason"]) for s in data["skipped"]], ("key", "reason"), max_width=None))
+        click.echo(table([(printable(s["key"]), printable(s["reason"])) for s in data["skipped"]], ("key", "reason"),
+                         max_width=None))

@@ -32,7 +32,7 @@ from filelock import FileLock, Timeout
 
 from memlocal.config import Config
 from memlocal.errors import SyncError, fold_whitespace
-from memlocal.humanize import plural
+from memlocal.humanize import plural, printable
 from memlocal.model import format_time, new_id, parse_time, utcnow
 from memlocal.plugins import Replica
 
@@ -1223,7 +1223,7 @@ class SyncEngine:
                 reason = f"cannot be stored here: {fold_whitespace(exc)[:200]}"
                 if isinstance(eff, Synced):
                     key = object_key(eff.memory.profile_name, eff.memory.id)
-                    log.warning("skipping %s: %s", key, reason)
+                    log.warning("skipping %s: %s", printable(key), printable(reason))
                     report.counts["skipped_objects"] += 1
                     try:
                         self.state.apply([SkipObject(key, eff.etag, reason)])
@@ -1337,7 +1337,7 @@ class SyncEngine:
             remote = kind.decode(data, profile, item_id)
         except BadObject as exc:
             counts["skipped_objects"] += 1
-            log.warning("skipping %s: %s", key, exc.reason)
+            log.warning("skipping %s: %s", printable(key), printable(exc.reason))
             return [SkipObject(key, etag or listed_etag, exc.reason)]
         return kind.resolve(self, remote, etag, data, counts, pull_only=pull_only, attempt=attempt)
 

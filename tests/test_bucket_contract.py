@@ -305,6 +305,38 @@ def test_the_cli_runs_a_pass_on_a_memory_endpoint_in_process(tmp_path: Path, mon
     assert len(mem.server.client("cli-bucket").list("memory/alice/").objects) == 1
 
 
+def test_stray_keys_are_shown_with_every_unseen_character_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 mem: inmemory.InMemoryEndpoint) -> None:
+    """A key under memory/ that is not a memory key is reported by ``sync run`` and ``sync status``
+    as written, except that what a terminal would not show, or could show as something else (a
+    zero-width space that makes ``alice\u200b`` look like ``alice``, a private-use or unassigned
+    code point, a combining mark, a control, another script's space), is an escape."""
+    import unicodedata
+
+    from conftest import Cli
+
+    monkeypatch.setenv("INTERNAL_S3_BUCKET", "stray-bucket")
+    monkeypatch.setenv("INTERNAL_S3_ENDPOINT", mem.endpoint)
+    monkeypatch.setenv("MEMLOCAL_SYNC_PULL_ON_OPEN", "false")
+    # profile part as stored -> as shown (letters and digits of any script stay as they are)
+    odd = {"alice\u200b": r"alice\u200b", "\ue000": r"\ue000", "al\u0301ice": r"al\u0301ice",
+           "x\U000e0fffy": r"x\U000e0fffy", "a\u00a0b": r"a\xa0b", "a\x1bb": r"a\x1bb", "caf\u00e9": "caf\u00e9",
+           "\u0663": "\u0663"}
+    mem.server.create_bucket("stray-bucket")
+    bucket = mem.server.client("stray-bucket")
+    for i, name in enumerate(odd):
+        bucket.put(f"memory/{name}/mem-0000000{i}.json", b"{}")
+    cli = Cli(tmp_path / "a.db")
+    run, status = cli("sync", "run"), cli("sync", "status")
+    assert run.exit_code == 0, run.output
+    for out in (run.stdout, status.stdout):
+        assert out.count("not a memory key") == len(odd), out
+        for i, shown in enumerate(odd.values()):
+            assert f"memory/{shown}/mem-0000000{i}.json" in out, (shown, out)
+        unseen = [ch for ch in out if unicodedata.category(ch)[0] in "CZM" and ch not in " \n"]
+        assert unseen == [], unseen
+
+
 def test_a_memory_endpoint_is_a_valid_setting_and_a_bad_name_one_clear_line() -> None:
     from memlocal import Config
     from memlocal.errors import ConfigError
