@@ -140,7 +140,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("recall.min_score", float, 0.05, "lowest score recall returns", ("MEMLOCAL_RECALL_MIN_SCORE",), min=0, max=1),
     Setting("inject.budget_chars", int, 2000, "character budget of the whole context block (0: no memory block)", ("MEMLOCAL_INJECT_BUDGET_CHARS",), min=0, max=1_000_000),
     Setting("inject.relevant_limit", int, 8, "query-relevant entries in the context block", ("MEMLOCAL_INJECT_RELEVANT_LIMIT",), min=0, max=1000),
-    Setting("inject.filler", str, "labelled", "evidence mode: the facts the task gives no evidence for, in the room left: 'labelled' in a last section saying so, 'core' under the core heading, 'omit' left out (docs/relevance.md)", ("MEMLOCAL_INJECT_FILLER",), choices=("labelled", "core", "omit")),
+    Setting("inject.filler", str, "labelled", "evidence mode: the facts the task gives no evidence for, in the room left: 'labelled' in a last section saying so (after the facts it gives only weak evidence for), 'core' under the core heading, 'omit' left out (docs/relevance.md)", ("MEMLOCAL_INJECT_FILLER",), choices=("labelled", "core", "omit")),
     Setting("inject.min_score", float, 0.05, "lowest score of a query-relevant entry in the context block", ("MEMLOCAL_INJECT_MIN_SCORE",), min=0, max=1),
     Setting("semantic.enabled", bool, False, "add the semantic signal (needs the memlocal[semantic] extra)", ("MEMLOCAL_SEMANTIC_ENABLED",)),
     Setting("ranking.mode", str, "evidence", "'evidence': only memories the query gives evidence for, ordered by the spec's score; 'spec': the spec's literal top-k by score", ("MEMLOCAL_RANKING_MODE",), choices=("evidence", "spec")),

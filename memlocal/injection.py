@@ -59,9 +59,10 @@ if TYPE_CHECKING:
 MEMORY_HEADER: Final = "--- CONTEXT FROM MEMORY ---"
 CORE_HEADING: Final = "Core knowledge (always apply):"
 RELEVANT_HEADING: Final = "Relevant to this task:"
-# Evidence mode's last section (``inject.filler = labelled``): the facts the task gave no evidence
-# for, placed after what applies and said to be what they are.
-FILLER_HEADING: Final = "Other saved facts (nothing in this task points to them):"
+# Evidence mode's last section (``inject.filler = labelled``): the facts the task gave only weak
+# evidence for (below the gate's ratio) or none, placed after what applies and said to be what
+# they are.
+FILLER_HEADING: Final = "Other saved facts (weak or no link to this task):"
 BLOCK_END: Final = "---"
 OPERATOR_HEADER: Final = "--- CONTEXT FROM OPERATOR ---"
 OPERATOR_PREAMBLE: Final = (
@@ -407,13 +408,13 @@ def build_evidence_block(
     2. the evidence that passes the gate's ``ratio`` (topic ≥ ratio · the best topic), in its
        order: facts and preferences go in the core section, the other categories in the
        relevant one (at most ``relevant_limit`` of them);
-    3. the weaker evidence, facts and preferences only (the relevant section keeps the gate);
-       with ``fused`` (the semantic signal is in the evidence: its order already weighs the
+    3. the weaker evidence, facts and preferences only (the relevant section keeps the gate),
+       the facts with ``filler="labelled"`` in the last section (below); with ``fused`` (the semantic signal is in the evidence: its order already weighs the
        similarity, and a ratio against a topic the similarity raised says less) steps 2 and 3
        are one for facts and preferences: they go in by the evidence order alone;
     4. the rest of the core tier (facts without evidence), best first, in the room left: with
-       ``filler="labelled"`` (the default) in a last section under :data:`FILLER_HEADING`, so that
-       "Core knowledge (always apply)" holds only what applies; ``"core"`` under the core heading
+       ``filler="labelled"`` (the default) in a last section under :data:`FILLER_HEADING`, after
+       the weak evidence's facts, so that "Core knowledge (always apply)" holds only what applies; ``"core"`` under the core heading
        (the former block); ``"omit"`` left out.
 
     The sections keep the spec's headings and line format; within each, entries keep the order
@@ -566,7 +567,10 @@ def build_evidence_block(
         if full():
             break
         if s.memory.category in CORE_CATEGORIES and not passes(s):
-            admit(s)
+            # A fact the task points to only weakly (a topic cluster, a name the bank says
+            # often) does not "always apply": labelled, it goes before the facts with none.
+            labelled = filler == "labelled" and s.memory.category != "preference"
+            admit(s, 2 if labelled else None)
     if filler != "omit":
         for s in core:  # the facts the task gave no evidence for (preferences are in already)
             admit(s, 2 if filler == "labelled" else 0)

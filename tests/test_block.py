@@ -178,7 +178,11 @@ def test_weaker_evidence_fills_the_block_before_facts_without_any(tmp_path: Path
             put(bank, "p", f"The office printer {i} needs toner", category="fact", created=days_ago(i))
         results = bank.query_with_relevance("p", "What does Melanie think about pottery?", now=NOW)
         assert weak not in {r.memory.id for r in results}  # the gate keeps it out of recall
-        assert weak in bank.render_context_block("p", "What does Melanie think about pottery?", now=NOW).ids
+        block = bank.render_context_block("p", "What does Melanie think about pottery?", now=NOW)
+        # The weak evidence fills the room before any fact the task gives none for (the printers),
+        # under the heading that says how little points to it.
+        weaker = _sections(block.text)[FILLER_HEADING]
+        assert weaker and all("Melanie" in line for line in weaker) and "printer" not in block.text
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -212,7 +216,9 @@ def test_core_knowledge_holds_only_what_applies_and_the_filler_is_labelled(tmp_p
         assert "* [fact] The office closes at 18:00 on Fridays" in parts[FILLER_HEADING]
         assert not set(parts[CORE_HEADING]) & set(parts[FILLER_HEADING])
         filler = {s.memory.id for s in block.core if s.memory.id in block.filler}
-        assert filler and all(s.breakdown.topic == 0.0 for s in block.core if s.memory.id in filler)
+        # below the core heading: no evidence, or evidence under the gate's ratio (0.3 of the best)
+        assert filler and all(s.evidence is None or s.evidence.strength < 0.3 * s.evidence.best
+                              for s in block.core if s.memory.id in filler)
         assert block.text.split("\n").index(FILLER_HEADING) == len(block.text.split("\n")) - 2 - len(parts[FILLER_HEADING])
     with _bank(tmp_path / "m.db", **{"inject.filler": "core"}) as bank:
         parts = _sections(bank.render_context_block("p", "Plan the API key rotation", now=NOW).text)
@@ -225,7 +231,27 @@ def test_core_knowledge_holds_only_what_applies_and_the_filler_is_labelled(tmp_p
         assert FILLER_HEADING not in bank.render_context_block("p", "Plan the API key rotation", now=NOW).text
 
 
+def test_a_fact_that_shares_only_a_topic_cluster_is_not_core_knowledge(tmp_path: Path) -> None:
+    """Seen by hand: asked for the staging server's port, the block put the database's version,
+    the image registry and the build machine's RAM under "Core knowledge (always apply)" beside
+    the answer: they share nothing with the task but the tech cluster (weak evidence). They stay
+    in the block, below what applies, under the heading that says how little points to them."""
+    with _bank(tmp_path / "m.db") as bank:
+        put(bank, "p", "Prefers answers in bullet points", category="preference", created=days_ago(30))
+        put(bank, "p", "The build machine has 2 cores and 24 GiB of RAM", category="fact", created=days_ago(20))
+        put(bank, "p", "The staging server runs on port 8443", category="fact", created=days_ago(12))
+        put(bank, "p", "The database runs PostgreSQL 15", category="fact", created=days_ago(5))
+        put(bank, "p", "Docker images are pushed to ghcr.io/acme", category="fact", created=days_ago(3))
+        put(bank, "p", "Our cat is called Miso", category="fact", created=days_ago(2))
+        parts = _sections(bank.render_context_block("p", "Which port does the staging server listen on?", now=NOW).text)
+        assert parts[CORE_HEADING] == ["* [preference] Prefers answers in bullet points",
+                                       "* [fact] The staging server runs on port 8443"], parts
+        weak = {"* [fact] The database runs PostgreSQL 15", "* [fact] Docker images are pushed to ghcr.io/acme",
+                "* [fact] The build machine has 2 cores and 24 GiB of RAM"}
+        assert weak <= set(parts[FILLER_HEADING]) and parts[FILLER_HEADING][-1] == "* [fact] Our cat is called Miso"
+
+
 def test_a_memory_cannot_pose_as_the_filler_heading() -> None:
     from memlocal.injection import poses_as_structure
 
-    assert poses_as_structure(FILLER_HEADING) and poses_as_structure("  other SAVED facts (nothing here)")
+    assert poses_as_structure(FILLER_HEADING) and poses_as_structure("  other SAVED facts (weak links here)")
