@@ -819,7 +819,7 @@ class SyncEngine:
         trips; this makes them parallel, and the client's parsing overlaps the server's work.
         ``early``: handed the objects of each part on this thread as it is listed (a key two
         parts see may come twice), while the other parts are still being listed, and woken
-        whenever its snapshot feeds have more."""
+        when one of its snapshot feeds has finished."""
         found: dict[str, Listed] = {}
         pages = 0
         pending: dict[Future[Any], bool] = {}  # the listings running: whether each is a first page
@@ -1388,9 +1388,11 @@ class _EarlyTake:
 
     A fresh host's pass used to list the whole bucket, plan, and only then insert what the
     snapshots hold: the inserts followed the listing. Here each part of the listing, as it comes
-    (``SyncEngine._list``), confirms the keys it shows, and an entry of a profile
-    this host has nothing of is pulled once its key is confirmed with the entry's ETag, by the
-    same rule as after the plan (``_take_snapshot_entries``: the listed ETag, the body it names,
+    (``SyncEngine._list``), confirms the keys it shows, and once a profile's snapshot has been
+    read whole (its feed finished: until then the second core is the snapshot helper's, and where
+    the listing ends first nothing is taken here at all), an entry of a profile this host has
+    nothing of is pulled once its key is confirmed with the entry's ETag, by the same rule as
+    after the plan (``_take_snapshot_entries``: the listed ETag, the body it names,
     within the size cap). What the plan would do with such a key is known before the listing
     ends: nothing here holds its id (no local row, no base, no queued deletion) and the object
     is usable, so the plan fetches it. A hint still decides nothing alone: an entry whose key no
@@ -1417,12 +1419,13 @@ class _EarlyTake:
     def _chunk_came(self) -> None:  # on the feeds' thread
         try:
             self._wake.set_result(None)
-        except InvalidStateError:  # set already, by an earlier chunk the pass has not taken yet
+        except InvalidStateError:  # set already, by another feed the pass has not taken yet
             pass
 
     def woken(self) -> Future[None] | None:
-        """Done once a feed has more (``None`` once every feed has ended): the listing's wait
-        includes it, so that entries are taken as they come, not only as parts of the listing do."""
+        """Done once a feed has finished (``None`` once every feed has been taken whole): the
+        listing's wait includes it, so that the entries are taken then, not only as parts of the
+        listing come."""
         return None if all(feed.ended for feed in self._feeds.values()) else self._wake
 
     def listed(self, objects: Sequence[Listed]) -> None:
@@ -1440,6 +1443,12 @@ class _EarlyTake:
         if self._wake.done():  # a new one before the feeds are read: a chunk put after sets it
             self._wake = Future()
         for profile, feed in self._feeds.items():
+            if not feed.finished:
+                # Its chunks wait in the feed until it has them all: while the snapshot is being
+                # read, the second core is its helper's, and a helper whose chunks are not taken
+                # makes their rows too (``prepared.ROWS_LAG``). Where the listing is the shorter
+                # (a fast server) nothing is taken here at all, as before this class.
+                continue
             waiting, confirmed = self.waiting[profile], self._confirmed[profile]
             for chunk in feed.chunks(wait=False):
                 waiting.update(chunk)

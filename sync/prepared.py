@@ -149,24 +149,22 @@ class Feed:
     def __init__(self) -> None:
         self._chunks: SimpleQueue[tuple[dict[str, Prepared] | bytes, Callable[[], None] | None] | None] = SimpleQueue()
         self.read = False
+        self.finished = False  # every chunk is put (the end too)
         self._ended = False  # the reader has taken the end
-        # Called (on the filling thread) after each chunk and the end: a reader waiting on other
-        # things too wakes up to take them (the engine's ``_EarlyTake``).
+        # Called (on the filling thread) once the feed is finished: a reader waiting on other
+        # things too wakes up to take the chunks (the engine's ``_EarlyTake``).
         self.notify: Callable[[], None] | None = None
 
     def put(self, chunk: dict[str, Prepared] | bytes, taken: Callable[[], None] | None = None) -> None:
         """Add a chunk; ``taken`` is called when the reader takes it (the helper's pacing)."""
         if chunk:
             self._chunks.put((chunk, taken))
-            self._notify()
 
     def finish(self, read: bool) -> None:
         """No more chunks (call exactly once, whatever happened: a reader waits for it)."""
         self.read = read
         self._chunks.put(self._END)
-        self._notify()
-
-    def _notify(self) -> None:
+        self.finished = True
         notify = self.notify
         if notify is not None:
             notify()
