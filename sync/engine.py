@@ -1408,6 +1408,7 @@ class _EarlyTake:
         self._confirmed: dict[str, dict[str, Action]] = {p: {} for p in feeds}
         # Entries read from the feeds whose keys the listing has not shown (yet): the plan's.
         self.waiting: dict[str, dict[str, _Prefetched]] = {p: {} for p in feeds}
+        self._parts: list[Sequence[Listed]] = []  # parts listed, their keys not read yet
         self._taken: set[str] = set()
         self._effects: list[Effect] = []
         self._applied: list[Effect] = []
@@ -1430,18 +1431,29 @@ class _EarlyTake:
 
     def listed(self, objects: Sequence[Listed]) -> None:
         """A part of the listing: confirm its keys, take the entries that match, insert them."""
-        cap = self._engine.max_object_bytes
-        for obj in objects:
-            parsed = parse_key(obj.key)
-            if parsed is None or parsed[0] not in self._confirmed or parsed[1] in self._held:
-                continue
-            if obj.key not in self._taken and unusable(obj, self._known_bad, cap) is None:
-                self._confirmed[parsed[0]][obj.key] = Action(Op.FETCH, parsed[1], parsed[0], obj.etag)
+        if objects:
+            self._parts.append(objects)
         self._take()
+
+    def _confirm(self) -> None:
+        """The keys of the parts listed so far, read once a feed has finished (until then, and
+        where none finishes before the listing ends, no key is read twice: the plan reads them)."""
+        cap = self._engine.max_object_bytes
+        for objects in self._parts:
+            for obj in objects:
+                parsed = parse_key(obj.key)
+                if parsed is None or parsed[0] not in self._confirmed or parsed[1] in self._held:
+                    continue
+                if obj.key not in self._taken and unusable(obj, self._known_bad, cap) is None:
+                    self._confirmed[parsed[0]][obj.key] = Action(Op.FETCH, parsed[1], parsed[0], obj.etag)
+        self._parts = []
 
     def _take(self) -> None:
         if self._wake.done():  # a new one before the feeds are read: a chunk put after sets it
             self._wake = Future()
+        if not any(feed.finished for feed in self._feeds.values()):
+            return
+        self._confirm()
         for profile, feed in self._feeds.items():
             if not feed.finished:
                 # Its chunks wait in the feed until it has them all: while the snapshot is being
