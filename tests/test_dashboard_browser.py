@@ -195,7 +195,7 @@ def test_profiles_memories_detail_and_delete_with_confirmation(page: Page, seede
     assert rows.evaluate_all("rs => rs.map(r => r.dataset.profile)") == [p["name"] for p in listed]
     for p in listed:
         row = page.locator(f'tr[data-profile="{p["name"]}"]')
-        expect(row.locator('td[data-label="Memories"]')).to_have_text(str(stats["perProfileActive"][p["name"]]))
+        expect(row.locator('td[data-label="Active"]')).to_have_text(str(stats["perProfileActive"][p["name"]]))
     expect(page.locator("#totals")).to_contain_text(f"{stats['activeMemories']} active memories in 3 profiles")
     shoot(page, "profiles")
 
@@ -302,6 +302,7 @@ def test_summaries_are_cut_at_a_word_with_an_ellipsis_in_every_view(page: Page, 
     assert links.all_inner_texts() == [shown_summary(r["memory"]["summary"], r["memory"]["processedContent"])
                                        for r in expected]
     assert any(text.endswith("its…") for text in links.all_inner_texts())
+    shoot(page, "search-several")
     assert page.evaluate("([s, c]) => shownSummary(s, c)", [note["summary"], note["processedContent"]]) == shown
 
 
@@ -326,7 +327,7 @@ def test_counts_match_the_cli_and_superseded_memories_are_flagged_with_their_suc
     stats = api.get("/api/memory-bank/stats").json()
     assert active == stats["perProfileActive"]["writer"] == stats["perProfile"]["writer"] - 1
     page.goto(proc.url + "/")
-    expect(page.locator('tr[data-profile="writer"] td[data-label="Memories"]')).to_have_text(str(active))
+    expect(page.locator('tr[data-profile="writer"] td[data-label="Active"]')).to_have_text(str(active))
     expect(page.locator("#totals")).to_contain_text(f"{stats['activeMemories']} active memories in 3 profiles")
     expect(page.locator("#totals")).to_contain_text(f"{stats['supersededMemories']} superseded")
 

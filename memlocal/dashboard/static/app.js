@@ -392,7 +392,7 @@ async function profilesView() {
       h("pre", {}, 'memlocal save --profile researcher "Prefers JSON output"')));
     return root;
   }
-  root.append(table("Profiles", ["Profile", "Memories", "Superseded", "Last activity"], list.profiles.map((p) => ({
+  root.append(table("Profiles", ["Profile", "Active", "Superseded", "Last activity"], list.profiles.map((p) => ({
     attrs: { "data-profile": p.name },
     cells: [
       h("a", { href: hashFor(["profiles", p.name]) }, p.name),
