@@ -372,8 +372,17 @@ def test_create_edit_as_a_supersession_history_restore_and_delete(page: Page, se
     assert created["processedContent"] == "Signs every email with just the first name."
     assert created["category"] == "preference" and created["source"] == "explicit"
 
-    # A bad value: one line from the API, nothing stored.
+    # The same text again: the active memory is returned, nothing new is stored.
     before = api.get("/api/memory-bank/stats").json()["totalMemories"]
+    page.goto(proc.url + "/#/new?profile=writer")
+    page.get_by_label("Content").fill("Signs every email with just the first name.")
+    page.get_by_label("Category").select_option("preference")
+    page.get_by_role("button", name="Save memory").click()
+    expect(page.locator("#status")).to_contain_text(f"Already stored as {first_id}")
+    expect(page.locator('dd[data-field="id"]')).to_have_text(first_id)
+    assert api.get("/api/memory-bank/stats").json()["totalMemories"] == before
+
+    # A bad value: one line from the API, nothing stored.
     page.goto(proc.url + "/#/new?profile=writer")
     page.get_by_label("Content").fill("x")
     page.get_by_label("Profile").fill("bad name!")

@@ -220,7 +220,7 @@ function say(message) {
 function confirmAction(title, text, okLabel) {
   const dialog = document.getElementById("confirm");
   document.getElementById("confirm-title").textContent = title;
-  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-text").replaceChildren(...[text].flat()); // text, or text and elements
   document.getElementById("confirm-ok").textContent = okLabel;
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
@@ -503,7 +503,8 @@ function supersededLine(name, m, successor) {
 
 async function deleteMemory(memory, after) {
   const ok = await confirmAction("Delete this memory?",
-    `“${memoryName(memory)}” (${memory.id}) is removed from profile ${memory.profileName}, and from the bucket when one is configured. This cannot be undone.`,
+    [`“${memoryName(memory)}” (`, h("span", { class: "id" }, memory.id),
+      `) is removed from profile ${memory.profileName}, and from the bucket when one is configured. This cannot be undone.`],
     "Delete");
   if (!ok) return;
   try {
@@ -604,7 +605,7 @@ function historyList(name, chain, current) {
     c.id === current ? h("strong", {}, memoryName(c), " (this version)")
       : h("a", { href: hashFor(["profiles", name, "memories", c.id]) }, memoryName(c)),
     " ", h("span", { class: "badge " + (c.isActive === false ? "state-superseded" : "state-active") }, c.isActive === false ? "superseded" : "active"),
-    " ", h("span", { class: "muted" }, "saved "), time(c.createdAt), " ", h("code", { class: "muted" }, c.id))));
+    " ", h("span", { class: "muted" }, "saved "), time(c.createdAt), " ", h("code", { class: "muted id" }, c.id))));
 }
 
 /** The form of a new memory (``base``: the memory an edit starts from). */
