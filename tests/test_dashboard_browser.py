@@ -546,6 +546,20 @@ def test_search_ranks_as_the_api_and_draws_each_breakdown(page: Page, seeded: An
     assert api.get(f"/api/profiles/researcher/memories/{ids['peanut']}").json()["memory"]["accessCount"] == 0
 
 
+
+def test_search_in_spec_mode_says_the_order_is_the_scores(page: Page, tmp_path: Path,
+                                                            seeded_file: tuple[Path, dict[str, Any]]) -> None:
+    """Without the evidence gate (ranking.mode = spec) nothing claims an evidence order."""
+    db = tmp_path / "dashboard.db"
+    shutil.copyfile(seeded_file[0], db)
+    with ServedInProcess(db, env={"MEMLOCAL_RANKING_MODE": "spec"}) as proc:
+        page.goto(proc.url + "/#/profiles/researcher/search?q=quarterly%20report")
+        results = page.locator("ol.results > li")
+        expect(results.first).to_be_visible()
+        expect(page.locator("#order-note")).to_have_text(
+            "Results are ordered by score (ranking.mode = spec: no evidence gate).")
+        expect(results.first.locator(".evidence")).to_have_text("Evidence: none recorded (no gate).")
+
 # --- the injection preview -------------------------------------------------------------------------
 
 
