@@ -456,7 +456,9 @@ async function memoriesView(name, params) {
     h("div", { class: "toolbar" }, count, h("a", { class: "button", href: hashFor(["new"], { profile: name }) }, "New memory")),
     filter);
   if (!page.memories.length) {
-    root.append(panel("info", null, h("p", {}, category ? "No " + category + " memories in this profile." : "This profile has no memories.")));
+    root.append(panel("info", null, h("p", {}, category ? `No ${all ? "" : "active "}${category} memories in this profile.`
+      : hidden && !all ? `No active memories: the profile's ${hidden} ${hidden === 1 ? "memory is" : "memories are"} superseded (“Include superseded” lists them).`
+        : "This profile has no memories.")));
     return root;
   }
   const reload = () => render({ focusHeading: true });
