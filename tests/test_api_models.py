@@ -47,6 +47,7 @@ ENVELOPES = {
     models.ErrorDetail, models.ErrorResponse, models.MemoryResponse, models.SearchResponse,
     models.GroupedMemories, models.AutomationNote, models.Health, models.ProfileList,
     models.InjectionPreview, models.InjectionList, models.AutomationList, models.PreviewEntry,
+    models.MemoryHistory,
 }
 REQUESTS = {models.MemoryCreateRequest}
 # Models of dicts the bank builds (checked against a real bank's output below).

@@ -65,6 +65,41 @@ def test_a_profile_list_filters_by_category(served: Any) -> None:
     assert r.status_code == 400 and "category" in r.json()["error"]["message"]
 
 
+def test_a_profile_list_leaves_out_superseded_memories_when_asked(served: Any) -> None:
+    """``activeOnly=true``: the list and its total are what ``memlocal list`` counts (the
+    dashboard's count); without it the superseded ones are listed too, flagged, as before."""
+    bank, c = served
+    old = bank.save("p1", content="prefers tea", category="preference").memory
+    bank.save("p1", content="a fact", category="fact")
+    new = bank.save("p1", content="prefers coffee now", category="preference", supersedes=old.id).memory
+    every = c.get("/api/profiles/p1/memories").json()
+    assert every["total"] == 3 and {m["id"]: m["isActive"] for m in every["memories"]}[old.id] is False
+    active = c.get("/api/profiles/p1/memories", params={"activeOnly": "true"}).json()
+    assert active["total"] == 2 == c.get("/api/memory-bank/stats").json()["perProfileActive"]["p1"]
+    assert old.id not in [m["id"] for m in active["memories"]] and new.id in [m["id"] for m in active["memories"]]
+    assert c.get("/api/profiles/p1/memories", params={"activeOnly": "true", "category": "preference"}).json()["total"] == 1
+    assert c.get("/api/profiles/p1/memories", params={"activeOnly": "false"}).json()["total"] == 3
+    assert c.get("/api/profiles/p1/memories", params={"activeOnly": "maybe"}).status_code == 422
+
+
+def test_a_memorys_history_is_its_supersession_chain_oldest_first(served: Any) -> None:
+    bank, c = served
+    v1 = bank.save("p1", content="the runbook is at wiki/old").memory
+    v2 = bank.save("p1", content="the runbook is at wiki/new", supersedes=v1.id).memory
+    v3 = bank.save("p1", content="the runbook is at docs/runbook.md", supersedes=v2.id).memory
+    alone = bank.save("p1", content="an unrelated memory").memory
+    for one in (v1, v2, v3):
+        chain = c.get(f"/api/profiles/p1/memories/{one.id}/history").json()["memories"]
+        assert [m["id"] for m in chain] == [v1.id, v2.id, v3.id] == [m.id for m in bank.history("p1", one.id)]
+    chain = c.get(f"/api/profiles/p1/memories/{v2.id}/history").json()["memories"]
+    assert (chain[1]["supersedes"], chain[1]["supersededBy"], chain[1]["isActive"]) == (v1.id, v3.id, False)
+    assert [m["id"] for m in c.get(f"/api/profiles/p1/memories/{alone.id}/history").json()["memories"]] == [alone.id]
+    r = c.get("/api/profiles/p1/memories/mem-0000dead/history")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert c.get(f"/api/profiles/p2/memories/{v1.id}/history").status_code == 404  # another profile's
+    assert c.get("/api/profiles/p1/memories/nope/history").status_code == 400
+
+
 def test_the_injection_preview_is_the_exact_block_and_names_what_the_budget_trimmed(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
     # The spec mode's block, whose trim order (relevant tier first) this checks; the evidence
     # mode's order is tests/test_block.py's.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -28,7 +29,7 @@ from support import http, http_client
 
 from memlocal import MemoryBank
 from memlocal.config import Config
-from memlocal.humanize import shown_summary
+from memlocal.humanize import ago, shown_summary
 
 pytestmark = pytest.mark.slow  # a browser per module, a server per test
 
@@ -101,6 +102,15 @@ def seed(db: Path) -> dict[str, Any]:
     with MemoryBank(db, config=Config.load(environ={})) as bank:
         bank.save("writer", content="Writes in British English and avoids the Oxford comma.", category="preference")
         bank.save("writer", content="The style guide lives at docs/style.md.", category="fact")
+        # A default summary (the content's first 50 characters) over a long content, and a
+        # supersession: the old version stays stored, inactive, linked to its successor.
+        ids["runbook"] = bank.save("writer", category="fact", content=(
+            "The media service's runbook is at docs/runbooks/media.md; page the on-call engineer "
+            "before restarting the transcoder fleet, and post in the media-ops channel.")).memory.id
+        ids["tone_old"] = bank.save("writer", content="Prefers a formal tone in release notes.",
+                                    category="preference").memory.id
+        ids["tone"] = bank.save("writer", content="Prefers a friendly, plain tone in release notes.",
+                                category="preference", supersedes=ids["tone_old"]).memory.id
         for i in range(14):
             bank.save("researcher", content=f"Note {i} about the quarterly report layout and its tables.",
                       category="general", confidence=0.8)
@@ -185,8 +195,8 @@ def test_profiles_memories_detail_and_delete_with_confirmation(page: Page, seede
     assert rows.evaluate_all("rs => rs.map(r => r.dataset.profile)") == [p["name"] for p in listed]
     for p in listed:
         row = page.locator(f'tr[data-profile="{p["name"]}"]')
-        expect(row.locator('td[data-label="Memories"]')).to_have_text(str(stats["perProfile"][p["name"]]))
-    expect(page.locator("#totals")).to_contain_text(f"{stats['totalMemories']} memories in 3 profiles")
+        expect(row.locator('td[data-label="Active"]')).to_have_text(str(stats["perProfileActive"][p["name"]]))
+    expect(page.locator("#totals")).to_contain_text(f"{stats['activeMemories']} active memories in 3 profiles")
     shoot(page, "profiles")
 
     # A profile's memories: newest first, paged by 20, every column from the API.
@@ -275,14 +285,15 @@ def test_summaries_are_cut_at_a_word_with_an_ellipsis_in_every_view(page: Page, 
     shown = shown_summary(note["summary"], note["processedContent"])
     assert shown == "Note 13 about the quarterly report layout and its…" and note["summary"] != shown
     assert page.goto(proc.url + "/#/profiles/researcher") is not None
-    expect(page.locator(f'tr[data-id="{note["id"]}"] td[data-label="Summary"]')).to_have_text(shown)
+    # The table has room for the whole content at 1280 px (test_summaries_take_the_width...).
+    expect(page.locator(f'tr[data-id="{note["id"]}"] td[data-label="Summary"]')).to_have_text(note["processedContent"])
     page.goto(proc.url + f"/#/profiles/researcher/memories/{note['id']}")
     expect(page.get_by_role("heading", level=1)).to_have_text(shown)
     page.goto(proc.url + "/#/profiles/researcher")
     # A hash change re-renders without a load: wait for the profile's view, or the click may
     # land while the memory page (whose links also name the profile) is still shown.
     expect(page.get_by_role("heading", level=1)).to_have_text("researcher")
-    page.get_by_role("link", name="Search").click()
+    page.get_by_role("navigation", name="Profile views").get_by_role("link", name="Search").click()
     page.get_by_label("Query").fill("quarterly report layout")
     page.keyboard.press("Enter")
     expected = api.get("/api/profiles/researcher/memories/search", params={"q": "quarterly report layout"}).json()["results"]
@@ -291,6 +302,7 @@ def test_summaries_are_cut_at_a_word_with_an_ellipsis_in_every_view(page: Page, 
     assert links.all_inner_texts() == [shown_summary(r["memory"]["summary"], r["memory"]["processedContent"])
                                        for r in expected]
     assert any(text.endswith("its…") for text in links.all_inner_texts())
+    shoot(page, "search-several")
     assert page.evaluate("([s, c]) => shownSummary(s, c)", [note["summary"], note["processedContent"]]) == shown
 
 
@@ -302,13 +314,194 @@ def test_memory_text_is_shown_as_text_never_as_markup(page: Page, seeded: Any) -
     assert page.locator("#view img, #view b").count() == 0
 
 
+# --- what is true: active counts, superseded memories, fixing the bank ------------------------------
+
+
+def test_counts_match_the_cli_and_superseded_memories_are_flagged_with_their_successor(
+        page: Page, seeded: Any, cli: Any, tmp_path: Path) -> None:
+    """The profiles' counts and a profile's list are the active memories, as `memlocal list`
+    counts them; the superseded ones are behind a filter, flagged, each naming its successor,
+    with Restore instead of looking like any other active memory."""
+    proc, api, ids = seeded
+    active = cli.at(tmp_path / "dashboard.db").json("list", "--profile", "writer", "--json")["total"]
+    stats = api.get("/api/memory-bank/stats").json()
+    assert active == stats["perProfileActive"]["writer"] == stats["perProfile"]["writer"] - 1
+    page.goto(proc.url + "/")
+    expect(page.locator('tr[data-profile="writer"] td[data-label="Active"]')).to_have_text(str(active))
+    expect(page.locator("#totals")).to_contain_text(f"{stats['activeMemories']} active memories in 3 profiles")
+    expect(page.locator("#totals")).to_contain_text(f"{stats['supersededMemories']} superseded")
+
+    page.get_by_role("link", name="writer", exact=True).click()
+    expect(page.locator("#memory-count")).to_have_text(str(active))
+    rows = page.locator("table.memories tbody tr")
+    expect(rows).to_have_count(active)
+    expect(page.locator(f'tr[data-id="{ids["tone_old"]}"]')).to_have_count(0)
+    page.get_by_label("Include superseded").check()
+    page.get_by_role("button", name="Filter").click()
+    old = page.locator(f'tr[data-id="{ids["tone_old"]}"]')
+    expect(rows).to_have_count(active + 1)
+    expect(old).to_have_class(re.compile(r"\bsuperseded\b"))
+    expect(old.locator(".flag")).to_have_text("superseded")
+    successor = old.get_by_role("link", name=re.compile("Prefers a friendly"))
+    expect(successor).to_have_attribute("href", f"#/profiles/writer/memories/{ids['tone']}")
+    expect(old.get_by_role("button", name=re.compile("^Delete"))).to_have_count(1)
+    shoot(page, "memories-superseded")
+
+    # Restore from the row: the old version is active again, its successor stays without the link.
+    old.get_by_role("button", name=re.compile("^Restore")).click()
+    expect(page.locator("#status")).to_contain_text(f"Restored {ids['tone_old']}")
+    restored = api.get(f"/api/profiles/writer/memories/{ids['tone_old']}").json()["memory"]
+    assert restored["isActive"] is True and "supersededBy" not in restored
+    expect(page.locator("#memory-count")).to_have_text(str(active + 1))
+    assert cli.at(tmp_path / "dashboard.db").json("list", "--profile", "writer", "--json")["total"] == active + 1
+
+
+def test_create_edit_as_a_supersession_history_restore_and_delete(page: Page, seeded: Any) -> None:
+    proc, api, ids = seeded
+    page.goto(proc.url + "/#/profiles/writer")
+    expect(page.locator("#memory-count")).to_be_visible()
+    page.get_by_role("link", name="New memory").click()
+    expect(page.get_by_label("Profile")).to_have_value("writer")
+    page.get_by_label("Content").fill("Signs every email with just the first name.")
+    page.get_by_label("Category").select_option("preference")
+    shoot(page, "memory-new")
+    page.get_by_role("button", name="Save memory").click()
+    expect(page.locator("#status")).to_contain_text("Saved mem-")
+    first_id = page.locator('dd[data-field="id"]').inner_text()
+    created = api.get(f"/api/profiles/writer/memories/{first_id}").json()["memory"]
+    assert created["processedContent"] == "Signs every email with just the first name."
+    assert created["category"] == "preference" and created["source"] == "explicit"
+
+    # The same text again: the active memory is returned, nothing new is stored.
+    before = api.get("/api/memory-bank/stats").json()["totalMemories"]
+    page.goto(proc.url + "/#/new?profile=writer")
+    page.get_by_label("Content").fill("Signs every email with just the first name.")
+    page.get_by_label("Category").select_option("preference")
+    page.get_by_role("button", name="Save memory").click()
+    expect(page.locator("#status")).to_contain_text(f"Already stored as {first_id}")
+    expect(page.locator('dd[data-field="id"]')).to_have_text(first_id)
+    assert api.get("/api/memory-bank/stats").json()["totalMemories"] == before
+
+    # A bad value: one line from the API, nothing stored.
+    page.goto(proc.url + "/#/new?profile=writer")
+    page.get_by_label("Content").fill("x")
+    page.get_by_label("Profile").fill("bad name!")
+    page.get_by_role("button", name="Save memory").click()
+    expect(page.get_by_role("alert")).to_contain_text("profile")
+    assert api.get("/api/memory-bank/stats").json()["totalMemories"] == before
+
+    # Edit: a new version that supersedes the old one, with the lineage on both pages.
+    page.goto(proc.url + f"/#/profiles/writer/memories/{first_id}")
+    page.get_by_role("link", name="Edit").click()
+    content = page.get_by_label("Content")
+    expect(content).to_have_value("Signs every email with just the first name.")
+    content.fill("Signs every email with the first name and a dash.")
+    shoot(page, "memory-edit")
+    page.get_by_role("button", name="Save as a new version").click()
+    expect(page.locator("#status")).to_contain_text(f"superseding {first_id}")
+    second_id = page.locator('dd[data-field="id"]').inner_text()
+    assert second_id != first_id
+    assert api.get(f"/api/profiles/writer/memories/{first_id}").json()["memory"]["supersededBy"] == second_id
+    history = page.locator("ol.history > li")
+    expect(history).to_have_count(2)
+    assert history.evaluate_all("ls => ls.map(l => l.dataset.id)") == [first_id, second_id]
+    expect(history.nth(1)).to_contain_text("this version")
+    expect(history.nth(0)).to_contain_text("superseded")
+    shoot(page, "memory-history")
+
+    # The old version's page says it is superseded, by which, and restores it.
+    history.nth(0).get_by_role("link").click()
+    banner = page.locator("#superseded")
+    expect(banner).to_contain_text("superseded by")
+    expect(banner.get_by_role("link")).to_have_attribute("href", f"#/profiles/writer/memories/{second_id}")
+    expect(page.get_by_role("link", name="Edit")).to_have_count(0)  # edit the active version
+    shoot(page, "memory-superseded")
+    page.get_by_role("button", name="Restore this version").click()
+    expect(page.locator("#status")).to_contain_text(f"Restored {first_id}")
+    expect(banner).to_have_count(0)
+    assert api.get(f"/api/profiles/writer/memories/{first_id}").json()["memory"]["isActive"] is True
+    assert "supersedes" not in api.get(f"/api/profiles/writer/memories/{second_id}").json()["memory"]
+
+    # Delete from the memory page, through the confirmation.
+    page.get_by_role("button", name="Delete this memory").click()
+    page.locator("#confirm-ok").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("writer")
+    assert api.get(f"/api/profiles/writer/memories/{first_id}").status_code == 404
+
+
+def test_search_across_profiles(page: Page, seeded: Any) -> None:
+    proc, api, ids = seeded
+    page.goto(proc.url + "/")
+    nav(page, "Search").click()
+    page.get_by_label("Text to find in every profile").fill("tone")
+    page.keyboard.press("Enter")
+    expected = api.get("/api/memory-bank", params={"q": "tone", "limit": 50}).json()
+    rows = page.locator("table.found tbody tr")
+    expect(rows).to_have_count(expected["total"])
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.id)") == [m["id"] for m in expected["memories"]]
+    assert {ids["tone"], ids["tone_old"]} <= {m["id"] for m in expected["memories"]}
+    expect(page.locator(f'tr[data-id="{ids["tone_old"]}"] .flag')).to_have_text("superseded")
+    expect(page.locator(f'tr[data-id="{ids["tone"]}"] td[data-label="Profile"]')).to_have_text("writer")
+    page.get_by_label("Text to find in every profile").fill("peanut")
+    page.keyboard.press("Enter")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator('td[data-label="Profile"]')).to_have_text("researcher")
+    shoot(page, "search-all")
+    rows.first.get_by_role("link", name="Peanut allergy").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Peanut allergy")
+
+
+def test_summaries_take_the_width_the_layout_has_cut_at_a_word(page: Page, seeded: Any) -> None:
+    """A default summary is the content's first 50 characters; the table shows as much of the
+    content as two lines of its column hold, ending at a whole word with "…" (the whole content
+    on hover), at any width."""
+    proc, api, ids = seeded
+    content = api.get(f"/api/profiles/writer/memories/{ids['runbook']}").json()["memory"]["processedContent"]
+    page.goto(proc.url + "/#/profiles/writer")
+    cell = page.locator(f'tr[data-id="{ids["runbook"]}"] td[data-label="Summary"] a')
+    shown = {}
+    for width, height in WIDTHS:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(100)
+        text = cell.inner_text()
+        shown[width] = text
+        lines = cell.evaluate("a => a.querySelector('.fit').getClientRects().length")
+        assert 1 <= lines <= 2, (width, text)
+        if text != content:
+            assert text.endswith("…") and content.startswith(text[:-1]), text
+            assert content[len(text) - 1] in " ,;:.-", text  # it ends at a whole word
+            expect(cell).to_have_attribute("title", content)
+    assert len(shown[1280]) > 90 and len(shown[1280]) > len(shown[390]) > 20, shown
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def test_times_are_relative_with_the_absolute_time_on_hover(page: Page, seeded: Any) -> None:
+    """The CLI's words (memlocal.humanize.ago) for every time; the exact time in the title."""
+    proc, api, _ = seeded
+    page.goto(proc.url + "/")
+    expect(page.locator("table.data tbody tr")).to_have_count(3)
+    now = datetime(2026, 12, 7, 12, 0, 0, tzinfo=timezone.utc)
+    deltas = [0, 30, 59, 60, 61, 3599, 3600, 7200, 86399, 86400, 86400 * 2 - 1, 86400 * 2, 86400 * 59,
+              86400 * 60, -30, -61, -86400 * 3]
+    for delta in deltas:
+        when = now - timedelta(seconds=delta)
+        iso = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        got = page.evaluate("([iso, now]) => ago(iso, Date.parse(now))", [iso, now.strftime("%Y-%m-%dT%H:%M:%SZ")])
+        assert got == ago(when, now), (delta, got)
+    cell = page.locator('tr[data-profile="writer"] td[data-label="Last activity"] time')
+    expect(cell).to_have_text("just now")
+    profile = next(p for p in api.get("/api/profiles").json()["profiles"] if p["name"] == "writer")
+    expect(cell).to_have_attribute("datetime", profile["lastActivityAt"])
+    expect(cell).to_have_attribute("title", re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$"))
+
+
 # --- search and its breakdown bars -----------------------------------------------------------------
 
 
 def test_search_ranks_as_the_api_and_draws_each_breakdown(page: Page, seeded: Any) -> None:
     proc, api, ids = seeded
     page.goto(proc.url + "/#/profiles/researcher")
-    page.get_by_role("link", name="Search").click()
+    page.get_by_role("navigation", name="Profile views").get_by_role("link", name="Search").click()
     box = page.get_by_label("Query")
     box.focus()
     box.fill("diet snacks")
@@ -326,9 +519,18 @@ def test_search_ranks_as_the_api_and_draws_each_breakdown(page: Page, seeded: An
     maturity = page.locator('.weights [data-signal="maturity"] [role="meter"]')
     assert float(maturity.get_attribute("aria-valuenow") or "nan") == expected[0]["breakdown"]["maturity"]
 
+    # The evidence that orders them (the gate's order, not the score's): the query words and
+    # [clusters] each shares with the query, as `memlocal recall` shows them.
+    expect(page.locator("#order-note")).to_contain_text("ordered by evidence, not by score")
     for li, r in zip(results.all(), expected):
         b = r["breakdown"]
         expect(li.locator("[data-score]")).to_have_text(fmt(r["score"], 3))
+        ev = r["evidence"]
+        assert ev is not None
+        expect(li.locator(".evidence .term")).to_have_text(ev["terms"])
+        expect(li.locator(".evidence .cluster")).to_have_text([f"[{c}]" for c in ev["clusters"]])
+        expect(li.locator(".evidence .strength")).to_have_text(
+            f"topic {fmt(ev['strength'])} of the best {fmt(ev['best'])}")
         for signal, lo, hi in (("recency", 0, 1), ("usage", 0, 1), ("topic", 0, 1), ("confidenceMul", 0.5, 1)):
             meter = li.locator(f'[data-signal="{signal}"] [role="meter"]')
             assert float(meter.get_attribute("aria-valuenow") or "nan") == pytest.approx(b[signal])
@@ -343,6 +545,20 @@ def test_search_ranks_as_the_api_and_draws_each_breakdown(page: Page, seeded: An
     # Searching from the dashboard is not an access.
     assert api.get(f"/api/profiles/researcher/memories/{ids['peanut']}").json()["memory"]["accessCount"] == 0
 
+
+
+def test_search_in_spec_mode_says_the_order_is_the_scores(page: Page, tmp_path: Path,
+                                                            seeded_file: tuple[Path, dict[str, Any]]) -> None:
+    """Without the evidence gate (ranking.mode = spec) nothing claims an evidence order."""
+    db = tmp_path / "dashboard.db"
+    shutil.copyfile(seeded_file[0], db)
+    with ServedInProcess(db, env={"MEMLOCAL_RANKING_MODE": "spec"}) as proc:
+        page.goto(proc.url + "/#/profiles/researcher/search?q=quarterly%20report")
+        results = page.locator("ol.results > li")
+        expect(results.first).to_be_visible()
+        expect(page.locator("#order-note")).to_have_text(
+            "Results are ordered by score (ranking.mode = spec: no evidence gate).")
+        expect(results.first.locator(".evidence")).to_have_text("Evidence: none recorded (no gate).")
 
 # --- the injection preview -------------------------------------------------------------------------
 
@@ -389,26 +605,43 @@ def test_runs_show_what_the_last_run_saw_and_which_runs_saw_a_memory(page: Page,
     assert answer["summaries"][ids["peanut"]] == "Peanut allergy"
     assert len(runs) == 2
     page.goto(proc.url + "/#/profiles/researcher")
-    page.get_by_role("link", name="Runs").click()
-    rows = page.locator("table.runs tbody tr")
+    page.get_by_role("navigation", name="Profile views").get_by_role("link", name="Runs").click()
+    rows = page.locator("details.run")
     expect(rows).to_have_count(len(runs))  # the view renders after its fetch: wait, then read
     assert rows.evaluate_all("rs => rs.map(r => r.dataset.run)") == [str(r["id"]) for r in runs]
     expect(page.locator("#last-run")).to_contain_text(f"{len(runs[0]['core'])} core and {len(runs[0]['relevant'])} relevant")
-    expect(rows.first).to_contain_text(runs[0]["queryHash"])
+    # One row per run: its time, profile, size and tiers on one line, the memories folded away.
+    for row, run in zip(rows.all(), runs):
+        line = row.locator("summary")
+        expect(line.locator(".run-profile")).to_have_text("researcher")
+        expect(line.locator(".run-size")).to_have_text(f"{run['chars']:,} characters")
+        expect(line.locator(".run-tiers")).to_have_text(f"{len(run['core'])} core · {len(run['relevant'])} relevant")
+        expect(line.locator("time")).to_have_attribute("datetime", run["at"])
+        box = line.bounding_box()
+        assert box and box["height"] < 60, box
+        expect(row.locator("ul.memlinks").first).to_be_hidden()
     shoot(page, "runs")
     # From a memory: the runs whose block carried it (the peanut allergy, a fact: in the blocks
     # with room left after what each task gave evidence for). Each memory of a run is a link named
     # by its summary, its id in the title.
     carried = [r for r in runs if ids["peanut"] in (*r["core"], *r["relevant"])]
     assert carried
-    link = page.locator(f'table.runs tbody tr[data-run="{carried[0]["id"]}"]').get_by_role(
-        "link", name="Peanut allergy", exact=True)
+    row = page.locator(f'details.run[data-run="{carried[0]["id"]}"]')
+    row.locator("summary").click()
+    expect(row.locator(".run-hash")).to_contain_text(carried[0]["queryHash"])
+    link = row.get_by_role("link", name="Peanut allergy", exact=True)
     expect(link).to_have_attribute("title", ids["peanut"])
+    shoot(page, "runs-expanded")
     link.click()
     expect(page.get_by_role("heading", name="Runs that saw this memory")).to_be_visible()
-    expect(page.locator("table.runs tbody tr")).to_have_count(len(carried))
-    assert page.locator("table.runs tbody tr").evaluate_all("rs => rs.map(r => r.dataset.run)") == [
+    expect(page.locator("details.run")).to_have_count(len(carried))
+    assert page.locator("details.run").evaluate_all("rs => rs.map(r => r.dataset.run)") == [
         str(r["id"]) for r in carried]
+    # Every profile's runs, newest first, one row each.
+    nav(page, "Runs").click()
+    expect(page.locator("details.run")).to_have_count(len(runs))
+    expect(page.locator("details.run").first.locator(".run-profile")).to_have_text("researcher")
+    shoot(page, "runs-all")
     # A memory's supersedes is a link to the memory it replaced.
     page.goto(proc.url + f"/#/profiles/researcher/memories/{yaml}")
     page.locator('dd[data-field="supersedes"]').get_by_role("link", name=ids["json"]).click()
@@ -537,12 +770,12 @@ def test_every_control_is_reachable_by_keyboard(page: Page, seeded: Any) -> None
     page.goto(proc.url + "/#/profiles/researcher")
     expect(page.locator("#memory-count")).to_have_text("26")
     seen: list[str] = []
-    for _ in range(14):
+    for _ in range(24):
         page.keyboard.press("Tab")
         seen.append(str(page.evaluate(
             "(e => e.getAttribute('aria-label') || e.textContent.trim() || e.tagName)(document.activeElement)")))
         assert focused_outline(page) == "solid", seen[-1]
-    assert seen[:4] == ["Skip to content", "memlocal", "Profiles", "Automation notes"]
+    assert seen[:5] == ["Skip to content", "memlocal", "Profiles", "Search", "Runs"]
     assert "Filter" in seen and any(re.fullmatch(r"Delete .+", s) for s in seen)
 
 

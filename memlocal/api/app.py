@@ -49,6 +49,7 @@ from .models import (
     InjectionList,
     InjectionPreview,
     MemoryCreateRequest,
+    MemoryHistory,
     MemoryPage,
     MemoryResponse,
     ProfileList,
@@ -142,13 +143,17 @@ async def list_memories(
     limit: Annotated[PageLimit, Query()] = 50,
     offset: Annotated[Offset, Query()] = 0,
     category: Annotated[Category | None, Query(description="Keep one category")] = None,
+    active_only: Annotated[bool, Query(alias="activeOnly", description=(
+        "Only the active memories (leave out the superseded ones), as `memlocal list` without "
+        "--all; `total` then counts those"))] = False,
     bank: MemoryBank = BankDep,
 ) -> Response:
-    """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``. Read-only:
-    access counts do not change."""
+    """Newest first, with ``limit`` / ``offset`` paging, optionally one ``category``; superseded
+    memories too unless ``activeOnly``. Read-only: access counts do not change."""
     def page() -> Response:
         headers = _age_headers(bank, name)
-        return _json(bank.list(name, limit=limit, offset=offset, category=category).to_dict(), headers=headers)
+        listed = bank.list(name, limit=limit, offset=offset, category=category, active_only=active_only)
+        return _json(listed.to_dict(), headers=headers)
     response: Response = await _read(bank, page)
     return response
 
@@ -264,6 +269,20 @@ def get_memory(response: Response, name: ProfilePath, id: IdPath, bank: MemoryBa
     """One memory of the profile (404 when absent, or in another profile). Read-only."""
     _refresh(bank, response, name)
     return {"memory": bank.get(name, id).to_dict()}
+
+
+@router.get(
+    "/profiles/{name}/memories/{id}/history",
+    response_model=MemoryHistory,
+    summary="A memory's supersession chain",
+    responses=errors.error_responses(400, 404, 422),
+)
+def memory_history(response: Response, name: ProfilePath, id: IdPath, bank: MemoryBank = BankDep) -> dict[str, Any]:
+    """The chain of versions through ``id``, oldest first (``MemoryBank.history``, what
+    ``memlocal history`` shows): the memories it superseded before it, the ones that superseded
+    it after; just that memory when it has neither. 404 when absent. Read-only."""
+    _refresh(bank, response, name)
+    return {"memories": [m.to_dict() for m in bank.history(name, id)]}
 
 
 @router.post(

@@ -150,6 +150,13 @@ class MemoryResponse(_Model):
     memory: MemoryOut
 
 
+class MemoryHistory(_Model):
+    """A memory's supersession chain, oldest first: the versions it replaced, itself, the
+    versions that replaced it (links to deleted memories end the chain)."""
+
+    memories: list[MemoryOut]
+
+
 class Weights(_Model):
     """The effective weights after the maturity redistribution."""
 
