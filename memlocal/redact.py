@@ -73,6 +73,7 @@ def _defer_requests() -> None:
 
 from .errors import ConfigError, ValidationError
 from .fold import is_invisible, project
+from .logs import use_projection
 
 MODES: Final = ("redact", "reject")
 ENTROPY_LIMIT: Final = 4.5  # detect-secrets' own default for base64 strings
@@ -530,3 +531,7 @@ def check_mode(mode: object) -> str:
     if mode not in MODES:
         raise ConfigError(f"secrets.mode must be one of {', '.join(MODES)}, got {mode!r}")
     return str(mode)
+
+
+# Every log line memlocal writes passes the same projection (memlocal.logs cannot import this).
+use_projection(lambda line: redact(line).text)
