@@ -400,12 +400,28 @@ def _decoded(view: str) -> tuple[str, list[int], list[int]]:
 _MAX_LAYERS: Final = 3
 
 
+# ``secrets.extra_patterns`` of the banks this process opened (``use_extra_patterns``): kept,
+# never dropped, so a process redacts at least what each of its configurations asks for.
+_USER_PATTERNS: dict[tuple[str, str], re.Pattern[str]] = {}
+
+
+def use_extra_patterns(patterns: Iterable[tuple[str, str]]) -> None:
+    """Redact ``(kind, regex)`` matches too, from now on (``secrets.extra_patterns``; the bank
+    calls this on open). Texts redacted before are looked at again (the cache is cleared)."""
+    new = {p: re.compile(p[1]) for p in patterns if p not in _USER_PATTERNS}
+    if new:
+        _USER_PATTERNS.update(new)
+        redact.cache_clear()
+
+
 def _found(view: str, depth: int = 0) -> list[tuple[int, int, str]]:
     """Every credential's span in ``view``, each widened to its whole token (but for the kinds
     whose span is exact), including those behind escapes (decoded, found, and mapped back over
     the escaped characters)."""
-    spans = [(*_whole_token(view, a, b), kind) if kind not in _EXACT_KINDS else (a, b, kind)
-             for a, b, kind in _spans(view) + _form_spans(view)]
+    spans = _spans(view) + _form_spans(view)
+    for (kind, _), rx in list(_USER_PATTERNS.items()):
+        spans += [(m.start(), m.end(), kind) for m in rx.finditer(view) if m.end() > m.start()]
+    spans = [(*_whole_token(view, a, b), kind) if kind not in _EXACT_KINDS else (a, b, kind) for a, b, kind in spans]
     if depth < _MAX_LAYERS and ("%" in view or "\\" in view) and _ESCAPE.search(view):
         decoded, starts, ends = _decoded(view)
         spans += [(starts[a], ends[b - 1], kind) for a, b, kind in _found(decoded, depth + 1) if b > a]
