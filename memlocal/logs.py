@@ -74,8 +74,8 @@ class AccessLogFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
-            client, method, path, version, status = args
-            record.args = (client, method, redact_credentials(query_values_dropped(path)), version, status)
+            client, method, _path, version, status = args
+            record.args = (client, method, redact_credentials(query_values_dropped(args[2])), version, status)
         elif isinstance(record.msg, str):  # any other line on that logger
             return RedactingFilter().filter(record)
         return True

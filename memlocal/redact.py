@@ -414,6 +414,14 @@ def use_extra_patterns(patterns: Iterable[tuple[str, str]]) -> None:
         redact.cache_clear()
 
 
+def forget_extra_patterns() -> None:
+    """Drop every pattern :func:`use_extra_patterns` added (a test, or a process that loads
+    another configuration and means only its patterns)."""
+    if _USER_PATTERNS:
+        _USER_PATTERNS.clear()
+        redact.cache_clear()
+
+
 def _found(view: str, depth: int = 0) -> list[tuple[int, int, str]]:
     """Every credential's span in ``view``, each widened to its whole token (but for the kinds
     whose span is exact), including those behind escapes (decoded, found, and mapped back over

@@ -1,4 +1,4 @@
-"""Secrets, second round (issue 49): the forms people paste every day — key-value pairs in
+"""Secrets: the forms people paste every day — key-value pairs in
 configs, .env files, shell history and log lines, Bearer/Basic headers in any case, URL
 credentials behind percent-encoding or ``\\x`` escapes — are redacted; the values never stay."""
 

@@ -1,4 +1,4 @@
-"""Identifiers are never redacted into each other (issue 49): an automation id, a LangGraph
+"""Identifiers are never redacted into each other: an automation id, a LangGraph
 namespace label or item key, or a Claude memory-tool path segment that holds a credential is
 refused with one line naming its kind, never the value, so two different ids can never become
 one (docs/hygiene.md, "Secrets")."""

@@ -1,4 +1,4 @@
-"""Logs never hold a credential (issue 49): the server's access log writes paths without their
+"""Logs never hold a credential: the server's access log writes paths without their
 query values, and every line memlocal writes passes the projection the bank's texts pass."""
 
 from __future__ import annotations

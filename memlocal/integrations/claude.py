@@ -242,7 +242,7 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
             raise ToolError(problem)
         path = unicodedata.normalize("NFC", path)
         kinds = redact(path).kinds
-        if kinds:  # a path is an identifier: redacted, two paths would be one file (issue 49)
+        if kinds:  # a path is an identifier: redacted, two paths would be one file
             raise ToolError(f"The path holds a credential ({', '.join(kinds)}): choose another name; "
                             "no change was made")
         if not path.startswith(ROOT):

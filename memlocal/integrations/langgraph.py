@@ -183,7 +183,7 @@ class MemlocalStore(BaseStore):
             elif isinstance(op, PutOp):
                 # Labels and keys are strings the memory carries: checked as its texts are.
                 # Labels and keys are identifiers (a label is part of a profile name): one that
-                # holds a credential is refused, never redacted into another's (issue 49).
+                # holds a credential is refused, never redacted into another's.
                 op = PutOp(tuple(refuse_credential_name(label, "namespace label") for label in op.namespace),
                            refuse_credential_name(op.key, "item key"), op.value, op.index, op.ttl)
                 puts[(tuple(op.namespace), op.key)] = op
