@@ -238,9 +238,11 @@ def _spans(text: str) -> list[tuple[int, int, str]]:
 
 # --- the forms people paste: key-value pairs, Authorization headers, CLI flags, encoded layers ---
 
-# Cheap pre-checks: a text with none of these has no key-value credential and no header.
-_KV_HINT: Final = re.compile(r"(?i)pass|pwd|secret|token|auth|key")
-_SCHEME_HINT: Final = re.compile(r"(?i)bearer|basic")
+# Cheap pre-checks (substrings of the lower-cased text, at C speed: a case-insensitive regex
+# alternation cost ~15 µs a memory): without one of these there is no key-value credential and
+# no header.
+_KV_HINTS: Final = ("pass", "pwd", "secret", "token", "auth", "key")
+_SCHEME_HINTS: Final = ("bearer", "basic")
 # ``key = value`` / ``key: value`` in a config, an .env file, a query string, a log line or a
 # shell command (``--password=…``); the key may be quoted (JSON, YAML). ``://`` is a URL, not a
 # pair.
@@ -335,7 +337,8 @@ def _pair_span(view: str, pos: int, kind: str, key: str) -> tuple[int, int, str]
 def _form_spans(view: str) -> list[tuple[int, int, str]]:
     """Credentials in the forms of configs, shells and logs (see docs/hygiene.md, "Secrets")."""
     spans: list[tuple[int, int, str]] = []
-    if _KV_HINT.search(view):
+    low = view.lower()
+    if any(hint in low for hint in _KV_HINTS):
         for m in _KV.finditer(view):
             kind = _key_kind(m.group(2))
             if kind is not None:
@@ -351,7 +354,7 @@ def _form_spans(view: str) -> list[tuple[int, int, str]]:
                         spans.append(found)
     if "-u" in view or "--user" in view:
         spans += [(*m.span(1), "basic-auth") for m in _CURL_USER.finditer(view) if not m.group(1).startswith("[REDACTED")]
-    if _SCHEME_HINT.search(view):
+    if any(hint in low for hint in _SCHEME_HINTS):
         for m in _BEARER.finditer(view):
             token = m.group(1)
             if len(token) >= 8 and (len(token) >= 20 or any(c.isdigit() for c in token)):
