@@ -1628,7 +1628,7 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
         if weed:
             out.setdefault("sync", {})["seaweedfs"] = weed
     if "secrets" in sections:
-        n = min(plan.startup_size, big)  # 10k by default (the smoke test's 50)
+        n = min(plan.startup_size, max(plan.sizes))  # 10k by default (the smoke test's 50)
         log(f"secrets: a rescan of {n} memories, 1% affected")
         out["secrets"] = bench_rescan(tmp, n, plan.seed)
     if "semantic" in sections:
