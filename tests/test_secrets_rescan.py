@@ -102,3 +102,17 @@ def test_a_rescan_reaches_the_bucket_the_snapshot_and_a_second_host(hosts: Calla
     assert "[REDACTED:acme-token]" in b.bank.get("ops", old.id).processed_content
     assert HEX not in _file_bytes(b.path)
 
+
+
+def test_import_with_rescan_runs_the_same_pass(tmp_path: Path, cli: Any) -> None:
+    db = tmp_path / "m.db"
+    with MemoryBank(db) as bank:
+        stored = bank.save("ops", f"deploy with {TOKEN} on fridays").memory  # before the pattern existed
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"id": "mem-0000abcd", "profileName": "ops", "rawInput": "standup at 9:30",'
+                     ' "processedContent": "standup at 9:30", "summary": "standup", "category": "fact",'
+                     ' "createdAt": "2024-01-01T00:00:00Z"}\n')
+    out = cli.at(db).json("import", str(lines), "--rescan", "--json", env=PATTERNS)
+    assert out["imported"] == 1
+    assert out["rescan"]["changed"] == [{"what": "memory", "id": stored.id, "profile": "ops", "kinds": ["acme-token"]}]
+    assert HEX not in _file_bytes(db)
