@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 from anthropic_fake import FakeAnthropic, Reply
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, ValidationError
 from memlocal.config import Config
 from memlocal.portability import import_jsonl
 from memlocal.redact import redact
@@ -199,12 +199,16 @@ def test_the_langgraph_store_redacts_keys_controls_labels_and_item_keys(bank: Me
     store = MemlocalStore(bank)
     store.put(("users", "1"), "k1", {"tokens": {GHP: "x"}})
     store.put(("users", "1"), "k2", {"note": AWS[:4] + "\x01" + AWS[4:]})
-    store.put(("users", AWS), f"key {GHP}", {"note": "labelled"})
-    everything = [store.get(("users", "1"), "k1"), store.get(("users", "1"), "k2"),
-                  store.get(("users", AWS), f"key {GHP}")]
+    # Labels and item keys are identifiers: one holding a credential is refused, never redacted
+    # into another's (docs/hygiene.md, "Identifiers are never redacted into each other").
+    for namespace, key in ((("users", AWS), "k3"), (("users", "1"), f"key {GHP}")):
+        with pytest.raises(ValidationError, match="holds a credential") as err:
+            store.put(namespace, key, {"note": "labelled"})
+        assert not survives(GHP, str(err.value)) and not survives(AWS, str(err.value))
+    everything = [store.get(("users", "1"), "k1"), store.get(("users", "1"), "k2")]
     assert all(everything)
     out = json.dumps([i.dict() for i in everything if i is not None], default=str)
-    assert "labelled" in out and not survives(GHP, out) and not survives(AWS, out)
+    assert not survives(GHP, out) and not survives(AWS, out)
     assert all(not survives(AWS, p["name"]) for p in bank.profiles())
     assert not survives(GHP, db_text(bank.path.parent)) and not survives(AWS, db_text(bank.path.parent))
 
