@@ -316,16 +316,19 @@ def test_the_longest_paths_allowed_work_and_nfc_is_one_name(bank: MemoryBank) ->
 
 
 def test_a_secret_in_a_path_is_not_kept(bank: MemoryBank) -> None:
-    tool = _tool(bank)
-    tool.call({"command": "create", "path": f"/memories/{GHP}.md", "file_text": "the deploy notes"})
-    listing = tool.call({"command": "view", "path": "/memories"})
-    assert "[REDACTED:github-token].md" in listing and not survives(GHP, listing)
-    assert "the deploy notes" in tool.call({"command": "view", "path": f"/memories/{GHP}.md"})
     from anthropic.lib.tools import ToolError
 
-    with pytest.raises(ToolError) as err:  # an error quoting the path as written does not show it
-        tool.call({"command": "view", "path": f"/memories/other/{GHP}.md"})
-    assert "does not exist" in str(err.value.content) and not survives(GHP, str(err.value.content))
+    tool = _tool(bank)
+    # A path is an identifier: one holding a credential is refused (read or write), never
+    # redacted into another path (docs/hygiene.md, "Identifiers are never redacted into each other").
+    for command in ({"command": "create", "path": f"/memories/{GHP}.md", "file_text": "the deploy notes"},
+                    {"command": "view", "path": f"/memories/other/{GHP}.md"}):
+        with pytest.raises(ToolError) as err:  # the error names the kind, never the path as written
+            tool.call(command)
+        assert "holds a credential (github-token)" in str(err.value.content)
+        assert not survives(GHP, str(err.value.content))
+    listing = tool.call({"command": "view", "path": "/memories"})
+    assert "REDACTED" not in listing and not survives(GHP, listing)
     assert not survives(GHP, db_text(bank.path.parent))
 
 

@@ -181,7 +181,6 @@ class MemlocalStore(BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 results.append(self._list_namespaces(op, cache))
             elif isinstance(op, PutOp):
-                # Labels and keys are strings the memory carries: checked as its texts are.
                 # Labels and keys are identifiers (a label is part of a profile name): one that
                 # holds a credential is refused, never redacted into another's.
                 op = PutOp(tuple(refuse_credential_name(label, "namespace label") for label in op.namespace),
