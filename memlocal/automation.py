@@ -7,7 +7,9 @@ instructions take precedence.
 
 Decisions:
 - Automation ids: 1-128 characters of ``[A-Za-z0-9._-]``, starting with a letter or digit (so an
-  id can never be a path, an option or a query fragment).
+  id can never be a path, an option or a query fragment). An id that holds a credential is
+  refused (``ValidationError`` naming its kind, never the value): an id is stored, synced and is
+  part of a bucket key, and redacting it would make two ids one (docs/hygiene.md, "Secrets").
 - A note is at most ``NOTE_MAX_BYTES`` (4096) bytes of UTF-8, like a memory's rawInput; over that
   the write is rejected with ``InputTooLargeError`` and nothing changes.
 - Surrounding whitespace is trimmed; a note that is empty after that clears the note.
@@ -59,7 +61,7 @@ class AutomationNotes:
 
     def get(self, automation_id: str) -> AutomationNote | None:
         """The note of ``automation_id``, or ``None`` when it has none."""
-        validate_automation_id(automation_id)
+        _checked_id(automation_id)
         found = self._store.note_get(automation_id)
         if found is None:
             return None
@@ -72,7 +74,7 @@ class AutomationNotes:
 
     def put(self, automation_id: str, text: str, *, now: datetime | None = None) -> AutomationNote | None:
         """Replace the note (durably); an empty or blank ``text`` clears it and returns ``None``."""
-        validate_automation_id(automation_id)
+        _checked_id(automation_id)
         note = _check_note(text)
         if not note:
             self.clear(automation_id)
@@ -89,7 +91,7 @@ class AutomationNotes:
 
     def clear(self, automation_id: str) -> bool:
         """Remove the note; ``True`` if there was one."""
-        validate_automation_id(automation_id)
+        _checked_id(automation_id)
         existed = self._store.note_delete(automation_id)
         if existed and self._replicator is not None:
             self._replicator.push_note(automation_id, None)
@@ -103,6 +105,13 @@ class AutomationNotes:
         """The note as a context block for the automation's next run ("" without a note)."""
         note = self.get(automation_id)
         return note_block(note.note) if note is not None else ""
+
+
+def _checked_id(automation_id: str) -> str:
+    """A valid automation id that holds no credential, or ``ValidationError``."""
+    from .redact import refuse_credential_name
+
+    return refuse_credential_name(validate_automation_id(automation_id), "automation id")
 
 
 def _redacted(text: str) -> tuple[str, tuple[str, ...]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Required, Sequence, TypedDict, overload
 
-from .config import Config
+from .config import Config, parse_extra_patterns
 from .errors import (ConfigError, InputTooLargeError, MemoryBankError, NotFoundError, SecretFoundError, StoreError,
                      ValidationError)
 from .model import (
@@ -62,7 +62,8 @@ from .store import LAZY_CHECKPOINT_COMMITS, IdTakenError, Page, Store, to_us
 # Every save and imported line runs these (a function-level import costs microseconds per call);
 # the store loads hygiene and text anyway, and redact defers its detectors itself.
 from .dedup import Deduplicator, query_terms
-from .redact import Redacted, check_mode, merge_kinds, redact, redact_json, refuse_credential_name
+from .redact import (Redacted, check_mode, merge_kinds, redact, redact_json, refuse_credential_name,
+                     use_extra_patterns)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from .automation import AutomationNotes
     from .hygiene import RetentionRule
     from .injection import RenderedBlock
+    from .rescan import RescanReport
     from .recall import RecallIndex
     from .scoring import Ranking, ScoredMemory
     from .semantic import SemanticIndex
@@ -266,6 +268,8 @@ class MemoryBank:
         self._automations: AutomationNotes | None = None
         self._audit_key: bytes | None = None  # the host's audit key (memlocal.audit), read on first use
         self._closed = False
+        if self.config.secrets.extra_patterns:  # secrets.extra_patterns: redacted on every path
+            use_extra_patterns(parse_extra_patterns(self.config.secrets.extra_patterns))
 
     @classmethod
     def open(
@@ -651,6 +655,17 @@ class MemoryBank:
             dup, _old = self.store.supersede(profile, supersedes, dup, insert=False)
         synced = self.replicator.is_synced(dup) if self.replicator else False
         return SaveResult(shown(dup), synced, deduplicated=True, redacted=redacted)
+
+    def rescan(self, profile: str | None = None, *, dry_run: bool = False) -> "RescanReport":
+        """Redact what is already stored (every memory of ``profile``, or of every profile with
+        the notes and audit rows, every version in its history) with today's detectors and
+        ``secrets.extra_patterns``, written through to the bucket, the old bytes purged from the
+        database file (:mod:`memlocal.rescan`; docs/hygiene.md, "Rescan")."""
+        from .rescan import rescan
+
+        if profile is not None:
+            validate_profile(profile)
+        return rescan(self.store, self.replicator, profile, dry_run=dry_run)
 
     def history(self, profile: str, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain through ``memory_id``, oldest first (just that memory when it

@@ -131,6 +131,40 @@ def _categories(value: str) -> str | None:
     return f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}" if unknown else None
 
 
+_PATTERN_KIND: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def parse_extra_patterns(spec: str) -> tuple[tuple[str, str], ...]:
+    """``secrets.extra_patterns``: one ``kind: regex`` per line (blank lines and ``#`` lines
+    skipped) as ``(kind, regex)`` pairs; ``ValueError`` naming the line that is not one (a kind
+    of ``a-z 0-9 -``, a regular expression that compiles and never matches empty text)."""
+    out = []
+    for n, line in enumerate(spec.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        kind, sep, pattern = line.partition(":")
+        kind, pattern = kind.strip(), pattern.strip()
+        if not sep or not _PATTERN_KIND.fullmatch(kind) or not pattern:
+            raise ValueError(f"line {n} is not 'kind: regex' (a kind of a-z 0-9 -)")
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"line {n}: {exc}") from None
+        if compiled.fullmatch(""):
+            raise ValueError(f"line {n}: the pattern matches empty text")
+        out.append((kind, pattern))
+    return tuple(out)
+
+
+def _extra_patterns(value: str) -> str | None:
+    try:
+        parse_extra_patterns(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 _DAY: Final = 86400.0
 
 _SETTINGS: tuple[Setting, ...] = (
@@ -190,6 +224,7 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("audit.max_rows", int, 10000, "injection audit rows kept (the newest); 0 means no cap", ("MEMLOCAL_AUDIT_MAX_ROWS",), min=0, max=100_000_000),
     Setting("audit.retention_days", float, 30.0, "injection audit rows older than this are deleted; 0 keeps them until the cap", ("MEMLOCAL_AUDIT_RETENTION_DAYS",), min=0, max=36_500),
     Setting("secrets.mode", str, "redact", "credentials found in a save: 'redact' them to [REDACTED:<kind>], or 'reject' the save", ("MEMLOCAL_SECRETS_MODE",), choices=("redact", "reject")),
+    Setting("secrets.extra_patterns", str, "", "more credential shapes, one 'kind: regex' per line (a TOML multi-line string); each match is redacted as [REDACTED:<kind>] on save and read, and by 'memlocal redact --rescan' in what is already stored", ("MEMLOCAL_SECRETS_EXTRA_PATTERNS",), check=_extra_patterns, allowed="empty or lines of 'kind: regex' (a kind of a-z 0-9 -; a regular expression that compiles)"),
     Setting("serve.host", str, "127.0.0.1", "address `memlocal serve` binds; non-loopback needs serve.api_token", ("MEMLOCAL_SERVE_HOST",), check=_non_empty, allowed="a host name or address (not empty)"),
     Setting("serve.port", int, 8765, "port `memlocal serve` listens on", ("MEMLOCAL_SERVE_PORT",), min=0, max=65535),
     Setting("serve.workers", int, 0, "processes `memlocal serve` answers with, each with its own connection and recall index over the one WAL database; 0: one per CPU core, up to 4", ("MEMLOCAL_SERVE_WORKERS",), min=0, max=64),
@@ -409,6 +444,7 @@ class SecretsConfig:
     """The ``secrets.*`` settings, typed: ``config.secrets``."""
 
     mode: str
+    extra_patterns: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,11 @@
   includes signed request headers.
 - Whatever level anyone sets later, every line passes a filter on the handler that masks
   credentials (``Authorization`` headers, SigV4 ``Credential=``/``Signature=``, security tokens,
-  ``aws_secret_access_key`` values, ``Bearer`` tokens), so none can reach a log.
+  ``aws_secret_access_key`` values, ``Bearer`` tokens), then the projection every memory text
+  passes (:func:`memlocal.redact.redact`, registered here by that module through
+  :func:`use_projection`: this layer cannot import it), so none can reach a log.
+- The server's access log (uvicorn's ``uvicorn.access``) writes each path with its query's
+  values left out (``/search?q=…&limit=…``): :class:`AccessLogFilter`.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from typing import Final
+from typing import Callable, Final
 
-__all__ = ["OWN_LOGGERS", "QUIET_LIBRARIES", "HeldWarnings", "RedactingFilter", "configure_logging",
-           "hold_warnings", "redact_credentials"]
+__all__ = ["OWN_LOGGERS", "QUIET_LIBRARIES", "AccessLogFilter", "HeldWarnings", "RedactingFilter",
+           "configure_logging", "hold_warnings", "redact_credentials", "use_projection"]
 
 OWN_LOGGERS: Final = ("memlocal", "memlocal_sync")
 QUIET_LIBRARIES: Final = (
@@ -35,11 +39,46 @@ _PATTERNS: Final = (
 )
 
 
+# The bank's own redaction (memlocal.redact), once that module is loaded: it registers itself.
+_PROJECTION: list[Callable[[str], str]] = []
+
+
+def use_projection(redactor: Callable[[str], str]) -> None:
+    """Make every log line pass ``redactor`` too (``memlocal.redact`` calls this on import)."""
+    _PROJECTION[:] = [redactor]
+
+
 def redact_credentials(text: str) -> str:
     """``text`` with every credential-shaped value masked."""
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
+    for redactor in _PROJECTION:
+        text = redactor(text)
     return text
+
+
+def query_values_dropped(path: str) -> str:
+    """A request path as the access log writes it: the query's names kept, its values left out
+    (a search's ``q`` is what a user typed, and may be a token)."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+    return base + "?" + "&".join(p.partition("=")[0] + ("=…" if "=" in p else "") for p in query.split("&"))
+
+
+class AccessLogFilter(logging.Filter):
+    """uvicorn's access lines (``client - "METHOD path HTTP/v" status``): the path without its
+    query's values, each part through :func:`redact_credentials`. The record keeps its five
+    arguments, which uvicorn's access formatter unpacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            client, method, _path, version, status = args
+            record.args = (client, method, redact_credentials(query_values_dropped(args[2])), version, status)
+        elif isinstance(record.msg, str):  # any other line on that logger
+            return RedactingFilter().filter(record)
+        return True
 
 
 class RedactingFilter(logging.Filter):

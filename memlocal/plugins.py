@@ -462,6 +462,12 @@ class Replica(Protocol):
 
     def meta_set(self, key: str, value: str) -> None: ...
 
+    def after_pass(self) -> None:
+        """Called when a pass that did not fail ends: the store finishes what the pulled changes
+        left to do (the purge of the bytes of a text another host's rescan redacted,
+        docs/hygiene.md, "Rescan")."""
+        ...
+
     # --- the change log and the memories ---------------------------------------------------------
 
     def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:

@@ -73,6 +73,7 @@ def _defer_requests() -> None:
 
 from .errors import ConfigError, ValidationError
 from .fold import is_invisible, project
+from .logs import use_projection
 
 MODES: Final = ("redact", "reject")
 ENTROPY_LIMIT: Final = 4.5  # detect-secrets' own default for base64 strings
@@ -235,6 +236,209 @@ def _spans(text: str) -> list[tuple[int, int, str]]:
     return spans
 
 
+# --- the forms people paste: key-value pairs, Authorization headers, CLI flags, encoded layers ---
+
+# Cheap pre-checks (substrings of the lower-cased text, at C speed: a case-insensitive regex
+# alternation cost ~15 µs a memory): without one of these there is no key-value credential and
+# no header.
+_KV_HINTS: Final = ("pass", "pwd", "secret", "token", "auth", "key")
+_SCHEME_HINTS: Final = ("bearer", "basic")
+# ``key = value`` / ``key: value`` in a config, an .env file, a query string, a log line or a
+# shell command (``--password=…``); the key may be quoted (JSON, YAML). ``://`` is a URL, not a
+# pair.
+_KV: Final = re.compile(r"""(?<![\w.-])-{0,2}(["']?)([A-Za-z_][\w.-]*)\1[ \t]*(?:=|:(?!//))[ \t]*""")
+# ``--password VALUE``: a long option and its value as the next argument.
+_FLAG: Final = re.compile(r"(?<![\w.-])--([A-Za-z][\w-]*)[ \t]+(?=[^\s-])")
+# ``curl -u user:pass`` / ``--user user:pass``: the password after the colon.
+_CURL_USER: Final = re.compile(r"""(?<![\w-])(?:-u|--user)(?:[ \t]+|=)["']?[^\s:"'$]+:([^\s"']+)""")
+_BEARER: Final = re.compile(r"(?i)(?<![A-Za-z0-9_-])bearer[ \t]+([A-Za-z0-9._~+/-]+=*)")
+_BASIC: Final = re.compile(r"(?i)(?<![A-Za-z0-9_-])basic[ \t]+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])")
+_QUOTED: Final = {q: re.compile(r"%s((?:[^%s\\\n]|\\.)*)%s" % (q, q, q)) for q in "\"'"}
+# A bare value: up to white space or what ends a value in JSON, a log line or a query string.
+_BARE: Final = re.compile(r"[^\s\"'`,;{}\[\]]+")
+_NEXT_PAIR: Final = re.compile(r"&(?=[\w.-]+=)")  # ``&next=`` ends a query string's value
+_KEY_PART: Final = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+# Values that say there is no value here: a placeholder, a reference, a mask, a word.
+_NOT_VALUES: Final = frozenset(
+    "null none nil true false yes no on off empty unset required optional hidden redacted masked secret "
+    "password token changeme_later example xxx n/a na tbd todo undefined default".split())
+_SCHEMES: Final = {"bearer": "bearer-token", "basic": "basic-auth", "token": "token", "digest": "token"}
+# Escapes people paste a URL or a string through: percent-encoding, ``\xNN``, ``\uNNNN``.
+_ESCAPE: Final = re.compile(r"%[0-9A-Fa-f]{2}|\\x[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}")
+
+
+@lru_cache(maxsize=4096)
+def _key_kind(name: str) -> str | None:
+    """The kind of credential a key names (its last part: ``db_password``, ``GITHUB_TOKEN``,
+    ``x-api-key``, ``clientSecret``), or ``None``. Only the last part counts: ``token_url``,
+    ``password_min_length`` and ``auth_method`` name settings about a credential, not one."""
+    parts = [p.lower() for p in _KEY_PART.findall(name)]
+    if not parts:
+        return None
+    last = parts[-1]
+    if last.endswith(("password", "passwd")) or last in ("pwd", "pass", "passphrase"):
+        return "password"
+    if last.endswith("apikey") or (last == "key" and len(parts) > 1 and parts[-2] == "api"):
+        return "api-key"
+    if last.endswith("secret") or (last == "key" and len(parts) > 1 and parts[-2] in ("secret", "private")):
+        return "secret"
+    if last.endswith("token") or last in ("auth", "authorization", "credentials"):
+        return "token"
+    return None
+
+
+def _plausible(value: str, kind: str) -> bool:
+    """Whether ``value`` after a credential's key is one (not a placeholder, a reference to
+    another variable, a path, a mask, a count or a plain word)."""
+    if len(value) < 4 or value.lower() in _NOT_VALUES:
+        return False
+    if value.startswith(("$", "%", "<", "{{", "[REDACTED", "/", "~/", "./", "../", "os.environ", "env:")):
+        return False
+    if not value.strip("*x.\u2022#-_ "):
+        return False
+    if kind != "password" and (value.isdigit() and len(value) < 8 or value.isalpha() and value.islower()):
+        return False
+    return True
+
+
+def _value_at(view: str, pos: int) -> tuple[int, int] | None:
+    """The span of the value that starts at ``pos``: inside its quotes, or a bare run."""
+    if pos < len(view) and view[pos] in "\"'":
+        m = _QUOTED[view[pos]].match(view, pos)
+        if m is not None:
+            return m.span(1)
+    m = _BARE.match(view, pos)
+    if m is None:
+        return None
+    end = m.end()
+    cut = _NEXT_PAIR.search(view, pos, end)
+    return pos, cut.start() if cut is not None else end
+
+
+def _pair_span(view: str, pos: int, kind: str, key: str) -> tuple[int, int, str] | None:
+    span = _value_at(view, pos)
+    if span is None:
+        return None
+    a, b = span
+    scheme = _SCHEMES.get(view[a:b].lower())
+    if scheme is not None and key.lower().endswith(("auth", "authorization")):
+        # ``Authorization: Bearer <token>``: the credential is the scheme's argument.
+        rest = re.match(r"[ \t]+", view[b:])
+        if rest is None:
+            return None
+        span = _value_at(view, b + rest.end())
+        if span is None:
+            return None
+        (a, b), kind = span, scheme
+    value = view[a:b]
+    return (a, b, kind) if _plausible(value, kind) else None
+
+
+def _form_spans(view: str) -> list[tuple[int, int, str]]:
+    """Credentials in the forms of configs, shells and logs (see docs/hygiene.md, "Secrets")."""
+    spans: list[tuple[int, int, str]] = []
+    low = view.lower()
+    if any(hint in low for hint in _KV_HINTS):
+        for m in _KV.finditer(view):
+            kind = _key_kind(m.group(2))
+            if kind is not None:
+                found = _pair_span(view, m.end(), kind, m.group(2))
+                if found is not None:
+                    spans.append(found)
+        if "--" in view:
+            for m in _FLAG.finditer(view):
+                kind = _key_kind(m.group(1))
+                if kind is not None:
+                    found = _pair_span(view, m.end(), kind, m.group(1))
+                    if found is not None:
+                        spans.append(found)
+    if "-u" in view or "--user" in view:
+        spans += [(*m.span(1), "basic-auth") for m in _CURL_USER.finditer(view) if not m.group(1).startswith("[REDACTED")]
+    if any(hint in low for hint in _SCHEME_HINTS):
+        for m in _BEARER.finditer(view):
+            token = m.group(1)
+            if len(token) >= 8 and (len(token) >= 20 or any(c.isdigit() for c in token)):
+                spans.append((*m.span(1), "bearer-token"))
+        for m in _BASIC.finditer(view):
+            if _user_colon_password(m.group(1)):
+                spans.append((*m.span(1), "basic-auth"))
+    return spans
+
+
+def _user_colon_password(value: str) -> bool:
+    """Whether ``value`` is base64 of ``user:password`` (what HTTP Basic carries)."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in raw and raw.isascii() and all(32 <= c < 127 for c in raw)
+
+
+def _decoded(view: str) -> tuple[str, list[int], list[int]]:
+    """``view`` with its escapes decoded, and for each decoded character the span of ``view``
+    it came from (``starts[i]``, ``ends[i]``)."""
+    out: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    for m in _ESCAPE.finditer(view):
+        out.append(view[pos:m.start()])
+        starts.extend(range(pos, m.start()))
+        ends.extend(range(pos + 1, m.start() + 1))
+        esc = m.group()
+        out.append(chr(int(esc[1:] if esc[0] == "%" else esc[2:], 16)))
+        starts.append(m.start())
+        ends.append(m.end())
+        pos = m.end()
+    out.append(view[pos:])
+    starts.extend(range(pos, len(view)))
+    ends.extend(range(pos + 1, len(view) + 1))
+    return "".join(out), starts, ends
+
+
+# Percent-encoding nested this deep (``%253A`` is ``%3A`` encoded again) is decoded.
+_MAX_LAYERS: Final = 3
+
+
+# ``secrets.extra_patterns`` of the banks this process opened (``use_extra_patterns``): kept,
+# never dropped, so a process redacts at least what each of its configurations asks for.
+_USER_PATTERNS: dict[tuple[str, str], re.Pattern[str]] = {}
+
+
+def use_extra_patterns(patterns: Iterable[tuple[str, str]]) -> None:
+    """Redact ``(kind, regex)`` matches too, from now on (``secrets.extra_patterns``; the bank
+    calls this on open). Texts redacted before are looked at again (the cache is cleared)."""
+    new = {p: re.compile(p[1]) for p in patterns if p not in _USER_PATTERNS}
+    if new:
+        _USER_PATTERNS.update(new)
+        redact.cache_clear()
+
+
+def forget_extra_patterns() -> None:
+    """Drop every pattern :func:`use_extra_patterns` added (a test, or a process that loads
+    another configuration and means only its patterns)."""
+    if _USER_PATTERNS:
+        _USER_PATTERNS.clear()
+        redact.cache_clear()
+
+
+def _found(view: str, depth: int = 0) -> list[tuple[int, int, str]]:
+    """Every credential's span in ``view``, each widened to its whole token (but for the kinds
+    whose span is exact), including those behind escapes (decoded, found, and mapped back over
+    the escaped characters)."""
+    spans = _spans(view) + _form_spans(view)
+    for (kind, _), rx in list(_USER_PATTERNS.items()):
+        spans += [(m.start(), m.end(), kind) for m in rx.finditer(view) if m.end() > m.start()]
+    spans = [(*_whole_token(view, a, b), kind) if kind not in _EXACT_KINDS else (a, b, kind) for a, b, kind in spans]
+    if depth < _MAX_LAYERS and ("%" in view or "\\" in view) and _ESCAPE.search(view):
+        decoded, starts, ends = _decoded(view)
+        spans += [(starts[a], ends[b - 1], kind) for a, b, kind in _found(decoded, depth + 1) if b > a]
+    return spans
+
+
 @dataclass(frozen=True, slots=True)
 class Redacted:
     """Text with its credentials replaced, and the kinds found (in order, without repeats)."""
@@ -247,7 +451,8 @@ class Redacted:
 # the whole token around the match, so a longer key leaves nothing behind.
 _TOKEN_BACK: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _TOKEN_TAIL: Final = re.compile(r"[A-Za-z0-9_+/=-]*")
-_EXACT_KINDS: Final = frozenset({"basic-auth", "private-key", "jwt", "high-entropy"})
+_EXACT_KINDS: Final = frozenset({"basic-auth", "private-key", "jwt", "high-entropy", "password", "secret",
+                                  "token", "api-key", "bearer-token"})
 
 
 def _whole_token(view: str, start: int, end: int) -> tuple[int, int]:
@@ -278,10 +483,9 @@ def redact(text: str) -> Redacted:
     so it names the kind); text that is already a marker is never matched again.
     """
     view, index = project(text)
-    spans = _spans(view)
+    spans = _found(view)
     if not spans:
         return Redacted(text, ())
-    spans = [(*_whole_token(view, a, b), kind) if kind not in _EXACT_KINDS else (a, b, kind) for a, b, kind in spans]
     # Specific detectors before the entropy check (so a key is named by its kind), then the
     # earliest, longest match first.
     chosen: list[tuple[int, int, str]] = []
@@ -354,3 +558,7 @@ def check_mode(mode: object) -> str:
     if mode not in MODES:
         raise ConfigError(f"secrets.mode must be one of {', '.join(MODES)}, got {mode!r}")
     return str(mode)
+
+
+# Every log line memlocal writes passes the same projection (memlocal.logs cannot import this).
+use_projection(lambda line: redact(line).text)

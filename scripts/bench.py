@@ -63,6 +63,7 @@ hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_1
 hung_pass_s}, sync.seaweedfs.{push_per_s, rclone_per_s, push_cpu_ms_per_object, rclone_cpu_ms_per_object, hydrate_s,
 hydrate_per_object_s, noop_requests, noop_pass_s}, sync.fleet.{hosts, identical, lost, resurrected, settle_rounds,
 found_by_full_listing, noop_pass_requests, busy_pass_requests_mean};
+secrets.{rescan_10k_s} (a rescan of the start-up size, 10k, or of the largest size when smaller; 1% affected: bench_rescan);
 rest.{req_per_s, p50_ms, p99_ms, cpu_ms_per_req, errors, lost, baseline.{req_per_s, p50_ms, p99_ms, cpu_ms_per_req}}
 (with ``rest`` named);
 with ``--only semantic`` (the extra's costs, :func:`bench_semantic`): semantic.{save_p50_ms, save_off_p50_ms,
@@ -344,6 +345,39 @@ def bench_secret_scan(n: int) -> dict[str, float]:
             times.append((time.perf_counter() - t) * MS)
         out[key] = p50(times)
     return out
+
+
+def bench_rescan(tmp: Path, n: int, seed: int) -> dict[str, Any]:
+    """``memlocal redact --rescan``'s work (:meth:`MemoryBank.rescan`, local only): ``n``
+    memories of which 1% hold a token that a new ``secrets.extra_patterns`` line names; the
+    time of the whole rescan (scan, rewrite of the 1%, the purge: full-text ``optimize``,
+    ``VACUUM``, ``TRUNCATE`` checkpoint), of a dry run (the scan alone) and of the purge."""
+    from memlocal.redact import forget_extra_patterns
+
+    path = tmp / f"rescan-{n}.db"
+    build(path, n, Corpus(seed)).close()
+    affected = max(1, n // 100)
+    with MemoryBank(path, config=local_config()) as bank:
+        ids = [row[0] for row in bank.store.read("SELECT id FROM memories ORDER BY id LIMIT ?", (affected,))]
+        for i, memory_id in enumerate(ids):  # stored before the pattern existed (no save's redaction)
+            m = bank.store.find(memory_id)
+            assert m is not None
+            bank.store.upsert(m.with_changes(processed_content=f"{m.processed_content} acme_tok_{i:016x}"))
+    config = Config.load(environ={"MEMLOCAL_SECRETS_EXTRA_PATTERNS": "acme-token: acme_tok_[0-9a-f]{16}"})
+    try:
+        with MemoryBank(path, config=config) as bank:
+            t = time.perf_counter()
+            dry = bank.rescan(dry_run=True)
+            dry_s = time.perf_counter() - t
+            t = time.perf_counter()
+            report = bank.rescan()
+            total = time.perf_counter() - t
+    finally:
+        forget_extra_patterns()
+    assert len(dry.changed) == len(report.changed) == affected, (len(dry.changed), affected)
+    return {"rescan_10k_s": total,
+            "_details": {"rescan_memories": n, "rescan_changed": len(report.changed), "rescan_dry_run_s": dry_s,
+                         "rescan_purge_s": report.purge_s, "rescan_db_mb": path.stat().st_size / 1e6}}
 
 
 # --- recall and inject ---------------------------------------------------------------------------
@@ -1593,6 +1627,10 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
         weed = bench_seaweedfs(tmp, startup_db, plan)
         if weed:
             out.setdefault("sync", {})["seaweedfs"] = weed
+    if "secrets" in sections:
+        n = min(plan.startup_size, max(plan.sizes))  # 10k by default (the smoke test's 50)
+        log(f"secrets: a rescan of {n} memories, 1% affected")
+        out["secrets"] = bench_rescan(tmp, n, plan.seed)
     if "semantic" in sections:
         log(f"semantic: save, query embedding, import, recall at {plan.startup_size} with the extra on")
         out["semantic"] = bench_semantic(tmp, plan)
@@ -1643,6 +1681,11 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
         ds = d["save"]
         lines.append(f"  secret check p50  {f(ds['secrets_prose_p50_ms'] * 1000, '.1f')} µs prose, "
                      f"{f(ds['secrets_url_token_p50_ms'] * 1000, '.1f')} µs with a URL and a token (inside the save)")
+    if "secrets" in results:
+        ds = d["secrets"]
+        lines.append(f"rescan {ds['rescan_memories']:>7,}    {f(results['secrets']['rescan_10k_s'])} s "
+                     f"({ds['rescan_changed']} redacted; dry run {f(ds['rescan_dry_run_s'])} s, purge "
+                     f"{f(ds['rescan_purge_s'])} s, file {f(ds['rescan_db_mb'], '.1f')} MB)")
     for n, r in results.get("recall", {}).items():
         if not n.isdigit():  # cold, the long-lived process's keys
             continue
@@ -1737,7 +1780,8 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
 # ``fleet``: ``sync.fleet`` (host processes on one SeaweedFS bucket; needs nothing else).
 # ``rest``: the REST load beside the plain service; it needs Debian's wrk, so it runs only when named
 # (``--only rest``, or added to a list). ``semantic``: the extra's costs (bench_semantic), likewise.
-SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "seaweedfs", "fleet", "rest", "semantic")
+SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "seaweedfs", "fleet", "secrets", "rest",
+            "semantic")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("rest", "semantic"))
 
 

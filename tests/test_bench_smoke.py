@@ -55,13 +55,14 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path,
          "--queries", "2", "--saves", "5", "--repeats", "1", "--sync-repeats", "1", "--frozen", "1,2,0.1",
          "--noop-big", "20", "--no-warmup", "--moto", f"{moto_server.endpoint},{moto_server.pid}",
          # Every section but the fleet (tests/test_sync_fleet.py runs scripts/fleet.py's run_fleet).
-         "--only", "save,recall,inject,import,startup,sync,runner,seaweedfs"],
+         "--only", "save,recall,inject,import,startup,sync,runner,seaweedfs,secrets"],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out: dict[str, Any] = json.loads(proc.stdout)
     details = out.pop("details")
-    assert out.keys() == {"save", "recall", "cli", "inject", "import", "startup", "sync"}
+    assert out.keys() == {"save", "recall", "cli", "inject", "import", "startup", "sync", "secrets"}
+    assert out["secrets"].keys() == {"rescan_10k_s"} and details["secrets"]["rescan_changed"] == 1
     assert out["save"].keys() == {"p50_ms", "plain_p50_ms", "bare_p50_ms"}
     assert out["recall"].keys() == {"50", "cold", "first50_max_50_ms", "rss_50_mb"}
     assert out["recall"]["cold"].keys() == {"50_ms"}

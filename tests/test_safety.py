@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 from anthropic_fake import FakeAnthropic, Reply
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, ValidationError
 from memlocal.config import Config
 from memlocal.portability import import_jsonl
 from memlocal.redact import redact
@@ -199,12 +199,16 @@ def test_the_langgraph_store_redacts_keys_controls_labels_and_item_keys(bank: Me
     store = MemlocalStore(bank)
     store.put(("users", "1"), "k1", {"tokens": {GHP: "x"}})
     store.put(("users", "1"), "k2", {"note": AWS[:4] + "\x01" + AWS[4:]})
-    store.put(("users", AWS), f"key {GHP}", {"note": "labelled"})
-    everything = [store.get(("users", "1"), "k1"), store.get(("users", "1"), "k2"),
-                  store.get(("users", AWS), f"key {GHP}")]
+    # Labels and item keys are identifiers: one holding a credential is refused, never redacted
+    # into another's (docs/hygiene.md, "Identifiers are never redacted into each other").
+    for namespace, key in ((("users", AWS), "k3"), (("users", "1"), f"key {GHP}")):
+        with pytest.raises(ValidationError, match="holds a credential") as err:
+            store.put(namespace, key, {"note": "labelled"})
+        assert not survives(GHP, str(err.value)) and not survives(AWS, str(err.value))
+    everything = [store.get(("users", "1"), "k1"), store.get(("users", "1"), "k2")]
     assert all(everything)
     out = json.dumps([i.dict() for i in everything if i is not None], default=str)
-    assert "labelled" in out and not survives(GHP, out) and not survives(AWS, out)
+    assert not survives(GHP, out) and not survives(AWS, out)
     assert all(not survives(AWS, p["name"]) for p in bank.profiles())
     assert not survives(GHP, db_text(bank.path.parent)) and not survives(AWS, db_text(bank.path.parent))
 
@@ -312,16 +316,19 @@ def test_the_longest_paths_allowed_work_and_nfc_is_one_name(bank: MemoryBank) ->
 
 
 def test_a_secret_in_a_path_is_not_kept(bank: MemoryBank) -> None:
-    tool = _tool(bank)
-    tool.call({"command": "create", "path": f"/memories/{GHP}.md", "file_text": "the deploy notes"})
-    listing = tool.call({"command": "view", "path": "/memories"})
-    assert "[REDACTED:github-token].md" in listing and not survives(GHP, listing)
-    assert "the deploy notes" in tool.call({"command": "view", "path": f"/memories/{GHP}.md"})
     from anthropic.lib.tools import ToolError
 
-    with pytest.raises(ToolError) as err:  # an error quoting the path as written does not show it
-        tool.call({"command": "view", "path": f"/memories/other/{GHP}.md"})
-    assert "does not exist" in str(err.value.content) and not survives(GHP, str(err.value.content))
+    tool = _tool(bank)
+    # A path is an identifier: one holding a credential is refused (read or write), never
+    # redacted into another path (docs/hygiene.md, "Identifiers are never redacted into each other").
+    for command in ({"command": "create", "path": f"/memories/{GHP}.md", "file_text": "the deploy notes"},
+                    {"command": "view", "path": f"/memories/other/{GHP}.md"}):
+        with pytest.raises(ToolError) as err:  # the error names the kind, never the path as written
+            tool.call(command)
+        assert "holds a credential (github-token)" in str(err.value.content)
+        assert not survives(GHP, str(err.value.content))
+    listing = tool.call({"command": "view", "path": "/memories"})
+    assert "REDACTED" not in listing and not survives(GHP, listing)
     assert not survives(GHP, db_text(bank.path.parent))
 
 

@@ -35,7 +35,7 @@ COMMAND_ENTRY_POINTS = "memlocal.commands"
 COMMAND_MODULES: dict[str, str] = {
     "save": "memories", "get": "memories", "list": "memories", "delete": "memories", "stats": "memories",
     "recall": "recall", "inject": "recall", "automation": "recall",
-    "history": "hygiene", "restore": "hygiene", "prune": "hygiene",
+    "history": "hygiene", "restore": "hygiene", "prune": "hygiene", "redact": "hygiene",
     "export": "portability", "import": "portability",
     "profile": "profile_cmd", "config": "config_cmd", "audit": "audit_cmd", "mcp": "mcp_cmd", "serve": "serve",
 }

@@ -44,9 +44,11 @@ def export_cmd(state: State, profile: str | None, output: str | None) -> None:
 @main.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--profile", "-p", help="Import every memory into this profile (default: each line's profileName).")
+@click.option("--rescan", is_flag=True,
+              help="Then rescan what is stored (of --profile, else everything) as `memlocal redact --rescan` does.")
 @json_option
 @pass_state
-def import_cmd(state: State, file: str, profile: str | None, as_json: bool) -> None:
+def import_cmd(state: State, file: str, profile: str | None, as_json: bool, rescan: bool = False) -> None:
     """Import JSON Lines written by `memlocal export` (or another implementation of the spec).
 
     Every line is validated; bad lines are reported with their number and reason, the rest are
@@ -62,11 +64,19 @@ def import_cmd(state: State, file: str, profile: str | None, as_json: bool) -> N
         handle = sys.stdin.buffer if file == "-" else stack.enter_context(open(file, "rb"))
         bar = stack.enter_context(Progress("importing", total=size))
         report = import_jsonl(bank, handle, profile=profile, progress=bar.advance)
+    if rescan:  # the same pass as `memlocal redact --rescan` (docs/hygiene.md, "Rescan")
+        from .hygiene import print_rescan, sync_after_rescan
+
+        ctx = click.get_current_context()
+        rescanned = bank.rescan(profile)
+        passes = sync_after_rescan(ctx, rescanned)
     if as_json:
-        echo_json(report.to_dict())
+        echo_json({**report.to_dict(), **({"rescan": rescanned.to_dict()} if rescan else {})})
     else:
         for line_no, reason in report.rejected:
             click.echo(f"line {line_no}: {reason}", err=True)
         click.echo(report.summary())
+        if rescan:
+            print_rescan(rescanned, passes, as_json=False)
     if report.rejected:
         sys.exit(1)

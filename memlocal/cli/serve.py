@@ -134,6 +134,22 @@ def _fork_workers(count: int) -> tuple[int, list[int]]:
     return 0, children
 
 
+def _log_config() -> dict[str, Any]:
+    """uvicorn's own logging set-up, with memlocal's filters on its handlers: the access log
+    writes paths without their query's values (a search's ``q`` may be a token), and every
+    other line of uvicorn's passes the credential filter (docs/hygiene.md, "Logs")."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config: dict[str, Any] = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"memlocal_access": {"()": "memlocal.logs.AccessLogFilter"},
+                         "memlocal_redact": {"()": "memlocal.logs.RedactingFilter"}}
+    config["handlers"]["access"]["filters"] = ["memlocal_access"]
+    config["handlers"]["default"]["filters"] = ["memlocal_redact"]
+    return config
+
+
 def _preload() -> None:
     """Import what the first requests would (ranking, the memory block, the credential
     detectors) before the workers fork: each inherits it instead of compiling and importing it
@@ -247,7 +263,8 @@ def serve(state: State, host: str | None, port: int | None, workers: int | None,
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
     daemon: SyncDaemonHandle | None = None
-    server = uvicorn.Server(uvicorn.Config(create_app(bank, config), host=host, port=port, log_level="info"))
+    server = uvicorn.Server(uvicorn.Config(create_app(bank, config), host=host, port=port, log_level="info",
+                                           log_config=_log_config()))
     try:
         if isinstance(bank, MemoryBank):
             # The pull on open, started now, with or without --with-sync: a fresh host pulls the

@@ -235,13 +235,16 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
 
     def _resolve(self, path: str, *, write: bool = False) -> str:
         """The path relative to the root ("" for the root), as the SDK tool validates it, once
-        bounded (:func:`path_problem`), in NFC and with its credentials redacted (``write``: as
-        ``secrets.mode`` says, so reject mode refuses it), as every string a memory carries."""
+        bounded (:func:`path_problem`), in NFC; a path that holds a credential is refused, read or
+        write (``write`` is kept for callers): a path names one file, and redacted two would be one."""
         problem = path_problem(path)
         if problem is not None:
             raise ToolError(problem)
         path = unicodedata.normalize("NFC", path)
-        path = self.bank.redact_text(path, "the path") if write else redact(path).text
+        kinds = redact(path).kinds
+        if kinds:  # a path is an identifier: redacted, two paths would be one file
+            raise ToolError(f"The path holds a credential ({', '.join(kinds)}): choose another name; "
+                            "no change was made")
         if not path.startswith(ROOT):
             raise ToolError(f"Path must start with /memories, got: {path}")
         rel = path[len(ROOT):].lstrip("/")

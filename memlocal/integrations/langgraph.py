@@ -50,7 +50,7 @@ from langgraph.store.base import (
 )
 
 from ..model import CATEGORIES, PAGE_MAX_LIMIT, RAW_INPUT_MAX_BYTES, Memory, RecallQuery
-from ..redact import redact, redact_json
+from ..redact import redact, redact_json, refuse_credential_name
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank
@@ -181,9 +181,10 @@ class MemlocalStore(BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 results.append(self._list_namespaces(op, cache))
             elif isinstance(op, PutOp):
-                # Labels and keys are strings the memory carries: checked as its texts are.
-                op = PutOp(tuple(self.bank.redact_text(label, "a namespace label") for label in op.namespace),
-                           self.bank.redact_text(op.key, "an item key"), op.value, op.index, op.ttl)
+                # Labels and keys are identifiers (a label is part of a profile name): one that
+                # holds a credential is refused, never redacted into another's.
+                op = PutOp(tuple(refuse_credential_name(label, "namespace label") for label in op.namespace),
+                           refuse_credential_name(op.key, "item key"), op.value, op.index, op.ttl)
                 puts[(tuple(op.namespace), op.key)] = op
                 results.append(None)
             else:

@@ -851,6 +851,46 @@ class Store(Database):
                          " ORDER BY updated_us DESC, automation_id")
         return [(a, n, u) for a, n, u in rows]
 
+    # --- a rescan's rewrite and the purge of what it replaced (memlocal.rescan) -------------------
+
+    def rewrite(self, memories: Sequence[Memory]) -> None:
+        """Replace the texts (rawInput, processedContent, summary, unknown fields) of stored
+        memories in one durable transaction, each recorded in the change log like a save (so
+        the bucket gets it). Their derived keys and features follow the new texts."""
+        cols = ("raw_input", "processed_content", "summary", "extra", "text_key", "raw_key", "near_key", "features")
+        sql = f"UPDATE memories SET {', '.join(f'{c} = ?' for c in cols)} WHERE id = ? AND profile = ?"
+        with self.transaction() as c:
+            for m in memories:
+                row = dict(zip(WRITE_COLUMNS, write_row(m)))
+                c.execute(sql, (*(row[col] for col in cols), m.id, m.profile_name))
+                _record_outbox(c, m.id, m.profile_name, "put")
+
+    def purge_pending(self) -> bool:
+        """Whether a text gained a redaction marker since the last purge (the trigger of
+        ``schemas.secrets`` notes it: a rescan here, or another host's rescan pulled)."""
+        from .schemas.secrets import PURGE_PENDING
+
+        return self.meta_get(PURGE_PENDING) is not None
+
+    def purge_replaced(self) -> None:
+        """Take the bytes of replaced texts out of the database file: the full-text index
+        merged into one segment (``optimize``: the old terms and their delete markers go), then
+        ``VACUUM`` (the file written again from its live rows: no freed cell, no free page keeps
+        a byte), then a ``TRUNCATE`` checkpoint (the log emptied to zero bytes). Clears the
+        pending note first, so that the vacuum drops its row too."""
+        from .schemas.secrets import PURGE_PENDING
+
+        with self._lock:
+            try:
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (PURGE_PENDING,))
+                self.conn.execute("INSERT INTO memory_features (memory_features) VALUES ('optimize')")
+                self.conn.execute("VACUUM")
+                busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot purge {self.path}: {exc}") from None
+            if busy:  # a reader held the log: its frames are reused, not truncated; noted for the next time
+                self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')", (PURGE_PENDING,))
+
     def note_put(self, automation_id: str, note: str, updated_us: int) -> None:
         """Write a note durably, with its outbox entry."""
         with self.transaction() as c:

@@ -108,6 +108,12 @@ class StoreReplica:
     def meta_get(self, key: str) -> str | None:
         return self._store.meta_get(key)
 
+    def after_pass(self) -> None:
+        """Once a pass ends: when a pulled memory or note replaced a credential by its marker
+        (another host's rescan), purge the old bytes from this file as the rescan did there."""
+        if self._store.purge_pending():
+            self._store.purge_replaced()
+
     def meta_set(self, key: str, value: str) -> None:
         self._store.meta_set(key, value)
 

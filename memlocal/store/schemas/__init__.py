@@ -14,12 +14,13 @@ from .automation import AUTOMATION
 from .lineage import LINEAGE
 from .memories import MEMORIES
 from .recall import RECALL
+from .secrets import SECRETS
 from .semantic import SEMANTIC
 
 __all__ = ["CORE_SETS", "LEGACY_CHAIN"]
 
 # Run in this order: later sets build on the ``memories`` table.
-CORE_SETS: tuple[MigrationSet, ...] = (MEMORIES, RECALL, SEMANTIC, AUDIT, AUTOMATION, LINEAGE)
+CORE_SETS: tuple[MigrationSet, ...] = (MEMORIES, RECALL, SEMANTIC, AUDIT, AUTOMATION, LINEAGE, SECRETS)
 
 # The old single chain (``PRAGMA user_version`` 1 to 9), step by step: how a database of any old
 # version was built (tests build one with these).

@@ -1,0 +1,118 @@
+"""A rescan removes a credential found after it was stored: with a new pattern in
+``secrets.extra_patterns``, ``memlocal redact --rescan`` redacts every stored version, the
+automation notes and the audit rows; the bucket's objects and the profile's snapshot are
+rewritten, and the old bytes leave the database file and its WAL, on the writer and on a second
+host after its next pass. ``--dry-run`` changes nothing."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from memlocal import MemoryBank
+from memlocal.redact import forget_extra_patterns
+
+TOKEN = "acme_tok_9f8e7d6c5b4a3928"
+HEX = b"9f8e7d6c5b4a3928"  # the token's distinctive part, also as the full-text index's term
+PATTERNS = {"MEMLOCAL_SECRETS_EXTRA_PATTERNS": "acme-token: acme_tok_[0-9a-f]{16}",
+            "MEMLOCAL_SYNC_SNAPSHOT_MIN_OBJECTS": "2"}
+
+
+@pytest.fixture(autouse=True)
+def _patterns_of_this_test_only() -> Any:
+    """A bank opened with secrets.extra_patterns (the CLI in this process) adds them for the
+    process; the next test starts without them."""
+    forget_extra_patterns()
+    yield
+    forget_extra_patterns()
+
+
+def _tables(db: Path) -> list[Any]:
+    """What a rescan may change: the memories, the notes, the change log and the audit rows."""
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        return [c.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
+                for t in ("memories", "automation_notes", "sync_outbox", "automation_outbox", "injections")]
+
+
+def _file_bytes(db: Path) -> bytes:
+    """The database file, its WAL and shared memory: every byte the store keeps."""
+    return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+
+def _bucket_bytes(s3: Any) -> dict[str, bytes]:
+    out = {}
+    for key in s3.keys(""):
+        body = s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+        out[key] = gzip.decompress(body) if key.endswith(".gz") else body
+    return out
+
+
+def test_dry_run_changes_nothing_and_a_local_rescan_purges_the_file(tmp_path: Path, cli: Any) -> None:
+    db = tmp_path / "m.db"
+    with MemoryBank(db) as bank:
+        old = bank.save("ops", f"deploy with {TOKEN} on fridays").memory
+        bank.save("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id)  # the old one is history now
+        bank.automations.put("nightly", f"last run used {TOKEN}")
+    assert _file_bytes(db).count(HEX) > 0
+    before = _tables(db)
+    out = cli.at(db).json("redact", "--rescan", "--dry-run", "--json", env=PATTERNS)
+    assert out["dryRun"] and out["count"] == 3 and out["byKind"] == {"acme-token": 3}
+    assert {(c["what"], c["kinds"][0]) for c in out["changed"]} == {("memory", "acme-token"), ("note", "acme-token")}
+    assert _tables(db) == before and HEX in _file_bytes(db) and TOKEN not in str(out)
+    r = cli.at(db)("redact", "--rescan", env=PATTERNS)
+    assert r.exit_code == 0, r.output
+    assert "redacted 3 things (acme-token 3)" in r.stdout and f"memory {old.id} (ops): acme-token" in r.stdout
+    assert TOKEN not in r.output and "purged" in r.stdout
+    assert HEX not in _file_bytes(db)
+    with MemoryBank(db) as bank:
+        assert "[REDACTED:acme-token]" in bank.store.get("ops", old.id).processed_content  # history too
+        assert bank.automations.get("nightly").note == "last run used [REDACTED:acme-token]"  # type: ignore[union-attr]
+    again = cli.at(db).json("redact", "--rescan", "--json", env=PATTERNS)
+    assert again["count"] == 0 and not again["purged"]
+
+
+@pytest.mark.s3_servers("moto")
+def test_a_rescan_reaches_the_bucket_the_snapshot_and_a_second_host(hosts: Callable[..., Any], s3: Any,
+                                                                     cli: Any) -> None:
+    a = hosts("a", sync__snapshot_min_objects=2)
+    old = a.bank.save("ops", f"deploy with {TOKEN} on fridays").memory
+    a.bank.save("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id)
+    a.bank.save("ops", "standup is at 9:30 in the small room")
+    a.bank.automations.put("nightly", f"last run used {TOKEN}")
+    a.sync()
+    a.sync()  # the profile agrees with the bucket: its snapshot is written
+    assert any(k.startswith("memlocal/snapshots/ops/") for k in s3.keys(""))
+    b = hosts("b", sync__snapshot_min_objects=2)
+    b.sync()
+    assert HEX in _file_bytes(b.path) and any(HEX in body for body in _bucket_bytes(s3).values())
+
+    out = cli.at(a.path).json("redact", "--rescan", "--json", env=PATTERNS)
+    assert out["count"] == 3 and out["purged"] and [p["result"] for p in out["syncPasses"]] == ["ok", "ok"]
+    bucket = _bucket_bytes(s3)
+    assert [k for k, body in bucket.items() if HEX in body] == []
+    assert any(k.startswith("memlocal/snapshots/ops/") for k in bucket)  # written again, redacted
+    assert HEX not in _file_bytes(a.path)
+
+    b.sync()  # the other host converges like on any update, and purges its file after the pass
+    assert "[REDACTED:acme-token]" in b.bank.get("ops", old.id).processed_content
+    assert HEX not in _file_bytes(b.path)
+
+
+
+def test_import_with_rescan_runs_the_same_pass(tmp_path: Path, cli: Any) -> None:
+    db = tmp_path / "m.db"
+    with MemoryBank(db) as bank:
+        stored = bank.save("ops", f"deploy with {TOKEN} on fridays").memory  # before the pattern existed
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"id": "mem-0000abcd", "profileName": "ops", "rawInput": "standup at 9:30",'
+                     ' "processedContent": "standup at 9:30", "summary": "standup", "category": "fact",'
+                     ' "createdAt": "2024-01-01T00:00:00Z"}\n')
+    out = cli.at(db).json("import", str(lines), "--rescan", "--json", env=PATTERNS)
+    assert out["imported"] == 1
+    assert out["rescan"]["changed"] == [{"what": "memory", "id": stored.id, "profile": "ops", "kinds": ["acme-token"]}]
+    assert HEX not in _file_bytes(db)
