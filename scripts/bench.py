@@ -1607,7 +1607,7 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
     if "bridge" in sections:
         from bench_bridge import bench_bridge
 
-        log("bridge: 1,000 memories to Claude's memory stores (the tests' local API server)")
+        log(f"bridge: {plan.bridge_memories:,} memories to Claude's memory stores (the tests' local API server)")
         out["bridge"] = bench_bridge(tmp, plan.bridge_memories)
     return out
 

@@ -18,7 +18,7 @@ def _no_llm(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_sync_prints_one_line_or_json(cli: Cli, memory_stores: FakeMemoryStores) -> None:
     cli("save", "-p", "alice", "Alice prefers short answers", "--category", "preference")
     dry = cli("bridge", "claude", "sync", "-p", "alice", "--dry-run")
-    assert dry.exit_code == 0 and "would 1 mirrored" in dry.stdout and memory_stores.writes() == [], dry.output
+    assert dry.exit_code == 0 and "would 1 memory mirrored" in dry.stdout and memory_stores.writes() == [], dry.output
     out = cli.json("bridge", "claude", "sync", "-p", "alice", "--json")
     assert out["result"] == "ok" and out["created"] == 1 and out["storeCreated"] is True
     sid = memory_stores.store_of("alice")

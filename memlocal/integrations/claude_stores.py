@@ -48,6 +48,7 @@ from anthropic.types.beta import BetaManagedAgentsMemoryStore
 from anthropic.types.beta.memory_stores import BetaManagedAgentsMemory
 
 from ..errors import MemoryBankError, NotFoundError, SyncError, ValidationError
+from ..humanize import plural
 from ..model import Memory, validate_profile
 from ..redact import redact
 from ..store import MigrationSet
@@ -201,10 +202,14 @@ class BridgeReport:
     def summary(self) -> str:
         """One line: what was done, then what needs a look."""
         would = "would " if self.dry_run else ""
-        parts = [f"{n} {what}" for n, what in (
-            (self.created, "mirrored"), (self.updated, "updated in the store"), (self.deleted_hosted, "deleted from the store"),
-            (self.taken_back, "taken back"), (self.superseded, "hosted edits taken back"),
-            (self.deleted_local, "deleted here"), (self.adopted, "found again"), (self.duplicates, "repeats")) if n]
+        parts = [f"{plural(n, noun, nouns)} {verb}" for n, noun, nouns, verb in (
+            (self.created, "memory", "memories", "mirrored"), (self.updated, "memory", "memories", "updated in the store"),
+            (self.deleted_hosted, "memory", "memories", "deleted from the store"),
+            (self.taken_back, "new memory", "new memories", "taken back"),
+            (self.superseded, "hosted edit", "hosted edits", "taken back"),
+            (self.deleted_local, "hosted deletion", "hosted deletions", "applied here"),
+            (self.adopted, "memory", "memories", "found again in the store"),
+            (self.duplicates, "repeat", "repeats", "not saved twice")) if n]
         line = f"{self.profile} -> {self.store or 'a new store'}: {would}" + (", ".join(parts) or "nothing to do")
         if self.unchanged:
             line += f" ({self.unchanged} unchanged)"
@@ -309,6 +314,7 @@ class _Sync:
         self.links: dict[str, _Link] = {}
         self.seen: dict[str, str] = {}
         self._dirty: dict[str, LocalRow | None] = {}
+        self._touched: set[str] = set()  # lineages this sync changed (not counted as unchanged)
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -323,6 +329,7 @@ class _Sync:
                 self.links[row.path] = _Link(row.path, data["hosted"], data["sha"], data.get("local"), data.get("refused"))
 
     def _put(self, link: _Link) -> None:
+        self._touched.add(link.root)
         self.links[link.root] = link
         self._mark(link.root, link.row())
 
@@ -578,6 +585,7 @@ class _Sync:
             m = current[root]
             local_changed = m is None or sha256(m.processed_content) != link.sha
             if self.dry:
+                self._touched.add(root)
                 if local_changed:
                     self.report.conflicts.append({"local": m.id if m else root, "hosted": h.id, "kept": "(a new memory)"})
                 else:
@@ -678,7 +686,7 @@ class _Sync:
             changed = m.id != link.local or sha256(m.processed_content) != link.sha
             if changed:
                 pushes.append((link, m))
-            else:
+            elif root not in self._touched:
                 self.report.unchanged += 1
         for link, m in pushes:
             self._push(link, m, hosted)
