@@ -315,6 +315,9 @@ class _Sync:
         self.seen: dict[str, str] = {}
         self._dirty: dict[str, LocalRow | None] = {}
         self._touched: set[str] = set()  # lineages this sync changed (not counted as unchanged)
+        self._snapshot: tuple[dict[str, Memory | None], list[tuple[str, Memory]]] | None = None
+        self._links_at: int = -1  # the links' version the snapshot was read at
+        self._version = 0  # bumped by every change to the links or the profile
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -329,11 +332,13 @@ class _Sync:
                 self.links[row.path] = _Link(row.path, data["hosted"], data["sha"], data.get("local"), data.get("refused"))
 
     def _put(self, link: _Link) -> None:
+        self._version += 1
         self._touched.add(link.root)
         self.links[link.root] = link
         self._mark(link.root, link.row())
 
     def _drop(self, root: str) -> None:
+        self._version += 1
         self.links.pop(root, None)
         self._mark(root, None)
 
@@ -455,7 +460,12 @@ class _Sync:
     def _lineages(self) -> tuple[dict[str, Memory | None], list[tuple[str, Memory]]]:
         """Each linked lineage's active memory (``None``: deleted here), and the active memories
         of no linked lineage (new lineages, each with its root: the first id of its chain), from
-        one read of the profile."""
+        one read of the profile (read again only after a change to the links or the profile)."""
+        if self._snapshot is None or self._links_at != self._version:
+            self._snapshot, self._links_at = self._read_lineages(), self._version
+        return self._snapshot
+
+    def _read_lineages(self) -> tuple[dict[str, Memory | None], list[tuple[str, Memory]]]:
         active = self.bank.memories(self.profile)
         by_local = {link.local: root for root, link in self.links.items() if link.local}
         current: dict[str, Memory | None] = {root: None for root in self.links}
@@ -488,6 +498,7 @@ class _Sync:
         if not text.strip():
             self.report.refused.append({"what": what, "reason": "blank: a memory needs text"})
             return None, h.content_sha256, False
+        self._version += 1  # the profile may change (a save, a retired memory)
         try:
             result = self.bank.save(self.profile, content=text, category=category or category_for_path(h.path),
                                     confidence=self.confidence, source="inferred", use_llm=False, supersedes=supersedes,
@@ -661,6 +672,7 @@ class _Sync:
             self.report.deleted_local += 1
             if self.dry:
                 continue
+            self._version += 1
             try:
                 self.bank.delete(self.profile, m.id)
             except NotFoundError:
