@@ -38,8 +38,10 @@ import hashlib
 import json
 import logging
 import random
+import threading
 import time
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, TypeVar
 
@@ -79,6 +81,9 @@ PATH_MAX_BYTES: Final = 1024
 PATH_MAX_SEGMENTS: Final = 20
 # Past this many contents to read, one listing with view=full (pages of 20) beats one retrieve each.
 _FULL_LISTING_FROM: Final = 40
+# Creates in flight at once (a first sync is one create per lineage; the API's latency, not
+# this process, is its time).
+CREATE_WORKERS: Final = 8
 # Links written in one transaction while a sync goes (and whatever is left at its end).
 _FLUSH_EVERY: Final = 50
 # Which lineages are mirrored first when the cap leaves room for only some: the core tier's
@@ -246,6 +251,7 @@ class _Api:
         self.clock, self.sleep = clock, sleep
         self.started = clock()
         self.requests = 0
+        self._count = threading.Lock()  # creates run on several threads
 
     def left(self) -> float:
         return self.started + self.deadline_s - self.clock()
@@ -257,7 +263,8 @@ class _Api:
             if left <= 0:
                 raise SyncError(f"the memory stores API did not answer {what} within bridge.claude_deadline_s = "
                                 f"{self.deadline_s:g} s")
-            self.requests += 1
+            with self._count:
+                self.requests += 1
             try:
                 return fn(*args, timeout=min(self.timeout_s, left), **kwargs)
             except anthropic.APIStatusError as exc:
@@ -707,6 +714,7 @@ class _Sync:
                 self._remove(link)
         taken = {h.path for h in hosted.values()}
         room = self.cap - len(hosted) + self.report.deleted_hosted
+        plan: list[tuple[str, Memory, str]] = []
         for root, m in sorted(new, key=lambda rm: _priority(rm[1])):
             path = hosted_path(m, root)
             problem = store_path_problem(path)
@@ -718,36 +726,72 @@ class _Sync:
                 continue
             if path in taken:  # a hosted agent's file at the memory tool's path: the default path
                 path = f"/{m.category}/{root}.md"
-            if self._create(root, m, path):
-                room -= 1
-                taken.add(path)
+            if path in taken:
+                self.report.refused.append({"what": f"{m.id} ({path[:80]!r})", "reason": "the path is taken in the store"})
+                continue
+            plan.append((root, m, path))
+            room -= 1
+            taken.add(path)
+        self._create_many(plan)
 
     def _create(self, root: str, m: Memory, path: str) -> bool:
+        """Create the lineage's hosted memory at ``path``; True when it is (or was) there."""
         self.report.created += 1
         if self.dry:
             return True
+        return self._created(root, m, path, self._send_create(m, path))
+
+    def _create_many(self, plan: list[tuple[str, Memory, str]]) -> None:
+        """:meth:`_create` for each of ``plan``, ``CREATE_WORKERS`` requests in flight (a first
+        sync is one create per lineage); the outcomes are applied here, in order, and a deadline
+        that passes stops the sync only once every create that landed is linked."""
+        if self.dry or len(plan) <= 1:
+            for root, m, path in plan:
+                self._create(root, m, path)
+            return
+        failure: SyncError | None = None
+        with ThreadPoolExecutor(max_workers=CREATE_WORKERS, thread_name_prefix="memlocal-bridge") as pool:
+            outcomes = pool.map(lambda item: self._send_create(item[1], item[2]), plan)
+            for (root, m, path), outcome in zip(plan, outcomes):
+                if isinstance(outcome, SyncError):
+                    failure = failure or outcome
+                    continue
+                self.report.created += 1
+                self._created(root, m, path, outcome)
+        if failure is not None:
+            raise failure
+
+    def _send_create(self, m: Memory, path: str) -> BetaManagedAgentsMemory | anthropic.APIStatusError | SyncError:
         assert self.store_id is not None
-        text = m.processed_content
         try:
-            made = self.api.call("a create", self.api.stores.memories.create, self.store_id, path=path, content=text)
-        except anthropic.APIStatusError as exc:
-            kind, other = _error_kind(exc)
-            if kind == "memory_path_conflict_error" and other is not None:
-                try:
-                    there = self.api.call("a memory", self.api.stores.memories.retrieve, other,
-                                          memory_store_id=self.store_id, view="basic")
-                except anthropic.NotFoundError:
-                    there = None
-                if there is not None and there.content_sha256 == sha256(text):  # ours, its answer lost
-                    self.report.created -= 1
-                    self.report.adopted += 1
-                    self._put(_Link(root, other, there.content_sha256, m.id))
-                    return True
+            return self.api.call("a create", self.api.stores.memories.create, self.store_id, path=path,
+                                 content=m.processed_content)
+        except (anthropic.APIStatusError, SyncError) as exc:
+            return exc
+
+    def _created(self, root: str, m: Memory, path: str,
+                 outcome: BetaManagedAgentsMemory | anthropic.APIStatusError | SyncError) -> bool:
+        if isinstance(outcome, SyncError):
             self.report.created -= 1
-            self.report.refused.append({"what": f"{m.id} ({path[:80]!r})", "reason": _describe(exc)})
-            return False
-        self._put(_Link(root, made.id, made.content_sha256, m.id))
-        return True
+            raise outcome
+        if isinstance(outcome, BetaManagedAgentsMemory):
+            self._put(_Link(root, outcome.id, outcome.content_sha256, m.id))
+            return True
+        assert self.store_id is not None
+        kind, other = _error_kind(outcome)
+        self.report.created -= 1
+        if kind == "memory_path_conflict_error" and other is not None:
+            try:
+                there = self.api.call("a memory", self.api.stores.memories.retrieve, other,
+                                      memory_store_id=self.store_id, view="basic")
+            except anthropic.NotFoundError:
+                there = None
+            if there is not None and there.content_sha256 == sha256(m.processed_content):  # ours, its answer lost
+                self.report.adopted += 1
+                self._put(_Link(root, other, there.content_sha256, m.id))
+                return True
+        self.report.refused.append({"what": f"{m.id} ({path[:80]!r})", "reason": _describe(outcome)})
+        return False
 
     def _push(self, link: _Link, m: Memory, hosted: dict[str, BetaManagedAgentsMemory]) -> None:
         """The lineage's new text (and path) to its hosted memory, if the store's copy is still the
