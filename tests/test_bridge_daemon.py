@@ -21,9 +21,10 @@ pytestmark = [pytest.mark.anthropic_sdk, pytest.mark.slow]
 
 
 def _daemon(db: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
-    return support.spawn([sys.executable, "-m", "memlocal", "--db", str(db), "sync", "daemon", "--interval", "60"],
-                         env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
-                         stdin=subprocess.DEVNULL)
+    with open(log, "wb") as err:  # the child keeps its own descriptor
+        return support.spawn([sys.executable, "-m", "memlocal", "--db", str(db), "sync", "daemon", "--interval", "60"],
+                             env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=err,
+                             stdin=subprocess.DEVNULL)
 
 
 def test_the_daemon_mirrors_the_profiles_the_setting_names(s3: S3, memory_stores: FakeMemoryStores,
