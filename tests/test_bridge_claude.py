@@ -499,3 +499,17 @@ def test_in_reject_mode_a_credential_is_refused_and_left_in_the_store(memory_sto
     [refused] = report.refused
     assert refused["what"].startswith("/notes/key.md") and "credential" in refused["reason"], report.to_dict()
     assert bank.memories(P) == [] and report.redacted == []
+
+
+def test_a_store_deleted_elsewhere_is_made_again_and_nothing_is_deleted_here(memory_stores: FakeMemoryStores,
+                                                                               mk: Any) -> None:
+    bank = mk()
+    ids = [save(bank, f"kept memory {i} about component {i}") for i in range(7)]
+    bridge(bank)
+    old = memory_stores.store_of(P)
+    with memory_stores.lock:  # deleted in the console, say
+        del memory_stores.stores[old]
+    report = bridge(bank)
+    assert report.store_created and report.created == 7 and report.deleted_local == 0, report.to_dict()
+    assert {m.id for m in bank.memories(P)} == set(ids)
+    assert len(memory_stores.contents(memory_stores.store_of(P))) == 7
