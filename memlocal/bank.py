@@ -25,6 +25,7 @@ from .model import (
     OFFSET_MAX,
     PAGE_MAX_LIMIT,
     RAW_INPUT_MAX_BYTES,
+    SOURCES,
     SUMMARY_MAX_CHARS,
     cut_preview,
     Extraction,
@@ -400,6 +401,7 @@ class MemoryBank:
         extra: "Mapping[str, Any] | None" = None,
         deduplicate: bool | None = None,
         auto_supersede: bool | None = None,
+        source: str | None = None,
     ) -> SaveResult:
         """Save a memory and return it once it is durably committed.
 
@@ -443,6 +445,8 @@ class MemoryBank:
             validate_category(category)
         if confidence is not None:
             confidence = validate_confidence(confidence)
+        if source is not None and source not in SOURCES:
+            raise ValidationError(f"unknown source {source!r}: expected {' or '.join(SOURCES)}")
         # Credentials go before anything is stored or sent (the LLM processor included); the
         # caps above applied to the input as given.
         raw_input, content, summary, redacted = self.redact_secrets(raw_input, content, summary)
@@ -510,7 +514,7 @@ class MemoryBank:
                 processed_content=processed,
                 summary=summary if summary is not None else (extraction.summary if extraction else default_summary(processed)),
                 category=category,
-                source="explicit",
+                source=source or "explicit",
                 confidence=confidence,
                 created_at=now,
                 last_accessed_at=None,
@@ -910,15 +914,17 @@ class MemoryBank:
                  else self.store.iter_profile(profile, active_only=True))
         return [shown(m) for m in found]
 
-    def local_table(self, schema: "MigrationSet", name: str) -> "LocalTable":
+    def local_table(self, schema: "MigrationSet", name: str, *, redacted: bool = True) -> "LocalTable":
         """An integration's own table of local rows ``(profile, path, kind, text)``, created by
         its migration set ``schema`` (brought up to date here, cheap when current): the extension
         point for what an integration keeps beside its memories that is not one. Its rows are
-        read through the redaction every face reads through."""
+        read through the redaction every face reads through; ``redacted=False`` for a table of
+        identifiers and hashes only, never text (the memory stores bridge's links: a hosted id
+        reads as high-entropy to the detectors)."""
         from .store.local import LocalTable
 
         self.store.migrate(schema)
-        return LocalTable(self.store, name, shown=_redacted_text)
+        return LocalTable(self.store, name, shown=_redacted_text if redacted else str)
 
     def redact_text(self, text: str, what: str) -> str:
         """``secrets.mode`` applied to a string a memory carries that is not one of its texts (an

@@ -230,6 +230,12 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("serve.workers", int, 0, "processes `memlocal serve` answers with, each with its own connection and recall index over the one WAL database; 0: one per CPU core, up to 4", ("MEMLOCAL_SERVE_WORKERS",), min=0, max=64),
     Setting("serve.api_token", str, "", "when set, every REST request needs 'Authorization: Bearer <token>'", ("MEMLOCAL_API_TOKEN",), secret=True),
     Setting("serve.allowed_hosts", str, "", "comma-separated Host names the server answers besides loopback ones; with a token and no list, any", ("MEMLOCAL_ALLOWED_HOSTS",)),
+    # The bridge to Claude's hosted memory stores (memlocal.integrations.claude_stores, docs/integrations.md).
+    Setting("bridge.claude_profiles", str, "", "comma-separated profiles the sync daemon mirrors to Claude's hosted memory stores (memlocal bridge claude sync) every bridge.claude_interval_s; empty: none", ("MEMLOCAL_BRIDGE_CLAUDE_PROFILES",)),
+    Setting("bridge.claude_interval_s", float, 300.0, "seconds between the daemon's bridge syncs of bridge.claude_profiles", ("MEMLOCAL_BRIDGE_CLAUDE_INTERVAL_S",), above=0, max=30 * _DAY),
+    Setting("bridge.claude_deadline_s", float, 60.0, "a bridge sync waits at most this long for the memory stores API, retries and back-off included (counted from the sync's start); past it the sync stops with a one-line error, what it did kept", ("MEMLOCAL_BRIDGE_CLAUDE_DEADLINE_S",), above=0, max=3600),
+    Setting("bridge.claude_timeout_s", float, 10.0, "timeout of one memory stores API request (capped by what is left of bridge.claude_deadline_s)", ("MEMLOCAL_BRIDGE_CLAUDE_TIMEOUT_S",), above=0, max=600),
+    Setting("bridge.claude_confidence", float, 0.6, "confidence of a memory a hosted agent wrote, taken back by the bridge (source inferred)", ("MEMLOCAL_BRIDGE_CLAUDE_CONFIDENCE",), min=0, max=1),
 )
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
@@ -369,6 +375,17 @@ class DedupConfig:
     near: bool
     near_threshold: float
     supersede: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeConfig:
+    """The ``bridge.*`` settings, typed: ``config.bridge``."""
+
+    claude_profiles: str
+    claude_interval_s: float
+    claude_deadline_s: float
+    claude_timeout_s: float
+    claude_confidence: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -620,6 +637,11 @@ class Config:
     def serve(self) -> ServeConfig:
         """The ``serve.*`` settings."""
         return self._view(ServeConfig, "serve")
+
+    @cached_property
+    def bridge(self) -> BridgeConfig:
+        """The ``bridge.*`` settings."""
+        return self._view(BridgeConfig, "bridge")
 
     # Typed reads by key, for a key chosen at run time (``config.get_float(f"{name}.interval_s")``).
     def get_int(self, key: str) -> int:

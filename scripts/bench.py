@@ -46,6 +46,11 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
            user + system time over the requests answered: on a shared machine the ratio of the two
            holds where wall-clock throughput does not).
 
+- bridge:  ``--only bridge`` (scripts/bench_bridge.py): a profile of 1,000 memories mirrored into
+           Claude's hosted memory stores through the anthropic SDK, against the tests' local server
+           that speaks the API (tests/memory_stores_fake.py): the first sync from an empty store, a
+           sync with nothing changed (median of five) and the requests it sends.
+
 - cold:    ``recall.cold.<n>_ms``: a fresh interpreter opens the <n> database and answers one recall
            (median over processes; ``import memlocal`` not counted); ``cli.recall_ms``: a whole
            ``memlocal recall`` process at the start-up size (10k), wall clock. Both run with
@@ -70,6 +75,7 @@ with ``--only semantic`` (the extra's costs, :func:`bench_semantic`): semantic.{
 embed_p50_ms, query_embed_p50_ms, embed_cpu_p50_ms, query_embed_cpu_p50_ms, embed_real_cpu_p50_ms,
 query_real_cpu_p50_ms, recall_p50_ms, recall_off_p50_ms, backfill_per_memory_ms, import_per_s,
 import_off_per_s, import_real_per_s, import_real_off_per_s, import_cpu_per_memory_ms, install_mb};
+bridge.{first_sync_1k_s, noop_sync_s, noop_requests} (with ``bridge``, a default section);
 ``--details`` adds a ``details`` object
 (the machine, p95s, exactness, the no-op pass's breakdown, the targets). A baseline whose tool is
 missing (rclone: the ``[bench]`` extra) is ``null``. Everything stays on 127.0.0.1.
@@ -152,6 +158,8 @@ class Plan:
     # A moto_server already running (``--moto``: its endpoint and pid), used and reset instead of
     # starting one (the test suite's own, in the smoke test); None: the bench starts its own.
     moto: tuple[str, int] | None = None
+    # The bridge to Claude's memory stores (the ``bridge`` section): the profile's memories.
+    bridge_memories: int = 1000
 
 
 QUICK = Plan()
@@ -1634,6 +1642,11 @@ def run(plan: Plan, *, sections: set[str], tmp: Path) -> dict[str, Any]:
     if "semantic" in sections:
         log(f"semantic: save, query embedding, import, recall at {plan.startup_size} with the extra on")
         out["semantic"] = bench_semantic(tmp, plan)
+    if "bridge" in sections:
+        from bench_bridge import bench_bridge
+
+        log(f"bridge: {plan.bridge_memories:,} memories to Claude's memory stores (the tests' local API server)")
+        out["bridge"] = bench_bridge(tmp, plan.bridge_memories)
     return out
 
 
@@ -1753,6 +1766,11 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
                      f"{b['req_per_s']:.0f} req/s, p50 {f(b['p50_ms'], '.1f')} ms, p99 {f(b['p99_ms'], '.1f')} ms   "
                      f"({r['req_per_s'] / b['req_per_s']:.2f}×; server CPU {f(r['cpu_ms_per_req'], '.2f')} against "
                      f"{f(b['cpu_ms_per_req'], '.2f')} ms a request)")
+    if "bridge" in results:
+        b, bd = results["bridge"], d["bridge"]
+        first = next(v for k, v in b.items() if k.startswith("first_sync"))
+        lines.append(f"bridge first sync   {f(first, '.2f')} s for {bd['memories']:,} memories ({bd['first_sync_requests']} "
+                     f"requests)   no-op sync {f(b['noop_sync_s'] * 1000, '.1f')} ms, {b['noop_requests']} requests")
     if "semantic" in results:
         s = results["semantic"]
         lines.append(f"semantic save p50   {f(s['save_p50_ms'], '.2f')} ms (off {f(s['save_off_p50_ms'], '.2f')} ms)   "
@@ -1781,7 +1799,7 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
 # ``rest``: the REST load beside the plain service; it needs Debian's wrk, so it runs only when named
 # (``--only rest``, or added to a list). ``semantic``: the extra's costs (bench_semantic), likewise.
 SECTIONS = ("save", "recall", "inject", "import", "startup", "sync", "runner", "seaweedfs", "fleet", "secrets", "rest",
-            "semantic")
+            "semantic", "bridge")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("rest", "semantic"))
 
 
@@ -1811,6 +1829,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moto", metavar="ENDPOINT,PID",
                     help="use this running moto_server (reset before each use, never stopped) instead of starting "
                          "one: the test suite's, in the smoke test")
+    ap.add_argument("--bridge-memories", type=int, help="memories of the bridge's profile (default 1000)")
     ap.add_argument("--no-warmup", action="store_true",
                     help="no untimed first run of each kind of fresh process (their bytecode is already cached, "
                          "e.g. in the PYTHONPYCACHEPREFIX the test suite filled)")
@@ -1841,6 +1860,8 @@ def main(argv: list[str] | None = None) -> int:
         changes.update(fleet_hosts=int(fleet_hosts), fleet_seconds=float(fleet_seconds), fleet_kills=int(fleet_kills))
     if args.no_warmup:
         changes["warmup"] = False
+    if args.bridge_memories:
+        changes["bridge_memories"] = args.bridge_memories
     if args.moto:
         moto_endpoint, moto_pid = args.moto.rsplit(",", 1)
         changes["moto"] = (moto_endpoint, int(moto_pid))

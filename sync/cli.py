@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from memlocal.cli.plugin import Progress, State, dim, echo_json, json_option, pass_state, table
+from memlocal.cli.plugin import Progress, State, daemon_jobs, dim, echo_json, json_option, pass_state, table
 from memlocal.humanize import plural, printable
 
 if TYPE_CHECKING:  # the engine (boto3, the store) is imported when a command runs: `memlocal --help` stays fast
@@ -118,7 +118,8 @@ def daemon_cmd(state: State, interval: float | None, verbose: bool) -> None:
     engine = SyncEngine(config, bank.replica)
     try:
         SyncDaemon(engine, interval_s=config.get_float("sync.interval_s"),
-                   debounce_s=config.get_float("sync.debounce_s"), retention=bank.apply_retention).run()
+                   debounce_s=config.get_float("sync.debounce_s"), retention=bank.apply_retention,
+                   jobs=daemon_jobs(state)).run()
     finally:
         engine.close()
 

@@ -23,7 +23,7 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from memlocal.config import Config
 from memlocal.errors import SyncError
@@ -58,9 +58,14 @@ class SyncDaemon:
 
     def __init__(self, engine: SyncEngine, *, interval_s: float, debounce_s: float = 1.0,
                  on_pass: Callable[[PassReport], None] | None = None, close_engine: bool = False,
-                 retention: Retention | None = None) -> None:
+                 retention: Retention | None = None,
+                 jobs: Sequence[tuple[str, float, Callable[[], Mapping[str, int]]]] = ()) -> None:
         self.engine = engine
         self.retention = retention
+        # The library's own scheduled jobs, (name, interval_s, job): the bridge to Claude's
+        # memory stores (bridge.claude_profiles). Each runs on the passes' executor, never during one.
+        self.jobs = list(jobs)
+        self.job_runs: dict[str, int] = {}
         self.interval_s = interval_s
         self.debounce_s = max(0.05, debounce_s)
         self.on_pass = on_pass
@@ -140,6 +145,17 @@ class SyncDaemon:
         if pruned:
             log.info("retention pruned %s", ", ".join(f"{n} of {p}" for p, n in sorted(pruned.items())))
 
+    def _scheduled_job(self, name: str, job: Callable[[], Mapping[str, int]]) -> None:
+        """One run of a library job (the bridge); the daemon outlives a failed run."""
+        try:
+            done = job()
+        except Exception:
+            log.exception("%s failed", name)
+            return
+        self.job_runs[name] = self.job_runs.get(name, 0) + 1
+        if any(done.values()):
+            log.info("%s: %s", name, ", ".join(f"{n} changes for {p}" for p, n in sorted(done.items())))
+
     # --- the loop ------------------------------------------------------------------------------
 
     def _watch_filter(self, _change: Any, path: str) -> bool:
@@ -170,6 +186,10 @@ class SyncDaemon:
             scheduler.add_job(self._retention_job, "interval", seconds=every, id=RETENTION_JOB_ID,
                               coalesce=True, max_instances=1)
             log.info("retention policy on: pruning every %gs", every)
+        for name, every, job in self.jobs:  # first run at once, after the first pass
+            scheduler.add_job(self._scheduled_job, "interval", seconds=every, id=name, args=(name, job),
+                              next_run_time=datetime.now(timezone.utc), coalesce=True, max_instances=1)
+            log.info("%s every %gs", name, every)
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             def handler(signum: int, _frame: FrameType | None) -> None:

@@ -38,6 +38,7 @@ COMMAND_MODULES: dict[str, str] = {
     "history": "hygiene", "restore": "hygiene", "prune": "hygiene", "redact": "hygiene",
     "export": "portability", "import": "portability",
     "profile": "profile_cmd", "config": "config_cmd", "audit": "audit_cmd", "mcp": "mcp_cmd", "serve": "serve",
+    "bridge": "bridge",
 }
 
 
