@@ -166,9 +166,31 @@ def check_text(text: object, what: str) -> str:
     return text
 
 
+# C0 control characters a memory's text may not hold: every one but tab, newline and carriage
+# return (a CRLF line ending). A NUL or an escape in a text is almost always a broken pipe or a
+# binary file; it was stored (as a space) without a word, so it is refused where new text enters.
+_CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_CONTROL_NAMES: Final = {0: "NUL", 7: "BEL", 8: "backspace", 0x1B: "ESC"}
+
+
+def refuse_controls(text: str, what: str) -> str:
+    """The one rule for control characters in new text (a save's rawInput, content and summary,
+    on every face, and an imported line): a C0 control other than tab, newline and carriage
+    return is a ``ValidationError`` naming it and its position (1-based, in characters).
+    Objects another writer already stored (a bucket pull) are not checked: they are kept."""
+    found = _CONTROL_RE.search(text)
+    if found is None:
+        return text
+    code = ord(found.group())
+    name = f"U+{code:04X}" + (f" {_CONTROL_NAMES[code]}" if code in _CONTROL_NAMES else "")
+    raise ValidationError(f"{what} holds a control character ({name}) at character {found.start() + 1}; "
+                          "only tab and line breaks are allowed")
+
+
 def validate_text_input(text: object, what: str = "rawInput") -> str:
-    """Check a free-text input against the 4096-byte UTF-8 cap (docs/spec.md, "The memory object")."""
-    text = check_text(text, what)
+    """Check a free-text input against the 4096-byte UTF-8 cap (docs/spec.md, "The memory object")
+    and the control-character rule (:func:`refuse_controls`)."""
+    text = refuse_controls(check_text(text, what), what)
     size = len(text.encode("utf-8"))
     if size > RAW_INPUT_MAX_BYTES:
         raise InputTooLargeError(
@@ -180,7 +202,7 @@ def validate_text_input(text: object, what: str = "rawInput") -> str:
 
 
 def validate_summary(summary: object) -> str:
-    summary = check_text(summary, "summary")
+    summary = refuse_controls(check_text(summary, "summary"), "summary")
     if len(summary) > SUMMARY_MAX_CHARS:
         raise ValidationError(
             f"summary is {len(summary)} characters; the cap is {SUMMARY_MAX_CHARS}"
@@ -521,6 +543,8 @@ class Memory:
         else:
             raw = validate_text_input(raw, "rawInput")
         processed = check_text(processed, "processedContent")
+        if not lenient:
+            refuse_controls(processed, "processedContent")
         summary = data.get("summary")
         if summary in (None, ""):
             summary = default_summary(processed)
