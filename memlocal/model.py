@@ -490,8 +490,11 @@ class Memory:
     # Fields of the bucket object that this implementation does not know, kept verbatim.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The camelCase JSON object (unknown fields from other writers included)."""
+    def to_dict(self, *, wire: bool = False) -> dict[str, Any]:
+        """The camelCase JSON object (unknown fields from other writers included), as every face
+        shows it (REST, ``--json``, export, the tools): ``lastAccessedAt`` is ``null`` for a
+        memory never accessed. ``wire``: the bucket object's form, which writes Go's zero time
+        there as the spec's other implementations do (``sync``'s encoder; docs/storage.md)."""
         out: dict[str, Any] = dict(self.extra)
         out.update(
             {
@@ -504,7 +507,8 @@ class Memory:
                 "source": self.source,
                 "confidence": self.confidence,
                 "createdAt": format_time(self.created_at),
-                "lastAccessedAt": format_time(self.last_accessed_at),
+                "lastAccessedAt": (format_time(self.last_accessed_at)
+                                   if wire or self.last_accessed_at is not None else None),
                 "accessCount": self.access_count,
                 "stalenessScore": self.staleness_score,
                 "isActive": self.is_active,

@@ -31,13 +31,24 @@ _CATEGORY_WIDTH = len("preference")
 
 
 def _shown_value(key: str, value: Any, m: Memory) -> str:
+    """A field of ``get`` in the CLI's own words: ``never`` for a memory never recalled (never a
+    placeholder date), ``true``/``false``, and numbers as the tables print them."""
     if key == "lastAccessedAt" and m.last_accessed_at is None:
-        return f"{value} {dim('(never)')}"
+        return "never"
     if key in ("createdAt", "lastAccessedAt"):
         when = m.created_at if key == "createdAt" else m.last_accessed_at
         return f"{value} {dim('(' + ago(when) + ')')}"
-    if isinstance(value, float):
-        return f"{value:.6g}"
+    return shown_number(key, value)
+
+
+def shown_number(key: str, value: Any) -> str:
+    """The one text form of a value in the CLI's tables and ``get``: booleans as ``true`` and
+    ``false``, a confidence (and recall's multiplier) with 2 decimals, every other fraction (a
+    staleness, a score and its parts) with 3; JSON keeps 6 decimals (docs/cli.md)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) or key in ("confidence", "stalenessScore"):
+        return f"{float(value):.2f}" if key in ("confidence", "confMul") else f"{float(value):.3f}"
     return str(value)
 
 
@@ -74,6 +85,8 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
     A save that repeats an active memory stores nothing and prints that memory. A save that
     restates an active memory's subject with a changed value supersedes it (`memlocal restore`
     undoes that; --no-supersede prevents it)."""
+    if raw_input is None and content is None:
+        raise click.UsageError("nothing to save: give RAW_INPUT (the text; '-' reads standard input) or --content TEXT")
     result = state.bank().save(
         profile, read_text_arg(raw_input), content=read_text_arg(content), summary=summary,
         category=category, confidence=confidence, use_llm=not no_llm, supersedes=supersedes,
@@ -135,7 +148,7 @@ def list_cmd(state: State, profile: str, limit: int, offset: int, show_all: bool
     if not len(page):
         empty_state(f"no memories past offset {page.offset} ({plural(page.total, 'memory')} in {profile})")
         return
-    rows = [(m.id, m.category, f"{m.confidence:.2f}", m.access_count, ago(m.created_at),
+    rows = [(m.id, m.category, shown_number("confidence", m.confidence), m.access_count, ago(m.created_at),
              shown_summary(m.summary, m.processed_content)) + ((memory_state(m),) if show_all else ()) for m in page]
     click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary") + (("state",) if show_all else ()),
                      right=("conf", "used")))
