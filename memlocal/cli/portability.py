@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 from typing import IO, TYPE_CHECKING, Iterator
 
 import click
@@ -61,12 +63,46 @@ def import_cmd(state: State, file: str, profile: str | None, as_json: bool) -> N
         # Bytes, so that a line of invalid UTF-8 is reported by number like any other bad line.
         handle = sys.stdin.buffer if file == "-" else stack.enter_context(open(file, "rb"))
         bar = stack.enter_context(Progress("importing", total=size))
-        report = import_jsonl(bank, handle, profile=profile, progress=bar.advance)
+        interrupted = stack.enter_context(_first_interrupt())
+        report = import_jsonl(bank, handle, profile=profile, progress=bar.advance, stop=interrupted.is_set)
     if as_json:
         echo_json(report.to_dict())
+    elif report.stopped:  # not JSON Lines: one line, not one per "line" of a binary file
+        click.echo(f"Error: {file} is {report.stopped}; {report.summary()}", err=True)
     else:
-        for line_no, reason in report.rejected:
+        for line_no, reason in report.rejected[:SHOWN_REJECTIONS]:
             click.echo(f"line {line_no}: {reason}", err=True)
+        if len(report.rejected) > SHOWN_REJECTIONS:
+            click.echo(f"... and {len(report.rejected) - SHOWN_REJECTIONS} more rejected lines (--json lists "
+                       "every one)", err=True)
         click.echo(report.summary())
-    if report.rejected:
+    if report.interrupted is not None:
+        sys.exit(130)  # as a shell reports a command Ctrl-C ended
+    if report.rejected or report.stopped:
         sys.exit(1)
+
+
+# Rejected lines printed one by one; the rest are counted in one line.
+SHOWN_REJECTIONS = 20
+
+
+@contextlib.contextmanager
+def _first_interrupt() -> Iterator[threading.Event]:
+    """While an import runs, the first Ctrl-C (SIGINT) ends it between two lines, with what was
+    read written and counted; a second one interrupts at once, as usual. Off the main thread (a
+    test's runner), nothing changes."""
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+
+    def first(signum: int, frame: object) -> None:
+        event.set()
+        signal.signal(signal.SIGINT, previous)
+        click.echo("interrupted: finishing the lines read so far (Ctrl-C again to stop at once)", err=True)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)
