@@ -1,4 +1,4 @@
-"""The CLI a new user reads at 80 columns (issue 51): whole ids at any width, group help that
+"""The CLI a new user reads at 80 columns: whole ids at any width, group help that
 wraps, no placeholder dates or Python words, one number format, messages in the CLI's words."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Imports that say what happened (issue 51): a file that is not JSON Lines stops with one line,
+"""Imports that say what happened: a file that is not JSON Lines stops with one line,
 Ctrl-C says how many were imported and that the same import continues, and a line written by
 hand (its text alone) is dated now, and says so, rather than rejected."""
 

@@ -1,6 +1,6 @@
 """A C0 control character (NUL, ESC, ...; all but tab and line breaks) in a memory's text is
 refused with one line naming it and its position, on every face: the library, the CLI, REST, the
-tools (and so MCP), and an import line (issue 51: ``printf 'hello\\x00world' | memlocal save -``
+tools (and so MCP), and an import line (``printf 'hello\\x00world' | memlocal save -``
 stored ``hello world`` and exited 0). Text another writer already stored (a bucket pull) is kept."""
 
 from __future__ import annotations

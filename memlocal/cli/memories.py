@@ -75,11 +75,13 @@ def memory_line(m: Memory, note: str = "") -> str:
 @click.option("--supersedes", metavar="ID", help="An active memory this one replaces (it becomes inactive).")
 @click.option("--no-supersede", is_flag=True,
               help="Retire nothing on its own, even when this restates a memory's subject with a new value.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Print only the memory's id (for scripts: id=$(memlocal save -q -p P TEXT)).")
 @json_option
 @pass_state
 def save(state: State, profile: str, raw_input: str | None, content: str | None, summary: str | None,
          category: str | None, confidence: float | None, no_llm: bool, supersedes: str | None,
-         no_supersede: bool, as_json: bool) -> None:
+         no_supersede: bool, quiet: bool, as_json: bool) -> None:
     """Save a memory. RAW_INPUT is free text; '-' reads it from standard input.
 
     A save that repeats an active memory stores nothing and prints that memory. A save that
@@ -96,6 +98,9 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
         echo_json(result.to_dict())
         return
     m = result.memory
+    if quiet:
+        click.echo(m.id)
+        return
     where = "in the bucket" if result.synced else "locally"
     if result.deduplicated:
         note = good(f"(already saved, {where})") if result.synced else dim(f"(already saved, {where})")
