@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from api_live import LiveServer
 from conftest import Cli
@@ -91,3 +94,21 @@ def test_save_without_text_says_so_in_the_clis_words(cli: Cli) -> None:
     assert err.startswith("Error: nothing to save: give RAW_INPUT (the text; '-' reads standard input) "
                           "or --content TEXT (see '") and err.count("\n") == 1, err
     assert "rawInput" not in err
+
+
+def test_without_a_bucket_nothing_is_pending_and_a_later_bucket_gets_it_all(
+        s3: Any, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in s3.env:  # no bucket yet
+        monkeypatch.delenv(var, raising=False)
+    for i in range(3):
+        assert cli("save", "-p", P, f"Local note number {i} about the deploy").exit_code == 0
+    code, out, err = cli("sync", "status")
+    assert code == 0, err
+    pending = next(line for line in out.splitlines() if line.startswith("pending:"))
+    assert pending == ("pending:     nothing: no bucket is configured, so nothing is sent "
+                       "(a bucket configured later gets these 3 saves at its first pass)"), out
+    code, out, err = cli("sync", "run", env=s3.env)  # a bucket, configured later
+    assert code == 0, out + err
+    assert len(s3.keys()) == 3
+    code, out, _ = cli("sync", "status", env=s3.env)
+    assert re.search(r"^pending:\s+0\b", out, flags=re.M), out
