@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Sequence, TypeVar
 import click
 
 from ..config import Config
-from ..errors import MemoryBankError, StoreError, ValidationError, fold_whitespace
+from ..errors import CorruptDatabaseError, MemoryBankError, StoreError, ValidationError, fold_whitespace
 from ..humanize import ellipsize, round_floats
 from ..model import CATEGORIES
 
@@ -184,7 +184,20 @@ class MemlocalGroup(WrappingGroup):
         try:
             return super().invoke(ctx)
         except MemoryBankError as exc:
-            raise click.ClickException(str(exc)) from None
+            message = str(exc)
+            if isinstance(exc, CorruptDatabaseError) and _has_bucket(ctx):
+                message += "; the bucket then refills it: `memlocal sync run` pulls every synced memory"
+            raise click.ClickException(message) from None
+
+
+def _has_bucket(ctx: click.Context) -> bool:
+    """Whether the command's configuration names a bucket (the corrupt-database hint offers a
+    pull only then)."""
+    state = ctx.obj
+    try:
+        return isinstance(state, State) and bool(state.config.bucket.name)
+    except MemoryBankError:
+        return False
 
 
 @click.group(cls=MemlocalGroup, context_settings={"help_option_names": ["-h", "--help"]})
