@@ -175,9 +175,10 @@ _CONTROL_NAMES: Final = {0: "NUL", 7: "BEL", 8: "backspace", 0x1B: "ESC"}
 
 def refuse_controls(text: str, what: str) -> str:
     """The one rule for control characters in new text (a save's rawInput, content and summary,
-    on every face, and an imported line): a C0 control other than tab, newline and carriage
-    return is a ``ValidationError`` naming it and its position (1-based, in characters).
-    Objects another writer already stored (a bucket pull) are not checked: they are kept."""
+    on every face: the library, the CLI, REST, the tools and MCP): a C0 control other than tab,
+    newline and carriage return is a ``ValidationError`` naming it and its position (1-based, in
+    characters). Memories written before are kept as they are: a bucket pull, and an import (an
+    export's lines: its round trip stays exact)."""
     found = _CONTROL_RE.search(text)
     if found is None:
         return text
@@ -189,8 +190,15 @@ def refuse_controls(text: str, what: str) -> str:
 
 def validate_text_input(text: object, what: str = "rawInput") -> str:
     """Check a free-text input against the 4096-byte UTF-8 cap (docs/spec.md, "The memory object")
-    and the control-character rule (:func:`refuse_controls`)."""
-    text = refuse_controls(check_text(text, what), what)
+    and the control-character rule (:func:`refuse_controls`): a new text, as every face's save
+    gives it."""
+    return refuse_controls(_capped_text(text, what), what)
+
+
+def _capped_text(text: object, what: str) -> str:
+    """The cap and the emptiness check of a text, for new input and for an imported line alike
+    (an import keeps what an export wrote, control characters included: its round trip is exact)."""
+    text = check_text(text, what)
     size = len(text.encode("utf-8"))
     if size > RAW_INPUT_MAX_BYTES:
         raise InputTooLargeError(
@@ -202,7 +210,12 @@ def validate_text_input(text: object, what: str = "rawInput") -> str:
 
 
 def validate_summary(summary: object) -> str:
-    summary = refuse_controls(check_text(summary, "summary"), "summary")
+    """A new summary: at most 50 characters, no control character (:func:`refuse_controls`)."""
+    return refuse_controls(_capped_summary(summary), "summary")
+
+
+def _capped_summary(summary: object) -> str:
+    summary = check_text(summary, "summary")
     if len(summary) > SUMMARY_MAX_CHARS:
         raise ValidationError(
             f"summary is {len(summary)} characters; the cap is {SUMMARY_MAX_CHARS}"
@@ -545,14 +558,12 @@ class Memory:
             if not raw.strip():
                 raise ValidationError("rawInput must be a non-empty string")
         else:
-            raw = validate_text_input(raw, "rawInput")
+            raw = _capped_text(raw, "rawInput")  # an import keeps control characters: see _capped_text
         processed = check_text(processed, "processedContent")
-        if not lenient:
-            refuse_controls(processed, "processedContent")
         summary = data.get("summary")
         if summary in (None, ""):
             summary = default_summary(processed)
-        summary = summary if lenient and isinstance(summary, str) else validate_summary(summary)
+        summary = summary if lenient and isinstance(summary, str) else _capped_summary(summary)
         source = data.get("source") or "explicit"
         if source not in SOURCES:
             raise ValidationError(f"unknown source {source!r}: expected explicit or inferred")

@@ -53,7 +53,10 @@ def shown_number(key: str, value: Any) -> str:
 
 
 def _show_memory(m: Memory) -> str:
+    from ..model import JSON_FIELDS
+
     d = m.to_dict()
+    d = {**{k: d[k] for k in JSON_FIELDS}, **{k: v for k, v in d.items() if k not in JSON_FIELDS}}  # spec's first
     width = max(len(k) for k in d)
     return "\n".join(f"{dim(k.ljust(width))}  {_shown_value(k, v, m)}" for k, v in d.items())
 
