@@ -443,7 +443,7 @@ def parse_time(value: object) -> datetime | None:
     ``datetime.fromisoformat``'s; the pattern only keeps out what ISO 8601 allows and RFC 3339
     does not (a date alone, week dates, a time without an offset).
     """
-    if value is None or value == ZERO_TIME_TEXT:  # "never", as every exported memory spells it
+    if value is None or value == ZERO_TIME_TEXT:  # "never", as the bucket's objects (and older exports) spell it
         return None
     if not isinstance(value, str):
         raise ValidationError(f"timestamp must be an RFC 3339 string, got {value!r}")
