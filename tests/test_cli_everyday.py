@@ -94,6 +94,10 @@ def test_save_without_text_says_so_in_the_clis_words(cli: Cli) -> None:
     assert err.startswith("Error: nothing to save: give RAW_INPUT (the text; '-' reads standard input) "
                           "or --content TEXT (see '") and err.count("\n") == 1, err
     assert "rawInput" not in err
+    code, _, err = cli("save", "-p", P, "   ")
+    assert code == 2 and err.startswith("Error: nothing to save: the text is empty (see '"), err
+    code, _, err = cli("save", "-p", P, "-", input="")
+    assert code == 2 and err.startswith("Error: nothing to save: standard input is empty (see '"), err
 
 
 def test_without_a_bucket_nothing_is_pending_and_a_later_bucket_gets_it_all(

@@ -92,8 +92,12 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
     undoes that; --no-supersede prevents it)."""
     if raw_input is None and content is None:
         raise click.UsageError("nothing to save: give RAW_INPUT (the text; '-' reads standard input) or --content TEXT")
+    text, content = read_text_arg(raw_input), read_text_arg(content)
+    if not (text or "").strip() and not (content or "").strip():
+        where = "standard input" if "-" in (raw_input, content) else "the text"
+        raise click.UsageError(f"nothing to save: {where} is empty")
     result = state.bank().save(
-        profile, read_text_arg(raw_input), content=read_text_arg(content), summary=summary,
+        profile, text, content=content, summary=summary,
         category=category, confidence=confidence, use_llm=not no_llm, supersedes=supersedes,
         auto_supersede=False if no_supersede else None,
     )
