@@ -166,8 +166,38 @@ def check_text(text: object, what: str) -> str:
     return text
 
 
+# C0 control characters a memory's text may not hold: every one but tab, newline and carriage
+# return (a CRLF line ending). A NUL or an escape in a text is almost always a broken pipe or a
+# binary file; it was stored (as a space) without a word, so it is refused where new text enters.
+_CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_CONTROL_NAMES: Final = {0: "NUL", 7: "BEL", 8: "backspace", 0x1B: "ESC"}
+
+
+def refuse_controls(text: str, what: str) -> str:
+    """The one rule for control characters in new text (a save's rawInput, content and summary,
+    on every face: the library, the CLI, REST, the tools and MCP): a C0 control other than tab,
+    newline and carriage return is a ``ValidationError`` naming it and its position (1-based, in
+    characters). Memories written before are kept as they are: a bucket pull, and an import (an
+    export's lines: its round trip stays exact)."""
+    found = _CONTROL_RE.search(text)
+    if found is None:
+        return text
+    code = ord(found.group())
+    name = f"U+{code:04X}" + (f" {_CONTROL_NAMES[code]}" if code in _CONTROL_NAMES else "")
+    raise ValidationError(f"{what} holds a control character ({name}) at character {found.start() + 1}; "
+                          "only tab and line breaks are allowed")
+
+
 def validate_text_input(text: object, what: str = "rawInput") -> str:
-    """Check a free-text input against the 4096-byte UTF-8 cap (docs/spec.md, "The memory object")."""
+    """Check a free-text input against the 4096-byte UTF-8 cap (docs/spec.md, "The memory object")
+    and the control-character rule (:func:`refuse_controls`): a new text, as every face's save
+    gives it."""
+    return refuse_controls(_capped_text(text, what), what)
+
+
+def _capped_text(text: object, what: str) -> str:
+    """The cap and the emptiness check of a text, for new input and for an imported line alike
+    (an import keeps what an export wrote, control characters included: its round trip is exact)."""
     text = check_text(text, what)
     size = len(text.encode("utf-8"))
     if size > RAW_INPUT_MAX_BYTES:
@@ -180,6 +210,11 @@ def validate_text_input(text: object, what: str = "rawInput") -> str:
 
 
 def validate_summary(summary: object) -> str:
+    """A new summary: at most 50 characters, no control character (:func:`refuse_controls`)."""
+    return refuse_controls(_capped_summary(summary), "summary")
+
+
+def _capped_summary(summary: object) -> str:
     summary = check_text(summary, "summary")
     if len(summary) > SUMMARY_MAX_CHARS:
         raise ValidationError(
@@ -408,7 +443,7 @@ def parse_time(value: object) -> datetime | None:
     ``datetime.fromisoformat``'s; the pattern only keeps out what ISO 8601 allows and RFC 3339
     does not (a date alone, week dates, a time without an offset).
     """
-    if value is None or value == ZERO_TIME_TEXT:  # "never", as every exported memory spells it
+    if value is None or value == ZERO_TIME_TEXT:  # "never", as the bucket's objects (and older exports) spell it
         return None
     if not isinstance(value, str):
         raise ValidationError(f"timestamp must be an RFC 3339 string, got {value!r}")
@@ -468,8 +503,11 @@ class Memory:
     # Fields of the bucket object that this implementation does not know, kept verbatim.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The camelCase JSON object (unknown fields from other writers included)."""
+    def to_dict(self, *, wire: bool = False) -> dict[str, Any]:
+        """The camelCase JSON object (unknown fields from other writers included), as every face
+        shows it (REST, ``--json``, export, the tools): ``lastAccessedAt`` is ``null`` for a
+        memory never accessed. ``wire``: the bucket object's form, which writes Go's zero time
+        there as the spec's other implementations do (``sync``'s encoder; docs/storage.md)."""
         out: dict[str, Any] = dict(self.extra)
         out.update(
             {
@@ -482,7 +520,8 @@ class Memory:
                 "source": self.source,
                 "confidence": self.confidence,
                 "createdAt": format_time(self.created_at),
-                "lastAccessedAt": format_time(self.last_accessed_at),
+                "lastAccessedAt": (format_time(self.last_accessed_at)
+                                   if wire or self.last_accessed_at is not None else None),
                 "accessCount": self.access_count,
                 "stalenessScore": self.staleness_score,
                 "isActive": self.is_active,
@@ -519,12 +558,12 @@ class Memory:
             if not raw.strip():
                 raise ValidationError("rawInput must be a non-empty string")
         else:
-            raw = validate_text_input(raw, "rawInput")
+            raw = _capped_text(raw, "rawInput")  # an import keeps control characters: see _capped_text
         processed = check_text(processed, "processedContent")
         summary = data.get("summary")
         if summary in (None, ""):
             summary = default_summary(processed)
-        summary = summary if lenient and isinstance(summary, str) else validate_summary(summary)
+        summary = summary if lenient and isinstance(summary, str) else _capped_summary(summary)
         source = data.get("source") or "explicit"
         if source not in SOURCES:
             raise ValidationError(f"unknown source {source!r}: expected explicit or inferred")

@@ -5,7 +5,8 @@ installed beside this Python. ``weed mini`` runs a master, a volume server, a fi
 gateway in one process; every one of its listeners is given a free loopback port (it has nine:
 HTTP and gRPC for each part, and the admin server's), telemetry is off, the WebDAV, Iceberg and
 Lance gateways are off. Its Unix sockets are weed's own ``/tmp/seaweedfs-<part>-<port>.sock``
-(a path in the data folder can pass the 107 bytes a socket path may have), removed when it stops.
+(a path in the data folder can pass the 107 bytes a socket path may have), removed when it stops;
+its log files go to its data folder (``-logdir``), never to ``$TMPDIR``.
 With ``credentials`` the S3 gateway knows that one identity (an admin) and checks every
 request's SigV4 signature against it, as S3 does; without, it accepts any request.
 
@@ -135,7 +136,8 @@ def start_weed(data: Path, log_path: Path, *, credentials: tuple[str, str] | Non
         folder.mkdir(parents=True, exist_ok=True)
         (master, master_g, volume, volume_g, filer, filer_g, s3, s3_g, admin, admin_g) = ports = _free_ports(10)
         argv = [
-            weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            # Its logs beside its data: glog's default folder is $TMPDIR, where each run left its own.
+            weed, f"-logdir={folder}", "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-master.port.grpc={master_g}", "-master.telemetry=false",
             f"-volume.port={volume}", f"-volume.port.grpc={volume_g}",
             f"-filer.port={filer}", f"-filer.port.grpc={filer_g}",

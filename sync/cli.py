@@ -166,7 +166,13 @@ def status_cmd(state: State, as_json: bool) -> None:
     detail = (f"({plural(p['saves'], 'save')}, {plural(p['deletes'], 'deletion')}, "
               f"{plural(p['accessUpdates'], 'access update')}, {plural(p['automationNotes'], 'automation note')}; "
               f"{plural(p['outbox'], 'outbox entry', 'outbox entries')})")
-    click.echo(f"pending:     {p['total']} {dim(detail)}")
+    if b is None:  # nothing is queued for a bucket there is not: say so, not a growing count
+        waiting = ", ".join(plural(n, noun) for n, noun in ((p["saves"], "save"), (p["deletes"], "deletion"),
+                                                              (p["automationNotes"], "automation note")) if n)
+        later = f" (a bucket configured later gets these {waiting} at its first pass)" if waiting else ""
+        click.echo(f"pending:     nothing: no bucket is configured, so nothing is sent{later}")
+    else:
+        click.echo(f"pending:     {p['total']} {dim(detail)}")
     last = data["lastPass"]
     if last:
         report = PassReport(result=last.get("result", "?"), pages=last.get("pages", 0),

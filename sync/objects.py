@@ -71,7 +71,7 @@ def parse_key(key: str) -> tuple[str, str] | None:
 
 def encode(memory: Memory) -> bytes:
     """The object body: compact UTF-8 JSON, as Go's encoder writes it."""
-    return json.dumps(memory.to_dict(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return json.dumps(memory.to_dict(wire=True), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _reject_constant(name: str) -> object:

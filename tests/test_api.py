@@ -66,7 +66,7 @@ def test_create_returns_201_with_the_memory_and_synced(client: httpx.Client) -> 
     assert set(m) == set(JSON_FIELDS)
     assert (m["profileName"], m["processedContent"], m["summary"], m["category"], m["confidence"]) == (
         "researcher", "Prefers JSON output", "JSON", "preference", 0.8)
-    assert m["source"] == "explicit" and m["accessCount"] == 0 and m["lastAccessedAt"] == "0001-01-01T00:00:00Z"
+    assert m["source"] == "explicit" and m["accessCount"] == 0 and m["lastAccessedAt"] is None
     assert m["createdAt"].endswith("Z")
 
     raw = save(client, "researcher", rawInput="I like dark roast coffee")
@@ -141,7 +141,7 @@ def test_search_ranks_with_a_breakdown_and_does_not_bump_access(client: httpx.Cl
 
     # A dashboard read: nothing was marked accessed by any of these searches.
     for m in client.get("/api/profiles/p1/memories").json()["memories"]:
-        assert (m["accessCount"], m["lastAccessedAt"]) == (0, "0001-01-01T00:00:00Z")
+        assert (m["accessCount"], m["lastAccessedAt"]) == (0, None)
 
     assert_error(client.get("/api/profiles/p1/memories/search"), 422, "invalid_input", "q is required")
     assert_error(client.get("/api/profiles/p1/memories/search", params={"q": "x", "limit": 0}), 400, "invalid_input")

@@ -63,9 +63,7 @@ def _expected(tp: Any) -> Any:
     if tp in PAIRS:
         return PAIRS[tp]
     if origin in (Union, types.UnionType):
-        kept = {_expected(a) for a in args}
-        if datetime in args:  # a time that may be unset is written as the zero time
-            kept.discard(type(None))
+        kept = {_expected(a) for a in args}  # a time that may be unset is null
         return kept.pop() if len(kept) == 1 else frozenset(kept)
     if origin is tuple:
         return list[_expected(args[0])]  # type: ignore[misc]

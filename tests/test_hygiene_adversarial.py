@@ -23,7 +23,7 @@ from support import http_client, mcp_server_params
 from memlocal import MemoryBank
 from memlocal.api import create_app
 from memlocal.config import Config
-from memlocal.errors import SecretFoundError
+from memlocal.errors import SecretFoundError, ValidationError
 from memlocal.fold import fold, is_dash, skeleton
 from memlocal.hygiene import exact_key, normalise
 from memlocal.injection import (
@@ -398,7 +398,12 @@ def test_generated_disguises_never_survive(hosts: Callable[..., Any], s3: Any, d
         _OPENED[id(hosts)] = hosts("a")
     host = _OPENED[id(hosts)]
     profile = f"p{abs(hash(key)) % 10**9}"
-    saved = host.bank.save(profile, content=f"the key is {key}\n{header}", category="fact")
+    content = f"the key is {key}\n{header}"
+    if "\x00" in content or "\x1b" in content:  # a save refuses a C0 control (docs/storage.md): the rest without
+        with pytest.raises(ValidationError, match="control character"):
+            host.bank.save(profile, content=content, category="fact")
+        content = content.replace("\x00", "").replace("\x1b", "")
+    saved = host.bank.save(profile, content=content, category="fact")
     assert kind in saved.redacted
     host.bank.automations.put("bot", f"used {key}\n{header}")
     body = s3.client.get_object(Bucket=s3.bucket, Key=f"memory/{profile}/{saved.memory.id}.json")["Body"].read()

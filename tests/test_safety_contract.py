@@ -7,6 +7,7 @@ category inserted anywhere never reaches the database, the bucket object, the bl
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ from support import http_client
 
 from memlocal import MemoryBank, RecallQuery
 from memlocal.api import create_app
+from memlocal.errors import ValidationError
 from memlocal.fold import project
 from memlocal.tools import dispatch
 from test_safety import AWS, GHP, _B62, db_text, survives
@@ -177,8 +179,12 @@ def test_a_decorated_key_reaches_no_database_bucket_block_or_face(hosts: Callabl
         _HOSTS[id(hosts)] = hosts("a")
     host = _HOSTS[id(hosts)]
     profile = f"p{abs(hash(text)) % 10**9}"
-    saved = host.bank.save(profile, content=f"the deploy key is {text}", category="fact",
-                           extra={"meta": {text: [text]}})
+    content = f"the deploy key is {text}"
+    clean = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "", content)
+    if clean != content:  # a save refuses a C0 control (docs/storage.md): the rest runs on the text without it
+        with pytest.raises(ValidationError, match="control character"):
+            host.bank.save(profile, content=content, category="fact")
+    saved = host.bank.save(profile, content=clean, category="fact", extra={"meta": {text: [text]}})
     body = s3.client.get_object(Bucket=s3.bucket, Key=f"memory/{profile}/{saved.memory.id}.json")["Body"].read()
     block = host.bank.inject(profile, "@memory", "what is the deploy key?")
     shown = json.dumps([host.bank.get(profile, saved.memory.id).to_dict(),

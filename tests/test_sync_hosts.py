@@ -36,7 +36,7 @@ def test_a_save_on_a_appears_on_b_with_every_field(hosts: Callable[..., Host], s
     assert result.synced is True
     key = f"memory/{P}/{result.memory.id}.json"
     assert s3.keys() == [key]
-    assert s3.get_json(key) == result.memory.to_dict()
+    assert s3.get_json(key) == result.memory.to_dict(wire=True)
     report = b.sync()
     assert report.ok and report.counts["pulled"] == 1
     assert b.bank.get(P, result.memory.id) == result.memory

@@ -69,8 +69,8 @@ class MemoryOut(_Model):
     source: str
     confidence: float
     created_at: str = Field(json_schema_extra=_TIME)
-    last_accessed_at: str = Field(
-        json_schema_extra=_TIME, description="0001-01-01T00:00:00Z when never accessed"
+    last_accessed_at: str | None = Field(
+        json_schema_extra=_TIME, description="null when never accessed"
     )
     access_count: int
     staleness_score: float

@@ -12,12 +12,12 @@ import json
 import os
 import sys
 from functools import cache, cached_property
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Final, Sequence, TypeVar
 
 import click
 
 from ..config import Config
-from ..errors import MemoryBankError, StoreError, ValidationError, fold_whitespace
+from ..errors import CorruptDatabaseError, MemoryBankError, StoreError, ValidationError, fold_whitespace
 from ..humanize import ellipsize, round_floats
 from ..model import CATEGORIES
 
@@ -103,19 +103,12 @@ def _command_plugins() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=COMMAND_ENTRY_POINTS)}
 
 
-class MemlocalGroup(click.Group):
-    """Translates library errors into one stderr line and a non-zero exit (never a traceback),
-    and adds commands registered by other packages through entry points."""
-
-    def _plugins(self) -> dict[str, Any]:
-        return _command_plugins()
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(COMMAND_MODULES) | set(self._plugins()))
+class WrappingGroup(click.Group):
+    """A command group whose ``--help`` lists each command with its first sentence in full
+    (click cuts it to fit one line with "..."); a long one wraps. Every group of the CLI is one:
+    ``main``, the groups made with ``@main.group()``, and a plugin's plain ``click.Group``."""
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list with each command's first sentence in full (click cuts it to fit
-        one line with "..."); long ones wrap."""
         rows = []
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
@@ -124,6 +117,19 @@ class MemlocalGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+class MemlocalGroup(WrappingGroup):
+    """Translates library errors into one stderr line and a non-zero exit (never a traceback),
+    and adds commands registered by other packages through entry points."""
+
+    group_class = WrappingGroup  # ``@main.group()``: the help of ``memlocal automation`` wraps too
+
+    def _plugins(self) -> dict[str, Any]:
+        return _command_plugins()
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMAND_MODULES) | set(self._plugins()))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         cmd = super().get_command(ctx, cmd_name)
@@ -136,6 +142,8 @@ class MemlocalGroup(click.Group):
             ep = self._plugins().get(cmd_name)
             if ep is not None:
                 cmd = ep.load()
+                if type(cmd) is click.Group:  # a plugin's plain group: its help wraps as ours does
+                    cmd.__class__ = WrappingGroup
         return cmd
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
@@ -177,7 +185,20 @@ class MemlocalGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MemoryBankError as exc:
-            raise click.ClickException(str(exc)) from None
+            message = str(exc)
+            if isinstance(exc, CorruptDatabaseError) and _has_bucket(ctx):
+                message += "; the bucket then refills it: `memlocal sync run` pulls every synced memory"
+            raise click.ClickException(message) from None
+
+
+def _has_bucket(ctx: click.Context) -> bool:
+    """Whether the command's configuration names a bucket (the corrupt-database hint offers a
+    pull only then)."""
+    state = ctx.obj
+    try:
+        return isinstance(state, State) and bool(state.config.bucket.name)
+    except MemoryBankError:
+        return False
 
 
 @click.group(cls=MemlocalGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -332,25 +353,52 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
 
 
+# Columns whose cells are never cut, whatever the width: an id must stay whole to be copied into
+# ``get``, ``delete`` or ``history`` (a cut ``mem-0b0…`` is useless).
+WHOLE_COLUMNS: Final = ("id",)
+
+
+def _fitted(widths: list[int], headers: Sequence[str], room: int, fixed: set[int]) -> list[int]:
+    """``widths`` with the widest cuttable column narrowed, one character at a time, until the
+    row fits ``room`` or every cuttable column is at ``MIN_COLUMN`` (or its header)."""
+    target = list(widths)
+    while sum(target) + 2 * (len(target) - 1) > room:
+        cuttable = [i for i in range(len(target)) if i not in fixed
+                    and target[i] > max(MIN_COLUMN, len(headers[i]))]
+        if not cuttable:
+            break  # every column at its narrowest: the line wraps (ids and numbers stay whole)
+        target[max(cuttable, key=lambda i: target[i])] -= 1
+    return target
+
+
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, max_width: int | None = 60,
-          right: Sequence[str] = ()) -> str:
+          right: Sequence[str] = (), optional: Sequence[str] = ()) -> str:
     """An aligned text table with a dim header; cells are folded to one line and cut to
     ``max_width`` characters with ``…`` (``None``: never cut, for paths and keys); columns named
     in ``right`` (numbers) are right-aligned. A table of cut cells fits the terminal's width
-    (:func:`terminal_width`): its widest columns are cut further, to ``MIN_COLUMN`` at least."""
-    cells = [[ellipsize(str(c), max_width) if max_width else fold_whitespace(c) for c in row] for row in rows]
+    (:func:`terminal_width`): its widest text columns are cut further, to ``MIN_COLUMN`` at
+    least; ids (``WHOLE_COLUMNS``) and numbers (``right``) are never cut. When that is not
+    enough, the ``optional`` columns are left out, and a dim last line names them."""
+    whole = set(WHOLE_COLUMNS) | set(right)
+    cells = [[fold_whitespace(c) if not max_width or h in whole else ellipsize(str(c), max_width)
+              for c, h in zip(row, headers)] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
             widths[i] = max(widths[i], len(c))
     room = terminal_width()
+    dropped: list[str] = []
     if max_width and room and cells:
-        target = list(widths)
-        while sum(target) + 2 * (len(target) - 1) > room:
-            widest = max(range(len(target)), key=lambda i: target[i])
-            if target[widest] <= max(MIN_COLUMN, len(headers[widest])):
-                break  # every column at its narrowest: the line wraps
-            target[widest] -= 1
+        fixed = {i for i, h in enumerate(headers) if h in whole}
+        target = _fitted(widths, headers, room, fixed)
+        if optional and sum(target) + 2 * (len(target) - 1) > room:
+            keep = [i for i, h in enumerate(headers) if h not in optional]
+            dropped = [h for h in headers if h in optional]
+            headers = [headers[i] for i in keep]
+            cells = [[row[i] for i in keep] for row in cells]
+            widths = [widths[i] for i in keep]
+            fixed = {i for i, h in enumerate(headers) if h in whole}
+            target = _fitted(widths, headers, room, fixed)
         if target != widths:
             cells = [[ellipsize(c, w) if len(c) > w else c for c, w in zip(row, target)] for row in cells]
             widths = target
@@ -361,4 +409,6 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, max_width: i
 
     out = [dim(line(headers)), dim(line(["─" * w for w in widths]))]
     out += [line(row) for row in cells]
+    if dropped:
+        out.append(dim(f"(not shown at {room} columns: {', '.join(dropped)}; --json has them)"))
     return "\n".join(out)

@@ -23,8 +23,15 @@ def config_show(state: State, as_json: bool) -> None:
         echo_json({"file": str(state.config.file) if state.config.file else None, "settings": rows})
         return
     click.echo(f"config file: {state.config.file or '(none)'}")
-    click.echo(table([(r["key"], r["value"], r["source"], ",".join(r["env"])) for r in rows],
+    click.echo(table([(r["key"], _shown(r["value"]), r["source"], ",".join(r["env"])) for r in rows],
                      ("setting", "value", "source", "env"), max_width=None))
+
+
+def _shown(value: object) -> str:
+    """A setting's value as the config file writes it: ``true``/``false``, not Python's."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
 
 
 @config_group.command("example")

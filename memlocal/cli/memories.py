@@ -31,18 +31,32 @@ _CATEGORY_WIDTH = len("preference")
 
 
 def _shown_value(key: str, value: Any, m: Memory) -> str:
+    """A field of ``get`` in the CLI's own words: ``never`` for a memory never recalled (never a
+    placeholder date), ``true``/``false``, and numbers as the tables print them."""
     if key == "lastAccessedAt" and m.last_accessed_at is None:
-        return f"{value} {dim('(never)')}"
+        return "never"
     if key in ("createdAt", "lastAccessedAt"):
         when = m.created_at if key == "createdAt" else m.last_accessed_at
         return f"{value} {dim('(' + ago(when) + ')')}"
-    if isinstance(value, float):
-        return f"{value:.6g}"
+    return shown_number(key, value)
+
+
+def shown_number(key: str, value: Any) -> str:
+    """The one text form of a value in the CLI's tables and ``get``: booleans as ``true`` and
+    ``false``, a confidence (and recall's multiplier) with 2 decimals, every other fraction (a
+    staleness, a score and its parts) with 3; JSON keeps 6 decimals (docs/cli.md)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) or key in ("confidence", "stalenessScore"):
+        return f"{float(value):.2f}" if key in ("confidence", "confMul") else f"{float(value):.3f}"
     return str(value)
 
 
 def _show_memory(m: Memory) -> str:
+    from ..model import JSON_FIELDS
+
     d = m.to_dict()
+    d = {**{k: d[k] for k in JSON_FIELDS}, **{k: v for k, v in d.items() if k not in JSON_FIELDS}}  # spec's first
     width = max(len(k) for k in d)
     return "\n".join(f"{dim(k.ljust(width))}  {_shown_value(k, v, m)}" for k, v in d.items())
 
@@ -64,18 +78,26 @@ def memory_line(m: Memory, note: str = "") -> str:
 @click.option("--supersedes", metavar="ID", help="An active memory this one replaces (it becomes inactive).")
 @click.option("--no-supersede", is_flag=True,
               help="Retire nothing on its own, even when this restates a memory's subject with a new value.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Print only the memory's id (for scripts: id=$(memlocal save -q -p P TEXT)).")
 @json_option
 @pass_state
 def save(state: State, profile: str, raw_input: str | None, content: str | None, summary: str | None,
          category: str | None, confidence: float | None, no_llm: bool, supersedes: str | None,
-         no_supersede: bool, as_json: bool) -> None:
+         no_supersede: bool, quiet: bool, as_json: bool) -> None:
     """Save a memory. RAW_INPUT is free text; '-' reads it from standard input.
 
     A save that repeats an active memory stores nothing and prints that memory. A save that
     restates an active memory's subject with a changed value supersedes it (`memlocal restore`
     undoes that; --no-supersede prevents it)."""
+    if raw_input is None and content is None:
+        raise click.UsageError("nothing to save: give RAW_INPUT (the text; '-' reads standard input) or --content TEXT")
+    text, content = read_text_arg(raw_input), read_text_arg(content)
+    if not (text or "").strip() and not (content or "").strip():
+        where = "standard input" if "-" in (raw_input, content) else "the text"
+        raise click.UsageError(f"nothing to save: {where} is empty")
     result = state.bank().save(
-        profile, read_text_arg(raw_input), content=read_text_arg(content), summary=summary,
+        profile, text, content=content, summary=summary,
         category=category, confidence=confidence, use_llm=not no_llm, supersedes=supersedes,
         auto_supersede=False if no_supersede else None,
     )
@@ -83,6 +105,9 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
         echo_json(result.to_dict())
         return
     m = result.memory
+    if quiet:
+        click.echo(m.id)
+        return
     where = "in the bucket" if result.synced else "locally"
     if result.deduplicated:
         note = good(f"(already saved, {where})") if result.synced else dim(f"(already saved, {where})")
@@ -135,7 +160,7 @@ def list_cmd(state: State, profile: str, limit: int, offset: int, show_all: bool
     if not len(page):
         empty_state(f"no memories past offset {page.offset} ({plural(page.total, 'memory')} in {profile})")
         return
-    rows = [(m.id, m.category, f"{m.confidence:.2f}", m.access_count, ago(m.created_at),
+    rows = [(m.id, m.category, shown_number("confidence", m.confidence), m.access_count, ago(m.created_at),
              shown_summary(m.summary, m.processed_content)) + ((memory_state(m),) if show_all else ()) for m in page]
     click.echo(table(rows, ("id", "category", "conf", "used", "created", "summary") + (("state",) if show_all else ()),
                      right=("conf", "used")))

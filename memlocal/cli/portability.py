@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 from typing import IO, TYPE_CHECKING, Iterator
 
 import click
@@ -63,7 +65,10 @@ def import_cmd(state: State, file: str, profile: str | None, as_json: bool, resc
         # Bytes, so that a line of invalid UTF-8 is reported by number like any other bad line.
         handle = sys.stdin.buffer if file == "-" else stack.enter_context(open(file, "rb"))
         bar = stack.enter_context(Progress("importing", total=size))
-        report = import_jsonl(bank, handle, profile=profile, progress=bar.advance)
+        interrupted = stack.enter_context(_first_interrupt())
+        report = import_jsonl(bank, handle, profile=profile, progress=bar.advance, stop=interrupted.is_set)
+    # An import that was interrupted or stopped is not rescanned: running it again continues it.
+    rescan = rescan and report.interrupted is None and not report.stopped
     if rescan:  # the same pass as `memlocal redact --rescan` (docs/hygiene.md, "Rescan")
         from .hygiene import print_rescan, sync_after_rescan
 
@@ -72,11 +77,44 @@ def import_cmd(state: State, file: str, profile: str | None, as_json: bool, resc
         passes = sync_after_rescan(ctx, rescanned)
     if as_json:
         echo_json({**report.to_dict(), **({"rescan": rescanned.to_dict()} if rescan else {})})
+    elif report.stopped:  # not JSON Lines: one line, not one per "line" of a binary file
+        click.echo(f"Error: {file} is {report.stopped}; {report.summary()}", err=True)
     else:
-        for line_no, reason in report.rejected:
+        for line_no, reason in report.rejected[:SHOWN_REJECTIONS]:
             click.echo(f"line {line_no}: {reason}", err=True)
+        if len(report.rejected) > SHOWN_REJECTIONS:
+            click.echo(f"... and {len(report.rejected) - SHOWN_REJECTIONS} more rejected lines (--json lists "
+                       "every one)", err=True)
         click.echo(report.summary())
         if rescan:
             print_rescan(rescanned, passes, as_json=False)
-    if report.rejected:
+    if report.interrupted is not None:
+        sys.exit(130)  # as a shell reports a command Ctrl-C ended
+    if report.rejected or report.stopped:
         sys.exit(1)
+
+
+# Rejected lines printed one by one; the rest are counted in one line.
+SHOWN_REJECTIONS = 20
+
+
+@contextlib.contextmanager
+def _first_interrupt() -> Iterator[threading.Event]:
+    """While an import runs, the first Ctrl-C (SIGINT) ends it between two lines, with what was
+    read written and counted; a second one interrupts at once, as usual. Off the main thread (a
+    test's runner), nothing changes."""
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+
+    def first(signum: int, frame: object) -> None:
+        event.set()
+        signal.signal(signal.SIGINT, previous)
+        click.echo("interrupted: finishing the lines read so far (Ctrl-C again to stop at once)", err=True)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)

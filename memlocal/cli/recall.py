@@ -54,7 +54,8 @@ def recall(state: State, profile: str, query: str, limit: int | None, min_score:
         for i, r in enumerate(results, 1)
     ]
     click.echo(table(rows, ("#", "id", "evidence", "score", "recency", "usage", "topic", "confMul", "category", "summary"),
-                     right=("#", "score", "recency", "usage", "topic", "confMul")))
+                     right=("#", "score", "recency", "usage", "topic", "confMul"),
+                     optional=("recency", "usage", "topic", "confMul")))
     if any(r.evidence is not None for r in results):
         click.echo(dim("ordered by evidence, not by score: a query word shared before a [topic cluster] alone, then "
                        "the most evidence; the score breaks ties (docs/relevance.md)"))

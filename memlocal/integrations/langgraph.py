@@ -10,7 +10,7 @@
 - **an item is a memory**: its text (what recall ranks) is the value's strings (or the
   ``fields`` it is indexed on), cut to 4096 bytes; the key, the namespace and the whole value are
   the memory's extra field ``langgraph``. A ``put`` over an existing key saves a new version that
-  supersedes the old one; a ``delete`` removes the item's memory with its earlier versions.
+  supersedes the old one (a ``put`` of the value it holds changes nothing); a ``delete`` removes the item's memory with its earlier versions.
   Items are redacted (credentials in the value's strings) and synced like any save, never
   deduplicated (two keys may hold the same value);
 - **search with a query ranks with memlocal's formula**: the items the query gives evidence for
@@ -108,6 +108,18 @@ class MemlocalSearchItem(SearchItem):
         out["breakdown"] = self.breakdown
         out["evidence"] = self.evidence
         return out
+
+
+def _unchanged(memory: Memory, record: dict[str, Any], text: str, category: str) -> bool:
+    """``memory`` (an item's current version) already holds ``record`` with ``text``: a ``put``
+    of it would only add a version that supersedes an identical one. Compared as JSON holds
+    them (a tuple in a value is stored as a list)."""
+    stored = memory.extra.get(ITEM_FIELD)
+    try:
+        same = json.loads(json.dumps(record, ensure_ascii=False, sort_keys=True)) == stored
+    except (TypeError, ValueError):  # a value JSON cannot hold as it is: save it as before
+        return False
+    return same and memory.processed_content == text and memory.category == category
 
 
 class _Stored:
@@ -213,6 +225,8 @@ class MemlocalStore(BaseStore):
             if op.index is False:
                 record["index"] = False
             text = _cut(_text_of(value, fields) or json.dumps(value, ensure_ascii=False, sort_keys=True))
+            if old is not None and _unchanged(old.memory, record, text, self.category):
+                return  # the same value again: no new version, nothing to sync (a graph re-run puts it)
             self.bank.save(profile_for(namespace), content=text, category=self.category, use_llm=False,
                            supersedes=old.memory.id if old is not None else None,
                            deduplicate=False, auto_supersede=False,  # two keys may hold related values

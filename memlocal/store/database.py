@@ -18,9 +18,12 @@ Decisions:
 
 from __future__ import annotations
 
+import shlex
 import sqlite3
+import stat
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -55,6 +58,24 @@ LAZY_CHECKPOINT_COMMITS: Final = 64
 
 
 _SQLITE_ERROR: Final = 1  # SQLITE_ERROR: a generic error, "no such table" among them
+# A database file of 0 bytes older than this is refused (SQLite would take it for a new, empty
+# database: a truncated bank silently became an empty one); a younger one may be another
+# process's new database, between its creation and its first write.
+EMPTY_FILE_GRACE_S: Final = 2.0
+
+
+def refuse_empty_file(path: Path) -> None:
+    """``CorruptDatabaseError`` when ``path`` is an existing file of 0 bytes, last written more
+    than ``EMPTY_FILE_GRACE_S`` ago: a copy, a disk or a tool that failed left it empty, and
+    opening it would start a new bank over the old one's name without a word."""
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if st.st_size == 0 and stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > EMPTY_FILE_GRACE_S:
+        raise CorruptDatabaseError(
+            f"database {path.absolute()} is an empty file (0 bytes), not a memlocal database: a copy or a disk that "
+            "failed may have truncated it; restore it from a backup, or delete it to start a new bank there")
 
 
 def database_error(path: Path, exc: BaseException) -> StoreError | None:
@@ -71,9 +92,10 @@ def database_error(path: Path, exc: BaseException) -> StoreError | None:
     if primary == _SQLITE_FULL:
         return DiskFullError(f"database {path} is full: {detail}; nothing was written (free some disk space)")
     if primary in _SQLITE_CORRUPT:
+        whole = path.absolute()  # the file a person must find: with its folder, however it was given
         return CorruptDatabaseError(
-            f"database {path} is corrupt: {detail}; restore it from a backup (`sqlite3 {path.name} .recover` "
-            "saves what is readable), or move it aside and pull the bucket with `memlocal sync run`")
+            f"database {whole} is corrupt: {detail}; restore it from a backup (`sqlite3 {shlex.quote(str(whole))} "
+            ".recover` saves what is readable), or move it aside to start a new one")
     if primary == _SQLITE_ERROR and ("no such table" in detail or "no such column" in detail):
         # A migration that did not finish (a full disk) or a table another tool dropped or altered.
         return StoreError(f"database {path} lacks what memlocal needs: {detail}; a migration did not finish "
@@ -136,6 +158,7 @@ class Database:
         # How deep this connection's open ``transaction`` blocks are (read under the lock: only
         # the thread holding it changes it); an inner block joins the outer one.
         self._write_depth = 0
+        refuse_empty_file(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
