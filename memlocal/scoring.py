@@ -452,7 +452,7 @@ def gate_select(rows: Iterable[RowT], *, limit: int, ratio: float, min_score: fl
 # The second pass's key is kept to this many decimals, the ones `recall`'s table shows: two
 # results whose keys differ only further down are ordered by their score, so the order is the
 # one the table and --json show (a result never follows one with the same shown rank and a lower
-# score: issue 47).
+# score).
 RANK_DIGITS: Final = 3
 
 

@@ -14,8 +14,10 @@ intersection. Decisions:
   comparatives and superlatives apart ("flakiest" is not "flaky"); :func:`_degree` and the
   degree forms in :data:`memlocal.vocab.VARIANTS` join them (docs/relevance.md, "Word forms").
 
-- Vocabulary bridging (:mod:`memlocal.vocab`, data): two-word compounds are joined before
-  stopwords are removed ("time zone", "time-zone" -> ``timezone``; "set up" -> ``setup``), spelling
+- Vocabulary bridging (:mod:`memlocal.vocab`, data): a compound of two or three words also yields
+  its joined word, found before stopwords are removed ("time zone", "time-zone" -> ``time``,
+  ``zone`` and ``timezone``; "set up" -> ``set``, ``setup``): the bridge adds a term and never
+  removes a word, so every word a memory says finds it, spelling
   variants and abbreviations are mapped to one form ("colour" -> ``color``, "k8s" ->
   ``kubernetes``), and a specific word also yields its broader word ("pytest" -> ``test``,
   ``framework``); an IANA zone name ("Europe/Lisbon") yields ``timezone``.

@@ -109,8 +109,8 @@ def test_the_spec_mode_renders_the_spec_tiers_with_the_empty_line(tmp_path: Path
     ("who is my boss?", "manager", 1),
     ("how many CPUs do the build machines have", "runners", 1),
     ("is anyone on vacation right now?", "ooo", 1),
-    # "call" is a word "The on-call rotation changes every Monday at noon" says (issue 47: a
-    # compound keeps its words), so that fact shares two of the query's words as well.
+    # "call" is a word "The on-call rotation changes every Monday at noon" says (a compound
+    # keeps its words), so that fact shares two of the query's words as well.
     ("is it ok to schedule a call at 9am?", "meetings", 2),
     ("where are the metrics and monitoring charts?", "grafana", 1),
     ("when is the code freeze?", "freeze", 1),

@@ -1,4 +1,4 @@
-"""Issue 47, recall: a word a memory says finds it, evidence shows the user's words, and results
+"""Recall as a new user meets it: a word a memory says finds it, evidence shows the user's words, and results
 are listed in the order of the key the table and --json show."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _open(tmp: str) -> MemoryBank:
     return MemoryBank(path if path.exists() else fresh_database(path), config=Config.load(environ={}))
 
 
-# --- a word the memory says finds it (item 1) --------------------------------------------------
+# --- a word the memory says finds it ---------------------------------------------------------
 
 # Everyday facts whose words the vocabulary bridges as compounds (the issue's 15 misses among them).
 COMPOUND_FACTS = [
@@ -116,7 +116,7 @@ def test_every_content_word_of_every_memory_finds_it(texts: list[str]) -> None:
                 assert m.id in [r.memory.id for r in got], (w, m.processed_content)
 
 
-# --- evidence shows the user's words (item 8) ----------------------------------------------------
+# --- evidence shows the user's words -----------------------------------------------------------
 
 
 def test_evidence_lists_the_words_of_the_query_never_stems(cli: Cli, tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_evidence_lists_the_words_of_the_query_never_stems(cli: Cli, tmp_path: P
             assert hit["evidence"]["terms"] == ["Database", "rotation"] and "rank" in hit["evidence"]
 
 
-# --- order = what is shown (item 7) --------------------------------------------------------------
+# --- order = what is shown ---------------------------------------------------------------------
 
 
 def _shown_key(r: ScoredMemory) -> tuple[bool, float, float]:

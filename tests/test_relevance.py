@@ -79,7 +79,7 @@ def test_results_say_why_they_passed(dev: tuple[MemoryBank, dict[str, str]]) -> 
     [top, *_] = bank.query_with_relevance("dev", "which test framework?", now=NOW)
     assert top.memory.id == ids["pytest"]
     assert top.evidence is not None
-    # The query's words as it writes them (issue 47: never a stem), and the rank the results are listed by.
+    # The query's words as it writes them (never a stem), and the rank the results are listed by.
     assert top.evidence.to_dict() == {"terms": ["test", "framework"], "clusters": ["tech"], "strength": 1.0,
                                       "best": 1.0, "rank": top.evidence.rank}
     out = dispatch(bank, "memory_recall", {"query": "which test framework?"}, "dev")

@@ -244,7 +244,7 @@ def test_spelling_variants_give_the_same_terms(a: str, b: str) -> None:
     ],
 )
 def test_a_compound_adds_its_joined_word_and_keeps_its_words(phrase: str, joined: str) -> None:
-    """The bridge adds a term (issue 47): the phrase finds what says the joined word, and each of
+    """The bridge adds a term: the phrase finds what says the joined word, and each of
     its words still finds what says the phrase."""
     assert terms(joined) <= terms(phrase)
     for word in phrase.replace("-", " ").split():
