@@ -45,7 +45,8 @@ _COMPOUND_PHRASES: Final = """
     work flow = workflow | data set = dataset | white space = whitespace | wi fi = wifi
     vs code = vscode | guinea pig = guineapig | day time = daytime | birth day = birthday | pre commit = precommit
     type check = typecheck | build machine = buildmachine | build server = buildserver
-    build box = buildbox | code freeze = codefreeze | team lead = teamlead | tech lead = techlead
+    build box = buildbox | build agent = buildagent | operating system = os | api key = apikey
+    pre production = preproduction | code freeze = codefreeze | team lead = teamlead | tech lead = techlead
     time off = timeoff | day off = dayoff | out of office = outofoffice
 """
 
@@ -129,7 +130,8 @@ _BROADER_GROUPS: Final = {
     "manager": """boss bosses supervisor supervisors teamlead teamleads techlead techleads""",
     "vacation": """pto outofoffice ooo timeoff dayoff holiday holidays""",
     "cpu": """cpus cores vcpu vcpus processor processors""",
-    "runner": """buildmachine buildmachines buildserver buildservers buildbox buildboxes""",
+    "runner": """buildmachine buildmachines buildserver buildservers buildbox buildboxes buildagent
+        buildagents""",
     "monitoring": """metric metrics grafana prometheus datadog kibana dashboard dashboards chart
         charts observability""",
     "freeze release": """codefreeze codefreezes""",
@@ -148,6 +150,13 @@ _BROADER_GROUPS: Final = {
         nephew""",
     "art": """painting paintings pottery sculpture sculptures drawing drawings sketch sketches
         watercolor watercolors mural murals""",
+    "coffee drink": """espresso espressos latte lattes cappuccino cappuccinos americano macchiato
+        mocha""",
+    "drink": """beverage beverages coffee coffees tea teas juice juices smoothie smoothies soda
+        lemonade""",
+    "os": """macos linux ubuntu debian fedora freebsd""",
+    "credential": """secret secrets password passwords apikey apikeys passphrase""",
+    "staging": """preprod preproduction""",
 }
 
 # A clock time ("9am", "10pm") is about a schedule, and the morning or the afternoon.
