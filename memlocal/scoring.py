@@ -453,7 +453,7 @@ def gate_select(rows: Iterable[RowT], *, limit: int, ratio: float, min_score: fl
 # results whose keys differ only further down are ordered by their score, so the order is the
 # one the table and --json show (a result never follows one with the same shown rank and a lower
 # score).
-RANK_DIGITS: Final = 3
+RANK_DIGITS: Final = 4
 
 
 def evidence_rank(strength: float, fact_words: int | None, created_us: int, semantic: float | None,

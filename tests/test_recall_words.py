@@ -180,7 +180,7 @@ def test_the_table_lists_results_in_the_order_of_what_it_shows(cli: Cli) -> None
     lines = out.output.splitlines()
     header = lines[0].split()
     assert header[:5] == ["#", "id", "evidence", "rank", "score"], header
-    rows = [re.match(r"\s*\d+\s+mem-\w+\s+(.*?)\s+(\d\.\d{3})\s+(\d\.\d{3})\s", line) for line in lines[2:5]]
+    rows = [re.match(r"\s*\d+\s+mem-\w+\s+(.*?)\s+(\d\.\d{4})\s+(\d\.\d{3})\s", line) for line in lines[2:5]]
     assert all(rows) and {r[1] for r in rows if r} == {"deploy [tech]"}, lines  # the same evidence
     shown = [(float(r[2]), float(r[3])) for r in rows if r]
     assert shown == sorted(shown, reverse=True), shown
@@ -229,7 +229,7 @@ def test_results_are_listed_in_the_order_of_the_key_they_show(specs: list[dict[s
                 for got in (*(p.query("p", rq) for p in paths), scan.rank(rq)):
                     keys = [_shown_key(r) for r in got]
                     assert keys == sorted(keys), (q, keys)
-                    assert all(r.evidence is not None and r.evidence.rank == round(r.evidence.rank, 3) for r in got)
+                    assert all(r.evidence is not None and r.evidence.rank == round(r.evidence.rank, 4) for r in got)
         finally:
             for p in paths:
                 p.close()

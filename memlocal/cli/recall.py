@@ -49,7 +49,7 @@ def recall(state: State, profile: str, query: str, limit: int | None, min_score:
         return
     gated = any(r.evidence is not None for r in results)
     rows = [
-        (i, r.memory.id, evidence_cell(r), *((f"{r.evidence.rank:.3f}" if r.evidence is not None else "-",) if gated else ()),
+        (i, r.memory.id, evidence_cell(r), *((f"{r.evidence.rank:.4f}" if r.evidence is not None else "-",) if gated else ()),
          f"{r.score:.3f}", f"{r.breakdown.recency:.3f}", f"{r.breakdown.usage:.3f}",
          f"{r.breakdown.topic:.3f}", f"{r.breakdown.confidence_mul:.2f}", r.memory.category,
          shown_summary(r.memory.summary, r.memory.processed_content))
