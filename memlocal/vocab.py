@@ -148,8 +148,6 @@ _BROADER_GROUPS: Final = {
         brother brothers sibling siblings son sons daughter daughters husband wife grandma
         grandpa grandmother grandfather grandparents grandkids cousin cousins aunt uncle niece
         nephew""",
-    "art": """painting paintings pottery sculpture sculptures drawing drawings sketch sketches
-        watercolor watercolors mural murals""",
     "coffee drink": """espresso espressos latte lattes cappuccino cappuccinos americano macchiato
         mocha""",
     "drink": """beverage beverages coffee coffees tea teas juice juices smoothie smoothies soda
