@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable, Container, Final, Iterable, Mapping, Sequence, TypeVar
 
@@ -151,6 +151,8 @@ class PreparedQuery:
     clusters: tuple[str, ...]
     cluster_weights: tuple[float, ...]  # c_k of each of ``clusters``
     denominator: float
+    words: tuple[text.QueryWord, ...] = ()  # the query's words as written, what evidence shows
+
 
     @property
     def empty(self) -> bool:
@@ -179,7 +181,7 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
     denominator = total
     for cw in cws:
         denominator += cw
-    return PreparedQuery(qterms, weights, qclusters, cws, denominator)
+    return PreparedQuery(qterms, weights, qclusters, cws, denominator, text.query_words(query))
 
 
 def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) -> float:
@@ -287,9 +289,13 @@ class Breakdown:
 class Evidence:
     """Why a memory passed the evidence gate: what it shares with the query, and how strongly.
 
-    ``terms``: the query terms (stems) the memory contains; ``clusters``: the clusters both touch;
-    ``strength``: its topic value; ``best``: the best topic value of any candidate for the query
-    (the gate lets a memory through when ``strength ≥ ratio · best``). ``semantic``: the third
+    ``terms``: the query's words, as the query writes them, whose terms the memory holds
+    ("database", "time zone"; never a stem: :func:`memlocal.text.shown_words`); ``clusters``: the
+    clusters both touch; ``strength``: its topic value; ``best``: the best topic value of any
+    candidate for the query (the gate lets a memory through when ``strength ≥ ratio · best``);
+    ``rank``: the evidence the results are ordered by (:func:`evidence_rank`: the topic with a
+    fact's length, a date the query names and the similarity; results are listed by a shared
+    word before a cluster alone, then ``rank``, then the score). ``semantic``: the third
     kind of evidence, the similarity of query and memory (their centred cosine plus the best
     of its context's, times at most 0.3, :meth:`memlocal.semantic.SemanticIndex.similar`: at most 1.3)
     when the optional semantic signal is enabled and contributed to the topic (``None`` otherwise, and left out of
@@ -301,10 +307,11 @@ class Evidence:
     strength: float
     best: float
     semantic: float | None = None
+    rank: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"terms": list(self.terms), "clusters": list(self.clusters),
-                               "strength": self.strength, "best": self.best}
+                               "strength": self.strength, "best": self.best, "rank": self.rank}
         if self.semantic is not None:
             out["semantic"] = self.semantic
         return out
@@ -325,11 +332,12 @@ class ScoredMemory:
 
 
 def evidence_of(pq: PreparedQuery, terms: frozenset[str], clusters: frozenset[str], strength: float,
-                best: float, semantic: float | None = None) -> Evidence:
+                best: float, semantic: float | None = None, rank: float = 0.0) -> Evidence:
     """The :class:`Evidence` record of one memory that passed the gate (``semantic``: its cosine
-    similarity, when the semantic signal contributed to ``strength``)."""
-    return Evidence(tuple(t for t in pq.terms if t in terms), tuple(c for c in pq.clusters if c in clusters),
-                    strength, best, semantic)
+    similarity, when the semantic signal contributed to ``strength``; ``rank``: its
+    :func:`evidence_rank`, which :func:`rerank` sets)."""
+    return Evidence(text.shown_words(pq.words, terms), tuple(c for c in pq.clusters if c in clusters),
+                    strength, best, semantic, rank)
 
 
 # --- ranking modes ---------------------------------------------------------------------------
@@ -441,15 +449,22 @@ def gate_select(rows: Iterable[RowT], *, limit: int, ratio: float, min_score: fl
     return kept, best
 
 
-def rerank_order(strong: bool, strength: float, fact_words: int | None, created_us: int, semantic: float | None,
-                 score: float, memory_id: str, windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
-    """The second pass's order, best first, from a memory's primitive fields (what the in-memory
-    index holds, so it reranks before reading any row): strong evidence first (as the gate),
-    then the evidence: the topic (``strength``), divided by ``1 + words / LENGTH_SCALE`` for a
-    fact or preference (``fact_words``: its processedContent's whitespace-separated words; None
-    for another category), plus ``DATE_BONUS`` when the memory was created within one of
-    ``windows`` (µs, from :func:`memlocal.text.query_dates`), plus ``SIMILARITY_RERANK`` times its
-    cosine when the semantic signal counted; then the score, newer createdAt, smaller id."""
+# The second pass's key is kept to this many decimals, the ones `recall`'s table shows: two
+# results whose keys differ only further down are ordered by their score, so the order is the
+# one the table and --json show (a result never follows one with the same shown rank and a lower
+# score).
+RANK_DIGITS: Final = 4
+
+
+def evidence_rank(strength: float, fact_words: int | None, created_us: int, semantic: float | None,
+                  windows: "Sequence[tuple[int, int]]") -> float:
+    """The evidence the second pass orders by (``Evidence.rank``), from a memory's primitive
+    fields (what the in-memory index holds, so it reranks before reading any row): the topic
+    (``strength``), divided by ``1 + words / LENGTH_SCALE`` for a fact or preference
+    (``fact_words``: its processedContent's whitespace-separated words; None for another
+    category), plus ``DATE_BONUS`` when the memory was created within one of ``windows`` (µs,
+    from :func:`memlocal.text.query_dates`), plus ``SIMILARITY_RERANK`` times its cosine when
+    the semantic signal counted; rounded to :data:`RANK_DIGITS` decimals."""
     key = strength
     if fact_words is not None:  # a fact states one thing: see LENGTH_SCALE
         key /= 1.0 + fact_words / LENGTH_SCALE
@@ -459,28 +474,50 @@ def rerank_order(strong: bool, strength: float, fact_words: int | None, created_
             break
     if semantic is not None:
         key += SIMILARITY_RERANK * semantic
-    return (not strong, -key, -score, -created_us, memory_id)
+    return round(key, RANK_DIGITS)
 
 
-def rerank_key(s: "ScoredMemory", windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
-    """:func:`rerank_order` of a scored memory."""
+def rerank_order(strong: bool, strength: float, fact_words: int | None, created_us: int, semantic: float | None,
+                 score: float, memory_id: str, windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
+    """The second pass's order, best first: strong evidence first (as the gate), then the
+    :func:`evidence_rank`, then the score, newer createdAt, smaller id. What ``recall`` shows
+    beside each result (its evidence's words or [clusters] alone, ``rank``, ``score``) is this
+    order's key."""
+    return (not strong, -evidence_rank(strength, fact_words, created_us, semantic, windows), -score, -created_us,
+            memory_id)
+
+
+def _rank_fields(s: "ScoredMemory") -> tuple[bool, int | None, int, float | None]:
     ev = s.evidence
     semantic = ev.semantic if ev is not None else None
     strong = ev is not None and (bool(ev.terms) or semantic is not None)
     words = len(s.memory.processed_content.split()) if s.memory.category in CORE_CATEGORIES else None
-    return rerank_order(strong, s.breakdown.topic, words, to_us(s.memory.created_at) or 0, semantic, s.score,
-                        s.memory.id, windows)
+    return strong, words, to_us(s.memory.created_at) or 0, semantic
+
+
+def rerank_key(s: "ScoredMemory", windows: "Sequence[tuple[int, int]]") -> tuple[bool, float, float, int, str]:
+    """:func:`rerank_order` of a scored memory."""
+    strong, words, created, semantic = _rank_fields(s)
+    return rerank_order(strong, s.breakdown.topic, words, created, semantic, s.score, s.memory.id, windows)
 
 
 def rerank(results: "Sequence[ScoredMemory]", query: str, limit: int) -> "list[ScoredMemory]":
     """The evidence mode's bounded second pass: ``results`` (the gate's first
     ``max(limit, RERANK_DEPTH)`` for ``query``, in the evidence order) re-ordered by
-    :func:`rerank_key`, the first ``limit`` of them. The gate chose *which* memories have
-    evidence enough; this orders a bounded number of them by what the class-based first pass
-    cannot see per memory (its length, its date), so it costs O(RERANK_DEPTH) per query and
-    every path (index, cold path, full scan) applies it to the same exact candidates."""
+    :func:`rerank_key`, the first ``limit`` of them, each with its ``Evidence.rank`` set. The
+    gate chose *which* memories have evidence enough; this orders a bounded number of them by
+    what the class-based first pass cannot see per memory (its length, its date), so it costs
+    O(RERANK_DEPTH) per query and every path (index, cold path, full scan) applies it to the same
+    exact candidates."""
     windows = text.query_dates(query)
-    return sorted(results, key=lambda s: rerank_key(s, windows))[:limit]
+    out = []
+    for s in sorted(results, key=lambda s: rerank_key(s, windows))[:limit]:
+        if s.evidence is not None:
+            _, words, created, semantic = _rank_fields(s)
+            s = replace(s, evidence=replace(
+                s.evidence, rank=evidence_rank(s.breakdown.topic, words, created, semantic, windows)))
+        out.append(s)
+    return out
 
 
 # --- the reference: a full scan ---------------------------------------------------------------

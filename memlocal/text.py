@@ -14,8 +14,10 @@ intersection. Decisions:
   comparatives and superlatives apart ("flakiest" is not "flaky"); :func:`_degree` and the
   degree forms in :data:`memlocal.vocab.VARIANTS` join them (docs/relevance.md, "Word forms").
 
-- Vocabulary bridging (:mod:`memlocal.vocab`, data): two-word compounds are joined before
-  stopwords are removed ("time zone", "time-zone" -> ``timezone``; "set up" -> ``setup``), spelling
+- Vocabulary bridging (:mod:`memlocal.vocab`, data): a compound of two or three words also yields
+  its joined word, found before stopwords are removed ("time zone", "time-zone" -> ``time``,
+  ``zone`` and ``timezone``; "set up" -> ``set``, ``setup``): the bridge adds a term and never
+  removes a word, so every word a memory says finds it, spelling
   variants and abbreviations are mapped to one form ("colour" -> ``color``, "k8s" ->
   ``kubernetes``), and a specific word also yields its broader word ("pytest" -> ``test``,
   ``framework``); an IANA zone name ("Europe/Lisbon") yields ``timezone``.
@@ -34,14 +36,14 @@ import unicodedata
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from itertools import chain
-from typing import Callable, Final, Iterable, Sequence, TypeVar
+from typing import Callable, Container, Final, Iterable, NamedTuple, Sequence, TypeVar
 
 import Stemmer  # PyStemmer
 
 from .model import default_summary, to_us
 from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 6
+TERMS_VERSION: Final = 7
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
@@ -162,26 +164,37 @@ def _word_terms(word: str) -> tuple[str, ...]:
 _WORD_TERMS: Final[WordMemo[tuple[str, ...]]] = WordMemo(_word_terms.__wrapped__)
 
 
-def _join_compounds(ws: Sequence[str]) -> list[str]:
-    """Replace each compound of two or three words ("time", "zone"; "out", "of", "office") by
-    its joined word ("timezone", "outofoffice"); the longer match first."""
-    out: list[str] = []
+def compounds_in(ws: Sequence[str]) -> list[tuple[int, int, str]]:
+    """The compounds of two or three words in ``ws`` ("time", "zone"; "out", "of", "office"), as
+    (first index, index after the last, joined word): the longer match first, none overlapping."""
+    out: list[tuple[int, int, str]] = []
     i, n = 0, len(ws)
-    while i < n:
+    while i < n - 1:
         w = ws[i]
-        if w in _COMPOUND_FIRSTS and i + 1 < n:
+        if w in _COMPOUND_FIRSTS:
             joined = COMPOUNDS.get((w, ws[i + 1], ws[i + 2])) if i + 2 < n else None
             if joined is not None:
-                out.append(joined)
+                out.append((i, i + 3, joined))
                 i += 3
                 continue
             joined = COMPOUNDS.get((w, ws[i + 1]))
             if joined is not None:
-                out.append(joined)
+                out.append((i, i + 2, joined))
                 i += 2
                 continue
-        out.append(w)
         i += 1
+    return out
+
+
+def _join_compounds(ws: Sequence[str]) -> list[str]:
+    """``ws`` with each compound's joined word ("timezone", "outofoffice") added after the words
+    it joins: the bridge adds a term and never removes a word, so "build" still finds "The build
+    server is ci-3" (a word the memory says always finds it, docs/relevance.md, "Topic")."""
+    found = compounds_in(ws)
+    if not found:
+        return list(ws)
+    out = list(ws)
+    out.extend(joined for _, _, joined in found)
     return out
 
 
@@ -218,6 +231,75 @@ def terms(text: str) -> frozenset[str]:
     if "/" in text and _ZONE_RE.search(text.lower()):
         out = out | _TIMEZONE
     return out
+
+
+class QueryWord(NamedTuple):
+    """One word of a query as the user wrote it (:func:`query_words`), with the terms it yields.
+    ``compound``: the index of the compound it belongs to (-1: none); ``whole``: this entry is
+    that compound itself ("time zone"), holding its joined word's terms."""
+
+    word: str
+    terms: frozenset[str]
+    compound: int = -1
+    whole: bool = False
+
+
+# A word of the text as written (case kept), on words()'s boundaries.
+_SHOWN_WORD_RE: Final = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+_ZONE_SHOWN_RE: Final = re.compile(_ZONE_RE.pattern, re.IGNORECASE)
+
+
+def query_words(text: str) -> tuple[QueryWord, ...]:
+    """The words of a query as the user wrote them, each with the terms it yields: what evidence
+    shows instead of stems ("database", not ``databas``). A compound ("time zone", "time-zone")
+    is one more entry, as written, holding its joined word's terms, before its words; an IANA
+    zone name ("Europe/Lisbon") one holding ``timezone``. The entries' terms together are
+    :func:`terms` of ``text``, so a memory that shares a term with the query shares a word."""
+    ws = word_tuple(text)
+    norm = unicodedata.normalize("NFKC", text).translate(APOSTROPHES)
+    spans = [m.span() for m in _SHOWN_WORD_RE.finditer(norm)]
+    if len(spans) != len(ws):  # a character whose folding splits or joins words: show them folded
+        norm = " ".join(ws)
+        spans = [m.span() for m in _SHOWN_WORD_RE.finditer(norm)]
+    found = compounds_in(ws) if not _COMPOUND_FIRSTS.isdisjoint(ws) else []
+    part_of = [-1] * len(ws)
+    starts: dict[int, tuple[int, int, str]] = {}
+    for k, (i, j, joined) in enumerate(found):
+        starts[i] = (k, j, joined)
+        for x in range(i, j):
+            part_of[x] = k
+    out: list[QueryWord] = []
+    for i, w in enumerate(ws):
+        if i in starts:
+            k, j, joined = starts[i]
+            out.append(QueryWord(norm[spans[i][0]:spans[j - 1][1]], frozenset(_WORD_TERMS[joined]), k, True))
+        ts = _WORD_TERMS[w]
+        if ts:  # a stopword is never evidence
+            out.append(QueryWord(norm[spans[i][0]:spans[i][1]], frozenset(ts), part_of[i]))
+    if "/" in text:
+        zone = _ZONE_SHOWN_RE.search(norm)
+        if zone:
+            out.append(QueryWord(zone.group(0), _TIMEZONE))
+    return tuple(out)
+
+
+def shown_words(entries: Sequence[QueryWord], held: Container[str]) -> tuple[str, ...]:
+    """The words of a query (:func:`query_words`) whose terms a memory holds (``held``), in the
+    query's order, each once: a compound the memory holds is shown whole ("time zone"), and its
+    words then not again."""
+    out: list[str] = []
+    seen: set[str] = set()
+    whole: set[int] = set()
+    for e in entries:
+        if e.compound in whole or not any(t in held for t in e.terms):
+            continue
+        if e.whole:
+            whole.add(e.compound)
+        key = e.word.casefold()
+        if key not in seen:
+            seen.add(key)
+            out.append(e.word)
+    return tuple(out)
 
 
 def terms_of(texts: Iterable[str]) -> frozenset[str]:

@@ -4,7 +4,8 @@ Data for the tokenizer (:mod:`memlocal.text`), applied identically to queries an
 that the same idea written differently gives the same terms:
 
 - ``COMPOUNDS``: two words that are one idea, written apart, hyphenated or joined ("time zone",
-  "time-zone", "timezone"; "e-mail", "email"; "set up", "setup"). The pair becomes the joined word.
+  "time-zone", "timezone"; "e-mail", "email"; "set up", "setup"). The pair also yields the
+  joined word, and keeps its own words: a word a memory says always finds it.
 - ``VARIANTS``: spelling variants and everyday abbreviations mapped to one form before stemming
   (British and American spellings the stemmer does not unify, "k8s", "tz", "repo").
 - ``BROADER``: a specific word also yields the broader word people ask with ("pytest" is a test
@@ -42,9 +43,10 @@ _COMPOUND_PHRASES: Final = """
     play list = playlist | e commerce = ecommerce | on boarding = onboarding | file name = filename
     user name = username | pass word = password | time stamp = timestamp | short cut = shortcut
     work flow = workflow | data set = dataset | white space = whitespace | wi fi = wifi
-    vs code = vscode | day time = daytime | birth day = birthday | pre commit = precommit
+    vs code = vscode | guinea pig = guineapig | day time = daytime | birth day = birthday | pre commit = precommit
     type check = typecheck | build machine = buildmachine | build server = buildserver
-    build box = buildbox | code freeze = codefreeze | team lead = teamlead | tech lead = techlead
+    build box = buildbox | build agent = buildagent | operating system = os | api key = apikey
+    pre production = preproduction | code freeze = codefreeze | team lead = teamlead | tech lead = techlead
     time off = timeoff | day off = dayoff | out of office = outofoffice
 """
 
@@ -128,10 +130,31 @@ _BROADER_GROUPS: Final = {
     "manager": """boss bosses supervisor supervisors teamlead teamleads techlead techleads""",
     "vacation": """pto outofoffice ooo timeoff dayoff holiday holidays""",
     "cpu": """cpus cores vcpu vcpus processor processors""",
-    "runner": """buildmachine buildmachines buildserver buildservers buildbox buildboxes""",
+    "runner": """buildmachine buildmachines buildserver buildservers buildbox buildboxes buildagent
+        buildagents""",
     "monitoring": """metric metrics grafana prometheus datadog kibana dashboard dashboards chart
         charts observability""",
     "freeze release": """codefreeze codefreezes""",
+    # Everyday kinds a question names ("what pets / instruments / sports …?") and the instances
+    # a memory states ("a guinea pig named Oscar", "plays the violin"): hypernyms whose sense is
+    # unambiguous, written from the words' meaning, as the groups above.
+    "pet": """dog dogs puppy puppies cat cats kitten kittens hamster hamsters guineapig guineapigs
+        turtle turtles tortoise parrot parrots rabbit rabbits goldfish""",
+    "instrument": """guitar guitars piano pianos violin violins cello drums drum flute clarinet
+        saxophone trumpet ukulele banjo harp keyboardist guitarist pianist violinist drummer""",
+    "sport": """basketball football soccer tennis baseball volleyball hockey golf rugby cricket
+        badminton softball""",
+    "family": """mom moms dad dads mother mothers father fathers parent parents sister sisters
+        brother brothers sibling siblings son sons daughter daughters husband wife grandma
+        grandpa grandmother grandfather grandparents grandkids cousin cousins aunt uncle niece
+        nephew""",
+    "coffee drink": """espresso espressos latte lattes cappuccino cappuccinos americano macchiato
+        mocha""",
+    "drink": """beverage beverages coffee coffees tea teas juice juices smoothie smoothies soda
+        lemonade""",
+    "os": """macos linux ubuntu debian fedora freebsd""",
+    "credential": """secret secrets password passwords apikey apikeys passphrase""",
+    "staging": """preprod preproduction""",
 }
 
 # A clock time ("9am", "10pm") is about a schedule, and the morning or the afternoon.

@@ -20,9 +20,9 @@ def test_recall_table_and_json(cli: Cli) -> None:
     assert human.exit_code == 0, human.output
     lines = human.output.splitlines()
     # What orders the rows is on the table: the rank, and the evidence beside the score.
-    assert lines[0].split() == ["#", "id", "evidence", "score", "recency", "usage", "topic", "confMul", "category",
-                                "summary"]
-    assert lines[2].split()[:3] == ["1", allergy, "diet"], lines[2]  # "diet": the food cluster it shares
+    assert lines[0].split() == ["#", "id", "evidence", "rank", "score", "recency", "usage", "topic", "confMul",
+                                "category", "summary"]
+    assert lines[2].split()[:3] == ["1", allergy, "diet"], lines[2]  # "diet": the query's word it shares
     assert "Bob" not in human.output
     assert lines[-3].startswith("ordered by evidence") and "not by score" in lines[-3], lines[-3]
     assert lines[-2].startswith("weights: recency 0.") and "maturity" in lines[-2]

@@ -79,10 +79,11 @@ def test_results_say_why_they_passed(dev: tuple[MemoryBank, dict[str, str]]) -> 
     [top, *_] = bank.query_with_relevance("dev", "which test framework?", now=NOW)
     assert top.memory.id == ids["pytest"]
     assert top.evidence is not None
-    assert top.evidence.to_dict() == {"terms": ["framework", "test"], "clusters": ["tech"], "strength": 1.0,
-                                      "best": 1.0}
+    # The query's words as it writes them (never a stem), and the rank the results are listed by.
+    assert top.evidence.to_dict() == {"terms": ["test", "framework"], "clusters": ["tech"], "strength": 1.0,
+                                      "best": 1.0, "rank": top.evidence.rank}
     out = dispatch(bank, "memory_recall", {"query": "which test framework?"}, "dev")
-    assert out["results"][0]["evidence"] == {"terms": ["framework", "test"], "clusters": ["tech"]}
+    assert out["results"][0]["evidence"] == {"terms": ["test", "framework"], "clusters": ["tech"]}
     full = dispatch(bank, "memory_recall", {"query": "which test framework?", "full": True}, "dev")
     assert set(full["results"][0]) == {"memory", "score", "breakdown", "evidence"}
 

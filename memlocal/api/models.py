@@ -178,14 +178,16 @@ class Breakdown(_Model):
 
 
 class Evidence(_Model):
-    """Why a result passed the evidence gate (``ranking.mode = "evidence"``): the query terms
-    (stems) and clusters it shares with the query, its topic value, and the best topic value of
-    any candidate (it passed with ``strength ≥ ranking.evidence_ratio · best``)."""
+    """Why a result passed the evidence gate (``ranking.mode = "evidence"``): the query's words
+    (as the query writes them, never stems) and the clusters it shares with the query, its topic
+    value, and the best topic value of any candidate (it passed with ``strength ≥
+    ranking.evidence_ratio · best``)."""
 
     terms: list[str]
     clusters: list[str]
     strength: float
     best: float
+    rank: float = Field(default=0.0, description="what the results are ordered by after a shared word before a cluster alone, then the score: the topic, for a fact per its length, with a date the query names and the similarity (docs/relevance.md)")
     semantic: float | None = Field(default=None, description="similarity (the cosine, plus at most 0.3 of its context's best; at most 1.3), when the semantic signal is on")
 
 

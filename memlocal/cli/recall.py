@@ -47,25 +47,31 @@ def recall(state: State, profile: str, query: str, limit: int | None, min_score:
     if not results:
         empty_state("no memories matched")
         return
+    gated = any(r.evidence is not None for r in results)
     rows = [
-        (i, r.memory.id, evidence_cell(r), f"{r.score:.3f}", f"{r.breakdown.recency:.3f}", f"{r.breakdown.usage:.3f}",
+        (i, r.memory.id, evidence_cell(r), *((f"{r.evidence.rank:.4f}" if r.evidence is not None else "-",) if gated else ()),
+         f"{r.score:.3f}", f"{r.breakdown.recency:.3f}", f"{r.breakdown.usage:.3f}",
          f"{r.breakdown.topic:.3f}", f"{r.breakdown.confidence_mul:.2f}", r.memory.category,
          shown_summary(r.memory.summary, r.memory.processed_content))
         for i, r in enumerate(results, 1)
     ]
-    click.echo(table(rows, ("#", "id", "evidence", "score", "recency", "usage", "topic", "confMul", "category", "summary"),
-                     right=("#", "score", "recency", "usage", "topic", "confMul"),
+    rank = ("rank",) if gated else ()
+    click.echo(table(rows, ("#", "id", "evidence", *rank, "score", "recency", "usage", "topic", "confMul", "category",
+                            "summary"),
+                     right=("#", *rank, "score", "recency", "usage", "topic", "confMul"),
                      optional=("recency", "usage", "topic", "confMul")))
-    if any(r.evidence is not None for r in results):
+    if gated:
         click.echo(dim("ordered by evidence, not by score: a query word shared before a [topic cluster] alone, then "
-                       "the most evidence; the score breaks ties (docs/relevance.md)"))
+                       "the rank (the topic, for a fact per its length, with a date the query names), then the score "
+                       "(docs/relevance.md)"))
     else:
         click.echo(dim("ordered by score (ranking.mode = spec)"))
     click.echo(weights_line(results[0].breakdown))
 
 
 def evidence_cell(r: "ScoredMemory") -> str:
-    """What the query and the memory share: its words, then [clusters]; ``-`` with none."""
+    """What the query and the memory share: the query's words as written, then [clusters];
+    ``-`` with none."""
     if r.evidence is None:
         return "-"
     return " ".join([*r.evidence.terms, *(f"[{c}]" for c in r.evidence.clusters)]) or "-"

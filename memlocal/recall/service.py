@@ -22,6 +22,7 @@ from ..scoring import (
     Ranking,
     ScoredMemory,
     evidence_of,
+    evidence_rank,
     maturity,
     rerank,
     weights_for,
@@ -424,8 +425,9 @@ class RecallIndex:
             else:
                 top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=rq.min_score,
                                 exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=tuning.essential_budget)
+            windows = query_dates(rq.text) if keep is not None else ()
             if keep is not None:
-                top = idx.rerank(top, pq, counted, query_dates(rq.text))[:keep]
+                top = idx.rerank(top, pq, counted, windows)[:keep]
             ids = [idx.ids[h.doc] or "" for h in top]
             memories = self._rows(conn, profile, ids, idx)
             # A memory whose bump this index holds and this snapshot may not (it is queued): it
@@ -441,7 +443,9 @@ class RecallIndex:
                     memory = with_bump(memory, idx.count[d], queued[mid])
                 evidence = None
                 if ranking.gated:
-                    evidence = evidence_of(pq, *idx.held(pq, h.mask), h.topic, best, counted.get(d))
+                    cos = counted.get(d)
+                    evidence = evidence_of(pq, *idx.held(pq, h.mask), h.topic, best, cos, evidence_rank(
+                        h.topic, idx.words[d] if idx.core[d] else None, idx.created[d], cos, windows))
                 out.append(ScoredMemory(memory, h.score, Breakdown(h.recency, idx.use[d], h.topic, idx.cm[d], w, mat,
                                                                    h.score), evidence))
             return out
