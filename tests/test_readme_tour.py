@@ -48,7 +48,7 @@ def test_the_langgraph_example_twice_stores_two_memories_and_says_what_it_prints
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("langgraph")
     example = _block("A LangGraph store", "python")
-    assert 'editor next ("ana" alone)' in example
+    assert 'editor next ("Ana" alone)' in example
     monkeypatch.setenv("MEMLOCAL_DB", str(tmp_path / "lg.db"))
     monkeypatch.setenv("MEMLOCAL_LOCAL_ONLY_NOTICE", "false")
     monkeypatch.chdir(tmp_path)
@@ -57,8 +57,8 @@ def test_the_langgraph_example_twice_stores_two_memories_and_says_what_it_prints
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == ["diet", "editor", "[('users',", "['diet']"] * 2, lines
     diet, editor = lines[0], lines[1]
-    assert diet.startswith("diet ") and "'terms': ['ana'], 'clusters': ['food']" in diet, diet
-    assert editor.startswith("editor ") and "'terms': ['ana'], 'clusters': []" in editor, editor
+    assert diet.startswith("diet ") and "'terms': ['Ana'], 'clusters': ['food']" in diet, diet
+    assert editor.startswith("editor ") and "'terms': ['Ana'], 'clusters': []" in editor, editor
     with MemoryBank(tmp_path / "lg.db") as bank:
         stats = bank.stats()
     assert (stats["totalMemories"], stats["supersededMemories"]) == (2, 0), stats
