@@ -67,16 +67,18 @@ Found = tuple[list[Memory], list[Memory]]
 # "ana PREFERS dark-mode!" is "Ana prefers dark mode."
 # The characters that make a token technical wherever they stand inside it.
 _TECHNICAL_RE: Final = re.compile(r"[\d*/\\_:=<>|~^]|\w\.\w")
-# A hyphen or a dot inside a token with a capital after its first letter (NODE-ENV, Foo.Bar).
-_CAPITAL_JOIN_RE: Final = re.compile(r"^.[^-.]*?[A-Z].*[-.]|[-.].*[A-Z]")
 # What a sentence puts around a word: stripped before the token is read (never a leading dash,
 # slash or backslash: "-v", "/etc", "\\\\files01").
 _EDGE_LEFT: Final = "\"'([{\u2018\u201c"
 _EDGE_RIGHT: Final = "\"')]}.,;:!?\u2019\u201d"
 
 
+# A number with an ordinal or plural suffix ("18th", "1990s"): its case says nothing.
+_COUNTED_RE: Final = re.compile(r"\d+(?:st|nd|rd|th|s)", re.IGNORECASE)
+
+
 def _technical(token: str) -> bool:
-    return token[:1] in "-*" or bool(_TECHNICAL_RE.search(token)) or bool(_CAPITAL_JOIN_RE.search(token))
+    return (token[:1] in "-*" or bool(_TECHNICAL_RE.search(token))) and not _COUNTED_RE.fullmatch(token)
 
 
 @lru_cache(maxsize=4096)  # a save compares its text with each candidate's
@@ -88,8 +90,8 @@ def exact_form(value: str) -> tuple[str, ...]:
     ``x_1``, ``3/2``, ``a * b``, ``C:\\Users``), a prose word as the key reads it
     (:func:`memlocal.hygiene.normalise`: case, diacritics and punctuation folded). A token is
     technical when it starts with a dash or ``*``, holds a digit or one of ``* / \\ _ : = < > | ~
-    ^``, a dot between two word characters, or a hyphen or dot with a capital past its first
-    letter (``NODE-ENV``)."""
+    ^``, or a dot between two word characters; a word of letters joined by hyphens is prose
+    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode")."""
     out: list[str] = []
     for raw in fold_exact(value).split():
         token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw

@@ -362,7 +362,7 @@ def relation(old: str, new: str) -> Relation | None:
         return SURE
     if same_subject:
         if changed or (a.values <= b.values and a.content <= b.content and (a.values or a.content)
-                       and a.verb == b.verb) or b.marked:
+                       and a.verb == b.verb) or (b.marked and b.content - a.content):
             # another value, all the old one said and more ("... and amoxicillin"), or a change
             # said in other words ("Expense reports are approved by the finance bot now, not Priyanka")
             return MAYBE

@@ -8,6 +8,7 @@ The examples here are not the dev set's (scripts/updates_eval.py measures that o
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
@@ -300,3 +301,36 @@ def test_the_llm_proposal_joins_the_rule(anthropic_fake: FakeAnthropic, tmp_path
             "category": "fact", "confidence": 0.9, "supersedes": other.id}))
         res = bank.save(P, "agenda for the weekly sync: team wiki")
         assert res.superseded is None and bank.get(P, other.id).is_active
+
+
+def test_an_llm_judges_the_pairs_the_rule_is_unsure_of(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
+    """Issue 47: with an LLM configured, an update the rule is unsure of (a maybe) is asked of the
+    model under its deadline; the rule is the fallback (nothing retired) when the model names
+    none, fails, or is late. A sure update and a save without a maybe ask nothing."""
+    old_text = "Chen Wei is the SRE lead and owns the on-call rotation"
+    new_text = "Kofi Asante is now the SRE lead and owns the on-call rotation; Chen Wei moved to the Risk team"
+    assert relation(old_text, new_text) == MAYBE
+    config = Config.load().with_overrides(llm__timeout_s=1.0)
+    with MemoryBank.open(tmp_path / "judge.db", config=config) as bank:
+        old = bank.save(P, content=old_text, category="fact", use_llm=False).memory
+        # The model says it replaces the old one: retired, as a supersession the rule allows.
+        anthropic_fake.respond(Reply.structured({"replaces": old.id}))
+        res = bank.save(P, content=new_text, category="fact")
+        assert res.superseded == old.id and not bank.get(P, old.id).is_active
+        asked = anthropic_fake.requests[-1].body
+        assert old.id in asked["messages"][0]["content"] and "replaces" in json.dumps(asked["output_config"])
+        assert [m.id for m in bank.history(P, res.memory.id)] == [old.id, res.memory.id]
+        bank.restore(P, old.id)
+        bank.delete(P, res.memory.id)
+        # null, a failure, or no answer within the deadline: both stay active.
+        for reply in (Reply.structured({"replaces": None}), Reply.error(500), Reply.sleep(5.0)):
+            anthropic_fake.respond(reply)
+            res = bank.save(P, content=new_text, category="fact")
+            assert res.superseded is None and bank.get(P, old.id).is_active, reply
+            bank.delete(P, res.memory.id)
+        # A sure update is the rule's alone; --no-supersede asks nothing.
+        before = len(anthropic_fake.requests)
+        sure_old = bank.save(P, content=UPDATES["number"][0], category="fact", use_llm=False).memory
+        assert bank.save(P, content=UPDATES["number"][1], category="fact").superseded == sure_old.id
+        assert bank.save(P, content=new_text, category="fact", auto_supersede=False).superseded is None
+        assert len(anthropic_fake.requests) == before
