@@ -468,7 +468,8 @@ def build_evidence_block(
         if not said.values and not said.holder:
             return []  # no value to differ in: nothing for a reader to order
         keys = [*said.subject, *(said.content if said.marked else ()), *(f"~{w}" for w in said.subject),
-                *(f"^{w}" for w in (said.content if said.holder else ()))]  # a new holder of a role
+                *(f"^{w}" for w in (said.content if said.holder else ())),  # a new holder of a role
+                *(f"^{w}" for w in ((said.subject | said.content) if said.marked else ()))]
         found: dict[str, "Memory"] = {}
         for key in keys:
             for o in by_word.get(key, ()):

@@ -211,6 +211,9 @@ def statement(value: str) -> Statement:
         if go and i + 1 < len(tokens) and read[i + 1].lower in ("up", "down"):
             bare = "raised"  # "The rent went up to 1310 GBP"
             marker = True
+        if not in_subject and bare in _AFTER and i + 1 < len(tokens) and read[i + 1].lower in _DETERMINERS:
+            marked = True  # "... is db-primary-02 after the failover": a weak marker (never a sure update)
+            continue
         if marker and (in_subject or bare not in _SUBJECT_MARKERS):
             marked = True
             strong = strong or bare in STRONG_MARKERS
@@ -279,13 +282,19 @@ _PHRASE_BREAKS: Final = frozenset("""
 # A leading clause that opens with one of these announces a change ("Since the migration, ...",
 # "After the failover ...").
 _CHANGE_CLAUSE: Final = frozenset("since after following from starting effective".split())
+# "after the failover", "following the reorg" in the predicate: the statement says it changed.
+_AFTER: Final = frozenset("after following".split())
 _BE: Final = frozenset("is are was were be been am".split())
 _HAVE: Final = frozenset("has have had".split())
 
 
+_YEAR_RE: Final = re.compile(r"(?:19|20)\d\d")
+
+
 def _kind_is_scope(value: str) -> bool:
-    """A value that can name a scope: a name or an identifier, never a time, a number or a day."""
-    return value_kind(value) in ("name", "id")
+    """A value that can name a scope: a name, an identifier or a year ("in 2025"), never a time,
+    another number or a day."""
+    return value_kind(value) in ("name", "id") or bool(_YEAR_RE.fullmatch(value))
 
 
 def _leading_clause(read: "list[_Token]", ends: list[bool]) -> int:
@@ -369,6 +378,8 @@ def relation(old: str, new: str) -> Relation | None:
         return None
     if _holder_changed(a, b):
         return MAYBE  # "Kofi Asante is now the SRE lead ...; Chen Wei moved to the Risk team"
+    if b.marked and a.holder and a.content and a.content <= b.subject | b.content and b.values - a.values - a.subject:
+        return MAYBE  # "The on-call rotation is now owned by Kofi Asante" after "Chen Wei owns the on-call rotation"
     if b.strong and b.verb == "*" and a.values & b.values and b.values - a.values:
         return MAYBE  # "We replaced self-hosted Sentry with GlitchTip" after "Our error tracker is Sentry ..."
     if not changed:
