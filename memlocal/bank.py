@@ -482,7 +482,7 @@ class MemoryBank:
         unsure: builtins.list[Memory] = []
         judge = getattr(self._extractor, "judge", None) if use_llm and not extracting else None
         if judge is not None and supersedes is None and auto_supersede and dedupe.find(profile, processed, None) is None:
-            # Issue 47: an update the rule is unsure of may be judged by the model (its deadline,
+            # An update the rule is unsure of may be judged by the model (its deadline,
             # llm.timeout_s), before the write transaction: no lock is held over the network.
             unsure = dedupe.unsure_updates(profile, processed)
             judged = judge(processed, unsure) if unsure else None
@@ -495,7 +495,7 @@ class MemoryBank:
         # and the insert. Not when the text is to be embedded between them: never under the lock.
         with self.store.transaction() if semantic is None else contextlib.nullcontext():
             if dedup:
-                # Any category (issue 47): the same text filed twice is one memory, the first
+                # Any category (docs/hygiene.md): the same text filed twice is one memory, the first
                 # save's category kept (docs/hygiene.md, "Exact duplicates").
                 if extracting:  # the given text's exact check ran before the LLM
                     found = None

@@ -99,7 +99,7 @@ class Statement:
     # What the statement is limited to: the words and the names or identifiers after a scope
     # word ("for UK merchants", "in us-east-1", "for auth-service", "in staging", "on the free
     # plan"), not its times, numbers or days ("at 10:00", "on Tuesdays"): two statements with
-    # another scope are two facts, whatever their values (issue 47).
+    # another scope are two facts, whatever their values.
     scope: frozenset[str] = frozenset()
     holder: bool = False  # the subject is only names or identifiers ("Chen Wei", "build-01")
 
@@ -352,7 +352,7 @@ def relation(old: str, new: str) -> Relation | None:
     """Whether ``new`` restates ``old`` with a changed value: ``"sure"``, ``"maybe"`` or ``None``
     (see the module docstring). Order matters: ``new`` is the later statement.
 
-    Precision first (issue 47): sure only of the same subject and the same scope restated with
+    Precision first: sure only of the same subject and the same scope restated with
     another value and nothing else: the same verb, the same other words, no value of a new kind
     (a qualifier the old statement lacks, "for UK merchants", makes another fact). Whatever else
     plausibly restates the old statement is a maybe: nothing is retired, the block dates both."""

@@ -17,7 +17,7 @@ candidate false merge. For each threshold of the Jaccard similarity of the formu
   (the real path: exact keys, then the full-text candidates): how many saves were deduplicated,
   and how many of those were not exact duplicates of the memory returned.
 
-And the exact rule (issue 47, ``exact``): how many of :data:`EXACT_DISTINCT` (texts that differ in
+And the exact rule (``exact``): how many of :data:`EXACT_DISTINCT` (texts that differ in
 case inside a path, a flag or an identifier, or in an operator or a separator that changes the
 meaning) the exact rule merges (goal 0), and how many of the turns, changed only in case and
 punctuation (upper case, the sentence's punctuation swapped), it still merges with the turn (goal:
@@ -47,7 +47,7 @@ from memlocal.hygiene import FILLER_WORDS, NEAR_MIN_TERMS, jaccard, near_duplica
 from memlocal.text import words  # noqa: E402
 
 
-# Distinct texts the exact rule must keep apart: issue 47's eight, and more of each kind.
+# Distinct texts the exact rule must keep apart: eight reported merged (docs/hygiene.md), and more of each kind.
 EXACT_DISTINCT = [
     ("/etc/App/config.yml", "/etc/app/config.yml"), ("-v", "-V"), ("a * b", "a / b"), ("3/2", "3-2"),
     ("NODE_ENV", "NODE-ENV"), ("--force", "-force"), ("x_1", "x-1"), ("C:\\Users\\build", "C:/Users/build"),
@@ -62,10 +62,10 @@ EXACT_DISTINCT = [
 
 def exact_same(a: str, b: str) -> bool:
     """Whether the exact rule merges ``a`` and ``b``: the stored key, confirmed on the exact form
-    where the bank has one (memlocal.dedup.exact_form, issue 47), else on the key's own form."""
+    where the bank has one (memlocal.dedup.exact_form), else on the key's own form."""
     try:
         from memlocal.dedup import exact_form  # type: ignore[attr-defined]
-    except ImportError:  # before issue 47: the key's normal form decided
+    except ImportError:  # an older bank: the key's normal form decided
         return normalise(a) == normalise(b)
     return normalise(a) == normalise(b) and exact_form(a) == exact_form(b)
 

@@ -251,7 +251,7 @@ def test_existing_databases_get_their_keys(tmp_path: Path) -> None:
         assert bank.save(P, SAME).memory.id == m.id
 
 
-# Issue 47: texts that differ in case inside a path, a flag or an identifier, or in an operator or
+# Texts that differ in case inside a path, a flag or an identifier, or in an operator or
 # a separator that changes the meaning, were merged (the second save returned the first).
 EXACT_DISTINCT = [
     ("Deploy reads /etc/App/config.yml", "Deploy reads /etc/app/config.yml"),
@@ -285,7 +285,7 @@ def test_a_near_duplicate_keeps_its_flags_and_paths_exact(local: MemoryBank) -> 
 
 
 def test_the_same_text_under_another_category_is_the_same_memory(local: MemoryBank) -> None:
-    """Issue 47: "Ana is allergic to peanuts" as a fact and as general reached the block twice.
+    """"Ana is allergic to peanuts" as a fact and as general reached the block twice.
     The save answers with the existing memory; its category is kept (docs/hygiene.md)."""
     fact = local.save(P, content="Ana from the design team is allergic to peanuts", category="fact")
     again = local.save(P, content="Ana from the design team is allergic to peanuts.", category="general")

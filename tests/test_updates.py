@@ -50,7 +50,7 @@ LOOKALIKES = {
     "another budget": ("The hardware budget is 50000 EUR", "The training budget is 5000 EUR"),
     "another number": ("My desk phone is 0201 5550 1234", "The team hotline is 0201 5550 9876"),
     "another conference": ("The KDD deadline is 9 February", "The ACL deadline is 15 February"),
-    # Issue 47: a qualifier the first fact lacks, or another scope, is another fact.
+    # A qualifier the first fact lacks, or another scope, is another fact.
     "a region the first lacks": ("The refund limit without manager approval is 5000 EUR",
                                  "The refund limit without manager approval is 5000 GBP for UK merchants"),
     "another service": ("Release trains leave on Tuesdays at 10:00 UTC for payments-api",
@@ -64,7 +64,7 @@ LOOKALIKES = {
     "another person's, same role": ("Priya is the release manager for iOS", "Lukas is the release manager for Android"),
 }
 
-# Issue 47: updates the rule did not relate, whose two lines reached the block undated:
+# Updates the rule did not relate, whose two lines reached the block undated:
 # (old, new, task, a string only the new holds, a string only the old holds).
 UNCAUGHT = {
     "a new person in the role": ("Chen Wei is the SRE lead and owns the on-call rotation",
@@ -304,7 +304,7 @@ def test_the_llm_proposal_joins_the_rule(anthropic_fake: FakeAnthropic, tmp_path
 
 
 def test_an_llm_judges_the_pairs_the_rule_is_unsure_of(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
-    """Issue 47: with an LLM configured, an update the rule is unsure of (a maybe) is asked of the
+    """With an LLM configured, an update the rule is unsure of (a maybe) is asked of the
     model under its deadline; the rule is the fallback (nothing retired) when the model names
     none, fails, or is late. A sure update and a save without a maybe ask nothing."""
     old_text = "Chen Wei is the SRE lead and owns the on-call rotation"
