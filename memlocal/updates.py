@@ -184,35 +184,45 @@ def statement(value: str) -> Statement:
             ends.append(r.rstrip("\"')]}\u2019\u201d")[-1:] in (",", ";", ":"))
     read = list(map(_TOKENS.__getitem__, tokens))
     lead = _leading_clause(read, ends)
-    in_scope = False
+    in_scope = after_phrase = False
     for i, (_lower, low, bare, go, marker, is_verb, value_first, value_later, _possessive, verb_stem, stem) \
             in enumerate(read):
         if i < lead:
             # "Since the migration, the artifact bucket is ...": the clause is no part of the
-            # subject; a change word's clause marks the statement (its words are read as the
-            # predicate's), a scope word's is the statement's scope ("In staging, ...").
+            # subject. A change word's clause marks the statement and is its condition, read as
+            # its scope (as "after the failover" at the end); a scope word's clause is its scope
+            # ("In staging, ..."), its words the predicate's too.
             if i == 0:
                 marked = marked or bare in _CHANGE_CLAUSE
+            elif read[0].bare in _CHANGE_CLAUSE:
+                if stem is not None or value_later:
+                    scope.add(bare if value_later else stem or bare)
             elif value_later:
                 values.add(bare)
-                if read[0].bare in SCOPE_WORDS and _kind_is_scope(bare):
+                if _kind_is_scope(bare):
                     scope.add(bare)
             elif stem is not None:
                 content.add(stem)
-                if read[0].bare in SCOPE_WORDS:
-                    scope.add(stem)
+                scope.add(stem)
             continue
         if not in_subject:
             if bare in SCOPE_WORDS:
                 in_scope = True
                 continue
             if bare in _PHRASE_BREAKS:
-                in_scope = False
+                in_scope = after_phrase = False
+        if after_phrase and not ends[i - 1]:
+            if stem is not None or value_later:
+                scope.add(bare if value_later else stem or bare)  # "after the failover": a condition
+            continue
+        after_phrase = False
         if go and i + 1 < len(tokens) and read[i + 1].lower in ("up", "down"):
             bare = "raised"  # "The rent went up to 1310 GBP"
             marker = True
         if not in_subject and bare in _AFTER and i + 1 < len(tokens) and read[i + 1].lower in _DETERMINERS:
-            marked = True  # "... is db-primary-02 after the failover": a weak marker (never a sure update)
+            # "... is db-primary-02 after the failover": a weak marker, and what follows is the
+            # statement's condition, read as its scope (never a sure update of the plain fact).
+            marked = in_scope = after_phrase = True
             continue
         if marker and (in_subject or bare not in _SUBJECT_MARKERS):
             marked = True
@@ -370,15 +380,20 @@ def relation(old: str, new: str) -> Relation | None:
             and _replaced(a.values - a.scope, b.values - b.scope):
         return SURE
     if same_subject:
-        if changed or (a.values <= b.values and a.content <= b.content and (a.values or a.content)
-                       and a.verb == b.verb) or (b.marked and b.content - a.content):
-            # another value, all the old one said and more ("... and amoxicillin"), or a change
-            # said in other words ("Expense reports are approved by the finance bot now, not Priyanka")
-            return MAYBE
+        if changed and (_overlap(a.content, b.content) >= 0.5 or (b.marked and a.content & b.content)
+                        or (b.strong and (a.verb == b.verb or b.verb == "*"))
+                        # a thing (not a person: "Caroline is 25" / "Caroline went to Paris on 9
+                        # June") restated with a qualifier added or dropped ("... is 16 from release 4.2")
+                        or (not a.holder and (a.content <= b.content or b.content <= a.content))):
+            return MAYBE  # "My dentist is now Dr. Chen at the Harbour Street practice" after "... the Riverside clinic"
+        if a.values <= b.values and a.content <= b.content and (a.values or a.content) and a.verb == b.verb:
+            return MAYBE  # all the old one said and more ("... penicillin and, since March, amoxicillin")
+        if b.strong and a.content & b.content and b.content - a.content:
+            return MAYBE  # a change in other words ("Expense reports are approved by the finance bot now, not Priyanka")
         return None
     if _holder_changed(a, b):
         return MAYBE  # "Kofi Asante is now the SRE lead ...; Chen Wei moved to the Risk team"
-    if b.marked and a.holder and a.content and a.content <= b.subject | b.content and b.values - a.values - a.subject:
+    if b.strong and a.holder and a.content and a.content <= b.subject | b.content and b.values - a.values - a.subject:
         return MAYBE  # "The on-call rotation is now owned by Kofi Asante" after "Chen Wei owns the on-call rotation"
     if b.strong and b.verb == "*" and a.values & b.values and b.values - a.values:
         return MAYBE  # "We replaced self-hosted Sentry with GlitchTip" after "Our error tracker is Sentry ..."
@@ -403,17 +418,22 @@ def _replaced(gone_from: frozenset[str], into: frozenset[str]) -> bool:
 
 
 def _holder_changed(a: Statement, b: Statement) -> bool:
-    """A new holder of one role: two named subjects (names, no possessor), the same verb and the
-    same predicate, or a predicate that says the change ("now", "moved") or names the old holder
-    ("Jonas Berg now leads the data platform team; Marta Silva moved to Search")."""
+    """A new holder of one role: two named subjects (names, no possessor), the same verb, most of
+    the old predicate, and a new text that says the change ("now", "moved") and names the old
+    holder ("Jonas Berg now leads the data platform team; Marta Silva moved to Search")."""
     if not _is_holder(a) or not _is_holder(b) or a.subject & b.subject:
         return False
     if not (a.verb == b.verb or b.verb == "*"):
         return False
-    if a.content == b.content and a.values == b.values and (a.content or a.values):
-        return True  # "Ana is the release captain" / "Ben is the release captain"
+    # The new text must say the change and name the old holder: two people doing one thing are
+    # two facts ("Caroline volunteers at the shelter", "Melanie volunteers at the shelter").
     mentions_old = a.subject <= b.values
-    return (b.marked or mentions_old) and bool(a.content) and len(a.content & b.content) / len(a.content) >= 0.5
+    if not a.content or len(a.content & b.content) / len(a.content) < 0.5:
+        return False
+    if any(value_kind(t) == "id" for t in a.subject) and any(value_kind(t) == "id" for t in b.subject):
+        # Machines, not people: "db-primary-02 is the primary database after the failover".
+        return b.marked or a.content == b.content
+    return b.marked and mentions_old
 
 
 def _is_holder(said: Statement) -> bool:
