@@ -5,12 +5,16 @@ meeting moved to Fridays at 10:00" after "The lab meeting is on Thursdays at 14:
 active unless something says the second replaces the first; a run that reads both cannot tell
 which holds. :func:`relation` reads two texts and says:
 
-- ``SURE``: the same subject, a changed value (a number, a time, a date, a version, a name, an
-  identifier) and nothing else that would tell two subjects apart. A save supersedes the older
-  memory (:meth:`memlocal.MemoryBank.save`, docs/hygiene.md "Updates").
+- ``SURE`` (precision first): the same subject and the same scope ("for UK merchants", "in
+  us-east-1", "for auth-service": :attr:`Statement.scope`), the same verb and other words, and
+  values replaced by others of the kinds they were (a number, a time, a date, a version, a name,
+  an identifier); a qualifier the old statement lacks makes another fact. A save supersedes the
+  older memory (:meth:`memlocal.MemoryBank.save`, docs/hygiene.md "Updates").
 - ``MAYBE``: the two plausibly state one thing with different values, but the rule is not sure
-  (a subject said in other words, a changed verb). Nothing is retired; the block dates both
-  lines so that the reader can order them (:func:`memlocal.injection.build_evidence_block`).
+  (a subject said in other words, a changed verb, another scope or a qualifier added, a new
+  holder of a role named with the change, a change said with "replaced" or "no longer").
+  Nothing is retired (an LLM, when configured, may judge it); the block dates both lines so that
+  the reader can order them (:func:`memlocal.injection.build_evidence_block`).
 - After a sure update, :func:`replaced_values` says which values it replaced: the block dates
   the update and any line holding one ("The reading group is on Thursdays at 14:00" beside "The
   lab meeting moved to Fridays at 10:00"), another subject or the old value in other words.
