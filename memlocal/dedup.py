@@ -73,6 +73,8 @@ _EDGE_LEFT: Final = "\"'([{\u2018\u201c"
 _EDGE_RIGHT: Final = "\"')]}.,;:!?\u2019\u201d"
 
 
+# Every dash is one dash in a technical token, as the key's sign rule reads it ("−5" is "-5").
+_DASH_TABLE: Final = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"})
 # A number with an ordinal or plural suffix ("18th", "1990s"): its case says nothing.
 _COUNTED_RE: Final = re.compile(r"\d+(?:st|nd|rd|th|s)", re.IGNORECASE)
 
@@ -95,6 +97,8 @@ def exact_form(value: str) -> tuple[str, ...]:
     out: list[str] = []
     for raw in fold_exact(value).split():
         token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw
+        if not token.isascii():
+            token = token.translate(_DASH_TABLE)
         if _technical(token):
             out.append(token)
         else:
