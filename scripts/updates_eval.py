@@ -26,6 +26,11 @@ Measures, per system:
 - ``auto superseded``: the saves that retired a memory on their own (``SaveResult.superseded``),
   and how many of those retired the update's own old fact.
 
+``clear`` is ``unambiguous (lines)`` under its short name. Per item: ``items`` (each update task:
+current, stale, stale line, clear, and the block lines holding the new or the stale string),
+``lookalikes`` (each pair: kept, the first fact still active) and ``retired`` (each automatic
+retirement with its ``memlocal history`` chain, oldest first); the text output lists them too.
+
 Systems: ``memlocal`` (defaults: ``dedup.supersede`` on, evidence mode), ``memlocal no-supersede``
 (every save with ``auto_supersede=False``: only the block's dating helps), and ``FTS5 bm25``: the
 task's words OR-ed over every fact saved (old and new, as a plain store keeps them), lines filled
@@ -186,7 +191,7 @@ def evaluate(path: Path) -> dict[str, Any]:
 def format_result(r: dict[str, Any]) -> str:
     lines = [f"Knowledge updates ({r['updates']} updates, {r['distinct']} look-alike pairs, budget {r['budget']}): "
              f"{r['data']}", ""]
-    head = (f"{'system':<24}{'current':>8}{'stale':>7}{'unambiguous':>12}{'stale line':>11}{'unamb. lines':>13}"
+    head = (f"{'system':<24}{'current':>8}{'stale':>7}{'unambiguous':>12}{'stale line':>11}{'clear':>13}"
             f"{'look-alikes kept':>18}{'auto superseded':>17}")
     lines += [head, "-" * len(head)]
     for label, key in (("memlocal", "memlocal"), ("memlocal no-supersede", "memlocal_no_supersede"),
