@@ -465,8 +465,8 @@ def build_evidence_block(
 
     def _comparable(m: "Memory") -> list["Memory"]:
         said = statement(m.processed_content)
-        if not said.values and not said.holder:
-            return []  # no value to differ in: nothing for a reader to order
+        if not said.values and not said.holder and not said.marked:
+            return []  # no value to differ in, no change said: nothing for a reader to order
         keys = [*said.subject, *(said.content if said.marked else ()), *(f"~{w}" for w in said.subject),
                 *(f"^{w}" for w in (said.content if said.holder else ())),  # a new holder of a role
                 *(f"^{w}" for w in ((said.subject | said.content) if said.marked else ()))]
@@ -507,7 +507,7 @@ def build_evidence_block(
             for v in _replaced(m):
                 holders.setdefault(v, []).append(m)
         said = statement(m.processed_content)
-        if not said.values and not said.holder:
+        if not said.values and not said.holder and not said.marked:
             return
         for key in {*said.subject, *(f"~{w}" for w in (said.content if said.marked else ())),
                     *(f"^{w}" for w in (said.content if said.holder else ()))}:

@@ -69,6 +69,7 @@ _VERB_BASES: Final = """
     include mean stand fall rise grow drop reset retrain track store keep send receive host
     deploy release ship build happen rotate renew support weigh measure speak write read eat
     drink sleep wake commute join attend call email book cook fly
+    handle approve chair maintain coordinate oversee organise organize
     """.split()
 _IRREGULAR: Final = ("is are was were be been am has have had does did went goes takes took "
                      "ran runs meets met costs paid pays leaves left holds held keeps kept "
@@ -223,9 +224,12 @@ def statement(value: str) -> Statement:
         if go and i + 1 < len(tokens) and read[i + 1].lower in ("up", "down"):
             bare = "raised"  # "The rent went up to 1310 GBP"
             marker = True
-        if not in_subject and bare in _AFTER and i + 1 < len(tokens) and read[i + 1].lower in _DETERMINERS:
-            # "... is db-primary-02 after the failover": a weak marker, and what follows is the
-            # statement's condition, read as its scope (never a sure update of the plain fact).
+        if not in_subject and i + 1 < len(tokens) and (
+                (bare in _AFTER and read[i + 1].lower in _DETERMINERS)
+                or (bare == "from" and read[i + 1].lower in ("next", "this"))):
+            # "... is db-primary-02 after the failover", "... at 09:45 from next week": a weak
+            # marker, and what follows is the statement's condition, read as its scope (never a
+            # sure update of the plain fact).
             marked = in_scope = after_phrase = True
             continue
         if marker and (in_subject or bare not in _SUBJECT_MARKERS):
@@ -394,10 +398,13 @@ def relation(old: str, new: str) -> Relation | None:
             return MAYBE  # all the old one said and more ("... penicillin and, since March, amoxicillin")
         if b.strong and a.content & b.content and b.content - a.content:
             return MAYBE  # a change in other words ("Expense reports are approved by the finance bot now, not Priyanka")
+        if b.strong and a.verb == b.verb and a.values - b.values and not b.values - a.values:
+            return MAYBE  # "We now deploy every weekday" after "We deploy on Tuesdays and Thursdays"
         return None
     if _holder_changed(a, b):
         return MAYBE  # "Kofi Asante is now the SRE lead ...; Chen Wei moved to the Risk team"
-    if b.strong and a.holder and a.content and a.content <= b.subject | b.content and b.values - a.values - a.subject:
+    if (b.strong or (b.marked and a.subject <= b.values)) and a.holder and a.content \
+            and a.content <= b.subject | b.content and b.values - a.values - a.subject:
         return MAYBE  # "The on-call rotation is now owned by Kofi Asante" after "Chen Wei owns the on-call rotation"
     if b.strong and b.verb == "*" and a.values & b.values and b.values - a.values:
         return MAYBE  # "We replaced self-hosted Sentry with GlitchTip" after "Our error tracker is Sentry ..."
