@@ -495,8 +495,8 @@ class MemoryBank:
         # and the insert. Not when the text is to be embedded between them: never under the lock.
         with self.store.transaction() if semantic is None else contextlib.nullcontext():
             if dedup:
-                # Any category (docs/hygiene.md): the same text filed twice is one memory, the first
-                # save's category kept (docs/hygiene.md, "Exact duplicates").
+                # Any category: the same text filed twice is one memory, the first save's
+                # category kept (docs/hygiene.md, "Exact duplicates").
                 if extracting:  # the given text's exact check ran before the LLM
                     found = None
                     dup = dedupe.exact(profile, (processed,), None) if processed != given else None
