@@ -467,9 +467,9 @@ class MemoryBank:
         if extracting:
             assert raw_input is not None and self._extractor is not None
             if dedup:
-                # Before the LLM: a repeated note costs no extraction call. The category must
-                # match; when the model is to choose it, what it chose for the same text stands.
-                dup = dedupe.exact(profile, (given,), category)
+                # Before the LLM: a repeated note costs no extraction call. Whatever the category:
+                # the same text in another category is the same memory, its category kept.
+                dup = dedupe.exact(profile, (given,), None)
                 if dup is not None:
                     return self._deduplicated(profile, dup, supersedes, redacted)
             if supersedes is None:  # the caller has not decided: the model may propose one
@@ -486,6 +486,14 @@ class MemoryBank:
         auto: str | None = None
         if auto_supersede is None:  # part of the write-time hygiene: off with it (deduplicate, dedup.enabled)
             auto_supersede = dedup and self.config.dedup.supersede
+        judged: str | None = None
+        unsure: builtins.list[Memory] = []
+        judge = getattr(self._extractor, "judge", None) if use_llm and not extracting else None
+        if judge is not None and supersedes is None and auto_supersede and dedupe.find(profile, processed, None) is None:
+            # An update the rule is unsure of may be judged by the model (its deadline,
+            # llm.timeout_s), before the write transaction: no lock is held over the network.
+            unsure = dedupe.unsure_updates(profile, processed)
+            judged = judge(processed, unsure) if unsure else None
         semantic = self.semantic
         vector = None
         retired_memory: Memory | None = None
@@ -495,14 +503,16 @@ class MemoryBank:
         # and the insert. Not when the text is to be embedded between them: never under the lock.
         with self.store.transaction() if semantic is None else contextlib.nullcontext():
             if dedup:
+                # Any category: the same text filed twice is one memory, the first save's
+                # category kept (docs/hygiene.md, "Exact duplicates").
                 if extracting:  # the given text's exact check ran before the LLM
                     found = None
-                    dup = dedupe.exact(profile, (processed,), category) if processed != given else None
+                    dup = dedupe.exact(profile, (processed,), None) if processed != given else None
                 else:  # the same text for both checks: their rows in one query
                     found = dedupe.candidates(profile, given)
-                    dup = dedupe.exact(profile, (given,), category, found=found[0] if found else None)
+                    dup = dedupe.exact(profile, (given,), None, found=found[0] if found else None)
                 if dup is None and self.config.dedup.near:
-                    dup = dedupe.near(profile, processed, category, found=found[1] if found else None)
+                    dup = dedupe.near(profile, processed, None, found=found[1] if found else None)
                 if dup is not None:
                     return self._deduplicated(profile, dup, supersedes, redacted)
             now = utcnow()
@@ -526,8 +536,8 @@ class MemoryBank:
                 extra=extra,
             )
             if supersedes is None and auto_supersede:
-                auto = dedupe.update_of(profile, processed, extraction.supersedes if extraction is not None else None,
-                                        similar)
+                auto = dedupe.update_of(profile, processed, extraction.supersedes if extraction is not None else judged,
+                                        similar or unsure)
                 supersedes = auto
             vector = semantic.vectors_for([processed])[0] if semantic is not None else None  # not under the lock
             for _ in range(16):

@@ -9,13 +9,16 @@ the rows: which candidates each check reads, in which order, and which one wins.
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol, Sequence
+import re
+from functools import lru_cache
+from typing import Final, Iterable, Protocol, Sequence
 
 from . import text
 from .config import DedupConfig
+from .fold import fold_exact
 from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature, signature_key, text_key
 from .model import Memory
-from .updates import SURE, relation, statement
+from .updates import MAYBE, SURE, relation, statement
 
 # Candidates the near-duplicate rule examines (the recall index's best matches), and the update
 # rule its required-terms matches.
@@ -57,6 +60,57 @@ class DuplicateLookups(Protocol):
 
 Found = tuple[list[Memory], list[Memory]]
 
+# Exact means exact (docs/hygiene.md, "The duplicate key"): the stored key (hygiene.text_key) folds
+# case and every separating punctuation, so it finds the candidates; what decides is the exact
+# form below, which keeps, in a *technical* token (a path, a flag, an identifier, an operator, a
+# number), its case and the separators that change a meaning. Prose words keep the key's folds:
+# "ana PREFERS dark-mode!" is "Ana prefers dark mode."
+# The characters that make a token technical wherever they stand inside it.
+_TECHNICAL_RE: Final = re.compile(r"[\d*/\\_:=<>|~^]|\w\.\w")
+# What a sentence puts around a word: stripped before the token is read (never a leading dash,
+# slash or backslash: "-v", "/etc", "\\\\files01").
+_EDGE_LEFT: Final = "\"'([{\u2018\u201c"
+_EDGE_RIGHT: Final = "\"')]}.,;:!?\u2019\u201d"
+
+
+# Every dash is one dash in a technical token, as the key's sign rule reads it ("−5" is "-5").
+_DASH_TABLE: Final = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"})
+# A number with an ordinal or plural suffix ("18th", "1990s"): its case says nothing.
+_COUNTED_RE: Final = re.compile(r"\d+(?:st|nd|rd|th|s)", re.IGNORECASE)
+
+
+def _technical(token: str) -> bool:
+    return (token[:1] in "-*" or bool(_TECHNICAL_RE.search(token))) and not _COUNTED_RE.fullmatch(token)
+
+
+@lru_cache(maxsize=4096)  # a save compares its text with each candidate's
+def exact_form(value: str) -> tuple[str, ...]:
+    """What the exact rule compares of a text: its tokens (runs of non-space, the sentence's
+    punctuation around them stripped), a technical one as written (look-alikes and invisible
+    characters folded as the key folds them, :func:`memlocal.fold.fold_exact`, but its case and
+    every operator and separator kept: ``/etc/App/config.yml``, ``-V``, ``--force``, ``NODE_ENV``,
+    ``x_1``, ``3/2``, ``a * b``, ``C:\\Users``), a prose word as the key reads it
+    (:func:`memlocal.hygiene.normalise`: case, diacritics and punctuation folded). A token is
+    technical when it starts with a dash or ``*``, holds a digit or one of ``* / \\ _ : = < > | ~
+    ^``, or a dot between two word characters; a word of letters joined by hyphens is prose
+    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode")."""
+    out: list[str] = []
+    for raw in fold_exact(value).split():
+        token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw
+        if not token.isascii():
+            token = token.translate(_DASH_TABLE)
+        if _technical(token):
+            out.append(token)
+        else:
+            out += normalise(token).split()  # "dark-mode" is "dark mode"
+    return tuple(out)
+
+
+def _technical_tokens(value: str) -> tuple[str, ...]:
+    """The technical tokens of ``value`` (:func:`exact_form`), in order: a near duplicate must hold
+    the same ones ("Run the tests with -v" is not "... with -V")."""
+    return tuple(t for t in exact_form(value) if _technical(t))
+
 
 class Deduplicator:
     """The duplicate and update checks of one save (or of :meth:`MemoryBank.find_duplicate`)
@@ -94,14 +148,14 @@ class Deduplicator:
         """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
         ``category`` (``None``: any category), ignoring the ids in ``skip``. ``found``: the rows
         with the texts' keys, when already read (:meth:`candidates`)."""
-        wanted = {normalise(t) for t in texts}
+        wanted = {exact_form(t) for t in texts}
         if found is None:
             found = self.lookups.find_by_keys(profile, sorted({text_key(t) for t in texts}))[0]
         for m in found:
             if category is not None and m.category != category:
                 continue  # the same words as a preference and as a context are two memories
             # Confirm on the text: a key written by another tool could be stale.
-            if m.id not in skip and (normalise(m.processed_content) in wanted or normalise(m.raw_input) in wanted):
+            if m.id not in skip and (exact_form(m.processed_content) in wanted or exact_form(m.raw_input) in wanted):
                 return m
         return None
 
@@ -124,9 +178,14 @@ class Deduplicator:
         for m in candidates:
             if m.id in skip or (category is not None and m.category != category):
                 continue
-            if jaccard(sig.terms, text.terms(m.processed_content)) < threshold:
-                continue  # cheap test first: the terms alone already rule it out
-            if near_duplicate(sig, signature(m.processed_content), threshold):
+            other = signature(m.processed_content)
+            # Cheap test first: the terms alone already rule it out. The signature's terms, not the
+            # recall index's (text.terms adds topic words, "food" for "peanuts": a reworded text
+            # never reached 1.0 against them, and nothing with such a word was ever merged).
+            if jaccard(sig.terms, other.terms) < threshold:
+                continue
+            if near_duplicate(sig, other, threshold) \
+                    and _technical_tokens(m.processed_content) == _technical_tokens(processed):
                 return m
         return None
 
@@ -165,3 +224,22 @@ class Deduplicator:
         # restated twice: "The rent is 1200 GBP a month, due on the 1st" before "The rent is ...").
         mine = text.terms(processed)
         return max(sure, key=lambda s: jaccard(mine, text.terms(s[1])))[0]
+
+    def unsure_updates(self, profile: str, processed: str, limit: int = 4) -> list[Memory]:
+        """The active memories of ``profile`` that a save of ``processed`` may update, the rule
+        unsure (:data:`memlocal.updates.MAYBE`): among the full-text index's best matches, at most
+        ``limit``, best first. What an LLM may judge (``MemoryBank.save``); none when the rule is
+        sure of one (:meth:`update_of` retires it without asking)."""
+        said = statement(processed)
+        if not said.subject:
+            return []
+        out: list[Memory] = []
+        for m in self.lookups.similar(profile, query_terms(processed), NEAR_CANDIDATES):
+            if not m.is_active:
+                continue
+            rel = relation(m.processed_content, processed)
+            if rel == SURE:
+                return []
+            if rel == MAYBE and len(out) < limit:
+                out.append(m)
+        return out

@@ -248,7 +248,23 @@ def entry_line(category: str, content: str) -> str:
     from the bucket) never went through this host's save."""
     from .redact import redact
 
-    return f"* [{category}] {one_line(redact(content).text)}"
+    shown = one_line(redact(content).text)
+    return f"* [{category}] {QUOTE + shown if poses_as_annotation(shown) else shown}"
+
+
+# The first character of an annotation the renderer writes after an entry's category (its date,
+# "(saved 2026-03-14) "), of a bracket, and of the renderer's quote.
+_ANNOTATION_STARTS: Final = ("(", "[", ">")
+
+
+def poses_as_annotation(content: str) -> bool:
+    """True when a memory's text, as shown, begins like something the renderer writes between
+    the category and the text: an opening parenthesis or bracket (``(saved 2099-12-31)``,
+    ``(updated ...)``, any date in parentheses) or the quote itself, once look-alikes and
+    invisible characters are normalised away (:func:`skeleton`: ``（saved`` is ``(saved``). Such
+    a text is rendered behind the renderer's quote (:func:`entry_line`), as a context's line that
+    poses as structure is: the renderer's own annotations come before the quote, none after it."""
+    return skeleton(content[:64]).lstrip().startswith(_ANNOTATION_STARTS)
 
 
 def dated_line(line: str, when: datetime, *, precise: bool = False) -> str:
@@ -449,9 +465,11 @@ def build_evidence_block(
 
     def _comparable(m: "Memory") -> list["Memory"]:
         said = statement(m.processed_content)
-        if not said.values:
-            return []  # no value to differ in: nothing for a reader to order
-        keys = [*said.subject, *(said.content if said.marked else ()), *(f"~{w}" for w in said.subject)]
+        if not said.values and not said.holder and not said.marked:
+            return []  # no value to differ in, no change said: nothing for a reader to order
+        keys = [*said.subject, *(said.content if said.marked else ()), *(f"~{w}" for w in said.subject),
+                *(f"^{w}" for w in (said.content if said.holder else ())),  # a new holder of a role
+                *(f"^{w}" for w in ((said.subject | said.content) if said.marked else ()))]
         found: dict[str, "Memory"] = {}
         for key in keys:
             for o in by_word.get(key, ()):
@@ -489,9 +507,10 @@ def build_evidence_block(
             for v in _replaced(m):
                 holders.setdefault(v, []).append(m)
         said = statement(m.processed_content)
-        if not said.values:
+        if not said.values and not said.holder and not said.marked:
             return
-        for key in {*said.subject, *(f"~{w}" for w in (said.content if said.marked else ()))}:
+        for key in {*said.subject, *(f"~{w}" for w in (said.content if said.marked else ())),
+                    *(f"^{w}" for w in (said.content if said.holder else ()))}:
             by_word.setdefault(key, []).append(m)
 
     order: list["ScoredMemory"] = []

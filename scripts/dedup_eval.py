@@ -17,6 +17,12 @@ candidate false merge. For each threshold of the Jaccard similarity of the formu
   (the real path: exact keys, then the full-text candidates): how many saves were deduplicated,
   and how many of those were not exact duplicates of the memory returned.
 
+And the exact rule (``exact``): how many of :data:`EXACT_DISTINCT` (texts that differ in
+case inside a path, a flag or an identifier, or in an operator or a separator that changes the
+meaning) the exact rule merges (goal 0), and how many of the turns, changed only in case and
+punctuation (upper case, the sentence's punctuation swapped), it still merges with the turn (goal:
+all but those whose technical tokens change case, "3pm" / "3PM").
+
     python scripts/dedup_eval.py [PATH] [--thresholds 1.0,0.9,0.8] [--json] [--no-bank]
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +45,48 @@ from memlocal import MemoryBank  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.hygiene import FILLER_WORDS, NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature  # noqa: E402
 from memlocal.text import words  # noqa: E402
+
+
+# Distinct texts the exact rule must keep apart: eight reported merged (docs/hygiene.md), and more of each kind.
+EXACT_DISTINCT = [
+    ("/etc/App/config.yml", "/etc/app/config.yml"), ("-v", "-V"), ("a * b", "a / b"), ("3/2", "3-2"),
+    ("NODE_ENV", "NODE-ENV"), ("--force", "-force"), ("x_1", "x-1"), ("C:\\Users\\build", "C:/Users/build"),
+    ("Run pytest -k Slow", "Run pytest -k slow"), ("git log -S foo", "git log -s foo"),
+    ("The bucket is s3://Logs-Prod", "The bucket is s3://logs-prod"), ("Set MAX_RETRIES=3", "Set MAX-RETRIES=3"),
+    ("The key is user:id", "The key is user_id"), ("Use ~/bin/Tool", "Use ~/bin/tool"),
+    ("The formula is a*b+c", "The formula is a/b+c"), ("Call getUser_v2", "Call getUser-v2"),
+    ("Mount \\\\nas01\\Share", "Mount //nas01/Share"), ("The flag is --dry-run", "The flag is --dry_run"),
+    ("Version 1.2-rc", "Version 1.2_rc"), ("Ratio 16:9", "Ratio 16/9"),
+]
+
+
+def exact_same(a: str, b: str) -> bool:
+    """Whether the exact rule merges ``a`` and ``b``: the stored key, confirmed on the exact form
+    where the bank has one (memlocal.dedup.exact_form), else on the key's own form."""
+    try:
+        from memlocal.dedup import exact_form  # type: ignore[attr-defined]
+    except ImportError:  # an older bank: the key's normal form decided
+        return normalise(a) == normalise(b)
+    return normalise(a) == normalise(b) and exact_form(a) == exact_form(b)
+
+
+_PROSE_PUNCT = {".": "!", ",": ";", "?": ".", "!": "."}
+_SENTENCE_PUNCT_RE = re.compile(r"[.,?!](?=\s|$)")  # the sentence's, not a token's ("J.K.", "3.5")
+
+
+def prose_variant(turn: str) -> str:
+    """``turn`` in upper case, its sentence punctuation swapped, spaces around it."""
+    return "  " + _SENTENCE_PUNCT_RE.sub(lambda m: _PROSE_PUNCT[m.group()], turn.upper()) + "!! "
+
+
+def exact_rule(turns: list[str]) -> dict[str, Any]:
+    """The exact rule on :data:`EXACT_DISTINCT` and on the turns changed in case and punctuation."""
+    merged_distinct = [p for p in EXACT_DISTINCT if exact_same(*p)]
+    variants = [(t, prose_variant(t)) for t in turns]
+    kept_apart = [t for t, v in variants if not exact_same(t, v)]
+    return {"distinctPairs": len(EXACT_DISTINCT), "distinctMerged": len(merged_distinct),
+            "mergedPairs": merged_distinct, "proseVariants": len(variants),
+            "proseMerged": len(variants) - len(kept_apart), "proseKeptApart": kept_apart}
 
 
 def strict_same(a: str, b: str) -> bool:
@@ -90,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     n_turns = sum(len(t) for t in turns_by_conv)
     n_pairs = sum(len(t) * (len(t) - 1) // 2 for t in turns_by_conv)
     exact = sum(len(t) - len({normalise(x) for x in t}) for t in turns_by_conv)
-    report: dict[str, Any] = {"turns": n_turns, "pairs": n_pairs, "exactDuplicateTurns": exact, "thresholds": {}}
+    report: dict[str, Any] = {"turns": n_turns, "pairs": n_pairs, "exactDuplicateTurns": exact,
+                              "exact": exact_rule([t for ts in turns_by_conv for t in ts]), "thresholds": {}}
     for th in (float(x) for x in args.thresholds.split(",")):
         found = [rule_pairs(t, th) for t in turns_by_conv]
         pairs = [p for ps, _ in found for p in ps]
@@ -110,6 +160,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"LoCoMo conversations 0-4: {n_turns} turns, {n_pairs} pairs within conversations, "
           f"{exact} turns repeat an earlier one exactly")
+    ex = report["exact"]
+    print(f"exact rule: {ex['distinctMerged']} of {ex['distinctPairs']} distinct technical pairs merged; "
+          f"{ex['proseMerged']} of {ex['proseVariants']} turns merged with their case/punctuation variant")
+    for a, b in ex["mergedPairs"]:
+        print(f"    merged: {a!r} = {b!r}")
+    for t in ex["proseKeptApart"][:20]:
+        print(f"    kept apart from its variant: {t!r}")
     for th, row in report["thresholds"].items():
         line = (f"threshold {th}: terms alone {row['termsOnlyPairs']} pairs; rule merges {row['rulePairs']} pairs, {row['strictDistinct']} of them "
                 f"distinct by the stricter rule (false-merge rate {row['falseMergeRate']:.2e} of all pairs)")

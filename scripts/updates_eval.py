@@ -26,6 +26,11 @@ Measures, per system:
 - ``auto superseded``: the saves that retired a memory on their own (``SaveResult.superseded``),
   and how many of those retired the update's own old fact.
 
+``clear`` is ``unambiguous (lines)`` under its short name. Per item: ``items`` (each update task:
+current, stale, stale line, clear, and the block lines holding the new or the stale string),
+``lookalikes`` (each pair: kept, the first fact still active) and ``retired`` (each automatic
+retirement with its ``memlocal history`` chain, oldest first); the text output lists them too.
+
 Systems: ``memlocal`` (defaults: ``dedup.supersede`` on, evidence mode), ``memlocal no-supersede``
 (every save with ``auto_supersede=False``: only the block's dating helps), and ``FTS5 bm25``: the
 task's words OR-ed over every fact saved (old and new, as a plain store keeps them), lines filled
@@ -41,7 +46,7 @@ import json
 import sqlite3
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -66,6 +71,7 @@ class Tally:
     literal measure, ``stale``/``unambiguous``) but not a stale line (``stale_line``/``clear``)."""
 
     lookalikes: tuple[str, ...] = ()
+    items: list[dict[str, Any]] = field(default_factory=list)  # per task: what the block held
     n: int = 0
     current: int = 0
     stale: int = 0
@@ -82,14 +88,18 @@ class Tally:
         self.current += bool(cur)
         self.stale += bool(old_lines)
         self.stale_line += bool(stale_lines)
-        self.unambiguous += bool(cur) and (not old_lines or all("(saved " in ln for ln in (*cur, *old_lines)))
-        self.clear += bool(cur) and (not stale_lines or all("(saved " in ln for ln in (*cur, *stale_lines)))
+        unambiguous = bool(cur) and (not old_lines or all("(saved " in ln for ln in (*cur, *old_lines)))
+        clear = bool(cur) and (not stale_lines or all("(saved " in ln for ln in (*cur, *stale_lines)))
+        self.unambiguous += unambiguous
+        self.clear += clear
+        self.items.append({"current": bool(cur), "stale": bool(old_lines), "stale_line": bool(stale_lines),
+                           "clear": clear, "lines": [*cur, *stale_lines]})
 
     def to_dict(self) -> dict[str, Any]:
         n = max(1, self.n)
         return {"current": round(self.current / n, 3), "stale": round(self.stale / n, 3),
                 "unambiguous": round(self.unambiguous / n, 3), "stale_line": round(self.stale_line / n, 3),
-                "unambiguous_lines": round(self.clear / n, 3), "tasks": self.n}
+                "unambiguous_lines": round(self.clear / n, 3), "clear": round(self.clear / n, 3), "tasks": self.n}
 
 
 def _old_rows(data: dict[str, Any]) -> list[str]:
@@ -105,6 +115,7 @@ def _memlocal(data: dict[str, Any], tmp: Path, *, auto: bool) -> dict[str, Any]:
     tally = Tally(tuple(d[1] for d in data["distinct"]))
     kept = 0
     retired: list[tuple[str, str | None]] = []  # (the save's text, the text it retired)
+    retired_ids: list[str] = []  # the saves that retired one
     with MemoryBank(tmp / f"updates-{auto}.db", config=config) as bank:
         old = _old_rows(data)
         start = NOW - timedelta(days=200)
@@ -128,16 +139,25 @@ def _memlocal(data: dict[str, Any], tmp: Path, *, auto: bool) -> dict[str, Any]:
                 lookalike_ids.append(result.memory.id)
             if result.superseded:
                 retired.append((text, text_of.get(result.superseded)))
-        for (first, _look, _task), look_id in zip(data["distinct"], lookalike_ids):
+                retired_ids.append(result.memory.id)
+        pairs = []
+        for (first, look, _task), look_id in zip(data["distinct"], lookalike_ids):
             first_m = bank.get(PROFILE, by_text[first])
             look_m = bank.get(PROFILE, look_id)
-            kept += look_m.is_active and first_m.superseded_by != look_id and look_m.supersedes != first_m.id
+            ok = look_m.is_active and first_m.superseded_by != look_id and look_m.supersedes != first_m.id
+            kept += ok
+            pairs.append({"fact": first, "lookalike": look, "kept": bool(ok), "fact_active": first_m.is_active})
         for _old, _new, task, new_s, old_s in data["updates"]:
             tally.add(bank.render_context_block(PROFILE, task, now=NOW + timedelta(minutes=5)).text, new_s, old_s)
+        # What `memlocal history` shows for each automatic retirement: the chain, oldest first.
+        histories = [[f"{'active' if m.is_active else 'inactive'}: {m.processed_content}"
+                      for m in bank.history(PROFILE, mid)] for mid in retired_ids]
     own = {(u[1], u[0]) for u in data["updates"]}
+    items = [{"task": u[2], "new": u[1], "old": u[0], **item} for u, item in zip(data["updates"], tally.items)]
     return {**tally.to_dict(), "lookalikes_kept": round(kept / max(1, len(data["distinct"])), 3),
             "auto_superseded": len(retired), "auto_superseded_own_old": sum(p in own for p in retired),
-            "retired": [{"by": a, "old": b} for a, b in retired]}
+            "retired": [{"by": a, "old": b, "history": h} for (a, b), h in zip(retired, histories)],
+            "items": items, "lookalikes": pairs}
 
 
 def _bm25(data: dict[str, Any], budget: int) -> dict[str, Any]:
@@ -171,7 +191,7 @@ def evaluate(path: Path) -> dict[str, Any]:
 def format_result(r: dict[str, Any]) -> str:
     lines = [f"Knowledge updates ({r['updates']} updates, {r['distinct']} look-alike pairs, budget {r['budget']}): "
              f"{r['data']}", ""]
-    head = (f"{'system':<24}{'current':>8}{'stale':>7}{'unambiguous':>12}{'stale line':>11}{'unamb. lines':>13}"
+    head = (f"{'system':<24}{'current':>8}{'stale':>7}{'unambiguous':>12}{'stale line':>11}{'clear':>13}"
             f"{'look-alikes kept':>18}{'auto superseded':>17}")
     lines += [head, "-" * len(head)]
     for label, key in (("memlocal", "memlocal"), ("memlocal no-supersede", "memlocal_no_supersede"),
@@ -183,6 +203,16 @@ def format_result(r: dict[str, Any]) -> str:
                      f"{v['stale_line']:>11.3f}{v['unambiguous_lines']:>13.3f}{kept:>18}{auto:>17}")
     lines.append("")
     lines.append("auto superseded: saves that retired their update's own old fact / all saves that retired one")
+    lines += ["", "memlocal, per update task (C current, S stale line, clear):"]
+    for item in r["memlocal"]["items"]:
+        lines.append(f"  {'C' if item['current'] else '-'}{'S' if item['stale_line'] else '-'}"
+                     f"{' clear' if item['clear'] else ' UNCLEAR'}  {item['task']}")
+    lines += ["", "memlocal, per look-alike pair:"]
+    for pair in r["memlocal"]["lookalikes"]:
+        lines.append(f"  {'kept' if pair['kept'] else 'RETIRED'}  {pair['fact']}  /  {pair['lookalike']}")
+    lines += ["", "memlocal, automatic retirements (memlocal history, oldest first):"]
+    for ret in r["memlocal"]["retired"]:
+        lines.append("  " + "  ->  ".join(ret["history"]))
     return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from memlocal import MemoryBank
 from memlocal.errors import ValidationError
 from memlocal.injection import (NOTE_HEADER, NOTE_PREAMBLE, OPERATOR_HEADER, _block_text, assemble, context_block,
-                                entry_line, one_line, operator_block, shown_lines)
+                                entry_line, one_line, operator_block, shown_lines, skeleton)
 from memlocal.model import CATEGORIES, check_text
 from memlocal.redact import redact
 
@@ -64,9 +64,19 @@ def test_any_untrusted_text_parses_back_into_what_was_put_in(contexts: list[str]
         if shown:
             expected_contexts.append((header, shown))
     assert parsed.contexts == expected_contexts
-    assert parsed.core == [(c, one_line(redact(t).text)) for c, t in core]
-    assert parsed.relevant == [(c, one_line(redact(t).text)) for c, t in relevant]
-    assert parsed.filler == [(c, one_line(redact(t).text)) for c, t in filler]
+    assert parsed.core == [(c, _shown(t)) for c, t in core]
+    assert parsed.relevant == [(c, _shown(t)) for c, t in relevant]
+    assert parsed.filler == [(c, _shown(t)) for c, t in filler]
+    # No entry's text begins like the renderer's annotations ("(saved ...)"): only its quote does.
+    for _c, content in (*parsed.core, *parsed.relevant, *parsed.filler):
+        assert content.startswith("> ") or not skeleton(content).lstrip().startswith(("(", "[", ">"))
+
+
+def _shown(text: str) -> str:
+    """A memory's text as its entry shows it (docs/hygiene.md, "The grammar of the blocks"): one
+    line, behind the renderer's quote when it begins like an annotation or the quote."""
+    line = one_line(redact(text).text)
+    return "> " + line if skeleton(line).lstrip().startswith(("(", "[", ">")) else line
     assert parsed.rest == ""
 
 

@@ -251,6 +251,52 @@ def test_existing_databases_get_their_keys(tmp_path: Path) -> None:
         assert bank.save(P, SAME).memory.id == m.id
 
 
+# Texts that differ in case inside a path, a flag or an identifier, or in an operator or
+# a separator that changes the meaning, were merged (the second save returned the first).
+EXACT_DISTINCT = [
+    ("Deploy reads /etc/App/config.yml", "Deploy reads /etc/app/config.yml"),
+    ("Run the tests with -v", "Run the tests with -V"),
+    ("The score is a * b", "The score is a / b"),
+    ("The ratio is 3/2", "The ratio is 3-2"),
+    ("Set NODE_ENV before the build", "Set NODE-ENV before the build"),
+    ("Push with --force", "Push with -force"),
+    ("The variable is x_1", "The variable is x-1"),
+    ("The cache lives in C:\\Users\\build", "The cache lives in C:/Users/build"),
+]
+
+
+@pytest.mark.parametrize("first,second", EXACT_DISTINCT)
+def test_exact_means_exact_case_operators_and_separators_are_kept(local: MemoryBank, first: str, second: str) -> None:
+    a = local.save(P, content=first, category="fact")
+    b = local.save(P, content=second, category="fact")
+    assert b.deduplicated is False and b.memory.id != a.memory.id
+    # Prose around them still folds: the same technical token, case and punctuation changed.
+    again = local.save(P, content=second.upper().replace(second.split()[-1].upper(), second.split()[-1]) + "!",
+                       category="fact")
+    assert again.deduplicated is True and again.memory.id == b.memory.id
+
+
+def test_a_near_duplicate_keeps_its_flags_and_paths_exact(local: MemoryBank) -> None:
+    first = local.save(P, content="Always run the integration tests with -v before merging", category="fact")
+    assert local.save(P, content="Always run the integration test with -V before merging",
+                      category="fact").deduplicated is False
+    assert local.save(P, content="always run the integration test with -v before merging",
+                      category="fact").memory.id == first.memory.id
+
+
+def test_the_same_text_under_another_category_is_the_same_memory(local: MemoryBank) -> None:
+    """"Ana is allergic to peanuts" as a fact and as general reached the block twice.
+    The save answers with the existing memory; its category is kept (docs/hygiene.md)."""
+    fact = local.save(P, content="Ana from the design team is allergic to peanuts", category="fact")
+    again = local.save(P, content="Ana from the design team is allergic to peanuts.", category="general")
+    assert again.deduplicated is True and again.memory.id == fact.memory.id and again.memory.category == "fact"
+    reworded = local.save(P, content="ana from the design team is allergic to the peanuts", category="context")
+    assert reworded.deduplicated is True and reworded.memory.id == fact.memory.id
+    assert count(local) == 1
+    block = local.render_context_block(P, "Plan the team lunch: any allergies?").text
+    assert block.count("allergic to peanuts") == 1
+
+
 # --- 2. supersession ----------------------------------------------------------------------------
 
 

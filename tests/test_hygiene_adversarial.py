@@ -322,13 +322,17 @@ def test_different_facts_are_never_merged(cli: Any, first: str, second: str) -> 
     assert b["deduplicated"] is False and b["memory"]["id"] != a["memory"]["id"]
 
 
-def test_the_category_must_match(make_bank: Callable[..., MemoryBank], tmp_path: Path) -> None:
+def test_another_category_is_the_same_memory_its_category_kept(make_bank: Callable[..., MemoryBank],
+                                                                tmp_path: Path) -> None:
+    """Was: the category must match. The same text in another category is the memory
+    already saved, whose category stays; across hosts, the converge rule still keys by category."""
     with make_bank(tmp_path / "c.db") as bank:
         pref = bank.save("p", content="Ana likes green tea", category="preference")
         ctx = bank.save("p", content="Ana likes green tea", category="context")
-        assert ctx.deduplicated is False and ctx.memory.category == "context"
+        assert ctx.deduplicated is True and ctx.memory.id == pref.memory.id and ctx.memory.category == "preference"
         again = bank.save("p", content="ana likes green tea!", category="preference")
         assert again.deduplicated is True and again.memory.id == pref.memory.id
+        assert bank.list("p").total == 1
         assert exact_key("preference", "Ana likes green tea") != exact_key("context", "Ana likes green tea")
 
 

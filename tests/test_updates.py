@@ -8,6 +8,7 @@ The examples here are not the dev set's (scripts/updates_eval.py measures that o
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
@@ -49,6 +50,42 @@ LOOKALIKES = {
     "another budget": ("The hardware budget is 50000 EUR", "The training budget is 5000 EUR"),
     "another number": ("My desk phone is 0201 5550 1234", "The team hotline is 0201 5550 9876"),
     "another conference": ("The KDD deadline is 9 February", "The ACL deadline is 15 February"),
+    # A qualifier the first fact lacks, or another scope, is another fact.
+    "a region the first lacks": ("The refund limit without manager approval is 5000 EUR",
+                                 "The refund limit without manager approval is 5000 GBP for UK merchants"),
+    "another service": ("Release trains leave on Tuesdays at 10:00 UTC for payments-api",
+                        "Release trains leave on Tuesdays at 10:00 UTC for auth-service"),
+    "another region and time": ("Database snapshots run at 02:00 UTC in eu-west-1",
+                                "Database snapshots run at 03:30 UTC in us-east-1"),
+    "another environment": ("The request timeout is 30 seconds in production",
+                            "The request timeout is 90 seconds in staging"),
+    "an audience the first lacks": ("The VPN password rotates every 90 days",
+                                    "The VPN password rotates every 30 days for contractors"),
+    "another person's, same role": ("Priya is the release manager for iOS", "Lukas is the release manager for Android"),
+}
+
+# Updates the rule did not relate, whose two lines reached the block undated:
+# (old, new, task, a string only the new holds, a string only the old holds).
+UNCAUGHT = {
+    "a new person in the role": ("Chen Wei is the SRE lead and owns the on-call rotation",
+                                 "Kofi Asante is now the SRE lead and owns the on-call rotation; "
+                                 "Chen Wei moved to the Risk team",
+                                 "Who is the SRE lead?", "Kofi Asante is now", "Chen Wei is the SRE"),
+    "two values at once": ("The events topic has 24 partitions and 7 days of retention",
+                           "The events topic has 48 partitions and 14 days of retention",
+                           "How is the events topic configured?", "48 partitions", "24 partitions"),
+    "a rename": ("The primary database is db-primary-01", "The primary database is db-primary-02 after the failover",
+                 "Which host is the primary database?", "db-primary-02", "db-primary-01"),
+    "the values dropped for words": ("We deploy on Tuesdays and Thursdays", "We now deploy every weekday",
+                                     "When do we deploy?", "every weekday", "Tuesdays and Thursdays"),
+    "a trailing condition": ("Standups are at 09:30", "Standups start at 09:45 from next week",
+                             "When is the standup?", "09:45", "09:30"),
+    "a new holder in the passive": ("Ana Lima handles vendor contracts",
+                                    "Vendor contracts are handled by Rui Costa since Ana Lima left",
+                                    "Who handles vendor contracts?", "Rui Costa", "Ana Lima handles"),
+    "a leading clause": ("The artifact bucket is s3://builds-old",
+                         "Since the migration, the artifact bucket is s3://builds-2026",
+                         "Where do build artifacts go?", "builds-2026", "builds-old"),
 }
 
 
@@ -100,6 +137,31 @@ def test_look_alikes_about_other_subjects_are_never_retired(local: MemoryBank, k
     res = local.save(P, content=other, category="fact")
     assert res.superseded is None and res.memory.supersedes is None
     assert local.get(P, first.id).is_active and local.get(P, res.memory.id).is_active
+
+
+def test_a_scoped_fact_restated_in_its_own_scope_is_an_update(local: MemoryBank) -> None:
+    old_text = "Release trains leave on Tuesdays at 10:00 UTC for payments-api"
+    new_text = "Release trains leave on Wednesdays at 10:00 UTC for payments-api"
+    assert relation(old_text, new_text) == SURE
+    old = local.save(P, content=old_text, category="fact").memory
+    assert local.save(P, content=new_text, category="fact").superseded == old.id
+
+
+@pytest.mark.parametrize("kind", sorted(UNCAUGHT))
+def test_an_update_the_rule_cannot_be_sure_of_is_dated_in_the_block(local: MemoryBank, kind: str) -> None:
+    """The current value is in the block, and the stale one is not beside it undated: retired,
+    or both lines dated so that the reader can order them."""
+    old_text, new_text, task, new_s, old_s = UNCAUGHT[kind]
+    assert relation(old_text, new_text) is not None
+    old = local.save(P, content=old_text, category="fact").memory
+    _aged(local, old.id, 60)
+    local.save(P, content="The team uses Grafana for dashboards", category="fact")
+    local.save(P, content=new_text, category="fact")
+    lines = local.render_context_block(P, task).text.splitlines()
+    current = [ln for ln in lines if new_s in ln]
+    stale = [ln for ln in lines if old_s in ln and new_s not in ln]
+    assert current, lines
+    assert not stale or all("(saved " in ln for ln in (*current, *stale)), lines
 
 
 def test_numbered_things_are_not_updates() -> None:
@@ -246,3 +308,36 @@ def test_the_llm_proposal_joins_the_rule(anthropic_fake: FakeAnthropic, tmp_path
             "category": "fact", "confidence": 0.9, "supersedes": other.id}))
         res = bank.save(P, "agenda for the weekly sync: team wiki")
         assert res.superseded is None and bank.get(P, other.id).is_active
+
+
+def test_an_llm_judges_the_pairs_the_rule_is_unsure_of(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
+    """With an LLM configured, an update the rule is unsure of (a maybe) is asked of the
+    model under its deadline; the rule is the fallback (nothing retired) when the model names
+    none, fails, or is late. A sure update and a save without a maybe ask nothing."""
+    old_text = "Chen Wei is the SRE lead and owns the on-call rotation"
+    new_text = "Kofi Asante is now the SRE lead and owns the on-call rotation; Chen Wei moved to the Risk team"
+    assert relation(old_text, new_text) == MAYBE
+    config = Config.load().with_overrides(llm__timeout_s=1.0)
+    with MemoryBank.open(tmp_path / "judge.db", config=config) as bank:
+        old = bank.save(P, content=old_text, category="fact", use_llm=False).memory
+        # The model says it replaces the old one: retired, as a supersession the rule allows.
+        anthropic_fake.respond(Reply.structured({"replaces": old.id}))
+        res = bank.save(P, content=new_text, category="fact")
+        assert res.superseded == old.id and not bank.get(P, old.id).is_active
+        asked = anthropic_fake.requests[-1].body
+        assert old.id in asked["messages"][0]["content"] and "replaces" in json.dumps(asked["output_config"])
+        assert [m.id for m in bank.history(P, res.memory.id)] == [old.id, res.memory.id]
+        bank.restore(P, old.id)
+        bank.delete(P, res.memory.id)
+        # null, a failure, or no answer within the deadline: both stay active.
+        for reply in (Reply.structured({"replaces": None}), Reply.error(500), Reply.sleep(5.0)):
+            anthropic_fake.respond(reply)
+            res = bank.save(P, content=new_text, category="fact")
+            assert res.superseded is None and bank.get(P, old.id).is_active, reply
+            bank.delete(P, res.memory.id)
+        # A sure update is the rule's alone; --no-supersede asks nothing.
+        before = len(anthropic_fake.requests)
+        sure_old = bank.save(P, content=UPDATES["number"][0], category="fact", use_llm=False).memory
+        assert bank.save(P, content=UPDATES["number"][1], category="fact").superseded == sure_old.id
+        assert bank.save(P, content=new_text, category="fact", auto_supersede=False).superseded is None
+        assert len(anthropic_fake.requests) == before
