@@ -10,13 +10,13 @@ the rows: which candidates each check reads, in which order, and which one wins.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Final, Iterable, Protocol, Sequence
 
 from . import text
 from .config import DedupConfig
 from .fold import fold_exact
-from .hygiene import NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature, signature_key, text_key
+from .hygiene import (NEAR_MIN_TERMS, exact_form, is_technical, jaccard, near_duplicate, normalise, signature,
+                      signature_key, text_key)
 from .model import Memory
 from .updates import MAYBE, SURE, relation, statement
 
@@ -60,56 +60,10 @@ class DuplicateLookups(Protocol):
 
 Found = tuple[list[Memory], list[Memory]]
 
-# Exact means exact (docs/hygiene.md, "The duplicate key"): the stored key (hygiene.text_key) folds
-# case and every separating punctuation, so it finds the candidates; what decides is the exact
-# form below, which keeps, in a *technical* token (a path, a flag, an identifier, an operator, a
-# number), its case and the separators that change a meaning. Prose words keep the key's folds:
-# "ana PREFERS dark-mode!" is "Ana prefers dark mode."
-# The characters that make a token technical wherever they stand inside it.
-_TECHNICAL_RE: Final = re.compile(r"[\d*/\\_:=<>|~^]|\w\.\w")
-# What a sentence puts around a word: stripped before the token is read (never a leading dash,
-# slash or backslash: "-v", "/etc", "\\\\files01").
-_EDGE_LEFT: Final = "\"'([{\u2018\u201c"
-_EDGE_RIGHT: Final = "\"')]}.,;:!?\u2019\u201d"
-
-
-# Every dash is one dash in a technical token, as the key's sign rule reads it ("−5" is "-5").
-_DASH_TABLE: Final = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"})
-# A number with an ordinal or plural suffix ("18th", "1990s"): its case says nothing.
-_COUNTED_RE: Final = re.compile(r"\d+(?:st|nd|rd|th|s)", re.IGNORECASE)
-
-
-def _technical(token: str) -> bool:
-    return (token[:1] in "-*" or bool(_TECHNICAL_RE.search(token))) and not _COUNTED_RE.fullmatch(token)
-
-
-@lru_cache(maxsize=4096)  # a save compares its text with each candidate's
-def exact_form(value: str) -> tuple[str, ...]:
-    """What the exact rule compares of a text: its tokens (runs of non-space, the sentence's
-    punctuation around them stripped), a technical one as written (look-alikes and invisible
-    characters folded as the key folds them, :func:`memlocal.fold.fold_exact`, but its case and
-    every operator and separator kept: ``/etc/App/config.yml``, ``-V``, ``--force``, ``NODE_ENV``,
-    ``x_1``, ``3/2``, ``a * b``, ``C:\\Users``), a prose word as the key reads it
-    (:func:`memlocal.hygiene.normalise`: case, diacritics and punctuation folded). A token is
-    technical when it starts with a dash or ``*``, holds a digit or one of ``* / \\ _ : = < > | ~
-    ^``, or a dot between two word characters; a word of letters joined by hyphens is prose
-    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode")."""
-    out: list[str] = []
-    for raw in fold_exact(value).split():
-        token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw
-        if not token.isascii():
-            token = token.translate(_DASH_TABLE)
-        if _technical(token):
-            out.append(token)
-        else:
-            out += normalise(token).split()  # "dark-mode" is "dark mode"
-    return tuple(out)
-
-
 def _technical_tokens(value: str) -> tuple[str, ...]:
     """The technical tokens of ``value`` (:func:`exact_form`), in order: a near duplicate must hold
     the same ones ("Run the tests with -v" is not "... with -V")."""
-    return tuple(t for t in exact_form(value) if _technical(t))
+    return tuple(t for t in exact_form(value) if is_technical(t))
 
 
 class Deduplicator:

@@ -187,9 +187,58 @@ def keys_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+# Exact means exact (docs/hygiene.md, "The duplicate key"): the stored key (hygiene.text_key) folds
+# case and every separating punctuation, so it finds the candidates; what decides is the exact
+# form below, which keeps, in a *technical* token (a path, a flag, an identifier, an operator, a
+# number), its case and the separators that change a meaning. Prose words keep the key's folds:
+# "ana PREFERS dark-mode!" is "Ana prefers dark mode."
+# The characters that make a token technical wherever they stand inside it.
+_TECHNICAL_RE: Final = re.compile(r"[\d*/\\_:=<>|~^]|\w\.\w")
+# What a sentence puts around a word: stripped before the token is read (never a leading dash,
+# slash or backslash: "-v", "/etc", "\\\\files01").
+_EDGE_LEFT: Final = "\"'([{\u2018\u201c"
+_EDGE_RIGHT: Final = "\"')]}.,;:!?\u2019\u201d"
+
+
+# Every dash is one dash in a technical token, as the key's sign rule reads it ("−5" is "-5").
+_DASH_TABLE: Final = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"})
+# A number with an ordinal or plural suffix ("18th", "1990s"): its case says nothing.
+_COUNTED_RE: Final = re.compile(r"\d+(?:st|nd|rd|th|s)", re.IGNORECASE)
+
+
+def is_technical(token: str) -> bool:
+    """Whether ``token`` is technical under the exact rule (:func:`exact_form`): its case and
+    separators are kept."""
+    return (token[:1] in "-*" or bool(_TECHNICAL_RE.search(token))) and not _COUNTED_RE.fullmatch(token)
+
+
+@lru_cache(maxsize=4096)  # a save compares its text with each candidate's
+def exact_form(value: str) -> tuple[str, ...]:
+    """What the exact rule compares of a text: its tokens (runs of non-space, the sentence's
+    punctuation around them stripped), a technical one as written (look-alikes and invisible
+    characters folded as the key folds them, :func:`memlocal.fold.fold_exact`, but its case and
+    every operator and separator kept: ``/etc/App/config.yml``, ``-V``, ``--force``, ``NODE_ENV``,
+    ``x_1``, ``3/2``, ``a * b``, ``C:\\Users``), a prose word as the key reads it
+    (:func:`memlocal.hygiene.normalise`: case, diacritics and punctuation folded). A token is
+    technical when it starts with a dash or ``*``, holds a digit or one of ``* / \\ _ : = < > | ~
+    ^``, or a dot between two word characters; a word of letters joined by hyphens is prose
+    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode")."""
+    out: list[str] = []
+    for raw in fold_exact(value).split():
+        token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw
+        if not token.isascii():
+            token = token.translate(_DASH_TABLE)
+        if is_technical(token):
+            out.append(token)
+        else:
+            out += normalise(token).split()  # "dark-mode" is "dark mode"
+    return tuple(out)
+
+
 def same_text(a: str, b: str) -> bool:
-    """Whether ``a`` and ``b`` have the same text under the exact rule (:func:`text_key`)."""
-    return normalise(a) == normalise(b)
+    """Whether ``a`` and ``b`` have the same text under the exact rule (:func:`text_key` finds the
+    candidates, :func:`exact_form` decides)."""
+    return normalise(a) == normalise(b) and exact_form(a) == exact_form(b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,7 +449,7 @@ def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
        successor (``O.supersededBy``, which the bucket decided: the first supersession pushed) is
        retired as superseded by the head of ``O``'s chain (its active end). When ``O`` is gone or
        names none, the successors of ``O`` keep the one whose id sorts first.
-    2. **Duplicates.** Active memories with the same category and the same text (:func:`same_text`)
+    2. **Duplicates.** Active memories with the same category and the same exact form (:func:`exact_form`)
        keep the one whose id sorts first; the others are retired as superseded by it. Memories
        that supersede another are left to rule 1.
 
@@ -434,10 +483,10 @@ def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
                 out.append(Retirement(m.id, winner, duplicate=False))
                 retired.add(m.id)
     if duplicates:
-        groups: dict[tuple[str, str, str], list[Memory]] = {}
+        groups: dict[tuple[str, str, tuple[str, ...]], list[Memory]] = {}
         for m in pool:
             if m.id in in_bucket and m.id not in retired and m.supersedes is None:
-                groups.setdefault((m.profile_name, m.category, normalise(m.processed_content)), []).append(m)
+                groups.setdefault((m.profile_name, m.category, exact_form(m.processed_content)), []).append(m)
         for group in groups.values():
             out += [Retirement(m.id, group[0].id, duplicate=True) for m in group[1:]]
     return out

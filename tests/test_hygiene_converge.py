@@ -140,6 +140,12 @@ def test_converge_rules_are_deterministic_and_keep_one_active() -> None:
     assert converge(dups, stored.get, everything, duplicates=False) == []
     # Another category is another memory.
     assert converge([_m("mem-000000a1"), _m("mem-000000b1", category="context")], stored.get, everything) == []
+    # Exact means exact across hosts too (docs/hygiene.md, "The duplicate key"): texts that differ in
+    # a flag's case, a path's case or a separator are two memories, never one group.
+    for x, y in [("Run the tests with -v", "Run the tests with -V"), ("/etc/App/config.yml", "/etc/app/config.yml"),
+                 ("NODE_ENV is set", "NODE-ENV is set"), ("a * b", "a / b")]:
+        pair = [_m("mem-000000a1", x), _m("mem-000000b1", y)]
+        assert converge(pair, {m.id: m for m in pair}.get, {"mem-000000a1", "mem-000000b1"}) == [], (x, y)
     # Successors: the old memory's supersededBy (the bucket's) decides; through the chain's head.
     old = _m("mem-00000001", active=False, supersededBy="mem-000000f1")
     f1 = _m("mem-000000f1", "v2", active=False, supersedes=old.id, supersededBy="mem-000000f2")
