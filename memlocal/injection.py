@@ -438,7 +438,8 @@ def build_evidence_block(
 
     Two entries that may state one thing with different values (:func:`memlocal.updates.relation`:
     an update the save did not retire, or one the rule was not sure of) are both dated
-    (:func:`dated_line`), so that the reader can order them; an entry is admitted only if it
+    (:func:`dated_line`), the newer one first in its section, so that the reader can order
+    them; an entry is admitted only if it
     fits with those dates. So are an update (a memory that superseded another) and any entry
     holding a value the update replaced (``replaced``: the values its superseded memory stated
     and it no longer does, :func:`memlocal.updates.replaced_values`): "The reading group is on
@@ -559,7 +560,11 @@ def build_evidence_block(
         n_rel += section == 1
         chosen[s.memory.id] = (section, line)
         _remember(s.memory)
-        order.append(by_id.get(s.memory.id, s))
+        # Newest first within a dated pair: a newer line goes before the older lines of its
+        # section it may replace, so the reader meets the current value first.
+        older = {o.id for o in related if o.created_at < when and o.id in chosen and chosen[o.id][0] == section}
+        at = next((i for i, o in enumerate(order) if o.memory.id in older), len(order))
+        order.insert(at, by_id.get(s.memory.id, s))
         return True
 
     share = preference_share * budget

@@ -162,6 +162,8 @@ def test_an_update_the_rule_cannot_be_sure_of_is_dated_in_the_block(local: Memor
     stale = [ln for ln in lines if old_s in ln and new_s not in ln]
     assert current, lines
     assert not stale or all("(saved " in ln for ln in (*current, *stale)), lines
+    # Newest first: a reader meets the current value before the one it may replace.
+    assert not stale or lines.index(current[0]) < lines.index(stale[0]), lines
 
 
 def test_numbered_things_are_not_updates() -> None:
