@@ -57,11 +57,15 @@ from .objects import (
     parse_key,
     profile_prefix,
 )
-from .plan import Action, Base, Local, Op, Plan, held_summary, plan_notes, plan_pass, unusable
+from .plan import (
+    NOTES_SCOPE, Action, Base, Guard, Local, Op, Plan, first_copy, held_summary, hold_deletions, plan_notes, plan_pass,
+    unusable,
+)
 from .state import (
     META_LAST_ERROR,
     Changed,
     META_LAST_PASS,
+    DeleteLocal,
     Effect,
     SkipObject,
     SyncState,
@@ -217,6 +221,10 @@ class SyncEngine:
             pool_size=self.workers + 2, page_size=config.get_int("sync.list_page_size"),
             deadline_s=config.sync.deadline_s)
         self._remote_ids: set[str] = set()
+        # Objects found gone under a conditional write of this pass (an access merge's 404, or
+        # a 412 whose re-read answers 404): deletions counted by the guard with the plan's.
+        self._gone: list[_Gone] = []
+        self._gone_lock = threading.Lock()
         self._cancelled = threading.Event()
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
                                    probe_lease_s=2 * config.get_float("sync.put_timeout_s") + 1)
@@ -434,7 +442,7 @@ class SyncEngine:
             if hashes:
                 self.state.remember_signatures(local_rows, local, base)
             if early is not None:
-                early.finish(local, base, known_bad)
+                early.finish(local, base, known_bad, listing)
         if not view.incremental:
             self._ignore_listed_deletes(view, listing, report)
         explained = self.state.explained()
@@ -460,8 +468,7 @@ class SyncEngine:
         if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
             note_plan, notes_seen = self._plan_notes(report, verified=identity.verified, force=force,
                                                      pull_only=pull_only)
-        guards = list(plan.guards) + (note_plan.guards if note_plan is not None else [])
-        if guards:
+        if plan.guards or (note_plan is not None and note_plan.guards):
             # One guard for the whole pass: whichever rule tripped, for memories or for notes,
             # no unexplained local deletion of either goes through.
             plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
@@ -469,6 +476,14 @@ class SyncEngine:
                 note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
         # Profiles this pass changes are written by a later pass that finds them settled.
         busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
+        # The unexplained local deletions wait for the guard's count of every deletion of the
+        # pass, those its conditional writes find too (``_guarded_deletions``).
+        deferred: dict[str, list[Action]] = {
+            MEMORY.what: [a for a in plan.actions if a.op is Op.DELETE_LOCAL and a.id not in explained]}
+        plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
+        if note_plan is not None:
+            deferred[NOTE.what] = [a for a in note_plan.actions if a.op is Op.DELETE_LOCAL]
+            note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
         if report.mode != "record":
             if early is not None:
                 busy |= early.profiles()
@@ -476,7 +491,23 @@ class SyncEngine:
                                  early.waiting if early is not None else None)
             self._stop_feeds()
         self._check_cancelled()
+        with self._gone_lock:
+            self._gone = []
         self._execute(MEMORY, plan, report, pull_only=pull_only, progress=progress)
+        if note_plan is not None:
+            self._execute(NOTE, note_plan, report, pull_only=pull_only, progress=None, seen=notes_seen)
+        self._check_cancelled()
+
+        def synced(kind: SyncedKind[Any, Any]) -> Counter[str]:
+            if kind is NOTE:
+                return Counter({NOTES_SCOPE: len(self.state.note_entries()[1])})
+            # A record pass's base is the ids it reconciles: the guard's share is of the profile.
+            every = self.state.base_entries(profiles) if report.mode == "record" else base
+            return Counter(b.profile for b in every.values())
+
+        guards = self._guarded_deletions(report, [(MEMORY, plan), (NOTE, note_plan)], deferred,
+                                         {MEMORY.what: {}, NOTE.what: notes_seen}, explained, synced,
+                                         force=force, pull_only=pull_only, progress=progress)
         self._check_cancelled()
         busy |= self._converge(busy, report, pull_only=pull_only)
         if not pull_only and not report.errors and report.mode in ("full", "scoped"):
@@ -484,7 +515,6 @@ class SyncEngine:
                                   seq=view.tail if identity.conditional else None)
         self._collect_skips(plan, report, prefixes)
         if note_plan is not None:
-            self._execute(NOTE, note_plan, report, pull_only=pull_only, progress=None, seen=notes_seen)
             self._collect_skips(note_plan, report, [NOTE_PREFIX])
         if guards:
             report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
@@ -551,7 +581,10 @@ class SyncEngine:
         if not same and not full and self.snapshot_min > 0 and self.state.is_empty():
             return _RecordView(False, [], tail, reason, None, fresh=True, last=tail)
         size = sum(len(seg.changes) for seg in segments)
-        verify = len(known)
+        # Each delete record for an object this host holds is verified with a GET, and so is one
+        # for a key it does not hold that a segment names a PUT of (``_record_side``).
+        put_keys = {c.key for seg in segments for c in seg.changes if c.op == "put"}
+        verify = len(known) + len({d[0] for d in deletes if d[1] not in known and d[0] in put_keys})
         last = max(reading.last, tail)
         if trusted and not due and not why_full and size <= RECORD_MAX_CHANGES and verify <= VERIFY_MAX:
             return _RecordView(True, segments, tail, "", cursor, last=last)
@@ -660,10 +693,13 @@ class SyncEngine:
             parsed = parse_key(key)
             if parsed is None:
                 continue
-            if key in deleted and key in listing:
+            if key in deleted and (key in listing or key in named):
                 # A memory this host has, deleted in some segment read here: verified below even
                 # when a later segment names a PUT (a writer that published late: its PUT may
-                # have come before the deletion), so no delete record is lost to the order.
+                # have come before the deletion), so no delete record is lost to the order. And
+                # one it does not hold (or holds at another ETag) that some segment names a PUT
+                # of: a delete record never cancels that fetch on its own (a forged, replayed or
+                # late record, or a re-creation after the deletion): the GET decides.
                 claimed.append(key)
             elif c.op == "put" and key in listing and listing[key].etag == c.etag and len(named[key]) > 1:
                 # The last segment names this host's own version, and another names a different
@@ -680,6 +716,18 @@ class SyncEngine:
         for key in claimed:
             if key in present:
                 listing[key] = Listed(key, present[key], 0)
+            else:
+                listing.pop(key, None)
+        # One id under two profiles, neither held here: the plan keeps the older object, as a
+        # full listing shows it (``plan.first_copy``): their LastModified, one LIST each (rare).
+        keys_of: dict[str, list[str]] = {}
+        for key in listing:
+            if (parsed := parse_key(key)) is not None and parsed[1] not in base:
+                keys_of.setdefault(parsed[1], []).append(key)
+        for key in (k for keys in keys_of.values() if len(keys) > 1 for k in keys):
+            shown = [o for o in self.bucket.list(key, max_pages=1).objects if o.key == key]
+            if shown:
+                listing[key] = shown[0]
             else:
                 listing.pop(key, None)
         self._report_ignored(sorted(k for k in present if k in deleted), report)
@@ -1308,8 +1356,7 @@ class SyncEngine:
                 raise SyncError(f"{key} kept changing: gave up after {attempt} conditional writes; next pass retries") from None
             return self._fetch(kind, item_id, profile, "", counts, attempt=attempt + 1, merging=True)
         except ObjectMissing:
-            counts[kind.counters.deleted_local] += 1
-            return kind.gone(self.state, item_id, profile, record)
+            return self._found_gone(kind, item_id, profile, record)
         counts[kind.counters.pushed] += 1
         return [*kind.written(record, new_etag, created=False), Changed(key, new_etag, "put", len(data))]
 
@@ -1326,9 +1373,8 @@ class SyncEngine:
             if merging:
                 # Our conditional write was refused and the object is gone: deleted on another
                 # host meanwhile, as when the PUT itself answers 404 (SeaweedFS answers If-Match
-                # on a missing key with 412): the deletion wins.
-                counts[kind.counters.deleted_local] += 1
-                return kind.gone(self.state, item_id, profile)
+                # on a missing key with 412): the deletion wins, subject to the guard.
+                return self._found_gone(kind, item_id, profile)
             return []  # gone since the listing: the next pass sees the deletion
         except ObjectTooLarge as exc:
             counts["skipped_objects"] += 1
@@ -1340,6 +1386,55 @@ class SyncEngine:
             log.warning("skipping %s: %s", printable(key), printable(exc.reason))
             return [SkipObject(key, etag or listed_etag, exc.reason)]
         return kind.resolve(self, remote, etag, data, counts, pull_only=pull_only, attempt=attempt)
+
+    def _found_gone(self, kind: SyncedKind[Any, Any], item_id: str, profile: str, record: Any = None) -> list[Effect]:
+        """An object gone under a conditional write of ours: deleted elsewhere, and the deletion
+        wins, but it is a deletion like any other: counted by the mass-delete guard with the
+        plan's (``_guarded_deletions``), so nothing is deleted here yet."""
+        effects = kind.gone(self.state, item_id, profile, record)
+        if effects:
+            with self._gone_lock:
+                self._gone.append(_Gone(kind, item_id, profile, effects))
+        return []
+
+    def _guarded_deletions(self, report: PassReport, plans: Sequence[tuple[SyncedKind[Any, Any], Plan | None]],
+                           deferred: Mapping[str, list[Action]], seen: Mapping[str, Mapping[str, Any]],
+                           explained: set[str],
+                           synced: Callable[[SyncedKind[Any, Any]], Counter[str]], *, force: bool,
+                           pull_only: bool, progress: Progress | None) -> list[Guard]:
+        """Every local deletion of the pass meets one guard, whatever path found it: the plan's
+        (an object gone from the listing or the record), and those found under a conditional
+        write (``_found_gone``: an access merge answered 404). If any rule trips, for memories or
+        for notes, none of the unexplained ones is applied (the plan's guards included); else
+        they are applied now. Returns the guards."""
+        with self._gone_lock:
+            gone, self._gone = self._gone, []
+        guards: list[Guard] = [g for _kind, p in plans if p is not None for g in p.guards]
+        if not force and not guards:
+            for kind, _p in plans:
+                counted: Counter[str] = Counter(kind.plan.scope(a.profile) for a in deferred.get(kind.what, []))
+                counted.update(kind.plan.scope(g.profile) for g in gone if g.kind is kind and g.id not in explained)
+                if counted:
+                    guards += hold_deletions(counted, synced(kind), empty_unverified=False,
+                                             minimum=self.mass_delete_min, share=self.max_delete_share,
+                                             noun=kind.plan.noun)
+        if guards and not force:
+            for g in gone:  # the held ones stay: the next pass finds them gone again
+                if g.id in explained:
+                    self._apply_gone(g, report)
+            return guards
+        for kind, _p in plans:
+            actions = deferred.get(kind.what, [])
+            if actions:
+                self._execute(kind, Plan(actions=actions), report, pull_only=pull_only, progress=progress,
+                              seen=seen.get(kind.what))
+        for g in gone:
+            self._apply_gone(g, report)
+        return guards
+
+    def _apply_gone(self, g: "_Gone", report: PassReport) -> None:
+        report.counts[g.kind.counters.deleted_local] += 1
+        self._apply_contained(list(g.effects), report)
 
     # --- automation notes: memlocal/automations/<id>.json (docs/sync.md, "Automation notes") ----
 
@@ -1381,6 +1476,17 @@ class SyncEngine:
         counts["reid"] += 1
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
         return self._create(MEMORY, candidate, counts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Gone:
+    """An item whose object vanished under a conditional write of this pass (its effects held
+    until the guard has counted every deletion of the pass)."""
+
+    kind: Any  # SyncedKind
+    id: str
+    profile: str
+    effects: tuple[Effect, ...] | list[Effect]
 
 
 class _EarlyTake:
@@ -1478,11 +1584,29 @@ class _EarlyTake:
             self._effects = []
 
     def finish(self, local: dict[str, Local], base: dict[str, Base],
-               known_bad: dict[str, tuple[str, str]]) -> None:
+               known_bad: dict[str, tuple[str, str]], listing: Sequence[Listed] = ()) -> None:
         """The listing is over: take what the feeds sent since, then add what was pulled to the
-        plan's sides (``local``, ``base``) and what was found unusable to ``known_bad``."""
+        plan's sides (``local``, ``base``) and what was found unusable to ``known_bad``. A memory
+        taken whose id the whole ``listing`` shows under another profile too, where that copy is
+        the older (``plan.first_copy``), is taken back: the plan fetches the other, as on every
+        host (docs/sync.md, "One id, one profile")."""
         self._take()
         pulled = {e.memory.id: e for e in self._applied if isinstance(e, Synced)}
+        if pulled:
+            cap = self._engine.max_object_bytes
+            copies: dict[str, list[tuple[str, Listed]]] = {}
+            for obj in listing:
+                parsed = parse_key(obj.key)
+                if parsed is not None and unusable(obj, known_bad, cap) is None:
+                    copies.setdefault(parsed[1], []).append((parsed[0], obj))
+            undo = [DeleteLocal(mid, e.memory.profile_name) for mid, e in pulled.items()
+                    if len(copies.get(mid, ())) > 1 and first_copy(copies[mid]) != e.memory.profile_name]
+            if undo:
+                self._engine.state.apply(undo)
+                self._report.counts["pulled"] -= len(undo)
+                for d in undo:
+                    del pulled[d.id]
+                    self._taken.discard(object_key(d.profile, d.id))
         if pulled:
             stored = self._engine.state.base_entries(list(self._feeds))
             for mid, synced in pulled.items():

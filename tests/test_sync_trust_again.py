@@ -1,0 +1,174 @@
+"""Issue 48's reproductions (docs/sync.md, "Safety" and "What a hint may do"): a wipe after the
+agent used its memories, a delete record for an id a follower does not hold, an id copied under
+another profile, forged timestamps and counts. Each on moto_server and on SeaweedFS."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from conftest import Cli
+
+from memlocal.model import COUNT_MAX, parse_time
+from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
+from memlocal_sync.marker import MARKER_KEY
+from s3server import S3, Host
+
+pytestmark = pytest.mark.s3_servers()
+
+P = "alice"
+RECORD = {"sync__full_listing_s": 3600}  # follow the record; list in full once an hour
+ENV_RECORD = {"MEMLOCAL_SYNC_FULL_LISTING_S": "3600"}
+
+
+def _tail(s3: S3) -> int:
+    return max((s for k in s3.keys(CHANGES_PREFIX) if (s := parse_segment_key(k)) is not None), default=0)
+
+
+def _forge(s3: S3, changes: list[dict[str, Any]]) -> None:
+    """The next segment, as a hostile (or late, or replaying) host writes it."""
+    seq = _tail(s3) + 1
+    doc = {"format": "memlocal-changes/1", "seq": seq, "marker": s3.get_json(MARKER_KEY)["id"], "host": "evil",
+           "createdAt": "2026-12-02T00:00:00Z", "changes": changes}
+    s3.put_json(segment_key(seq), doc)
+
+
+PREFERENCES = ("green tea", "dark mode", "short answers", "metric units", "British spelling", "tabs over spaces",
+               "morning meetings", "Python over Go", "a standing desk", "plain-text email", "vim keybindings",
+               "the 24-hour clock", "ISO dates", "bullet points", "quiet notifications", "squash merges",
+               "monospace fonts", "a light lunch", "weekly summaries", "small pull requests")
+
+
+# --- 1. the guard counts every deletion, whatever path found it --------------------------------------
+
+
+def test_a_wipe_after_inject_is_guarded(hosts: Any, s3: S3, cli: Cli) -> None:
+    a = hosts("a")
+    for thing in PREFERENCES:
+        a.bank.save(P, f"alice prefers {thing}", category="preference")
+    assert a.sync().ok
+    b = hosts("b", **RECORD)
+    assert b.sync().ok and b.bank.store.count() == 20 and b.sync().ok  # (the record's cursor is set)
+    res = cli.at(b.path)("inject", "-p", P, "write alice's weekly report", env=ENV_RECORD)
+    assert res.exit_code == 0, res.output
+    bumped = sum(1 for _m, d in b.bank.replica.memories_with_deltas([P]) if d > 0)
+    assert bumped > 5, bumped
+    for key in s3.keys():
+        s3.delete(key)  # every memory object; the marker and the record stay
+    res = cli.at(b.path)("sync", "run", env=ENV_RECORD)
+    assert res.exit_code == 3, res.output
+    assert "mass-delete guard" in res.output, res.output
+    assert b.bank.store.count() == 20
+    # --force applies what was held.
+    res = cli.at(b.path)("sync", "run", "--force", env=ENV_RECORD)
+    assert res.exit_code == 0, res.output
+    assert b.bank.store.count() == 0
+
+
+# --- 2. a delete record never cancels a fetch on its own -----------------------------------------------
+
+
+def test_a_delete_record_does_not_hide_a_memory_the_follower_does_not_hold(hosts: Any, s3: S3) -> None:
+    a = hosts("a", **RECORD)
+    a.bank.save(P, "the build cache lives on the second disk")
+    assert a.sync().ok
+    b = hosts("b", **RECORD)
+    assert b.sync().ok and b.sync().ok
+    x = a.bank.save(P, "the release train leaves every second Thursday").memory
+    key = f"memory/{P}/{x.id}.json"
+    assert key in s3.keys()
+    _forge(s3, [{"key": key, "etag": "", "op": "delete", "size": 0}])  # forged, replayed or late
+    report = b.sync()
+    assert report.ok and report.mode == "record", report.reason
+    assert x.id in b.ids(P), report.summary()
+    assert any("delete record" in n for n in report.notes), report.notes
+    # Re-creation after a deletion: the id deleted (recorded), then written again; an old
+    # delete segment replayed after it hides nothing either.
+    a.bank.delete(P, x.id)
+    assert a.sync().ok and b.sync().ok and x.id not in b.ids(P)
+    s3.put_raw(key, json.dumps({**x.to_dict(), "rawInput": "the release train leaves on Fridays now",
+                                "processedContent": "the release train leaves on Fridays now"}).encode())
+    _forge(s3, [{"key": key, "etag": "", "op": "delete", "size": 0}])
+    assert b.sync(full=True).ok and x.id in b.ids(P)
+
+
+def test_a_replayed_delete_after_a_put_does_not_hide_the_new_memory(hosts: Any, s3: S3) -> None:
+    a = hosts("a", **RECORD)
+    assert a.bank.save(P, "seed").memory and a.sync().ok
+    b = hosts("b", **RECORD)
+    assert b.sync().ok and b.sync().ok
+    x = a.bank.save(P, "the on-call rota changes on Mondays").memory
+    key = f"memory/{P}/{x.id}.json"
+    etag = s3.client.head_object(Bucket=s3.bucket, Key=key)["ETag"]
+    # A put and a delete of that key in later segments, the delete last (a replay).
+    _forge(s3, [{"key": key, "etag": etag, "op": "put", "size": 10}])
+    _forge(s3, [{"key": key, "etag": "", "op": "delete", "size": 0}])
+    report = b.sync()
+    assert report.ok and x.id in b.ids(P), report.summary()
+
+
+# --- 3. one id under two profiles ----------------------------------------------------------------------
+
+
+def _copy_under(s3: S3, source: str, profile: str) -> str:
+    body = s3.get_json(source)
+    mid = body["id"]
+    key = f"memory/{profile}/{mid}.json"
+    s3.put_raw(key, json.dumps({**body, "profileName": profile}).encode())
+    return key
+
+
+def test_an_id_copied_under_another_profile_hides_nothing(hosts: Any, s3: S3, cli: Cli) -> None:
+    a = hosts("a")
+    x = a.bank.save("zeta", "zeta deploys from the release branch only").memory
+    assert a.sync().ok
+    b = hosts("b")
+    assert b.sync().ok and x.id in b.ids("zeta")
+    import time
+    time.sleep(1.1)  # the copy is the younger object (LastModified has seconds on some servers)
+    copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")
+    fresh = hosts("fresh")
+    report = fresh.sync()
+    assert x.id in fresh.ids("zeta") and not fresh.ids("aaa"), report.summary()
+    assert any(s["key"] == copy for s in report.skipped), report.skipped
+    res = cli.at(fresh.path)("list", "-p", "zeta")
+    assert res.exit_code == 0 and "no memories" not in res.output, res.output
+    # Every host agrees, pass after pass.
+    for host in (a, b, fresh):
+        r = host.sync(full=True)
+        assert x.id in host.ids("zeta") and not host.ids("aaa"), r.summary()
+        assert any(s["key"] == copy for s in r.skipped), r.skipped
+    # The copy's body naming zeta under aaa's key: skipped and reported, zeta's kept.
+    s3.put_raw(copy, json.dumps(s3.get_json(f"memory/zeta/{x.id}.json")).encode())
+    other = hosts("other")
+    report = other.sync()
+    assert x.id in other.ids("zeta") and any(s["key"] == copy for s in report.skipped), report.skipped
+
+
+# --- 7. timestamps and counts are clamped -------------------------------------------------------------------
+
+
+def test_forged_timestamps_and_counts_are_clamped(hosts: Any, s3: S3, cli: Cli) -> None:
+    a = hosts("a")
+    x = a.bank.save(P, "the staging database is reset every night").memory
+    a.bank.save(P, "the staging cluster runs two nodes")
+    assert a.sync().ok
+    key = f"memory/{P}/{x.id}.json"
+    s3.put_raw(key, json.dumps({**s3.get_json(key), "createdAt": "2999-01-01T00:00:00Z",
+                                "lastAccessedAt": "2999-01-01T00:00:00Z", "accessCount": 2**60}).encode())
+    b = hosts("b")
+    assert b.sync().ok
+    got = b.bank.store.get(P, x.id)
+    assert got is not None
+    later = datetime.now(timezone.utc) + timedelta(seconds=600)
+    assert got.created_at < later and got.last_accessed_at is not None and got.last_accessed_at < later
+    assert got.access_count <= COUNT_MAX
+    cli.at(b.path)("inject", "-p", P, "what happens to the staging database?")
+    assert b.sync().ok
+    pushed = s3.get_json(key)
+    assert pushed["accessCount"] <= COUNT_MAX, pushed
+    for field in ("createdAt", "lastAccessedAt"):
+        when = parse_time(pushed[field])
+        assert when is not None and when < later, pushed
