@@ -212,6 +212,9 @@ class SyncEngine:
         self.max_object_bytes = config.get_int("sync.max_object_bytes")
         self.mass_delete_min = config.get_int("sync.mass_delete_min")
         self.snapshot_min = config.get_int("sync.snapshot_min_objects")
+        # A snapshot's cap, compressed and unpacked (read streaming: ``snapshot.entries``).
+        self.snapshot_max_bytes = config.sync.snapshot_max_bytes
+        self.push_snapshot_min = config.sync.push_snapshot_min
         # Bodies taken from snapshots for this pass's fetches, by key (read by the workers).
         self._from_snapshot: dict[str, bytes] = {}
         self.max_delete_share = config.get_float("sync.max_delete_share")
@@ -973,7 +976,7 @@ class SyncEngine:
 
         for key in keys:
             try:
-                data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
+                data, _etag = self.bucket.get(key, self.snapshot_max_bytes)
                 if len(data) >= prepared.HELPER_MIN_BYTES and self._helper_allowed():
                     try:
                         # A helper that sends nothing for half the pass's deadline is hung: killed,
@@ -981,13 +984,15 @@ class SyncEngine:
                         # runs from the bucket's last answer, which came before that wait.
                         return prepared.stream_in_helper(data, profile, self.max_object_bytes, feed.put, stopped,
                                                          timeout_s=self.deadline_s / 2, chunk=prepared.CHUNK,
-                                                         rows=self.store.row_function())
+                                                         rows=self.store.row_function(),
+                                                         max_bytes=self.snapshot_max_bytes)
                     except BadObject:
                         raise
                     except Exception as exc:  # the helper is only a second core: read here (again)
                         log.info("snapshot %s read here (the helper process failed: %s)", key, exc)
                 # Decoded and hashed here; the rows are made by the pass as it takes the entries.
-                entries = list(snapshot.read(data, profile).items())
+                entries = list(snapshot.entries(data, profile, self.snapshot_max_bytes,
+                                                snapshot.entry_cap(self.max_object_bytes)))
                 for i in range(0, len(entries), prepared.CHUNK):
                     ready = prepared.prepare_entries(dict(entries[i:i + prepared.CHUNK]), profile,
                                                      self.max_object_bytes, None, None, stopped)
@@ -1008,8 +1013,8 @@ class SyncEngine:
         (``snapshot.read``), or ``None``."""
         for key in keys:
             try:
-                data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
-                return snapshot.read(data, profile)
+                data, _etag = self.bucket.get(key, self.snapshot_max_bytes)
+                return snapshot.read(data, profile, self.snapshot_max_bytes, snapshot.entry_cap(self.max_object_bytes))
             except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
                 log.info("snapshot %s not used: %s", key, exc)
         return None

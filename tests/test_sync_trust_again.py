@@ -5,6 +5,10 @@ another profile, forged timestamps and counts. Each on moto_server and on Seawee
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import zlib
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -172,3 +176,50 @@ def test_forged_timestamps_and_counts_are_clamped(hosts: Any, s3: S3, cli: Cli) 
     for field in ("createdAt", "lastAccessedAt"):
         when = parse_time(pushed[field])
         assert when is not None and when < later, pushed
+
+
+# --- 5. bounded decompression ----------------------------------------------------------------------------
+
+_RSS = """
+import resource, runpy, sys
+sys.argv = ["memlocal", *sys.argv[1:]]
+try:
+    runpy.run_module("memlocal", run_name="__main__")
+finally:
+    print("RSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)
+"""
+
+
+def _bomb(profile: str, unpacked: int) -> bytes:
+    """A gzip snapshot of ``profile`` whose one entry's body is ``unpacked`` bytes of text."""
+    packer = zlib.compressobj(9, wbits=31)
+    head = ('{"format":"memlocal-snapshot/1","profile":"%s","objects":[{"key":"memory/%s/mem-00000001.json",'
+            '"etag":"\\"0123456789abcdef0123456789abcdef\\"","body":"' % (profile, profile)).encode()
+    out = [packer.compress(head)]
+    block = b"a" * (1 << 20)
+    for _ in range(unpacked >> 20):
+        out.append(packer.compress(block))
+    out.append(packer.compress(b'"}]}'))
+    out.append(packer.flush())
+    return b"".join(out)
+
+
+def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tmp_path: Any) -> None:
+    a = hosts("a", sync__snapshot_min_objects=3)
+    real = {a.bank.save(P, text).memory.id for text in (
+        "the laptop runs Debian", "the standup is at nine", "the CI cache lives on S3", "the VPN needs a token")}
+    assert a.sync(full=True).ok
+    for key in s3.keys("memlocal/snapshots/"):
+        s3.delete(key)
+    bomb = _bomb(P, 250 << 20)
+    s3.put_raw(f"memlocal/snapshots/{P}/0123456789abcdef.json.gz", bomb)
+    db = tmp_path / "fresh" / "memlocal.db"
+    env = {**os.environ, "MEMLOCAL_SYNC_PULL_ON_OPEN": "true", "MEMLOCAL_SYNC_HYDRATE_DEADLINE_S": "60",
+           "MEMLOCAL_SYNC_SNAPSHOT_MIN_OBJECTS": "3"}
+    p = subprocess.run([sys.executable, "-c", _RSS, "--db", str(db), "list", "-p", P, "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert {m["id"] for m in json.loads(p.stdout)["memories"]} == real
+    own, children = (int(x) for x in p.stderr.split("RSS ")[-1].split()[:2])
+    assert own < 300 << 10 and children < 300 << 10, (own, children)  # KiB
