@@ -42,7 +42,7 @@ from .bucket import (
     BucketClient, BucketSettings, BucketUnavailable, Listing, ObjectMissing, ObjectTooLarge, PreconditionFailed,
 )
 from .clients import open_bucket
-from . import changes, converge, prepared, snapshot
+from . import changes, converge, objects, prepared, snapshot
 from .kinds import MEMORY, NOTE, NoteRecord, SyncedKind
 from .objects import (
     NOTE_PREFIX,
@@ -215,6 +215,7 @@ class SyncEngine:
         # A snapshot's cap, compressed and unpacked (read streaming: ``snapshot.entries``).
         self.snapshot_max_bytes = config.sync.snapshot_max_bytes
         self.push_snapshot_min = config.sync.push_snapshot_min
+        objects.set_max_clock_skew(config.sync.max_clock_skew_s)  # (the bodies this process reads)
         # Bodies taken from snapshots for this pass's fetches, by key (read by the workers).
         self._from_snapshot: dict[str, bytes] = {}
         self.max_delete_share = config.get_float("sync.max_delete_share")

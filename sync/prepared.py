@@ -41,7 +41,7 @@ from typing import IO, Any, Callable, Final, Iterator
 from memlocal.model import Memory
 
 from . import snapshot
-from .objects import BadObject, content_hash, decode, parse_key
+from .objects import BadObject, content_hash, decode, max_clock_skew, parse_key, set_max_clock_skew
 
 # A snapshot this large (compressed) is read by a helper process when there is a second core:
 # below it, starting an interpreter (~0.2 s of CPU, on the other core) saves too little.
@@ -253,7 +253,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     # pickled (not module-level) must not leave a helper waiting for a request.
     request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK,
                             pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None, lag,
-                            max_bytes),
+                            max_bytes, max_clock_skew()),
                            protocol=pickle.HIGHEST_PROTOCOL)
     env = dict(os.environ)
     # The helper imports what this process imports, from where this process found it.
@@ -368,8 +368,9 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
             got += part
         return got
 
-    data, profile, max_object_bytes, chunk, row_function, lag, max_bytes = pickle.loads(
+    data, profile, max_object_bytes, chunk, row_function, lag, max_bytes, skew = pickle.loads(
         read(int.from_bytes(read(8), "big")))
+    set_max_clock_skew(skew)
     try:
         os.set_blocking(0, False)  # then a byte for each chunk the pass has taken, read as they come
         paced = True
