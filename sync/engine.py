@@ -517,6 +517,9 @@ class SyncEngine:
         if not pull_only and not report.errors and report.mode in ("full", "scoped"):
             self._write_snapshots(listing, base, snapshots, report, busy, marker_id=identity.id or None,
                                   seq=view.tail if identity.conditional else None)
+        if not pull_only and not report.errors and not guards:
+            self._write_pushed_snapshots(plan, report, marker_id=identity.id or None,
+                                         seq=view.tail if identity.conditional else None)
         self._collect_skips(plan, report, prefixes)
         if note_plan is not None:
             self._collect_skips(note_plan, report, [NOTE_PREFIX])
@@ -1164,6 +1167,40 @@ class SyncEngine:
                     report.counts["snapshots"] += 1
                 except BucketUnavailable as exc:  # a snapshot is an optimisation: never fail a pass
                     log.info("snapshot of %s not written: %s", profile, exc)
+
+    def _write_pushed_snapshots(self, plan: Plan, report: PassReport, *, marker_id: str | None,
+                                seq: int | None) -> None:
+        """After a push of many memories (``sync.push_snapshot_min`` creates of one profile in
+        this pass: a first push, an import), write the profile's snapshot now, from what this
+        host synced (each memory whose base is its current content, without unmerged bumps),
+        rather than leave it to a later full pass that finds the profile settled: a fresh host
+        right after a first push then reads the whole bank in one GET instead of fetching what
+        its hydrate deadline allows. A hint like any snapshot: the fresh host lists, and takes an
+        entry only where the listing shows its ETag and its body is the one that ETag names."""
+        if self.snapshot_min <= 0 or self.push_snapshot_min <= 0:
+            return
+        created = Counter(a.profile for a in plan.actions if a.op is Op.CREATE)
+        for profile, n in sorted(created.items()):
+            if n < max(self.push_snapshot_min, self.snapshot_min):
+                continue
+            self._check_cancelled()
+            base = self.state.base_entries([profile])
+            entries: list[tuple[str, str, bytes]] = []
+            for memory, delta in self.store.memories_with_deltas([profile]):
+                b = base.get(memory.id)
+                if b is not None and delta == 0 and b.profile == profile and content_hash(memory) == b.content_hash:
+                    entries.append((object_key(profile, memory.id), b.etag, encode(memory)))
+            if len(entries) < self.snapshot_min:
+                continue
+            key, body = snapshot.build(profile, entries, marker=marker_id, seq=seq, created_at=format_time(utcnow()))
+            try:
+                older = [k for k in self._list_snapshots([profile]).get(profile, []) if k != key]
+                self.bucket.put(key, body)
+                for old in older:
+                    self.bucket.delete(old)
+                report.counts["snapshots"] += 1
+            except BucketUnavailable as exc:  # a snapshot is an optimisation: never fail a pass
+                log.info("snapshot of %s not written after the push: %s", profile, exc)
 
     def _collect_skips(self, plan: Plan, report: PassReport, prefixes: list[str]) -> None:
         seen = {s.key for s in plan.skips}

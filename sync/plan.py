@@ -267,8 +267,8 @@ def plan_pass(
 
 def two_profiles(mid: str, home: str | None) -> str:
     """The skip reason of a copy of ``mid`` under another profile than ``home``'s."""
-    return (f"id {mid} is also memory/{home}/{mid}.json, which is the memory (the copy hosts hold, "
-            f"or the older object); this copy is ignored")
+    return (f"id {mid} is also used in profile {home}, whose copy is the memory (the one hosts hold, or "
+            f"the older object): this one is left alone")
 
 
 def first_copy(candidates: Iterable[tuple[str, Listed]]) -> str:

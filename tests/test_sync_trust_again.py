@@ -223,3 +223,49 @@ def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tm
     assert {m["id"] for m in json.loads(p.stdout)["memories"]} == real
     own, children = (int(x) for x in p.stderr.split("RSS ")[-1].split()[:2])
     assert own < 300 << 10 and children < 300 << 10, (own, children)  # KiB
+
+
+# --- 6. a fresh runner right after a first push gets the whole bank ----------------------------------------
+
+
+def _import(cli: Cli, db: Any, tmp_path: Any, n: int) -> None:
+    lines = []
+    for i in range(n):
+        m = {"id": f"mem-{i:08x}", "profileName": P, "rawInput": f"runbook step {i}: check the queue depth {i}",
+             "processedContent": f"runbook step {i}: check the queue depth {i}", "summary": f"runbook step {i}",
+             "category": "fact", "source": "explicit", "confidence": 1.0, "createdAt": "2026-12-01T00:00:00Z",
+             "lastAccessedAt": None, "accessCount": 0, "stalenessScore": 0.0, "isActive": True, "version": 1}
+        lines.append(json.dumps(m))
+    path = tmp_path / "bank.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    res = cli.at(db)("import", str(path), env={"MEMLOCAL_SYNC_PUT_TIMEOUT_S": "0.001"})
+    assert res.exit_code == 0, res.output
+
+
+def test_a_first_push_writes_the_snapshot_a_fresh_runner_reads(hosts: Any, s3: S3, cli: Cli, tmp_path: Any) -> None:
+    a = hosts("a", sync__push_snapshot_min=100)
+    a.close()
+    _import(cli, a.path, tmp_path, 300)
+    a = hosts("a", sync__push_snapshot_min=100)
+    report = a.sync()
+    assert report.ok and report.counts["snapshots"] == 1, report.summary()
+    (key,) = s3.keys(f"memlocal/snapshots/{P}/")
+    fresh = tmp_path / "fresh" / "memlocal.db"
+    env = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true", "MEMLOCAL_SYNC_HYDRATE_DEADLINE_S": "60"}
+    out = cli.at(fresh).json("inject", "-p", P, "check the queue depth", "--json", env=env)
+    assert out["partial"] is None, out
+    assert cli.at(fresh).json("stats", "--json", env=env)["totalMemories"] == 300
+    # The fresh host took them from the snapshot, and the next full pass of A keeps that one.
+    assert a.sync(full=True).ok and s3.keys(f"memlocal/snapshots/{P}/") == [key]
+
+
+def test_a_first_read_from_part_of_the_bank_says_so(hosts: Any, s3: S3, cli: Cli, tmp_path: Any) -> None:
+    a = hosts("a")
+    a.bank.save(P, "the queue depth alarm is at 500")
+    assert a.sync().ok
+    fresh = tmp_path / "fresh" / "memlocal.db"
+    env = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true", "MEMLOCAL_SYNC_HYDRATE_DEADLINE_S": "0.000001"}
+    res = cli.at(fresh)("inject", "-p", P, "what is the queue depth alarm?", "--json", env=env)
+    assert res.exit_code == 0, res.output
+    partial = json.loads(res.stdout)["partial"]
+    assert partial and "still running" in partial, res.output
