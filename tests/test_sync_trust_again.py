@@ -1,6 +1,8 @@
-"""Issue 48's reproductions (docs/sync.md, "Safety" and "What a hint may do"): a wipe after the
-agent used its memories, a delete record for an id a follower does not hold, an id copied under
-another profile, forged timestamps and counts. Each on moto_server and on SeaweedFS."""
+"""Reproductions of a second round of trust findings (docs/sync.md, "Safety", "Snapshots" and
+"What a hint may do"): a wipe after the agent used its memories, a delete record for an id a
+follower does not hold, an id copied under another profile, a decompression bomb as a snapshot, a
+fresh runner right after a first push, forged timestamps and counts. Each on moto_server and on
+SeaweedFS."""
 
 from __future__ import annotations
 
