@@ -271,3 +271,22 @@ def test_a_first_read_from_part_of_the_bank_says_so(hosts: Any, s3: S3, cli: Cli
     assert res.exit_code == 0, res.output
     partial = json.loads(res.stdout)["partial"]
     assert partial and "still running" in partial, res.output
+
+
+def test_a_follower_that_holds_neither_copy_keeps_the_older_one(hosts: Any, s3: S3) -> None:
+    """The same rule in a record pass (no listing: the two keys are listed for their age)."""
+    a = hosts("a", **RECORD)
+    a.bank.save("zeta", "seed")
+    assert a.sync().ok
+    b = hosts("b", **RECORD)
+    assert b.sync().ok and b.sync().ok
+    x = a.bank.save("zeta", "zeta deploys from the release branch only").memory
+    import time
+    time.sleep(1.1)
+    copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")
+    etag = s3.client.head_object(Bucket=s3.bucket, Key=copy)["ETag"]
+    _forge(s3, [{"key": copy, "etag": etag, "op": "put", "size": 100}])
+    report = b.sync()
+    assert report.ok and report.mode == "record", report.reason
+    assert x.id in b.ids("zeta") and not b.ids("aaa"), report.summary()
+    assert any(s["key"] == copy for s in report.skipped), report.skipped
