@@ -100,7 +100,7 @@ def run(count: int, workers: int, memory: bool = False) -> dict[str, Any]:
         report = engine.run_pass()
         noop_s = time.perf_counter() - t0
         results["noop_pass_cpu_s"] = round(_cpu() - c0, 3)
-        assert report.ok and not report.planned, report.summary()
+        assert report.ok and not report.planned, f"{report.summary()}: {report.reason}"
         results["noop_pass_s"] = round(noop_s, 2)
         results["noop_listing_pages"] = report.pages
         engine.close()
