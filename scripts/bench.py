@@ -1416,12 +1416,6 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
                     raise SystemExit(f"first push to SeaweedFS: {report.summary()} {report.reason}")
                 push_rates.append(count / elapsed)
                 if rep == 0:
-                    # Before any other pass: the snapshot, if any, is the one the push wrote.
-                    from bench_sync import fresh_after_push
-
-                    log("  sync: a fresh runner's memlocal inject right after the first push")
-                    after_push = fresh_after_push(tmp / "after-push" / "memlocal.db", runner_env(tmp / "x", endpoint),
-                                                  PROFILE, queries[0])
                     report = engine.run_pass(full=True)  # settled: writes the profile's snapshot
                     if not report.ok or report.planned:
                         raise SystemExit(f"full no-op pass on SeaweedFS: {report.summary()}")
