@@ -1456,20 +1456,20 @@ class SyncEngine:
         if not force and not guards:
             for kind, _p in plans:
                 counted: Counter[str] = Counter(kind.plan.scope(a.profile) for a in deferred.get(kind.what, []))
-                counted.update(kind.plan.scope(g.profile) for g in gone if g.kind is kind and g.id not in explained)
+                counted.update(kind.plan.scope(g.profile) for g in gone if g.kind is kind and not _explains(explained, g))
                 if counted:
                     guards += hold_deletions(counted, synced(kind), empty_unverified=False,
                                              minimum=self.mass_delete_min, share=self.max_delete_share,
                                              noun=kind.plan.noun)
         if guards and not force:
             for g in gone:  # the held ones stay: the next pass finds them gone again
-                if g.id in explained:
+                if _explains(explained, g):
                     self._apply_gone(g, report)
             return guards
         for kind, _p in plans:
             actions = deferred.get(kind.what, [])
             if actions:
-                self._execute(kind, Plan(actions=actions), report, pull_only=pull_only, progress=progress,
+                self._execute(kind, Plan(actions=actions), report, pull_only=pull_only, progress=None,
                               seen=seen.get(kind.what))
         for g in gone:
             self._apply_gone(g, report)
@@ -1530,6 +1530,11 @@ class _Gone:
     id: str
     profile: str
     effects: tuple[Effect, ...] | list[Effect]
+
+
+def _explains(explained: set[str], gone: _Gone) -> bool:
+    """Whether a delete record explains ``gone`` (delete records name memories only)."""
+    return gone.kind is MEMORY and gone.id in explained
 
 
 class _EarlyTake:
