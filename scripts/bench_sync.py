@@ -5,12 +5,13 @@ left is the sync's own work, the engine's CPU per object).
 
 Measures, for N memories in one profile (default 10,000):
   1. the first push: a host with N local memories and an empty bucket, one pass (objects/s);
-  2. a fresh runner right after that push (``fresh_after_push_s``: one ``memlocal inject --json``
-     process on an empty data dir, with the pull on open and its default hydrate deadline, before
-     any other pass; with how many memories it had, and ``partial``: why it answered from part of
-     the bank, ``null`` when it had all of it); not with ``--memory``;
-  3. a no-op pass over N objects (nothing changed on either side);
-  4. hydration: a fresh, empty database pulling all N objects in one pass (objects/s);
+  2. a no-op pass over N objects (nothing changed on either side);
+  3. hydration: a fresh, empty database pulling all N objects in one pass (objects/s; from the
+     snapshot the push wrote, where it wrote one: ``sync.push_snapshot_min``);
+  4. a fresh runner right after that push (``fresh_after_push_s``: one ``memlocal inject --json``
+     process on an empty data dir, with the pull on open and its default hydrate deadline, no
+     full pass since the push; with how many memories it had, and ``partial``: why it answered
+     from part of the bank, ``null`` when it had all of it); not with ``--memory``;
 and this process's CPU for each (``*_cpu_s``: every thread's; the server's is not in it).
 
 Usage: python scripts/bench_sync.py [--count 10000] [--workers 16] [--memory] [--json]
@@ -90,11 +91,6 @@ def run(count: int, workers: int, memory: bool = False) -> dict[str, Any]:
         assert report.ok and report.counts["pushed"] == count, report.summary()
         results["first_push_s"] = round(push_s, 2)
         results["first_push_objects_per_s"] = round(count / push_s)
-        if not memory:  # (a memory:// bucket lives in this process only)
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMLOCAL_", "S3_", "INTERNAL_S3_"))}
-            results.update(fresh_after_push(tmp / "fresh-after-push" / "memlocal.db",
-                                            {**env, **s3_env(endpoint, BUCKET, workers)}, PROFILE,
-                                            "which output format does the user prefer for reports?"))
 
         t0, c0 = time.perf_counter(), _cpu()
         report = engine.run_pass()
@@ -117,6 +113,13 @@ def run(count: int, workers: int, memory: bool = False) -> dict[str, Any]:
         engine.close()
         a.close()
         b.close()
+        if not memory:  # (a memory:// bucket lives in this process only)
+            # Last: nothing since the push wrote a snapshot (a no-op pass and a pull write none),
+            # and a runner that exits past its deadline leaves moto_server listing for a while.
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMLOCAL_", "S3_", "INTERNAL_S3_"))}
+            results.update(fresh_after_push(tmp / "fresh-after-push" / "memlocal.db",
+                                            {**env, **s3_env(endpoint, BUCKET, workers)}, PROFILE,
+                                            "which output format does the user prefer for reports?"))
         return results
     finally:
         if proc is not None:
