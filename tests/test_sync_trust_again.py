@@ -194,14 +194,14 @@ finally:
 
 
 def _bomb(profile: str, unpacked: int) -> bytes:
-    """A gzip snapshot of ``profile`` whose one entry's body is ``unpacked`` bytes of text."""
+    """A gzip snapshot of ``profile`` whose one entry's body is ``unpacked`` bytes of text, about
+    1.2 MB compressed for 250 MB (so that a second core's helper process reads it)."""
     packer = zlib.compressobj(9, wbits=31)
     head = ('{"format":"memlocal-snapshot/1","profile":"%s","objects":[{"key":"memory/%s/mem-00000001.json",'
             '"etag":"\\"0123456789abcdef0123456789abcdef\\"","body":"' % (profile, profile)).encode()
     out = [packer.compress(head)]
-    block = b"a" * (1 << 20)
     for _ in range(unpacked >> 20):
-        out.append(packer.compress(block))
+        out.append(packer.compress(os.urandom(2400).hex().encode() + b"a" * ((1 << 20) - 4800)))
     out.append(packer.compress(b'"}]}'))
     out.append(packer.flush())
     return b"".join(out)
@@ -215,6 +215,7 @@ def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tm
     for key in s3.keys("memlocal/snapshots/"):
         s3.delete(key)
     bomb = _bomb(P, 250 << 20)
+    assert len(bomb) > 1 << 20
     s3.put_raw(f"memlocal/snapshots/{P}/0123456789abcdef.json.gz", bomb)
     db = tmp_path / "fresh" / "memlocal.db"
     env = {**os.environ, "MEMLOCAL_SYNC_PULL_ON_OPEN": "true", "MEMLOCAL_SYNC_HYDRATE_DEADLINE_S": "60",
@@ -224,6 +225,7 @@ def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tm
     assert p.returncode == 0, p.stderr
     assert {m["id"] for m in json.loads(p.stdout)["memories"]} == real
     own, children = (int(x) for x in p.stderr.split("RSS ")[-1].split()[:2])
+    print(f"peak RSS: {own >> 10} MB, its children {children >> 10} MB")
     assert own < 300 << 10 and children < 300 << 10, (own, children)  # KiB
 
 
