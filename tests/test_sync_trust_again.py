@@ -295,3 +295,31 @@ def test_a_follower_that_holds_neither_copy_keeps_the_older_one(hosts: Any, s3: 
     assert report.ok and report.mode == "record", report.reason
     assert x.id in b.ids("zeta") and not b.ids("aaa"), report.summary()
     assert any(s["key"] == copy for s in report.skipped), report.skipped
+
+
+def test_a_copy_in_a_profiles_snapshot_is_given_back_to_the_older_one(hosts: Any, s3: S3) -> None:
+    """A fresh host takes a fresh profile's snapshot entries while it lists: a copy of another
+    profile's memory there is given back once the whole listing shows the older copy."""
+    from memlocal_sync import snapshot
+
+    a = hosts("a", sync__snapshot_min_objects=3)
+    x = a.bank.save("zeta", "zeta deploys from the release branch only").memory
+    for text in ("aaa runs the nightly job", "aaa owns the billing service", "aaa reviews on Fridays"):
+        a.bank.save("aaa", text)
+    assert a.sync().ok
+    import time
+    time.sleep(1.1)
+    copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")
+    entries = []
+    for key in s3.keys("memory/aaa/"):
+        got = s3.client.get_object(Bucket=s3.bucket, Key=key)
+        entries.append((key, got["ETag"], got["Body"].read()))
+    for key in s3.keys("memlocal/snapshots/"):
+        s3.delete(key)
+    name, body = snapshot.build("aaa", entries)
+    s3.put_raw(name, body)
+    fresh = hosts("fresh", sync__snapshot_min_objects=3)
+    report = fresh.sync()
+    assert report.ok, report.reason
+    assert x.id in fresh.ids("zeta") and x.id not in fresh.ids("aaa") and len(fresh.ids("aaa")) == 3, report.summary()
+    assert any(s["key"] == copy for s in report.skipped), report.skipped
