@@ -316,9 +316,17 @@ class MemoryBank:
             self.replicator.prepare(None, wait=False)
 
     def _ready(self, profile: str | None = None) -> None:
-        """Before a read: the pull on open (``Replicator.prepare``), waited for within its deadline."""
+        """Before a read: the pull on open (``Replicator.prepare``), waited for within its deadline.
+        A read that answers from part of the bucket (the pull still running, or failed) leaves
+        why in ``partial``."""
         if self.replicator is not None:
-            self.replicator.prepare(profile, wait=True)
+            notice = self.replicator.prepare(profile, wait=True)
+            if notice:
+                self.partial = notice
+
+    # Why this bank's first read answered from part of the bucket (``None``: it did not): the
+    # pull on open had not completed within sync.hydrate_deadline_s, or failed (``inject --json``).
+    partial: str | None = None
 
     def _own_writes(self) -> None:
         """Before a read of rows: this bank's queued access bumps and audit rows are written

@@ -219,6 +219,9 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("sync.deadline_s", float, 12.0, "a pass waits at most this long for an answer from the bucket, counted from its start (a cron sync run: its process's start) or the bucket's last answer: every attempt's timeout is capped by what is left, so a pass against a hung bucket ends with its one-line error within this long", ("MEMLOCAL_SYNC_DEADLINE_S",), above=0, max=3600),
     Setting("sync.change_retention_days", float, 7.0, "change segments (and the delete records in them) are kept this long; a host idle for half of it lists the bucket in full on its next pass", ("MEMLOCAL_SYNC_CHANGE_RETENTION_DAYS",), min=0.01, max=3650),
     Setting("sync.reprobe_s", float, 3600.0, "a pass probes again whether the server honours conditional writes when the last probe is older than this (and whenever the endpoint changes)", ("MEMLOCAL_SYNC_REPROBE_S",), min=0, max=365 * _DAY),
+    Setting("sync.snapshot_max_bytes", int, 64 << 20, "a snapshot is read streaming and ignored (its objects fetched) past this many bytes, compressed or unpacked: a decompression bomb costs its cap, not its size", ("MEMLOCAL_SYNC_SNAPSHOT_MAX_BYTES",), min=1 << 16, max=1 << 30),
+    Setting("sync.push_snapshot_min", int, 1000, "a pass that uploads at least this many memories of a profile writes that profile's snapshot at its end, so that a fresh host right after a first push reads it; 0 never", ("MEMLOCAL_SYNC_PUSH_SNAPSHOT_MIN",), min=0, max=10_000_000),
+    Setting("sync.max_clock_skew_s", float, 300.0, "a bucket object's createdAt or lastAccessedAt later than now plus this is read as now (a forged or skewed clock cannot rank a memory first for good)", ("MEMLOCAL_SYNC_MAX_CLOCK_SKEW_S",), min=0, max=_DAY),
     Setting("sync.refresh_ttl_s", float, 2.0, "a read asks for a background pull of its profile when the last one is older than this", ("MEMLOCAL_SYNC_REFRESH_TTL_S",), min=0, max=_DAY),
     Setting("audit.enabled", bool, True, "record each rendered memory block (when, profile, memory ids per tier, size, query hash)", ("MEMLOCAL_AUDIT_ENABLED",)),
     Setting("audit.max_rows", int, 10000, "injection audit rows kept (the newest); 0 means no cap", ("MEMLOCAL_AUDIT_MAX_ROWS",), min=0, max=100_000_000),
@@ -445,6 +448,9 @@ class SyncConfig:
     refresh_ttl_s: float
     deadline_s: float
     foreign_listing_s: float
+    snapshot_max_bytes: int
+    push_snapshot_min: int
+    max_clock_skew_s: float
 
 
 @dataclass(frozen=True, slots=True)

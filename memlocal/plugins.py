@@ -623,12 +623,13 @@ class Replicator(Protocol):
         the last pass and error, skipped objects (the dashboard's sync panel)."""
         ...
 
-    def prepare(self, profile: str | None = None, *, wait: bool = True) -> None:
+    def prepare(self, profile: str | None = None, *, wait: bool = True) -> str | None:
         """The pull on open, called before every read (cheap after the first call). The first
         call pulls the whole bucket on a background thread when this index has never completed a
         pass against it (else queues a background refresh of ``profile``); with ``wait``, waits
         for that pull until ``sync.hydrate_deadline_s`` after it began, then lets the read answer
-        from the local index (saying so once). Never raises."""
+        from the local index (saying so once, and returning what it said to that read: it
+        answers from part of the bucket). Never raises."""
         ...
 
     def close(self) -> None: ...

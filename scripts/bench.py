@@ -64,8 +64,8 @@ Measured (medians over repeats; every comparison interleaved or back to back wit
 ``--json`` prints exactly: save.{p50_ms, plain_p50_ms, bare_p50_ms}, recall.<n>.{p50_ms, p95_ms,
 fullscan_p50_ms, fts_floor_p50_ms}, recall.cold.<n>_ms, recall.first50_max_<n>_ms, recall.rss_<n>_mb, cli.recall_ms, inject.p50_ms, import.per_s, startup.{open_first_recall_ms,
 hydrate_ms}, sync.{push_per_s, rclone_per_s, noop_pass_s, noop_requests, noop_pass_100k_s, hydrate_s,
-hydrate_per_object_s, fresh_runner_inject_s, frozen_cli_10_saves_s, frozen_lib_100_saves_s, frozen_rest_100_saves_s,
-hung_pass_s}, sync.seaweedfs.{push_per_s, rclone_per_s, push_cpu_ms_per_object, rclone_cpu_ms_per_object, hydrate_s,
+hydrate_per_object_s, fresh_runner_inject_s, fresh_after_push_s, frozen_cli_10_saves_s, frozen_lib_100_saves_s,
+frozen_rest_100_saves_s, hung_pass_s}, sync.seaweedfs.{push_per_s, rclone_per_s, push_cpu_ms_per_object, rclone_cpu_ms_per_object, hydrate_s,
 hydrate_per_object_s, noop_requests, noop_pass_s}, sync.fleet.{hosts, identical, lost, resurrected, settle_rounds,
 found_by_full_listing, noop_pass_requests, busy_pass_requests_mean};
 secrets.{rescan_10k_s} (a rescan of the start-up size, 10k, or of the largest size when smaller; 1% affected: bench_rescan);
@@ -1286,6 +1286,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
     runner_s: list[float] = []  # fresh runners' memlocal inject, with whether each block had memories
     runner_blocks: list[bool] = []
     runner_cpu: list[float] = []
+    after_push: dict[str, Any] = {}  # a fresh runner right after the first push (bench_sync.fresh_after_push)
     pages = 0
     try:
         client = s3_client(endpoint)
@@ -1309,6 +1310,12 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                     raise SystemExit(f"first push: {report.summary()}")
                 push_rates.append(count / elapsed)
                 if rep == 0:
+                    # Before any other pass: the snapshot, if any, is the one the push wrote.
+                    from bench_sync import fresh_after_push
+
+                    log("  sync: a fresh runner's memlocal inject right after the first push")
+                    after_push = fresh_after_push(tmp / "after-push" / "memlocal.db", runner_env(tmp / "x", endpoint),
+                                                  PROFILE, queries[0])
                     # A full pass finds the profile settled and writes its snapshot (read below).
                     for _ in range(max(1, plan.noop_repeats // 2)):
                         t = time.perf_counter()
@@ -1371,10 +1378,13 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
         "hydrate_s": p50(hydrate_s),
         "hydrate_per_object_s": p50(hydrate_per_object_s),
         "fresh_runner_inject_s": p50(runner_s),
+        "fresh_after_push_s": after_push.get("fresh_after_push_s"),
         "frozen_cli_10_saves_s": p50(frozen["cli_10_saves_s"]),
         "frozen_lib_100_saves_s": p50(frozen["lib_100_saves_s"]),
         "frozen_rest_100_saves_s": p50(frozen["rest_100_saves_s"]),
-        "_details": {"fresh_runner_runs_s": runner_s, "fresh_runner_block_has_memories": all(runner_blocks),
+        "_details": {"fresh_after_push_memories": after_push.get("fresh_after_push_memories"),
+                     "fresh_after_push_partial": after_push.get("fresh_after_push_partial"),
+                     "fresh_runner_runs_s": runner_s, "fresh_runner_block_has_memories": all(runner_blocks),
                      "fresh_runner_cpu_s": p50(runner_cpu), "fresh_runner_cpu_runs_s": runner_cpu,
                      "frozen_cli_10_saves_runs_s": frozen["cli_10_saves_s"],
                      "frozen_lib_100_saves_runs_s": frozen["lib_100_saves_s"],
@@ -1754,6 +1764,9 @@ def report_text(results: dict[str, Any], targets: dict[str, bool | None], elapse
             lines.append(f"sync fresh runner   memlocal inject {f(s['fresh_runner_inject_s'], '.2f')} s, whole process, "
                          f"CPU {f(sd.get('fresh_runner_cpu_s'), '.2f')} s "
                          f"({'bucket memories in every block' if sd['fresh_runner_block_has_memories'] else 'SOME BLOCKS WITHOUT bucket memories'})")
+        if s.get("fresh_after_push_s") is not None:
+            lines.append(f"sync after a push   a fresh runner's memlocal inject {f(s['fresh_after_push_s'], '.2f')} s, "
+                         f"{sd.get('fresh_after_push_memories')} memories, partial: {sd.get('fresh_after_push_partial')}")
         if "frozen_cli_10_saves_s" in s:
             lines.append(f"sync frozen bucket  10 CLI saves {f(s['frozen_cli_10_saves_s'], '.2f')} s   100 library saves "
                          f"{f(s['frozen_lib_100_saves_s'], '.2f')} s   100 REST saves {f(s['frozen_rest_100_saves_s'], '.2f')} s")

@@ -42,7 +42,7 @@ from .bucket import (
     BucketClient, BucketSettings, BucketUnavailable, Listing, ObjectMissing, ObjectTooLarge, PreconditionFailed,
 )
 from .clients import open_bucket
-from . import changes, converge, prepared, snapshot
+from . import changes, converge, objects, prepared, snapshot
 from .kinds import MEMORY, NOTE, NoteRecord, SyncedKind
 from .objects import (
     NOTE_PREFIX,
@@ -57,11 +57,15 @@ from .objects import (
     parse_key,
     profile_prefix,
 )
-from .plan import Action, Base, Local, Op, Plan, held_summary, plan_notes, plan_pass, unusable
+from .plan import (
+    NOTES_SCOPE, Action, Base, Guard, Local, Op, Plan, first_copy, held_summary, hold_deletions, plan_notes, plan_pass,
+    unusable,
+)
 from .state import (
     META_LAST_ERROR,
     Changed,
     META_LAST_PASS,
+    DeleteLocal,
     Effect,
     SkipObject,
     SyncState,
@@ -208,6 +212,10 @@ class SyncEngine:
         self.max_object_bytes = config.get_int("sync.max_object_bytes")
         self.mass_delete_min = config.get_int("sync.mass_delete_min")
         self.snapshot_min = config.get_int("sync.snapshot_min_objects")
+        # A snapshot's cap, compressed and unpacked (read streaming: ``snapshot.entries``).
+        self.snapshot_max_bytes = config.sync.snapshot_max_bytes
+        self.push_snapshot_min = config.sync.push_snapshot_min
+        objects.set_max_clock_skew(config.sync.max_clock_skew_s)  # (the bodies this process reads)
         # Bodies taken from snapshots for this pass's fetches, by key (read by the workers).
         self._from_snapshot: dict[str, bytes] = {}
         self.max_delete_share = config.get_float("sync.max_delete_share")
@@ -217,6 +225,10 @@ class SyncEngine:
             pool_size=self.workers + 2, page_size=config.get_int("sync.list_page_size"),
             deadline_s=config.sync.deadline_s)
         self._remote_ids: set[str] = set()
+        # Objects found gone under a conditional write of this pass (an access merge's 404, or
+        # a 412 whose re-read answers 404): deletions counted by the guard with the plan's.
+        self._gone: list[_Gone] = []
+        self._gone_lock = threading.Lock()
         self._cancelled = threading.Event()
         self.breaker = HostBreaker(store, settings.identity, base_s=config.get_float("sync.breaker_s"),
                                    probe_lease_s=2 * config.get_float("sync.put_timeout_s") + 1)
@@ -439,7 +451,7 @@ class SyncEngine:
             if hashes:
                 self.state.remember_signatures(local_rows, local, base)
             if early is not None:
-                early.finish(local, base, known_bad)
+                early.finish(local, base, known_bad, listing)
         if not view.incremental:
             self._ignore_listed_deletes(view, listing, report)
         explained = self.state.explained()
@@ -465,8 +477,7 @@ class SyncEngine:
         if notes:  # automation notes belong to no profile: full passes (and the read path's pull)
             note_plan, notes_seen = self._plan_notes(report, verified=identity.verified, force=force,
                                                      pull_only=pull_only)
-        guards = list(plan.guards) + (note_plan.guards if note_plan is not None else [])
-        if guards:
+        if plan.guards or (note_plan is not None and note_plan.guards):
             # One guard for the whole pass: whichever rule tripped, for memories or for notes,
             # no unexplained local deletion of either goes through.
             plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
@@ -474,6 +485,14 @@ class SyncEngine:
                 note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
         # Profiles this pass changes are written by a later pass that finds them settled.
         busy = {a.profile for a in plan.actions} | {g.profile for g in plan.guards}
+        # The unexplained local deletions wait for the guard's count of every deletion of the
+        # pass, those its conditional writes find too (``_guarded_deletions``).
+        deferred: dict[str, list[Action]] = {
+            MEMORY.what: [a for a in plan.actions if a.op is Op.DELETE_LOCAL and a.id not in explained]}
+        plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
+        if note_plan is not None:
+            deferred[NOTE.what] = [a for a in note_plan.actions if a.op is Op.DELETE_LOCAL]
+            note_plan.actions = [a for a in note_plan.actions if a.op is not Op.DELETE_LOCAL]
         if report.mode != "record":
             if early is not None:
                 busy |= early.profiles()
@@ -481,15 +500,33 @@ class SyncEngine:
                                  early.waiting if early is not None else None)
             self._stop_feeds()
         self._check_cancelled()
+        with self._gone_lock:
+            self._gone = []
         self._execute(MEMORY, plan, report, pull_only=pull_only, progress=progress)
+        if note_plan is not None:
+            self._execute(NOTE, note_plan, report, pull_only=pull_only, progress=None, seen=notes_seen)
+        self._check_cancelled()
+
+        def synced(kind: SyncedKind[Any, Any]) -> Counter[str]:
+            if kind is NOTE:
+                return Counter({NOTES_SCOPE: len(self.state.note_entries()[1])})
+            # A record pass's base is the ids it reconciles: the guard's share is of the profile.
+            every = self.state.base_entries(profiles) if report.mode == "record" else base
+            return Counter(b.profile for b in every.values())
+
+        guards = self._guarded_deletions(report, [(MEMORY, plan), (NOTE, note_plan)], deferred,
+                                         {MEMORY.what: {}, NOTE.what: notes_seen}, explained, synced,
+                                         force=force, pull_only=pull_only, progress=progress)
         self._check_cancelled()
         busy |= self._converge(busy, report, pull_only=pull_only)
         if not pull_only and not report.errors and report.mode in ("full", "scoped"):
             self._write_snapshots(listing, base, snapshots, report, busy, marker_id=identity.id or None,
                                   seq=view.tail if identity.conditional else None)
+        if not pull_only and not report.errors and not guards:
+            self._write_pushed_snapshots(plan, report, marker_id=identity.id or None,
+                                         seq=view.tail if identity.conditional else None)
         self._collect_skips(plan, report, prefixes)
         if note_plan is not None:
-            self._execute(NOTE, note_plan, report, pull_only=pull_only, progress=None, seen=notes_seen)
             self._collect_skips(note_plan, report, [NOTE_PREFIX])
         if guards:
             report.guards = [{"profile": g.profile, "deletions": g.deletions, "synced": g.synced,
@@ -556,7 +593,10 @@ class SyncEngine:
         if not same and not full and self.snapshot_min > 0 and self.state.is_empty():
             return _RecordView(False, [], tail, reason, None, fresh=True, last=tail)
         size = sum(len(seg.changes) for seg in segments)
-        verify = len(known)
+        # Each delete record for an object this host holds is verified with a GET, and so is one
+        # for a key it does not hold that a segment names a PUT of (``_record_side``).
+        put_keys = {c.key for seg in segments for c in seg.changes if c.op == "put"}
+        verify = len(known) + len({d[0] for d in deletes if d[1] not in known and d[0] in put_keys})
         last = max(reading.last, tail)
         if trusted and not due and not why_full and size <= RECORD_MAX_CHANGES and verify <= VERIFY_MAX:
             return _RecordView(True, segments, tail, "", cursor, last=last)
@@ -665,10 +705,13 @@ class SyncEngine:
             parsed = parse_key(key)
             if parsed is None:
                 continue
-            if key in deleted and key in listing:
+            if key in deleted and (key in listing or key in named):
                 # A memory this host has, deleted in some segment read here: verified below even
                 # when a later segment names a PUT (a writer that published late: its PUT may
-                # have come before the deletion), so no delete record is lost to the order.
+                # have come before the deletion), so no delete record is lost to the order. And
+                # one it does not hold (or holds at another ETag) that some segment names a PUT
+                # of: a delete record never cancels that fetch on its own (a forged, replayed or
+                # late record, or a re-creation after the deletion): the GET decides.
                 claimed.append(key)
             elif c.op == "put" and key in listing and listing[key].etag == c.etag and len(named[key]) > 1:
                 # The last segment names this host's own version, and another names a different
@@ -685,6 +728,18 @@ class SyncEngine:
         for key in claimed:
             if key in present:
                 listing[key] = Listed(key, present[key], 0)
+            else:
+                listing.pop(key, None)
+        # One id under two profiles, neither held here: the plan keeps the older object, as a
+        # full listing shows it (``plan.first_copy``): their LastModified, one LIST each (rare).
+        keys_of: dict[str, list[str]] = {}
+        for key in listing:
+            if (parsed := parse_key(key)) is not None and parsed[1] not in base:
+                keys_of.setdefault(parsed[1], []).append(key)
+        for key in (k for keys in keys_of.values() if len(keys) > 1 for k in keys):
+            shown = [o for o in self.bucket.list(key, max_pages=1).objects if o.key == key]
+            if shown:
+                listing[key] = shown[0]
             else:
                 listing.pop(key, None)
         self._report_ignored(sorted(k for k in present if k in deleted), report)
@@ -930,7 +985,7 @@ class SyncEngine:
 
         for key in keys:
             try:
-                data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
+                data, _etag = self.bucket.get(key, self.snapshot_max_bytes)
                 if len(data) >= prepared.HELPER_MIN_BYTES and self._helper_allowed():
                     try:
                         # A helper that sends nothing for half the pass's deadline is hung: killed,
@@ -938,13 +993,15 @@ class SyncEngine:
                         # runs from the bucket's last answer, which came before that wait.
                         return prepared.stream_in_helper(data, profile, self.max_object_bytes, feed.put, stopped,
                                                          timeout_s=self.deadline_s / 2, chunk=prepared.CHUNK,
-                                                         rows=self.store.row_function())
+                                                         rows=self.store.row_function(),
+                                                         max_bytes=self.snapshot_max_bytes)
                     except BadObject:
                         raise
                     except Exception as exc:  # the helper is only a second core: read here (again)
                         log.info("snapshot %s read here (the helper process failed: %s)", key, exc)
                 # Decoded and hashed here; the rows are made by the pass as it takes the entries.
-                entries = list(snapshot.read(data, profile).items())
+                entries = list(snapshot.entries(data, profile, self.snapshot_max_bytes,
+                                                snapshot.entry_cap(self.max_object_bytes)))
                 for i in range(0, len(entries), prepared.CHUNK):
                     ready = prepared.prepare_entries(dict(entries[i:i + prepared.CHUNK]), profile,
                                                      self.max_object_bytes, None, None, stopped)
@@ -965,8 +1022,8 @@ class SyncEngine:
         (``snapshot.read``), or ``None``."""
         for key in keys:
             try:
-                data, _etag = self.bucket.get(key, snapshot.MAX_SNAPSHOT_BYTES)
-                return snapshot.read(data, profile)
+                data, _etag = self.bucket.get(key, self.snapshot_max_bytes)
+                return snapshot.read(data, profile, self.snapshot_max_bytes, snapshot.entry_cap(self.max_object_bytes))
             except (ObjectMissing, ObjectTooLarge, BadObject) as exc:
                 log.info("snapshot %s not used: %s", key, exc)
         return None
@@ -1115,6 +1172,40 @@ class SyncEngine:
                     report.counts["snapshots"] += 1
                 except BucketUnavailable as exc:  # a snapshot is an optimisation: never fail a pass
                     log.info("snapshot of %s not written: %s", profile, exc)
+
+    def _write_pushed_snapshots(self, plan: Plan, report: PassReport, *, marker_id: str | None,
+                                seq: int | None) -> None:
+        """After a push of many memories (``sync.push_snapshot_min`` creates of one profile in
+        this pass: a first push, an import), write the profile's snapshot now, from what this
+        host synced (each memory whose base is its current content, without unmerged bumps),
+        rather than leave it to a later full pass that finds the profile settled: a fresh host
+        right after a first push then reads the whole bank in one GET instead of fetching what
+        its hydrate deadline allows. A hint like any snapshot: the fresh host lists, and takes an
+        entry only where the listing shows its ETag and its body is the one that ETag names."""
+        if self.snapshot_min <= 0 or self.push_snapshot_min <= 0:
+            return
+        created = Counter(a.profile for a in plan.actions if a.op is Op.CREATE)
+        for profile, n in sorted(created.items()):
+            if n < max(self.push_snapshot_min, self.snapshot_min):
+                continue
+            self._check_cancelled()
+            base = self.state.base_entries([profile])
+            entries: list[tuple[str, str, bytes]] = []
+            for memory, delta in self.store.memories_with_deltas([profile]):
+                b = base.get(memory.id)
+                if b is not None and delta == 0 and b.profile == profile and content_hash(memory) == b.content_hash:
+                    entries.append((object_key(profile, memory.id), b.etag, encode(memory)))
+            if len(entries) < self.snapshot_min:
+                continue
+            key, body = snapshot.build(profile, entries, marker=marker_id, seq=seq, created_at=format_time(utcnow()))
+            try:
+                older = [k for k in self._list_snapshots([profile]).get(profile, []) if k != key]
+                self.bucket.put(key, body)
+                for old in older:
+                    self.bucket.delete(old)
+                report.counts["snapshots"] += 1
+            except BucketUnavailable as exc:  # a snapshot is an optimisation: never fail a pass
+                log.info("snapshot of %s not written after the push: %s", profile, exc)
 
     def _collect_skips(self, plan: Plan, report: PassReport, prefixes: list[str]) -> None:
         seen = {s.key for s in plan.skips}
@@ -1313,8 +1404,7 @@ class SyncEngine:
                 raise SyncError(f"{key} kept changing: gave up after {attempt} conditional writes; next pass retries") from None
             return self._fetch(kind, item_id, profile, "", counts, attempt=attempt + 1, merging=True)
         except ObjectMissing:
-            counts[kind.counters.deleted_local] += 1
-            return kind.gone(self.state, item_id, profile, record)
+            return self._found_gone(kind, item_id, profile, record)
         counts[kind.counters.pushed] += 1
         return [*kind.written(record, new_etag, created=False), Changed(key, new_etag, "put", len(data))]
 
@@ -1331,9 +1421,8 @@ class SyncEngine:
             if merging:
                 # Our conditional write was refused and the object is gone: deleted on another
                 # host meanwhile, as when the PUT itself answers 404 (SeaweedFS answers If-Match
-                # on a missing key with 412): the deletion wins.
-                counts[kind.counters.deleted_local] += 1
-                return kind.gone(self.state, item_id, profile)
+                # on a missing key with 412): the deletion wins, subject to the guard.
+                return self._found_gone(kind, item_id, profile)
             return []  # gone since the listing: the next pass sees the deletion
         except ObjectTooLarge as exc:
             counts["skipped_objects"] += 1
@@ -1345,6 +1434,55 @@ class SyncEngine:
             log.warning("skipping %s: %s", printable(key), printable(exc.reason))
             return [SkipObject(key, etag or listed_etag, exc.reason)]
         return kind.resolve(self, remote, etag, data, counts, pull_only=pull_only, attempt=attempt)
+
+    def _found_gone(self, kind: SyncedKind[Any, Any], item_id: str, profile: str, record: Any = None) -> list[Effect]:
+        """An object gone under a conditional write of ours: deleted elsewhere, and the deletion
+        wins, but it is a deletion like any other: counted by the mass-delete guard with the
+        plan's (``_guarded_deletions``), so nothing is deleted here yet."""
+        effects = kind.gone(self.state, item_id, profile, record)
+        if effects:
+            with self._gone_lock:
+                self._gone.append(_Gone(kind, item_id, profile, effects))
+        return []
+
+    def _guarded_deletions(self, report: PassReport, plans: Sequence[tuple[SyncedKind[Any, Any], Plan | None]],
+                           deferred: Mapping[str, list[Action]], seen: Mapping[str, Mapping[str, Any]],
+                           explained: set[str],
+                           synced: Callable[[SyncedKind[Any, Any]], Counter[str]], *, force: bool,
+                           pull_only: bool, progress: Progress | None) -> list[Guard]:
+        """Every local deletion of the pass meets one guard, whatever path found it: the plan's
+        (an object gone from the listing or the record), and those found under a conditional
+        write (``_found_gone``: an access merge answered 404). If any rule trips, for memories or
+        for notes, none of the unexplained ones is applied (the plan's guards included); else
+        they are applied now. Returns the guards."""
+        with self._gone_lock:
+            gone, self._gone = self._gone, []
+        guards: list[Guard] = [g for _kind, p in plans if p is not None for g in p.guards]
+        if not force and not guards:
+            for kind, _p in plans:
+                counted: Counter[str] = Counter(kind.plan.scope(a.profile) for a in deferred.get(kind.what, []))
+                counted.update(kind.plan.scope(g.profile) for g in gone if g.kind is kind and not _explains(explained, g))
+                if counted:
+                    guards += hold_deletions(counted, synced(kind), empty_unverified=False,
+                                             minimum=self.mass_delete_min, share=self.max_delete_share,
+                                             noun=kind.plan.noun)
+        if guards and not force:
+            for g in gone:  # the held ones stay: the next pass finds them gone again
+                if _explains(explained, g):
+                    self._apply_gone(g, report)
+            return guards
+        for kind, _p in plans:
+            actions = deferred.get(kind.what, [])
+            if actions:
+                self._execute(kind, Plan(actions=actions), report, pull_only=pull_only, progress=None,
+                              seen=seen.get(kind.what))
+        for g in gone:
+            self._apply_gone(g, report)
+        return guards
+
+    def _apply_gone(self, g: "_Gone", report: PassReport) -> None:
+        report.counts[g.kind.counters.deleted_local] += 1
+        self._apply_contained(list(g.effects), report)
 
     # --- automation notes: memlocal/automations/<id>.json (docs/sync.md, "Automation notes") ----
 
@@ -1386,6 +1524,22 @@ class SyncEngine:
         counts["reid"] += 1
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
         return self._create(MEMORY, candidate, counts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Gone:
+    """An item whose object vanished under a conditional write of this pass (its effects held
+    until the guard has counted every deletion of the pass)."""
+
+    kind: Any  # SyncedKind
+    id: str
+    profile: str
+    effects: tuple[Effect, ...] | list[Effect]
+
+
+def _explains(explained: set[str], gone: _Gone) -> bool:
+    """Whether a delete record explains ``gone`` (delete records name memories only)."""
+    return gone.kind is MEMORY and gone.id in explained
 
 
 class _EarlyTake:
@@ -1483,11 +1637,29 @@ class _EarlyTake:
             self._effects = []
 
     def finish(self, local: dict[str, Local], base: dict[str, Base],
-               known_bad: dict[str, tuple[str, str]]) -> None:
+               known_bad: dict[str, tuple[str, str]], listing: Sequence[Listed] = ()) -> None:
         """The listing is over: take what the feeds sent since, then add what was pulled to the
-        plan's sides (``local``, ``base``) and what was found unusable to ``known_bad``."""
+        plan's sides (``local``, ``base``) and what was found unusable to ``known_bad``. A memory
+        taken whose id the whole ``listing`` shows under another profile too, where that copy is
+        the older (``plan.first_copy``), is taken back: the plan fetches the other, as on every
+        host (docs/sync.md, "One id, one profile")."""
         self._take()
         pulled = {e.memory.id: e for e in self._applied if isinstance(e, Synced)}
+        if pulled:
+            cap = self._engine.max_object_bytes
+            copies: dict[str, list[tuple[str, Listed]]] = {}
+            for obj in listing:
+                parsed = parse_key(obj.key)
+                if parsed is not None and unusable(obj, known_bad, cap) is None:
+                    copies.setdefault(parsed[1], []).append((parsed[0], obj))
+            undo = [DeleteLocal(mid, e.memory.profile_name) for mid, e in pulled.items()
+                    if len(copies.get(mid, ())) > 1 and first_copy(copies[mid]) != e.memory.profile_name]
+            if undo:
+                self._engine.state.apply(undo)
+                self._report.counts["pulled"] -= len(undo)
+                for d in undo:
+                    del pulled[d.id]
+                    self._taken.discard(object_key(d.profile, d.id))
         if pulled:
             stored = self._engine.state.base_entries(list(self._feeds))
             for mid, synced in pulled.items():

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, Sequence, TypeVar
 
-from memlocal.model import Memory, compute_staleness, to_us
+from memlocal.model import COUNT_MAX, Memory, compute_staleness, to_us
 from memlocal.plugins import AutomationNote, NoteState
 
 from . import plan
@@ -271,7 +271,7 @@ def merged(remote: Memory, content: Memory, delta: int, *, local_last: datetime 
     recomputed."""
     last_candidates = [t for t in (remote.last_accessed_at, content.last_accessed_at, local_last) if t is not None]
     last = max(last_candidates) if last_candidates else None
-    count = remote.access_count + delta
+    count = min(COUNT_MAX, remote.access_count + delta)  # nothing pushed back leaves 0 … 2^53
     result = content.with_changes(access_count=count, last_accessed_at=last)
     return result.with_changes(staleness_score=compute_staleness(
         category=result.category, confidence=result.confidence, access_count=count,

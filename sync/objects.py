@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable, Final
 
 from memlocal.plugins import AutomationNote, read_foreign_note, validate_automation_id
 from memlocal.errors import ValidationError, fold_whitespace
-from memlocal.model import Memory, format_time, read_foreign, validate_id, validate_profile
+from memlocal.model import COUNT_MAX, Memory, format_time, read_foreign, utcnow, validate_id, validate_profile
 
 PREFIX: Final = "memory/"
 SUFFIX: Final = ".json"
@@ -70,8 +71,12 @@ def parse_key(key: str) -> tuple[str, str] | None:
 
 
 def encode(memory: Memory) -> bytes:
-    """The object body: compact UTF-8 JSON, as Go's encoder writes it."""
-    return json.dumps(memory.to_dict(wire=True), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """The object body: compact UTF-8 JSON, as Go's encoder writes it. The count goes out within
+    the documented 0 … 2^53 whatever the local row holds (local bumps on a count read at the cap)."""
+    body = memory.to_dict(wire=True)
+    if isinstance(body.get("accessCount"), int) and body["accessCount"] > COUNT_MAX:
+        body["accessCount"] = COUNT_MAX
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _reject_constant(name: str) -> object:
@@ -106,7 +111,39 @@ def decode(data: bytes, profile: str, memory_id: str) -> Memory:
         raise BadObject(
             f"key names {memory_id} in profile {profile} but the body is {memory.id} in profile {memory.profile_name}"
         )
-    return memory
+    return clamp_times(memory)
+
+
+# ``sync.max_clock_skew_s``: how far past this host's clock a body's times may be (set from the
+# configuration by each engine, ``set_max_clock_skew``; a helper process is handed it).
+_max_clock_skew_s = 300.0
+
+
+def set_max_clock_skew(seconds: float) -> None:
+    """``sync.max_clock_skew_s`` for this process's reads of bucket objects (``clamp_times``)."""
+    global _max_clock_skew_s
+    _max_clock_skew_s = float(seconds)
+
+
+def max_clock_skew() -> float:
+    """The skew ``clamp_times`` allows (``set_max_clock_skew``)."""
+    return _max_clock_skew_s
+
+
+def clamp_times(memory: Memory) -> Memory:
+    """A body's ``createdAt`` and ``lastAccessedAt`` later than now plus ``sync.max_clock_skew_s``
+    are taken as now: a forged or far-skewed clock (``2999-01-01``) cannot make a memory the most
+    recent for good (recency ranks it; the access merge keeps the later time, so it would be
+    pushed back forever). Counts are clamped to 0 … 2^53 by the tolerant reader already. The
+    clamped value is what this host stores and what any rewrite of it pushes back."""
+    now = utcnow()
+    latest = now + timedelta(seconds=_max_clock_skew_s)
+    changes: dict[str, Any] = {}
+    if memory.created_at > latest:
+        changes["created_at"] = now
+    if memory.last_accessed_at is not None and memory.last_accessed_at > latest:
+        changes["last_accessed_at"] = now
+    return memory.with_changes(**changes) if changes else memory
 
 
 def _contained(reader: Callable[[Any], Any], obj: Any, what: str, *, one_line: bool) -> Any:

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Collection, Iterable, Literal, Mapping
 
+from memlocal.errors import ValidationError
+from memlocal.model import parse_time
 from memlocal.plugins import SyncBase
 
 from .objects import Listed, parse_key, parse_note_key
@@ -197,9 +199,9 @@ def plan_pass(
         deleting = mid in outbox_deletes and loc is None
         home = loc.profile if loc else b.profile if b else outbox_deletes.get(mid)
         candidates = by_id.get(mid, [])
-        if len(candidates) > 1:  # one id under several profiles: by profile (almost never)
-            candidates = sorted(candidates, key=lambda pe: pe[0])
         bad_here = bad.get(mid)
+        if home is None and len(candidates) > 1:  # one id under several profiles (almost never)
+            home = first_copy(candidates)
         if home is None:
             home = candidates[0][0] if candidates else bad_here[0] if bad_here else None
         remote: Listed | None = None
@@ -207,10 +209,9 @@ def plan_pass(
             if profile == home and remote is None:
                 remote = entry
             else:
-                # The same id under another profile: ids are unique across profiles here.
-                plan.skips.append(Skip(entry.key, entry.etag,
-                                       f"id {mid} is also used in profile {home}; resolved by a later pass",
-                                       persist=False))
+                # The same id under another profile: the one this host holds (or, holding none,
+                # the older object) is the memory; this copy is left alone, every pass.
+                plan.skips.append(Skip(entry.key, entry.etag, two_profiles(mid, home), persist=False))
         foreign = bool(candidates) and remote is None
         remote_bad = bad_here is not None and bad_here[0] == home and remote is None
 
@@ -262,6 +263,27 @@ def plan_pass(
         if plan.guards:  # either rule holds every unexplained local deletion of the pass
             plan.actions = [a for a in plan.actions if not (a.op is Op.DELETE_LOCAL and a.id not in explained)]
     return plan
+
+
+def two_profiles(mid: str, home: str | None) -> str:
+    """The skip reason of a copy of ``mid`` under another profile than ``home``'s."""
+    return (f"id {mid} is also used in profile {home}, whose copy is the memory (the one hosts hold, or "
+            f"the older object): this one is left alone")
+
+
+def first_copy(candidates: Iterable[tuple[str, Listed]]) -> str:
+    """The profile of the copy that is the memory, of one id that a host holding none of them sees
+    under several profiles: the older object (the listing's LastModified), then the profile
+    name, so that every host, a fresh one included, picks the same (docs/sync.md, "One id,
+    one profile"). A hint's time is data here, never a clock: the listing says it."""
+    def age(pe: tuple[str, Listed]) -> tuple[float, str]:
+        try:
+            when = parse_time(pe[1].modified) if pe[1].modified else None
+        except (ValueError, ValidationError):  # a server's odd format: no age, name order
+            when = None
+        return (when.timestamp() if when is not None else float("inf"), pe[0])
+
+    return min(candidates, key=age)[0]
 
 
 def unusable(entry: Listed, known_bad: Mapping[str, tuple[str, str]], max_object_bytes: int) -> Skip | None:

@@ -41,7 +41,7 @@ from typing import IO, Any, Callable, Final, Iterator
 from memlocal.model import Memory
 
 from . import snapshot
-from .objects import BadObject, content_hash, decode, parse_key
+from .objects import BadObject, content_hash, decode, max_clock_skew, parse_key, set_max_clock_skew
 
 # A snapshot this large (compressed) is read by a helper process when there is a second core:
 # below it, starting an interpreter (~0.2 s of CPU, on the other core) saves too little.
@@ -232,7 +232,8 @@ def helper_available() -> bool:
 def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
                      on_chunk: Callable[[bytes, Callable[[], None]], None], cancelled: Callable[[], bool],
                      timeout_s: float = HELPER_TIMEOUT_S, chunk: int | None = None,
-                     rows: RowFunction | None = None, lag: int = ROWS_LAG) -> bool:
+                     rows: RowFunction | None = None, lag: int = ROWS_LAG,
+                     max_bytes: int = snapshot.MAX_SNAPSHOT_BYTES) -> bool:
     """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process
     (decoded and hashed), each chunk of ``chunk`` (default ``CHUNK``) entries handed to
     ``on_chunk`` (on this thread, still pickled: :func:`entries_of` reads it) with a function
@@ -251,7 +252,8 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     # its first chunk is on its way. Made before the helper starts: a function that cannot be
     # pickled (not module-level) must not leave a helper waiting for a request.
     request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK,
-                            pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None, lag),
+                            pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None, lag,
+                            max_bytes, max_clock_skew()),
                            protocol=pickle.HIGHEST_PROTOCOL)
     env = dict(os.environ)
     # The helper imports what this process imports, from where this process found it.
@@ -366,7 +368,9 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
             got += part
         return got
 
-    data, profile, max_object_bytes, chunk, row_function, lag = pickle.loads(read(int.from_bytes(read(8), "big")))
+    data, profile, max_object_bytes, chunk, row_function, lag, max_bytes, skew = pickle.loads(
+        read(int.from_bytes(read(8), "big")))
+    set_max_clock_skew(skew)
     try:
         os.set_blocking(0, False)  # then a byte for each chunk the pass has taken, read as they come
         paced = True
@@ -382,7 +386,8 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
         out.flush()
 
     try:
-        entries = snapshot.read(data, profile)
+        # Streaming, capped (a bomb costs its cap, not its size).
+        entries = snapshot.read(data, profile, max_bytes, snapshot.entry_cap(max_object_bytes))
     except BadObject as exc:
         send(b"b", exc.reason)
         return

@@ -450,21 +450,22 @@ class S3Replicator:
 
     # --- the pull on open ---------------------------------------------------------------------------
 
-    def prepare(self, profile: str | None = None, *, wait: bool = True) -> None:
+    def prepare(self, profile: str | None = None, *, wait: bool = True) -> str | None:
         """The pull on open. The first call decides: with ``sync.pull_on_open``, a host whose
         index has never completed a pass against this bucket pulls all of it on a background
         thread (unless the host's breaker is open); a hydrated host queues a background refresh
         of ``profile`` (``None``: every profile), as a REST read does. With ``wait`` (a read is
         about to be answered), wait for that first pull until ``sync.hydrate_deadline_s`` after
         it began; if it has not made the index ready by then, say so once (a warning) and let
-        the read answer from what the index has. Never raises."""
+        the read answer from what the index has. Never raises. Returns that notice, for the
+        read that said it (it answers from part of the bucket: ``inject --json``'s ``partial``)."""
         with self._prepare_lock:
             first = not self._prepared
             self._prepared = True
             if first:
                 self._start_open_pull(profile)
         if not wait or self._notice == "":
-            return
+            return None
         hydration = self._hydration
         notice: str | None
         if hydration is not None and not hydration.wait():
@@ -476,10 +477,11 @@ class S3Replicator:
             notice = self._notice
         with self._prepare_lock:
             if self._notice == "":
-                return
+                return None
             self._notice = ""  # said (or nothing to say): later reads neither wait nor repeat it
         if notice:
             log.warning("answering from this host's index, which may lack memories from the bucket: %s", notice)
+        return notice or None
 
     def _start_open_pull(self, profile: str | None) -> None:
         if not self.config.sync.pull_on_open:

@@ -27,8 +27,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import zlib
-from typing import Final, Iterable
+from typing import Final, Iterable, Iterator
 
 from memlocal.errors import ValidationError
 from memlocal.model import validate_profile
@@ -38,8 +39,9 @@ from .objects import PREFIX, BadObject
 SNAPSHOT_PREFIX: Final = "memlocal/snapshots/"
 SUFFIX: Final = ".json.gz"
 FORMAT: Final = "memlocal-snapshot/1"
-# A snapshot is read whole; past this (compressed or not) it is ignored and objects are fetched.
-MAX_SNAPSHOT_BYTES: Final = 256 << 20
+# A snapshot over this (compressed, or unpacked) is ignored and its objects fetched: the default
+# of ``sync.snapshot_max_bytes`` (about 100,000 memories of a profile).
+MAX_SNAPSHOT_BYTES: Final = 64 << 20
 
 
 def snapshot_key(profile: str, digest: str) -> str:
@@ -102,33 +104,128 @@ def build(profile: str, entries: Iterable[tuple[str, str, bytes]], *, marker: st
     return snapshot_key(profile, digest((k, e) for k, e, _ in items)), data
 
 
-def read(data: bytes, profile: str) -> dict[str, tuple[str, bytes]]:
+# One entry's text at most, by default (``entry_cap``): a 1 MiB object escaped as JSON, and room.
+MAX_ENTRY_BYTES: Final = 8 << 20
+
+
+def entry_cap(max_object_bytes: int) -> int:
+    """How long one entry's JSON text may be: an object of ``max_object_bytes`` with every byte
+    escaped (``\\u00XX``: six characters), its key and ETag. A longer one cannot be taken."""
+    return 6 * max_object_bytes + (64 << 10)
+
+
+def read(data: bytes, profile: str, max_bytes: int = MAX_SNAPSHOT_BYTES,
+         max_entry_bytes: int = MAX_ENTRY_BYTES) -> dict[str, tuple[str, bytes]]:
     """``{key: (etag, object body)}`` of a snapshot of ``profile``; ``BadObject`` if it is not one.
     Entries that cannot be used (outside the profile's prefix, malformed) are left out: a
-    snapshot only ever saves GETs of objects the listing shows (the engine checks each)."""
-    try:
-        inflater = zlib.decompressobj(wbits=31)  # gzip
-        raw = inflater.decompress(data, MAX_SNAPSHOT_BYTES)
-        if inflater.unconsumed_tail:
-            raise BadObject(f"snapshot is over {MAX_SNAPSHOT_BYTES} bytes uncompressed")
-        doc = json.loads(raw)
-    except (zlib.error, ValueError) as exc:
-        raise BadObject(f"not a snapshot: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("profile") != profile:
-        raise BadObject("not a snapshot of this profile in a known format")
-    objects = doc.get("objects")
-    if not isinstance(objects, list):
-        raise BadObject("snapshot has no object list")
+    snapshot only ever saves GETs of objects the listing shows (the engine checks each).
+
+    Read streaming (``entries``): the gzip stream is inflated a window at a time and the object
+    list parsed entry by entry, so what this holds at once is the entries kept, the compressed
+    bytes and one window, never the whole document as text and again as objects; past
+    ``max_bytes`` unpacked (``sync.snapshot_max_bytes``) it stops and the snapshot is ignored.
+    A decompression bomb costs its cap, not its size."""
+    return dict(entries(data, profile, max_bytes, max_entry_bytes))
+
+
+# The inflater's output per step: the text of a few hundred entries.
+_WINDOW: Final = 1 << 20
+_HEAD: Final = re.compile(r'\s*\{\s*"format"\s*:\s*"([^"\\]*)"\s*,\s*"profile"\s*:\s*"([^"\\]*)"\s*,\s*"objects"\s*:\s*\[')
+_WS: Final = re.compile(r"\s*")
+
+
+def entries(data: bytes, profile: str, max_bytes: int = MAX_SNAPSHOT_BYTES,
+            max_entry_bytes: int = MAX_ENTRY_BYTES) -> Iterator[tuple[str, tuple[str, bytes]]]:
+    """The usable entries of a snapshot of ``profile`` as ``(key, (etag, body))``, read as the gzip
+    stream inflates (``read``). The document must open as memlocal writes it (``format``, then
+    ``profile``, then ``objects``); anything else is not a snapshot (``BadObject``), as is a
+    stream over ``max_bytes`` unpacked, before or after entries were given, or one entry's text
+    over ``max_entry_bytes`` (``entry_cap``: no object a pass would take is that large)."""
+    inflater = zlib.decompressobj(wbits=31)  # gzip
+    decoder = json.JSONDecoder()
     prefix = f"{PREFIX}{profile}/"
-    out: dict[str, tuple[str, bytes]] = {}
-    for entry in objects:
+    pending = data
+    unpacked = 0
+    raw = b""
+    text = ""
+    pos = 0
+    started = False
+    first = True  # no entry read yet (an empty list may end at once)
+
+    def more() -> bool:
+        """Inflate the next window into ``text`` (after what is still unread); ``False`` at the end."""
+        nonlocal pending, unpacked, raw, text, pos
+        if not pending and inflater.eof:
+            return False
+        try:
+            chunk = inflater.decompress(pending, _WINDOW)
+        except zlib.error as exc:
+            raise BadObject(f"not a snapshot: {exc}") from None
+        pending = inflater.unconsumed_tail
+        if not chunk and not pending:
+            if not inflater.eof:
+                raise BadObject("not a snapshot: the gzip stream is truncated")
+            return False
+        unpacked += len(chunk)
+        if unpacked > max_bytes:
+            raise BadObject(f"snapshot is over {max_bytes} bytes uncompressed (sync.snapshot_max_bytes)")
+        raw += chunk
+        try:  # a window may end inside a character: the rest waits for the next one
+            decoded = raw.decode("utf-8")
+            raw = b""
+        except UnicodeDecodeError as exc:
+            if exc.start < len(raw) - 3:
+                raise BadObject(f"not a snapshot: not valid UTF-8 ({exc.reason})") from None
+            decoded, raw = raw[:exc.start].decode("utf-8"), raw[exc.start:]
+        text = text[pos:] + decoded
+        pos = 0
+        return True
+
+    while not started:
+        head = _HEAD.match(text, pos)
+        if head is not None:
+            if head.group(1) != FORMAT or head.group(2) != profile:
+                raise BadObject("not a snapshot of this profile in a known format")
+            pos, started = head.end(), True
+        elif len(text) > 4096 or not more():
+            raise BadObject("not a snapshot of this profile in a known format")
+    value = True  # a value comes next (after the "[" or a ","), or the list's end
+    while True:
+        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]  # (matches the empty string)
+        if pos == len(text):
+            if more():
+                continue
+            raise BadObject("not a snapshot: its object list is cut short")
+        if not value or text[pos] == "]":
+            if text[pos] == "]" and (not value or first):
+                break
+            if text[pos] != "," or value:
+                raise BadObject("not a snapshot: its object list is not JSON")
+            pos, value = pos + 1, True
+            continue
+        try:
+            entry, end = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError) as exc:
+            # An entry the window cut: read on until what is left has doubled (so that a huge
+            # entry is parsed a few times, not once per window), then again.
+            if len(text) - pos > max_entry_bytes:
+                raise BadObject(f"snapshot entry over {max_entry_bytes} bytes: no object a pass takes is that large")
+            target = 2 * (len(text) - pos) + _WINDOW
+            grew = False
+            while len(text) - pos < target and more():
+                grew = True
+            if grew:
+                continue
+            raise BadObject(f"not a snapshot: {str(exc)[:200]}") from None
+        pos, value, first = end, False, False
         if not isinstance(entry, dict):
             continue
         key, etag, body = entry.get("key"), entry.get("etag"), entry.get("body")
         # An entry outside the profile's prefix is never used: the snapshot cannot write elsewhere.
         if isinstance(key, str) and key.startswith(prefix) and isinstance(etag, str) and isinstance(body, str):
             try:
-                out[key] = (etag, body.encode("utf-8"))
+                encoded = body.encode("utf-8")
             except UnicodeEncodeError:  # a lone surrogate: fetch that object instead
                 continue
-    return out
+            yield key, (etag, encoded)
+    # (What follows the list, the marker, createdAt and seq, is for people: not read.)

@@ -72,7 +72,8 @@ def test_bench_runs_every_section_and_prints_the_documented_keys(tmp_path: Path,
     assert out["import"].keys() == {"per_s"}
     assert out["startup"].keys() == {"open_first_recall_ms", "hydrate_ms"}
     assert out["sync"].keys() == {"push_per_s", "rclone_per_s", "noop_pass_s", "noop_requests", "noop_pass_100k_s",
-                                  "hydrate_s", "hydrate_per_object_s", "fresh_runner_inject_s", "frozen_cli_10_saves_s",
+                                  "hydrate_s", "hydrate_per_object_s", "fresh_runner_inject_s", "fresh_after_push_s",
+                                  "frozen_cli_10_saves_s",
                                   "frozen_lib_100_saves_s", "frozen_rest_100_saves_s", "hung_pass_s", "seaweedfs"}
     weed = out["sync"].pop("seaweedfs")
     assert weed.keys() == {"push_per_s", "rclone_per_s", "push_cpu_ms_per_object", "rclone_cpu_ms_per_object",

@@ -92,13 +92,15 @@ def inject(state: State, profile: str, prompt: str, tools: str, query: str | Non
            contexts: tuple[str, ...], automation_id: str | None, as_json: bool) -> None:
     """Print PROMPT as a run of the profile would receive it ('-' reads stdin).
 
-    With --json: {"profile", "prompt" (the input), "injected" (the final prompt)}.
+    With --json: {"profile", "prompt" (the input), "injected" (the final prompt), "partial"
+    (why the memories came from part of the bucket, a fresh host's pull still running; null)}.
     """
     text = read_text_arg(prompt) or ""
     ctx = [read_text_arg(c) or "" for c in contexts]
-    final = state.bank().inject(profile, tools, text, query=query, contexts=ctx, automation_id=automation_id)
+    bank = state.bank()
+    final = bank.inject(profile, tools, text, query=query, contexts=ctx, automation_id=automation_id)
     if as_json:
-        echo_json({"profile": profile, "prompt": text, "injected": final})
+        echo_json({"profile": profile, "prompt": text, "injected": final, "partial": bank.partial})
     else:
         click.echo(final)
 
