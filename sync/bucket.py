@@ -32,12 +32,15 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from memlocal.config import Config
 from memlocal.errors import BucketError, ObjectMissing, ObjectTooLarge, PreconditionFailed, SyncError, fold_whitespace
 
 from .objects import Listed
+
+if TYPE_CHECKING:  # obstore's typed dicts exist for type checkers only
+    from obstore.store import ClientConfig, S3Config
 
 __all__ = ["Bucket", "BucketClient", "BucketError", "BucketSettings", "BucketUnavailable", "Listing",
            "ObjectMissing", "ObjectTooLarge", "PreconditionFailed"]
@@ -524,13 +527,13 @@ class Bucket:
         # ends within the budget too; with no room for one, a request has one attempt.
         retry_window = max(0.0, budget - timeout)
         retries = self.attempts - 1 if retry_window > 0 else 0
-        client_options: dict[str, Any] = {
+        client_options: ClientConfig = {
             "timeout": timedelta(seconds=timeout),
             "connect_timeout": timedelta(seconds=min(timeout, 10.0)),
             "pool_max_idle_per_host": str(self.pool_size),
             "user_agent": "memlocal-sync",
         }
-        config: dict[str, Any] = {"region": s.region or self._default_region()}
+        config: S3Config = {"region": s.region or self._default_region()}
         if s.endpoint:
             # Path-style keys work with every S3-compatible server; AWS keeps its default.
             config["endpoint"] = s.endpoint
