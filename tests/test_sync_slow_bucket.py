@@ -73,7 +73,13 @@ def test_each_request_ends_within_what_is_left_of_the_deadline(s3: S3, trickle: 
         b.close()
 
 
-def test_sync_run_ends_within_its_deadline(cli: Any, trickle: TrickleProxy) -> None:
+def test_sync_run_ends_within_its_deadline(cli: Any, s3: S3, trickle: TrickleProxy) -> None:
+    """A fresh host's pass of a bucket with 20 memories (written by another host, straight to the
+    server): the marker, a listing of some kilobytes, the objects; each a trickle."""
+    writer = cli.at(cli.db.with_name("writer.db"))
+    for i in range(20):
+        assert writer("save", "-p", P, f"memory number {i} of the trickling bucket").exit_code == 0
+    assert writer("sync", "run").exit_code == 0
     res, took = _timed(cli, "sync", "run", env=_env(trickle, MEMLOCAL_SYNC_DEADLINE_S="3"))
     assert res.exit_code != 0 and "cannot reach bucket" in res.output, res.output
     assert took < 3 + START_UP_S, took
