@@ -190,7 +190,7 @@ TARGETS = {
     >= 0.9 * r["sync"]["rclone_per_s"],
     "fresh host ≥ 15× faster than fetching object by object": lambda r: 15 * r["sync"]["hydrate_s"]
     <= r["sync"]["hydrate_per_object_s"],
-    # Issue 48's targets for the wire on obstore (docs/sync.md, "The wire"), beside rclone on the same server.
+    # The wire's targets (docs/sync.md, "The wire"), beside rclone on the same server.
     "SeaweedFS: first push ≥ 1.0× rclone copy --s3-no-head's objects/s": lambda r: r["sync"]["seaweedfs"]["push_per_s"]
     >= r["sync"]["seaweedfs"]["rclone_per_s"],
     "SeaweedFS: first push's CPU per object ≤ rclone's": lambda r: r["sync"]["seaweedfs"]["push_cpu_ms_per_object"]

@@ -1,4 +1,4 @@
-"""Every request bounded by the clock, whole (issue 48, item 4): against a bucket that answers one
+"""Every request bounded by the clock, whole (docs/sync.md, "The wire"): against a bucket that answers one
 byte every 50 ms (``trickle``: tests/trickle.py, a TCP proxy in front of the test's server), every
 read of a socket gets its byte in time, so a timeout per read never fires; a request must end
 within its share of the deadline as a whole (connect, send, every byte of the answer). Before the

@@ -1,7 +1,7 @@
 """A bucket that answers one byte at a time: a TCP proxy in front of the test's S3 server that passes
 what the client sends on at once and what the server answers one byte every ``delay`` seconds
 (50 ms by default). Every read of the client gets a byte well within any socket timeout, so only a
-bound on the whole request ends it (issue 48, item 4: through such a proxy `sync run` took 522 s
+bound on the whole request ends it (docs/sync.md, "The wire": through such a proxy `sync run` took 522 s
 with a 12 s deadline, when each timeout was per socket read).
 
 A real TCP hop with real sockets, not a mock: the answers are the server's, byte for byte. Each
