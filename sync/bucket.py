@@ -299,10 +299,11 @@ class _Clock:
     answer while a request is in flight; time the pass spends on its own work with no request in
     flight after an answer does not count (a fresh host's inserts under load are not the bucket's
     silence; after an attempt that got no answer, it does). Every
-    attempt of every request takes what is left when it starts (``start``) and waits at most that
-    (its socket timeouts are capped by it), so a pass against a hung bucket (it accepts
-    connections and never answers) ends at the deadline by construction, while a slow bucket that
-    keeps answering some requests keeps its retries."""
+    request takes what is left when it starts (``start``) and ends within it, whole (``Bucket``:
+    obstore's whole-request timeout, botocore's calls waited for on a thread of their own), so a
+    pass against a hung bucket (it accepts connections and never answers) or a trickling one ends
+    at the deadline by construction, while a slow bucket that keeps answering some requests keeps
+    its retries."""
 
     def __init__(self, deadline_s: float) -> None:
         self.deadline_s = deadline_s
@@ -614,7 +615,7 @@ class Bucket:
         if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") or (
                 isinstance(exc, (ox.AlreadyExistsError, ox.PreconditionError)) and status != 404):
             return PreconditionFailed(f"{what}: {code or status or 'precondition failed'}"), True
-        if status == 404 or isinstance(exc, ox.NotFoundError):
+        if status == 404 or isinstance(exc, (ox.NotFoundError, FileNotFoundError)):  # (obstore raises both)
             return ObjectMissing(what), True
         if status == 416 or code == "InvalidRange":
             return _EmptyObject(what), True
