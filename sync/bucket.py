@@ -27,6 +27,7 @@ retries or the deadline exhausted.
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 import time
@@ -545,6 +546,10 @@ class Bucket:
             config["virtual_hosted_style_request"] = False
             if s.endpoint.startswith("http://"):
                 client_options["allow_http"] = True
+        bundle = os.environ.get("AWS_CA_BUNDLE")
+        if bundle and os.path.isfile(bundle):  # a private CA, as botocore reads it: added to the trusted roots
+            with open(bundle, "rb") as f:
+                client_options["root_certificate"] = f.read()
         credentials: Any = None
         if s.access_key_id and s.secret_access_key:
             config["access_key_id"] = s.access_key_id
