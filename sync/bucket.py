@@ -378,9 +378,9 @@ def _needs_retry(response: Any = None, attempts: int = 1, **_: Any) -> bool | No
 
 
 def _before_send(request: Any, **_: Any) -> Any:
-    """botocore's ``before-send``: the attempt is refused once the pass's deadline has passed,
-    and sent by ``Bucket.send_attempt`` (socket timeouts capped by what is left) where the lean
-    path applies; ``None`` lets botocore send it."""
+    """botocore's ``before-send``: the attempt is refused once the pass's deadline has passed
+    (``Bucket.send_attempt``); ``None`` lets botocore send it (the whole call is bounded by
+    ``Bucket._bounded``)."""
     bucket: Bucket | None = getattr(_ACTIVE, "bucket", None)
     if bucket is None or bucket.clock is None:
         return None
