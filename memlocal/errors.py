@@ -91,3 +91,34 @@ class SyncError(MemoryBankError):
     """A sync pass could not complete (bucket unreachable, another pass holds the lock, guard)."""
 
     code = "sync"
+
+
+class BucketError(MemoryBankError):
+    """One bucket request's answer that the sync handles where it asked (``memlocal_sync.bucket``):
+    never a failed pass by itself, so not a ``SyncError`` (a bucket that cannot be used at all is
+    the sync's ``BucketUnavailable``, a ``SyncError``)."""
+
+    code = "bucket"
+
+
+class PreconditionFailed(BucketError):
+    """A conditional write lost: the object exists (create) or moved on (If-Match)."""
+
+    code = "precondition_failed"
+
+
+class ObjectMissing(BucketError):
+    """The object is not (or no longer) in the bucket."""
+
+    code = "object_missing"
+
+
+class ObjectTooLarge(BucketError):
+    """The object is over ``sync.max_object_bytes``: it is skipped, never read whole."""
+
+    code = "object_too_large"
+
+    def __init__(self, size: int, cap: int, etag: str = "") -> None:
+        super().__init__(f"object is {size} bytes; the cap is {cap}")
+        self.size = size
+        self.etag = etag

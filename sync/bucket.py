@@ -1,60 +1,52 @@
-"""The bucket: which one (and why), a boto3 client with bounded retries, and error translation.
+"""The bucket: which one (and why), its clients with bounded requests, and error translation.
 
-boto3 is imported lazily, on the first request, so opening a bank (which loads the replicator
-through its entry point) costs nothing when no request is made. The client is created once and
-shared by the pass's worker threads (boto3 clients are thread-safe; sessions are not).
+The wire is two well-kept libraries, each for what it does well; nothing here speaks HTTP or signs
+a request:
 
-Throttling, 5xx and connection errors are retried by botocore's "standard" retry mode
-(exponential backoff with jitter, ``sync.attempts`` attempts in all). What is left is translated:
-``PreconditionFailed`` (412, or S3's 409 ConditionalRequestConflict), ``ObjectMissing`` (404),
-``ObjectTooLarge``, and ``BucketUnavailable`` (a ``SyncError``) for everything that means the
-bucket cannot be used right now: unreachable, no such bucket, denied, retries exhausted.
+- **obstore** (Python bindings of Rust's ``object_store``) for the objects: GET (a Range request,
+  never more than the cap), PUT (``mode="create"`` sends ``If-None-Match: *``, ``{"e_tag": …}``
+  sends ``If-Match``) and DELETE. Its ``timeout`` bounds a whole request (connect, send, every
+  byte of the answer), which a socket's timeout (per read) does not; its retries (5xx,
+  throttling, connection errors; exponential backoff with jitter) are ``sync.attempts`` and end
+  within the same budget. A push's and a hydration's requests are these: thousands of small
+  objects, at a fraction of botocore's CPU per request (docs/benchmarks.md).
+- **boto3/botocore** for the credential chain (environment, profile, instance role: obstore gets
+  them through ``obstore.auth.boto3.Boto3CredentialProvider``), the bucket's probe (HEAD), and
+  ``ListObjectsV2`` pages (start-after, page sizes and continuation tokens, which obstore's
+  listing does not expose), each call bounded as a whole on a thread of its own
+  (``Bucket._bounded``); botocore is imported lazily, on the first such call.
 
-PUTs to an S3-compatible endpoint with explicit keys take a leaner path to the wire (``_Wire``):
-one SigV4-signed request (``_Signer``: botocore's signature, the signing key kept for the day)
-written at once on a kept-alive ``TCP_NODELAY`` socket per thread (``_Connection``), about a
-third of the CPU of the earlier lean path (botocore's signer on ``http.client``), itself a third of
-botocore's: a push's PUTs were most of its CPU.
-Anything but a plain answer (2xx, 412, 404, 403) is sent again through botocore, with its
-retries and its translation.
+Every request takes what is left of the pass's deadline (``sync.deadline_s``, ``_Clock``) as its
+whole budget. What is left after the retries is translated: ``PreconditionFailed`` (412, or S3's
+409 ConditionalRequestConflict), ``ObjectMissing`` (404), ``ObjectTooLarge`` (the error tree's
+``BucketError`` kinds, handled where they were asked), and ``BucketUnavailable`` (a ``SyncError``) for
+everything that means the bucket cannot be used right now: unreachable, no such bucket, denied,
+retries or the deadline exhausted.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import http.client
+import math
 import os
-import socket
+import re
 import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from memlocal.config import Config
-from memlocal.errors import SyncError, fold_whitespace
+from memlocal.errors import BucketError, ObjectMissing, ObjectTooLarge, PreconditionFailed, SyncError, fold_whitespace
 
 from .objects import Listed
 
+if TYPE_CHECKING:  # obstore's typed dicts exist for type checkers only
+    from obstore.store import ClientConfig, S3Config
+
+__all__ = ["Bucket", "BucketClient", "BucketError", "BucketSettings", "BucketUnavailable", "Listing",
+           "ObjectMissing", "ObjectTooLarge", "PreconditionFailed"]
 
 _T = TypeVar("_T")
-
-class PreconditionFailed(Exception):
-    """The conditional write lost: the object exists (create) or moved on (If-Match)."""
-
-
-class ObjectMissing(Exception):
-    """The object is not (or no longer) in the bucket."""
-
-
-class ObjectTooLarge(Exception):
-    """The object is over ``sync.max_object_bytes``: it is skipped, never read whole."""
-
-    def __init__(self, size: int, cap: int, etag: str = "") -> None:
-        super().__init__(f"object is {size} bytes; the cap is {cap}")
-        self.size = size
-        self.etag = etag
 
 
 class BucketUnavailable(SyncError):
@@ -63,6 +55,10 @@ class BucketUnavailable(SyncError):
 
 class _EmptyObject(Exception):
     """A Range request on a 0-byte object (416 InvalidRange)."""
+
+
+class _RangeIgnored(Exception):
+    """A Range request answered with the whole object (a server without ranges)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,9 +281,6 @@ def _release(shared: _Shared) -> bool:
 
 
 def _with_hooks(client: Any, deadline_s: float | None = None) -> Any:
-    # botocore sends "Expect: 100-continue" with every PUT body, which costs a round trip per
-    # object (the server's interim 100 answer) for bodies of a few hundred bytes.
-    client.meta.events.register("before-sign.s3.PutObject", _drop_expect_header)
     if deadline_s is not None:
         # First: a ``False`` from it stops the retry whatever the standard handler says after it.
         client.meta.events.register_first("needs-retry.s3", _needs_retry)
@@ -307,10 +300,11 @@ class _Clock:
     answer while a request is in flight; time the pass spends on its own work with no request in
     flight after an answer does not count (a fresh host's inserts under load are not the bucket's
     silence; after an attempt that got no answer, it does). Every
-    attempt of every request takes what is left when it starts (``start``) and waits at most that
-    (its socket timeouts are capped by it), so a pass against a hung bucket (it accepts
-    connections and never answers) ends at the deadline by construction, while a slow bucket that
-    keeps answering some requests keeps its retries."""
+    request takes what is left when it starts (``start``) and ends within it, whole (``Bucket``:
+    obstore's whole-request timeout, botocore's calls waited for on a thread of their own), so a
+    pass against a hung bucket (it accepts connections and never answers) or a trickling one ends
+    at the deadline by construction, while a slow bucket that keeps answering some requests keeps
+    its retries."""
 
     def __init__(self, deadline_s: float) -> None:
         self.deadline_s = deadline_s
@@ -351,6 +345,17 @@ class _Clock:
             if answered and self.since is not None:
                 self.since = max(self.since, time.monotonic())
 
+    def peek(self) -> float:
+        """What ``start`` would give an attempt starting now, without starting one."""
+        with self._lock:
+            if self.since is None:
+                return self.deadline_s
+            now = time.monotonic()
+            since = self.since
+            if not self.inflight and self.started and self.last_answered:
+                since = max(since, now)
+            return since + self.deadline_s - now
+
     def left(self) -> float:
         since = self.since
         return self.deadline_s if since is None else since + self.deadline_s - time.monotonic()
@@ -373,347 +378,68 @@ def _needs_retry(response: Any = None, attempts: int = 1, **_: Any) -> bool | No
 
 
 def _before_send(request: Any, **_: Any) -> Any:
-    """botocore's ``before-send``: the attempt is refused once the pass's deadline has passed,
-    and sent by ``Bucket.send_attempt`` (socket timeouts capped by what is left) where the lean
-    path applies; ``None`` lets botocore send it."""
+    """botocore's ``before-send``: the attempt is refused once the pass's deadline has passed
+    (``Bucket.send_attempt``); ``None`` lets botocore send it (the whole call is bounded by
+    ``Bucket._bounded``)."""
     bucket: Bucket | None = getattr(_ACTIVE, "bucket", None)
     if bucket is None or bucket.clock is None:
         return None
     return bucket.send_attempt(request)
 
 
-def _drop_expect_header(request: Any, **_: Any) -> None:
-    """botocore event handler: send a PUT's small body at once, without ``Expect: 100-continue``."""
-    if "Expect" in request.headers:
-        del request.headers["Expect"]
+# --- the object requests: obstore (Rust's object_store) --------------------------------------------
+
+# A request's whole-time budget is rounded up to these steps, so that the few stores a Bucket
+# makes (one per budget: obstore fixes a store's timeout when it is made) are shared by its
+# requests: during a pass that hears from the bucket the budget is the whole deadline, one store;
+# only a bucket that stops answering shrinks it, step by step, until the deadline ends the pass.
+_BUDGET_STEP_S = 0.25
+_STORES_KEPT = 8
+_STATUS = re.compile(r"status code: (\d{3})")
 
 
-# Statuses the lean path answers itself; any other (5xx, 429, 400, ...) and any transport error
-# go through botocore (retries, backoff, error translation).
-_WIRE_ANSWERS = frozenset({200, 201, 204, 403, 404, 409, 412})
-# Environment variables that route botocore's requests through a proxy: the lean path does not
-# implement proxies, so with any of them set every request goes through botocore.
-_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+def _quantize(budget: float) -> float:
+    """``budget`` rounded up to a step (a twentieth of a second below one second, a quarter
+    above): a request that gets no answer takes its whole share, so the next one of a silent
+    bucket finds nothing left and is not sent."""
+    step = _BUDGET_STEP_S if budget >= 1.0 else 0.05
+    return max(step, math.ceil(budget / step - 1e-9) * step)
 
 
-class _Signer:
-    """AWS Signature Version 4 for the lean path's requests: the signature botocore's
-    ``S3SigV4Auth`` computes for the same request (tests/test_sync_wire.py compares them), with
-    the parts that never change computed once: the signing key once per day, the scope, the host.
-
-    The payload is always signed (its SHA-256 in ``x-amz-content-sha256``), on http and https
-    alike; header values are trimmed as SigV4 says (runs of whitespace folded)."""
-
-    __slots__ = ("key_id", "secret", "region", "host", "_day", "_key")
-
-    def __init__(self, key_id: str, secret: str, region: str, host: str) -> None:
-        self.key_id, self.secret, self.region, self.host = key_id, secret, region, host
-        self._day = ""
-        self._key = b""
-
-    def _signing_key(self, day: str) -> bytes:
-        if day != self._day:  # (a race here computes the same key twice)
-            key = hmac.new(f"AWS4{self.secret}".encode(), day.encode(), hashlib.sha256).digest()
-            for part in (self.region, "s3", "aws4_request"):
-                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-            self._key, self._day = key, day
-        return self._key
-
-    def sign(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes,
-             now: float | None = None) -> list[tuple[str, str]]:
-        """The headers to send for this request: ``headers`` (as named), ``Host``, ``X-Amz-Date``,
-        ``X-Amz-Content-SHA256`` and ``Authorization``, every one of them signed. ``path`` is the
-        quoted path, ``query`` the canonical query string (sorted, quoted) or ''."""
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-        day = stamp[:8]
-        payload = hashlib.sha256(body).hexdigest() if body else _EMPTY_SHA256
-        sent = [("Host", self.host), *headers.items(), ("X-Amz-Content-SHA256", payload), ("X-Amz-Date", stamp)]
-        signed = sorted((name.lower(), " ".join(value.split())) for name, value in sent)
-        names = ";".join(name for name, _value in signed)
-        canonical = "\n".join((method, path, query, "".join(f"{n}:{v}\n" for n, v in signed), names, payload))
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(self._signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
-        sent.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={self.key_id}/{scope}, "
-                                      f"SignedHeaders={names}, Signature={signature}"))
-        return sent
+def _error_code(text: str) -> str:
+    """The ``<Code>`` of an S3 error document quoted in ``text`` ('' if there is none)."""
+    start = text.find("<Code>")
+    end = text.find("</Code>", start)
+    return text[start + 6:end] if start >= 0 and end > start else ""
 
 
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-
-
-class _Connection:
-    """One kept-alive HTTP/1.1 connection: a request is written with one ``sendall`` (head and
-    body together) on a socket with ``TCP_NODELAY``, and its answer read from a buffered reader.
-
-    ``http.client`` wrote a PUT's head and body in two writes, and with Nagle's algorithm on,
-    the body waited for the server's (delayed) acknowledgement of the head; it also parsed every
-    answer's headers with the ``email`` package. Answers are read as RFC 9112 says: no body for
-    HEAD, 1xx, 204 and 304; ``Transfer-Encoding: chunked``; ``Content-Length``; else to the
-    connection's close."""
-
-    __slots__ = ("sock", "reader")
-
-    def __init__(self, host: str, port: int, timeout: float, context: Any = None) -> None:
-        sock = socket.create_connection((host, port), timeout)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if context is not None:
-                sock = context.wrap_socket(sock, server_hostname=host)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-        self.reader = sock.makefile("rb")
-
-    def close(self) -> None:
-        try:
-            self.reader.close()
-        finally:
-            self.sock.close()
-
-    def exchange(self, method: str, head: bytes, body: bytes | None,
-                 timeout: float) -> tuple[int, list[tuple[str, str]], bytes, bool]:
-        """Send one request (its head ends with the blank line) and read its answer: (status,
-        headers, body, whether the connection must close after it). Raises ``OSError`` or
-        ``http.client.HTTPException`` (``RemoteDisconnected`` when the server closed it first)."""
-        self.sock.settimeout(timeout)
-        self.sock.sendall(head + body if body else head)
-        reader = self.reader
-        while True:
-            line = reader.readline(_MAX_LINE + 1)
-            if not line:
-                raise http.client.RemoteDisconnected("the server closed the connection without an answer")
-            parts = line.split(None, 2)
-            if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-                raise http.client.BadStatusLine(line.decode("latin-1", "replace"))
-            status = int(parts[1])
-            headers: list[tuple[str, str]] = []
-            length: int | None = None
-            chunked = False
-            close = parts[0] == b"HTTP/1.0"
-            while True:
-                line = reader.readline(_MAX_LINE + 1)
-                if line in (b"\r\n", b"\n"):
-                    break
-                if not line or len(line) > _MAX_LINE or len(headers) > _MAX_HEADERS:
-                    raise http.client.HTTPException("an answer's headers are cut short or too long")
-                name, sep, value = line.decode("latin-1").partition(":")
-                if not sep:
-                    raise http.client.HTTPException(f"not a header line: {line[:80]!r}")
-                name, value = name.strip(), value.strip()
-                headers.append((name, value))
-                lower = name.lower()
-                if lower == "content-length":
-                    if not value.isdigit():
-                        raise http.client.HTTPException(f"bad Content-Length {value!r}")
-                    length = int(value)
-                elif lower == "transfer-encoding":
-                    chunked = "chunked" in value.lower()
-                elif lower == "connection":
-                    close = close or "close" in value.lower()
-            if 100 <= status < 200:
-                continue  # an interim answer (100 Continue): the real one follows
-            break
-        if method == "HEAD" or status in (204, 304):
-            data = b""
-        elif chunked:
-            data = self._chunked()
-        elif length is not None:
-            data = reader.read(length)
-            if len(data) < length:
-                raise http.client.IncompleteRead(data, length - len(data))
-        else:
-            data, close = reader.read(), True
-        return status, headers, data, close
-
-    def _chunked(self) -> bytes:
-        reader = self.reader
-        out: list[bytes] = []
-        while True:
-            line = reader.readline(_MAX_LINE + 1)
-            size_text = line.split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise http.client.HTTPException(f"bad chunk size {line[:40]!r}") from None
-            if size == 0:
-                while reader.readline(_MAX_LINE + 1) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(out)
-            chunk = reader.read(size)
-            if len(chunk) < size:
-                raise http.client.IncompleteRead(chunk, size - len(chunk))
-            out.append(chunk)
-            reader.readline(_MAX_LINE + 1)  # the chunk's CRLF
-
-
-_MAX_LINE = 65536
-_MAX_HEADERS = 100
-
-
-class _Wire:
-    """Signed requests straight to a path-style S3 endpoint, one kept-alive connection per thread.
-
-    botocore spends most of a small PUT's CPU on its per-request machinery (event hooks, the
-    parameter validation and serialisation of the service model, endpoint rules, response
-    parsing); a push is thousands of identical small PUTs. This sends the same requests, signed
-    by ``_Signer`` (botocore's signature, computed with less work), on ``_Connection``s (one
-    write per request, ``TCP_NODELAY``, a lean reader of answers)."""
-
-    def __init__(self, endpoint: str, bucket: str, region: str, key_id: str, secret: str, timeout_s: float) -> None:
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(endpoint)
-        self.secure = parts.scheme == "https"
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or (443 if self.secure else 80)
-        self.origin = f"{parts.scheme}://{parts.netloc}"
-        self.path = f"{parts.path.rstrip('/')}/{bucket}/"
-        self.timeout_s = timeout_s
-        # The Host header as botocore signs it: the port only when it is not the scheme's own.
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        self.host_header = host if parts.port in (None, 443 if self.secure else 80) else f"{host}:{parts.port}"
-        self.signer = _Signer(key_id, secret, region, self.host_header)
-        self._context: Any = None
-        self._local = threading.local()
-        self._all: list[_Connection] = []
-        self._lock = threading.Lock()
-
-    def _connection(self, timeout: float) -> _Connection:
-        conn: _Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            if self.secure and self._context is None:
-                import ssl
-
-                self._context = ssl.create_default_context()
-            conn = _Connection(self.host, self.port, timeout, self._context if self.secure else None)
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        return conn
-
-    def _drop(self) -> None:
-        conn: _Connection | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            with self._lock:
-                if conn in self._all:
-                    self._all.remove(conn)
-            conn.close()
-
-    def put(self, key: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, str, bytes]:
-        """One signed PUT: (status, ETag, body of an error answer). Raises ``OSError`` or
-        ``http.client.HTTPException`` when the request got no answer within ``timeout``."""
-        from urllib.parse import quote
-
-        status, headers_got, data = self.send("PUT", self.path + quote(key, safe="/~"), body, headers, timeout)
-        return status, headers_got.get("etag", ""), data
-
-    def list_page(self, query: dict[str, str], timeout: float) -> tuple[int, bytes]:
-        """One signed ListObjectsV2 request (``GET /<bucket>?list-type=2&...``): (status, body)."""
-        from urllib.parse import quote
-
-        # SigV4's canonical query: parameters sorted by name, names and values URI-encoded.
-        encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
-        status, _headers, data = self.send("GET", self.path.rstrip("/") + "?" + encoded, b"", {}, timeout)
-        return status, data
-
-    def send(self, method: str, target: str, body: bytes, headers: dict[str, str],
-             timeout: float) -> tuple[int, dict[str, str], bytes]:
-        """One request for ``target`` (the path and query, already quoted), signed here: (status,
-        headers lower-cased, body). Raises ``OSError`` or ``http.client.HTTPException`` when the
-        request got no answer within ``timeout``."""
-        path, _, query = target.partition("?")
-        sent = self.signer.sign(method, path, query, headers, body)
-        if body or method == "PUT":
-            sent.append(("Content-Length", str(len(body))))
-        sent.append(("Accept-Encoding", "identity"))  # (unsigned, as http.client sent it)
-        status, got, data = self._exchange(method, target, body, sent, timeout)
-        return status, {k.lower(): v for k, v in got}, data
-
-    def raw(self, method: str, target: str, body: bytes | None, headers: dict[str, str],
-            timeout: float) -> tuple[int, list[tuple[str, str]], bytes]:
-        """One request as given (already signed: botocore's), on this thread's kept-alive
-        connection, waiting at most ``timeout`` for the connection and for each read: (status,
-        headers, body)."""
-        sent = [(k, v) for k, v in headers.items() if k.lower() != "host"]
-        sent.insert(0, ("Host", self.host_header))
-        names = {k.lower() for k, _v in sent}
-        if "content-length" not in names and (body is not None or method in ("PUT", "POST")):
-            sent.append(("Content-Length", str(len(body or b""))))
-        if "accept-encoding" not in names:
-            sent.append(("Accept-Encoding", "identity"))
-        return self._exchange(method, target, body, sent, timeout)
-
-    def _exchange(self, method: str, target: str, body: bytes | None, headers: list[tuple[str, str]],
-                  timeout: float) -> tuple[int, list[tuple[str, str]], bytes]:
-        lines = [f"{method} {target} HTTP/1.1"]
-        lines += [f"{k}: {v}" for k, v in headers]
-        text = "\r\n".join(lines)
-        breaks = len(lines) - 1  # exactly the lines' own: none inside a header's name or value
-        if text.count("\n") != breaks or text.count("\r") != breaks or " " in target:
-            raise ValueError(f"a line break or space in a request's head: {text[:200]!r}")  # as http.client refuses
-        head = (text + "\r\n\r\n").encode("latin-1")
-        for attempt in (1, 2):
-            try:
-                conn = self._connection(timeout)
-                status, got, data, close = conn.exchange(method, head, body, timeout)
-            except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
-                # A kept-alive connection the server had closed (its idle timeout): nothing was
-                # answered; once more on a new connection.
-                self._drop()
-                if attempt == 2:
-                    raise
-                continue
-            except BaseException:
-                self._drop()
-                raise
-            if close:
-                self._drop()
-            return status, got, data
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def close(self) -> None:
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
-
-
-def _error_code(body: bytes) -> str:
-    """The ``<Code>`` of an S3 error document ('' if there is none)."""
-    start = body.find(b"<Code>")
-    end = body.find(b"</Code>", start)
-    return body[start + 6:end].decode("utf-8", "replace") if start >= 0 and end > start else ""
-
-
-def _response(url: str, status: int, headers: list[tuple[str, str]], data: bytes) -> Any:
-    """An answer as botocore's HTTP layer hands it on (an ``AWSResponse`` over urllib3's response)."""
-    import io
-
-    from botocore.awsrequest import AWSResponse
-    from urllib3 import HTTPHeaderDict
-    from urllib3.response import HTTPResponse
-
-    raw = HTTPResponse(body=io.BytesIO(data), headers=HTTPHeaderDict(headers), status=status, preload_content=False,
-                       decode_content=False)
-    return AWSResponse(url, status, raw.headers, raw)
+def _short(text: str) -> str:
+    """obstore's message on one line, without its debug dump and the error document."""
+    text = text.split("\n\nDebug source", 1)[0]
+    text = text.split("<?xml", 1)[0].rstrip(": ")
+    return fold_whitespace(text)[:300]
 
 
 class Bucket:
-    """The operations the sync needs, each one request (plus botocore's retries)."""
+    """The operations the sync needs, each one request (plus its retries).
+
+    Objects (GET, PUT with its conditions, DELETE) go through obstore: one ``S3Store`` per request
+    budget, whose ``timeout`` bounds a whole request (connect, send, every byte of the answer)
+    and whose retries (``sync.attempts``) end within the same budget. Listing pages and the
+    bucket's probe go through botocore (its paginated ``ListObjectsV2`` with start-after and
+    page sizes, which obstore does not offer), each bounded as a whole the same way
+    (``_bounded``)."""
 
     def __init__(self, settings: BucketSettings, *, timeout_s: float, attempts: int, pool_size: int = 10,
                  page_size: int = 1000, deadline_s: float | None = None) -> None:
         # The values come from the config registry, which has checked their limits at load.
-        # ``deadline_s``: a pass waits at most this long for an answer (``_Clock``); an attempt's
-        # timeout is never longer than what is left of it.
+        # ``deadline_s``: a pass waits at most this long for an answer (``_Clock``); a request
+        # never takes longer than what is left of it.
         self.settings = settings
         self.name = settings.name
         self.deadline_s = deadline_s
         self.timeout_s = min(timeout_s, deadline_s) if deadline_s else timeout_s
-        self.attempts = attempts
+        self.attempts = max(1, attempts)
         self.clock = _Clock(deadline_s) if deadline_s else None
         self.pool_size = max(1, pool_size)
         self.page_size = page_size
@@ -721,10 +447,9 @@ class Bucket:
         self._client: Any = None
         self._shared: _Shared | None = None  # set when the client is the process's for these settings
         self._lock = threading.Lock()
-        self._wire: _Wire | None = None
-        self._wire_checked = False
-        # Requests made, by method (LIST counts pages; botocore's retries are not counted): what a
-        # pass costs, against docs/sync.md's cost model (scripts/fleet.py reads it).
+        self._stores: OrderedDict[float, Any] = OrderedDict()  # obstore S3Stores, by budget
+        # Requests made, by method (LIST counts pages; retries are not counted): what a pass
+        # costs, against docs/sync.md's cost model (scripts/fleet.py reads it).
         self.requests: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
@@ -743,76 +468,176 @@ class Bucket:
         if self.clock is not None:
             self.clock.end()
 
-    def _attempt_timeout(self, what: str) -> float:
-        """An attempt starts: how long it may wait (the request timeout, capped by what is left of
-        the pass's deadline); ``BucketUnavailable`` once nothing is left. The caller ends it with
-        ``self.clock.finish`` (``_wire_call``, ``_needs_retry``)."""
+    def _whole(self) -> float:
+        """How long one request may take from its start to its answer's last byte, retries
+        included, when no pass's deadline bounds it: ``sync.deadline_s`` when set (a pass's
+        bucket between passes), else the attempts' timeouts."""
+        if self.deadline_s:
+            return self.deadline_s
+        return self.timeout_s * self.attempts
+
+    def _budget(self, what: str) -> float:
+        """A request starts: how long it may take, whole (what is left of the pass's deadline, or
+        ``_whole``); ``BucketUnavailable`` once nothing is left. The caller ends it with
+        ``self.clock.finish``."""
         if self.clock is None:
-            return self.timeout_s
+            return self._whole()
         left = self.clock.start()
         if left <= 0:
             raise BucketUnavailable(f"cannot reach bucket {self.name}: no answer for {self.clock.deadline_s:g} s "
                                     f"(sync.deadline_s) during {what}")
-        return min(self.timeout_s, left)
+        return min(left, self._whole())
 
-    def _wire_call(self, what: str, call: Callable[[float], _T]) -> _T:
-        """``call(timeout)`` on the lean path as one attempt within the pass's deadline."""
-        timeout = self._attempt_timeout(what)
+    def _attempt_timeout(self, what: str) -> float:
+        """One botocore attempt starts: its socket timeout (the request timeout, capped by what
+        is left of the pass's deadline); ``BucketUnavailable`` once nothing is left. The caller
+        ends it with ``self.clock.finish`` (``_needs_retry``)."""
+        return min(self.timeout_s, self._budget(what))
+
+    def send_attempt(self, request: Any) -> Any:
+        """One attempt of a botocore request (its ``before-send``): refused once the pass's
+        deadline has passed; ``None`` lets botocore send it (``_needs_retry`` ends the attempt)."""
+        from urllib.parse import urlsplit
+
+        self._attempt_timeout(f"{request.method} {urlsplit(request.url).path}")
+        _ACTIVE.attempt = True
+        return None
+
+    # --- obstore ------------------------------------------------------------------------------
+
+    def _store(self, budget: float) -> Any:
+        """The obstore ``S3Store`` whose requests end within ``budget`` (rounded down), made once:
+        each attempt's ``timeout`` is the request timeout capped by the budget, and retries
+        (``sync.attempts``) start only while the last one can still end within it."""
+        budget = _quantize(budget)
+        with self._lock:
+            store = self._stores.get(budget)
+            if store is not None:
+                self._stores.move_to_end(budget)
+                return store
+        store = self._make_store(budget)
+        with self._lock:
+            store = self._stores.setdefault(budget, store)
+            while len(self._stores) > _STORES_KEPT:
+                self._stores.popitem(last=False)
+        return store
+
+    def _make_store(self, budget: float) -> Any:
+        from datetime import timedelta
+
+        from obstore.store import S3Store
+
+        s = self.settings
+        timeout = min(self.timeout_s, budget)
+        # The last retry starts no later than ``budget - timeout`` after the first attempt, so it
+        # ends within the budget too; with no room for one, a request has one attempt.
+        retry_window = max(0.0, budget - timeout)
+        retries = self.attempts - 1 if retry_window > 0 else 0
+        client_options: ClientConfig = {
+            "timeout": timedelta(seconds=timeout),
+            "connect_timeout": timedelta(seconds=min(timeout, 10.0)),
+            "pool_max_idle_per_host": str(self.pool_size),
+            "user_agent": "memlocal-sync",
+        }
+        config: S3Config = {"region": s.region or self._default_region()}
+        if s.endpoint:
+            # Path-style keys work with every S3-compatible server; AWS keeps its default.
+            config["endpoint"] = s.endpoint
+            config["virtual_hosted_style_request"] = False
+            if s.endpoint.startswith("http://"):
+                client_options["allow_http"] = True
+        bundle = os.environ.get("AWS_CA_BUNDLE")
+        if bundle and os.path.isfile(bundle):  # a private CA, as botocore reads it: added to the trusted roots
+            with open(bundle, "rb") as f:
+                client_options["root_certificate"] = f.read()
+        credentials: Any = None
+        if s.access_key_id and s.secret_access_key:
+            config["access_key_id"] = s.access_key_id
+            config["secret_access_key"] = s.secret_access_key
+        else:
+            credentials = self._credential_provider()
+        return S3Store(
+            self.name, config=config, client_options=client_options, credential_provider=credentials,
+            retry_config={
+                "max_retries": retries,
+                "retry_timeout": timedelta(seconds=max(retry_window, 0.001)),
+                "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2),
+                            "base": 2},
+            },
+        )
+
+    def _default_region(self) -> str:
+        """boto3's region (environment, ``~/.aws/config``) for AWS; any region for an endpoint."""
+        if self.settings.endpoint:
+            return "us-east-1"
+        with _SESSION_LOCK:
+            region = _new_session().region_name
+        return str(region or "us-east-1")
+
+    def _credential_provider(self) -> Any:
+        """boto3's credential chain (environment, profile, instance role, SSO), read afresh for
+        this Bucket and refreshed by obstore as the credentials expire."""
+        from obstore.auth.boto3 import Boto3CredentialProvider
+
+        with _SESSION_LOCK:
+            session = _new_session()
+        try:
+            return Boto3CredentialProvider(session)
+        except ValueError:  # session.get_credentials() found none
+            raise BucketUnavailable(
+                f"no credentials for bucket {self.name}: set INTERNAL_S3_ACCESS_KEY_ID/SECRET_ACCESS_KEY "
+                "(or S3_..., or the config file), or configure boto3's credential chain") from None
+
+    def _object_call(self, method: str, what: str, call: Callable[[Any], _T]) -> _T:
+        """``call(store)``: one request through obstore, within its budget, translated."""
+        self._count(method)
+        budget = self._budget(what)
         answered = False
         try:
-            result = call(timeout)
+            result = call(self._store(budget))
             answered = True
             return result
+        except BucketUnavailable:
+            raise
+        except Exception as exc:
+            error, answered = self._translate_object_error(exc, what, budget)
+            raise error from None
         finally:
             if self.clock is not None:
                 self.clock.finish(answered)
 
-    def send_attempt(self, request: Any) -> Any:
-        """One attempt of a botocore request (its ``before-send``), within the pass's deadline:
-        sent here on the lean path's connection, with socket timeouts capped by what is left, when
-        the lean path applies to it (an ``AWSResponse``); else ``None`` (botocore sends it)."""
-        from urllib.parse import urlsplit
+    def _translate_object_error(self, exc: Exception, what: str, budget: float) -> tuple[Exception, bool]:
+        """obstore's exception -> ours, and whether the bucket answered (an HTTP status)."""
+        import obstore.exceptions as ox
 
-        from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+        text = str(exc)
+        found = _STATUS.search(text)
+        status = int(found.group(1)) if found else None
+        code = _error_code(text)
+        answered = status is not None
+        if code == "NoSuchBucket":
+            return BucketUnavailable(f"bucket {self.name} does not exist"), True
+        if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") or (
+                isinstance(exc, (ox.AlreadyExistsError, ox.PreconditionError)) and status != 404):
+            return PreconditionFailed(f"{what}: {code or status or 'precondition failed'}"), True
+        if status == 404 or isinstance(exc, (ox.NotFoundError, FileNotFoundError)):  # (obstore raises both)
+            return ObjectMissing(what), True
+        if status == 416 or code == "InvalidRange":
+            return _EmptyObject(what), True
+        if "non-partial response" in text:
+            return _RangeIgnored(what), True
+        if status == 403 or isinstance(exc, (ox.PermissionDeniedError, ox.UnauthenticatedError)):
+            return BucketUnavailable(f"access to bucket {self.name} denied ({code or status or 'denied'}) "
+                                     f"during {what}"), True
+        if status is not None:
+            return BucketUnavailable(f"bucket {self.name} answered {status} {code} during {what}: "
+                                     f"{_short(text)}"), True
+        if not isinstance(exc, ox.BaseError):
+            return exc, answered  # a bug of ours, not the bucket's: as it is
+        return BucketUnavailable(f"cannot reach bucket {self.name} within {budget:.3g} s during {what}: "
+                                 f"{_short(text)}"), False
 
-        what = f"{request.method} {urlsplit(request.url).path}"
-        timeout = self._attempt_timeout(what)
-        _ACTIVE.attempt = True  # _needs_retry ends it
-        wire = self.wire
-        body = request.body
-        # An https endpoint stays with botocore, which honours a private CA bundle (AWS_CA_BUNDLE,
-        # the config's ca_bundle) where the lean path's default context would refuse the server.
-        if wire is None or wire.secure or not (body is None or isinstance(body, (bytes, bytearray))):
-            return None  # botocore sends it, with its own timeouts (the retry still checks the deadline)
-        parts = urlsplit(request.url)
-        if f"{parts.scheme}://{parts.netloc}" != wire.origin:
-            return None
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "expect"}
-        try:
-            status, got, data = wire.raw(request.method, target, bytes(body) if body else None,
-                                         {k: v.decode() if isinstance(v, bytes) else v for k, v in headers.items()},
-                                         timeout)
-        except TimeoutError as exc:  # botocore's retry handler and our translation take it from here
-            raise ReadTimeoutError(endpoint_url=request.url, error=exc) from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise EndpointConnectionError(endpoint_url=request.url, error=exc) from None
-        return _response(request.url, status, got, data)
-
-    @property
-    def wire(self) -> _Wire | None:
-        """The lean PUT path, when it applies: an endpoint (path-style, http or https), explicit
-        keys, no proxy in the environment. Otherwise every request goes through botocore."""
-        if not self._wire_checked:
-            with self._lock:
-                if not self._wire_checked:
-                    s = self.settings
-                    if (s.endpoint and s.endpoint.startswith(("http://", "https://")) and s.access_key_id
-                            and s.secret_access_key and not any(os.environ.get(v) for v in _PROXY_VARIABLES)):
-                        self._wire = _Wire(s.endpoint, self.name, s.region or "us-east-1", s.access_key_id,
-                                           s.secret_access_key, self.timeout_s)
-                    self._wire_checked = True
-        return self._wire
+    # --- botocore -----------------------------------------------------------------------------
 
     @property
     def client(self) -> Any:
@@ -852,14 +677,12 @@ class Bucket:
         )
 
     def close(self) -> None:
-        """Let go of the client and close its connections (a shared client's once no other
-        Bucket uses it: ``_CLIENTS``)."""
+        """Let go of the clients and close their connections (a shared botocore client's once no
+        other Bucket uses it: ``_CLIENTS``; obstore's stores close theirs when dropped)."""
         with self._lock:
             client, self._client = self._client, None
             shared, self._shared = self._shared, None
-            wire = self._wire
-        if wire is not None:
-            wire.close()
+            self._stores.clear()
         if client is not None and (shared is None or _release(shared)):
             try:
                 client.close()
@@ -867,8 +690,16 @@ class Bucket:
                 pass
 
     def _call(self, what: str, fn: Any, *, count: bool = True, **kwargs: Any) -> Any:
+        """One botocore call, bounded as a whole (``_bounded``), translated."""
         if count:
             self._count(what.split(" ", 1)[0])
+        budget = self.clock.peek() if self.clock is not None else self._whole()
+        if budget <= 0:
+            raise BucketUnavailable(f"cannot reach bucket {self.name}: no answer for {self.deadline_s:g} s "
+                                    f"(sync.deadline_s) during {what}")
+        return self._bounded(what, min(budget, self._whole()), lambda: self._botocore(what, fn, **kwargs))
+
+    def _botocore(self, what: str, fn: Any, **kwargs: Any) -> Any:
         _ACTIVE.bucket = self  # for the deadline's hooks (_needs_retry, _before_send)
         try:
             return fn(Bucket=self.name, **kwargs)
@@ -878,6 +709,36 @@ class Bucket:
             if getattr(_ACTIVE, "attempt", False) and self.clock is not None:  # (never left open)
                 self.clock.finish(False)
             _ACTIVE.bucket, _ACTIVE.attempt = None, False
+
+    def _bounded(self, what: str, budget: float, call: Callable[[], _T]) -> _T:
+        """``call()`` on a thread of its own, waited for at most ``budget`` seconds: botocore's
+        timeouts are per socket read, so a bucket that trickles its answer (a byte at a time)
+        would hold a request for as long as it trickles. Past the budget the request is left to
+        end on its thread (a daemon thread: it never holds up the process's exit; its socket reads
+        still time out, and the answer it gets, if any, is dropped) and the caller gets
+        ``BucketUnavailable``."""
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as exc:  # handed to the caller
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="memlocal-bucket-request", daemon=True).start()
+        if not done.wait(budget):
+            if self.clock is not None and self.clock.since is not None:
+                raise BucketUnavailable(f"cannot reach bucket {self.name}: no answer for {self.clock.deadline_s:g} s "
+                                        f"(sync.deadline_s) during {what}")
+            raise BucketUnavailable(f"cannot reach bucket {self.name}: no whole answer within {budget:.3g} s "
+                                    f"during {what}")
+        ok, value = outcome[0]
+        if ok:
+            return value  # type: ignore[no-any-return]
+        raise value
 
     # --- operations ---------------------------------------------------------------------------
 
@@ -923,44 +784,8 @@ class Bucket:
 
     def _list_page(self, prefix: str, delimiter: str | None, start_after: str | None,
                    token: str | None) -> dict[str, Any]:
-        """One ListObjectsV2 page as :func:`memlocal_sync.listing.parse_listing` reads it (keys
-        decoded). On the lean path when it applies: botocore's machinery cost as much CPU per page
-        as reading it (its check of every 200 answer for an error document parses the page a
-        second time); any answer but a 200, and a request that got none, goes through botocore."""
-        what = f"LIST {prefix}"
-        self._count("LIST")
-        wire = self.wire
-        if wire is not None:
-            from urllib.parse import unquote_plus
-
-            from .listing import parse_listing
-
-            query = {"list-type": "2", "prefix": prefix, "max-keys": str(self.page_size), "encoding-type": "url"}
-            if delimiter:
-                query["delimiter"] = delimiter
-            if start_after is not None:
-                query["start-after"] = start_after
-            if token is not None:
-                query["continuation-token"] = token
-            try:
-                status, data = self._wire_call(what, lambda timeout: wire.list_page(query, timeout))
-            except (OSError, http.client.HTTPException):
-                status, data = 0, b""  # no answer: botocore's retries take it from here
-            if status == 200:
-                try:
-                    page = parse_listing(data)
-                except Exception:  # not a listing (a proxy's page?): botocore says what it is
-                    page = None
-                if page is not None:
-                    if page.get("EncodingType") == "url":  # as botocore decodes them
-                        for name in ("Prefix", "Delimiter", "StartAfter"):
-                            if name in page:
-                                page[name] = unquote_plus(page[name])
-                        for entry in page.get("Contents", []):
-                            entry["Key"] = unquote_plus(entry.get("Key", ""))
-                        for entry in page.get("CommonPrefixes", []):
-                            entry["Prefix"] = unquote_plus(entry["Prefix"])
-                    return page
+        """One ListObjectsV2 page (botocore's request, its body read by
+        :func:`memlocal_sync.listing.parse_listing`; keys decoded)."""
         kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": self.page_size}
         if delimiter:
             kwargs["Delimiter"] = delimiter
@@ -968,89 +793,70 @@ class Bucket:
             kwargs["StartAfter"] = start_after
         if token is not None:
             kwargs["ContinuationToken"] = token
-        return dict(self._call(what, self.client.list_objects_v2, count=False, **kwargs))
+        return dict(self._call(f"LIST {prefix}", self.client.list_objects_v2, **kwargs))
 
     def get(self, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The body and ETag of ``key``; at most ``max_bytes`` are ever read (a Range request)."""
-        what = f"GET {key}"
-        try:
-            resp = self._call(what, self.client.get_object, Key=key, Range=f"bytes=0-{max_bytes}")
-        except _EmptyObject:
-            # An empty object has no byte 0: read it whole (it is empty).
-            resp = self._call(f"GET {key}", self.client.get_object, Key=key)
-        total = int(resp.get("ContentLength", 0))
-        content_range = resp.get("ContentRange") or ""
-        if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
-            total = int(content_range.rsplit("/", 1)[1])
-        body = resp["Body"]
-        try:
-            if total > max_bytes:
-                raise ObjectTooLarge(total, max_bytes, resp.get("ETag", ""))
-            data = body.read(max_bytes + 1)
-        except ObjectTooLarge:
-            raise
-        except Exception as exc:
-            raise _translate(exc, self.name, f"GET {key}") from None
-        finally:
-            body.close()
-        if len(data) > max_bytes:
-            raise ObjectTooLarge(len(data), max_bytes, resp.get("ETag", ""))
-        return data, resp.get("ETag", "")
+        import obstore
 
-    def _put(self, key: str, body: bytes, *, if_none_match: bool = False, if_match: str | None = None,
-             content_type: str | None = "application/json") -> str:
-        """One PUT (on the lean path when it applies, else botocore's); the new ETag."""
-        what = f"PUT {key}"
-        wire = self.wire
-        if wire is not None:
-            headers = {"Content-Type": content_type} if content_type else {}
-            if if_none_match:
-                headers["If-None-Match"] = "*"
-            if if_match is not None:
-                headers["If-Match"] = if_match
-            self._count("PUT")
-            try:
-                status, etag, data = self._wire_call(what, lambda timeout: wire.put(key, body, headers, timeout))
-            except (OSError, http.client.HTTPException):
-                status, etag, data = 0, "", b""  # no answer: botocore's retries take it from here
-            if status in _WIRE_ANSWERS:
-                if status < 300:
-                    return etag
-                code = _error_code(data)
-                if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict"):
-                    raise PreconditionFailed(f"{what}: {code or status}")
-                if code == "NoSuchBucket":
-                    raise BucketUnavailable(f"bucket {self.name} does not exist")
-                if status == 404:
-                    raise ObjectMissing(what)
-                if status == 403:
-                    raise BucketUnavailable(f"access to bucket {self.name} denied ({code or status}) during {what}")
-            # Anything else (5xx, 429, 409 without a conditional code, no answer): botocore.
-        kwargs: dict[str, Any] = {"Key": key, "Body": body}
-        if content_type:
-            kwargs["ContentType"] = content_type
-        if if_none_match:
-            kwargs["IfNoneMatch"] = "*"
-        if if_match is not None:
-            kwargs["IfMatch"] = if_match
-        resp = self._call(what, self.client.put_object, **kwargs)
-        return str(resp.get("ETag", ""))
+        what = f"GET {key}"
+
+        def ranged(store: Any) -> tuple[bytes, str, int]:
+            result = obstore.get(store, key, options={"range": (0, max_bytes + 1)})
+            meta = result.meta
+            size, etag = int(meta["size"]), meta["e_tag"] or ""
+            if size > max_bytes:  # the whole object's size (Content-Range): never read further
+                raise ObjectTooLarge(size, max_bytes, etag)
+            return bytes(result.bytes()), etag, size
+
+        def whole(store: Any) -> tuple[bytes, str, int]:
+            # The answer's headers first: its body is read only when its length is within the cap.
+            result = obstore.get(store, key)
+            size, etag = int(result.meta["size"]), result.meta["e_tag"] or ""
+            if size > max_bytes:
+                raise ObjectTooLarge(size, max_bytes, etag)
+            return bytes(result.bytes()), etag, size
+
+        try:
+            data, etag, _size = self._object_call("GET", what, ranged)
+        except (_EmptyObject, _RangeIgnored):
+            # An empty object has no byte 0; a server that ignores Range (`rclone serve s3`)
+            # answers the whole object, which obstore refuses: read it whole, within the cap.
+            data, etag, _size = self._object_call("GET", what, whole)
+        if len(data) > max_bytes:
+            raise ObjectTooLarge(len(data), max_bytes, etag)
+        return data, etag
+
+    def _put(self, key: str, body: bytes, mode: Any, *, content_type: str | None = "application/json") -> str:
+        """One PUT through obstore (``mode``: ``"create"`` is ``If-None-Match: *``, ``{"e_tag": …}``
+        ``If-Match``, ``"overwrite"`` none); the new ETag."""
+        import obstore
+
+        attributes: dict[str, str] = {"Content-Type": content_type} if content_type else {}
+
+        def put(store: Any) -> str:
+            result = obstore.put(store, key, body, mode=mode, attributes=attributes or None, use_multipart=False)
+            return str(result["e_tag"] or "")
+
+        return self._object_call("PUT", f"PUT {key}", put)
 
     def create(self, key: str, body: bytes) -> str:
         """PUT only if ``key`` does not exist (``If-None-Match: *``); returns the new ETag."""
-        return self._put(key, body, if_none_match=True)
+        return self._put(key, body, "create")
 
     def replace(self, key: str, body: bytes, etag: str) -> str:
         """PUT only if ``key`` still has ``etag`` (``If-Match``); returns the new ETag."""
-        return self._put(key, body, if_match=etag)
+        return self._put(key, body, {"e_tag": etag})
 
     def put(self, key: str, body: bytes) -> str:
         """PUT unconditionally; returns the new ETag."""
-        return self._put(key, body, content_type=None)
+        return self._put(key, body, "overwrite", content_type=None)
 
     def delete(self, key: str) -> None:
         """Delete ``key`` (unconditionally: a deletion wins; deleting a missing key succeeds)."""
+        import obstore
+
         try:
-            self._call(f"DELETE {key}", self.client.delete_object, Key=key)
+            self._object_call("DELETE", f"DELETE {key}", lambda store: obstore.delete(store, key))
         except ObjectMissing:
             pass

@@ -511,7 +511,9 @@ class FaultProxy(Faults):
 
     def _serve(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         method, path = handler.command, handler.path
-        headers = {k: v for k, v in handler.headers.items()}
+        # Hooks see header names as S3 writes them ("If-Match", "Range"), as the in-memory endpoint
+        # gives them, whatever case the client sent (obstore's HTTP/1 client sends them lower-case).
+        headers = {"-".join(part.capitalize() for part in k.split("-")): v for k, v in handler.headers.items()}
         with self.lock:
             self.received += 1
             frozen = self.frozen

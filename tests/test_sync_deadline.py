@@ -46,7 +46,8 @@ def test_an_attempt_waits_only_what_is_left_of_the_pass_deadline(s3: S3, fault_p
 def test_an_answer_gives_the_pass_its_whole_deadline_again(s3: S3, fault_proxy: FaultProxy) -> None:
     b = bucket(s3, fault_proxy, deadline_s=2.0)
     try:
-        b.begin_pass(time.monotonic() - 1.9)
+        b.list("memory/")  # the listing's client made (botocore's start-up is not the bucket's answer)
+        b.begin_pass(time.monotonic() - 1.5)
         assert b.list("memory/").objects == []  # answered: the deadline runs from now
         assert b.clock is not None and b.clock.left() > 1.5
         # The pass's own work after an answer (a fresh host's inserts, slow under load) is not

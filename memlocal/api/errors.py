@@ -20,12 +20,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     BankNotWiredError,
+    BucketError,
     ConfigError,
     CorruptDatabaseError,
     DiskFullError,
     InputTooLargeError,
     MemoryBankError,
     NotFoundError,
+    ObjectMissing,
+    ObjectTooLarge,
+    PreconditionFailed,
     SecretFoundError,
     StoreError,
     SyncError,
@@ -100,6 +104,12 @@ HTTP_STATUS: Final[Mapping[type[MemoryBankError], int]] = {
     DiskFullError: 507,
     CorruptDatabaseError: 500,
     SyncError: 503,
+    # A bucket request's answer that the sync handles where it asked; one that reached a face
+    # anyway is the upstream's answer, not the caller's fault.
+    BucketError: 502,
+    PreconditionFailed: 502,
+    ObjectMissing: 502,
+    ObjectTooLarge: 502,
 }
 
 
