@@ -4,6 +4,7 @@ the database afterwards) runs in process."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
@@ -102,14 +103,17 @@ def test_non_loopback_bind_without_a_token_is_refused_at_start_up(tmp_path: Path
 
 
 def test_non_loopback_bind_with_a_token_is_allowed(tmp_path: Path) -> None:
+    # One worker: uvicorn in the one process, without gunicorn's arbiter (the other tests here
+    # run serve.workers' default, two or more workers on a machine of two cores or more).
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "t.db")], env={"MEMLOCAL_API_TOKEN": TOKEN},
-                        host="0.0.0.0")
+                        host="0.0.0.0", serve_args=["--workers", "1"])
     try:
         proc.wait_ready()
         assert http.get(proc.url + "/healthz").status_code == 401
         assert http.get(proc.url + "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert not os.popen(f"pgrep -P {proc.proc.pid}").read().split()  # no worker process
     finally:
-        proc.stop()
+        assert proc.stop() == 0, proc.log
 
 
 @pytest.mark.slow  # a serve process with a second worker
@@ -117,7 +121,6 @@ def test_serve_with_two_workers_answers_from_both_and_stops_them_on_sigterm(tmp_
     """``--workers 2``: two worker processes (gunicorn's, under the server's process) answer on
     the one port over the one WAL database; every save is in the database whichever answered it;
     SIGTERM to the server (the parent alone) stops the workers too, and it exits 0."""
-    import os
     import signal
     import time
 
@@ -150,7 +153,6 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
     """Clients that connect at once are spread over the workers: each worker listens on a socket
     of its own (SO_REUSEPORT). On one shared socket the worker that woke first accepted every
     connection waiting, and the other idled while those clients' requests queued."""
-    import os
     import threading
 
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "burst.db")], serve_args=["--workers", "2"])
@@ -221,7 +223,6 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
 def test_the_workers_stop_when_the_server_process_is_killed(tmp_path: Path) -> None:
     """SIGKILL to the server (no chance to stop anything): its workers notice within seconds and
     stop, rather than serving on as orphans, and the port is free again."""
-    import os
     import signal
 
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "orphans.db")], serve_args=["--workers", "2"])
