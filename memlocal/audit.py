@@ -32,7 +32,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Sequence
 
-from .errors import StoreError, fold_whitespace
 from .model import format_time, validate_id, validate_profile
 from .store import Store, from_us, to_us
 
@@ -182,7 +181,8 @@ def injections(store: Store, profile: str, *, memory_id: str | None = None, limi
     validate_profile(profile)
     if memory_id is not None:
         validate_id(memory_id)
-    try:
+    # A table dropped or altered by another tool is one StoreError.
+    with store.translated(f"the audit trail of {store.path} cannot be read"):
         if memory_id is not None:
             rows = store.read(
                 "SELECT i.id, i.at_us, i.profile, i.query_hash, i.chars FROM injection_memories m"
@@ -192,5 +192,3 @@ def injections(store: Store, profile: str, *, memory_id: str | None = None, limi
             rows = store.read("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
                               " ORDER BY id DESC LIMIT ?", (profile, limit))
         return _load(store, rows)
-    except sqlite3.Error as exc:  # a table dropped or altered by another tool
-        raise StoreError(f"the audit trail of {store.path} cannot be read: {fold_whitespace(exc)}") from None

@@ -4,7 +4,9 @@ the database afterwards) runs in process."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,15 @@ from memlocal.api.auth import check_bind
 from memlocal.errors import ConfigError
 
 TOKEN = "tok-" + "9" * 20
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm(tmp_path: Path, cli: Any) -> None:
@@ -92,22 +103,24 @@ def test_non_loopback_bind_without_a_token_is_refused_at_start_up(tmp_path: Path
 
 
 def test_non_loopback_bind_with_a_token_is_allowed(tmp_path: Path) -> None:
+    # One worker: uvicorn in the one process, without gunicorn's arbiter (the other tests here
+    # run serve.workers' default, two or more workers on a machine of two cores or more).
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "t.db")], env={"MEMLOCAL_API_TOKEN": TOKEN},
-                        host="0.0.0.0")
+                        host="0.0.0.0", serve_args=["--workers", "1"])
     try:
         proc.wait_ready()
         assert http.get(proc.url + "/healthz").status_code == 401
         assert http.get(proc.url + "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert not os.popen(f"pgrep -P {proc.proc.pid}").read().split()  # no worker process
     finally:
-        proc.stop()
+        assert proc.stop() == 0, proc.log
 
 
 @pytest.mark.slow  # a serve process with a second worker
 def test_serve_with_two_workers_answers_from_both_and_stops_them_on_sigterm(tmp_path: Path, cli: Any) -> None:
-    """``--workers 2``: two processes answer on the one port over the one WAL database; every
-    save is in the database whichever answered it; SIGTERM to the server (the parent alone)
-    stops the worker too."""
-    import os
+    """``--workers 2``: two worker processes (gunicorn's, under the server's process) answer on
+    the one port over the one WAL database; every save is in the database whichever answered it;
+    SIGTERM to the server (the parent alone) stops the workers too, and it exits 0."""
     import signal
     import time
 
@@ -122,13 +135,14 @@ def test_serve_with_two_workers_answers_from_both_and_stops_them_on_sigterm(tmp_
             assert c.get("/api/profiles/p1/memories", params={"limit": 50}).json()["total"] == 20
         assert "workers:    2 processes" in proc.log
         children = [int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split()]
-        assert len(children) == 1, children
+        assert len(children) == 2, children
         os.kill(proc.proc.pid, signal.SIGTERM)  # the parent only, as a service manager does
         assert proc.proc.wait(30) == 0, proc.log
-        deadline = time.monotonic() + 30
-        while os.path.exists(f"/proc/{children[0]}") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not os.path.exists(f"/proc/{children[0]}") or "Z" in open(f"/proc/{children[0]}/stat").read().split(")")[1][:3]
+        for child in children:
+            deadline = time.monotonic() + 30
+            while _running(child) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not _running(child), child
     finally:
         proc.stop()
     assert {m["id"] for m in cli.at(db).json("list", "-p", "p1", "--json", "--limit", "50")["memories"]} == ids
@@ -139,15 +153,13 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
     """Clients that connect at once are spread over the workers: each worker listens on a socket
     of its own (SO_REUSEPORT). On one shared socket the worker that woke first accepted every
     connection waiting, and the other idled while those clients' requests queued."""
-    import os
-    import socket
     import threading
 
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "burst.db")], serve_args=["--workers", "2"])
     try:
         proc.wait_ready()
-        workers = [proc.proc.pid, *(int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split())]
-        assert len(workers) == 2
+        workers = [int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split()]
+        assert len(workers) == 2, workers
 
         port = int(proc.url.rsplit(":", 1)[1])
 
@@ -203,5 +215,26 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
             for c in clients:
                 c.close()
         assert sum(accepted) == 24 and min(accepted) > 0, accepted
+    finally:
+        proc.stop()
+
+
+@pytest.mark.slow  # a serve process with a second worker
+def test_the_workers_stop_when_the_server_process_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to the server (no chance to stop anything): its workers notice within seconds and
+    stop, rather than serving on as orphans, and the port is free again."""
+    import signal
+
+    proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "orphans.db")], serve_args=["--workers", "2"])
+    try:
+        proc.wait_ready()
+        workers = [int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split()]
+        assert len(workers) == 2, workers
+        os.kill(proc.proc.pid, signal.SIGKILL)
+        proc.proc.wait(30)
+        wait_for(lambda: not any(_running(w) for w in workers), 30, "the workers to stop after their server died")
+        port = int(proc.url.rsplit(":", 1)[1])
+        with socket.socket() as probe:  # nothing listens any more
+            assert probe.connect_ex(("127.0.0.1", port)) != 0
     finally:
         proc.stop()

@@ -128,6 +128,21 @@ def test_cli_save_on_a_full_disk_is_one_line(tmp_path: Path, cli: Any) -> None:
     assert "disk" in p.stderr or "full" in p.stderr
 
 
+def test_only_the_store_catches_sqlite_errors() -> None:
+    """SQLite's errors are translated in one place (``Database.translate``, docs/storage.md): a
+    module above the store that caught them would make its own message, or miss the full disk's
+    and the corrupt file's one line. Such a module uses ``store.translated("what failed")``."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    store = root / "memlocal" / "store"
+    catches = re.compile(r"except\b.*\bsqlite3\.")
+    offenders = [f"{p.relative_to(root)}:{n}" for folder in ("memlocal", "sync") for p in sorted((root / folder).rglob("*.py"))
+                 if store not in p.parents
+                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if catches.search(line)]
+    assert not offenders, offenders
+
+
 # --- a corrupt b-tree page ----------------------------------------------------------------------------
 
 

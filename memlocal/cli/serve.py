@@ -1,4 +1,5 @@
-"""``memlocal serve``: the REST API on uvicorn, optionally with the sync daemon in-process."""
+"""``memlocal serve``: the REST API on uvicorn (several workers: under gunicorn's arbiter,
+``_workers.py``), optionally with the sync daemon in-process."""
 
 from __future__ import annotations
 
@@ -40,59 +41,24 @@ def _banner(config: Config, bank: MemoryBank | MemoryBankError, host: str, port:
         click.echo(line, err=True)
 
 
-def _listen(host: str, port: int, *, shared: bool = False) -> socket.socket:
+def _listen(host: str, port: int) -> socket.socket:
     """A socket bound to ``host``:``port`` (as uvicorn binds one: address reuse on, inheritable),
-    or a one-line error naming the address and the reason.
-
-    ``shared`` (several workers, where the platform has ``SO_REUSEPORT``): the port is first bound
-    alone, so one that anything else listens on is still refused, then bound again with
-    ``SO_REUSEPORT``, so that each worker can bind a socket of its own to it (:func:`_own_socket`)."""
+    or a one-line error naming the address and the reason. Bound alone (no ``SO_REUSEPORT``), so
+    a port that anything else listens on is refused, whatever that program's options."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     family, kind, proto, _name, address = infos[0]
-    sock = _bound(family, kind, proto, address, host, port, reuse_port=False)
-    if shared and hasattr(socket, "SO_REUSEPORT"):
-        address = sock.getsockname()  # the port chosen, for --port 0
-        sock.close()
-        sock = _bound(family, kind, proto, address, host, port, reuse_port=True)
-    sock.set_inheritable(True)
-    return sock
-
-
-def _bound(family: int, kind: int, proto: int, address: tuple[Any, ...], host: str, port: int, *,
-           reuse_port: bool) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(address)
     except OSError as exc:
         sock.close()
         reason = (exc.strerror or str(exc)).lower()
         raise click.ClickException(f"cannot listen on {host}:{port}: {reason}") from None
-    return sock
-
-
-def _own_socket(parent: socket.socket) -> socket.socket:
-    """A worker's own listening socket on the parent's address (``SO_REUSEPORT``): the kernel
-    spreads new connections over the workers' sockets. On the one socket they would share, the
-    worker whose event loop woke first accepted every connection waiting (asyncio takes them all
-    at once): under a burst of clients one worker held them all while the others idled. Without
-    ``SO_REUSEPORT`` (not Linux or BSD), the shared socket is kept."""
-    if not hasattr(socket, "SO_REUSEPORT") or not parent.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
-        return parent
-    sock = socket.socket(parent.family, parent.type, parent.proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind(parent.getsockname())
-    except OSError:
-        sock.close()
-        return parent
-    parent.close()
+    sock.set_inheritable(True)
     return sock
 
 
@@ -112,26 +78,12 @@ def worker_count(config: Config) -> int:
     return max(1, min(cores, AUTO_WORKERS_MAX))
 
 
-def _fork_workers(count: int) -> tuple[int, list[int]]:
-    """Pre-fork ``count - 1`` worker processes (as gunicorn does): each answers on the listening
-    socket the parent bound (the kernel hands each connection to one of them), with its own bank
-    (connection, recall index) over the one WAL database, which SQLite makes safe for several
-    processes. Called before the bank opens, so no thread exists yet. Returns (this process's
-    worker number, the children's pids: empty in a child). A worker dies with the parent."""
-    import os
-
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()  # nothing buffered is written twice
-    children: list[int] = []
-    for number in range(1, count):
-        pid = os.fork()
-        if pid == 0:
-            _die_with_parent()
-            return number, []
-        children.append(pid)
-    return 0, children
+def uvicorn_options() -> dict[str, Any]:
+    """What ``uvicorn.Config`` is given besides the app and the address, in one process and in
+    each of gunicorn's workers alike (``_workers.MemlocalWorker``): uvicorn's own logging (its
+    format, the access log on stdout, with memlocal's filters: :func:`_log_config`), its
+    keep-alive and the proxies it trusts."""
+    return {"log_config": _log_config(), "log_level": "info", "timeout_keep_alive": 5, "forwarded_allow_ips": None}
 
 
 def _log_config() -> dict[str, Any]:
@@ -159,49 +111,62 @@ def _preload() -> None:
     redact.warm()
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM to this worker when the parent exits, however it exits."""
-    import ctypes
-    import ctypes.util
-    import sys
+class Served:
+    """One serving process's part: its own bank (connection, recall index) over the one WAL
+    database, the app on it, and the sync daemon where this process runs it. ``first``: the
+    process that says what is served (the banner and the warnings, once)."""
 
-    if not sys.platform.startswith("linux"):
-        return
-    name = ctypes.util.find_library("c")
-    if name:
-        ctypes.CDLL(name).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    def __init__(self, config: Config, host: str, port: int, *, first: bool, with_sync: bool,
+                 workers: int) -> None:
+        from ..api import create_app
+        from ..bank import MemoryBank
 
-
-def _stop_workers(children: list[int], timeout_s: float = 30.0) -> None:
-    """SIGTERM each worker (uvicorn shuts it down gracefully: requests in flight are answered),
-    then wait for them, SIGKILL after ``timeout_s``."""
-    import os
-    import time
-
-    for pid in children:
+        self.daemon: SyncDaemonHandle | None = None
+        self.bank: MemoryBank | MemoryBankError
         try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout_s
-    waiting = set(children)
-    while waiting:
-        for pid in list(waiting):
-            try:
-                done, _status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                waiting.discard(pid)
-        if waiting and time.monotonic() > deadline:
-            for pid in waiting:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            deadline = float("inf")
-        if waiting:
-            time.sleep(0.05)
+            # Reads never wait on the bucket: the API asks the bank for background pulls
+            # (MemoryBank.refresh_for_read), so the dashboard sees other hosts' saves promptly.
+            check_db_folder(config)
+            self.bank = MemoryBank.open(config=config)
+        except MemoryBankError as exc:
+            self.bank = exc
+            if first:
+                click.echo(f"Warning: the memory bank is not wired ({exc}); memory endpoints answer 503", err=True)
+        if first:
+            _banner(config, self.bank, host, port)
+            if workers > 1:
+                click.echo(f"  workers:    {workers} processes " + dim("(serve.workers)"), err=True)
+            if with_sync and not isinstance(self.bank, MemoryBank):
+                click.echo("Warning: --with-sync: the sync daemon is not started, the bank is not wired", err=True)
+        self.app = create_app(self.bank, config)
+        try:
+            self._start(with_sync=with_sync, first=first)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, *, with_sync: bool, first: bool) -> None:
+        from ..bank import MemoryBank
+
+        if isinstance(self.bank, MemoryBank):
+            # The pull on open, started now, with or without --with-sync: a fresh host pulls the
+            # whole bucket and its first reads wait for it up to sync.hydrate_deadline_s; a
+            # hydrated one refreshes every profile in the background, and its reads answer from
+            # the local index at once.
+            self.bank.prepare()
+            if with_sync:
+                self.daemon = self.bank.start_sync_daemon()
+                if self.daemon is None and first:
+                    click.echo("Warning: --with-sync: no bucket is configured, so there is nothing to sync", err=True)
+
+    def close(self) -> None:
+        """Stop the daemon (its pass in flight finishes), then close the bank."""
+        from ..bank import MemoryBank
+
+        if self.daemon is not None:
+            self.daemon.stop()
+        if isinstance(self.bank, MemoryBank):
+            self.bank.close()
 
 
 @main.command()
@@ -216,10 +181,6 @@ def serve(state: State, host: str | None, port: int | None, workers: int | None,
     If the database cannot be opened the server still starts: every memory endpoint answers 503
     with the reason and /healthz reports "degraded".
     """
-    import uvicorn  # the web stack is loaded only by this command
-
-    from ..api import create_app
-    from ..bank import MemoryBank
     from ..api.auth import check_bind
     from ..logs import configure_logging
 
@@ -233,54 +194,34 @@ def serve(state: State, host: str | None, port: int | None, workers: int | None,
     check_bind(host, config.serve.api_token)
     # The port first: a port in use is one line, before any banner or database work.
     count = worker_count(config)
-    sock = _listen(host, port, shared=count > 1)
+    sock = _listen(host, port)
     port = sock.getsockname()[1]  # the one chosen, for --port 0
     _preload()
-    number, children = _fork_workers(count)
-    if number:
-        sock = _own_socket(sock)
+    if count > 1:
+        # gunicorn's arbiter supervises the workers (docs/cli.md, "memlocal serve"); with
+        # reuse_port each worker binds a socket of its own after the fork, so this one only
+        # checked (and, for --port 0, chose) the port.
+        sock.close()
+        from ._workers import serve_workers
 
-    bank: MemoryBank | MemoryBankError
-    try:
-        # Reads never wait on the bucket: the API asks the bank for background pulls
-        # (MemoryBank.refresh_for_read), so the dashboard sees other hosts' saves promptly.
-        check_db_folder(config)
-        bank = MemoryBank.open(config=config)
-    except MemoryBankError as exc:
-        bank = exc
-        if number == 0:
-            click.echo(f"Warning: the memory bank is not wired ({exc}); memory endpoints answer 503", err=True)
+        def open_worker(slot: int, first: bool) -> Served:
+            # The sync daemon runs in slot 0's worker only (one daemon, whichever process holds it).
+            return Served(config, host, port, first=first, with_sync=with_sync and slot == 0, workers=count)
 
-    if number == 0:
-        _banner(config, bank, host, port)
-        if children:
-            click.echo(f"  workers:    {len(children) + 1} processes " + dim("(serve.workers)"), err=True)
-    if with_sync and number == 0 and not isinstance(bank, MemoryBank):
-        click.echo("Warning: --with-sync: the sync daemon is not started, the bank is not wired", err=True)
+        serve_workers(host, port, count, open_worker, uvicorn_options())
+        return
+    import uvicorn  # the web stack is loaded only by this command
+
     # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; these
     # handlers absorb that re-raise so the cleanup below (the daemon's pass in flight, the
     # bank) still runs and the command exits 0.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
-    daemon: SyncDaemonHandle | None = None
-    server = uvicorn.Server(uvicorn.Config(create_app(bank, config), host=host, port=port, log_level="info",
-                                           log_config=_log_config()))
+    served: Served | None = None
     try:
-        if isinstance(bank, MemoryBank):
-            # The pull on open, started now, with or without --with-sync: a fresh host pulls the
-            # whole bucket and its first reads wait for it up to sync.hydrate_deadline_s; a
-            # hydrated one refreshes every profile in the background, and its reads answer from
-            # the local index at once.
-            bank.prepare()
-        if with_sync and number == 0 and isinstance(bank, MemoryBank):  # one daemon, in the parent
-            daemon = bank.start_sync_daemon()
-            if daemon is None:
-                click.echo("Warning: --with-sync: no bucket is configured, so there is nothing to sync", err=True)
-        server.run(sockets=[sock])
+        served = Served(config, host, port, first=True, with_sync=with_sync, workers=1)
+        uvicorn.Server(uvicorn.Config(served.app, host=host, port=port, **uvicorn_options())).run(sockets=[sock])
     finally:
         sock.close()
-        _stop_workers(children)
-        if daemon is not None:
-            daemon.stop()
-        if isinstance(bank, MemoryBank):
-            bank.close()
+        if served is not None:
+            served.close()

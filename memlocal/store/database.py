@@ -171,15 +171,13 @@ class Database:
             raise StoreError(f"cannot open database {self.path}: {exc}") from None
         self.conn = conn
         try:
-            self._configure()
-            self._migrate()
-            self._opened()
+            with self.translated(f"cannot use database {self.path}"):
+                self._configure()
+                self._migrate()
+                self._opened()
         except StoreError:
             conn.close()
             raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise database_error(self.path, exc) or StoreError(f"cannot use database {self.path}: {exc}") from None
 
     @cached_property
     def db(self) -> "sqlite_utils.Database":
@@ -216,10 +214,8 @@ class Database:
         when it is current. ``StoreError`` when the database cannot be written."""
         from .migrations import run
 
-        try:
+        with self.translated(f"cannot migrate {migrations.name} in {self.path}"):
             run(self, (migrations,))
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot migrate {migrations.name} in {self.path}: {exc}") from None
 
     def _opened(self) -> None:
         """Hook run once the schema is current (a subclass's checks on open)."""
@@ -247,18 +243,17 @@ class Database:
 
     def _open_reader(self) -> sqlite3.Connection:
         """A new read-only (``query_only``) connection to this file, traced as the others are."""
-        try:
+        with self.translated(f"cannot open database {self.path}"):
             conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
                                    check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise database_error(self.path, exc) or StoreError(f"cannot open database {self.path}: {exc}") from None
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA query_only = ON")
-            conn.set_trace_callback(self._trace)
-        except sqlite3.Error as exc:
+            with self.translated(f"cannot use database {self.path}"):
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+                conn.execute("PRAGMA query_only = ON")
+                conn.set_trace_callback(self._trace)
+        except StoreError:
             conn.close()
-            raise database_error(self.path, exc) or StoreError(f"cannot use database {self.path}: {exc}") from None
+            raise
         return conn
 
     def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
@@ -348,7 +343,7 @@ class Database:
                     self.conn.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:
                     if "locked" not in str(exc) and "busy" not in str(exc):
-                        raise database_error(self.path, exc) or exc from None
+                        raise self.translate(exc) from None
                     raise StoreError(
                         f"database {self.path} stayed locked by another process for store.busy_timeout_s "
                         f"({self.busy_timeout_s:g} s)"
@@ -363,9 +358,8 @@ class Database:
                             self.conn.execute("ROLLBACK")
                         except sqlite3.Error:
                             pass  # SQLite rolled back already (a failed COMMIT on a full disk)
-                    error = database_error(self.path, exc)
-                    if error is not None:
-                        raise error from None
+                    if isinstance(exc, sqlite3.Error):
+                        raise self.translate(exc) from None
                     raise
             finally:
                 self._write_depth = 0
@@ -380,10 +374,8 @@ class Database:
         or writers (a PASSIVE checkpoint): what the best-effort commits left to do."""
         with self._lock:
             self.lazy_commits = 0
-            try:
+            with self.translated(f"cannot checkpoint {self.path}"):
                 self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
-                raise database_error(self.path, exc) or StoreError(f"cannot checkpoint {self.path}: {exc}") from None
 
     def iter_rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """The rows of one query, fetched ``ITER_PAGE_ROWS`` at a time from a cursor on a
@@ -419,19 +411,30 @@ class Database:
             finally:
                 self._give_reader(conn)
         except sqlite3.Error as exc:
-            raise database_error(self.path, exc) or exc from None
+            raise self.translate(exc) from None
+
+    def translate(self, exc: sqlite3.Error, failure: str | None = None) -> Exception:
+        """The one translation of SQLite's errors, which every method here raises through: a
+        failure of the file or the disk as :func:`database_error` (full, corrupt, unwritable, a
+        table missing); any other as ``StoreError("<failure>: <SQLite's words>")`` when the caller
+        says what failed, else ``exc`` itself, whose meaning is the caller's (a constraint, a
+        query FTS5 cannot parse, a feature probe)."""
+        error = database_error(self.path, exc)
+        if error is not None:
+            return error
+        if failure is not None:
+            return StoreError(f"{failure}: {fold_whitespace(exc)}")
+        return exc
 
     @contextmanager
-    def translated(self) -> Iterator[None]:
-        """SQLite's failures of the file or the disk, met in the block, as :func:`database_error`
-        (for queries on ``conn`` outside ``transaction``, ``read`` and ``snapshot``, which do it)."""
+    def translated(self, failure: str | None = None) -> Iterator[None]:
+        """:meth:`translate` over a block: for queries on ``conn`` outside ``transaction``,
+        ``read`` and ``snapshot`` (which translate their own), and for a module that reads the
+        store's tables itself (``failure``: what it was doing, as the one line begins)."""
         try:
             yield
         except sqlite3.Error as exc:
-            error = database_error(self.path, exc)
-            if error is None:
-                raise
-            raise error from None
+            raise self.translate(exc, failure) from None
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
