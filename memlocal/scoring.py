@@ -56,6 +56,11 @@ SIMILARITY_EVIDENCE = 0.3
 # and outranked the name or object a question is about (docs/relevance.md).
 GENERIC_WEIGHT: Final = 0.5
 US_PER_DAY: Final = 86_400_000_000
+# A query word of at least NEAR_MIN_LENGTH letters that no memory of the profile says stands for
+# the word one edit away that some do ("torunament" -> "tournament"; docs/relevance.md, "Typos").
+# Shorter words are left alone: one edit turns too many of them into another real word (measured
+# on the agent bank: 5 letters gained nothing, 7 a task or two of hit@5).
+NEAR_MIN_LENGTH: Final = 7
 
 GENERIC_TERMS: Final = frozenset(t for t in map(stem, GENERIC_WORDS) if t)
 # The bounded second pass of the evidence mode (:func:`rerank`): the gate's first RERANK_DEPTH
@@ -159,12 +164,26 @@ class PreparedQuery:
         return self.denominator <= 0.0
 
 
-def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery:
-    """Tokenise ``query`` and weight its terms by IDF over ``n`` memories (``df(term)`` each)."""
-    qterms = tuple(sorted(text.terms(query)))
-    if not qterms:
+def prepare_query(query: str, df: Callable[[str], int], n: int,
+                  held_any: Callable[[Sequence[str]], bool] | None = None) -> PreparedQuery:
+    """Tokenise ``query`` and weight its terms by IDF over ``n`` memories (``df(term)`` each).
+    ``held_any(terms)``: whether some memory holds one of ``terms`` (as ``df`` counts), when one
+    such question is cheaper than a ``df`` per term (the cold path's FTS5 counts): a misspelt
+    word's few hundred neighbours are then counted one by one only if some memory holds one."""
+    found = text.terms(query)
+    if not found:
         return PreparedQuery((), (), (), (), 0.0)
-    weights = tuple(idf(df(t), n) * (GENERIC_WEIGHT if t in GENERIC_TERMS else 1.0) for t in qterms)
+    words = text.query_words(query)
+    dfs = {t: df(t) for t in found}
+    near = _near_terms(words, dfs, df, held_any)
+    if near:
+        words = tuple(e._replace(terms=e.terms | {near[e.word]}) if e.word in near and not e.whole else e
+                      for e in words)
+    # A misspelt word stands for the word it meant: its own terms, which no memory holds, leave
+    # the query (they would only lower every memory's share of it) and the known term comes in.
+    unknown = {t for e in words if e.word in near for t in e.terms if dfs.get(t, 0) == 0}
+    qterms = tuple(sorted((found - unknown) | set(near.values())))
+    weights = tuple(idf(dfs[t], n) * (GENERIC_WEIGHT if t in GENERIC_TERMS else 1.0) for t in qterms)
     total = 0.0
     for w in weights:
         total += w
@@ -181,7 +200,33 @@ def prepare_query(query: str, df: Callable[[str], int], n: int) -> PreparedQuery
     denominator = total
     for cw in cws:
         denominator += cw
-    return PreparedQuery(qterms, weights, qclusters, cws, denominator, text.query_words(query))
+    return PreparedQuery(qterms, weights, qclusters, cws, denominator, words)
+
+
+def _near_terms(words: Sequence[text.QueryWord], dfs: dict[str, int], df: Callable[[str], int],
+                held_any: Callable[[Sequence[str]], bool] | None = None) -> dict[str, str]:
+    """The misspelt words of a query and the term each stands for: a word of at least
+    ``NEAR_MIN_LENGTH`` letters none of whose terms the profile holds, one edit away from a term
+    it does hold (:func:`memlocal.text.near_spellings`; the most frequent such term, then the
+    first in order). ``dfs`` gains the document frequency of each term chosen."""
+    out: dict[str, str] = {}
+    for e in words:
+        w = e.word.casefold()
+        if (e.whole or len(w) < NEAR_MIN_LENGTH or not w.isascii() or not w.isalpha()
+                or any(dfs.get(t, 0) > 0 for t in e.terms)):
+            continue
+        near = text.near_spellings(w)
+        if held_any is not None and not any(dfs.get(t, 0) > 0 for t in near) and not held_any(near):
+            continue
+        best, best_df = "", 0
+        for t in near:
+            f = dfs[t] if t in dfs else df(t)
+            if f > best_df:
+                best, best_df = t, f
+        if best:
+            dfs[best] = best_df
+            out[e.word] = best
+    return out
 
 
 def topic(pq: PreparedQuery, terms: Container[str], clusters: Container[str]) -> float:

@@ -43,7 +43,7 @@ import Stemmer  # PyStemmer
 from .model import default_summary, to_us
 from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 7
+TERMS_VERSION: Final = 8
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
@@ -281,6 +281,29 @@ def query_words(text: str) -> tuple[QueryWord, ...]:
         if zone:
             out.append(QueryWord(zone.group(0), _TIMEZONE))
     return tuple(out)
+
+
+_LETTERS: Final = "abcdefghijklmnopqrstuvwxyz"
+
+
+def near_spellings(word: str) -> list[str]:
+    """The terms of the words one edit away from ``word`` (lowercase ASCII letters: a letter
+    deleted, two neighbours swapped, one replaced or inserted), each once, sorted, ``word``'s own
+    term left out: where a misspelt query word ("torunament") looks for the word the bank knows
+    ("tournament", :func:`memlocal.scoring.prepare_query`)."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    edits = {a + b[1:] for a, b in splits if b}
+    edits.update(a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1)
+    edits.update(a + c + b[1:] for a, b in splits if b for c in _LETTERS)
+    edits.update(a + c + b for a, b in splits for c in _LETTERS)
+    edits.discard(word)
+    # Each edit's own term (a broader word is no spelling of it), stemmed in one C call and not
+    # through the per-word caches, which a few hundred made-up words would only flush.
+    unified = [VARIANTS.get(w, w) for w in edits]
+    stems = _stemmer.stemWords([w for w in unified if w not in STOPWORDS])
+    own = set(_WORD_TERMS[word])
+    out = {t for t in (_degree(s).rstrip("'") for s in stems) if len(t) > 1 and t not in own}
+    return sorted(out)
 
 
 def shown_words(entries: Sequence[QueryWord], held: Container[str]) -> tuple[str, ...]:

@@ -239,3 +239,57 @@ def test_json_evidence_has_the_rank(cli: Cli) -> None:
     _save(cli, "gamma", "Deploys happen on Tuesdays", "fact")
     [hit] = cli.json("recall", "-p", "gamma", "deploy", "--json")["results"]
     assert json.dumps(hit["evidence"]) and set(hit["evidence"]) == {"terms", "clusters", "strength", "best", "rank"}
+
+
+# --- a misspelt word finds its memory ------------------------------------------------------------
+
+
+def test_a_misspelt_word_finds_its_memory_and_shows_as_written(cli: Cli) -> None:
+    """"When did Nate win his torunament?" found nothing: no memory says "torunament". A word of 7
+    letters or more that no memory says stands for the one a memory says one edit away."""
+    won = _save(cli, "typo", "Nate won the regional tournament in May", "fact")
+    _save(cli, "typo", "Nate plays chess on Sundays", "fact")
+    for query in ("torunament", "tournamnet", "tournamet", "when did Nate win the tornament?"):
+        got = cli.json("recall", "-p", "typo", query, "--json")["results"]
+        assert got and got[0]["memory"]["id"] == won, query
+    [hit] = [r for r in cli.json("recall", "-p", "typo", "regionl torunament", "--json")["results"]]
+    assert hit["evidence"]["terms"] == ["regionl", "torunament"]  # the words as written, never the stems
+    # Short words are not guessed at ("chesss" is 6 letters): one edit makes too many other words.
+    assert cli.json("recall", "-p", "typo", "chesss", "--json")["results"] == []
+
+
+def test_a_word_the_bank_says_is_never_read_as_another() -> None:
+    """Only a word no memory says is corrected: "fraction" never finds "traction", and a query
+    word that some memory says keeps its exact matches only."""
+    with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank:
+        traction = put(bank, "p", "The traction numbers are up 10%", created=days_ago(1))
+        fraction = put(bank, "p", "A fraction of the tests are flaky", created=days_ago(2))
+        ids = lambda q: [r.memory.id for r in bank.query_with_relevance("p", q, now=NOW)]  # noqa: E731
+        assert ids("fraction") == [fraction.id]
+        assert ids("traction") == [traction.id]
+        assert ids("fractoin") == [fraction.id]
+
+
+@pytest.mark.parametrize("query", ["torunament results", "regoinal tournament", "tournamnet chess",
+                                   "recieved pakcage", "qwertyuiop"])
+def test_misspelt_queries_are_answered_exactly_by_every_path(query: str) -> None:
+    """The corrected query is the same on the index, the cold path and the full scan: each path
+    looks the neighbours up in its own document frequencies, which agree."""
+    from memlocal.recall import RecallIndex, RecallTuning
+    from memlocal.scoring import FullScan, Ranking, RankQuery
+
+    texts = ["Nate won the regional tournament", "The chess tournament is in May", "Ana received the package",
+             "The package was lost in transit", "Regional offices close at 5pm", "Nate plays chess"]
+    with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank:
+        mems = [put(bank, "p", t, created=days_ago(i), count=i % 3) for i, t in enumerate(texts)]
+        paths = [RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False)),
+                 RecallIndex(bank.store, tuning=RecallTuning(cold_queries=10**9, background=False))]
+        try:
+            rq = RankQuery(query, 8, 0.0, now=NOW, ranking=Ranking())
+            want = [(r.memory.id, r.score, r.evidence) for r in FullScan(mems).rank(rq)]
+            for p in paths:
+                assert [(r.memory.id, r.score, r.evidence) for r in p.query("p", rq)] == want
+            assert bool(want) == (query != "qwertyuiop")
+        finally:
+            for p in paths:
+                p.close()

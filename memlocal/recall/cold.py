@@ -36,6 +36,8 @@ from .classes import EPS, MAX_COMMON, offer, gated_classes, split_features
 COLD_DIRECT: Final = 1024
 # The cold path reads up to this many postings of the query's rarest features row by row.
 _COLD_BUDGET: Final = 256
+# FTS5 parses an OR chain into a tree at most 256 deep: held_any asks about this many terms at a time.
+_ANY_CHUNK: Final = 128
 # How far the hint may be from the exact score (a few ulps of pow and log10; scores are ≤ 1).
 _HINT_EPS: Final = 1e-9
 
@@ -142,9 +144,18 @@ class _ColdScan:
                          + sum(1 for ts in self.stale_tokens if tok in ts))
         return dfs[term]
 
+    def held_any(self, terms: Sequence[str]) -> bool:
+        """Whether some memory holds one of ``terms``: one FTS5 count per ``_ANY_CHUNK`` of them
+        (a misspelt query word's neighbours, :func:`memlocal.scoring.prepare_query`), not one each."""
+        for i in range(0, len(terms), _ANY_CHUNK):
+            if self.reads.count(f"{self.scope}({' OR '.join(map(term_token, terms[i:i + _ANY_CHUNK]))})") > 0:
+                return True
+        toks = {encode_term(t) for t in terms}
+        return any(not toks.isdisjoint(ts) for ts in self.stale_tokens)
+
     def prepare(self, query: str) -> PreparedQuery:
         """The query, its tokens as the features string holds them, and as FTS5 tokens."""
-        pq = self.pq = prepare_query(query, self.df, self.n)
+        pq = self.pq = prepare_query(query, self.df, self.n, self.held_any)
         # The same query over the stored string: each feature as " token " is found in " features "
         # exactly when the memory has it (tokens hold no space), so score_parts can test membership
         # on the string without splitting it; the same weights in the same order, so the same floats.
