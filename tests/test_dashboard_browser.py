@@ -361,7 +361,7 @@ def test_create_edit_as_a_supersession_history_restore_and_delete(page: Page, se
     page.goto(proc.url + "/#/profiles/writer")
     expect(page.locator("#memory-count")).to_be_visible()
     page.get_by_role("link", name="New memory").click()
-    expect(page.get_by_label("Profile")).to_have_value("writer")
+    expect(page.get_by_label("Profile", exact=True)).to_have_value("writer")
     page.get_by_label("Content").fill("Signs every email with just the first name.")
     page.get_by_label("Category").select_option("preference")
     shoot(page, "memory-new")
@@ -385,7 +385,7 @@ def test_create_edit_as_a_supersession_history_restore_and_delete(page: Page, se
     # A bad value: one line from the API, nothing stored.
     page.goto(proc.url + "/#/new?profile=writer")
     page.get_by_label("Content").fill("x")
-    page.get_by_label("Profile").fill("bad name!")
+    page.get_by_label("Profile", exact=True).fill("bad name!")
     page.get_by_role("button", name="Save memory").click()
     expect(page.get_by_role("alert")).to_contain_text("profile")
     assert api.get("/api/memory-bank/stats").json()["totalMemories"] == before
