@@ -238,3 +238,29 @@ def test_the_workers_stop_when_the_server_process_is_killed(tmp_path: Path) -> N
             assert probe.connect_ex(("127.0.0.1", port)) != 0
     finally:
         proc.stop()
+
+
+@pytest.mark.slow  # three serve processes with two workers each
+def test_sigterm_while_a_worker_is_still_starting_stops_the_server(tmp_path: Path) -> None:
+    """SIGTERM to the server's process group (as ``support.stop`` and a terminal's Ctrl-C send it)
+    while one worker is up and the other is still opening its bank: every process stops within a
+    few seconds. A worker that took the signal before uvicorn's handlers were in place once lost it
+    and served on, until the arbiter's graceful timeout (30 s) ended in a SIGKILL."""
+    import signal
+    import subprocess
+    import time
+
+    for round_ in range(3):
+        proc = ServeProcess(tmp_path, ["--db", str(tmp_path / f"w{round_}.db")], serve_args=["--workers", "2"])
+        try:
+            wait_for(lambda: "Started server process" in proc.log or proc.proc.poll() is not None, 30,
+                     "a first worker to start")
+            started = time.monotonic()
+            os.killpg(proc.proc.pid, signal.SIGTERM)
+            try:
+                proc.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"round {round_}: still running 10 s after SIGTERM: {proc.log}")
+            assert time.monotonic() - started < 10
+        finally:
+            proc.stop()

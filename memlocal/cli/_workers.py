@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from typing import Any, Callable, Protocol
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.workers.base import Worker
+from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
 # How often a worker checks that its arbiter is still there (and tells the arbiter it is alive).
@@ -49,12 +51,35 @@ class MemlocalWorker(UvicornWorker):  # type: ignore[misc]  # gunicorn's classes
         self.config.timeout_notify = PARENT_CHECK_S
 
     def init_signals(self) -> None:
-        """As ``serve`` in one process: uvicorn stops gracefully on SIGINT/SIGTERM and then raises
-        the signal again; absorbing it lets the worker's clean-up run (``worker_exit``: the
-        daemon's pass in flight, the bank) instead of the default action ending the process."""
+        """SIGINT/SIGTERM outside uvicorn's own handlers (which it installs only once it serves):
+
+        - before the worker serves (it is still opening its bank): the worker stops, with its
+          clean-up (``worker_exit``). A no-op here lost a signal that came that early (SIGTERM to
+          the process group right after the first worker answered), and the worker served on
+          until the arbiter's graceful timeout ended in a SIGKILL;
+        - once uvicorn's server exists but before it captures signals: it is told to stop;
+        - after uvicorn stopped gracefully and raised the signal again: absorbed, so the clean-up
+          runs instead of the default action ending the process."""
         super().init_signals()
+        self.memlocal_server: Server | None = None
+
+        def stop(signum: int, frame: object) -> None:
+            server = self.memlocal_server
+            if server is None:
+                raise SystemExit(0)
+            server.should_exit = True  # uvicorn's re-raise after its stop, or before it captured
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: None)
+            signal.signal(sig, stop)
+
+    async def _serve(self) -> None:
+        """``UvicornWorker._serve``, keeping its server where the signal handler above finds it."""
+        self.config.app = self.wsgi
+        self.memlocal_server = server = Server(config=self.config)
+        self._install_sigquit_handler()
+        await server.serve(sockets=self.sockets)
+        if not server.started:
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)
 
     async def callback_notify(self) -> None:
         """Every ``PARENT_CHECK_S`` on uvicorn's loop: the heartbeat, and a graceful stop once the
