@@ -304,3 +304,18 @@ def mcp_server_params(db: Path, profile: str) -> Any:
     return StdioServerParameters(command=sys.executable,
                                  args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile],
                                  env=dict(os.environ))
+
+
+def corrupt_memories_table(db: Path) -> None:
+    """Overwrite the first page of ``db``'s ``memories`` b-tree with garbage (after a checkpoint,
+    so the page is in the main file): SQLite reports the file as corrupt on the next read."""
+    import sqlite3
+
+    conn = sqlite3.connect(str(db))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'memories'").fetchone()[0]
+    conn.close()
+    with open(db, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xff\x13" * (page_size // 2))

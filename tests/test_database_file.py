@@ -5,13 +5,13 @@ bank."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Cli
+from support import corrupt_memories_table
 
 from memlocal import MemoryBank
 from memlocal.errors import CorruptDatabaseError
@@ -19,22 +19,13 @@ from memlocal.errors import CorruptDatabaseError
 P = "p"
 
 
-def _corrupt(db: Path) -> None:
-    conn = sqlite3.connect(str(db))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'memories'").fetchone()[0]
-    conn.close()
-    with open(db, "r+b") as f:
-        f.seek((root - 1) * page_size)
-        f.write(b"\xff\x13" * (page_size // 2))
 
 
 def test_a_corrupt_database_is_named_whole_and_a_pull_offered_only_with_a_bucket(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "data dir" / "bank.db"
     run = cli.at(db)
     assert run("save", "-p", P, "--content", "one memory").exit_code == 0
-    _corrupt(db)
+    corrupt_memories_table(db)
     code, _, err = run("list", "-p", P)
     assert code == 1 and len(err.splitlines()) == 1, err
     assert f"database {db} is corrupt" in err and f"`sqlite3 '{db}' .recover`" in err, err
@@ -71,6 +62,6 @@ def test_the_relative_default_path_is_named_with_its_folder(tmp_path: Path, cli:
     monkeypatch.chdir(tmp_path)
     run = cli.at("rel.db")
     assert run("save", "-p", P, "--content", "one memory").exit_code == 0
-    _corrupt(tmp_path / "rel.db")
+    corrupt_memories_table(tmp_path / "rel.db")
     code, _, err = run("list", "-p", P)
     assert code == 1 and f"database {tmp_path / 'rel.db'} is corrupt" in err and f"sqlite3 {tmp_path / 'rel.db'} .recover" in err, err

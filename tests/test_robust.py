@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 from api_live import LiveServer
 import support
-from support import http_client
+from support import corrupt_memories_table, http_client
 
 from memlocal import MemoryBank
 from memlocal.api import create_app
@@ -146,22 +146,13 @@ def test_only_the_store_catches_sqlite_errors() -> None:
 # --- a corrupt b-tree page ----------------------------------------------------------------------------
 
 
-def _corrupt_memories_table(db: Path) -> None:
-    conn = sqlite3.connect(str(db))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'memories'").fetchone()[0]
-    conn.close()
-    with open(db, "r+b") as f:
-        f.seek((root - 1) * page_size)
-        f.write(b"\xff\x13" * (page_size // 2))
 
 
 def test_a_corrupt_page_is_one_line_on_every_face(tmp_path: Path, cli: Any) -> None:
     db = tmp_path / "corrupt.db"
     for i in range(3):
         assert cli.at(db)("save", "-p", P, "--content", f"memory number {i}").exit_code == 0
-    _corrupt_memories_table(db)
+    corrupt_memories_table(db)
     for args in (("save", "-p", P, "--content", "one more"), ("list", "-p", P), ("recall", "-p", P, "memory")):
         code, out, err = cli.at(db)(*args)
         assert code == 1, out
