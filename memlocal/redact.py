@@ -339,19 +339,15 @@ def _form_spans(view: str) -> list[tuple[int, int, str]]:
     spans: list[tuple[int, int, str]] = []
     low = view.lower()
     if any(hint in low for hint in _KV_HINTS):
-        for m in _KV.finditer(view):
-            kind = _key_kind(m.group(2))
-            if kind is not None:
-                found = _pair_span(view, m.end(), kind, m.group(2))
-                if found is not None:
-                    spans.append(found)
+        # A key (``password=``, ``"db_password": ``) and a flag (``--password``) name a value alike.
+        keyed = [(m, m.group(2)) for m in _KV.finditer(view)]
         if "--" in view:
-            for m in _FLAG.finditer(view):
-                kind = _key_kind(m.group(1))
-                if kind is not None:
-                    found = _pair_span(view, m.end(), kind, m.group(1))
-                    if found is not None:
-                        spans.append(found)
+            keyed += [(m, m.group(1)) for m in _FLAG.finditer(view)]
+        for m, key in keyed:
+            kind = _key_kind(key)
+            found = _pair_span(view, m.end(), kind, key) if kind is not None else None
+            if found is not None:
+                spans.append(found)
     if "-u" in view or "--user" in view:
         spans += [(*m.span(1), "basic-auth") for m in _CURL_USER.finditer(view) if not m.group(1).startswith("[REDACTED")]
     if any(hint in low for hint in _SCHEME_HINTS):
