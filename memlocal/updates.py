@@ -70,6 +70,7 @@ _VERB_BASES: Final = """
     deploy release ship build happen rotate renew support weigh measure speak write read eat
     drink sleep wake commute join attend call email book cook fly
     handle approve chair maintain coordinate oversee organise organize
+    listen serve bind connect point resolve route forward expose mount proxy redirect
     """.split()
 _IRREGULAR: Final = ("is are was were be been am has have had does did went goes takes took "
                      "ran runs meets met costs paid pays leaves left holds held keeps kept "

@@ -31,6 +31,10 @@ P = "team"
 # (old, new): one pair per kind of changed value; each new one retires its old one.
 UPDATES = {
     "number": ("The staging cluster runs 6 nodes", "The staging cluster now runs 9 nodes"),
+    # Found trying a team bank by hand: "listens" was no verb the reader knew, so the text had no
+    # value and the two lines reached the block undated, side by side.
+    "a port": ("The staging API listens on port 8443", "The staging API listens on port 9443"),
+    "an address": ("The metrics exporter binds to 0.0.0.0:9100", "The metrics exporter binds to 127.0.0.1:9100"),
     "time": ("The on-call handover is at 17:00 on Fridays", "The on-call handover moved to 16:30 on Fridays"),
     "date": ("The security audit is due on 3 March", "The security audit is due on 17 March"),
     "weekday": ("The release train leaves on Tuesdays", "The release train now leaves on Wednesdays"),
