@@ -497,11 +497,12 @@ class MemoryBank:
         judged: str | None = None
         unsure: builtins.list[Memory] = []
         judge = getattr(self._extractor, "judge", None) if use_llm and not extracting else None
-        if judge is not None and supersedes is None and auto_supersede and dedupe.find(profile, processed, None) is None:
+        if judge is not None and supersedes is None and auto_supersede:
             # An update the rule is unsure of may be judged by the model (its deadline,
             # llm.timeout_s), before the write transaction: no lock is held over the network.
             unsure = dedupe.unsure_updates(profile, processed)
-            judged = judge(processed, unsure) if unsure else None
+            if unsure and dedupe.find(profile, processed, None) is None:
+                judged = judge(processed, unsure)
         semantic = self.semantic
         vector = None
         retired_memory: Memory | None = None

@@ -556,5 +556,6 @@ def check_mode(mode: object) -> str:
     return str(mode)
 
 
-# Every log line memlocal writes passes the same projection (memlocal.logs cannot import this).
-use_projection(lambda line: redact(line).text)
+# Every log line memlocal writes passes the same projection (memlocal.logs cannot import this),
+# uncached: a log line is seen once, and would push the block's memory texts out of the cache.
+use_projection(lambda line: redact.__wrapped__(line).text)

@@ -190,12 +190,7 @@ def _join_compounds(ws: Sequence[str]) -> list[str]:
     """``ws`` with each compound's joined word ("timezone", "outofoffice") added after the words
     it joins: the bridge adds a term and never removes a word, so "build" still finds "The build
     server is ci-3" (a word the memory says always finds it, docs/relevance.md, "Topic")."""
-    found = compounds_in(ws)
-    if not found:
-        return list(ws)
-    out = list(ws)
-    out.extend(joined for _, _, joined in found)
-    return out
+    return [*ws, *(joined for _, _, joined in compounds_in(ws))]
 
 
 # ASCII that ends a word (everything but a-z, 0-9 and the apostrophe) becomes a space: words()'s

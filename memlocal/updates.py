@@ -241,8 +241,8 @@ def statement(value: str) -> Statement:
             continue
         if in_subject and i > lead and is_verb and read[i - 1].lower not in _DETERMINERS \
                 and not read[i - 1].possessive \
-                and not (i + 1 < len(read) and read[i + 1].verb and low not in _BE | _HAVE
-                         and (read[i + 1].low in _BE | _HAVE
+                and not (i + 1 < len(read) and read[i + 1].verb and low not in _BE_HAVE
+                         and (read[i + 1].low in _BE_HAVE
                               or (low.endswith("s") and not read[i + 1].low.endswith("s")))):
             # "the runner's deploy note", "Release trains leave", "the Postgres host is": nouns
             in_subject, verb, verb_at = False, verb_stem, i
@@ -305,6 +305,7 @@ _CHANGE_CLAUSE: Final = frozenset("since after following from starting effective
 _AFTER: Final = frozenset("after following".split())
 _BE: Final = frozenset("is are was were be been am".split())
 _HAVE: Final = frozenset("has have had".split())
+_BE_HAVE: Final = _BE | _HAVE
 
 
 _YEAR_RE: Final = re.compile(r"(?:19|20)\d\d")
@@ -433,24 +434,18 @@ def _holder_changed(a: Statement, b: Statement) -> bool:
     """A new holder of one role: two named subjects (names, no possessor), the same verb, most of
     the old predicate, and a new text that says the change ("now", "moved") and names the old
     holder ("Jonas Berg now leads the data platform team; Marta Silva moved to Search")."""
-    if not _is_holder(a) or not _is_holder(b) or a.subject & b.subject:
+    if not a.holder or not b.holder or a.subject & b.subject:
         return False
     if not (a.verb == b.verb or b.verb == "*"):
         return False
     # The new text must say the change and name the old holder: two people doing one thing are
     # two facts ("Caroline volunteers at the shelter", "Melanie volunteers at the shelter").
-    mentions_old = a.subject <= b.values
     if not a.content or len(a.content & b.content) / len(a.content) < 0.5:
         return False
     if any(value_kind(t) == "id" for t in a.subject) and any(value_kind(t) == "id" for t in b.subject):
         # Machines, not people: "db-primary-02 is the primary database after the failover".
         return b.marked or a.content == b.content
-    return b.marked and mentions_old
-
-
-def _is_holder(said: Statement) -> bool:
-    """The subject is a name or an identifier alone (no possessor, no other word)."""
-    return said.holder
+    return b.marked and a.subject <= b.values  # the new text names the old holder
 
 
 def _named(subject: frozenset[str]) -> frozenset[str]:
