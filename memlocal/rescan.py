@@ -96,9 +96,9 @@ def rescan(store: Store, replicator: Replicator | None, profile: str | None = No
         if not pending or dry_run:
             pending.clear()
             return
-        store.rewrite(pending)
+        written = store.rewrite(pending)
         if replicator is not None:
-            for m in pending:  # after the commit, as every save: the outbox retries what fails
+            for m in written:  # after the commit, as every save: the outbox retries what fails
                 report.pushed += bool(replicator.push_saved(m))
         pending.clear()
 

@@ -116,3 +116,21 @@ def test_import_with_rescan_runs_the_same_pass(tmp_path: Path, cli: Any) -> None
     assert out["imported"] == 1
     assert out["rescan"]["changed"] == [{"what": "memory", "id": stored.id, "profile": "ops", "kinds": ["acme-token"]}]
     assert HEX not in _file_bytes(db)
+
+
+def test_a_rewrite_never_turns_a_deletion_made_since_the_read_into_a_put(tmp_path: Path) -> None:
+    """A rescan reads a batch, then rewrites it: a memory deleted in between stays deleted, and
+    its queued deletion is not replaced by a put (which would have pushed it back)."""
+    from memlocal.rescan import redacted_memory
+
+    with MemoryBank.open(tmp_path / "r.db") as bank:
+        kept = bank.save("ops", "the deploy key is acme_tok_9f8e7d6c5b4a3928", use_llm=False).memory
+        gone = bank.save("ops", "the backup key is acme_tok_1a2b3c4d5e6f7081", use_llm=False).memory
+        read = [redacted_memory(m)[0] for m in (kept, gone)]
+        bank.delete("ops", gone.id)
+        written = bank.store.rewrite(read)
+        assert [m.id for m in written] == [kept.id]
+        queued = dict(bank.store.conn.execute("SELECT id, op FROM sync_outbox").fetchall())
+        assert queued[gone.id] == "delete" and queued[kept.id] == "put"
+        with pytest.raises(Exception):
+            bank.get("ops", gone.id)

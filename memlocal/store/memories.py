@@ -853,17 +853,21 @@ class Store(Database):
 
     # --- a rescan's rewrite and the purge of what it replaced (memlocal.rescan) -------------------
 
-    def rewrite(self, memories: Sequence[Memory]) -> None:
+    def rewrite(self, memories: Sequence[Memory]) -> builtins.list[Memory]:
         """Replace the texts (rawInput, processedContent, summary, unknown fields) of stored
         memories in one durable transaction, each recorded in the change log like a save (so
-        the bucket gets it). Their derived keys and features follow the new texts."""
+        the bucket gets it). Their derived keys and features follow the new texts. Returns the
+        memories rewritten: one deleted since it was read is not (its queued deletion stays)."""
         cols = ("raw_input", "processed_content", "summary", "extra", "text_key", "raw_key", "near_key", "features")
         sql = f"UPDATE memories SET {', '.join(f'{c} = ?' for c in cols)} WHERE id = ? AND profile = ?"
+        rows = [dict(zip(WRITE_COLUMNS, write_row(m))) for m in memories]  # tokenised before the lock
+        done: builtins.list[Memory] = []
         with self.transaction() as c:
-            for m in memories:
-                row = dict(zip(WRITE_COLUMNS, write_row(m)))
-                c.execute(sql, (*(row[col] for col in cols), m.id, m.profile_name))
-                _record_outbox(c, m.id, m.profile_name, "put")
+            for m, row in zip(memories, rows):
+                if c.execute(sql, (*(row[col] for col in cols), m.id, m.profile_name)).rowcount:
+                    _record_outbox(c, m.id, m.profile_name, "put")
+                    done.append(m)
+        return done
 
     def purge_pending(self) -> bool:
         """Whether a text gained a redaction marker since the last purge (the trigger of
@@ -880,16 +884,18 @@ class Store(Database):
         pending note first, so that the vacuum drops its row too."""
         from .schemas.secrets import PURGE_PENDING
 
-        with self._lock:
+        note = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')"
+        with self._lock, self.translated(f"cannot purge {self.path}"):
             try:
                 self.conn.execute("DELETE FROM meta WHERE key = ?", (PURGE_PENDING,))
                 self.conn.execute("INSERT INTO memory_features (memory_features) VALUES ('optimize')")
                 self.conn.execute("VACUUM")
                 busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot purge {self.path}: {exc}") from None
+            except sqlite3.Error:
+                self.conn.execute(note, (PURGE_PENDING,))  # the purge is still owed: a later pass retries
+                raise
             if busy:  # a reader held the log: its frames are reused, not truncated; noted for the next time
-                self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')", (PURGE_PENDING,))
+                self.conn.execute(note, (PURGE_PENDING,))
 
     def note_put(self, automation_id: str, note: str, updated_us: int) -> None:
         """Write a note durably, with its outbox entry."""
