@@ -509,7 +509,28 @@ def test_a_store_deleted_elsewhere_is_made_again_and_nothing_is_deleted_here(mem
     old = memory_stores.store_of(P)
     with memory_stores.lock:  # deleted in the console, say
         del memory_stores.stores[old]
+    dry = bridge(bank, dry_run=True)  # says what the sync would do: make the store again, delete nothing
+    assert dry.store_created and dry.result != "guarded" and dry.deleted_local == 0, dry.to_dict()
     report = bridge(bank)
     assert report.store_created and report.created == 7 and report.deleted_local == 0, report.to_dict()
     assert {m.id for m in bank.memories(P)} == set(ids)
     assert len(memory_stores.contents(memory_stores.store_of(P))) == 7
+
+
+def test_a_conflict_whose_hosted_text_is_refused_here_leaves_that_text_in_the_store(memory_stores: FakeMemoryStores,
+                                                                                      mk: Any) -> None:
+    """Changed on both sides, and the agent's text cannot be kept here (a credential under
+    secrets.mode = reject): the hosted memory keeps the agent's text (it is not overwritten with
+    the local one), so neither text is lost."""
+    bank = mk(**{"secrets.mode": "reject"})
+    a = save(bank, "The release branch is release-7", category="fact")
+    bridge(bank)
+    sid = memory_stores.store_of(P)
+    hosted = memory_stores.by_path(sid, f"/fact/{a}.md")
+    save(bank, "The release branch is release-8", category="fact", supersedes=a)
+    agent_text = "The release branch is release-7b, key AKIAIOSFODNN7EXAMPLE"
+    memory_stores.agent_update(sid, hosted["id"], content=agent_text)
+    report = bridge(bank)
+    assert report.result == "conflict" and report.conflicts[0]["kept"] == "(refused)", report.to_dict()
+    assert [m.processed_content for m in bank.memories(P)] == ["The release branch is release-8"]
+    assert agent_text in memory_stores.contents(sid).values()

@@ -454,9 +454,11 @@ class _Sync:
                                                        "memories, edit or delete a file to change or retire one.")[:1024],
                                           metadata={PROFILE_KEY: self.profile})
                     self.store_id = store.id
+            # Another store: the links name the old one's memories (a dry run forgets them too,
+            # or it would report each as deleted in the store).
+            self.links.clear()
+            self.seen.clear()
             if self.store_id is not None and not self.dry:
-                self.links.clear()
-                self.seen.clear()
                 self.table.delete(self.profile, "", below=True)
                 self.table.put(self.profile, [LocalRow("", "store", self.store_id)])
         self.report.store = self.store_id
@@ -633,14 +635,18 @@ class _Sync:
                     self._put(_Link(saved.id, h.id, sha, saved.id))
                 elif saved is not None:
                     self._see(h.id, sha)
+            elif saved is None:
+                # The agent's text could not be kept here (refused by the save's rules): the hosted
+                # memory is left as the agent wrote it, as for a refused edit, so no text is lost.
+                link.refused = hf.content_sha256
+                self._put(link)
             else:
                 # The hosted memory goes back to the local text below (its precondition: what the
                 # agent wrote, whose hash now differs from the local text's, so it is pushed); the
                 # agent's text is a new lineage, mirrored to a path of its own.
                 link.sha, link.refused, link.local = sha, None, m.id
                 self._put(link)
-                if saved is not None:
-                    self.report.taken_back += 1
+                self.report.taken_back += 1
         for h in fresh:
             if self.dry:
                 self.report.taken_back += 1
