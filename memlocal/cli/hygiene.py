@@ -134,6 +134,9 @@ def sync_after_rescan(ctx: click.Context, report: RescanReport) -> list[dict[str
         except click.ClickException as exc:
             out.append({"result": "failed", "reason": exc.format_message()})
             break
+        except click.exceptions.Exit:  # a pass that ends with its own exit code (a guarded one: 3)
+            out.append(json.loads(buffer.getvalue() or "{}"))  # its JSON is written before it exits
+            break
         out.append(json.loads(buffer.getvalue() or "{}"))
     return out
 

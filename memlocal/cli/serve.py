@@ -212,14 +212,15 @@ def serve(state: State, host: str | None, port: int | None, workers: int | None,
         return
     import uvicorn  # the web stack is loaded only by this command
 
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; these
-    # handlers absorb that re-raise so the cleanup below (the daemon's pass in flight, the
-    # bank) still runs and the command exits 0.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: None)
     served: Served | None = None
     try:
         served = Served(config, host, port, first=True, with_sync=with_sync, workers=1)
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; these
+        # handlers absorb that re-raise so the cleanup below (the daemon's pass in flight, the
+        # bank) still runs and the command exits 0. Installed once the bank is open: a signal
+        # while it opens ends the command as usual instead of being lost.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
         uvicorn.Server(uvicorn.Config(served.app, host=host, port=port, **uvicorn_options())).run(sockets=[sock])
     finally:
         sock.close()
