@@ -65,7 +65,6 @@ class SyncDaemon:
         # The library's own scheduled jobs, (name, interval_s, job): the bridge to Claude's
         # memory stores (bridge.claude_profiles). Each runs on the passes' executor, never during one.
         self.jobs = list(jobs)
-        self.job_runs: dict[str, int] = {}
         self.interval_s = interval_s
         self.debounce_s = max(0.05, debounce_s)
         self.on_pass = on_pass
@@ -152,7 +151,6 @@ class SyncDaemon:
         except Exception:
             log.exception("%s failed", name)
             return
-        self.job_runs[name] = self.job_runs.get(name, 0) + 1
         if any(done.values()):
             log.info("%s: %s", name, ", ".join(f"{n} changes for {p}" for p, n in sorted(done.items())))
 
