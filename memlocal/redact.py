@@ -21,6 +21,8 @@ this module.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib
 import importlib.util
 import re
@@ -323,10 +325,10 @@ def _pair_span(view: str, pos: int, kind: str, key: str) -> tuple[int, int, str]
     scheme = _SCHEMES.get(view[a:b].lower())
     if scheme is not None and key.lower().endswith(("auth", "authorization")):
         # ``Authorization: Bearer <token>``: the credential is the scheme's argument.
-        rest = re.match(r"[ \t]+", view[b:])
+        rest = _BLANKS.match(view, b)
         if rest is None:
             return None
-        span = _value_at(view, b + rest.end())
+        span = _value_at(view, rest.end())
         if span is None:
             return None
         (a, b), kind = span, scheme
@@ -361,11 +363,12 @@ def _form_spans(view: str) -> list[tuple[int, int, str]]:
     return spans
 
 
+# The blanks between an Authorization scheme and its argument.
+_BLANKS: Final = re.compile(r"[ \t]+")
+
+
 def _user_colon_password(value: str) -> bool:
     """Whether ``value`` is base64 of ``user:password`` (what HTTP Basic carries)."""
-    import base64
-    import binascii
-
     try:
         raw = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
     except (binascii.Error, ValueError):
