@@ -238,7 +238,7 @@ def answer_text(message: object) -> str | None:
 # --- the deadline -----------------------------------------------------------------------------
 
 
-def _retry_after_s(headers: Mapping[str, str]) -> float | None:
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
     """The server's requested wait (``retry-after-ms`` or ``retry-after`` in seconds), if any."""
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(name)
@@ -263,7 +263,7 @@ class _DeadlineMiddleware:
             raise DeadlineExceeded(f"deadline reached after {request.retries_taken} retries")
         response = call_next(request.copy(timeout=remaining))
         if response.status_code >= 400:
-            wait = _retry_after_s(response.headers)
+            wait = retry_after_s(response.headers)
             if wait is not None and time.monotonic() + wait + MIN_ATTEMPT_S > self.deadline:
                 response.http_response.close()
                 raise DeadlineExceeded(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -51,6 +52,7 @@ from anthropic.types.beta.memory_stores import BetaManagedAgentsMemory
 
 from ..errors import MemoryBankError, NotFoundError, SyncError, ValidationError
 from ..humanize import plural
+from ..llm import retry_after_s
 from ..model import Memory, validate_profile
 from ..redact import redact
 from ..store import MigrationSet
@@ -283,14 +285,10 @@ class _Api:
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return max(0.0, float(value) * scale)
-            except ValueError:
-                return None
-    return None
+    """The server's requested wait (:func:`memlocal.llm.retry_after_s`); an HTTP date is left to
+    the back-off."""
+    wait = retry_after_s(headers)
+    return None if wait is None or math.isinf(wait) else max(0.0, wait)
 
 
 def _error_kind(exc: anthropic.APIStatusError) -> tuple[str, str | None]:
