@@ -26,6 +26,7 @@ retries or the deadline exhausted.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -539,23 +540,21 @@ class Bucket:
             "pool_max_idle_per_host": str(self.pool_size),
             "user_agent": "memlocal-sync",
         }
-        config: S3Config = {"region": s.region or self._default_region()}
+        config: S3Config = {"region": s.region or self._default_region}
         if s.endpoint:
             # Path-style keys work with every S3-compatible server; AWS keeps its default.
             config["endpoint"] = s.endpoint
             config["virtual_hosted_style_request"] = False
             if s.endpoint.startswith("http://"):
                 client_options["allow_http"] = True
-        bundle = os.environ.get("AWS_CA_BUNDLE")
-        if bundle and os.path.isfile(bundle):  # a private CA, as botocore reads it: added to the trusted roots
-            with open(bundle, "rb") as f:
-                client_options["root_certificate"] = f.read()
+        if self._ca_bundle is not None:  # a private CA, as botocore reads it: added to the trusted roots
+            client_options["root_certificate"] = self._ca_bundle
         credentials: Any = None
         if s.access_key_id and s.secret_access_key:
             config["access_key_id"] = s.access_key_id
             config["secret_access_key"] = s.secret_access_key
         else:
-            credentials = self._credential_provider()
+            credentials = self._credential_provider
         return S3Store(
             self.name, config=config, client_options=client_options, credential_provider=credentials,
             retry_config={
@@ -566,6 +565,19 @@ class Bucket:
             },
         )
 
+    # Read once per Bucket: a store is made per budget, and a slow bucket's shrinking budgets made
+    # one per request, each with two boto3 sessions (and the credential chain walked again).
+
+    @functools.cached_property
+    def _ca_bundle(self) -> bytes | None:
+        """The private CA of ``AWS_CA_BUNDLE``, if any."""
+        bundle = os.environ.get("AWS_CA_BUNDLE")
+        if not (bundle and os.path.isfile(bundle)):
+            return None
+        with open(bundle, "rb") as f:
+            return f.read()
+
+    @functools.cached_property
     def _default_region(self) -> str:
         """boto3's region (environment, ``~/.aws/config``) for AWS; any region for an endpoint."""
         if self.settings.endpoint:
@@ -574,6 +586,7 @@ class Bucket:
             region = _new_session().region_name
         return str(region or "us-east-1")
 
+    @functools.cached_property
     def _credential_provider(self) -> Any:
         """boto3's credential chain (environment, profile, instance role, SSO), read afresh for
         this Bucket and refreshed by obstore as the credentials expire."""
