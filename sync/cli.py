@@ -149,7 +149,7 @@ def status_data(state: State) -> ReplicatorStatus:
 @pass_state
 def status_cmd(state: State, as_json: bool) -> None:
     """The bucket in use and where it came from, what is pending, the last pass, errors, skipped objects."""
-    from .engine import PassReport
+    from .report import PassReport
 
     data = status_data(state)
     if as_json:

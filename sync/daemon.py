@@ -31,7 +31,8 @@ from memlocal.humanize import plural
 from memlocal.plugins import DaemonFactory, Replica, Retention
 
 from .bucket import BucketSettings
-from .engine import PassReport, SyncEngine, lock_path
+from .engine import SyncEngine, lock_path
+from .report import PassReport
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,8 @@ from .state import META_MARKER, Changed, Effect, SyncState
 if TYPE_CHECKING:
     # The engine (and botocore's parsers, through the listing) is imported when a pull runs: a
     # save, above all one the open breaker sends straight to the outbox, never needs it.
-    from .engine import PassReport, SyncEngine
+    from .engine import SyncEngine
+    from .report import PassReport
 
 log = logging.getLogger(__name__)
 

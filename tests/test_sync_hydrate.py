@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 from memlocal_sync import prepared
-from memlocal_sync.engine import PassReport
+from memlocal_sync.report import PassReport
 from s3server import S3, FaultProxy, Host
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
