@@ -4,7 +4,7 @@ helper process for a large one, ``memlocal_sync.prepared``), taken for the plan'
 the listing confirms them, and written for a profile that agrees with the bucket.
 
 The snapshot format is ``memlocal_sync.snapshot`` (pure). ``SyncEngine`` mixes this in; the
-listing's early take (``lister._EarlyTake``) takes entries through ``_take_snapshot_entries``.
+listing's early take (``lister.EarlyTake``) takes entries through ``_take_snapshot_entries``.
 A snapshot can make a pull faster, never hide, add or change a memory.
 """
 
@@ -178,7 +178,7 @@ class SnapshotFeeds:
         at once, in batches; the others go through the usual fetch, with the body in hand.
         ``feeds``: snapshots being read and prepared since the listing began (``_start_feeds``),
         taken chunk by chunk as they come, so that the inserts overlap the preparing; ``read``:
-        entries taken from those feeds already and not used yet (``_EarlyTake.waiting``)."""
+        entries taken from those feeds already and not used yet (``EarlyTake.waiting``)."""
         self._from_snapshot = {}
         if self.snapshot_min <= 0:
             return
