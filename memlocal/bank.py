@@ -3,6 +3,13 @@
 Everything a user or a boundary (CLI, REST, MCP, tools) does goes through this class, so each rule
 is enforced in one place: validation before anything is written, no lock held while waiting on the
 network, and a save that returns only once it is committed durably.
+
+The class wires the bank's parts and delegates each job to its module: the save's steps
+(:mod:`memlocal.saving`), history, prune and retention (:mod:`memlocal.retention`), profile copy
+(:mod:`memlocal.profiles`), import (:mod:`memlocal.importing`), the injection path and its audit
+(:mod:`memlocal.context`), the sync's hooks (:mod:`memlocal.replication`) and what every face is
+shown (:mod:`memlocal.shown`). What stays here: opening and closing, the reads, the recall index
+and its access bumps.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from .model import (OFFSET_MAX, PAGE_MAX_LIMIT, Memory, RecallQuery, check_text,
 from .normalised import NormalisedText
 from .plugins import DAEMONS, DaemonFactory, Replica, Replicator
 from .profiles import ProfileCopy, copy_profile
-from .replication import SyncDaemonHandle, SyncStatus
 from .redact import redact, use_extra_patterns
+from .replication import SyncDaemonHandle, SyncStatus
 from .retention import Pruned
 # Every save and imported line runs the save's steps (a function-level import costs microseconds
 # per call); the store loads hygiene and text anyway, and redact defers its detectors itself.

@@ -17,18 +17,12 @@ from .config import DedupConfig
 from .fold import fold_exact
 from .hygiene import NEAR_MIN_TERMS, exact_form, is_technical, jaccard, near_duplicate, normalise, signature
 from .model import Memory
-from .normalised import QUERY_TERMS, NormalisedText
+from .normalised import NormalisedText
 from .updates import MAYBE, SURE, relation, statement
 
 # Candidates the near-duplicate rule examines (the recall index's best matches), and the update
 # rule its required-terms matches.
 NEAR_CANDIDATES = 8
-
-
-def query_terms(value: str) -> list[str]:
-    """The terms of ``value`` (:func:`memlocal.text.terms`, the recall index's tokens), at most
-    ``QUERY_TERMS``, in a stable order (:attr:`NormalisedText.query_terms` of a save's text)."""
-    return sorted(text.terms(value))[:QUERY_TERMS]
 
 
 class DuplicateLookups(Protocol):
