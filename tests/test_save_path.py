@@ -109,3 +109,21 @@ def test_a_save_normalises_its_text_once(tmp_path: Path, monkeypatch: pytest.Mon
     assert built.count(body) == 1, "one NormalisedText per save"
     assert folds.count(body) == 1, "the text is folded once"
     assert splits.count(body) == 1, "the text is split into words once"
+
+
+def test_a_save_takes_one_save_request(tmp_path: Path) -> None:
+    """Every face builds one SaveRequest and the bank's save takes it, its only argument: there
+    is no second, loose-argument form. The request is a frozen value, checked when saved."""
+    import dataclasses
+
+    from memlocal.errors import ValidationError
+
+    request = SaveRequest("p", content="Ana prefers dark mode", category="preference")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.content = "other"  # type: ignore[misc]
+    with MemoryBank(tmp_path / "r.db", config=Config.defaults()) as bank:
+        assert bank.save(request).memory.processed_content == "Ana prefers dark mode"
+        with pytest.raises(TypeError):
+            bank.save("p", content="Ana prefers dark mode")  # type: ignore[call-arg]
+        with pytest.raises(ValidationError, match="give rawInput or content"):
+            bank.save(SaveRequest("p"))
