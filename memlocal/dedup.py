@@ -175,8 +175,8 @@ class Deduplicator:
     def unsure_updates(self, profile: str, processed: NormalisedText, limit: int = 4) -> list[Memory]:
         """The active memories of ``profile`` that a save of ``processed`` may update, the rule
         unsure (:data:`memlocal.updates.MAYBE`): among the full-text index's best matches, at most
-        ``limit``, best first. What an LLM may judge (``MemoryBank.save``); none when the rule is
-        sure of one (:meth:`update_of` retires it without asking)."""
+        ``limit``, best first. What an LLM may judge (the save's judge step, :mod:`memlocal.saving`);
+        none when the rule is sure of one (:meth:`update_of` retires it without asking)."""
         said = processed.statement
         if not said.subject:
             return []

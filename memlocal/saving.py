@@ -7,7 +7,7 @@ over the bank's parts. The text a save stores is normalised once
 read its forms from that one value (docs/hygiene.md).
 
 The steps, in order (each a method of :class:`SavePipeline`; the rules they apply are the ones
-:meth:`memlocal.MemoryBank.save` documents):
+:class:`SaveRequest` documents, field by field):
 
 1. **validate**: every field checked before anything is read or written;
 2. **redact**: ``secrets.mode`` applied to the texts and extra fields, before anything is stored
