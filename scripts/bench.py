@@ -846,6 +846,7 @@ def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
     """The fresh runner alone (``--only runner``): the source's memories pushed to a new
     moto_server, a full pass to write the profile's snapshot, then ``fresh_runner_inject``."""
     from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.report import PassOptions
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -861,7 +862,7 @@ def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
         try:
             log("  runner: the first push, then a full pass (it writes the snapshot)")
             for full in (False, True):
-                report = engine.run_pass(full=full)
+                report = engine.run_pass(PassOptions(full=full))
                 if not report.ok:
                     raise SystemExit(f"runner set-up: {report.summary()}: {report.reason}")
         finally:
@@ -1269,6 +1270,7 @@ def hydrations(config: Config, prefix: Path, count: int, repeats: int, label: st
 def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
     """First push, no-op passes, hydration (start-up baseline) and rclone copy on one moto_server."""
     from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.report import PassOptions
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -1320,7 +1322,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                     # A full pass finds the profile settled and writes its snapshot (read below).
                     for _ in range(max(1, plan.noop_repeats // 2)):
                         t = time.perf_counter()
-                        report = engine.run_pass(full=True)
+                        report = engine.run_pass(PassOptions(full=True))
                         noop_full_s.append(time.perf_counter() - t)
                         if not report.ok or report.planned:
                             raise SystemExit(f"full no-op pass: {report.summary()}")
@@ -1421,6 +1423,7 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
 
     from _weed import start_weed, weed_binary
     from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.report import PassOptions
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -1459,7 +1462,7 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
                     raise SystemExit(f"first push to SeaweedFS: {report.summary()} {report.reason}")
                 push_rates.append(count / elapsed)
                 if rep == 0:
-                    report = engine.run_pass(full=True)  # settled: writes the profile's snapshot
+                    report = engine.run_pass(PassOptions(full=True))  # settled: writes the profile's snapshot
                     if not report.ok or report.planned:
                         raise SystemExit(f"full no-op pass on SeaweedFS: {report.summary()}")
                     for _ in range(plan.noop_repeats):

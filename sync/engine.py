@@ -1,8 +1,14 @@
 """One reconciliation pass: snapshot, plan (``sync.plan``), then the effects.
 
 Memories and automation notes run through the same pipeline: one decision table
-(``plan.plan_pass``) and one executor (``SyncEngine._execute``), parameterised by the synced kind
-(``memlocal_sync.kinds``: its key scheme, codec, local side, effects and resolution).
+(``plan.plan_pass``) and one executor (``executor.Executor._execute``), parameterised by the synced
+kind (``memlocal_sync.kinds``: its key scheme, codec, local side, effects and resolution).
+
+This module holds the pass itself (``run_pass``, asked with one ``report.PassOptions``) and its
+lock, and runs the steps in order; the code of each step is a room mixed into ``SyncEngine``:
+the change record's reading (``changes.RecordReader``), the listing with its early take
+(``lister.Lister``), the snapshot feeds (``feeds.SnapshotFeeds``) and the executor
+(``executor.Executor``) (docs/sync.md, "The engine's rooms").
 
 The pass holds a lock file beside the database (``<db>.sync.lock``, an OS file lock via
 ``filelock``), so passes never overlap, across processes too; the kernel drops the lock when a
@@ -23,7 +29,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -38,13 +44,13 @@ from .breaker import HostBreaker
 from .bucket import BucketClient, BucketSettings, BucketUnavailable
 from .changes import RecordReader
 from .clients import open_bucket
-from .executor import Executor, Progress
+from .executor import Executor
 from .feeds import SnapshotFeeds
 from .kinds import MEMORY, NOTE, NoteRecord, SyncedKind
 from .lister import EarlyTake, Lister
 from .objects import NOTE_PREFIX, profile_prefix
 from .plan import NOTES_SCOPE, Action, Op, Plan, held_summary, plan_notes, plan_pass
-from .report import PassReport
+from .report import PassOptions, PassReport
 from .state import META_LAST_ERROR, META_LAST_PASS, Effect, SkipObject, SyncState, Unskip
 
 log = logging.getLogger(__name__)
@@ -133,27 +139,16 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
 
     # --- the pass -------------------------------------------------------------------------------
 
-    def run_pass(self, *, force: bool = False, reupload: bool = False, profiles: Sequence[str] | None = None,
-                 pull_only: bool = False, progress: Progress | None = None, lock_timeout: float = 0.0,
-                 record: bool = True, notes: bool | None = None, trip_breaker: bool = False,
-                 full: bool = False, started: float | None = None) -> PassReport:
-        """One pass over every profile (or ``profiles``; ``[]``: none) and, with ``notes`` (by
-        default: when every profile is in scope), the automation notes. Never raises for bucket
-        trouble: the report says ``failed`` and why. Raises ``SyncError`` if another pass holds
-        the lock. ``full``: list the bucket even if the change record says nothing changed.
-
-        A pass that completes closes the host's write-through breaker (the bucket answers);
-        with ``trip_breaker``, one that fails for the bucket opens it (the read path's pulls,
-        which run unasked and must not each wait out a sick bucket).
-
-        ``started``: the ``time.monotonic()`` value the pass's deadline (``sync.deadline_s``) runs
-        from, when earlier than the pass (a cron ``sync run``: its process's start); at most half
-        the deadline before the pass, so that a slow start never leaves a healthy bucket no time."""
-        report = self._locked_pass(lock_timeout, force=force, reupload=reupload, profiles=profiles,
-                                   pull_only=pull_only, progress=progress,
-                                   notes=profiles is None if notes is None else notes, full=full, started=started)
+    def run_pass(self, options: PassOptions = PassOptions()) -> PassReport:
+        """One pass over every profile (or ``options.profiles``) and, when ``options.syncs_notes``,
+        the automation notes (``PassOptions`` says what each option does). Never raises for
+        bucket trouble: the report says ``failed`` and why. Raises ``SyncError`` if another pass
+        holds the lock past ``options.lock_timeout``. A pass that completes closes the host's
+        write-through breaker (the bucket answers); with ``options.trip_breaker``, one that fails
+        for the bucket opens it."""
+        report = self._locked_pass(options)
         assert report is not None
-        return self._finish(report, record=record, trip_breaker=trip_breaker)
+        return self._finish(report, record=options.record, trip_breaker=options.trip_breaker)
 
     def hydrate(self, lock_timeout: float) -> PassReport | None:
         """A fresh host's pull of the whole bucket (listed, snapshots read meanwhile; every profile and the
@@ -161,12 +156,14 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
         lock is held, this index has completed a pass of every profile against the bucket (it
         waited for another process's pass, which did it). A failure for the bucket opens the
         host's breaker."""
-        report = self._locked_pass(lock_timeout, force=False, reupload=False, profiles=None, pull_only=True,
-                                   progress=None, notes=True, unless_hydrated=True)
-        return None if report is None else self._finish(report, record=True, trip_breaker=True)
+        options = PassOptions(pull_only=True, notes=True, lock_timeout=lock_timeout, trip_breaker=True)
+        report = self._locked_pass(options, unless_hydrated=True)
+        return None if report is None else self._finish(report, record=options.record,
+                                                        trip_breaker=options.trip_breaker)
 
-    def _locked_pass(self, lock_timeout: float, *, unless_hydrated: bool = False, **kwargs: Any) -> PassReport | None:
+    def _locked_pass(self, options: PassOptions, *, unless_hydrated: bool = False) -> PassReport | None:
         self._check_cancelled()  # a cancelled engine touches neither the database nor the bucket
+        lock_timeout = options.lock_timeout
         lock = FileLock(str(lock_path(self.store.path)), timeout=lock_timeout)
         # Waiting for another process's pass is cancellable too: a bank closing while its pull
         # on open waits for that pass must not wait out the deadline.
@@ -182,7 +179,7 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
         try:
             if unless_hydrated and self.state.hydrated(self.settings.identity) is not None:
                 return None
-            return self._pass(**kwargs)
+            return self._pass(options)
         finally:
             lock.release()
 
@@ -210,8 +207,9 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
         except Exception as exc:  # the pass's own outcome matters more than its record
             log.warning("could not record the sync pass: %s", exc)
 
-    def _pass(self, *, force: bool, reupload: bool, profiles: Sequence[str] | None, pull_only: bool,
-              progress: Progress | None, notes: bool, full: bool = False, started: float | None = None) -> PassReport:
+    def _pass(self, options: PassOptions) -> PassReport:
+        profiles, notes, started = options.profiles, options.syncs_notes, options.started
+        reupload, pull_only = options.reupload, options.pull_only
         t0 = time.monotonic()
         # Every request of the pass waits at most what is left of sync.deadline_s (bucket.py).
         self.bucket.begin_pass(None if started is None else max(started, t0 - self.deadline_s / 2))
@@ -230,8 +228,7 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
                 log.warning("%s", note)
             if reupload:
                 self.state.forget_base(profiles)
-            self._reconcile(report, identity, force=force, reupload=reupload, profiles=profiles,
-                            pull_only=pull_only, progress=progress, notes=notes, full=full)
+            self._reconcile(report, identity, options)
             if report.errors and report.result == "ok":
                 report.result = "errors"
                 report.reason = f"{len(report.errors)} operations failed; first: {report.errors[0]}"
@@ -266,11 +263,11 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
             log.debug("sync pass %s", report.summary())
         return report
 
-    def _reconcile(self, report: PassReport, identity: marker.Identity, *, force: bool, reupload: bool,
-                   profiles: Sequence[str] | None, pull_only: bool, progress: Progress | None, notes: bool,
-                   full: bool) -> None:
+    def _reconcile(self, report: PassReport, identity: marker.Identity, options: PassOptions) -> None:
         """The pass after the marker check: read the change record, then either the changes it
         names (``mode`` ``record``) or a full listing (``full``), plan, act, publish."""
+        force, reupload, full, progress = options.force, options.reupload, options.full, options.progress
+        profiles, pull_only, notes = options.profiles, options.pull_only, options.syncs_notes
         view = self._record_view(identity, profiles=profiles, pull_only=pull_only, reupload=reupload, full=full)
         report.mode = "record" if view.incremental else "full" if profiles is None and not pull_only else "scoped"
         report.segments = len(view.segments)

@@ -28,7 +28,7 @@ from .bucket import BucketClient, BucketUnavailable, ObjectMissing, ObjectTooLar
 from .kinds import MEMORY, SyncedKind
 from .objects import BadObject, object_key
 from .plan import Action, Guard, Op, Plan, hold_deletions
-from .report import PassReport
+from .report import PassReport, Progress
 from .state import Changed, Effect, SkipObject, SyncState, Synced
 
 log = logging.getLogger("memlocal_sync.engine")  # the pass's own lines, as before the executor had a module
@@ -40,8 +40,6 @@ BATCH_SIZE = 500
 BATCH_SECONDS = 0.5
 # Local memories read per query for the creates of a pass (``SyncEngine._with_locals``).
 PRELOAD = 500
-
-Progress = Callable[[int, int], None]
 
 
 class Executor:

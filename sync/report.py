@@ -1,7 +1,9 @@
-"""What one pass did (``PassReport``): its outcome, its counters and the one line that says them.
+"""What one pass is asked (``PassOptions``) and what it did (``PassReport``: its outcome, its
+counters and the one line that says them).
 
-Shared by the engine and its rooms (``changes``, ``feeds``, ``lister``, ``executor``), and read
-without the engine by the daemon, the replicator and ``sync status``.
+Shared by the engine and its rooms (``changes``, ``feeds``, ``lister``, ``executor``); the
+daemon, the CLI, the replicator and ``sync status`` build the options and read the report
+without importing the engine.
 """
 
 from __future__ import annotations
@@ -11,6 +13,55 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from memlocal.humanize import plural
+
+# A pass's progress callback: (actions done, actions planned).
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class PassOptions:
+    """What one pass (``SyncEngine.run_pass``) is asked to do; the defaults are a plain pass of
+    every profile that waits for no other process's pass.
+
+    ``profiles``: only these (``None``: every profile; ``()``: none, for a notes-only pull);
+    ``notes``: the automation notes too (``None``: when every profile is in scope, see
+    ``syncs_notes``); ``pull_only``: write nothing to the bucket (the read path's refreshes);
+    ``force``: apply the local deletions the mass-delete guard would hold back; ``reupload``:
+    forget what was synced (push what the bucket lacks, pull the rest, delete nothing);
+    ``full``: list the bucket even if the change record says nothing changed; ``progress``:
+    called as actions complete; ``lock_timeout``: seconds to wait for another process's pass
+    (then ``SyncError``); ``record``: record the report for ``sync status``; ``trip_breaker``: a
+    pass that fails for the bucket opens the host's write-through breaker (the read path's
+    pulls, which run unasked and must not each wait out a sick bucket); ``started``: the
+    ``time.monotonic()`` value the pass's deadline (``sync.deadline_s``) runs from, when earlier
+    than the pass (a cron ``sync run``: its process's start), at most half the deadline before
+    the pass, so that a slow start never leaves a healthy bucket no time."""
+
+    profiles: tuple[str, ...] | None = None
+    notes: bool | None = None
+    pull_only: bool = False
+    force: bool = False
+    reupload: bool = False
+    full: bool = False
+    progress: Progress | None = None
+    lock_timeout: float = 0.0
+    record: bool = True
+    trip_breaker: bool = False
+    started: float | None = None
+
+    def __post_init__(self) -> None:
+        # A list handed in is copied into a tuple (the options stay what they were when built);
+        # a bare string would otherwise be read as one profile per character.
+        if isinstance(self.profiles, str):
+            raise TypeError(f"PassOptions.profiles takes a sequence of profile names, not the string {self.profiles!r}")
+        if self.profiles is not None and not isinstance(self.profiles, tuple):
+            object.__setattr__(self, "profiles", tuple(self.profiles))
+
+    @property
+    def syncs_notes(self) -> bool:
+        """Whether the pass reconciles the automation notes (``notes``, by default: when every
+        profile is in scope; notes belong to no profile)."""
+        return self.profiles is None if self.notes is None else self.notes
 
 
 @dataclass
