@@ -60,6 +60,8 @@ from .report import PassReport
 from .state import SyncState
 
 log = logging.getLogger(__name__)
+# The pass's own lines (``RecordReader``), under the engine's logger as before they had a module.
+pass_log = logging.getLogger("memlocal_sync.engine")
 
 CHANGES_PREFIX: Final = "memlocal/changes/"
 HEAD_KEY: Final = CHANGES_PREFIX + "head.json"
@@ -492,7 +494,7 @@ class RecordReader:
         stamp = format_time(utcnow())
         problems = [p for p in cs.get("problems") or [] if isinstance(p, dict)]
         for line in reading.skipped:
-            log.warning("change record: %s", line)
+            pass_log.warning("change record: %s", line)
             problems.append({"at": stamp, "what": f"skipped {line}"})
         if reading.skipped:
             why.append(f"{plural(len(reading.skipped), 'change segment')} skipped ({reading.skipped[0]}"
@@ -531,7 +533,7 @@ class RecordReader:
                             f"(another implementation of the layout, a person with the AWS CLI) writes this bucket")
                     values.update(fullUntil=now + self.foreign_listing_s, fullWhy=what)
                     problems.append({"at": stamp, "what": what})
-                    log.warning("listing the bucket in full on every pass for %gs: %s", self.foreign_listing_s, what)
+                    pass_log.warning("listing the bucket in full on every pass for %gs: %s", self.foreign_listing_s, what)
                 left = {k: v for k, v in left.items() if k not in aged}
                 if left != suspects:
                     values["suspects"] = left
@@ -658,7 +660,7 @@ class RecordReader:
         note = (f"ignored {plural(len(keys), 'delete record')} for objects still in the bucket "
                 f"({', '.join(keys[:3])}{', …' if len(keys) > 3 else ''}): a record deletes nothing the bucket holds")
         report.notes.append(note)
-        log.warning("%s", note)
+        pass_log.warning("%s", note)
 
     def _suspect_unexplained(self, marker_id: str, plan: Plan, base: dict[str, Any], local: dict[str, Local],
                              view: RecordView, listing: Sequence[Listed]) -> None:
@@ -716,6 +718,6 @@ class RecordReader:
         except BucketUnavailable:
             raise
         except Exception as exc:  # the journal stays; the next pass or save publishes it
-            log.warning("change record not published: %s", exc)
+            pass_log.warning("change record not published: %s", exc)
             report.errors.append(f"change record: {exc}")
 
