@@ -668,11 +668,11 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
 _STARTUP_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
 t1 = time.perf_counter()
 bank = MemoryBank(sys.argv[1], config=Config.load(environ={}))
-results = bank.recall(sys.argv[2], sys.argv[3])
+results = bank.recall(RecallQuery(sys.argv[2], sys.argv[3]))
 t2 = time.perf_counter()
 bank.close()
 print(json.dumps({"import_ms": (t1 - t0) * 1000, "open_first_recall_ms": (t2 - t1) * 1000,
@@ -682,7 +682,7 @@ print(json.dumps({"import_ms": (t1 - t0) * 1000, "open_first_recall_ms": (t2 - t
 
 _LONG_LIVED_CHILD = r"""
 import json, resource, sys, time
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
 
 def rss_mb():
@@ -704,7 +704,7 @@ for i, q in enumerate(queries):
     if warm_from is None and index.ready(profile):
         warm_from = i
     t, c = time.perf_counter(), time.thread_time()
-    bank.recall(profile, q)
+    bank.recall(RecallQuery(profile, q))
     times.append((time.perf_counter() - t) * 1000)
     cpu.append((time.thread_time() - c) * 1000)
 rss_after = rss_mb()
