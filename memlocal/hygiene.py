@@ -3,18 +3,17 @@
 Pure functions (no store, no I/O); :class:`memlocal.MemoryBank` applies them. docs/hygiene.md
 explains each rule, its setting and its cost.
 
-- **Exact duplicates.** Two memories are the same when they have the same category and their
-  texts have the same :func:`normalise` form: the one normalisation of every check without the
-  compatibility folds that change the meaning (:func:`memlocal.fold.fold_exact`: invisible
-  characters dropped, NFKC but for superscripts, subscripts, fractions and symbols, look-alikes
-  mapped to ASCII),
+- **Exact duplicates.** Two memories are the same, whatever their categories, when their
+  texts have the same :func:`normalise` form (and :func:`exact_form`, which decides): the one
+  normalisation of every check without the compatibility folds that change the meaning
+  (:func:`memlocal.fold.fold_exact`: invisible characters dropped, NFKC but for superscripts,
+  subscripts, fractions and symbols, look-alikes mapped to ASCII),
   case folded, Latin diacritics stripped, whitespace collapsed, and punctuation that only
   separates words dropped; what carries meaning is kept: the sign of a number (``-5``), currency
   and other symbols (``$``, ``€``, ``+``, ``°``), ``%``, ``#`` and ``@`` (``C++``, ``C#``),
-  decimal points and thousands separators between digits. :func:`exact_key` is the identity of a
-  memory under this rule (category and text); :func:`text_key`, the hash of the text alone, is
-  stored beside each memory so the check is one indexed lookup; a hit is always confirmed on the
-  texts and the category, so a stale key can never merge two different memories.
+  decimal points and thousands separators between digits. :func:`text_key`, the hash of the
+  text alone, is stored beside each memory so the check is one indexed lookup; a hit is always
+  confirmed on the texts, so a stale key can never merge two different memories.
 - **Near duplicates** (:func:`near_duplicate`): the same statement reworded slightly. Candidates
   are found through the formula's own terms (Snowball stems, stopwords removed); a pair merges
   only when the Jaccard similarity of their terms reaches ``dedup.near_threshold`` *and* nothing
@@ -157,9 +156,9 @@ def text_key(value: str) -> str:
 
 
 def exact_key(category: str, value: str) -> str:
-    """The identity of a memory under the exact-duplicate rule: a 16-hex-digit hash of its
-    category and :func:`normalise` of its text. Two memories are exact duplicates exactly when
-    their keys are equal (up to the hash), on any host: the key depends on nothing else."""
+    """A 16-hex-digit hash of ``category`` and :func:`normalise` of ``value``: the same on any
+    host (it depends on nothing else). Not the duplicate rule's identity: the same text in
+    another category is the same memory (:func:`exact_form` decides, the category aside)."""
     return hashlib.blake2b(f"{category}\x1f{normalise(value)}".encode("utf-8"), digest_size=8).hexdigest()
 
 
@@ -449,9 +448,10 @@ def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
        successor (``O.supersededBy``, which the bucket decided: the first supersession pushed) is
        retired as superseded by the head of ``O``'s chain (its active end). When ``O`` is gone or
        names none, the successors of ``O`` keep the one whose id sorts first.
-    2. **Duplicates.** Active memories with the same category and the same exact form (:func:`exact_form`)
-       keep the one whose id sorts first; the others are retired as superseded by it. Memories
-       that supersede another are left to rule 1.
+    2. **Duplicates.** Active memories with the same exact form (:func:`exact_form`, the key a
+       save's exact check compares), whatever their categories, keep the one whose id sorts
+       first, its category kept (a save that repeats a memory keeps its category too); the others
+       are retired as superseded by it. Memories that supersede another are left to rule 1.
 
     Every id in a result is in ``in_bucket``, and the winner of every retirement stays active.
     """
@@ -483,10 +483,12 @@ def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
                 out.append(Retirement(m.id, winner, duplicate=False))
                 retired.add(m.id)
     if duplicates:
-        groups: dict[tuple[str, str, tuple[str, ...]], list[Memory]] = {}
+        # The save's rule (dedup.Deduplicator.exact): the same text in another category is the
+        # same memory, so the category is no part of the group's key.
+        groups: dict[tuple[str, tuple[str, ...]], list[Memory]] = {}
         for m in pool:
             if m.id in in_bucket and m.id not in retired and m.supersedes is None:
-                groups.setdefault((m.profile_name, m.category, exact_form(m.processed_content)), []).append(m)
+                groups.setdefault((m.profile_name, exact_form(m.processed_content)), []).append(m)
         for group in groups.values():
             out += [Retirement(m.id, group[0].id, duplicate=True) for m in group[1:]]
     return out
