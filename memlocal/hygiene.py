@@ -211,6 +211,30 @@ def is_technical(token: str) -> bool:
     return (token[:1] in "-*" or bool(_TECHNICAL_RE.search(token))) and not _COUNTED_RE.fullmatch(token)
 
 
+# A flag as a command line writes it: one or two ASCII dashes, then a letter ("-k", "--name";
+# never "-5", a lone "-" or an em dash). Its argument is part of it (see exact_form).
+_FLAG_RE: Final = re.compile(r"--?[A-Za-z][\w-]*")
+# A quoted argument runs to its closing quote, over at most this many tokens.
+_QUOTED_MAX: Final = 16
+
+
+def _flag_argument(raws: list[str], at: int) -> int:
+    """How many tokens from ``raws[at]`` on are the argument of the flag just before it: 0 when
+    there is none (the end, or another flag), the run up to its closing quote when it opens one
+    (``-k "Slow and not DB"``), else 1."""
+    if at >= len(raws) or raws[at].startswith("-"):
+        return 0
+    first = raws[at]
+    quote = first[:1]
+    if quote not in "\"'":
+        return 1
+    for n, raw in enumerate(raws[at:at + _QUOTED_MAX]):
+        closed = raw.rstrip(".,;:!?)]}")
+        if closed.endswith(quote) and (n or len(closed) > 1):
+            return n + 1
+    return 1  # never closed: the one token
+
+
 @lru_cache(maxsize=4096)  # a save compares its text with each candidate's
 def exact_form(value: str) -> tuple[str, ...]:
     """What the exact rule compares of a text: its tokens (runs of non-space, the sentence's
@@ -221,16 +245,29 @@ def exact_form(value: str) -> tuple[str, ...]:
     (:func:`memlocal.hygiene.normalise`: case, diacritics and punctuation folded). A token is
     technical when it starts with a dash or ``*``, holds a digit or one of ``* / \\ _ : = < > | ~
     ^``, or a dot between two word characters; a word of letters joined by hyphens is prose
-    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode")."""
+    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode"). A flag (``-k``, ``--name``) not
+    followed by the sentence's punctuation takes the next token, or a quoted run, as its
+    argument, kept as written with it in one token: ``-k SLOW`` is not ``-k slow``, and
+    ``--name Prod`` not ``--name prod`` (an argument in plain letters is no prose word)."""
     out: list[str] = []
-    for raw in fold_exact(value).split():
+    raws = fold_exact(value).split()
+    i = 0
+    while i < len(raws):
+        raw = raws[i]
+        i += 1
         token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw
         if not token.isascii():
             token = token.translate(_DASH_TABLE)
-        if is_technical(token):
-            out.append(token)
-        else:
+        if not is_technical(token):
             out += normalise(token).split()  # "dark-mode" is "dark mode"
+            continue
+        # "-k," ends at the sentence's comma: no argument.
+        n = _flag_argument(raws, i) if _FLAG_RE.fullmatch(token) and raw.endswith(token) else 0
+        if n:
+            arg = " ".join(raws[i:i + n]).lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT)
+            token = f"{token} {arg if arg.isascii() else arg.translate(_DASH_TABLE)}"
+            i += n
+        out.append(token)
     return tuple(out)
 
 
