@@ -536,7 +536,7 @@ def test_a_conflict_whose_hosted_text_is_refused_here_leaves_that_text_in_the_st
     assert agent_text in memory_stores.contents(sid).values()
 
 
-# --- leftovers of the review (issue 47's session): each seen failing first ------------------------
+# --- found in review: a hosted edit, a taken path, a repeat's credential, the full listing ---------
 
 
 def _tool(bank: MemoryBank) -> Any:

@@ -284,8 +284,9 @@ def test_a_near_duplicate_keeps_its_flags_and_paths_exact(local: MemoryBank) -> 
                       category="fact").memory.id == first.memory.id
 
 
-# A flag's argument in plain letters is part of the flag (issue 47: "Duplicate keys keep case
-# inside paths, flags and identifiers"): `-k SLOW` and `-k slow` select other tests. Were merged.
+# A flag's argument in plain letters is part of the flag (docs/hygiene.md, "The duplicate key":
+# case is kept inside paths, flags and identifiers): `-k SLOW` and `-k slow` select other tests.
+# Were merged.
 FLAG_ARGUMENT_DISTINCT = [
     ("Run pytest with -k SLOW", "Run pytest with -k slow"),
     ("Search the logs with grep -i Foo", "Search the logs with grep -i foo"),

@@ -61,7 +61,7 @@ def test_the_same_text_saved_on_two_hosts_converges_to_one_memory(hosts: Callabl
 
 def test_the_same_text_in_two_categories_on_two_hosts_converges_to_one_memory(hosts: Callable[..., Host],
                                                                                s3: S3) -> None:
-    """Issue 47: "Ana is allergic to peanuts" as a fact and as general reached the block twice. A
+    """"Ana is allergic to peanuts" as a fact and as general reached the block twice. A
     save on one host answers with the memory already there, whatever its category; two hosts
     saving before either sees the other's converge to one the same way, its category kept."""
     a, b = hosts("a"), hosts("b")
