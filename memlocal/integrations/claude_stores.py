@@ -811,9 +811,10 @@ class _Sync:
         return False
 
     def _push(self, link: _Link, m: Memory, hosted: dict[str, BetaManagedAgentsMemory],
-              paths: Mapping[str, str]) -> None:
+              paths: dict[str, str]) -> None:
         """The lineage's new text (and path) to its hosted memory, if the store's copy is still the
-        one last synced; else (re)created. ``paths``: the listing's hosted ids by path."""
+        one last synced; else (re)created. ``paths``: the hosted ids by path (the listing's, kept
+        up to date with the moves this sync makes)."""
         h = hosted.get(link.hosted)
         # The lineage keeps its hosted path; only the memory tool's rename (memoryFile) moves it.
         file = m.extra.get(FILE_FIELD)
@@ -856,6 +857,9 @@ class _Sync:
                 return
             self.report.refused.append({"what": f"{m.id} ({path[:80]!r})", "reason": _describe(exc)})
             return
+        if path != h.path:  # moved: its old path is free for a later move of this sync
+            paths.pop(h.path, None)
+            paths[path] = h.id
         self._put(_Link(link.root, h.id, done.content_sha256, m.id))
 
     def _remove(self, link: _Link) -> None:
