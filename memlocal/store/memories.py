@@ -887,7 +887,8 @@ class Store(Database):
         done: builtins.list[Memory] = []
         with self.transaction() as c:
             for before, after, checked, cols, row in plans:
-                found = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (before.id, before.profile_name)).fetchone()
+                found = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?",
+                                  (before.id, before.profile_name)).fetchone()
                 if found is None:
                     continue  # deleted since the read: its queued deletion stays
                 now = row_to_memory(found)
