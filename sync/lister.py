@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from . import prepared
 from .bucket import BucketClient, Listing
-from .feeds import SnapshotFeeds, _Prefetched
+from .feeds import SnapshotFeeds
 from .objects import Listed, object_key, parse_key, profile_prefix
 from .plan import Action, Base, Local, Op, first_copy, unusable
 from .report import PassReport
@@ -106,7 +106,7 @@ class EarlyTake:
         # Keys the listing showed (their fetch as the plan would make it), not matched yet.
         self._confirmed: dict[str, dict[str, Action]] = {p: {} for p in feeds}
         # Entries read from the feeds whose keys the listing has not shown (yet): the plan's.
-        self.waiting: dict[str, dict[str, _Prefetched]] = {p: {} for p in feeds}
+        self.waiting: dict[str, dict[str, prepared.Prepared]] = {p: {} for p in feeds}
         self._parts: list[Sequence[Listed]] = []  # parts listed, their keys not read yet
         self._taken: set[str] = set()
         self._effects: list[Effect] = []
