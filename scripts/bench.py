@@ -668,11 +668,11 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
 _STARTUP_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
 t1 = time.perf_counter()
 bank = MemoryBank(sys.argv[1], config=Config.load(environ={}))
-results = bank.recall(sys.argv[2], sys.argv[3])
+results = bank.recall(RecallQuery(sys.argv[2], sys.argv[3]))
 t2 = time.perf_counter()
 bank.close()
 print(json.dumps({"import_ms": (t1 - t0) * 1000, "open_first_recall_ms": (t2 - t1) * 1000,
@@ -682,7 +682,7 @@ print(json.dumps({"import_ms": (t1 - t0) * 1000, "open_first_recall_ms": (t2 - t
 
 _LONG_LIVED_CHILD = r"""
 import json, resource, sys, time
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
 
 def rss_mb():
@@ -704,7 +704,7 @@ for i, q in enumerate(queries):
     if warm_from is None and index.ready(profile):
         warm_from = i
     t, c = time.perf_counter(), time.thread_time()
-    bank.recall(profile, q)
+    bank.recall(RecallQuery(profile, q))
     times.append((time.perf_counter() - t) * 1000)
     cpu.append((time.thread_time() - c) * 1000)
 rss_after = rss_mb()
@@ -846,6 +846,7 @@ def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
     """The fresh runner alone (``--only runner``): the source's memories pushed to a new
     moto_server, a full pass to write the profile's snapshot, then ``fresh_runner_inject``."""
     from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.report import PassOptions
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -861,7 +862,7 @@ def bench_fresh_runner(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
         try:
             log("  runner: the first push, then a full pass (it writes the snapshot)")
             for full in (False, True):
-                report = engine.run_pass(full=full)
+                report = engine.run_pass(PassOptions(full=full))
                 if not report.ok:
                     raise SystemExit(f"runner set-up: {report.summary()}: {report.reason}")
         finally:
@@ -1269,6 +1270,7 @@ def hydrations(config: Config, prefix: Path, count: int, repeats: int, label: st
 def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
     """First push, no-op passes, hydration (start-up baseline) and rclone copy on one moto_server."""
     from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.report import PassOptions
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -1320,7 +1322,7 @@ def bench_sync_and_startup(tmp: Path, source: Path, plan: Plan) -> tuple[dict[st
                     # A full pass finds the profile settled and writes its snapshot (read below).
                     for _ in range(max(1, plan.noop_repeats // 2)):
                         t = time.perf_counter()
-                        report = engine.run_pass(full=True)
+                        report = engine.run_pass(PassOptions(full=True))
                         noop_full_s.append(time.perf_counter() - t)
                         if not report.ok or report.planned:
                             raise SystemExit(f"full no-op pass: {report.summary()}")
@@ -1421,6 +1423,7 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
 
     from _weed import start_weed, weed_binary
     from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.report import PassOptions
 
     from memlocal.store import Store
     from memlocal.store.replica import StoreReplica
@@ -1459,7 +1462,7 @@ def bench_seaweedfs(tmp: Path, source: Path, plan: Plan) -> dict[str, Any]:
                     raise SystemExit(f"first push to SeaweedFS: {report.summary()} {report.reason}")
                 push_rates.append(count / elapsed)
                 if rep == 0:
-                    report = engine.run_pass(full=True)  # settled: writes the profile's snapshot
+                    report = engine.run_pass(PassOptions(full=True))  # settled: writes the profile's snapshot
                     if not report.ok or report.planned:
                         raise SystemExit(f"full no-op pass on SeaweedFS: {report.summary()}")
                     for _ in range(plan.noop_repeats):

@@ -71,10 +71,11 @@ class Journal:
 def one_pass(bank: Any, config: Any, *, full: bool = False) -> dict[str, Any]:
     """One reconciliation pass of ``bank``: its report and the bucket requests it made."""
     from memlocal_sync.engine import SyncEngine
+    from memlocal_sync.report import PassOptions
 
     engine = SyncEngine(config, bank.replica)
     try:
-        report = engine.run_pass(lock_timeout=30.0, full=full)
+        report = engine.run_pass(PassOptions(full=full, lock_timeout=30.0))
         requests = sum(engine.bucket.requests.values()) if hasattr(engine.bucket, "requests") else -1
     finally:
         engine.close()

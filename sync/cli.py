@@ -74,13 +74,15 @@ def run_cmd(ctx: click.Context, force: bool, reupload: bool, full: bool, profile
     assert state is not None  # set by the memlocal root group
     from memlocal.model import validate_profile
 
+    from .report import PassOptions
+
     for p in profiles:
         validate_profile(p)
     engine = _engine(state)
     bar = Progress("sync", False if (progress is None and as_json) else progress, min_total=PROGRESS_MIN_ACTIONS)
     try:
-        report = engine.run_pass(force=force, reupload=reupload, profiles=list(profiles) or None,
-                                 progress=bar.update_to, lock_timeout=wait_s, full=full, started=_process_start())
+        report = engine.run_pass(PassOptions(profiles=profiles or None, force=force, reupload=reupload, full=full,
+                                             progress=bar.update_to, lock_timeout=wait_s, started=_process_start()))
     finally:
         bar.close()
         engine.close()
@@ -149,7 +151,7 @@ def status_data(state: State) -> ReplicatorStatus:
 @pass_state
 def status_cmd(state: State, as_json: bool) -> None:
     """The bucket in use and where it came from, what is pending, the last pass, errors, skipped objects."""
-    from .engine import PassReport
+    from .report import PassReport
 
     data = status_data(state)
     if as_json:

@@ -31,7 +31,8 @@ from memlocal.humanize import plural
 from memlocal.plugins import DaemonFactory, Replica, Retention
 
 from .bucket import BucketSettings
-from .engine import PassReport, SyncEngine, lock_path
+from .engine import SyncEngine, lock_path
+from .report import PassOptions, PassReport
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class SyncDaemon:
 
     def _one_pass(self) -> None:
         try:
-            report = self.engine.run_pass(lock_timeout=0)
+            report = self.engine.run_pass(PassOptions(lock_timeout=0.0))  # another process's pass: skip this one
         except SyncError as exc:  # another process's pass holds the lock
             log.info("pass skipped: %s", exc)
             return

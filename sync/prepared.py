@@ -152,7 +152,7 @@ class Feed:
         self.finished = False  # every chunk is put (the end too)
         self._ended = False  # the reader has taken the end
         # Called (on the filling thread) once the feed is finished: a reader waiting on other
-        # things too wakes up to take the chunks (the engine's ``_EarlyTake``).
+        # things too wakes up to take the chunks (``lister.EarlyTake``).
         self.notify: Callable[[], None] | None = None
 
     def put(self, chunk: dict[str, Prepared] | bytes, taken: Callable[[], None] | None = None) -> None:

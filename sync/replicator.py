@@ -45,12 +45,13 @@ from .bucket import (
 from .clients import open_bucket
 from .kinds import MEMORY, NOTE, MemoryRecord, NoteRecord
 from .objects import PREFIX, content_hash, decode, object_key
+from .report import PassOptions, PassReport
 from .state import META_MARKER, Changed, Effect, SyncState
 
 if TYPE_CHECKING:
     # The engine (and botocore's parsers, through the listing) is imported when a pull runs: a
     # save, above all one the open breaker sends straight to the outbox, never needs it.
-    from .engine import PassReport, SyncEngine
+    from .engine import SyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -395,8 +396,8 @@ class S3Replicator:
                 # Refreshes of other profiles in this process queue here (they are short); a pass
                 # holding the lock file (the daemon, a cron run) is not waited for: it pulls too.
                 with self._refresh_gate:
-                    report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0,
-                                                         record=False)
+                    report = self._get_engine().run_pass(PassOptions(profiles=(profile,), pull_only=True,
+                                                                     record=False))
             except SyncError as exc:
                 log.debug("refresh of %s skipped: %s", profile, exc)
                 return False
@@ -423,8 +424,8 @@ class S3Replicator:
         with self._job() as running:
             if not running or self.breaker.blocked():
                 return False
-            report = self._get_engine().run_pass(profiles=[profile], pull_only=True, lock_timeout=0, record=False,
-                                                 trip_breaker=True)
+            report = self._get_engine().run_pass(PassOptions(profiles=(profile,), pull_only=True, record=False,
+                                                             trip_breaker=True))
         return report.result in ("ok", "guarded")
 
     def _pull_notes(self) -> bool:
@@ -432,8 +433,8 @@ class S3Replicator:
         with self._job() as running:
             if not running or self.breaker.blocked():
                 return False
-            report = self._get_engine().run_pass(profiles=[], notes=True, pull_only=True, lock_timeout=0,
-                                                 record=False, trip_breaker=True)
+            report = self._get_engine().run_pass(PassOptions(profiles=(), notes=True, pull_only=True, record=False,
+                                                             trip_breaker=True))
         return report.result in ("ok", "guarded")
 
     def _discover(self) -> list[str]:

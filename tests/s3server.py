@@ -49,6 +49,7 @@ from _weed import Weed, start_weed, weed_binary  # noqa: E402  (shared with the 
 
 from memlocal import Config, MemoryBank
 from memlocal_sync.inmemory import Faults
+from memlocal_sync.report import PassOptions
 
 TEST_BUCKET = "memlocal-test"
 ACCESS_KEY = "testing-key"
@@ -646,15 +647,16 @@ class Host:
         self.config = Config.load(overrides=overrides or {})
         self.bank = MemoryBank.open(path, config=self.config)
 
-    def sync(self, *, clock: Callable[[], float] | None = None, **kwargs: Any) -> Any:
-        """One pass (``SyncEngine.run_pass``); ``clock``: the change record's clock for it."""
+    def sync(self, options: PassOptions = PassOptions(), *, clock: Callable[[], float] | None = None) -> Any:
+        """One pass (``SyncEngine.run_pass``) with ``options``; ``clock``: the change record's clock
+        for it."""
         from memlocal_sync.engine import SyncEngine
 
         engine = SyncEngine(self.config, self.bank.replica)
         if clock is not None:
             engine.changes.clock = clock
         try:
-            return engine.run_pass(**kwargs)
+            return engine.run_pass(options)
         finally:
             engine.close()
 

@@ -115,7 +115,7 @@ def test_plurals(tmp_path: Path) -> None:
 
 
 def test_sync_summaries_use_words_not_counter_names() -> None:
-    from memlocal_sync.engine import PassReport
+    from memlocal_sync.report import PassReport
 
     report = PassReport(result="ok", pages=1, objects=1, duration_s=0.5)
     report.counts.update({"deleted_local": 1, "deleted_remote": 2, "reid": 1})

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from s3server import S3, Host
 from memlocal import RecallQuery, SaveRequest
+from memlocal_sync.report import PassOptions
 
 if TYPE_CHECKING:
     from memlocal.model import Memory
@@ -84,7 +85,7 @@ def test_a_pull_only_refresh_leaves_the_convergence_to_the_next_full_pass(hosts:
     a, b = hosts("a"), hosts("b")
     ma = a.bank.save(SaveRequest(P, "The staging cluster is in Frankfurt", category="fact")).memory
     mb = b.bank.save(SaveRequest(P, "The staging cluster is in Frankfurt", category="fact")).memory
-    assert b.sync(pull_only=True).ok  # the read path's refresh pulls a's copy and writes nothing
+    assert b.sync(PassOptions(pull_only=True)).ok  # the read path's refresh pulls a's copy and writes nothing
     assert active(b, {ma.id, mb.id}) == {ma.id, mb.id}
     report = b.sync()  # nothing else to do, but the pulled profile converges now
     assert report.counts["retired"] == 1 and active(b, {ma.id, mb.id}) == {min(ma.id, mb.id)}
@@ -126,7 +127,7 @@ def test_a_successor_whose_old_memory_is_gone_is_chosen_by_id(hosts: Callable[..
     y = b.bank.save(SaveRequest(P, "The build uses Ninja", category="fact", supersedes=old.id)).memory
     a.bank.delete(P, old.id)  # the old memory is deleted before either supersession is decided
     for host in (a, b, a, b):
-        host.sync(force=True)
+        host.sync(PassOptions(force=True))
     winner = min(x.id, y.id)
     for host in (a, b):
         assert active(host, {x.id, y.id}) == {winner}

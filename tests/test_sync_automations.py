@@ -16,6 +16,7 @@ from memlocal.store import Store
 from memlocal.store.replica import StoreReplica
 from s3server import S3, FaultProxy, Host, Outage
 from memlocal import SaveRequest
+from memlocal_sync.report import PassOptions
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -233,7 +234,7 @@ def test_deletions_of_notes_are_guarded_against_an_emptied_or_wrong_bucket(hosts
     assert len(b.bank.automations.list()) == 8
     assert s3.keys(NOTES) == []
     # `--reupload` makes it this host's bucket again: the notes go back up.
-    report = b.sync(reupload=True)
+    report = b.sync(PassOptions(reupload=True))
     assert report.ok and report.counts["notes_pushed"] == 8
     assert len(s3.keys(NOTES)) == 8
 
@@ -253,7 +254,7 @@ def test_scoped_passes_leave_notes_to_full_passes(hosts: Callable[..., Host], s3
     a, b = hosts("a"), hosts("b")
     a.bank.save(SaveRequest("p", "a memory"))
     a.bank.automations.put("n1", "state")
-    report = b.sync(profiles=["p"])
+    report = b.sync(PassOptions(profiles=("p",)))
     assert report.ok and report.counts["pulled"] == 1 and not report.counts["notes_pulled"]
     assert note_of(b, "n1") is None
     assert b.sync().counts["notes_pulled"] == 1

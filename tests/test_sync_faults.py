@@ -14,6 +14,7 @@ from conftest import Cli
 from memlocal.model import utcnow
 from s3server import S3, FaultProxy, Host
 from memlocal import SaveRequest
+from memlocal_sync.report import PassOptions
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -81,7 +82,7 @@ def test_an_emptied_bucket_never_deletes_local_memories(hosts: Callable[..., Hos
     assert res.exit_code == 3 and "sync stopped" in res.stderr
     assert a.ids(P) == ids
     # --reupload puts them back; nothing was deleted on either side.
-    assert a.sync(reupload=True).counts["pushed"] == 3
+    assert a.sync(PassOptions(reupload=True)).counts["pushed"] == 3
     assert len(s3.keys()) == 3 and a.sync().summary().startswith("ok: nothing to do")
 
 

@@ -13,6 +13,7 @@ from memlocal.model import utcnow
 from memlocal.store import Store
 from s3server import S3, FaultProxy, Host, Outage
 from memlocal import SaveRequest
+from memlocal_sync.report import PassOptions
 
 P = "researcher"
 
@@ -253,7 +254,7 @@ def test_the_mass_delete_guard_holds_then_force_applies(hosts: Callable[..., Hos
     assert report.result == "guarded"
     assert "would delete 12 of the 20 synced memories of profile researcher" in report.reason
     assert len(b.ids(P)) == 20
-    assert b.sync(force=True).counts["deleted_local"] == 12
+    assert b.sync(PassOptions(force=True)).counts["deleted_local"] == 12
     assert b.ids(P) == set(ids[12:])
 
 

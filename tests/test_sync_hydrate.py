@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 from memlocal_sync import prepared
-from memlocal_sync.engine import PassReport
+from memlocal_sync.report import PassReport
 from s3server import S3, FaultProxy, Host
 from memlocal import RecallQuery, SaveRequest
 
@@ -101,7 +101,7 @@ def test_a_fresh_host_takes_the_snapshot_chunk_by_chunk_from_the_helper(
 
 def test_a_fresh_host_inserts_what_the_listing_confirmed_before_the_listing_ends(
         hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fresh host's inserts overlap its listing (``_EarlyTake``): listed 4 keys a page, in
+    """A fresh host's inserts overlap its listing (``lister.EarlyTake``): listed 4 keys a page, in
     parallel parts, its last part (the keys past the profile) is held until the host has
     memories of the profile in its database; they come from the snapshot entries the other
     parts confirmed. Then the pass ends as before: every memory once, none fetched."""

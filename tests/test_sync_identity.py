@@ -28,6 +28,7 @@ from memlocal.api import create_app
 from memlocal.cli import main
 from s3server import ACCESS_KEY, SECRET_KEY, S3, Host, free_port
 from memlocal import SaveRequest
+from memlocal_sync.report import PassOptions
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -109,11 +110,11 @@ def test_an_emptied_bucket_deletes_nothing_and_says_why(hosts: Callable[..., Hos
     res = cli(a.path, "sync", "run")
     assert res.exit_code == 3 and MARKER in res.stderr and "--reupload" in res.stderr
     # A scoped pass and the read path's refresh hold back too.
-    assert a.sync(profiles=["alice"]).result == "guarded"
+    assert a.sync(PassOptions(profiles=("alice",))).result == "guarded"
     a.bank.refresh_if_stale("alice", ttl=0.0)
     assert a.ids("alice") == ids
     # --reupload makes it this host's bucket again: a new marker, every memory pushed back.
-    report = a.sync(reupload=True)
+    report = a.sync(PassOptions(reupload=True))
     assert report.ok and report.counts["pushed"] == 3
     assert MARKER in s3.keys("") and len(s3.keys()) == 3
     assert a.sync().summary().startswith("ok: nothing to do")

@@ -309,7 +309,7 @@ def test_id_listings_cover_the_rest_of_a_profile_and_nothing_else() -> None:
     """The listings the rest of a profile is split into (a prefix, ``start_after`` < key ≤
     ``last``) hold, together, every key after the probe's last key up to the profile's end,
     odd keys included, and no key of the next profile."""
-    from memlocal_sync.engine import _id_listings
+    from memlocal_sync.lister import _id_listings
 
     keys = sorted([f"memory/p/mem-{h}{i:07x}.json" for h in "0123456789abcdef" for i in (0, 7, 0xfffffff)]
                   + ["memory/p/mem-9~.json", "memory/p/mem-Z.json", "memory/p/mem-", "memory/p/mem-a",

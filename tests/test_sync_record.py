@@ -19,6 +19,7 @@ from memlocal.store import to_us
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from s3server import S3, FaultProxy, Host
 from memlocal import RecallQuery, SaveRequest
+from memlocal_sync.report import PassOptions
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -97,7 +98,7 @@ def test_writers_that_keep_no_record_are_seen_by_a_full_listing(hosts: Callable[
     body = json.loads(s3.client.get_object(Bucket=s3.bucket, Key=s3.keys()[0])["Body"].read())
     s3.put_json(f"memory/{P}/{foreign}.json", {**body, "id": foreign, "rawInput": "written by another tool"})
     assert b.sync().mode == "record" and foreign not in b.ids(P)
-    report = b.sync(full=True)
+    report = b.sync(PassOptions(full=True))
     assert report.mode == "full" and report.counts["pulled"] == 1 and foreign in b.ids(P)
     # A record that cannot be trusted (an unknown format at the next number) means a full listing.
     nxt = max(_segments(s3)) + 1
@@ -167,7 +168,7 @@ def test_a_full_pass_reads_the_record_for_compaction_only_once_a_segment_can_hav
 
     def compaction_requests(**kwargs: Any) -> tuple[int, list[str]]:
         before = len(fault_proxy.requests)
-        report = a.sync(full=True, **kwargs)
+        report = a.sync(PassOptions(full=True), **kwargs)
         assert report.ok and report.mode == "full", report.reason
         # Its listing of the record, and reads of segments that exist (not the next one's 404).
         # (A listing of the record after the cursor, ``start-after``, is how every pass reads it.)
@@ -191,7 +192,7 @@ def test_a_fresh_host_lists_and_takes_from_snapshots_what_the_listing_confirms(
     a = hosts("a", **small)
     ids = [a.bank.save(SaveRequest(P, f"memory number {i}")).memory.id for i in range(6)]
     a.bank.save(SaveRequest("tiny", "a profile too small for a snapshot"))
-    assert a.sync(full=True).counts["snapshots"] == 1
+    assert a.sync(PassOptions(full=True)).counts["snapshots"] == 1
     later = a.bank.save(SaveRequest(P, "saved after the snapshot")).memory.id      # not in the snapshot
     a.bank.delete(P, ids[0])                                           # gone, still in the snapshot
     fresh = hosts("fresh", bucket__endpoint=fault_proxy.endpoint, **small)
@@ -203,7 +204,7 @@ def test_a_fresh_host_lists_and_takes_from_snapshots_what_the_listing_confirms(
     assert fresh.sync().mode == "record"
     # A fresh host's pull-only pass (hydration on open) takes the same path, and writes nothing.
     reader = hosts("reader", **small)
-    report = reader.sync(pull_only=True)
+    report = reader.sync(PassOptions(pull_only=True))
     assert report.ok and report.counts["from_snapshot"] == 5 and reader.ids(P) == {*ids[1:], later}
 
 

@@ -17,6 +17,7 @@ from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from memlocal_sync.marker import MARKER_KEY
 from s3server import S3, FaultProxy, Host
 from memlocal import SaveRequest
+from memlocal_sync.report import PassOptions
 
 # Every reproduction on moto_server and on SeaweedFS (a real S3 server).
 pytestmark = pytest.mark.s3_servers()
@@ -65,7 +66,7 @@ def test_forged_delete_records_delete_nothing_that_is_still_in_the_bucket(
     assert "delete record" in res.output and "still in the bucket" in res.output, res.output
     assert b.bank.store.count() == 12 and len(s3.keys()) == 12
     # Later passes agree (nothing to bring back), and so does a full listing.
-    assert b.sync().ok and b.sync(full=True).counts["deleted_local"] == 0 and b.bank.store.count() == 12
+    assert b.sync().ok and b.sync(PassOptions(full=True)).counts["deleted_local"] == 0 and b.bank.store.count() == 12
     # A deletion that really happened (the object gone, its record written) is still applied.
     victim = ids[0]
     key = next(k for k in s3.keys() if victim in k)
@@ -99,7 +100,7 @@ def test_a_forged_snapshot_neither_hides_nor_adds_memories(hosts: Callable[..., 
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
     real = {a.bank.save(SaveRequest(P, text, category="preference")).memory.id
             for text in ("alice prefers green tea", "alice rides a blue bicycle to work", "alice reads crime novels")}
-    assert a.sync(full=True).ok
+    assert a.sync(PassOptions(full=True)).ok
     (genuine,) = s3.keys("memlocal/snapshots/")
     doc = json.loads(gzip.decompress(s3.client.get_object(Bucket=s3.bucket, Key=genuine)["Body"].read()))
     template = json.loads(doc["objects"][0]["body"])
@@ -132,7 +133,7 @@ def test_a_snapshot_entry_under_the_listed_etag_with_another_body_is_not_taken(
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
     ids = sorted(a.bank.save(SaveRequest(P, text)).memory.id for text in (
         "the laptop runs Debian", "the standup is at nine", "the CI cache lives on S3", "the VPN needs a token"))
-    assert a.sync(full=True).ok
+    assert a.sync(PassOptions(full=True)).ok
     (key,) = s3.keys("memlocal/snapshots/")
     doc = json.loads(gzip.decompress(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()))
     for entry in doc["objects"]:
@@ -153,7 +154,7 @@ def test_a_snapshot_entry_under_the_listed_etag_with_another_body_is_not_taken(
 def test_a_stray_key_never_fails_a_fresh_host(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
     ids = {a.bank.save(SaveRequest(P, f"step {i} of the release is documented")).memory.id for i in range(4)}
-    assert a.sync(full=True).ok and s3.keys("memlocal/snapshots/")
+    assert a.sync(PassOptions(full=True)).ok and s3.keys("memlocal/snapshots/")
     s3.put_raw("memory/My Notes/readme.txt", b"notes a person keeps beside the memories")
     s3.put_raw(f"memory/{P}/notes/extra.json", b"{}")
     fresh = hosts("fresh", sync__snapshot_min_objects=3, **RECORD, **ON)
@@ -314,7 +315,7 @@ def test_a_mixed_fleet_lists_in_full_on_every_pass_once_a_foreign_writer_is_seen
     template = s3.keys()[0]
     _foreign_put(s3, template, "mem-0000f001", "written by the Go service")
     # The hourly full listing finds a change that no record explains.
-    report = b.sync(full=True)
+    report = b.sync(PassOptions(full=True))
     assert report.ok and "mem-0000f001" in {m for m in b.ids(P)}
     later = time.time() + 3600
     b.sync(clock=lambda: later)
@@ -330,7 +331,7 @@ def test_a_mixed_fleet_lists_in_full_on_every_pass_once_a_foreign_writer_is_seen
     c = hosts("c", **RECORD)
     assert c.sync().ok
     a.bank.save(SaveRequest(P, "another memlocal write"))
-    assert c.sync(full=True).ok
+    assert c.sync(PassOptions(full=True)).ok
     assert c.sync(clock=lambda: later).mode == "record", c.bank.sync_status()["record"]
 
 

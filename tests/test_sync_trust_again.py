@@ -22,6 +22,7 @@ from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from memlocal_sync.marker import MARKER_KEY
 from s3server import S3, Host
 from memlocal import SaveRequest
+from memlocal_sync.report import PassOptions
 
 pytestmark = pytest.mark.s3_servers()
 
@@ -98,7 +99,7 @@ def test_a_delete_record_does_not_hide_a_memory_the_follower_does_not_hold(hosts
     s3.put_raw(key, json.dumps({**x.to_dict(), "rawInput": "the release train leaves on Fridays now",
                                 "processedContent": "the release train leaves on Fridays now"}).encode())
     _forge(s3, [{"key": key, "etag": "", "op": "delete", "size": 0}])
-    assert b.sync(full=True).ok and x.id in b.ids(P)
+    assert b.sync(PassOptions(full=True)).ok and x.id in b.ids(P)
 
 
 def test_a_replayed_delete_after_a_put_does_not_hide_the_new_memory(hosts: Any, s3: S3) -> None:
@@ -144,7 +145,7 @@ def test_an_id_copied_under_another_profile_hides_nothing(hosts: Any, s3: S3, cl
     assert res.exit_code == 0 and "no memories" not in res.output, res.output
     # Every host agrees, pass after pass.
     for host in (a, b, fresh):
-        r = host.sync(full=True)
+        r = host.sync(PassOptions(full=True))
         assert x.id in host.ids("zeta") and not host.ids("aaa"), r.summary()
         assert any(s["key"] == copy for s in r.skipped), r.skipped
     # The copy's body naming zeta under aaa's key: skipped and reported, zeta's kept.
@@ -215,7 +216,7 @@ def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tm
     a = hosts("a", sync__snapshot_min_objects=3)
     real = {a.bank.save(SaveRequest(P, text)).memory.id for text in (
         "the laptop runs Debian", "the standup is at nine", "the CI cache lives on S3", "the VPN needs a token")}
-    assert a.sync(full=True).ok
+    assert a.sync(PassOptions(full=True)).ok
     for key in s3.keys("memlocal/snapshots/"):
         s3.delete(key)
     bomb = _bomb(P, 250 << 20)
@@ -264,7 +265,7 @@ def test_a_first_push_writes_the_snapshot_a_fresh_runner_reads(hosts: Any, s3: S
     assert out["partial"] is None, out
     assert cli.at(fresh).json("stats", "--json", env=env)["totalMemories"] == 300
     # The fresh host took them from the snapshot, and the next full pass of A keeps that one.
-    assert a.sync(full=True).ok and s3.keys(f"memlocal/snapshots/{P}/") == [key]
+    assert a.sync(PassOptions(full=True)).ok and s3.keys(f"memlocal/snapshots/{P}/") == [key]
 
 
 def test_a_first_read_from_part_of_the_bank_says_so(hosts: Any, s3: S3, cli: Cli, tmp_path: Any) -> None:
