@@ -79,11 +79,11 @@ def test_the_replica_implements_the_port(tmp_path: Path) -> None:
     store = Store(tmp_path / "m.db")
     try:
         assert _conforms(StoreReplica(store), plugins.Replica) == []
-        assert _conforms(StoreReplica(store).sync_tables, plugins.SyncTableReads) == []
+        with StoreReplica(store).snapshot() as tables:
+            assert _conforms(tables, plugins.PluginTables) == []
         with StoreReplica(store).transaction() as tx:
             assert _conforms(tx, plugins.ReplicaTransaction) == []
-            assert _conforms(tx.sync_tables, plugins.SyncTableReads) == []
-            assert _conforms(tx.sync_tables, plugins.SyncTables) == []
+            assert _conforms(tx.tables, plugins.PluginTables) == []
     finally:
         store.close()
 

@@ -14,7 +14,7 @@ import sqlite3
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterable, Iterator, Literal, Sequence
 
 from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
 from ..plugins import AccessDelta, NoteState, SignedRow
@@ -29,10 +29,9 @@ from .memories import (
     row_to_memory,
     write_row,
 )
-from .sync_tables import SyncTableReader, SyncTableWriter, migration_set
 
 if TYPE_CHECKING:
-    from ..plugins import PluginSchema, PreparedRow
+    from ..plugins import MigrationSet, PreparedRow
 
 # What a memory's content is made of, as stored: everything but access metadata and what is
 # derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
@@ -70,6 +69,50 @@ def prepared_row(m: Memory) -> tuple[PreparedRow, str]:
     return write_row(m), content_signature(m)
 
 
+class PluginTables:
+    """A plugin's handle on its own tables (:class:`memlocal.plugins.PluginTables`): statements on
+    the connection of one snapshot or transaction, while it lasts, under an SQLite authorizer
+    that refuses any other table (and, in a snapshot, any write). The authorizer is set for the
+    statement's preparation only: the store's own statements in the same transaction are free."""
+
+    def __init__(self, conn: sqlite3.Connection, tables: frozenset[str], *, write: bool) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self._tables = tables
+        self._write = write
+
+    def _authorize(self, action: int, table: str | None, _arg: str | None, _db: str | None,
+                   _trigger: str | None) -> int:
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION):
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_READ or (
+                self._write and action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)):
+            return sqlite3.SQLITE_OK if table in self._tables else sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_DENY
+
+    @contextmanager
+    def _limited(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("a plugin's table handle is valid only inside its snapshot or transaction")
+        conn.set_authorizer(self._authorize)
+        try:
+            yield conn
+        finally:
+            conn.set_authorizer(None)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._limited() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        with self._limited() as conn:
+            return conn.executemany(sql, rows).rowcount
+
+    def close(self) -> None:
+        """The block that gave the handle is over."""
+        self._conn = None
+
+
 def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
     """A ``WHERE profile IN (...)`` clause for ``profiles`` (``None``: every profile)."""
     if profiles is None:
@@ -82,28 +125,34 @@ class StoreReplica:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._sync_tables = SyncTableReader(store.read)
+        # The tables the plugin's migration sets name: the only ones its handles reach.
+        self._tables: frozenset[str] = frozenset()
 
     @property
     def path(self) -> Path:
         return self._store.path
 
-    def migrate(self, schema: PluginSchema) -> None:
-        self._store.migrate(migration_set(schema))
-
-    @property
-    def sync_tables(self) -> SyncTableReader:
-        return self._sync_tables
+    def migrate(self, tables: MigrationSet) -> None:
+        self._tables |= frozenset(tables.tables)  # (named even when the file cannot be migrated now)
+        self._store.migrate(tables)
 
     @contextmanager
     def transaction(self) -> Iterator[ReplicaTransaction]:
         with self._store.transaction() as conn:
-            yield ReplicaTransaction(conn)
+            tx = ReplicaTransaction(conn, self._tables)
+            try:
+                yield tx
+            finally:
+                tx.tables.close()
 
     @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        with self._store.snapshot():  # the connection stays here: the port hands out none
-            yield
+    def snapshot(self) -> Iterator[PluginTables]:
+        with self._store.snapshot() as conn:  # the connection stays here: only the limited handle leaves
+            tables = PluginTables(conn, self._tables, write=False)
+            try:
+                yield tables
+            finally:
+                tables.close()
 
     def meta_get(self, key: str) -> str | None:
         return self._store.meta_get(key)
@@ -215,13 +264,13 @@ class ReplicaTransaction:
     """The replication port's unit of work: one durable store transaction (see
     :class:`memlocal.plugins.ReplicaTransaction`)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, tables: frozenset[str] = frozenset()) -> None:
         self._conn = conn
-        self._sync_tables = SyncTableWriter(conn)
+        self._tables = PluginTables(conn, tables, write=True)
 
     @property
-    def sync_tables(self) -> SyncTableWriter:
-        return self._sync_tables
+    def tables(self) -> PluginTables:
+        return self._tables
 
     def meta_get(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

@@ -2,7 +2,7 @@
 
 To add a table: add a step to its owner's set (the next number), or a new module here with a new
 :class:`~memlocal.store.migrations.MigrationSet` appended to ``CORE_SETS`` (docs/storage.md,
-"Migrations"). The sync package declares its own set (``memlocal_sync.state.SYNC_SCHEMA``) and runs
+"Migrations"). The sync package declares its own set (``memlocal_sync.tables.SYNC_TABLES``) and runs
 it through the replication port.
 """
 
