@@ -72,7 +72,6 @@ __all__ = [
     "NoteState",
     "PendingCounts",
     "PluginTables",
-    "PreparedRow",
     "RecordStatus",
     "Replica",
     "ReplicaTransaction",
@@ -210,11 +209,6 @@ class PluginTables(Protocol):
 
 # --- the replication port: the store as a plugin sees it ---------------------------------------
 
-# A memory as the store writes it (``Replica.prepare``): opaque to the replicator, which may
-# compute it off the write lock and hand it back to ``apply_remote`` / ``insert_remote_absent``.
-PreparedRow = tuple[Any, ...]
-
-
 @dataclass(frozen=True, slots=True)
 class AccessDelta:
     """A memory's id, profile and access bumps not yet merged into the bucket."""
@@ -253,11 +247,11 @@ class ReplicaTransaction(Protocol):
     def meta_delete(self, key: str) -> None: ...
 
     def apply_remote(self, memory: Memory, *, content: Literal["remote", "local"] = "remote", sent_delta: int = 0,
-                     set_staleness: bool = True, row: PreparedRow | None = None) -> bool:
+                     set_staleness: bool = True) -> bool:
         """Fold a memory the bucket holds into the local row (see ``StoreReplica``)."""
         ...
 
-    def insert_remote_absent(self, items: Sequence[tuple[Memory, PreparedRow | None]]) -> set[str]:
+    def insert_remote_absent(self, memories: Sequence[Memory]) -> set[str]:
         """``apply_remote`` of the items whose id is absent here, in a few statements."""
         ...
 
@@ -339,19 +333,8 @@ class Replica(Protocol):
 
     def profiles(self) -> dict[str, int]: ...
 
-    def prepare(self, memory: Memory) -> PreparedRow:
-        """The row the store would write for ``memory`` (CPU only: call it off the write lock)."""
-        ...
-
     def signature(self, memory: Memory) -> str:
         """``memory``'s content signature, equal to its ``SignedRow.signature`` once stored."""
-        ...
-
-    def row_function(self) -> Callable[[Memory], tuple[PreparedRow, str]] | None:
-        """``(prepare(memory), signature(memory))`` as one module-level function that another
-        process may import and run (pure, CPU only: no connection, no state of this replica),
-        or ``None``. A replicator may pickle it (by reference) to a helper process that
-        prepares many memories beside the pass (a fresh host's snapshot)."""
         ...
 
     # --- automation notes ------------------------------------------------------------------------

@@ -993,18 +993,17 @@ class SyncEngine:
                         # runs from the bucket's last answer, which came before that wait.
                         return prepared.stream_in_helper(data, profile, self.max_object_bytes, feed.put, stopped,
                                                          timeout_s=self.deadline_s / 2, chunk=prepared.CHUNK,
-                                                         rows=self.store.row_function(),
                                                          max_bytes=self.snapshot_max_bytes)
                     except BadObject:
                         raise
                     except Exception as exc:  # the helper is only a second core: read here (again)
                         log.info("snapshot %s read here (the helper process failed: %s)", key, exc)
-                # Decoded and hashed here; the rows are made by the pass as it takes the entries.
+                # Decoded and hashed here; the store makes the rows as the pass inserts the entries.
                 entries = list(snapshot.entries(data, profile, self.snapshot_max_bytes,
                                                 snapshot.entry_cap(self.max_object_bytes)))
                 for i in range(0, len(entries), prepared.CHUNK):
                     ready = prepared.prepare_entries(dict(entries[i:i + prepared.CHUNK]), profile,
-                                                     self.max_object_bytes, None, None, stopped)
+                                                     self.max_object_bytes, stopped)
                     if ready is None:
                         return False
                     feed.put(ready)
@@ -1111,10 +1110,7 @@ class SyncEngine:
                 effects.append(SkipObject(obj_key, action.etag, pre.reason))
                 continue
             if pre is not None and pre.memory is not None:
-                row, sig = pre.row, pre.signature
-                if row is None:  # the store's row, made on this thread (the port's; no helper has it)
-                    row, sig = prepared.row_of(pre.memory, self.store.prepare, self.store.signature)
-                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=row, signature=sig))
+                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote"))
             else:
                 try:
                     remote = decode(body, action.profile, action.id)
@@ -1616,8 +1612,7 @@ class _EarlyTake:
         for profile, feed in self._feeds.items():
             if not feed.finished:
                 # Its chunks wait in the feed until it has them all: while the snapshot is being
-                # read, the second core is its helper's, and a helper whose chunks are not taken
-                # makes their rows too (``prepared.ROWS_LAG``). Where the listing is the shorter
+                # read, the second core is its helper's. Where the listing is the shorter
                 # (a fast server) nothing is taken here at all, as before this class.
                 continue
             waiting, confirmed = self.waiting[profile], self._confirmed[profile]

@@ -26,7 +26,6 @@ from memlocal.plugins import (
     AutomationNote,
     NoteState,
     PendingCounts,
-    PreparedRow,
     Replica,
     ReplicaTransaction,
     SkippedObject,
@@ -97,7 +96,6 @@ class Synced:
     sent_delta: int = 0
     content: Literal["remote", "local"] = "remote"
     set_staleness: bool = True
-    row: PreparedRow | None = None  # the memory's store row, when already computed (``Replica.prepare``)
     # ``base_hash`` is ``memory``'s own content hash (False: an older base kept for a local edit),
     # so the base may record ``memory``'s content signature beside it.
     hash_is_memorys: bool = True
@@ -354,12 +352,12 @@ class SyncState:
         """Fold ``run`` (Synced effects of distinct ids) into the store and record their bases."""
         store = self.store
         pulled = [e for e in run if e.content == "remote"]
-        inserted = c.insert_remote_absent([(e.memory, e.row) for e in pulled]) if len(pulled) > 1 else set()
+        inserted = c.insert_remote_absent([e.memory for e in pulled]) if len(pulled) > 1 else set()
         recorded: list[Synced] = []
         for eff in run:
             if eff.memory.id not in inserted and not c.apply_remote(
                     eff.memory, content=eff.content, sent_delta=eff.sent_delta,
-                    set_staleness=eff.set_staleness, row=eff.row):
+                    set_staleness=eff.set_staleness):
                 continue  # the id belongs to a memory of another profile here
             recorded.append(eff)
         tables.put_bases(

@@ -14,7 +14,7 @@ import sqlite3
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterable, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Final, Iterable, Iterator, Literal, Sequence
 
 from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
 from ..plugins import AccessDelta, NoteState, SignedRow
@@ -31,7 +31,7 @@ from .memories import (
 )
 
 if TYPE_CHECKING:
-    from ..plugins import MigrationSet, PreparedRow
+    from ..plugins import MigrationSet
 
 # What a memory's content is made of, as stored: everything but access metadata and what is
 # derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
@@ -61,12 +61,6 @@ def content_signature(m: Memory) -> str:
     # The values memory_to_row writes for these columns (a REAL column reads back as a float).
     return _signature((m.id, m.profile_name, m.raw_input, m.processed_content, m.summary, m.category, m.source,
                        float(m.confidence), to_us(m.created_at), int(m.is_active), m.version, extra_json(m)))
-
-
-def prepared_row(m: Memory) -> tuple[PreparedRow, str]:
-    """``(StoreReplica.prepare(m), StoreReplica.signature(m))``: module-level, for a helper process
-    (``StoreReplica.row_function``)."""
-    return write_row(m), content_signature(m)
 
 
 class PluginTables:
@@ -172,14 +166,8 @@ class StoreReplica:
     def profiles(self) -> dict[str, int]:
         return self._store.profiles()
 
-    def prepare(self, memory: Memory) -> PreparedRow:
-        return write_row(memory)
-
     def signature(self, memory: Memory) -> str:
         return content_signature(memory)
-
-    def row_function(self) -> Callable[[Memory], tuple[PreparedRow, str]]:
-        return prepared_row
 
     def note_get(self, automation_id: str) -> NoteState | None:
         return self._store.note_get(automation_id)
@@ -285,8 +273,7 @@ class ReplicaTransaction:
     # --- memories: synced changes ---------------------------------------------------------------
 
     def apply_remote(self, memory: Memory, *, content: Literal["remote", "local"] = "remote",
-                     sent_delta: int = 0, set_staleness: bool = True,
-                     row: PreparedRow | None = None) -> bool:
+                     sent_delta: int = 0, set_staleness: bool = True) -> bool:
         """Fold a memory the bucket holds into the local row.
 
         ``content``: ``remote`` takes the memory's content (inserting it if absent, unless its
@@ -294,15 +281,14 @@ class ReplicaTransaction:
         access count becomes the memory's plus whatever local delta is still unmerged
         (``sent_delta`` of it went out with the write that produced ``memory``); lastAccessedAt
         the later of both. The put is cleared from the outbox. ``False`` (nothing changed) if
-        the id belongs to a memory of another profile here. ``row``: ``write_row(memory)``, when
-        the caller computed it already (off the write lock).
+        the id belongs to a memory of another profile here.
         """
         m = memory
         here = self._conn.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
         if here is None:
             deleted_here = self._conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
             if content == "remote" and not deleted_here:
-                self._conn.execute(_INSERT_PULLED, (*(row or write_row(m)), 0))
+                self._conn.execute(_INSERT_PULLED, (*write_row(m), 0))
         elif here[2] != m.profile_name:
             return False  # never touch a memory of another profile
         else:
@@ -316,7 +302,7 @@ class ReplicaTransaction:
                 sets.append("staleness = ?")
                 params.append(m.staleness_score)
             if content == "remote":
-                full = dict(zip(WRITE_COLUMNS, row or write_row(m)))
+                full = dict(zip(WRITE_COLUMNS, write_row(m)))
                 for col in (*_CONTENT_COLUMNS, "features"):
                     sets.append(f"{col} = ?")
                     params.append(full[col])
@@ -324,13 +310,12 @@ class ReplicaTransaction:
         self._conn.execute("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", (m.id,))
         return True
 
-    def insert_remote_absent(self,
-                             items: Sequence[tuple[Memory, PreparedRow | None]]) -> set[str]:
-        """``apply_remote(memory, content="remote", row=row)`` for each of ``items`` (distinct
-        ids) whose id this database does not hold, in a few statements (a fresh host pulls
+    def insert_remote_absent(self, memories: Sequence[Memory]) -> set[str]:
+        """``apply_remote(memory, content="remote")`` for each of ``memories`` (distinct ids)
+        whose id this database does not hold, in a few statements (a fresh host pulls
         thousands): each is inserted unless its deletion here is still queued, and its put is
         cleared from the outbox. Returns the ids it took; the others are left to ``apply_remote``."""
-        ids = [m.id for m, _ in items]
+        ids = [m.id for m in memories]
         present: set[str] = set()
         deleted: set[str] = set()
         for part in id_batches(ids):
@@ -338,11 +323,10 @@ class ReplicaTransaction:
             present.update(r[0] for r in self._conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", part))
             deleted.update(r[0] for r in self._conn.execute(
                 f"SELECT id FROM sync_outbox WHERE op = 'delete' AND id IN ({marks})", part))
-        absent = [(m, row) for m, row in items if m.id not in present]
+        absent = [m for m in memories if m.id not in present]
         # Multi-row statements, as an import's: FTS5 writes a segment per statement, not per row.
-        insert_rows(self._conn, [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted],
-                    _PULLED_COLUMNS)
-        taken = [m.id for m, _ in absent]
+        insert_rows(self._conn, [(*write_row(m), 0) for m in absent if m.id not in deleted], _PULLED_COLUMNS)
+        taken = [m.id for m in absent]
         for part in id_batches(taken):
             self._conn.execute(f"DELETE FROM sync_outbox WHERE op = 'put' AND id IN ({', '.join('?' * len(part))})", part)
         return set(taken)
