@@ -67,6 +67,7 @@ __all__ = [
     "BreakerStatus",
     "Daemon",
     "DaemonFactory",
+    "Kind",
     "NoteReplicator",
     "MigrationSet",
     "NoteState",
@@ -209,6 +210,11 @@ class PluginTables(Protocol):
 
 # --- the replication port: the store as a plugin sees it ---------------------------------------
 
+# What a kind-generic method of the port acts on: memories or automation notes, which share it
+# where the two pair (their change logs).
+Kind = Literal["memory", "note"]
+
+
 @dataclass(frozen=True, slots=True)
 class AccessDelta:
     """A memory's id, profile and access bumps not yet merged into the bucket."""
@@ -257,7 +263,11 @@ class ReplicaTransaction(Protocol):
 
     def delete_from_remote(self, memory_id: str, profile: str) -> None: ...
 
-    def clear_outbox(self, memory_id: str, op: str | None = None, *, only_if_absent: bool = False) -> None: ...
+    def clear_outbox(self, item_id: str, op: str | None = None, *, only_if_absent: bool = False,
+                     kind: Kind = "memory") -> None:
+        """Drop the outbox entry of the memory or note ``item_id`` (of ``op`` only, if given; only
+        when the item is gone, with ``only_if_absent``): the bucket has the change."""
+        ...
 
     def reid(self, old_id: str, new_id: str) -> bool: ...
 
@@ -269,8 +279,6 @@ class ReplicaTransaction(Protocol):
     def apply_remote_note(self, automation_id: str, note: NoteState, expected: NoteState | None) -> bool: ...
 
     def delete_note_from_remote(self, automation_id: str, expected: NoteState) -> bool: ...
-
-    def clear_note_outbox(self, automation_id: str) -> None: ...
 
 
 class Replica(Protocol):
@@ -305,8 +313,10 @@ class Replica(Protocol):
 
     # --- the change log and the memories ---------------------------------------------------------
 
-    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:
-        """The change log: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``."""
+    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None, *,
+               kind: Kind = "memory") -> dict[str, tuple[str, str]]:
+        """The change log of ``kind``: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``
+        (of ``op`` only, if given; a note's profile is ``""``, and ``profiles`` scopes memories only)."""
         ...
 
     def access_deltas(self, profiles: Sequence[str] | None = None) -> list[AccessDelta]: ...
@@ -342,8 +352,6 @@ class Replica(Protocol):
     def note_get(self, automation_id: str) -> NoteState | None: ...
 
     def notes(self) -> list[tuple[str, str, int]]: ...
-
-    def note_outbox(self) -> dict[str, str]: ...
 
 
 # --- what a replicator reports (``Replicator.status``) -------------------------------------------

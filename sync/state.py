@@ -267,7 +267,7 @@ class SyncState:
         with self.store.snapshot() as t:
             notes = {a: (n, u) for a, n, u in self.store.notes()}
             bases = tables.note_bases(t)
-            deletes = {a for a, op in self.store.note_outbox().items() if op == "delete"}
+            deletes = set(self.store.outbox(op="delete", kind="note"))
         return notes, {b.id: b for b in bases}, deletes
 
     @staticmethod
@@ -336,13 +336,13 @@ class SyncState:
                     tables.unskip(t, [note_key(eff.id)])
                 elif isinstance(eff, NoteDeletedRemote):
                     tables.drop_note_bases(t, [eff.id])
-                    c.clear_note_outbox(eff.id)
+                    c.clear_outbox(eff.id, "delete", only_if_absent=True, kind="note")
                 elif isinstance(eff, NoteDeleteLocal):
                     c.delete_note_from_remote(eff.id, eff.expected)
                     tables.drop_note_bases(t, [eff.id])
                 elif isinstance(eff, NoteForget):
                     tables.drop_note_bases(t, [eff.id])
-                    c.clear_note_outbox(eff.id)
+                    c.clear_outbox(eff.id, "delete", only_if_absent=True, kind="note")
                 elif isinstance(eff, Changed):
                     tables.journal_add(t, eff.key, eff.etag, eff.op, eff.size)
                 else:  # pragma: no cover - a new effect type without a branch is a bug
@@ -569,13 +569,13 @@ class SyncState:
         saves, access = self._local_vs_base()
         outbox = self.store.outbox()
         deletes = sum(1 for _p, op in outbox.values() if op == "delete")
-        notes = len(self.store.note_outbox())
+        notes = len(self.store.outbox(kind="note"))
         return PendingCounts(total=saves + deletes + access + notes, saves=saves, deletes=deletes,
                              accessUpdates=access, outbox=len(outbox), automationNotes=notes)
 
     def has_local_work(self) -> bool:
         """Check for the daemon's wake-ups: anything to push?"""
-        if self.store.outbox() or self.store.note_outbox():
+        if self.store.outbox() or self.store.outbox(kind="note"):
             return True
         saves, access = self._local_vs_base()
         return bool(saves or access)

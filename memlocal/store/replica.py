@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Iterable, Iterator, Literal, Sequence
 
 from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
-from ..plugins import AccessDelta, NoteState, SignedRow
+from ..plugins import AccessDelta, Kind, NoteState, SignedRow
 from .database import set_meta
 from .memories import (
     SELECT_WITH_DELTA,
@@ -177,8 +177,14 @@ class StoreReplica:
 
     # --- the change log -----------------------------------------------------------------------
 
-    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:
-        """The change log: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``."""
+    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None, *,
+               kind: Kind = "memory") -> dict[str, tuple[str, str]]:
+        """The change log of ``kind``: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``
+        (a note's profile is ``""``)."""
+        if kind == "note":
+            where, params = (" WHERE op = ?", [op]) if op is not None else ("", [])
+            return {r[0]: ("", r[1]) for r in self._store.read(f"SELECT automation_id, op FROM automation_outbox{where}",
+                                                               params)}
         where, params = _scope(profiles)
         if op is not None:
             where = (where + " AND" if where else " WHERE") + " op = ?"
@@ -242,10 +248,6 @@ class StoreReplica:
             [*params, *params],
         )
         return [row_to_memory(r) for r in rows]
-
-    def note_outbox(self) -> dict[str, str]:
-        """The notes' change log: ``{automation_id: op}`` with ``op`` ``put`` or ``delete``."""
-        return {r[0]: r[1] for r in self._store.read("SELECT automation_id, op FROM automation_outbox")}
 
 
 class ReplicaTransaction:
@@ -336,18 +338,21 @@ class ReplicaTransaction:
         self._conn.execute("DELETE FROM memories WHERE id = ? AND profile = ?", (memory_id, profile))
         self._conn.execute("DELETE FROM sync_outbox WHERE id = ?", (memory_id,))
 
-    def clear_outbox(self, memory_id: str, op: str | None = None,
-                     *, only_if_absent: bool = False) -> None:
-        """Drop the outbox entry of ``memory_id`` (of ``op`` only, if given; only when the memory
-        is gone, with ``only_if_absent``): the bucket has the change."""
-        sql = "DELETE FROM sync_outbox WHERE id = ?"
-        params: list[Any] = [memory_id]
+    def clear_outbox(self, item_id: str, op: str | None = None,
+                     *, only_if_absent: bool = False, kind: Kind = "memory") -> None:
+        """Drop the outbox entry of the memory or note ``item_id`` (of ``op`` only, if given; only
+        when the item is gone, with ``only_if_absent``: a note written again meanwhile keeps its
+        queued change): the bucket has the change."""
+        table, key, items = (("automation_outbox", "automation_id", "automation_notes") if kind == "note"
+                             else ("sync_outbox", "id", "memories"))
+        sql = f"DELETE FROM {table} WHERE {key} = ?"
+        params: list[Any] = [item_id]
         if op is not None:
             sql += " AND op = ?"
             params.append(op)
         if only_if_absent:
-            sql += " AND NOT EXISTS (SELECT 1 FROM memories WHERE id = ?)"
-            params.append(memory_id)
+            sql += f" AND NOT EXISTS (SELECT 1 FROM {items} WHERE {key} = ?)"
+            params.append(item_id)
         self._conn.execute(sql, params)
 
     def reid(self, old_id: str, new_id: str) -> bool:
@@ -412,10 +417,3 @@ class ReplicaTransaction:
         self._conn.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,))
         self._conn.execute("DELETE FROM automation_outbox WHERE automation_id = ?", (automation_id,))
         return True
-
-    def clear_note_outbox(self, automation_id: str) -> None:
-        """The bucket has this host's deletion of the note: drop it from the outbox (unless the
-        note was written again meanwhile)."""
-        self._conn.execute("DELETE FROM automation_outbox WHERE automation_id = ? AND op = 'delete'"
-                     " AND NOT EXISTS (SELECT 1 FROM automation_notes WHERE automation_id = ?)",
-                     (automation_id, automation_id))
