@@ -943,7 +943,7 @@ class MemoryBank:
         from .store.local import LocalTable
 
         self.store.migrate(schema)
-        return LocalTable(self.store, name, shown=_redacted_text if redacted else str)
+        return LocalTable(self.store, schema, name, shown=_redacted_text if redacted else str)
 
     def redact_text(self, text: str, what: str) -> str:
         """``secrets.mode`` applied to a string a memory carries that is not one of its texts (an

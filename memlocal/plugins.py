@@ -162,8 +162,11 @@ class MigrationSet:
     order by the store's one runner (``memlocal.store.migrations.run``; for a plugin,
     :meth:`Replica.migrate`), each step stamped in ``meta`` (docs/storage.md, "Migrations").
 
-    ``tables``: the tables the set creates; a plugin's handle on its own tables
-    (:class:`PluginTables`) reaches these and no other."""
+    ``tables``: the tables the set creates; the owner's handle on its tables (a plugin's
+    :class:`PluginTables`, the library's ``Database.own_tables``) reaches these and no other.
+    ``reads``: tables of the store the owner's statements also read, never write (a library
+    owner's only, such as the semantic vectors' join with ``memories``; a plugin reads the
+    store through the port's methods)."""
 
     name: str
     steps: Mapping[int, Step]
@@ -173,6 +176,7 @@ class MigrationSet:
     # steps that existed before named sets.
     legacy: Mapping[int, int] = field(default_factory=dict)
     tables: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if sorted(self.steps) != list(range(1, len(self.steps) + 1)):

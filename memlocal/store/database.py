@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from .migrations import MigrationSet
+    from .tables import TableHandle
 
 
 # SQLite's primary result codes that blame the file or the disk, not the statement.
@@ -216,6 +217,21 @@ class Database:
 
         with self.translated(f"cannot migrate {migrations.name} in {self.path}"):
             run(self, (migrations,))
+
+    @contextmanager
+    def own_tables(self, owner: "MigrationSet", *, write: bool = False) -> Iterator["TableHandle"]:
+        """A handle on ``owner``'s tables (and reads of its ``reads``), in one transaction
+        (``write``: committed at the block's end) or one snapshot: the one way a library module
+        that owns tables (the audit trail, the semantic vectors) runs its statements on them
+        (docs/storage.md, "Migrations"). A statement on any other table is refused by SQLite."""
+        from .tables import TableHandle
+
+        with self.transaction() if write else self.snapshot() as conn:
+            handle = TableHandle(conn, frozenset(owner.tables), write=write, reads=frozenset(owner.reads))
+            try:
+                yield handle
+            finally:
+                handle.close()
 
     def _opened(self) -> None:
         """Hook run once the schema is current (a subclass's checks on open)."""

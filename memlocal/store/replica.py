@@ -29,6 +29,7 @@ from .memories import (
     row_to_memory,
     write_row,
 )
+from .tables import TableHandle
 
 if TYPE_CHECKING:
     from ..plugins import MigrationSet
@@ -61,50 +62,6 @@ def content_signature(m: Memory) -> str:
     # The values memory_to_row writes for these columns (a REAL column reads back as a float).
     return _signature((m.id, m.profile_name, m.raw_input, m.processed_content, m.summary, m.category, m.source,
                        float(m.confidence), to_us(m.created_at), int(m.is_active), m.version, extra_json(m)))
-
-
-class PluginTables:
-    """A plugin's handle on its own tables (:class:`memlocal.plugins.PluginTables`): statements on
-    the connection of one snapshot or transaction, while it lasts, under an SQLite authorizer
-    that refuses any other table (and, in a snapshot, any write). The authorizer is set for the
-    statement's preparation only: the store's own statements in the same transaction are free."""
-
-    def __init__(self, conn: sqlite3.Connection, tables: frozenset[str], *, write: bool) -> None:
-        self._conn: sqlite3.Connection | None = conn
-        self._tables = tables
-        self._write = write
-
-    def _authorize(self, action: int, table: str | None, _arg: str | None, _db: str | None,
-                   _trigger: str | None) -> int:
-        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION):
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_READ or (
-                self._write and action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)):
-            return sqlite3.SQLITE_OK if table in self._tables else sqlite3.SQLITE_DENY
-        return sqlite3.SQLITE_DENY
-
-    @contextmanager
-    def _limited(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
-        if conn is None:
-            raise RuntimeError("a plugin's table handle is valid only inside its snapshot or transaction")
-        conn.set_authorizer(self._authorize)
-        try:
-            yield conn
-        finally:
-            conn.set_authorizer(None)
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._limited() as conn:
-            return conn.execute(sql, params).fetchall()
-
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
-        with self._limited() as conn:
-            return conn.executemany(sql, rows).rowcount
-
-    def close(self) -> None:
-        """The block that gave the handle is over."""
-        self._conn = None
 
 
 def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
@@ -140,9 +97,9 @@ class StoreReplica:
                 tx.tables.close()
 
     @contextmanager
-    def snapshot(self) -> Iterator[PluginTables]:
+    def snapshot(self) -> Iterator[TableHandle]:
         with self._store.snapshot() as conn:  # the connection stays here: only the limited handle leaves
-            tables = PluginTables(conn, self._tables, write=False)
+            tables = TableHandle(conn, self._tables, write=False)
             try:
                 yield tables
             finally:
@@ -256,10 +213,10 @@ class ReplicaTransaction:
 
     def __init__(self, conn: sqlite3.Connection, tables: frozenset[str] = frozenset()) -> None:
         self._conn = conn
-        self._tables = PluginTables(conn, tables, write=True)
+        self._tables = TableHandle(conn, tables, write=True)
 
     @property
-    def tables(self) -> PluginTables:
+    def tables(self) -> TableHandle:
         return self._tables
 
     def meta_get(self, key: str) -> str | None:

@@ -17,7 +17,7 @@ from .recall import RECALL
 from .secrets import SECRETS
 from .semantic import SEMANTIC
 
-__all__ = ["CORE_SETS", "LEGACY_CHAIN"]
+__all__ = ["AUDIT", "CORE_SETS", "LEGACY_CHAIN", "SEMANTIC"]
 
 # Run in this order: later sets build on the ``memories`` table.
 CORE_SETS: tuple[MigrationSet, ...] = (MEMORIES, RECALL, SEMANTIC, AUDIT, AUTOMATION, LINEAGE, SECRETS)
