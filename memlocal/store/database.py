@@ -220,16 +220,24 @@ class Database:
 
     @contextmanager
     def own_tables(self, owner: "MigrationSet", *, write: bool = False) -> Iterator["TableHandle"]:
-        """A handle on ``owner``'s tables (and reads of its ``reads``), in one transaction
-        (``write``: committed at the block's end) or one snapshot: the one way a library module
-        that owns tables (the audit trail, the semantic vectors) runs its statements on them
-        (docs/storage.md, "Migrations"). A statement on any other table is refused by SQLite."""
+        """A handle on ``owner``'s tables (and reads of its ``reads``): the one way a library
+        module that owns tables (the audit trail, the semantic vectors, an integration's
+        ``LocalTable``) runs its statements on them (docs/storage.md, "Migrations"). A statement
+        on any other table is refused by SQLite. With ``write``, inside one transaction
+        (committed at the block's end); without, reads only, on the connection :meth:`reading`
+        chooses, each statement its own read transaction as with :meth:`read` (inside a
+        :meth:`snapshot` of this thread, that snapshot's). Errors are translated as
+        :meth:`read`'s."""
         from .tables import TableHandle
 
-        with self.transaction() if write else self.snapshot() as conn:
+        with self.transaction() if write else self.reading() as conn:
             handle = TableHandle(conn, frozenset(owner.tables), write=write, reads=frozenset(owner.reads))
             try:
-                yield handle
+                if write:
+                    yield handle
+                else:
+                    with self.translated():
+                        yield handle
             finally:
                 handle.close()
 

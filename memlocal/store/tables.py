@@ -5,7 +5,7 @@ Every owner of tables beside the store's own data (the sync, the injection audit
 vectors, the integrations) declares them the same way: a
 :class:`~memlocal.plugins.MigrationSet` whose ``tables`` names them (and whose ``reads`` names the
 store tables its statements may also read). Its statements run through a :class:`TableHandle` on
-the connection of one snapshot or transaction, while that block lasts: an SQLite authorizer,
+the connection of one snapshot, transaction or read, while that block lasts: an SQLite authorizer,
 set for each statement's preparation only, refuses any other table (and, outside a write
 transaction, any write). The store's own statements in the same transaction are free. The sync
 receives its handle through the replication port (``Replica.snapshot``,
@@ -24,7 +24,7 @@ __all__ = ["TableHandle"]
 
 class TableHandle:
     """Statements on ``tables`` (reads and, with ``write``, writes) and reads of ``reads``, on the
-    connection of one snapshot or transaction until :meth:`close` (the
+    connection of one snapshot, transaction or read until :meth:`close` (the
     :class:`memlocal.plugins.PluginTables` a plugin is given)."""
 
     def __init__(self, conn: sqlite3.Connection, tables: frozenset[str], *, write: bool,
@@ -48,7 +48,7 @@ class TableHandle:
     def _limited(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn
         if conn is None:
-            raise RuntimeError("a table handle is valid only inside its snapshot or transaction")
+            raise RuntimeError("a table handle is valid only inside its snapshot or transaction (the block that gave it)")
         # Setting an authorizer expires the connection's prepared statements, so a statement
         # prepared earlier without it is prepared again under it: nothing slips past.
         conn.set_authorizer(self._authorize)
