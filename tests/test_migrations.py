@@ -250,3 +250,27 @@ def test_the_audit_and_the_semantic_index_use_only_their_handle() -> None:
         source = Path(str(module.__file__)).read_text()
         assert re.findall(r"store\.(?:read|transaction|snapshot|conn|iter_rows)\b", source) == [], module.__name__
         assert "own_tables(" in source
+
+
+def test_a_statement_checked_under_one_limit_serves_no_other(tmp_path: Path) -> None:
+    """The guard is set once per connection and the statement cache is keyed by the SQL text: on
+    one connection (the writer's, in one transaction), the same text prepared for the store, for
+    one owner and for another is checked for each, in any order."""
+    from memlocal.store.schemas import AUDIT, SEMANTIC
+
+    store = Store(tmp_path / "m.db")
+    vectors = "SELECT count(*) FROM memory_vectors"
+    try:
+        with store.transaction() as conn:
+            assert conn.execute(vectors).fetchall() == [(0,)]  # the store's own, free
+            with store.own_tables(SEMANTIC, write=True) as semantic:
+                assert semantic.execute(vectors) == [(0,)]
+            with store.own_tables(AUDIT, write=True) as audit:
+                with pytest.raises(sqlite3.DatabaseError, match="not authorized|prohibited"):
+                    audit.execute(vectors)
+            with store.own_tables(SEMANTIC, write=True) as semantic:
+                assert semantic.execute(vectors) == [(0,)]
+            assert conn.execute(vectors).fetchall() == [(0,)]
+            assert conn.execute("SELECT count(*) FROM meta").fetchall()[0][0] > 0  # the store stays free
+    finally:
+        store.close()

@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Sequence
 
 from ..errors import CorruptDatabaseError, DiskFullError, StoreError, fold_whitespace
+from .tables import Connection
 
 if TYPE_CHECKING:
     # Imported only to migrate (and by ``Database.db``): opening an up-to-date database, which a
@@ -164,13 +165,14 @@ class Database:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 str(self.path),
+                factory=Connection,  # can carry the guard of the owners' table handles
                 timeout=busy_timeout_s,
                 isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE
                 check_same_thread=False,
             )
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from None
-        self.conn = conn
+        self.conn: sqlite3.Connection = conn
         try:
             with self.translated(f"cannot use database {self.path}"):
                 self._configure()
@@ -269,7 +271,7 @@ class Database:
         """A new read-only (``query_only``) connection to this file, traced as the others are."""
         with self.translated(f"cannot open database {self.path}"):
             conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
-                                   check_same_thread=False)
+                                   check_same_thread=False, factory=Connection)
         try:
             with self.translated(f"cannot use database {self.path}"):
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
