@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Sequence
 
 from ..errors import CorruptDatabaseError, DiskFullError, StoreError, fold_whitespace
-from .tables import Connection
+from .tables import Connection, TableHandle
 
 if TYPE_CHECKING:
     # Imported only to migrate (and by ``Database.db``): opening an up-to-date database, which a
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from .migrations import MigrationSet
-    from .tables import TableHandle
 
 
 # SQLite's primary result codes that blame the file or the disk, not the statement.
@@ -221,7 +220,7 @@ class Database:
             run(self, (migrations,))
 
     @contextmanager
-    def own_tables(self, owner: "MigrationSet", *, write: bool = False) -> Iterator["TableHandle"]:
+    def own_tables(self, owner: "MigrationSet", *, write: bool = False) -> Iterator[TableHandle]:
         """A handle on ``owner``'s tables (and reads of its ``reads``): the one way a library
         module that owns tables (the audit trail, the semantic vectors, an integration's
         ``LocalTable``) runs its statements on them (docs/storage.md, "Migrations"). A statement
@@ -230,8 +229,6 @@ class Database:
         chooses, each statement its own read transaction as with :meth:`read` (inside a
         :meth:`snapshot` of this thread, that snapshot's). Errors are translated as
         :meth:`read`'s."""
-        from .tables import TableHandle
-
         with self.transaction() if write else self.reading() as conn:
             handle = TableHandle(conn, frozenset(owner.tables), write=write, reads=frozenset(owner.reads))
             try:

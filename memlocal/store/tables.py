@@ -11,17 +11,16 @@ statement is prepared. The store's own statements in the same transaction are fr
 authorizer (a :class:`_Guard`) is set once per connection and limits only while a handle's
 statement runs; a handle's statements begin with a comment naming their limit, so the
 connection's statement cache, keyed by the text, never hands a statement checked under one limit
-to the store or to another limit. The sync
-receives its handle through the replication port (``Replica.snapshot``,
-``ReplicaTransaction.tables``); a library owner through :meth:`Database.own_tables
-<memlocal.store.database.Database.own_tables>`.
+to the store or to another limit. The sync receives its handle through the replication port
+(``Replica.snapshot``, ``ReplicaTransaction.tables``); a library owner through
+:meth:`Database.own_tables <memlocal.store.database.Database.own_tables>`.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from contextlib import contextmanager
 import threading
+from contextlib import contextmanager
 from typing import Any, Final, Iterable, Iterator, Sequence
 
 __all__ = ["Connection", "TableHandle"]
