@@ -26,14 +26,17 @@ import hmac
 import logging
 import os
 import secrets
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, Sequence
+from typing import TYPE_CHECKING, Any, Final, Sequence
 
 from .model import format_time, validate_id, validate_profile
 from .store import Store, from_us, to_us
+from .store.schemas import AUDIT
+
+if TYPE_CHECKING:
+    from .store.tables import TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -124,34 +127,34 @@ class InjectionRecord:
 
 def record(store: Store, rec: InjectionRecord, *, max_rows: int, retention_days: float) -> int:
     """Store one record and apply the cap and the retention, in one transaction; its row id."""
-    with store.transaction() as c:
-        cur = c.execute("INSERT INTO injections (at_us, profile, query_hash, chars) VALUES (?, ?, ?, ?)",
-                        (to_us(rec.at), rec.profile, rec.query_hash, rec.chars))
-        row_id = int(cur.lastrowid or 0)
-        c.executemany(
+    with store.own_tables(AUDIT, write=True) as t:
+        t.execute("INSERT INTO injections (at_us, profile, query_hash, chars) VALUES (?, ?, ?, ?)",
+                  (to_us(rec.at), rec.profile, rec.query_hash, rec.chars))
+        row_id = int(t.execute("SELECT last_insert_rowid()")[0][0] or 0)
+        t.executemany(
             "INSERT OR IGNORE INTO injection_memories (injection_id, memory_id, tier, rank) VALUES (?, ?, ?, ?)",
             [(row_id, mid, tier, rank) for tier, ids in (("core", rec.core), ("relevant", rec.relevant))
              for rank, mid in enumerate(ids)],
         )
-        _prune(c, row_id, max_rows=max_rows, retention_days=retention_days, now=rec.at)
+        _prune(t, row_id, max_rows=max_rows, retention_days=retention_days, now=rec.at)
     return row_id
 
 
-def _prune(c: sqlite3.Connection, newest: int, *, max_rows: int, retention_days: float, now: datetime) -> None:
+def _prune(t: TableHandle, newest: int, *, max_rows: int, retention_days: float, now: datetime) -> None:
     # Ids only grow, and rows only go from the oldest end, so "id <= newest - max_rows" keeps
     # exactly the newest max_rows rows; both deletes use an index and usually remove 0 or 1 row.
     if max_rows > 0:
-        c.execute("DELETE FROM injections WHERE id <= ?", (newest - max_rows,))
+        t.execute("DELETE FROM injections WHERE id <= ?", (newest - max_rows,))
     if retention_days > 0:
-        c.execute("DELETE FROM injections WHERE at_us < ?", (to_us(now - timedelta(days=retention_days)),))
+        t.execute("DELETE FROM injections WHERE at_us < ?", (to_us(now - timedelta(days=retention_days)),))
 
 
-def _load(store: Store, rows: Sequence[tuple[Any, ...]]) -> list[Injection]:
+def _load(t: TableHandle, rows: Sequence[tuple[Any, ...]]) -> list[Injection]:
     if not rows:
         return []
     ids = [r[0] for r in rows]
     members: dict[Any, dict[str, list[str]]] = {i: {"core": [], "relevant": []} for i in ids}
-    for injection_id, memory_id, tier in store.read(
+    for injection_id, memory_id, tier in t.execute(
         f"SELECT injection_id, memory_id, tier FROM injection_memories WHERE injection_id IN"
         f" ({', '.join('?' for _ in ids)}) ORDER BY injection_id, tier, rank", ids
     ):
@@ -182,13 +185,27 @@ def injections(store: Store, profile: str, *, memory_id: str | None = None, limi
     if memory_id is not None:
         validate_id(memory_id)
     # A table dropped or altered by another tool is one StoreError.
-    with store.translated(f"the audit trail of {store.path} cannot be read"):
+    with store.translated(f"the audit trail of {store.path} cannot be read"), store.own_tables(AUDIT) as t:
         if memory_id is not None:
-            rows = store.read(
+            rows = t.execute(
                 "SELECT i.id, i.at_us, i.profile, i.query_hash, i.chars FROM injection_memories m"
                 " JOIN injections i ON i.id = m.injection_id WHERE m.memory_id = ? AND i.profile = ?"
                 " ORDER BY i.id DESC LIMIT ?", (memory_id, profile, limit))
         else:
-            rows = store.read("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
-                              " ORDER BY id DESC LIMIT ?", (profile, limit))
-        return _load(store, rows)
+            rows = t.execute("SELECT id, at_us, profile, query_hash, chars FROM injections WHERE profile = ?"
+                             " ORDER BY id DESC LIMIT ?", (profile, limit))
+        return _load(t, rows)
+
+
+def profiles(store: Store) -> list[tuple[Any, ...]]:
+    """Every row's id and profile name, as stored: all of the trail that is text
+    (``memlocal.rescan``)."""
+    with store.own_tables(AUDIT) as t:
+        return t.execute("SELECT id, profile FROM injections")
+
+
+def rename_profiles(store: Store, renamed: Sequence[tuple[str, int]]) -> None:
+    """Set the profile name of rows: ``(name, row id)`` pairs, in one transaction (a rescan's
+    redaction of a name)."""
+    with store.own_tables(AUDIT, write=True) as t:
+        t.executemany("UPDATE injections SET profile = ? WHERE id = ?", renamed)

@@ -434,7 +434,7 @@ class MemoryBank:
         from .store.local import LocalTable
 
         self.store.migrate(schema)
-        return LocalTable(self.store, name, shown=redacted_text if redacted else str)
+        return LocalTable(self.store, schema, name, shown=redacted_text if redacted else str)
 
     def export(self, profile: str | None = None) -> Iterator[Memory]:
         """Every memory of ``profile`` (or of every profile, by name), oldest first. Read-only."""

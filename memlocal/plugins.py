@@ -17,21 +17,23 @@ entry point group          what it registers                     called with, re
 =========================  ====================================  ==========================================
 
 A plugin receives the store only as a :class:`Replica`, the replication port (``MemoryBank.replica``):
-it reads the change log and applies what it learnt from the bucket in a :class:`ReplicaTransaction`,
-in which its own tables (a :class:`PluginSchema` of typed steps, created with :meth:`Replica.migrate`,
-read and written through the named methods of :class:`SyncTables`) commit together with the
-change: no SQL text, connection or cursor crosses. This module imports nothing that loads the
-store: everything a plugin needs to know of memlocal's data is declared here (the notes, the
-tables' rows and schema changes), next to :mod:`memlocal.model`. Import-linter contracts (pyproject.toml) hold the sync package to this
+it reads the change log and applies what it learnt from the bucket in a :class:`ReplicaTransaction`.
+Its own tables are a :class:`MigrationSet` (the one table mechanism of the library, the
+integrations and the plugins), created with :meth:`Replica.migrate`; the plugin writes their SQL
+itself and runs it through a :class:`PluginTables` handle limited to those tables, valid only
+inside ``Replica.snapshot()`` or a transaction (where it commits together with the change). No
+store row, store function, connection or cursor crosses. This module imports nothing that loads
+the store: everything a plugin needs to know of memlocal's data is declared here, next to
+:mod:`memlocal.model`. Import-linter contracts (pyproject.toml) hold the sync package to this
 module and a few public library modules, directly and indirectly (docs/architecture.md).
 
-To give the sync something new of the store: add the method to :class:`Replica` (a read) or
-:class:`ReplicaTransaction` (a change), implement it in :mod:`memlocal.store.replica`, and, if it
-returns more than a plain value, a frozen dataclass or NamedTuple here; a statement on the sync's
-own tables is a method of :class:`SyncTableReads` or :class:`SyncTables`, implemented in
-:mod:`memlocal.store.sync_tables`. docs/architecture.md lists every
-extension point, and tests/test_plugins.py checks the installed plugins against these
-declarations.
+The port holds only the store's own data (memories, notes, ``meta``, the change log), at most 35
+methods (tests/test_plugins.py counts them). To give the sync something new of the store: add the
+method to :class:`Replica` (a read) or :class:`ReplicaTransaction` (a change), implement it in
+:mod:`memlocal.store.replica`, and, if it returns more than a plain value, a frozen dataclass here;
+a table of the sync's own is a step of its migration set, its statements beside it in the sync
+package (``memlocal_sync.tables``). docs/architecture.md lists every extension point, and
+tests/test_plugins.py checks the installed plugins against these declarations.
 """
 
 from __future__ import annotations
@@ -39,16 +41,18 @@ from __future__ import annotations
 import functools
 import re
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import (TYPE_CHECKING, Any, Callable, Final, Literal, Mapping, NamedTuple, Protocol, Required, Sequence,
-                    TypedDict, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Final, Iterable, Literal, Mapping, Protocol, Required, Sequence,
+                    TypedDict)
 
 from .errors import ValidationError
 from .model import Memory, check_text, format_time, parse_time
 
 if TYPE_CHECKING:
+    import sqlite_utils
+
     from .config import Config
 
 __all__ = [
@@ -59,22 +63,16 @@ __all__ = [
     "NOTE_MAX_BYTES",
     "REPLICATORS",
     "AccessDelta",
-    "AddColumn",
     "AutomationNote",
-    "BreakerRow",
     "BreakerStatus",
-    "Column",
-    "ColumnType",
     "Daemon",
     "DaemonFactory",
-    "DeleteRecord",
-    "Index",
-    "JournalEntry",
+    "Kind",
     "NoteReplicator",
+    "MigrationSet",
     "NoteState",
     "PendingCounts",
-    "PluginSchema",
-    "PreparedRow",
+    "PluginTables",
     "RecordStatus",
     "Replica",
     "ReplicaTransaction",
@@ -82,14 +80,9 @@ __all__ = [
     "ReplicatorFactory",
     "ReplicatorStatus",
     "Retention",
-    "SchemaChange",
     "SignedRow",
     "SkippedObject",
-    "SkippedRow",
-    "SyncBase",
-    "SyncTableReads",
-    "SyncTables",
-    "Table",
+    "Step",
     "discover",
     "read_foreign_note",
     "validate_automation_id",
@@ -157,217 +150,73 @@ def read_foreign_note(data: object) -> AutomationNote:
 NoteState = tuple[str, int]
 
 
-# --- a plugin's own tables: their schema as data, their statements behind typed operations ------
+# --- tables: the one mechanism for every owner's tables ------------------------------------------
 
-ColumnType = Literal["TEXT", "INTEGER", "REAL", "BLOB"]
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    """One column of a plugin's table (``NOT NULL`` unless ``not_null`` is false; a primary key
-    is ``PRIMARY KEY``, with ``AUTOINCREMENT`` when asked)."""
-
-    name: str
-    type: ColumnType
-    not_null: bool = True
-    primary_key: bool = False
-    autoincrement: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    """``CREATE TABLE IF NOT EXISTS``: a new table of the plugin's."""
-
-    name: str
-    columns: tuple[Column, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Index:
-    """``CREATE INDEX IF NOT EXISTS`` on a plugin's table."""
-
-    name: str
-    table: str
-    columns: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AddColumn:
-    """``ALTER TABLE ... ADD COLUMN``: a new column of a plugin's table."""
-
-    table: str
-    column: Column
-
-
-SchemaChange = Union[Table, Index, AddColumn]
+# One step: receives a sqlite_utils view of the connection, inside the step's transaction.
+Step = Callable[["sqlite_utils.Database"], None]
 
 
 @dataclass(frozen=True)
-class PluginSchema:
-    """A plugin's own tables as numbered steps of typed schema changes (no SQL text), applied in
-    order by the store's one migration runner (``Replica.migrate``), each step stamped in
-    ``meta`` under ``stamp_key`` (default ``schema.<name>``). A new table or column is a new step."""
+class MigrationSet:
+    """One owner's numbered schema steps (the library's, an integration's, the sync's), applied in
+    order by the store's one runner (``memlocal.store.migrations.run``; for a plugin,
+    :meth:`Replica.migrate`), each step stamped in ``meta`` (docs/storage.md, "Migrations").
+
+    ``tables``: the tables the set creates; the owner's handle on its tables (a plugin's
+    :class:`PluginTables`, the library's ``Database.own_tables``) reaches these and no other.
+    ``reads``: tables of the store the owner's statements also read, never write (a library
+    owner's only, such as the semantic vectors' join with ``memories``; a plugin reads the
+    store through the port's methods)."""
 
     name: str
-    steps: Mapping[int, Sequence[SchemaChange]]
+    steps: Mapping[int, Step]
+    # The ``meta`` key of the set's version (default ``schema.<name>``).
     stamp_key: str = ""
+    # Step number -> its number in the old single chain (``PRAGMA user_version``), for the
+    # steps that existed before named sets.
+    legacy: Mapping[int, int] = field(default_factory=dict)
+    tables: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if sorted(self.steps) != list(range(1, len(self.steps) + 1)):
-            raise ValueError(f"schema {self.name}: steps must be numbered 1, 2, 3, ... without gaps")
+            raise ValueError(f"migration set {self.name}: steps must be numbered 1, 2, 3, ... without gaps")
+
+    @property
+    def key(self) -> str:
+        return self.stamp_key or f"schema.{self.name}"
 
     @property
     def version(self) -> int:
         return max(self.steps, default=0)
 
-
-class SyncBase(NamedTuple):
-    """What this host last synced of one object (``sync_base``; a note's, ``sync_note_base``,
-    has ``profile`` ``""`` and no ``row_sig``): the memory or automation id, the object's ETag
-    and the content hash; ``row_sig``, the local row's content signature (``Replica.signature``)
-    that ``content_hash`` is the hash of (``None``: unknown)."""
-
-    id: str
-    profile: str
-    etag: str
-    content_hash: str
-    row_sig: str | None = None
+    def current(self, stamps: Mapping[str, str], user_version: int) -> int:
+        """The set's version in a database with these ``meta`` stamps and ``user_version``."""
+        if self.key in stamps:
+            return int(stamps[self.key])
+        return max((step for step, old in self.legacy.items() if old <= user_version), default=0)
 
 
-class SkippedRow(NamedTuple):
-    """A bucket object the sync could not use (``sync_skipped``), until it changes or goes away."""
+class PluginTables(Protocol):
+    """A plugin's handle on its own tables (those its :class:`MigrationSet` names in ``tables``),
+    given by :meth:`Replica.snapshot` (reads) and :attr:`ReplicaTransaction.tables` (reads and
+    writes, committed with the transaction). Valid only inside that block; SQLite refuses a
+    statement on any other table (an authorizer), and a snapshot's handle refuses writes."""
 
-    key: str
-    etag: str
-    reason: str
-    seen_us: int
-
-
-class JournalEntry(NamedTuple):
-    """A write of this host not yet published in the change record (``sync_journal``)."""
-
-    n: int
-    key: str
-    etag: str
-    op: str
-    size: int
-
-
-class DeleteRecord(NamedTuple):
-    """A delete record read from the bucket (``sync_delete_record``)."""
-
-    key: str
-    id: str
-    seq: int
-    seen_us: int
-
-
-class BreakerRow(NamedTuple):
-    """The host's write-through circuit breaker of one bucket (``sync_breaker``); times are
-    wall-clock microseconds."""
-
-    failures: int
-    open_until_us: int
-    probe_until_us: int
-    reason: str
-    opened_us: int
-    failed_us: int
-
-
-class SyncTableReads(Protocol):
-    """The reads of the sync's own tables (``Replica.sync_tables``; inside a transaction,
-    ``ReplicaTransaction.sync_tables``)."""
-
-    def bases(self, profiles: Sequence[str] | None = None, ids: Sequence[str] | None = None) -> list[SyncBase]:
-        """The memories' bases (of ``profiles``; among ``ids``)."""
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows."""
         ...
 
-    def base_ids(self) -> set[str]: ...
-
-    def has_base(self) -> bool:
-        """Whether any memory has a base."""
-        ...
-
-    def note_bases(self, automation_id: str | None = None) -> list[SyncBase]:
-        """The automation notes' bases (of one note)."""
-        ...
-
-    def skipped(self, prefix: str = "") -> list[SkippedRow]:
-        """The objects skipped under ``prefix``, by key."""
-        ...
-
-    def journal(self, limit: int) -> list[JournalEntry]:
-        """The oldest ``limit`` writes not yet published."""
-        ...
-
-    def delete_records(self) -> list[DeleteRecord]: ...
-
-    def breaker(self, bucket: str) -> BreakerRow | None: ...
-
-
-class SyncTables(SyncTableReads, Protocol):
-    """The reads and writes of the sync's own tables inside one ``ReplicaTransaction``: they
-    commit with the store-side changes of the same transaction."""
-
-    def put_bases(self, bases: Sequence[SyncBase], synced_us: int) -> None: ...
-
-    def set_row_sigs(self, sigs: Sequence[tuple[str, str, str]]) -> None:
-        """``(id, content_hash, row_sig)``: record ``row_sig`` in the base of ``id`` if its content
-        hash is still ``content_hash``."""
-        ...
-
-    def drop_bases(self, ids: Sequence[str]) -> None: ...
-
-    def drop_profile_bases(self, profiles: Sequence[str] | None = None) -> int:
-        """Drop the bases of ``profiles`` (``None``: every memory's); returns how many."""
-        ...
-
-    def put_note_base(self, base: SyncBase, synced_us: int) -> None: ...
-
-    def drop_note_bases(self, ids: Sequence[str] | None = None) -> None:
-        """Drop the bases of the notes ``ids`` (``None``: every note's)."""
-        ...
-
-    def skip(self, row: SkippedRow) -> None: ...
-
-    def unskip(self, keys: Sequence[str]) -> None: ...
-
-    def journal_add(self, key: str, etag: str, op: str, size: int) -> None: ...
-
-    def journal_done(self, upto: int) -> None:
-        """Drop the journal's entries up to ``n`` = ``upto`` (published)."""
-        ...
-
-    def put_delete_records(self, records: Sequence[DeleteRecord]) -> None: ...
-
-    def drop_delete_records(self, keys: Sequence[str]) -> None: ...
-
-    def drop_delete_records_before(self, seen_before_us: int) -> None: ...
-
-    def clear(self) -> None:
-        """Forget everything synced with the bucket: bases, skipped objects, delete records and
-        the journal (not the breaker)."""
-        ...
-
-    def breaker_failed(self, bucket: str, failures: int, open_until_us: int, reason: str, now_us: int) -> None:
-        """Open the breaker until ``open_until_us`` after its ``failures``-th consecutive failure
-        (the first failure's time is kept as ``opened_us``; any probe is over)."""
-        ...
-
-    def breaker_probe(self, bucket: str, until_us: int) -> None:
-        """This process holds the half-open probe until ``until_us``."""
-        ...
-
-    def breaker_close(self, bucket: str) -> bool:
-        """Close the breaker; whether it was open."""
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        """Run one statement for each of ``rows``; how many rows they changed."""
         ...
 
 
 # --- the replication port: the store as a plugin sees it ---------------------------------------
 
-# A memory as the store writes it (``Replica.prepare``): opaque to the replicator, which may
-# compute it off the write lock and hand it back to ``apply_remote`` / ``insert_remote_absent``.
-PreparedRow = tuple[Any, ...]
+# What a kind-generic method of the port acts on: memories or automation notes, which share it
+# where the two pair (their change logs).
+Kind = Literal["memory", "note"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,8 +244,8 @@ class ReplicaTransaction(Protocol):
     push makes, and the replicator's writes to its own tables, commit together or not at all."""
 
     @property
-    def sync_tables(self) -> SyncTables:
-        """The replicator's own tables, read and written inside this transaction."""
+    def tables(self) -> PluginTables:
+        """The plugin's own tables, read and written inside this transaction."""
         ...
 
     def meta_get(self, key: str) -> str | None:
@@ -408,17 +257,21 @@ class ReplicaTransaction(Protocol):
     def meta_delete(self, key: str) -> None: ...
 
     def apply_remote(self, memory: Memory, *, content: Literal["remote", "local"] = "remote", sent_delta: int = 0,
-                     set_staleness: bool = True, row: PreparedRow | None = None) -> bool:
+                     set_staleness: bool = True) -> bool:
         """Fold a memory the bucket holds into the local row (see ``StoreReplica``)."""
         ...
 
-    def insert_remote_absent(self, items: Sequence[tuple[Memory, PreparedRow | None]]) -> set[str]:
+    def insert_remote_absent(self, memories: Sequence[Memory]) -> set[str]:
         """``apply_remote`` of the items whose id is absent here, in a few statements."""
         ...
 
     def delete_from_remote(self, memory_id: str, profile: str) -> None: ...
 
-    def clear_outbox(self, memory_id: str, op: str | None = None, *, only_if_absent: bool = False) -> None: ...
+    def clear_outbox(self, item_id: str, op: str | None = None, *, only_if_absent: bool = False,
+                     kind: Kind = "memory") -> None:
+        """Drop the outbox entry of the memory or note ``item_id`` (of ``op`` only, if given; only
+        when the item is gone, with ``only_if_absent``): the bucket has the change."""
+        ...
 
     def reid(self, old_id: str, new_id: str) -> bool: ...
 
@@ -431,8 +284,6 @@ class ReplicaTransaction(Protocol):
 
     def delete_note_from_remote(self, automation_id: str, expected: NoteState) -> bool: ...
 
-    def clear_note_outbox(self, automation_id: str) -> None: ...
-
 
 class Replica(Protocol):
     """The local database as a replicator sees it."""
@@ -442,20 +293,16 @@ class Replica(Protocol):
         """The database file (the replicator's lock and status name it)."""
         ...
 
-    def migrate(self, schema: PluginSchema) -> None:
-        """Create or migrate the replicator's own tables (cheap when current)."""
+    def migrate(self, tables: MigrationSet) -> None:
+        """Create or migrate the replicator's own tables (cheap when current); the handles of
+        ``snapshot`` and ``ReplicaTransaction.tables`` then reach ``tables.tables``."""
         ...
 
     def transaction(self) -> AbstractContextManager[ReplicaTransaction]: ...
 
-    def snapshot(self) -> AbstractContextManager[None]:
-        """One read transaction: every read inside sees the same committed state (no connection
-        is handed out: the reads are this port's methods)."""
-        ...
-
-    @property
-    def sync_tables(self) -> SyncTableReads:
-        """Reads of the replicator's own tables (inside ``snapshot()``: of that one moment)."""
+    def snapshot(self) -> AbstractContextManager[PluginTables]:
+        """One read transaction: every read inside sees the same committed state, this port's
+        methods and the plugin's own tables through the handle it yields (reads only)."""
         ...
 
     def meta_get(self, key: str) -> str | None: ...
@@ -470,8 +317,10 @@ class Replica(Protocol):
 
     # --- the change log and the memories ---------------------------------------------------------
 
-    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:
-        """The change log: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``."""
+    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None, *,
+               kind: Kind = "memory") -> dict[str, tuple[str, str]]:
+        """The change log of ``kind``: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``
+        (of ``op`` only, if given; a note's profile is ``""``, and ``profiles`` scopes memories only)."""
         ...
 
     def access_deltas(self, profiles: Sequence[str] | None = None) -> list[AccessDelta]: ...
@@ -499,19 +348,8 @@ class Replica(Protocol):
 
     def profiles(self) -> dict[str, int]: ...
 
-    def prepare(self, memory: Memory) -> PreparedRow:
-        """The row the store would write for ``memory`` (CPU only: call it off the write lock)."""
-        ...
-
     def signature(self, memory: Memory) -> str:
         """``memory``'s content signature, equal to its ``SignedRow.signature`` once stored."""
-        ...
-
-    def row_function(self) -> Callable[[Memory], tuple[PreparedRow, str]] | None:
-        """``(prepare(memory), signature(memory))`` as one module-level function that another
-        process may import and run (pure, CPU only: no connection, no state of this replica),
-        or ``None``. A replicator may pickle it (by reference) to a helper process that
-        prepares many memories beside the pass (a fresh host's snapshot)."""
         ...
 
     # --- automation notes ------------------------------------------------------------------------
@@ -519,8 +357,6 @@ class Replica(Protocol):
     def note_get(self, automation_id: str) -> NoteState | None: ...
 
     def notes(self) -> list[tuple[str, str, int]]: ...
-
-    def note_outbox(self) -> dict[str, str]: ...
 
 
 # --- what a replicator reports (``Replicator.status``) -------------------------------------------

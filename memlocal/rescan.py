@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from . import audit
 from .model import Memory, cut_preview, utcnow
 from .plugins import AutomationNote, Replicator
 from .redact import merge_kinds, redact, redact_json
@@ -167,7 +168,7 @@ def _rescan_notes(store: Store, replicator: Replicator | None, report: RescanRep
 def _rescan_audit(store: Store, report: RescanReport) -> None:
     """The audit trail keeps ids, sizes and a keyed hash, never a text: only its profile names
     could hold one (written by an older memlocal, before names holding credentials were refused)."""
-    rows = store.read("SELECT id, profile FROM injections")
+    rows = audit.profiles(store)
     report.scanned["audit"] = len(rows)
     changed = []
     for row_id, profile in rows:
@@ -176,5 +177,4 @@ def _rescan_audit(store: Store, report: RescanReport) -> None:
             report.changed.append(Rescanned("audit", str(row_id), None, found.kinds))
             changed.append((found.text, row_id))
     if changed and not report.dry_run:
-        with store.transaction() as c:
-            c.executemany("UPDATE injections SET profile = ? WHERE id = ?", changed)
+        audit.rename_profiles(store, changed)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Iterable, Protocol, Sequence
 
 from .errors import ConfigError
+from .store.schemas import SEMANTIC
 from .text import without_dates
 
 # How similarity enters the topic (docs/relevance.md): topic + BONUS·max(0, cos − FLOOR). The
@@ -227,38 +228,40 @@ class SemanticIndex:
 
     def store_vector(self, memory_id: str, vector: bytes) -> None:
         """Store one memory's vector (from :meth:`vectors_for`), right after its save."""
-        with self.store.transaction() as c:
-            c.execute("INSERT INTO memory_vectors (id, model, vector) SELECT ?, ?, ?"
+        with self.store.own_tables(SEMANTIC, write=True) as t:
+            t.execute("INSERT INTO memory_vectors (id, model, vector) SELECT ?, ?, ?"
                       " WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?)"
                       " ON CONFLICT(id) DO UPDATE SET model = excluded.model, vector = excluded.vector",
                       (memory_id, self.embedder.name, vector, memory_id))
 
     def backfill(self, profile: str, batch: int = 512) -> int:
         """Embed the active memories of ``profile`` that have no vector of this model yet."""
-        missing = self.store.read(
-            "SELECT m.id, m.processed_content FROM memories m LEFT JOIN memory_vectors v ON v.id = m.id"
-            " AND v.model = ? WHERE m.profile = ? AND m.is_active = 1 AND v.id IS NULL",
-            (self.embedder.name, profile))
+        with self.store.own_tables(SEMANTIC) as t:
+            missing: list[tuple[str, str]] = t.execute(
+                "SELECT m.id, m.processed_content FROM memories m LEFT JOIN memory_vectors v ON v.id = m.id"
+                " AND v.model = ? WHERE m.profile = ? AND m.is_active = 1 AND v.id IS NULL",
+                (self.embedder.name, profile))
         return self._write(missing, batch)
 
     def embed_ids(self, ids: Iterable[str], batch: int = 512) -> int:
         """Embed the memories among ``ids`` that have no vector of this model yet (an import's)."""
         wanted = list(dict.fromkeys(ids))
         missing: list[tuple[str, str]] = []
-        for i in range(0, len(wanted), 500):  # one IN (...) stays under SQLite's variable limit
-            chunk = wanted[i:i + 500]
-            missing += self.store.read(
-                "SELECT m.id, m.processed_content FROM memories m LEFT JOIN memory_vectors v ON v.id = m.id"
-                f" AND v.model = ? WHERE m.id IN ({', '.join('?' for _ in chunk)}) AND v.id IS NULL",
-                (self.embedder.name, *chunk))
+        with self.store.own_tables(SEMANTIC) as t:
+            for i in range(0, len(wanted), 500):  # one IN (...) stays under SQLite's variable limit
+                chunk = wanted[i:i + 500]
+                missing += t.execute(
+                    "SELECT m.id, m.processed_content FROM memories m LEFT JOIN memory_vectors v ON v.id = m.id"
+                    f" AND v.model = ? WHERE m.id IN ({', '.join('?' for _ in chunk)}) AND v.id IS NULL",
+                    (self.embedder.name, *chunk))
         return self._write(missing, batch)
 
     def _write(self, missing: Sequence[tuple[str, str]], batch: int) -> int:
         for i in range(0, len(missing), batch):
             chunk = missing[i:i + batch]
             vectors = self.vectors_for([text for _, text in chunk])
-            with self.store.transaction() as c:
-                c.executemany("INSERT INTO memory_vectors (id, model, vector) VALUES (?, ?, ?)"
+            with self.store.own_tables(SEMANTIC, write=True) as t:
+                t.executemany("INSERT INTO memory_vectors (id, model, vector) VALUES (?, ?, ?)"
                               " ON CONFLICT(id) DO UPDATE SET model = excluded.model, vector = excluded.vector",
                               [(mid, self.embedder.name, v) for (mid, _), v in zip(chunk, vectors)])
         return len(missing)
@@ -269,15 +272,17 @@ class SemanticIndex:
         reloaded when the profile changed."""
         import numpy as np
 
-        row = self.store.read("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,))
+        with self.store.own_tables(SEMANTIC) as t:
+            row = t.execute("SELECT rev, resets FROM profile_revs WHERE profile = ?", (profile,))
         rev, resets = row[0] if row else (0, 0)
         cached = self._cache.get(profile)
         if cached is not None and cached[:2] == (rev, resets):
             return cached[2], cached[3], cached[4], cached[5]
         self.backfill(profile)
-        rows = self.store.read(
-            "SELECT m.id, v.vector, m.created_us FROM memories m JOIN memory_vectors v ON v.id = m.id AND v.model = ?"
-            " WHERE m.profile = ? AND m.is_active = 1 ORDER BY m.id", (self.embedder.name, profile))
+        with self.store.own_tables(SEMANTIC) as t:
+            rows = t.execute(
+                "SELECT m.id, v.vector, m.created_us FROM memories m JOIN memory_vectors v ON v.id = m.id"
+                " AND v.model = ? WHERE m.profile = ? AND m.is_active = 1 ORDER BY m.id", (self.embedder.name, profile))
         ids = [r[0] for r in rows]
         matrix = (np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), self.embedder.dim)
                   if rows else np.zeros((0, self.embedder.dim), dtype=np.float32))

@@ -21,7 +21,10 @@ from typing import Callable, Literal
 
 from memlocal.errors import MemoryBankError
 from memlocal.model import format_time, from_us
-from memlocal.plugins import BreakerRow, BreakerStatus, Replica, SyncTableReads
+from memlocal.plugins import BreakerStatus, PluginTables, Replica
+
+from . import tables
+from .tables import BreakerRow
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,11 @@ class HostBreaker:
     def _now_us(self) -> int:
         return int(self._clock() * _US)
 
-    def _row(self, tables: SyncTableReads | None = None) -> BreakerRow | None:
-        return (tables or self.store.sync_tables).breaker(self.bucket)
+    def _row(self, t: PluginTables | None = None) -> BreakerRow | None:
+        if t is not None:
+            return tables.breaker(t, self.bucket)
+        with self.store.snapshot() as t:
+            return tables.breaker(t, self.bucket)
 
     @staticmethod
     def _window_over(row: BreakerRow, now_us: int) -> bool:
@@ -78,12 +84,12 @@ class HostBreaker:
             if not self._window_over(row, now) or row.probe_until_us > now:
                 return False
             with self.store.transaction() as c:
-                row = self._row(c.sync_tables)
+                row = self._row(c.tables)
                 if row is None:
                     return True  # closed meanwhile
                 if not self._window_over(row, now) or row.probe_until_us > now:
                     return False  # another process took the probe
-                c.sync_tables.breaker_probe(self.bucket, now + int(self.probe_lease_s * _US))
+                tables.breaker_probe(c.tables, self.bucket, now + int(self.probe_lease_s * _US))
             return True
         except MemoryBankError as exc:
             log.debug("circuit breaker state unreadable: %s", exc)
@@ -96,7 +102,7 @@ class HostBreaker:
             if self._row() is None:
                 return
             with self.store.transaction() as c:
-                closed = c.sync_tables.breaker_close(self.bucket)
+                closed = tables.breaker_close(c.tables, self.bucket)
         except MemoryBankError as exc:
             log.debug("circuit breaker not closed in the index: %s", exc)
             return
@@ -110,10 +116,10 @@ class HostBreaker:
         with self._lock:
             try:
                 with self.store.transaction() as c:
-                    row = self._row(c.sync_tables)
+                    row = self._row(c.tables)
                     failures: int = (row.failures if row else 0) + 1
                     window: float = self.base_s * min(2 ** (failures - 1), MAX_FACTOR)
-                    c.sync_tables.breaker_failed(self.bucket, failures, now + int(window * _US), reason[:500], now)
+                    tables.breaker_failed(c.tables, self.bucket, failures, now + int(window * _US), reason[:500], now)
             except MemoryBankError as exc:
                 window = self.base_s
                 self._local_until = self._clock() + window

@@ -562,7 +562,7 @@ class RecordReader:
                     deleted.add(c.key)
                 else:
                     named.setdefault(c.key, set()).add(c.etag)
-        note_work = any(k.startswith(NOTE_PREFIX) for k in latest) or bool(self.store.note_outbox())
+        note_work = any(k.startswith(NOTE_PREFIX) for k in latest) or bool(self.store.outbox(kind="note"))
         ids = {parsed[1] for k in latest if (parsed := parse_key(k)) is not None} | self.state.local_work_ids()
         if not ids and not note_work:
             return None

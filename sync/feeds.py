@@ -132,18 +132,17 @@ class SnapshotFeeds:
                         # runs from the bucket's last answer, which came before that wait.
                         return prepared.stream_in_helper(data, profile, self.max_object_bytes, feed.put, stopped,
                                                          timeout_s=self.deadline_s / 2, chunk=prepared.CHUNK,
-                                                         rows=self.store.row_function(),
                                                          max_bytes=self.snapshot_max_bytes)
                     except BadObject:
                         raise
                     except Exception as exc:  # the helper is only a second core: read here (again)
                         log.info("snapshot %s read here (the helper process failed: %s)", key, exc)
-                # Decoded and hashed here; the rows are made by the pass as it takes the entries.
+                # Decoded and hashed here; the store makes the rows as the pass inserts the entries.
                 entries = list(snapshot.entries(data, profile, self.snapshot_max_bytes,
                                                 snapshot.entry_cap(self.max_object_bytes)))
                 for i in range(0, len(entries), prepared.CHUNK):
                     ready = prepared.prepare_entries(dict(entries[i:i + prepared.CHUNK]), profile,
-                                                     self.max_object_bytes, None, None, stopped)
+                                                     self.max_object_bytes, stopped)
                     if ready is None:
                         return False
                     feed.put(ready)
@@ -250,10 +249,7 @@ class SnapshotFeeds:
                 effects.append(SkipObject(obj_key, action.etag, pre.reason))
                 continue
             if pre is not None and pre.memory is not None:
-                row, sig = pre.row, pre.signature
-                if row is None:  # the store's row, made on this thread (the port's; no helper has it)
-                    row, sig = prepared.row_of(pre.memory, self.store.prepare, self.store.signature)
-                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote", row=row, signature=sig))
+                effects.append(Synced(pre.memory, action.etag, pre.hash, 0, "remote"))
             else:
                 try:
                     remote = decode(body, action.profile, action.id)

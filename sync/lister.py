@@ -156,8 +156,7 @@ class EarlyTake:
         for profile, feed in self._feeds.items():
             if not feed.finished:
                 # Its chunks wait in the feed until it has them all: while the snapshot is being
-                # read, the second core is its helper's, and a helper whose chunks are not taken
-                # makes their rows too (``prepared.ROWS_LAG``). Where the listing is the shorter
+                # read, the second core is its helper's. Where the listing is the shorter
                 # (a fast server) nothing is taken here at all, as before this class.
                 continue
             waiting, confirmed = self.waiting[profile], self._confirmed[profile]

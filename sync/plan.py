@@ -35,9 +35,9 @@ from typing import Callable, Collection, Iterable, Literal, Mapping
 
 from memlocal.errors import ValidationError
 from memlocal.model import parse_time
-from memlocal.plugins import SyncBase
 
 from .objects import Listed, parse_key, parse_note_key
+from .tables import SyncBase
 
 
 class Op(str, Enum):
@@ -63,8 +63,8 @@ class Local:
     inactive: bool = False  # isActive false (superseded): wins a conflict, as a deletion does
 
 
-# What this host last synced for one id (a memory's or a note's): the port's row as it is
-# (``memlocal.plugins.SyncBase``: id, profile, etag, content_hash, row_sig), read for every pass.
+# What this host last synced for one id (a memory's or a note's): the sync table's row as it is
+# (``memlocal_sync.tables.SyncBase``: id, profile, etag, content_hash, row_sig), read for every pass.
 Base = SyncBase
 
 

@@ -7,14 +7,10 @@ all of it under this process's GIL, while the same process lists the bucket and 
 the rows. A snapshot of at least ``HELPER_MIN_BYTES`` (about 2,500 memories) is therefore read by
 a helper process (``python -m memlocal_sync.prepared``) on another core while this one lists the
 bucket: it decodes, hashes and takes each body's MD5, and sends its entries back in chunks of
-``CHUNK`` as it goes; the pass inserts the chunks as they come (a :class:`Feed`), adding the
-store's rows and signatures through the port (``Replica.prepare``, ``Replica.signature``) where
-they are missing, while the helper works on the next ones: the helper, the rows and the inserts
-overlap instead of following each other. When the pass falls behind (``ROWS_LAG``), the helper
-makes a chunk's rows itself, with the module-level function the port hands over for that
-(``Replica.row_function``, pickled by reference: the helper imports that function's module;
-nothing in the sync names the store). The helper runs only this package's code and that function
-on the snapshot's bytes, and its answer is a pickle from a process this one started with its own
+``CHUNK`` as it goes; the pass inserts the chunks as they come (a :class:`Feed`; the store makes
+each memory's row as it inserts it), while the helper works on the next ones: the helper and the
+inserts overlap instead of following each other. The helper runs only this package's code on the
+snapshot's bytes, and its answer is a pickle from a process this one started with its own
 interpreter (never anything read from the bucket). Any failure (one core, the interpreter cannot
 be started, a timeout, the helper's error) falls back to doing it here; a body that is not a
 snapshot is ``BadObject`` either way.
@@ -49,47 +45,29 @@ HELPER_MIN_BYTES: Final = 256 << 10
 # The helper's bound without progress (no chunk for this long); past it, it is killed and the
 # snapshot read here. A pass gives its own deadline (``sync.deadline_s``), as for the bucket.
 HELPER_TIMEOUT_S: Final = 300.0
-# The helper makes the store's rows of a chunk (with the replica's row function) when the pass
-# has at least this many of its chunks not yet taken: it is behind, so the helper takes on more of
-# the work; else the pass makes them. The two processes then finish about together, whatever
-# share of a machine each gets (at 10,000 memories, load 6-9, the helper took 0.52 s of CPU
-# without rows and 0.95 s with all of them; the pass's main thread 0.85-0.90 s and 0.55 s).
-ROWS_LAG: Final = 2
 # Entries per chunk the helper sends (and the in-process path prepares) at a time: small enough
 # that the pass's rows and inserts start soon after the helper does, large enough that a chunk's
 # pickling and its insert statements cost little each.
 CHUNK: Final = 256
 
 
-# The replica's ``prepare`` and ``signature`` as one function a helper process may run
-# (``Replica.row_function``): pickled by reference, so the helper imports its module.
-RowFunction = Callable[[Memory], tuple[tuple[Any, ...], str]]
-
-
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One snapshot entry made ready: its ETag and body, the memory (``None`` with the reason when
-    the body is unusable), its content hash, its store row and content signature
-    (``Replica.prepare``, ``Replica.signature``; ``None`` if that failed, left to the usual path),
-    and the MD5 of its body (hex: what the listing's ETag of that body is, ``snapshot.etag_md5``)."""
+    the body is unusable), its content hash, and the MD5 of its body (hex: what the listing's ETag
+    of that body is, ``snapshot.etag_md5``)."""
 
     etag: str
     body: bytes
     memory: Memory | None
     reason: str
     hash: str
-    row: tuple[Any, ...] | None
-    signature: str | None = None
     md5: str = ""
 
 
 def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_object_bytes: int,
-                    prepare: Callable[[Memory], tuple[Any, ...]] | None, signature: Callable[[Memory], str] | None,
-                    cancelled: Callable[[], bool] = lambda: False,
-                    rows: RowFunction | None = None) -> dict[str, Prepared] | None:
-    """Every entry of ``snapshot.read`` decoded, hashed and given its row and signature
-    (``prepare``, ``signature``: the replica's, or ``rows``: both at once); ``None``
-    when ``cancelled`` says so. Entries that are not memory keys or over ``max_object_bytes`` are
+                    cancelled: Callable[[], bool] = lambda: False) -> dict[str, Prepared] | None:
+    """Every entry of ``snapshot.read`` decoded and hashed; ``None`` when ``cancelled`` says so. Entries that are not memory keys or over ``max_object_bytes`` are
     left out (the engine fetches those objects, if the listing shows them)."""
     ready: dict[str, Prepared] = {}
     if cancelled():
@@ -104,36 +82,10 @@ def prepare_entries(entries: dict[str, tuple[str, bytes]], profile: str, max_obj
         try:
             memory = decode(body, profile, parsed[1])
         except BadObject as exc:
-            ready[obj_key] = Prepared(etag, body, None, exc.reason, "", None, None, md5)
+            ready[obj_key] = Prepared(etag, body, None, exc.reason, "", md5)
             continue
-        ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), None, None, md5)
-    if rows is None and (prepare is None or signature is None):
-        return ready
-    # The rows in a second loop: interleaved with the decoding, memory by memory, the same rows
-    # cost ~1.5x the CPU (the two code paths evict each other from the processor's caches).
-    for obj_key, p in ready.items():
-        if p.memory is not None:
-            row, sig = row_of(p.memory, prepare, signature, rows)
-            if row is not None:
-                ready[obj_key] = Prepared(p.etag, p.body, p.memory, "", p.hash, row, sig, p.md5)
+        ready[obj_key] = Prepared(etag, body, memory, "", content_hash(memory), md5)
     return ready
-
-
-def row_of(memory: Memory, prepare: Callable[[Memory], tuple[Any, ...]] | None,
-           signature: Callable[[Memory], str] | None,
-           rows: RowFunction | None = None) -> tuple[tuple[Any, ...] | None, str | None]:
-    """The store's row and content signature of ``memory``, by ``rows`` or else by ``prepare`` and
-    ``signature`` (``None`` for both when there is no function or it fails: the usual path then
-    reports it)."""
-    try:
-        if rows is not None:
-            row, sig = rows(memory)
-            return tuple(row), sig
-        if prepare is None or signature is None:
-            return None, None
-        return tuple(prepare(memory)), signature(memory)
-    except Exception:  # containment: the usual path reports it
-        return None, None
 
 
 class Feed:
@@ -147,7 +99,7 @@ class Feed:
     _END: Final = None
 
     def __init__(self) -> None:
-        self._chunks: SimpleQueue[tuple[dict[str, Prepared] | bytes, Callable[[], None] | None] | None] = SimpleQueue()
+        self._chunks: SimpleQueue[dict[str, Prepared] | bytes | None] = SimpleQueue()
         self.read = False
         self.finished = False  # every chunk is put (the end too)
         self._ended = False  # the reader has taken the end
@@ -155,10 +107,10 @@ class Feed:
         # things too wakes up to take the chunks (``lister.EarlyTake``).
         self.notify: Callable[[], None] | None = None
 
-    def put(self, chunk: dict[str, Prepared] | bytes, taken: Callable[[], None] | None = None) -> None:
-        """Add a chunk; ``taken`` is called when the reader takes it (the helper's pacing)."""
+    def put(self, chunk: dict[str, Prepared] | bytes) -> None:
+        """Add a chunk."""
         if chunk:
-            self._chunks.put((chunk, taken))
+            self._chunks.put(chunk)
 
     def finish(self, read: bool) -> None:
         """No more chunks (call exactly once, whatever happened: a reader waits for it)."""
@@ -186,10 +138,7 @@ class Feed:
             if item is self._END:
                 self._ended = True
                 return
-            chunk, taken = item
-            if taken is not None:
-                taken()
-            yield entries_of(chunk) if isinstance(chunk, bytes) else chunk
+            yield entries_of(item) if isinstance(item, bytes) else item
 
 
 def entries_of(frame: bytes) -> dict[str, Prepared]:
@@ -230,30 +179,20 @@ def helper_available() -> bool:
 
 
 def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
-                     on_chunk: Callable[[bytes, Callable[[], None]], None], cancelled: Callable[[], bool],
+                     on_chunk: Callable[[bytes], None], cancelled: Callable[[], bool],
                      timeout_s: float = HELPER_TIMEOUT_S, chunk: int | None = None,
-                     rows: RowFunction | None = None, lag: int = ROWS_LAG,
                      max_bytes: int = snapshot.MAX_SNAPSHOT_BYTES) -> bool:
     """``snapshot.read`` + :func:`prepare_entries` of the snapshot ``data`` in a helper process
     (decoded and hashed), each chunk of ``chunk`` (default ``CHUNK``) entries handed to
-    ``on_chunk`` (on this thread, still pickled: :func:`entries_of` reads it) with a function
-    to call when the chunk is taken to be used, as soon as the helper has sent it, while the
-    helper prepares the next. With ``rows`` (the replica's ``row_function``) the helper also
-    makes the store's rows and signatures of a chunk, from its second on (importing that
-    function's module would hold up the first), whenever ``lag`` or more of the chunks it sent
-    are not taken yet (``ROWS_LAG``); entries without them get them from the caller. ``True`` once every
+    ``on_chunk`` (on this thread, still pickled: :func:`entries_of` reads it) as soon as the
+    helper has sent it, while the helper prepares the next. ``True`` once every
     entry was handed over; ``False`` when ``cancelled`` (some chunks may have been handed over);
     ``BadObject`` when ``data`` is not a snapshot of ``profile`` (before any chunk); any other
     exception when the helper failed (the chunks handed over are good: the caller prepares the
     rest)."""
     if cancelled():
         return False
-    # The row function goes pickled on its own: the helper loads it (and its module) only once
-    # its first chunk is on its way. Made before the helper starts: a function that cannot be
-    # pickled (not module-level) must not leave a helper waiting for a request.
-    request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK,
-                            pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL) if rows is not None else None, lag,
-                            max_bytes, max_clock_skew()),
+    request = pickle.dumps((data, profile, max_object_bytes, chunk or CHUNK, max_bytes, max_clock_skew()),
                            protocol=pickle.HIGHEST_PROTOCOL)
     env = dict(os.environ)
     # The helper imports what this process imports, from where this process found it.
@@ -270,7 +209,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     finished = threading.Event()
     stopped: list[str] = []
     errors: list[BaseException] = []
-    # The request (its length first), then a byte for each chunk taken: the helper's pacing.
+    # The request, its length first.
     writing = threading.Lock()
 
     def send(stdin: IO[bytes]) -> None:  # its own thread: the helper answers while it reads
@@ -280,15 +219,6 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
                 stdin.flush()
         except BaseException as exc:  # a helper that died early: its answer says why
             errors.append(exc)
-
-    def taken() -> None:
-        try:
-            with writing:
-                stdin = proc.stdin
-                if stdin is not None and not stdin.closed:
-                    os.write(stdin.fileno(), b".")  # (the request, written before, is flushed)
-        except (OSError, ValueError):  # the helper is gone: nothing to pace
-            pass
 
     progress = [time.monotonic()]  # when the helper last sent a frame
 
@@ -329,7 +259,7 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
                 break  # the helper's output ended without its last frame: it failed (or was killed)
             kind, body = frame[:1], frame[1:]
             if kind == b"o":
-                on_chunk(body, taken)
+                on_chunk(body)
                 continue
             if kind == b"b":  # (a pickle from the helper this process started, never from the bucket)
                 raise BadObject(pickle.loads(body))
@@ -368,15 +298,8 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
             got += part
         return got
 
-    data, profile, max_object_bytes, chunk, row_function, lag, max_bytes, skew = pickle.loads(
-        read(int.from_bytes(read(8), "big")))
+    data, profile, max_object_bytes, chunk, max_bytes, skew = pickle.loads(read(int.from_bytes(read(8), "big")))
     set_max_clock_skew(skew)
-    try:
-        os.set_blocking(0, False)  # then a byte for each chunk the pass has taken, read as they come
-        paced = True
-    except (AttributeError, OSError):  # (a platform without it: the pass is taken to be behind)
-        paced = False
-    sent = taken = 0
     out = sys.stdout.buffer
 
     def send(kind: bytes, value: Any) -> None:  # a length, the kind (ok, bad, end), the pickle
@@ -392,25 +315,10 @@ def _main() -> None:  # pragma: no cover - runs in the helper process (tested th
         send(b"b", exc.reason)
         return
     items = list(entries.items())
-    rows: RowFunction | None = None
     for i in range(0, len(items), chunk):
-        try:
-            while paced and (part := os.read(0, 4096)):
-                taken += len(part)
-        except BlockingIOError:
-            pass
-        # The pass is behind (it has ``lag`` chunks or more not taken yet): these rows are made here.
-        behind = bool(i) and row_function is not None and sent - taken >= lag
-        if behind and rows is None:
-            try:  # the replica's function, by reference: a pickle from the process that started this one
-                rows = pickle.loads(row_function)
-            except Exception:  # the caller makes the rows, as for the first chunk
-                row_function = None
-        ready = prepare_entries(dict(items[i:i + chunk]), profile, max_object_bytes, None, None,
-                                rows=rows if behind else None) or {}
-        send(b"o", {key: (p.etag, p.body, _memory_fields(p.memory), p.reason, p.hash, p.row, p.signature, p.md5)
+        ready = prepare_entries(dict(items[i:i + chunk]), profile, max_object_bytes) or {}
+        send(b"o", {key: (p.etag, p.body, _memory_fields(p.memory), p.reason, p.hash, p.md5)
                     for key, p in ready.items()})
-        sent += 1
     send(b"e", len(items))
 
 

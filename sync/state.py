@@ -1,8 +1,9 @@
 """The sync's side of the local SQLite file: base (of memories and of automation notes),
 skipped objects, pass records.
 
-The sync declares its own tables as a named migration set (``SYNC_SCHEMA``, versioned by the
-``meta`` key ``sync.schema``), run by the store's one migration runner; the store owns
+The sync declares its own tables, and their statements, in :mod:`memlocal_sync.tables` (a
+migration set, ``SYNC_TABLES``, versioned by the ``meta`` key ``sync.schema``), run by the
+store's one migration runner; the store owns
 ``memories`` and its change log (the outbox and each row's ``access_delta``), written inside the
 store's own transactions. This module sees the store only through the replication port
 (:mod:`memlocal.plugins`): synced changes go through a ``ReplicaTransaction``
@@ -22,35 +23,26 @@ from itertools import islice
 from typing import Any, Iterable, Literal, Sequence, Union
 
 from memlocal.plugins import (
-    AddColumn,
     AutomationNote,
-    Column,
-    DeleteRecord,
-    Index,
-    JournalEntry,
     NoteState,
     PendingCounts,
-    PluginSchema,
-    PreparedRow,
     Replica,
     ReplicaTransaction,
     SkippedObject,
-    SkippedRow,
-    SyncBase,
-    Table,
 )
 from memlocal.errors import MemoryBankError
 from memlocal.model import Memory, format_time, from_us, to_us, utcnow
 
+from . import tables
 from .objects import content_hash, note_hash, note_key, object_key
 from .plan import Base, Local
+from .tables import DeleteRecord, JournalEntry, SkippedRow, SyncBase
 
 log = logging.getLogger(__name__)
 
 META_BUCKET = "sync.bucket"
 META_LAST_PASS = "sync.last_pass"
 META_LAST_ERROR = "sync.last_error"
-META_SCHEMA = "sync.schema"
 META_MARKER = "sync.marker"  # the bucket identity marker this host synced with (sync.marker module)
 META_NOTES = "sync.notes"  # things the next pass must say (a base reset at start-up, say)
 # The bucket (and marker id) against which this index last completed a pass of every profile: a
@@ -63,56 +55,9 @@ META_CHANGES = "sync.changes"
 META_HOST = "sync.host"  # this database's random id, named in the segments it publishes
 
 
-# --- the sync's own tables ------------------------------------------------------------------------
-
-
-def _text(name: str, *, not_null: bool = True, primary_key: bool = False) -> Column:
-    return Column(name, "TEXT", not_null=not_null, primary_key=primary_key)
-
-
-def _int(name: str, *, primary_key: bool = False, autoincrement: bool = False) -> Column:
-    return Column(name, "INTEGER", primary_key=primary_key, autoincrement=autoincrement)
-
-
-# The sync's tables as a named schema of typed steps, run by the store's one migration runner
-# (``Replica.migrate``), each step in one transaction with its stamp. A new table or column is a
-# new step: the next number. The statements on them are the port's ``SyncTables`` methods.
-SYNC_SCHEMA = PluginSchema("sync", {
-    # ``sync_base``: per memory, what this host last synced with the bucket (the object's ETag and
-    # the memory's content hash), the "base" of the three-way reconciliation. ``sync_skipped``:
-    # bucket objects that could not be used, with the reason, until they change or go away.
-    # (Databases from before this module owned its tables already have both: IF NOT EXISTS.)
-    1: (Table("sync_base", (_text("id", primary_key=True), _text("profile"), _text("etag"), _text("content_hash"),
-                            _int("synced_us"))),
-        Index("sync_base_profile", "sync_base", ("profile",)),
-        Table("sync_skipped", (_text("key", primary_key=True), _text("etag"), _text("reason"), _int("seen_us")))),
-    # ``sync_note_base``: per automation note, what this host last synced with the bucket
-    # (``memlocal/automations/<id>.json``'s ETag and the note's content hash).
-    2: (Table("sync_note_base", (_text("automation_id", primary_key=True), _text("etag"), _text("content_hash"),
-                                 _int("synced_us"))),),
-    # ``sync_base.row_sig``: the local row's content signature that the base's content hash was
-    # computed for (NULL: unknown, hash the row). A no-op pass then hashes nothing.
-    3: (AddColumn("sync_base", _text("row_sig", not_null=False)),),
-    # ``sync_breaker``: the write-through circuit breaker of every process on this host, per
-    # configured bucket (``memlocal_sync.breaker``): consecutive failures, until when it is open
-    # (wall clock, microseconds), until when one process holds the half-open probe, why, since
-    # when (the first failure) and the last failure.
-    4: (Table("sync_breaker", (_text("bucket", primary_key=True), _int("failures"), _int("open_until_us"),
-                               _int("probe_until_us"), _text("reason"), _int("opened_us"), _int("failed_us"))),),
-    # The change record's local side (``memlocal_sync.changes``): ``sync_journal``, what this host
-    # wrote to the bucket and has not published yet (written in the transaction that records the
-    # write, so a crash never loses one); ``sync_delete_record``, the delete records read from the
-    # bucket, which explain the disappearances they name (kept for the record's retention).
-    5: (Table("sync_journal", (_int("n", primary_key=True, autoincrement=True), _text("key"), _text("etag"),
-                               _text("op"), _int("size"))),
-        Table("sync_delete_record", (_text("key", primary_key=True), _text("id"), _int("seq"), _int("seen_us")))),
-}, stamp_key=META_SCHEMA)
-SCHEMA_VERSION = SYNC_SCHEMA.version
-
-
 def ensure_schema(store: Replica) -> None:
     """Create or migrate the sync's tables in ``store`` (cheap when they are current)."""
-    store.migrate(SYNC_SCHEMA)
+    store.migrate(tables.SYNC_TABLES)
 
 
 # --- effects ------------------------------------------------------------------------------------
@@ -151,7 +96,6 @@ class Synced:
     sent_delta: int = 0
     content: Literal["remote", "local"] = "remote"
     set_staleness: bool = True
-    row: PreparedRow | None = None  # the memory's store row, when already computed (``Replica.prepare``)
     # ``base_hash`` is ``memory``'s own content hash (False: an older base kept for a local edit),
     # so the base may record ``memory``'s content signature beside it.
     hash_is_memorys: bool = True
@@ -296,7 +240,7 @@ class SyncState:
                  if mid in local and (b := base.get(mid)) is not None and b.content_hash == local[mid].content_hash]
         if known:
             with self.store.transaction() as c:
-                c.sync_tables.set_row_sigs(known)
+                tables.set_row_sigs(c.tables, known)
         return len(known)
 
     @staticmethod
@@ -307,21 +251,23 @@ class SyncState:
                                  for m, delta in rows.pending}}
 
     def base_entries(self, profiles: Sequence[str] | None = None) -> dict[str, Base]:
-        return {b.id: b for b in self.store.sync_tables.bases(profiles)}
+        with self.store.snapshot() as t:
+            return {b.id: b for b in tables.bases(t, profiles)}
 
     def outbox_deletes(self, profiles: Sequence[str] | None = None) -> dict[str, str]:
         return {mid: profile for mid, (profile, _op) in self.store.outbox(profiles, op="delete").items()}
 
     def known_bad(self, prefix: str = "") -> dict[str, tuple[str, str]]:
-        return {r.key: (r.etag, r.reason) for r in self.store.sync_tables.skipped(prefix)}
+        with self.store.snapshot() as t:
+            return {r.key: (r.etag, r.reason) for r in tables.skipped(t, prefix)}
 
     def note_entries(self) -> tuple[dict[str, NoteState], dict[str, Base], set[str]]:
         """The automation notes' sides of the plan, read at one moment: the local notes
         ``{id: (text, updated_us)}``, the base and the queued clears."""
-        with self.store.snapshot():
+        with self.store.snapshot() as t:
             notes = {a: (n, u) for a, n, u in self.store.notes()}
-            bases = self.store.sync_tables.note_bases()
-            deletes = {a for a, op in self.store.note_outbox().items() if op == "delete"}
+            bases = tables.note_bases(t)
+            deletes = set(self.store.outbox(op="delete", kind="note"))
         return notes, {b.id: b for b in bases}, deletes
 
     @staticmethod
@@ -331,14 +277,16 @@ class SyncState:
         return Local(automation_id, "", note_hash(as_note(automation_id, note)))
 
     def load_note_base(self, automation_id: str) -> Base | None:
-        bases = self.store.sync_tables.note_bases(automation_id)
+        with self.store.snapshot() as t:
+            bases = tables.note_bases(t, automation_id)
         return bases[0] if bases else None
 
     def load_local(self, memory_id: str) -> tuple[Memory, int] | None:
         return self.store.memory_with_delta(memory_id)
 
     def load_base(self, memory_id: str) -> Base | None:
-        bases = self.store.sync_tables.bases(ids=[memory_id])
+        with self.store.snapshot() as t:
+            bases = tables.bases(t, ids=[memory_id])
         return bases[0] if bases else None
 
     # --- effects ----------------------------------------------------------------------------------
@@ -350,7 +298,7 @@ class SyncState:
             return
         now_us = to_us(utcnow())
         with self.store.transaction() as c:
-            t = c.sync_tables
+            t = c.tables
             i = 0
             while i < len(effects):
                 eff = effects[i]
@@ -370,33 +318,33 @@ class SyncState:
                     continue
                 i += 1
                 if isinstance(eff, DeletedRemote):
-                    t.drop_bases([eff.id])
+                    tables.drop_bases(t, [eff.id])
                     c.clear_outbox(eff.id, "delete")
                 elif isinstance(eff, DeleteLocal):
                     c.delete_from_remote(eff.id, eff.profile)
-                    t.drop_bases([eff.id])
+                    tables.drop_bases(t, [eff.id])
                 elif isinstance(eff, Forget):
-                    t.drop_bases([eff.id])
+                    tables.drop_bases(t, [eff.id])
                     c.clear_outbox(eff.id, only_if_absent=True)
                 elif isinstance(eff, SkipObject):
-                    t.skip(SkippedRow(eff.key, eff.etag, eff.reason, now_us))
+                    tables.skip(t, SkippedRow(eff.key, eff.etag, eff.reason, now_us))
                 elif isinstance(eff, Unskip):
-                    t.unskip([eff.key])
+                    tables.unskip(t, [eff.key])
                 elif isinstance(eff, NoteSynced):
                     c.apply_remote_note(eff.id, eff.note, eff.expected)
-                    t.put_note_base(SyncBase(eff.id, "", eff.etag, eff.content_hash), now_us)
-                    t.unskip([note_key(eff.id)])
+                    tables.put_note_base(t, SyncBase(eff.id, "", eff.etag, eff.content_hash), now_us)
+                    tables.unskip(t, [note_key(eff.id)])
                 elif isinstance(eff, NoteDeletedRemote):
-                    t.drop_note_bases([eff.id])
-                    c.clear_note_outbox(eff.id)
+                    tables.drop_note_bases(t, [eff.id])
+                    c.clear_outbox(eff.id, "delete", only_if_absent=True, kind="note")
                 elif isinstance(eff, NoteDeleteLocal):
                     c.delete_note_from_remote(eff.id, eff.expected)
-                    t.drop_note_bases([eff.id])
+                    tables.drop_note_bases(t, [eff.id])
                 elif isinstance(eff, NoteForget):
-                    t.drop_note_bases([eff.id])
-                    c.clear_note_outbox(eff.id)
+                    tables.drop_note_bases(t, [eff.id])
+                    c.clear_outbox(eff.id, "delete", only_if_absent=True, kind="note")
                 elif isinstance(eff, Changed):
-                    t.journal_add(eff.key, eff.etag, eff.op, eff.size)
+                    tables.journal_add(t, eff.key, eff.etag, eff.op, eff.size)
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
 
@@ -404,19 +352,19 @@ class SyncState:
         """Fold ``run`` (Synced effects of distinct ids) into the store and record their bases."""
         store = self.store
         pulled = [e for e in run if e.content == "remote"]
-        inserted = c.insert_remote_absent([(e.memory, e.row) for e in pulled]) if len(pulled) > 1 else set()
+        inserted = c.insert_remote_absent([e.memory for e in pulled]) if len(pulled) > 1 else set()
         recorded: list[Synced] = []
         for eff in run:
             if eff.memory.id not in inserted and not c.apply_remote(
                     eff.memory, content=eff.content, sent_delta=eff.sent_delta,
-                    set_staleness=eff.set_staleness, row=eff.row):
+                    set_staleness=eff.set_staleness):
                 continue  # the id belongs to a memory of another profile here
             recorded.append(eff)
-        c.sync_tables.put_bases(
-            [SyncBase(e.memory.id, e.memory.profile_name, e.etag, e.base_hash,
+        tables.put_bases(
+            c.tables, [SyncBase(e.memory.id, e.memory.profile_name, e.etag, e.base_hash,
                       (e.signature or store.signature(e.memory)) if e.hash_is_memorys else None) for e in recorded],
             now_us)
-        c.sync_tables.unskip([object_key(e.memory.profile_name, e.memory.id) for e in recorded])
+        tables.unskip(c.tables, [object_key(e.memory.profile_name, e.memory.id) for e in recorded])
 
     def reid(self, old_id: str, new_id: str) -> Memory | None:
         """Move the local memory ``old_id`` to ``new_id`` (another host owns ``old_id``).
@@ -426,7 +374,7 @@ class SyncState:
         with self.store.transaction() as c:
             if not c.reid(old_id, new_id):
                 return None
-            c.sync_tables.drop_bases([old_id])
+            tables.drop_bases(c.tables, [old_id])
         loaded = self.load_local(new_id)
         return loaded[0] if loaded else None
 
@@ -440,8 +388,8 @@ class SyncState:
         if current == identity:
             return False
         with self.store.transaction() as c:
-            had_base = c.sync_tables.has_base() or bool(c.sync_tables.note_bases())
-            c.sync_tables.clear()
+            had_base = tables.has_base(c.tables) or bool(tables.note_bases(c.tables))
+            tables.clear(c.tables)
             c.meta_delete(META_MARKER)
             c.meta_delete(META_HYDRATED)
             c.meta_delete(META_CHANGES)
@@ -455,7 +403,7 @@ class SyncState:
         """Forget everything synced with the bucket (another bucket under the same name): its
         contents then read as "not synced yet", never as deletions. The outbox stays."""
         with self.store.transaction() as c:
-            c.sync_tables.clear()
+            tables.clear(c.tables)
             c.meta_delete(META_HYDRATED)
             c.meta_delete(META_CHANGES)
 
@@ -514,38 +462,42 @@ class SyncState:
 
     def journal(self, limit: int) -> list[JournalEntry]:
         """The oldest ``limit`` writes not yet published: ``(n, key, etag, op, size)``."""
-        return self.store.sync_tables.journal(limit)
+        with self.store.snapshot() as t:
+            return tables.journal(t, limit)
 
     def journal_done(self, upto: int) -> None:
         with self.store.transaction() as c:
-            c.sync_tables.journal_done(upto)
+            tables.journal_done(c.tables, upto)
 
     def record_deletes(self, records: Iterable[tuple[str, str, int]]) -> None:
         """Keep delete records read from the bucket: ``(key, id, seq)``."""
         now_us = to_us(utcnow())
         with self.store.transaction() as c:
-            c.sync_tables.put_delete_records([DeleteRecord(k, i, s, now_us) for k, i, s in records])
+            tables.put_delete_records(c.tables, [DeleteRecord(k, i, s, now_us) for k, i, s in records])
 
     def delete_records(self) -> set[str]:
         """The keys of the delete records kept."""
-        return {r.key for r in self.store.sync_tables.delete_records()}
+        with self.store.snapshot() as t:
+            return {r.key for r in tables.delete_records(t)}
 
     def forget_delete_records(self, keys: Iterable[str]) -> None:
         """Drop delete records a listing contradicts (their object is in the bucket)."""
         with self.store.transaction() as c:
-            c.sync_tables.drop_delete_records(list(keys))
+            tables.drop_delete_records(c.tables, list(keys))
 
     def explained(self) -> set[str]:
         """Ids whose disappearance a delete record explains."""
-        return {r.id for r in self.store.sync_tables.delete_records()}
+        with self.store.snapshot() as t:
+            return {r.id for r in tables.delete_records(t)}
 
     def forget_deletes_before(self, before_us: int) -> None:
         with self.store.transaction() as c:
-            c.sync_tables.drop_delete_records_before(before_us)
+            tables.drop_delete_records_before(c.tables, before_us)
 
     def is_empty(self) -> bool:
         """No memory here and nothing synced: a fresh host."""
-        return not self.store.profiles() and not self.store.sync_tables.has_base()
+        with self.store.snapshot() as t:
+            return not self.store.profiles() and not tables.has_base(t)
 
     def local_work_ids(self) -> set[str]:
         """Ids with something for the bucket: queued saves and deletions, unmerged access bumps.
@@ -554,7 +506,8 @@ class SyncState:
         return self.store.changed_ids()
 
     def base_for(self, ids: Iterable[str]) -> dict[str, Base]:
-        return {b.id: b for b in self.store.sync_tables.bases(ids=list(ids))}
+        with self.store.snapshot() as t:
+            return {b.id: b for b in tables.bases(t, ids=list(ids))}
 
     def add_note(self, note: str) -> None:
         """Keep ``note`` for the next pass's report (said once, then dropped)."""
@@ -576,8 +529,8 @@ class SyncState:
         in the bucket and every remote one as new; nothing is deleted either way."""
         with self.store.transaction() as c:
             if profiles is None:  # automation notes belong to no profile: a full reupload only
-                c.sync_tables.drop_note_bases()
-            return c.sync_tables.drop_profile_bases(profiles)
+                tables.drop_note_bases(c.tables)
+            return tables.drop_profile_bases(c.tables, profiles)
 
     def get_json(self, key: str) -> Any:
         text = self.store.meta_get(key)
@@ -593,9 +546,11 @@ class SyncState:
 
     def _local_vs_base(self) -> tuple[int, int]:
         """(memories with no base, memories with a base and unmerged access bumps)."""
-        base = self.store.sync_tables.base_ids()
+        with self.store.snapshot() as t:
+            base = tables.base_ids(t)
+            deltas = self.store.access_deltas()
         saves = access = 0
-        for r in self.store.access_deltas():
+        for r in deltas:
             if r.id not in base:
                 saves += 1
             elif r.delta > 0:
@@ -614,20 +569,21 @@ class SyncState:
         saves, access = self._local_vs_base()
         outbox = self.store.outbox()
         deletes = sum(1 for _p, op in outbox.values() if op == "delete")
-        notes = len(self.store.note_outbox())
+        notes = len(self.store.outbox(kind="note"))
         return PendingCounts(total=saves + deletes + access + notes, saves=saves, deletes=deletes,
                              accessUpdates=access, outbox=len(outbox), automationNotes=notes)
 
     def has_local_work(self) -> bool:
         """Check for the daemon's wake-ups: anything to push?"""
-        if self.store.outbox() or self.store.note_outbox():
+        if self.store.outbox() or self.store.outbox(kind="note"):
             return True
         saves, access = self._local_vs_base()
         return bool(saves or access)
 
     def skipped(self) -> list[SkippedObject]:
-        return [SkippedObject(key=r.key, etag=r.etag, reason=r.reason, seenAt=format_time(from_us(r.seen_us)))
-                for r in self.store.sync_tables.skipped()]
+        with self.store.snapshot() as t:
+            return [SkippedObject(key=r.key, etag=r.etag, reason=r.reason, seenAt=format_time(from_us(r.seen_us)))
+                    for r in tables.skipped(t)]
 
 
 def as_note(automation_id: str, note: NoteState) -> AutomationNote:

@@ -204,3 +204,73 @@ def test_a_file_with_memories_waiting_in_the_old_table_takes_the_watermark(tmp_p
         assert store.read("SELECT rev FROM memories WHERE id = ?", (new.id,)) == [(4,)]
     finally:
         store.close()
+
+
+def test_a_library_owner_reaches_only_its_own_tables(tmp_path: Path) -> None:
+    """One table mechanism: the audit trail and the semantic vectors run their statements through
+    ``Database.own_tables(<their set>)``, a handle SQLite limits to the tables their migration set
+    names (and, read-only, the store tables it declares it reads), as the sync's handle is; a
+    statement prepared earlier without the limit is prepared again under it."""
+    from memlocal.store.schemas import AUDIT, SEMANTIC
+
+    store = Store(tmp_path / "m.db")
+    denied = "not authorized|prohibited"
+    try:
+        assert store.read("SELECT count(*) FROM memories") == [(0,)]  # prepared without a limit
+        with store.own_tables(AUDIT) as t:
+            assert t.execute("SELECT count(*) FROM injections") == [(0,)]
+            for sql in ("SELECT count(*) FROM memories", "SELECT count(*) FROM memory_vectors",
+                        "DELETE FROM injections"):
+                with pytest.raises(sqlite3.DatabaseError, match=denied):
+                    t.execute(sql)
+        with pytest.raises(RuntimeError, match="only inside"):
+            t.execute("SELECT count(*) FROM injections")
+        with store.own_tables(SEMANTIC, write=True) as t:
+            assert t.execute("SELECT count(*) FROM memories") == [(0,)]  # declared in ``reads``
+            t.execute("DELETE FROM memory_vectors")
+            for sql in ("DELETE FROM memories", "UPDATE profile_revs SET rev = 0", "SELECT key FROM meta",
+                        "INSERT INTO injections (at_us, profile, query_hash, chars) VALUES (1, 'p', '', 0)"):
+                with pytest.raises(sqlite3.DatabaseError, match=denied):
+                    t.execute(sql)
+            store.meta_set("still", "free")  # the store's own statement, in the same transaction
+        assert store.meta_get("still") == "free"
+    finally:
+        store.close()
+
+
+def test_the_audit_and_the_semantic_index_use_only_their_handle() -> None:
+    """No statement of ``memlocal.audit`` or ``memlocal.semantic`` runs on the store's connection
+    or its ``read``: each goes through ``own_tables`` (the test above says what that reaches)."""
+    import re
+
+    import memlocal.audit
+    import memlocal.semantic
+
+    for module in (memlocal.audit, memlocal.semantic):
+        source = Path(str(module.__file__)).read_text()
+        assert re.findall(r"store\.(?:read|transaction|snapshot|conn|iter_rows)\b", source) == [], module.__name__
+        assert "own_tables(" in source
+
+
+def test_a_statement_checked_under_one_limit_serves_no_other(tmp_path: Path) -> None:
+    """The guard is set once per connection and the statement cache is keyed by the SQL text: on
+    one connection (the writer's, in one transaction), the same text prepared for the store, for
+    one owner and for another is checked for each, in any order."""
+    from memlocal.store.schemas import AUDIT, SEMANTIC
+
+    store = Store(tmp_path / "m.db")
+    vectors = "SELECT count(*) FROM memory_vectors"
+    try:
+        with store.transaction() as conn:
+            assert conn.execute(vectors).fetchall() == [(0,)]  # the store's own, free
+            with store.own_tables(SEMANTIC, write=True) as semantic:
+                assert semantic.execute(vectors) == [(0,)]
+            with store.own_tables(AUDIT, write=True) as audit:
+                with pytest.raises(sqlite3.DatabaseError, match="not authorized|prohibited"):
+                    audit.execute(vectors)
+            with store.own_tables(SEMANTIC, write=True) as semantic:
+                assert semantic.execute(vectors) == [(0,)]
+            assert conn.execute(vectors).fetchall() == [(0,)]
+            assert conn.execute("SELECT count(*) FROM meta").fetchall()[0][0] > 0  # the store stays free
+    finally:
+        store.close()

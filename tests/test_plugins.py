@@ -6,6 +6,7 @@ member and argument by argument."""
 from __future__ import annotations
 
 import inspect
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Protocol
@@ -79,13 +80,28 @@ def test_the_replica_implements_the_port(tmp_path: Path) -> None:
     store = Store(tmp_path / "m.db")
     try:
         assert _conforms(StoreReplica(store), plugins.Replica) == []
-        assert _conforms(StoreReplica(store).sync_tables, plugins.SyncTableReads) == []
+        with StoreReplica(store).snapshot() as tables:
+            assert _conforms(tables, plugins.PluginTables) == []
         with StoreReplica(store).transaction() as tx:
             assert _conforms(tx, plugins.ReplicaTransaction) == []
-            assert _conforms(tx.sync_tables, plugins.SyncTableReads) == []
-            assert _conforms(tx.sync_tables, plugins.SyncTables) == []
+            assert _conforms(tx.tables, plugins.PluginTables) == []
     finally:
         store.close()
+
+
+# The replication port: what the store gives a plugin (it had grown to 60 methods in
+# four Protocols, the sync's own tables among them).
+PORT = (plugins.Replica, plugins.ReplicaTransaction, plugins.PluginTables)
+
+
+def test_the_port_keeps_only_the_stores_own_data() -> None:
+    """At most 35 methods (properties included) in all; no store row or store function crosses."""
+    members = {f"{p.__name__}.{name}": sig for p in PORT for name, sig in _members(p).items()}
+    assert len(members) <= 35, sorted(members)
+    crossing = [name for name, sig in members.items() if sig is not None
+                and re.search(r"PreparedRow|Callable|Connection|Cursor", str(sig))]
+    assert crossing == []
+    assert not hasattr(plugins, "PreparedRow")
 
 
 def test_without_a_bucket_every_factory_returns_none(tmp_path: Path) -> None:

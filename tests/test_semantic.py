@@ -372,10 +372,10 @@ def test_off_means_numpy_is_never_imported(tmp_path: Path) -> None:
     import sys
 
     MemoryBank(tmp_path / "m.db", config=Config.load(environ={})).close()
-    code = ("import sys\nfrom memlocal import MemoryBank, SaveRequest\nfrom memlocal.config import Config\n"
+    code = ("import sys\nfrom memlocal import MemoryBank, RecallQuery, SaveRequest\nfrom memlocal.config import Config\n"
             f"b = MemoryBank({str(tmp_path / 'm.db')!r}, config=Config.load(environ={{}}))\n"
             "b.save(SaveRequest('dev', content='Prefers pytest over unittest'))\n"
-            "assert b.recall('dev', 'which test framework?')\n"
+            "assert b.recall(RecallQuery('dev', 'which test framework?'))\n"
             "b.inject('dev', '@memory', 'which test framework?')\nb.close()\n"
             "print(sorted(m for m in ('numpy', 'onnxruntime', 'tokenizers') if m in sys.modules))\n")
     out = support.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

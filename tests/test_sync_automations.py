@@ -157,13 +157,13 @@ def test_bucket_down_the_outbox_drains_later(hosts: Callable[..., Host], s3: S3,
     a.bank.automations.put("n2", "written offline, then cleared")
     a.bank.automations.clear("n2")
     assert a.bank.sync_status()["pending"]["automationNotes"] == 2
-    assert a.bank.replica.note_outbox() == {"n1": "put", "n2": "delete"}
+    assert a.bank.replica.outbox(kind="note") == {"n1": ("", "put"), "n2": ("", "delete")}
     assert a.sync().result == "failed"
     outage.up()
     report = a.sync()
     assert report.ok and report.counts["notes_pushed"] == 1
     assert s3.keys(NOTES) == [key("n1")]
-    assert a.bank.replica.note_outbox() == {}
+    assert a.bank.replica.outbox(kind="note") == {}
     assert a.bank.sync_status()["pending"]["automationNotes"] == 0
     b = hosts("b")
     assert b.sync().ok and note_of(b, "n1") == "written offline"
@@ -275,7 +275,7 @@ def test_notes_written_before_the_upgrade_are_queued(tmp_path: Path) -> None:
     conn.close()
     store = Store(db)
     try:
-        assert StoreReplica(store).note_outbox() == {"old": "put"}
+        assert StoreReplica(store).outbox(kind="note") == {"old": ("", "put")}
     finally:
         store.close()
 

@@ -41,13 +41,51 @@ def test_no_sql_against_the_stores_tables_in_the_sync_package() -> None:
     assert offenders == []
 
 
-def test_no_sql_in_the_sync_package() -> None:
-    """The sync's statements on its own tables are the port's typed methods (``SyncTables``) and
-    its schema typed steps (``PluginSchema``): no SQL text is written in the sync package."""
+def test_the_sync_sql_is_in_its_tables_module() -> None:
+    """The sync's tables, their migrations and every statement on them are in one module,
+    ``memlocal_sync.tables``: no SQL text elsewhere in the sync package."""
     pattern = re.compile(r"\b(SELECT\s+\S.*\bFROM|INSERT\s+INTO|DELETE\s+FROM|UPDATE\s+\w+\s+SET|CREATE\s+(TABLE|INDEX)|"
                          r"ALTER\s+TABLE)\b")
-    offenders = [f"{p.name}: {m.group(0)}" for p in sorted(SYNC.glob("*.py")) for m in pattern.finditer(p.read_text())]
+    offenders = [f"{p.name}: {m.group(0)}" for p in sorted(SYNC.glob("*.py")) if p.name != "tables.py"
+                 for m in pattern.finditer(p.read_text())]
     assert offenders == []
+    assert pattern.search((SYNC / "tables.py").read_text())
+
+
+def test_the_sync_handle_reaches_only_the_sync_tables(tmp_path: Path) -> None:
+    """The handle the store gives a snapshot or a transaction reaches the tables the sync's
+    migration set names and no other (SQLite's authorizer refuses the statement); a snapshot's
+    handle writes nothing; a handle is dead once its block ends; the store's own statements in
+    the same transaction are not limited."""
+    import pytest
+
+    store = Store(tmp_path / "m.db")
+    replica = StoreReplica(store)
+    SyncState(replica)
+    try:
+        with replica.snapshot() as t:
+            assert t.execute("SELECT count(*) FROM sync_base") == [(0,)]
+            for sql in ("SELECT id FROM memories", "SELECT key FROM meta",
+                        "SELECT b.id FROM sync_base b JOIN sync_outbox o ON o.id = b.id",
+                        "DELETE FROM sync_skipped", "PRAGMA user_version"):
+                with pytest.raises(sqlite3.DatabaseError, match="not authorized|prohibited"):
+                    t.execute(sql)
+        with pytest.raises(RuntimeError, match="only inside"):
+            t.execute("SELECT count(*) FROM sync_base")
+        with replica.transaction() as c:
+            assert c.tables.executemany("INSERT INTO sync_skipped (key, etag, reason, seen_us) VALUES (?, ?, ?, ?)",
+                                        [("k1", "e", "r", 1), ("k2", "e", "r", 2)]) == 2
+            for sql in ("DELETE FROM memories", "INSERT INTO meta (key, value) VALUES ('x', 'y')",
+                        "UPDATE sync_outbox SET op = 'put'", "DROP TABLE sync_base", "BEGIN", "COMMIT"):
+                with pytest.raises(sqlite3.DatabaseError, match="not authorized|prohibited"):
+                    c.tables.execute(sql)
+            c.meta_set("still", "free")  # the store's own statement, in the same transaction
+            with pytest.raises(sqlite3.DatabaseError, match="not authorized|prohibited"):
+                c.tables.execute("SELECT value FROM meta")
+        assert store.read("SELECT count(*) FROM sync_skipped") == [(2,)]
+        assert store.meta_get("still") == "free"
+    finally:
+        store.close()
 
 
 def test_layering_inside_the_sync_package() -> None:
@@ -80,8 +118,9 @@ def test_the_sync_creates_its_own_tables(tmp_path: Path) -> None:
     store.close()
 
 
-# The sync's tables as its SQL migration steps created them before the schema was typed data: a
-# database made then and one made now must hold the same tables.
+# The sync's tables as its SQL migration steps created them before the schema was typed data, and
+# as that typed schema rendered them (the two were checked equal): a database made then and one
+# made now must hold the same tables.
 _SQL_STEPS = (
     "CREATE TABLE IF NOT EXISTS sync_base (id TEXT PRIMARY KEY, profile TEXT NOT NULL,"
     " etag TEXT NOT NULL, content_hash TEXT NOT NULL, synced_us INTEGER NOT NULL)",
@@ -101,7 +140,7 @@ _SQL_STEPS = (
 )
 
 
-def test_the_typed_schema_makes_the_tables_the_sql_steps_made(tmp_path: Path) -> None:
+def test_the_sync_tables_are_the_tables_earlier_releases_made(tmp_path: Path) -> None:
     store = Store(tmp_path / "m.db")
     SyncState(StoreReplica(store))
     made = store.read("SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'sync\\_%' ESCAPE '\\'"

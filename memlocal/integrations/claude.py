@@ -90,7 +90,7 @@ def _create_paths(db: "sqlite_utils.Database") -> None:
 
 # The tool's own table, as a migration set of its own (docs/storage.md, "Migrations"), brought up
 # to date when a tool is made over a bank (cheap when current).
-SCHEMA = MigrationSet("claude_memory", {1: _create_paths})
+SCHEMA = MigrationSet("claude_memory", {1: _create_paths}, tables=(TABLE,))
 
 _WORD = re.compile(r"[a-z]+")
 # Path words that name a category: the category, its plural, British spelling.

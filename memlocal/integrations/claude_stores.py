@@ -110,7 +110,7 @@ def _create_links(db: "sqlite_utils.Database") -> None:
 # The bridge's own table (docs/storage.md, "Migrations"), rows (profile, path, kind, text):
 # ('' , 'store', store id); (root id, 'link', JSON {hosted, sha, local, refused}); (hosted id,
 # 'seen', sha): a hosted memory that repeated a local one (taken back as that one, no link).
-SCHEMA: Final = MigrationSet("claude_store", {1: _create_links})
+SCHEMA: Final = MigrationSet("claude_store", {1: _create_links}, tables=(TABLE,))
 
 
 def sha256(text: str) -> str:

@@ -8,7 +8,11 @@
 - :mod:`.memories`: :class:`Store`, the memories (CRUD, lists, hygiene look-ups, notes);
 - :mod:`.recall_reads`: the reads recall makes of a snapshot (its SQL, owned here);
 - :mod:`.replica`: the store behind the replication port (:mod:`memlocal.plugins`), the only
-  thing the sync package is given (``MemoryBank.replica``, or ``StoreReplica(store)``).
+  thing the sync package is given (``MemoryBank.replica``, or ``StoreReplica(store)``);
+- :mod:`.tables`: the one handle on an owner's own tables (the sync's, the audit trail's, the
+  semantic vectors', an integration's), limited to its migration set's tables
+  (``Database.own_tables``);
+- :mod:`.local`: an integration's table of local rows (``LocalTable``), on that handle.
 """
 
 from __future__ import annotations

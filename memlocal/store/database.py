@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Sequence
 
 from ..errors import CorruptDatabaseError, DiskFullError, StoreError, fold_whitespace
+from .tables import Connection, TableHandle
 
 if TYPE_CHECKING:
     # Imported only to migrate (and by ``Database.db``): opening an up-to-date database, which a
@@ -163,13 +164,14 @@ class Database:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 str(self.path),
+                factory=Connection,  # can carry the guard of the owners' table handles
                 timeout=busy_timeout_s,
                 isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE
                 check_same_thread=False,
             )
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from None
-        self.conn = conn
+        self.conn: sqlite3.Connection = conn
         try:
             with self.translated(f"cannot use database {self.path}"):
                 self._configure()
@@ -217,6 +219,27 @@ class Database:
         with self.translated(f"cannot migrate {migrations.name} in {self.path}"):
             run(self, (migrations,))
 
+    @contextmanager
+    def own_tables(self, owner: "MigrationSet", *, write: bool = False) -> Iterator[TableHandle]:
+        """A handle on ``owner``'s tables (and reads of its ``reads``): the one way a library
+        module that owns tables (the audit trail, the semantic vectors, an integration's
+        ``LocalTable``) runs its statements on them (docs/storage.md, "Migrations"). A statement
+        on any other table is refused by SQLite. With ``write``, inside one transaction
+        (committed at the block's end); without, reads only, on the connection :meth:`reading`
+        chooses, each statement its own read transaction as with :meth:`read` (inside a
+        :meth:`snapshot` of this thread, that snapshot's). Errors are translated as
+        :meth:`read`'s."""
+        with self.transaction() if write else self.reading() as conn:
+            handle = TableHandle(conn, frozenset(owner.tables), write=write, reads=frozenset(owner.reads))
+            try:
+                if write:
+                    yield handle
+                else:
+                    with self.translated():
+                        yield handle
+            finally:
+                handle.close()
+
     def _opened(self) -> None:
         """Hook run once the schema is current (a subclass's checks on open)."""
 
@@ -245,7 +268,7 @@ class Database:
         """A new read-only (``query_only``) connection to this file, traced as the others are."""
         with self.translated(f"cannot open database {self.path}"):
             conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
-                                   check_same_thread=False)
+                                   check_same_thread=False, factory=Connection)
         try:
             with self.translated(f"cannot use database {self.path}"):
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")

@@ -4,7 +4,9 @@ What an integration keeps beside its memories that is not a memory (the Claude m
 directories and blank files) lives in a table of its own, created by its own migration set, with
 the shape ``(profile, path, kind, text)``: one row per path of a profile. :class:`LocalTable` is
 all an integration gets of it (through ``MemoryBank.local_table``, which redacts what it reads);
-the table is local to the host and never synced.
+the table is local to the host and never synced. Its statements run through the one handle on an
+owner's tables (``Database.own_tables`` of the integration's set, :mod:`memlocal.store.tables`),
+which reaches that set's tables and no other.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Final, Iterable
 
 if TYPE_CHECKING:
+    from ..plugins import MigrationSet
     from .database import Database
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*")
@@ -29,12 +32,17 @@ class LocalRow:
 
 
 class LocalTable:
-    """The rows of one integration's table (``name``), profile by profile."""
+    """The rows of one integration's table (``name``, one of the tables its migration set
+    ``owner`` names), profile by profile."""
 
-    def __init__(self, database: "Database", name: str, shown: Callable[[str], str] = str) -> None:
+    def __init__(self, database: "Database", owner: "MigrationSet", name: str,
+                 shown: Callable[[str], str] = str) -> None:
         if not _NAME.fullmatch(name):
             raise ValueError(f"a local table's name is [a-z][a-z0-9_]*, got {name!r}")
+        if name not in owner.tables:
+            raise ValueError(f"migration set {owner.name} does not name the table {name!r} in its tables")
         self._db = database
+        self._owner = owner
         self._shown = shown
         self.name = name
 
@@ -42,27 +50,29 @@ class LocalTable:
         """Every row of ``profile``, by path, its path and text as ``shown`` gives them (the bank
         passes its redaction: another tool may have written the table)."""
         shown = self._shown
-        return [LocalRow(shown(p), k, shown(t)) for p, k, t in self._db.read(
-            f"SELECT path, kind, text FROM {self.name} WHERE profile = ? ORDER BY path", (profile,))]
+        with self._db.own_tables(self._owner) as handle:
+            rows = handle.execute(f"SELECT path, kind, text FROM {self.name} WHERE profile = ? ORDER BY path",
+                                  (profile,))
+        return [LocalRow(shown(p), k, shown(t)) for p, k, t in rows]
 
     def put(self, profile: str, rows: Iterable[LocalRow]) -> None:
         """Insert or replace ``rows`` (by path), in one transaction."""
         values = [(profile, r.path, r.kind, r.text) for r in rows]
         if not values:
             return
-        with self._db.transaction() as conn:
-            conn.executemany(f"INSERT INTO {self.name} (profile, path, kind, text) VALUES (?, ?, ?, ?) "
+        with self._db.own_tables(self._owner, write=True) as handle:
+            handle.executemany(f"INSERT INTO {self.name} (profile, path, kind, text) VALUES (?, ?, ?, ?) "
                              "ON CONFLICT (profile, path) DO UPDATE SET kind = excluded.kind, text = excluded.text",
                              values)
 
     def delete(self, profile: str, path: str, *, below: bool = False) -> None:
         """Delete the row of ``path`` (``below``: and every row under ``path/``; ``path`` "" with
         ``below``: the profile's every row)."""
-        with self._db.transaction() as conn:
+        with self._db.own_tables(self._owner, write=True) as handle:
             if below and path == "":
-                conn.execute(f"DELETE FROM {self.name} WHERE profile = ?", (profile,))
+                handle.execute(f"DELETE FROM {self.name} WHERE profile = ?", (profile,))
                 return
-            conn.execute(f"DELETE FROM {self.name} WHERE profile = ? AND path = ?", (profile, path))
+            handle.execute(f"DELETE FROM {self.name} WHERE profile = ? AND path = ?", (profile, path))
             if below:
-                conn.execute(f"DELETE FROM {self.name} WHERE profile = ? AND substr(path, 1, ?) = ?",
+                handle.execute(f"DELETE FROM {self.name} WHERE profile = ? AND substr(path, 1, ?) = ?",
                              (profile, len(path) + 1, path + "/"))

@@ -1,6 +1,6 @@
 """The one migration mechanism: named migration sets, each run by :func:`run`.
 
-A :class:`MigrationSet` is one owner's schema history (``memories``, ``recall``, ``semantic``,
+A :class:`~memlocal.plugins.MigrationSet` is one owner's schema history (``memories``, ``recall``, ``semantic``,
 ``audit``, ``automation``, ``sync``, ...): numbered steps applied in order, each in its own
 ``BEGIN IMMEDIATE`` transaction together with the set's version stamp in ``meta``
 (``schema.<name>`` unless the set names another key). Another process may migrate the same file
@@ -25,8 +25,10 @@ sqlite_utils on every open.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
+
+# The set itself is declared beside the port (a plugin declares its tables with it too).
+from ..plugins import MigrationSet, Step
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -34,41 +36,6 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 __all__ = ["LEGACY_VERSION", "MigrationSet", "Step", "run", "versions"]
-
-# One step: receives a sqlite_utils view of the connection, inside the step's transaction.
-Step = Callable[["sqlite_utils.Database"], None]
-
-
-@dataclass(frozen=True)
-class MigrationSet:
-    """One owner's numbered schema steps, applied in order, stamped in ``meta``."""
-
-    name: str
-    steps: Mapping[int, Step]
-    # The ``meta`` key of the set's version (default ``schema.<name>``).
-    stamp_key: str = ""
-    # Step number -> its number in the old single chain (``PRAGMA user_version``), for the
-    # steps that existed before named sets.
-    legacy: Mapping[int, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if sorted(self.steps) != list(range(1, len(self.steps) + 1)):
-            raise ValueError(f"migration set {self.name}: steps must be numbered 1, 2, 3, ... without gaps")
-
-    @property
-    def key(self) -> str:
-        return self.stamp_key or f"schema.{self.name}"
-
-    @property
-    def version(self) -> int:
-        return max(self.steps, default=0)
-
-    def current(self, stamps: Mapping[str, str], user_version: int) -> int:
-        """The set's version in a database with these ``meta`` stamps and ``user_version``."""
-        if self.key in stamps:
-            return int(stamps[self.key])
-        return max((step for step, old in self.legacy.items() if old <= user_version), default=0)
-
 
 # The last version of the single numbered chain (``PRAGMA user_version``) before named sets.
 LEGACY_VERSION = 9

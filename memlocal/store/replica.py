@@ -14,10 +14,10 @@ import sqlite3
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Final, Iterable, Iterator, Literal, Sequence
 
 from ..model import COUNT_MAX, Memory, compute_staleness, from_us, to_us
-from ..plugins import AccessDelta, NoteState, SignedRow
+from ..plugins import AccessDelta, Kind, NoteState, SignedRow
 from .database import set_meta
 from .memories import (
     SELECT_WITH_DELTA,
@@ -29,10 +29,10 @@ from .memories import (
     row_to_memory,
     write_row,
 )
-from .sync_tables import SyncTableReader, SyncTableWriter, migration_set
+from .tables import TableHandle
 
 if TYPE_CHECKING:
-    from ..plugins import PluginSchema, PreparedRow
+    from ..plugins import MigrationSet
 
 # What a memory's content is made of, as stored: everything but access metadata and what is
 # derived from the text (keys, features, rev). ``content_signature`` hashes exactly these.
@@ -64,12 +64,6 @@ def content_signature(m: Memory) -> str:
                        float(m.confidence), to_us(m.created_at), int(m.is_active), m.version, extra_json(m)))
 
 
-def prepared_row(m: Memory) -> tuple[PreparedRow, str]:
-    """``(StoreReplica.prepare(m), StoreReplica.signature(m))``: module-level, for a helper process
-    (``StoreReplica.row_function``)."""
-    return write_row(m), content_signature(m)
-
-
 def _scope(profiles: Sequence[str] | None) -> tuple[str, list[Any]]:
     """A ``WHERE profile IN (...)`` clause for ``profiles`` (``None``: every profile)."""
     if profiles is None:
@@ -82,28 +76,34 @@ class StoreReplica:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._sync_tables = SyncTableReader(store.read)
+        # The tables the plugin's migration sets name: the only ones its handles reach.
+        self._tables: frozenset[str] = frozenset()
 
     @property
     def path(self) -> Path:
         return self._store.path
 
-    def migrate(self, schema: PluginSchema) -> None:
-        self._store.migrate(migration_set(schema))
-
-    @property
-    def sync_tables(self) -> SyncTableReader:
-        return self._sync_tables
+    def migrate(self, tables: MigrationSet) -> None:
+        self._tables |= frozenset(tables.tables)  # (named even when the file cannot be migrated now)
+        self._store.migrate(tables)
 
     @contextmanager
     def transaction(self) -> Iterator[ReplicaTransaction]:
         with self._store.transaction() as conn:
-            yield ReplicaTransaction(conn)
+            tx = ReplicaTransaction(conn, self._tables)
+            try:
+                yield tx
+            finally:
+                tx.tables.close()
 
     @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        with self._store.snapshot():  # the connection stays here: the port hands out none
-            yield
+    def snapshot(self) -> Iterator[TableHandle]:
+        with self._store.snapshot() as conn:  # the connection stays here: only the limited handle leaves
+            tables = TableHandle(conn, self._tables, write=False)
+            try:
+                yield tables
+            finally:
+                tables.close()
 
     def meta_get(self, key: str) -> str | None:
         return self._store.meta_get(key)
@@ -123,14 +123,8 @@ class StoreReplica:
     def profiles(self) -> dict[str, int]:
         return self._store.profiles()
 
-    def prepare(self, memory: Memory) -> PreparedRow:
-        return write_row(memory)
-
     def signature(self, memory: Memory) -> str:
         return content_signature(memory)
-
-    def row_function(self) -> Callable[[Memory], tuple[PreparedRow, str]]:
-        return prepared_row
 
     def note_get(self, automation_id: str) -> NoteState | None:
         return self._store.note_get(automation_id)
@@ -140,8 +134,14 @@ class StoreReplica:
 
     # --- the change log -----------------------------------------------------------------------
 
-    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None) -> dict[str, tuple[str, str]]:
-        """The change log: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``."""
+    def outbox(self, profiles: Sequence[str] | None = None, op: str | None = None, *,
+               kind: Kind = "memory") -> dict[str, tuple[str, str]]:
+        """The change log of ``kind``: ``{id: (profile, op)}`` with ``op`` ``put`` or ``delete``
+        (a note's profile is ``""``)."""
+        if kind == "note":
+            where, params = (" WHERE op = ?", [op]) if op is not None else ("", [])
+            return {r[0]: ("", r[1]) for r in self._store.read(f"SELECT automation_id, op FROM automation_outbox{where}",
+                                                               params)}
         where, params = _scope(profiles)
         if op is not None:
             where = (where + " AND" if where else " WHERE") + " op = ?"
@@ -206,22 +206,18 @@ class StoreReplica:
         )
         return [row_to_memory(r) for r in rows]
 
-    def note_outbox(self) -> dict[str, str]:
-        """The notes' change log: ``{automation_id: op}`` with ``op`` ``put`` or ``delete``."""
-        return {r[0]: r[1] for r in self._store.read("SELECT automation_id, op FROM automation_outbox")}
-
 
 class ReplicaTransaction:
     """The replication port's unit of work: one durable store transaction (see
     :class:`memlocal.plugins.ReplicaTransaction`)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, tables: frozenset[str] = frozenset()) -> None:
         self._conn = conn
-        self._sync_tables = SyncTableWriter(conn)
+        self._tables = TableHandle(conn, tables, write=True)
 
     @property
-    def sync_tables(self) -> SyncTableWriter:
-        return self._sync_tables
+    def tables(self) -> TableHandle:
+        return self._tables
 
     def meta_get(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -236,8 +232,7 @@ class ReplicaTransaction:
     # --- memories: synced changes ---------------------------------------------------------------
 
     def apply_remote(self, memory: Memory, *, content: Literal["remote", "local"] = "remote",
-                     sent_delta: int = 0, set_staleness: bool = True,
-                     row: PreparedRow | None = None) -> bool:
+                     sent_delta: int = 0, set_staleness: bool = True) -> bool:
         """Fold a memory the bucket holds into the local row.
 
         ``content``: ``remote`` takes the memory's content (inserting it if absent, unless its
@@ -245,15 +240,14 @@ class ReplicaTransaction:
         access count becomes the memory's plus whatever local delta is still unmerged
         (``sent_delta`` of it went out with the write that produced ``memory``); lastAccessedAt
         the later of both. The put is cleared from the outbox. ``False`` (nothing changed) if
-        the id belongs to a memory of another profile here. ``row``: ``write_row(memory)``, when
-        the caller computed it already (off the write lock).
+        the id belongs to a memory of another profile here.
         """
         m = memory
         here = self._conn.execute("SELECT access_delta, last_accessed_us, profile FROM memories WHERE id = ?", (m.id,)).fetchone()
         if here is None:
             deleted_here = self._conn.execute("SELECT 1 FROM sync_outbox WHERE id = ? AND op = 'delete'", (m.id,)).fetchone()
             if content == "remote" and not deleted_here:
-                self._conn.execute(_INSERT_PULLED, (*(row or write_row(m)), 0))
+                self._conn.execute(_INSERT_PULLED, (*write_row(m), 0))
         elif here[2] != m.profile_name:
             return False  # never touch a memory of another profile
         else:
@@ -267,7 +261,7 @@ class ReplicaTransaction:
                 sets.append("staleness = ?")
                 params.append(m.staleness_score)
             if content == "remote":
-                full = dict(zip(WRITE_COLUMNS, row or write_row(m)))
+                full = dict(zip(WRITE_COLUMNS, write_row(m)))
                 for col in (*_CONTENT_COLUMNS, "features"):
                     sets.append(f"{col} = ?")
                     params.append(full[col])
@@ -275,13 +269,12 @@ class ReplicaTransaction:
         self._conn.execute("DELETE FROM sync_outbox WHERE id = ? AND op = 'put'", (m.id,))
         return True
 
-    def insert_remote_absent(self,
-                             items: Sequence[tuple[Memory, PreparedRow | None]]) -> set[str]:
-        """``apply_remote(memory, content="remote", row=row)`` for each of ``items`` (distinct
-        ids) whose id this database does not hold, in a few statements (a fresh host pulls
+    def insert_remote_absent(self, memories: Sequence[Memory]) -> set[str]:
+        """``apply_remote(memory, content="remote")`` for each of ``memories`` (distinct ids)
+        whose id this database does not hold, in a few statements (a fresh host pulls
         thousands): each is inserted unless its deletion here is still queued, and its put is
         cleared from the outbox. Returns the ids it took; the others are left to ``apply_remote``."""
-        ids = [m.id for m, _ in items]
+        ids = [m.id for m in memories]
         present: set[str] = set()
         deleted: set[str] = set()
         for part in id_batches(ids):
@@ -289,11 +282,10 @@ class ReplicaTransaction:
             present.update(r[0] for r in self._conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", part))
             deleted.update(r[0] for r in self._conn.execute(
                 f"SELECT id FROM sync_outbox WHERE op = 'delete' AND id IN ({marks})", part))
-        absent = [(m, row) for m, row in items if m.id not in present]
+        absent = [m for m in memories if m.id not in present]
         # Multi-row statements, as an import's: FTS5 writes a segment per statement, not per row.
-        insert_rows(self._conn, [(*(row or write_row(m)), 0) for m, row in absent if m.id not in deleted],
-                    _PULLED_COLUMNS)
-        taken = [m.id for m, _ in absent]
+        insert_rows(self._conn, [(*write_row(m), 0) for m in absent if m.id not in deleted], _PULLED_COLUMNS)
+        taken = [m.id for m in absent]
         for part in id_batches(taken):
             self._conn.execute(f"DELETE FROM sync_outbox WHERE op = 'put' AND id IN ({', '.join('?' * len(part))})", part)
         return set(taken)
@@ -303,18 +295,21 @@ class ReplicaTransaction:
         self._conn.execute("DELETE FROM memories WHERE id = ? AND profile = ?", (memory_id, profile))
         self._conn.execute("DELETE FROM sync_outbox WHERE id = ?", (memory_id,))
 
-    def clear_outbox(self, memory_id: str, op: str | None = None,
-                     *, only_if_absent: bool = False) -> None:
-        """Drop the outbox entry of ``memory_id`` (of ``op`` only, if given; only when the memory
-        is gone, with ``only_if_absent``): the bucket has the change."""
-        sql = "DELETE FROM sync_outbox WHERE id = ?"
-        params: list[Any] = [memory_id]
+    def clear_outbox(self, item_id: str, op: str | None = None,
+                     *, only_if_absent: bool = False, kind: Kind = "memory") -> None:
+        """Drop the outbox entry of the memory or note ``item_id`` (of ``op`` only, if given; only
+        when the item is gone, with ``only_if_absent``: a note written again meanwhile keeps its
+        queued change): the bucket has the change."""
+        table, key, items = (("automation_outbox", "automation_id", "automation_notes") if kind == "note"
+                             else ("sync_outbox", "id", "memories"))
+        sql = f"DELETE FROM {table} WHERE {key} = ?"
+        params: list[Any] = [item_id]
         if op is not None:
             sql += " AND op = ?"
             params.append(op)
         if only_if_absent:
-            sql += " AND NOT EXISTS (SELECT 1 FROM memories WHERE id = ?)"
-            params.append(memory_id)
+            sql += f" AND NOT EXISTS (SELECT 1 FROM {items} WHERE {key} = ?)"
+            params.append(item_id)
         self._conn.execute(sql, params)
 
     def reid(self, old_id: str, new_id: str) -> bool:
@@ -379,10 +374,3 @@ class ReplicaTransaction:
         self._conn.execute("DELETE FROM automation_notes WHERE automation_id = ?", (automation_id,))
         self._conn.execute("DELETE FROM automation_outbox WHERE automation_id = ?", (automation_id,))
         return True
-
-    def clear_note_outbox(self, automation_id: str) -> None:
-        """The bucket has this host's deletion of the note: drop it from the outbox (unless the
-        note was written again meanwhile)."""
-        self._conn.execute("DELETE FROM automation_outbox WHERE automation_id = ? AND op = 'delete'"
-                     " AND NOT EXISTS (SELECT 1 FROM automation_notes WHERE automation_id = ?)",
-                     (automation_id, automation_id))

@@ -2,7 +2,7 @@
 
 To add a table: add a step to its owner's set (the next number), or a new module here with a new
 :class:`~memlocal.store.migrations.MigrationSet` appended to ``CORE_SETS`` (docs/storage.md,
-"Migrations"). The sync package declares its own set (``memlocal_sync.state.SYNC_SCHEMA``) and runs
+"Migrations"). The sync package declares its own set (``memlocal_sync.tables.SYNC_TABLES``) and runs
 it through the replication port.
 """
 
@@ -17,7 +17,7 @@ from .recall import RECALL
 from .secrets import SECRETS
 from .semantic import SEMANTIC
 
-__all__ = ["CORE_SETS", "LEGACY_CHAIN"]
+__all__ = ["AUDIT", "CORE_SETS", "LEGACY_CHAIN", "SEMANTIC"]
 
 # Run in this order: later sets build on the ``memories`` table.
 CORE_SETS: tuple[MigrationSet, ...] = (MEMORIES, RECALL, SEMANTIC, AUDIT, AUTOMATION, LINEAGE, SECRETS)

@@ -37,4 +37,5 @@ def _migration_6(db: sqlite_utils.Database) -> None:
 
 
 # Each step is named by its number in the single chain that came before named sets.
-AUDIT = MigrationSet("audit", {1: _migration_6}, legacy={1: 6})
+# ``memlocal.audit`` runs its statements on them through ``Database.own_tables(AUDIT)``.
+AUDIT = MigrationSet("audit", {1: _migration_6}, legacy={1: 6}, tables=("injections", "injection_memories"))

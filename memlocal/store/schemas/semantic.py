@@ -28,4 +28,7 @@ def _migration_5(db: sqlite_utils.Database) -> None:
 
 
 # Each step is named by its number in the single chain that came before named sets.
-SEMANTIC = MigrationSet("semantic", {1: _migration_5}, legacy={1: 5})
+# ``memlocal.semantic`` runs its statements on them through ``Database.own_tables(SEMANTIC)``:
+# it writes its vectors and reads the memories (their text, their profile's revision) beside them.
+SEMANTIC = MigrationSet("semantic", {1: _migration_5}, legacy={1: 5}, tables=("memory_vectors",),
+                        reads=("memories", "profile_revs"))
