@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from memlocal.config import Config
 from memlocal.errors import BucketError, ObjectMissing, ObjectTooLarge, PreconditionFailed, SyncError, fold_whitespace
@@ -831,12 +831,12 @@ class Bucket:
         # under S3's 1,000); a page of 1,000 that ends the listing costs one empty page more.
         ask = self.page_size + 1 if self.page_size < _S3_PAGE else self.page_size
 
-        def page(store: Any) -> list[dict[str, Any]]:
+        def page(store: Any) -> Sequence[Any]:
             import obstore.exceptions as ox
 
             stream = obstore.list(store, prefix=folder or None, offset=offset, chunk_size=ask)
             try:
-                return next(iter(stream), [])  # type: ignore[return-value]
+                return next(stream, [])
             except ox.InvalidPathError as exc:  # e.g. ``a//b``, ``./``: keys it refuses to name
                 raise _Unlistable(_short(str(exc))) from None
 
