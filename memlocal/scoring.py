@@ -446,6 +446,13 @@ class RankQuery:
             raise ValueError("a ranking needs the query's limit and min_score: apply RecallQuery.with_defaults first")
         return cls(q.text, q.limit, q.min_score, q.exclude_ids, q.now, None, ranking, similarity)
 
+    def now_us(self) -> int:
+        """The clock the scores are computed at, in µs: ``now``, or the current time when it is
+        ``None`` (a caller that ranks in several steps fixes ``now`` first, so they agree)."""
+        now_us = to_us(self.now or utcnow())
+        assert now_us is not None
+        return now_us
+
 
 def rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int, str]:
     """Sort key, best first: higher score, then newer createdAt, then smaller id."""
@@ -589,8 +596,7 @@ class FullScan:
         cosine (:meth:`memlocal.semantic.SemanticIndex.similar`); each of those memories' topic
         gains :func:`similarity_bonus` (:func:`with_similarity`). The spec mode ignores it.
         """
-        now_us = to_us(rq.now or utcnow())
-        assert now_us is not None
+        now_us = rq.now_us()
         ranking, limit, min_score = rq.ranking, rq.limit, rq.min_score
         mat = maturity(sum(m.access_count for m in self.memories))
         w = weights_for(mat)
