@@ -43,7 +43,7 @@ import Stemmer  # PyStemmer
 from .model import default_summary, to_us
 from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 8
+TERMS_VERSION: Final = 9
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
