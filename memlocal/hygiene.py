@@ -128,10 +128,14 @@ def _strip_marks(value: str) -> str:
     return unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
 
 
+# The fold both of the exact rule's forms start from (normalise, exact_form), once per text.
+_fold_exact: Final = lru_cache(maxsize=1024)(fold_exact)
+
+
 @lru_cache(maxsize=4096)  # a save or an import row normalises the same text for both keys
 def normalise(value: str) -> str:
     """The form exact duplicates share (see the module docstring)."""
-    folded = fold_exact(value).casefold()
+    folded = _fold_exact(value).casefold()
     if not folded.isascii():
         folded = _strip_marks(folded.translate(text.APOSTROPHES))
     marked = False
@@ -224,7 +228,7 @@ def exact_form(value: str) -> tuple[str, ...]:
     ^``, or a dot between two word characters; a word of letters joined by hyphens is prose
     ("SELF-CARE" is "self-care", "dark-mode" is "dark mode")."""
     out: list[str] = []
-    for raw in fold_exact(value).split():
+    for raw in _fold_exact(value).split():
         token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw
         if not token.isascii():
             token = token.translate(_DASH_TABLE)

@@ -12,6 +12,7 @@ import pytest
 
 from memlocal.bank import MemoryBank
 from memory_stores_fake import FakeMemoryStores, memory_stores, path_problem, sha256  # noqa: F401 (the fixture)
+from memlocal import SaveRequest
 
 pytestmark = pytest.mark.anthropic_sdk
 
@@ -25,7 +26,7 @@ def bridge(bank: MemoryBank, **kw: Any) -> Any:
 
 
 def save(bank: MemoryBank, text: str, **kw: Any) -> str:
-    return bank.save(P, content=text, use_llm=False, **kw).memory.id
+    return bank.save(SaveRequest(P, content=text, use_llm=False, **kw)).memory.id
 
 
 @pytest.fixture
@@ -310,9 +311,9 @@ def test_paths_that_would_break_the_store_are_refused_in_one_line(memory_stores:
 
     bank = mk()
     for i, path in enumerate(PATHS_THE_STORE_REFUSES):
-        bank.save(P, content=f"note {i} on the memory tool", use_llm=False, deduplicate=False,
-                  extra={"memoryFile": path})
-    good = bank.save(P, content="A file the store takes", use_llm=False, extra={"memoryFile": "/memories/ok/é.md"})
+        bank.save(SaveRequest(P, content=f"note {i} on the memory tool", use_llm=False, deduplicate=False,
+                  extra={"memoryFile": path}))
+    good = bank.save(SaveRequest(P, content="A file the store takes", use_llm=False, extra={"memoryFile": "/memories/ok/é.md"}))
     report = bridge(bank)
     assert report.created == 1 and len(report.refused) == len(PATHS_THE_STORE_REFUSES), report.to_dict()
     assert all("\n" not in r["reason"] and r["reason"].startswith("the path ") for r in report.refused)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from s3server import S3, Host
+from memlocal import RecallQuery, SaveRequest
 
 if TYPE_CHECKING:
     from memlocal.model import Memory
@@ -34,15 +35,15 @@ def settle(a: Host, b: Host) -> None:
 
 def test_the_same_text_saved_on_two_hosts_converges_to_one_memory(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    ma = a.bank.save(P, "Ana prefers dark mode in every editor", category="preference").memory
-    mb = b.bank.save(P, "Ana prefers dark mode in every editor", category="preference").memory
+    ma = a.bank.save(SaveRequest(P, "Ana prefers dark mode in every editor", category="preference")).memory
+    mb = b.bank.save(SaveRequest(P, "Ana prefers dark mode in every editor", category="preference")).memory
     # The same text in another category is another memory (imported: a save on this host would
     # find mb, whatever the category, until the exact rule compares categories too).
     other = mb.with_changes(id="mem-0f0f0f0f", category="context", access_count=0)
     assert b.bank.import_memories([other]) == ["imported"]
     assert ma.id != mb.id
-    b.bank.recall(P, "dark mode editor")  # two accesses of b's copy travel with it
-    b.bank.recall(P, "dark mode editor")
+    b.bank.recall(RecallQuery(P, "dark mode editor"))  # two accesses of b's copy travel with it
+    b.bank.recall(RecallQuery(P, "dark mode editor"))
     b.bank.drain()
     winner, loser = sorted((ma.id, mb.id))
     for host in (b, a, b, a):
@@ -65,8 +66,8 @@ def test_the_same_text_saved_on_two_hosts_converges_to_one_memory(hosts: Callabl
 
 def test_a_pull_only_refresh_leaves_the_convergence_to_the_next_full_pass(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    ma = a.bank.save(P, "The staging cluster is in Frankfurt", category="fact").memory
-    mb = b.bank.save(P, "The staging cluster is in Frankfurt", category="fact").memory
+    ma = a.bank.save(SaveRequest(P, "The staging cluster is in Frankfurt", category="fact")).memory
+    mb = b.bank.save(SaveRequest(P, "The staging cluster is in Frankfurt", category="fact")).memory
     assert b.sync(pull_only=True).ok  # the read path's refresh pulls a's copy and writes nothing
     assert active(b, {ma.id, mb.id}) == {ma.id, mb.id}
     report = b.sync()  # nothing else to do, but the pulled profile converges now
@@ -82,10 +83,10 @@ def test_a_pull_only_refresh_leaves_the_convergence_to_the_next_full_pass(hosts:
 
 def test_two_hosts_superseding_one_memory_converge_to_a_chain(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "Ana lives in Porto", category="fact").memory
+    old = a.bank.save(SaveRequest(P, "Ana lives in Porto", category="fact")).memory
     assert b.sync().ok
-    lisbon = a.bank.save(P, "Ana lives in Lisbon", category="fact", supersedes=old.id).memory
-    madrid = b.bank.save(P, "Ana lives in Madrid", category="fact", supersedes=old.id).memory
+    lisbon = a.bank.save(SaveRequest(P, "Ana lives in Lisbon", category="fact", supersedes=old.id)).memory
+    madrid = b.bank.save(SaveRequest(P, "Ana lives in Madrid", category="fact", supersedes=old.id)).memory
     assert a.sync().ok  # a's supersession reaches the bucket first: Lisbon is the successor
     for host in (b, a, b):
         host.sync()
@@ -103,10 +104,10 @@ def test_two_hosts_superseding_one_memory_converge_to_a_chain(hosts: Callable[..
 
 def test_a_successor_whose_old_memory_is_gone_is_chosen_by_id(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "The build uses Make", category="fact").memory
+    old = a.bank.save(SaveRequest(P, "The build uses Make", category="fact")).memory
     assert b.sync().ok
-    x = a.bank.save(P, "The build uses Bazel", category="fact", supersedes=old.id).memory
-    y = b.bank.save(P, "The build uses Ninja", category="fact", supersedes=old.id).memory
+    x = a.bank.save(SaveRequest(P, "The build uses Bazel", category="fact", supersedes=old.id)).memory
+    y = b.bank.save(SaveRequest(P, "The build uses Ninja", category="fact", supersedes=old.id)).memory
     a.bank.delete(P, old.id)  # the old memory is deleted before either supersession is decided
     for host in (a, b, a, b):
         host.sync(force=True)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.redact import forget_extra_patterns
 
 TOKEN = "acme_tok_9f8e7d6c5b4a3928"
@@ -55,8 +55,8 @@ def _bucket_bytes(s3: Any) -> dict[str, bytes]:
 def test_dry_run_changes_nothing_and_a_local_rescan_purges_the_file(tmp_path: Path, cli: Any) -> None:
     db = tmp_path / "m.db"
     with MemoryBank(db) as bank:
-        old = bank.save("ops", f"deploy with {TOKEN} on fridays").memory
-        bank.save("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id)  # the old one is history now
+        old = bank.save(SaveRequest("ops", f"deploy with {TOKEN} on fridays")).memory
+        bank.save(SaveRequest("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id))  # the old one is history now
         bank.automations.put("nightly", f"last run used {TOKEN}")
     assert _file_bytes(db).count(HEX) > 0
     before = _tables(db)
@@ -80,9 +80,9 @@ def test_dry_run_changes_nothing_and_a_local_rescan_purges_the_file(tmp_path: Pa
 def test_a_rescan_reaches_the_bucket_the_snapshot_and_a_second_host(hosts: Callable[..., Any], s3: Any,
                                                                      cli: Any) -> None:
     a = hosts("a", sync__snapshot_min_objects=2)
-    old = a.bank.save("ops", f"deploy with {TOKEN} on fridays").memory
-    a.bank.save("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id)
-    a.bank.save("ops", "standup is at 9:30 in the small room")
+    old = a.bank.save(SaveRequest("ops", f"deploy with {TOKEN} on fridays")).memory
+    a.bank.save(SaveRequest("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id))
+    a.bank.save(SaveRequest("ops", "standup is at 9:30 in the small room"))
     a.bank.automations.put("nightly", f"last run used {TOKEN}")
     a.sync()
     a.sync()  # the profile agrees with the bucket: its snapshot is written
@@ -107,7 +107,7 @@ def test_a_rescan_reaches_the_bucket_the_snapshot_and_a_second_host(hosts: Calla
 def test_import_with_rescan_runs_the_same_pass(tmp_path: Path, cli: Any) -> None:
     db = tmp_path / "m.db"
     with MemoryBank(db) as bank:
-        stored = bank.save("ops", f"deploy with {TOKEN} on fridays").memory  # before the pattern existed
+        stored = bank.save(SaveRequest("ops", f"deploy with {TOKEN} on fridays")).memory  # before the pattern existed
     lines = tmp_path / "in.jsonl"
     lines.write_text('{"id": "mem-0000abcd", "profileName": "ops", "rawInput": "standup at 9:30",'
                      ' "processedContent": "standup at 9:30", "summary": "standup", "category": "fact",'
@@ -124,8 +124,8 @@ def test_a_rewrite_never_turns_a_deletion_made_since_the_read_into_a_put(tmp_pat
     from memlocal.rescan import redacted_memory
 
     with MemoryBank.open(tmp_path / "r.db") as bank:
-        kept = bank.save("ops", "the deploy key is acme_tok_9f8e7d6c5b4a3928", use_llm=False).memory
-        gone = bank.save("ops", "the backup key is acme_tok_1a2b3c4d5e6f7081", use_llm=False).memory
+        kept = bank.save(SaveRequest("ops", "the deploy key is acme_tok_9f8e7d6c5b4a3928", use_llm=False)).memory
+        gone = bank.save(SaveRequest("ops", "the backup key is acme_tok_1a2b3c4d5e6f7081", use_llm=False)).memory
         read = [redacted_memory(m)[0] for m in (kept, gone)]
         bank.delete("ops", gone.id)
         written = bank.store.rewrite(read)

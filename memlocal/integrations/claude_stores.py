@@ -55,6 +55,7 @@ from ..humanize import plural
 from ..llm import retry_after_s
 from ..model import Memory, validate_profile
 from ..redact import redact
+from ..saving import SaveRequest
 from ..store import MigrationSet
 from ..store.local import LocalRow
 from .claude import FILE_FIELD, category_for_path
@@ -507,9 +508,9 @@ class _Sync:
             return None, h.content_sha256, False
         self._version += 1  # the profile may change (a save, a retired memory)
         try:
-            result = self.bank.save(self.profile, content=text, category=category or category_for_path(h.path),
-                                    confidence=self.confidence, source="inferred", use_llm=False, supersedes=supersedes,
-                                    extra={HOSTED_FIELD: {"path": h.path}})
+            result = self.bank.save(SaveRequest(
+                self.profile, content=text, category=category or category_for_path(h.path), confidence=self.confidence,
+                source="inferred", use_llm=False, supersedes=supersedes, extra={HOSTED_FIELD: {"path": h.path}}))
         except MemoryBankError as exc:
             self.report.refused.append({"what": what, "reason": exc.message})
             return None, h.content_sha256, False
