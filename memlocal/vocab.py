@@ -50,6 +50,7 @@ _COMPOUND_PHRASES: Final = """
     time off = timeoff | day off = dayoff | out of office = outofoffice
     new york = newyork | los angeles = losangeles | san francisco = sanfrancisco | las vegas = lasvegas
     san diego = sandiego | new orleans = neworleans | hong kong = hongkong
+    video game = videogame | board game = boardgame
 """
 
 
@@ -168,7 +169,7 @@ _BROADER_GROUPS: Final = {
     "family": """mom moms dad dads mother mothers father fathers parent parents sister sisters
         brother brothers sibling siblings son sons daughter daughters husband wife grandma
         grandpa grandmother grandfather grandparents grandkids cousin cousins aunt uncle niece
-        nephew""",
+        nephew kid kids child children toddler toddlers""",
     "coffee drink": """espresso espressos latte lattes cappuccino cappuccinos americano macchiato
         mocha""",
     "drink": """beverage beverages coffee coffees tea teas juice juices smoothie smoothies soda
@@ -179,7 +180,8 @@ _BROADER_GROUPS: Final = {
     # Places by name, for the questions that ask by kind ("which city / country / state …?",
     # "what European countries …?") about a fact that names one ("a trip to Rome"): world
     # knowledge, not a topic. Only names that are not also a common word or a first name
-    # (no Jordan, Chad, Georgia, Turkey, Maine, Washington, Phoenix, Austin, Florence, Sydney).
+    # (no Jordan, Chad, Georgia, Turkey, Maine, Washington, Phoenix, Austin, Florence, Sydney,
+    # Orlando, Brooklyn, Holland).
     "country location": """afghanistan algeria argentina armenia australia bangladesh belarus
         bolivia brazil cambodia cameroon canada chile china colombia cuba ecuador egypt ethiopia
         ghana guatemala haiti honduras india indonesia iran iraq israel jamaica japan kazakhstan
@@ -189,14 +191,14 @@ _BROADER_GROUPS: Final = {
         vietnam yemen zambia zimbabwe usa""",
     "country location europe european": """albania austria belgium bosnia bulgaria croatia cyprus
         czechia denmark england estonia finland france germany greece hungary iceland ireland
-        italy latvia lithuania luxembourg netherlands holland norway poland portugal romania
+        italy latvia lithuania luxembourg netherlands norway poland portugal romania
         russia scotland serbia slovakia slovenia spain sweden switzerland ukraine wales uk""",
     "city location": """london paris rome berlin madrid barcelona lisbon porto amsterdam vienna
         prague budapest warsaw krakow dublin edinburgh glasgow manchester liverpool athens istanbul
         moscow stockholm oslo copenhagen helsinki brussels zurich geneva milan venice naples munich
         hamburg tokyo kyoto osaka seoul beijing shanghai bangkok mumbai delhi bangalore dubai
         cairo nairobi melbourne toronto vancouver montreal chicago boston seattle denver miami
-        atlanta dallas houston tampa orlando nyc manhattan brooklyn philadelphia detroit newyork
+        atlanta dallas houston tampa nyc manhattan philadelphia detroit newyork
         losangeles sanfrancisco lasvegas sandiego neworleans hongkong""",
     "state location": """alabama alaska arizona arkansas california colorado connecticut delaware
         florida hawaii idaho illinois iowa kansas kentucky louisiana maryland massachusetts
@@ -211,6 +213,7 @@ _BROADER_GROUPS: Final = {
     "exercise": """yoga pilates jogging workout workouts weightlifting gym cardio crossfit
         stretching""",
     "team": """teammate teammates""",
+    "movie": """film films""",
     "game": """rpg rpgs mmorpg videogame videogames console consoles xbox playstation nintendo
         gamer gamers esports boardgame boardgames""",
     "book": """novel novels paperback paperbacks ebook ebooks audiobook audiobooks memoir memoirs
