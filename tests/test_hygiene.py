@@ -284,6 +284,52 @@ def test_a_near_duplicate_keeps_its_flags_and_paths_exact(local: MemoryBank) -> 
                       category="fact")).memory.id == first.memory.id
 
 
+# A flag's argument in plain letters is part of the flag (docs/hygiene.md, "The duplicate key":
+# case is kept inside paths, flags and identifiers): `-k SLOW` and `-k slow` select other tests.
+# Were merged.
+FLAG_ARGUMENT_DISTINCT = [
+    ("Run pytest with -k SLOW", "Run pytest with -k slow"),
+    ("Search the logs with grep -i Foo", "Search the logs with grep -i foo"),
+    ("Deploy with --name Prod", "Deploy with --name prod"),
+    ("Find the commit with git log -S Token", "Find the commit with git log -S token"),
+    ('Filter with -k "Slow and not DB" in CI', 'Filter with -k "slow and not db" in CI'),
+]
+
+
+@pytest.mark.parametrize("first,second", FLAG_ARGUMENT_DISTINCT)
+def test_a_flags_argument_keeps_its_case(local: MemoryBank, first: str, second: str) -> None:
+    from memlocal.hygiene import exact_form
+
+    assert exact_form(first) != exact_form(second)
+    a = local.save(SaveRequest(P, content=first, category="fact"))
+    b = local.save(SaveRequest(P, content=second, category="fact"))
+    assert b.deduplicated is False and b.memory.id != a.memory.id
+    # The prose around the flag still folds: its case and the sentence's punctuation.
+    flag_at = second.index(" -")
+    again = local.save(SaveRequest(P, content=second[:flag_at].upper() + second[flag_at:] + ".", category="fact"))
+    assert again.deduplicated is True and again.memory.id == b.memory.id
+
+
+def test_prose_around_a_flag_folds_and_a_flag_ends_at_the_sentences_punctuation(local: MemoryBank) -> None:
+    from memlocal.hygiene import exact_form
+
+    assert exact_form("Ana likes tea") == exact_form("ana likes tea!")
+    assert exact_form("Run it with -k SLOW, then Lint") == exact_form("run it with -k SLOW, then lint")
+    assert exact_form("Use -v, Always") == exact_form("use -v, always")  # "-v," takes no argument
+    assert exact_form("Use -v -k SLOW") != exact_form("Use -v -k slow")  # a flag after a flag
+    assert exact_form("It is -5 Degrees") == exact_form("it is -5 degrees")  # a number, not a flag
+    assert exact_form("Notes - Ana likes tea") == exact_form("notes - ana likes tea")  # a dash, not a flag
+    assert exact_form("Tea \u2014 Ana likes it") == exact_form("tea \u2014 ana likes it")
+
+
+def test_a_near_duplicate_keeps_a_flags_argument(local: MemoryBank) -> None:
+    first = local.save(SaveRequest(P, content="Always run the slow integration tests with -k SLOW before merging", category="fact"))
+    other = local.save(SaveRequest(P, content="Always run the slow integration test with -k slow before merging", category="fact"))
+    assert other.deduplicated is False and other.memory.id != first.memory.id
+    again = local.save(SaveRequest(P, content="always run the slow integration test with -k SLOW before merging", category="fact"))
+    assert again.deduplicated is True and again.memory.id == first.memory.id
+
+
 def test_the_same_text_under_another_category_is_the_same_memory(local: MemoryBank) -> None:
     """"Ana is allergic to peanuts" as a fact and as general reached the block twice.
     The save answers with the existing memory; its category is kept (docs/hygiene.md)."""

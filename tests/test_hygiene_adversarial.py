@@ -325,7 +325,8 @@ def test_different_facts_are_never_merged(cli: Any, first: str, second: str) -> 
 def test_another_category_is_the_same_memory_its_category_kept(make_bank: Callable[..., MemoryBank],
                                                                 tmp_path: Path) -> None:
     """Was: the category must match. The same text in another category is the memory
-    already saved, whose category stays; across hosts, the converge rule still keys by category."""
+    already saved, whose category stays; across hosts, the converge rule groups the same way
+    (tests/test_hygiene_converge.py). ``exact_key`` hashes the category too: it is no identity."""
     with make_bank(tmp_path / "c.db") as bank:
         pref = bank.save(SaveRequest("p", content="Ana likes green tea", category="preference"))
         ctx = bank.save(SaveRequest("p", content="Ana likes green tea", category="context"))
