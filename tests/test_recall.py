@@ -665,7 +665,7 @@ def test_the_warm_up_waits_for_a_pause_in_the_queries(tmp_path: Path) -> None:
 
 
 def test_every_ranking_path_takes_one_rank_query_and_no_connection() -> None:
-    """Issue 50: ``RankQuery`` is the argument of the index's and the cold path's rankings (no
+    """``RankQuery`` is the argument of the index's and the cold path's rankings (no
     loose limit, clock, tier, ratio ... beside it), and the recall service hands no SQLite
     connection around: the store's reads own it."""
     import inspect
