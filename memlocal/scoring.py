@@ -174,6 +174,11 @@ def prepare_query(query: str, df: Callable[[str], int], n: int,
     if not found:
         return PreparedQuery((), (), (), (), 0.0)
     words = text.query_words(query)
+    narrowed = text.narrow_places(words)
+    if narrowed is not words:
+        kept = frozenset().union(*(e.terms for e in narrowed))
+        found = frozenset(t for t in found if t in kept or not any(t in e.terms for e in words))
+        words = narrowed
     dfs = {t: df(t) for t in found}
     near = _near_terms(words, dfs, df, held_any)
     if near:

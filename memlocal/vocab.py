@@ -11,6 +11,8 @@ that the same idea written differently gives the same terms:
 - ``BROADER``: a specific word also yields the broader word people ask with ("pytest" is a test
   framework, "vim" an editor, "indentation" is formatting). Only words whose broader sense is
   unambiguous are listed: the extra term is literal evidence, weighted by its IDF like any other.
+  ``PLACE_NAMES``, the places by name, yield their kind in a memory only: a question that
+  names one asks about that place (:func:`memlocal.text.narrow_places`).
 - ``ZONE_REGIONS``: an IANA time-zone name (``Europe/Lisbon``) yields "timezone".
 - ``GENERIC_WORDS``: everyday verbs, numbers and question frames ("get", "make", "thing",
   "first", "how long", "what kind of") that a bank of facts rarely says, so that their IDF is
@@ -26,6 +28,7 @@ bumped with any edit here.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Final, Mapping
 
 # "first second" -> "joined" (lowercase words as the tokenizer splits them: a hyphen splits too).
@@ -220,6 +223,13 @@ _BROADER_GROUPS: Final = {
         biography biographies""",
     "write writing": """screenplay screenplays essay essays poem poems poetry journaling""",
 }
+
+# The places by name among the groups above: a memory that names one says its kind too ("a
+# trip to Rome" is about a city), but a question that names one asks about that place, not about
+# every place of its kind ("which city in Ireland ...?" is not about Scotland).
+PLACE_NAMES: Final = frozenset(chain.from_iterable(
+    members.split() for broader, members in _BROADER_GROUPS.items()
+    if broader.split()[0] in ("country", "city", "state")))
 
 # A clock time ("9am", "10pm") is about a schedule, and the morning or the afternoon.
 CLOCK_BROADER: Final = {"am": ("schedule", "morning"), "pm": ("schedule", "afternoon")}

@@ -188,6 +188,20 @@ def test_a_question_naming_a_kind_finds_the_fact_naming_an_instance(bank: Memory
     assert got and got[0].memory.id == target.id, [r.memory.processed_content for r in got[:3]]
 
 
+def test_a_question_naming_a_place_asks_about_that_place(bank: MemoryBank) -> None:
+    """A memory that names a place says its kind too, but a question that names one asks about it:
+    "Croatia" finds the fact about Croatia, not every European country's (which crowded the block)."""
+    croatia = put(bank, "p", "Ana spent two weeks in Croatia")
+    put(bank, "p", "Ana's sister lives in Norway")
+    put(bank, "p", "Ana has a conference in Vienna next week")
+    got = bank.query_with_relevance(RecallQuery("p", "what did Ana see in Croatia?", min_score=0.0, now=NOW))
+    assert got[0].memory.id == croatia.id
+    assert not [r for r in got[1:] if r.evidence and "Croatia" in r.evidence.terms]
+    assert [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", "Croatia", now=NOW))] == [croatia.id]
+    # The kind still finds the places: "which country" is a question about countries.
+    assert len(bank.query_with_relevance(RecallQuery("p", "which country", now=NOW))) == 2
+
+
 def test_a_name_that_is_also_a_first_name_is_not_read_as_a_place(bank: MemoryBank) -> None:
     """Places are bridged only by names that are not also a first name: "Orlando fixed the test"
     is about a person, and "which city" does not find it."""
