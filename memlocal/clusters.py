@@ -47,7 +47,7 @@ CLUSTER_WORDS: Final[Mapping[str, str]] = {
         marathon obesity diabetes diabetic asthma surgery vaccine vaccination dentist dental
         checkup cancer cardio flu fever cough headache migraine meditation rehab physiotherapy
         pregnancy pregnant disability wheelchair diagnosis diagnosed chronic infection immune
-        ergonomic posture
+        ergonomic posture hurt hurts injuries therapeutic relax relaxing relaxation destress
     """,
     "work": """
         job jobs career boss manager managers supervisor colleague colleagues coworker coworkers

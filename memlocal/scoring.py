@@ -174,6 +174,11 @@ def prepare_query(query: str, df: Callable[[str], int], n: int,
     if not found:
         return PreparedQuery((), (), (), (), 0.0)
     words = text.query_words(query)
+    narrowed = text.narrow_places(words)
+    if narrowed is not words:
+        kept = frozenset().union(*(e.terms for e in narrowed))
+        found = frozenset(t for t in found if t in kept or not any(t in e.terms for e in words))
+        words = narrowed
     dfs = {t: df(t) for t in found}
     near = _near_terms(words, dfs, df, held_any)
     if near:
@@ -446,6 +451,13 @@ class RankQuery:
             raise ValueError("a ranking needs the query's limit and min_score: apply RecallQuery.with_defaults first")
         return cls(q.text, q.limit, q.min_score, q.exclude_ids, q.now, None, ranking, similarity)
 
+    def now_us(self) -> int:
+        """The clock the scores are computed at, in µs: ``now``, or the current time when it is
+        ``None`` (a caller that ranks in several steps fixes ``now`` first, so they agree)."""
+        now_us = to_us(self.now or utcnow())
+        assert now_us is not None
+        return now_us
+
 
 def rank_key(score: float, created_us: int, memory_id: str) -> tuple[float, int, str]:
     """Sort key, best first: higher score, then newer createdAt, then smaller id."""
@@ -589,8 +601,7 @@ class FullScan:
         cosine (:meth:`memlocal.semantic.SemanticIndex.similar`); each of those memories' topic
         gains :func:`similarity_bonus` (:func:`with_similarity`). The spec mode ignores it.
         """
-        now_us = to_us(rq.now or utcnow())
-        assert now_us is not None
+        now_us = rq.now_us()
         ranking, limit, min_score = rq.ranking, rq.limit, rq.min_score
         mat = maturity(sum(m.access_count for m in self.memories))
         w = weights_for(mat)

@@ -41,9 +41,9 @@ from typing import Callable, Container, Final, Iterable, NamedTuple, Sequence, T
 import Stemmer  # PyStemmer
 
 from .model import default_summary, to_us
-from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, VARIANTS, ZONE_REGIONS
+from .vocab import BROADER, CLOCK_BROADER, COMPOUNDS, PLACE_NAMES, VARIANTS, ZONE_REGIONS
 
-TERMS_VERSION: Final = 8
+TERMS_VERSION: Final = 9
 
 # Snowball's English stopword list (snowballstem.org/algorithms/english/stop.txt) plus the
 # contractions written without an apostrophe, and a few fillers that carry no topic. "user" is
@@ -276,6 +276,18 @@ def query_words(text: str) -> tuple[QueryWord, ...]:
         if zone:
             out.append(QueryWord(zone.group(0), _TIMEZONE))
     return tuple(out)
+
+
+def narrow_places(entries: tuple[QueryWord, ...]) -> tuple[QueryWord, ...]:
+    """``entries`` with a place name's broader words left out (:data:`memlocal.vocab.PLACE_NAMES`):
+    a memory that names a place says its kind too, but a question that names one asks about that
+    place, not about every place of its kind. The same tuple when the query names none."""
+    out: list[QueryWord] = []
+    for e in entries:
+        ws = word_tuple(e.word)
+        key = "".join(ws) if e.whole else (ws[0] if ws else "")
+        out.append(e._replace(terms=frozenset(_WORD_TERMS[key][:1])) if key in PLACE_NAMES else e)
+    return tuple(out) if any(a is not b for a, b in zip(out, entries)) else entries
 
 
 _LETTERS: Final = "abcdefghijklmnopqrstuvwxyz"

@@ -11,6 +11,8 @@ that the same idea written differently gives the same terms:
 - ``BROADER``: a specific word also yields the broader word people ask with ("pytest" is a test
   framework, "vim" an editor, "indentation" is formatting). Only words whose broader sense is
   unambiguous are listed: the extra term is literal evidence, weighted by its IDF like any other.
+  ``PLACE_NAMES``, the places by name, yield their kind in a memory only: a question that
+  names one asks about that place (:func:`memlocal.text.narrow_places`).
 - ``ZONE_REGIONS``: an IANA time-zone name (``Europe/Lisbon``) yields "timezone".
 - ``GENERIC_WORDS``: everyday verbs, numbers and question frames ("get", "make", "thing",
   "first", "how long", "what kind of") that a bank of facts rarely says, so that their IDF is
@@ -26,6 +28,7 @@ bumped with any edit here.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Final, Mapping
 
 # "first second" -> "joined" (lowercase words as the tokenizer splits them: a hyphen splits too).
@@ -48,6 +51,9 @@ _COMPOUND_PHRASES: Final = """
     build box = buildbox | build agent = buildagent | operating system = os | api key = apikey
     pre production = preproduction | code freeze = codefreeze | team lead = teamlead | tech lead = techlead
     time off = timeoff | day off = dayoff | out of office = outofoffice
+    new york = newyork | los angeles = losangeles | san francisco = sanfrancisco | las vegas = lasvegas
+    san diego = sandiego | new orleans = neworleans | hong kong = hongkong
+    video game = videogame | board game = boardgame
 """
 
 
@@ -86,7 +92,7 @@ VARIANTS: Final[Mapping[str, str]] = dict(
     repo=repository repos=repositories config=configuration configs=configurations
     prod=production env=environment envs=environments pr=pullrequest prs=pullrequests
     msg=message msgs=messages pic=picture pics=pictures info=information
-    nvim=neovim mins=minutes
+    nvim=neovim mins=minutes pup=puppy pups=puppies tourney=tournament tourneys=tournaments
     """.split()
 ) | {form: base for base, forms in (
     # Comparatives and superlatives the stemmer keeps apart ("fastest" is not "fast" to Porter2),
@@ -161,11 +167,12 @@ _BROADER_GROUPS: Final = {
     "instrument": """guitar guitars piano pianos violin violins cello drums drum flute clarinet
         saxophone trumpet ukulele banjo harp keyboardist guitarist pianist violinist drummer""",
     "sport": """basketball football soccer tennis baseball volleyball hockey golf rugby cricket
-        badminton softball""",
+        badminton softball surfing skiing snowboarding cycling swimming skating skateboarding
+        marathon triathlon""",
     "family": """mom moms dad dads mother mothers father fathers parent parents sister sisters
         brother brothers sibling siblings son sons daughter daughters husband wife grandma
         grandpa grandmother grandfather grandparents grandkids cousin cousins aunt uncle niece
-        nephew""",
+        nephew kid kids child children toddler toddlers""",
     "coffee drink": """espresso espressos latte lattes cappuccino cappuccinos americano macchiato
         mocha""",
     "drink": """beverage beverages coffee coffees tea teas juice juices smoothie smoothies soda
@@ -173,7 +180,56 @@ _BROADER_GROUPS: Final = {
     "os": """macos linux ubuntu debian fedora freebsd""",
     "credential": """secret secrets password passwords apikey apikeys passphrase""",
     "staging": """preprod preproduction""",
+    # Places by name, for the questions that ask by kind ("which city / country / state …?",
+    # "what European countries …?") about a fact that names one ("a trip to Rome"): world
+    # knowledge, not a topic. Only names that are not also a common word or a first name
+    # (no Jordan, Chad, Georgia, Turkey, Maine, Washington, Phoenix, Austin, Florence, Sydney,
+    # Orlando, Brooklyn, Holland).
+    "country location": """afghanistan algeria argentina armenia australia bangladesh belarus
+        bolivia brazil cambodia cameroon canada chile china colombia cuba ecuador egypt ethiopia
+        ghana guatemala haiti honduras india indonesia iran iraq israel jamaica japan kazakhstan
+        kenya korea laos lebanon libya madagascar malaysia mexico mongolia morocco mozambique
+        myanmar nepal nicaragua nigeria pakistan panama paraguay peru philippines rwanda senegal
+        singapore somalia sudan syria taiwan tanzania thailand tunisia uganda uruguay venezuela
+        vietnam yemen zambia zimbabwe usa""",
+    "country location europe european": """albania austria belgium bosnia bulgaria croatia cyprus
+        czechia denmark england estonia finland france germany greece hungary iceland ireland
+        italy latvia lithuania luxembourg netherlands norway poland portugal romania
+        russia scotland serbia slovakia slovenia spain sweden switzerland ukraine wales uk""",
+    "city location": """london paris rome berlin madrid barcelona lisbon porto amsterdam vienna
+        prague budapest warsaw krakow dublin edinburgh glasgow manchester liverpool athens istanbul
+        moscow stockholm oslo copenhagen helsinki brussels zurich geneva milan venice naples munich
+        hamburg tokyo kyoto osaka seoul beijing shanghai bangkok mumbai delhi bangalore dubai
+        cairo nairobi melbourne toronto vancouver montreal chicago boston seattle denver miami
+        atlanta dallas houston tampa nyc manhattan philadelphia detroit newyork
+        losangeles sanfrancisco lasvegas sandiego neworleans hongkong""",
+    "state location": """alabama alaska arizona arkansas california colorado connecticut delaware
+        florida hawaii idaho illinois iowa kansas kentucky louisiana maryland massachusetts
+        michigan minnesota mississippi missouri montana nebraska nevada ohio oklahoma oregon
+        pennsylvania tennessee texas utah vermont wisconsin wyoming""",
+    # More everyday kinds a question names and the instances a fact states (as "pet" above).
+    "martial art sport": """karate judo taekwondo kickboxing jiujitsu kungfu aikido boxing mma
+        wrestling fencing""",
+    "outdoor": """hiking hike hikes hiked camping campsite surfing kayaking canoeing fishing
+        climbing mountaineering skiing snowboarding biking backpacking rafting sailing picnic
+        picnics""",
+    "exercise": """yoga pilates jogging workout workouts weightlifting gym cardio crossfit
+        stretching""",
+    "team": """teammate teammates""",
+    "movie": """film films""",
+    "game": """rpg rpgs mmorpg videogame videogames console consoles xbox playstation nintendo
+        gamer gamers esports boardgame boardgames""",
+    "book": """novel novels paperback paperbacks ebook ebooks audiobook audiobooks memoir memoirs
+        biography biographies""",
+    "write writing": """screenplay screenplays essay essays poem poems poetry journaling""",
 }
+
+# The places by name among the groups above: a memory that names one says its kind too ("a
+# trip to Rome" is about a city), but a question that names one asks about that place, not about
+# every place of its kind ("which city in Ireland ...?" is not about Scotland).
+PLACE_NAMES: Final = frozenset(chain.from_iterable(
+    members.split() for broader, members in _BROADER_GROUPS.items()
+    if broader.split()[0] in ("country", "city", "state")))
 
 # A clock time ("9am", "10pm") is about a schedule, and the morning or the afternoon.
 CLOCK_BROADER: Final = {"am": ("schedule", "morning"), "pm": ("schedule", "afternoon")}

@@ -28,7 +28,7 @@ numbers, and ids of turns that do not exist dropped.
 
     python scripts/locomo_eval.py [PATH] [--json]      # PATH: ../shared/data/locomo/locomo-dev.json
     python scripts/locomo_eval.py [PATH] --living [--mode evidence|spec] [--ratio R] [--json]
-    python scripts/locomo_eval.py [PATH] --agent-bank [--semantic] [--mode evidence|spec] [--json]
+    python scripts/locomo_eval.py [PATH] --agent-bank [--semantic] [--mode evidence|spec] [--json [--items]]
 
 ``--living`` is the living-bank benchmark (:func:`evaluate_living`): dated turns, and three
 phases through the public API: fresh, every question once through ``recall`` (which counts what
@@ -498,10 +498,12 @@ class BlockScores:
 
 
 def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evidence",
-                        limit: int | None = None, filler: str | None = None) -> dict[str, Any]:
+                        limit: int | None = None, filler: str | None = None, items: bool = False) -> dict[str, Any]:
     """The bank of facts (see the module docstring): per system and phase, the block hit (some
     gold memory in the block), the share of gold memories in the block, and hit@5 (some gold
-    memory in the top 5 of ``query_with_relevance``, limit 8; BM25's top 5)."""
+    memory in the top 5 of ``query_with_relevance``, limit 8; BM25's top 5). ``items``: also
+    one record per task of the fresh phase (``"items"``: the question, its gold facts, whether
+    one is in the block and in the top 5, the top 5 with their evidence): what a miss looks like."""
     convs = load_agent_bank(path)[:limit]
     overrides: dict[str, Any] = {"ranking.mode": mode, "semantic.enabled": semantic}
     if filler is not None:
@@ -509,6 +511,7 @@ def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evid
     config = Config.load(environ={}, overrides=overrides)
     budget = int(config["inject.budget_chars"])
     res = {k: BlockScores() for k in ("fresh", "after", "bm25")}
+    per_task: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="memlocal-locomo-agent-") as tmp:
         with MemoryBank(Path(tmp) / "agent.db", config=config) as bank:
             for name, obs, tasks, now in convs:
@@ -533,6 +536,16 @@ def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evid
                         block = bank.render_context_block(profile, t.text, now=now)
                         top = bank.query_with_relevance(RecallQuery(profile, t.text, limit=8, min_score=0.0, now=now))
                         res[phase].add({index[i] for i in block.ids}, [index[r.memory.id] for r in top[:5]], t.gold)
+                        if items and phase == "fresh":
+                            shown = {index[i] for i in block.ids}
+                            per_task.append({
+                                "conversation": name, "question": t.text,
+                                "gold": [obs[k].text for k in sorted(t.gold)],
+                                "in_block": bool(shown & t.gold),
+                                "in_top5": any(index[r.memory.id] in t.gold for r in top[:5]),
+                                "top5": [{"text": r.memory.processed_content, "gold": index[r.memory.id] in t.gold,
+                                          "evidence": r.evidence.to_dict() if r.evidence else None} for r in top[:5]],
+                            })
 
                 ours("fresh")
                 for t in tasks:
@@ -549,9 +562,13 @@ def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evid
                     n = _fill([f"* [fact] {obs[k].text}" for k in ranked], budget)
                     res["bm25"].add(set(ranked[:n]), ranked[:5], t.gold)
                 db.close()
-    return {"data": str(path), "conversations": len(convs), "semantic": semantic, "mode": mode, "filler": config["inject.filler"],
-            "budget": budget, "memlocal": {"fresh": res["fresh"].to_dict(), "after_use": res["after"].to_dict()},
-            "fts5_bm25": res["bm25"].to_dict()}
+    out = {"data": str(path), "conversations": len(convs), "semantic": semantic, "mode": mode,
+           "filler": config["inject.filler"], "budget": budget,
+           "memlocal": {"fresh": res["fresh"].to_dict(), "after_use": res["after"].to_dict()},
+           "fts5_bm25": res["bm25"].to_dict()}
+    if items:
+        out["items"] = per_task
+    return out
 
 
 def format_agent_bank(result: dict[str, Any]) -> str:
@@ -583,6 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the agent bank: observations as facts; the block's hit fresh and after use, beside FTS5 bm25")
     ap.add_argument("--semantic", action="store_true", help="with --agent-bank: semantic.enabled (memlocal[semantic])")
     ap.add_argument("--conversations", type=int, help="with --agent-bank: only the first N conversations")
+    ap.add_argument("--items", action="store_true",
+                    help="with --agent-bank --json: one record per task of the fresh phase (what a miss looks like)")
     ap.add_argument("--filler", choices=("labelled", "core", "omit"),
                     help="with --agent-bank: inject.filler (default: the setting's default)")
     args = ap.parse_args(argv)
@@ -592,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.agent_bank:
         agent = evaluate_agent_bank(path, semantic=args.semantic, mode=(args.mode or ["evidence"])[0],
-                                    limit=args.conversations, filler=args.filler)
+                                    limit=args.conversations, filler=args.filler, items=args.items)
         print(json.dumps(agent, indent=2) if args.json else format_agent_bank(agent))
         return 0
     if args.living:

@@ -662,3 +662,19 @@ def test_the_warm_up_waits_for_a_pause_in_the_queries(tmp_path: Path) -> None:
             assert name == "memlocal-warm" and at - index._last_query >= pause
         finally:
             index.close()
+
+
+def test_every_ranking_path_takes_one_rank_query_and_no_connection() -> None:
+    """``RankQuery`` is the argument of the index's and the cold path's rankings (no
+    loose limit, clock, tier, ratio ... beside it), and the recall service hands no SQLite
+    connection around: the store's reads own it."""
+    import inspect
+
+    import memlocal.recall.service as service
+    from memlocal.recall import ProfileIndex, cold_query
+
+    for fn in (ProfileIndex.top_k, ProfileIndex.top_k_gated, cold_query):
+        params = inspect.signature(fn).parameters
+        assert len(params) <= 4, (fn.__qualname__, list(params))
+        assert "rq" in params, fn.__qualname__
+    assert "sqlite3" not in Path(service.__file__).read_text(encoding="utf-8")

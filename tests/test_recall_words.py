@@ -95,7 +95,8 @@ SPECIAL_WORDS = """time zone timezone time-zone build server buildserver data ba
     end front on call oncall log in login out of office e-mail email set up setup code freeze user name
     colour color k8s tz db repo config prod pytest jest vim lunch CET 9am 3pm metrics boss PTO flakiest
     flaky biggest fastest newest Ana's Caroline’s café Europe/Lisbon ci-3 2023 v1.2 the is a get thing
-    servers Deploys deployment weekly Mondays rotation scheduled""".split()
+    servers Deploys deployment weekly Mondays rotation scheduled Portugal Vienna Texas new york NYC
+    video game videogames board-game kids film judo teammates""".split()
 word = st.one_of(st.sampled_from(SPECIAL_WORDS), st.text("abcdeiorstuy", min_size=2, max_size=9))
 bank_spec = st.lists(st.lists(word, min_size=1, max_size=8).map(" ".join), min_size=1, max_size=6)
 
@@ -152,6 +153,62 @@ def test_evidence_lists_the_words_of_the_query_never_stems(cli: Cli, tmp_path: P
             assert r.status_code == 200, r.text
             [hit] = [x for x in r.json()["results"] if x["memory"]["id"] == rotation]
             assert hit["evidence"]["terms"] == ["Database", "rotation"] and "rank" in hit["evidence"]
+
+
+# --- a question that names a kind finds the fact that names an instance --------------------------
+
+# Written from the principle (everyday language names kinds of things: a country, a city, a US
+# state, a sport, a film, a game, a book, family), not from the benchmark's items. Each question
+# shares only its subject and the kind with its fact; the neighbours are about the same subject.
+KIND_CASES = [
+    ("which country is Ana from?", "Ana grew up in Portugal"),
+    ("which city is Ana flying to?", "Ana has a conference in Vienna next week"),
+    ("which state did Ana move to?", "Ana relocated to Oregon last spring"),
+    ("what European countries has Ana visited?", "Ana spent two weeks in Croatia"),
+    ("what sport does Ana play?", "Ana joined a cricket club"),
+    ("what martial art does Ana practise?", "Ana has a brown belt in judo"),
+    ("what movies does Ana like?", "Ana's favourite film is Spirited Away"),
+    ("which video games does Ana own?", "Ana bought a Nintendo Switch"),
+    ("what book is Ana reading?", "Ana is halfway through a biography of Ada Lovelace"),
+    ("how is Ana's family?", "Ana's kids started school in September"),
+]
+NEIGHBOURS = ["Ana works on the billing team", "Ana prefers tea over coffee", "Ana's standup is at 9am on Mondays",
+              "Ana owns the deploy pipeline", "Orlando pairs with Ana on Fridays"]
+
+
+@pytest.mark.parametrize(("query", "fact"), KIND_CASES)
+def test_a_question_naming_a_kind_finds_the_fact_naming_an_instance(bank: MemoryBank, query: str,
+                                                                     fact: str) -> None:
+    """"which country is Ana from?" finds "Ana grew up in Portugal" first, among other facts about
+    Ana: the place, sport, film, game or relative yields the kind it is (memlocal.vocab.BROADER)."""
+    target = put(bank, "p", fact, created=days_ago(5))
+    for i, text in enumerate(NEIGHBOURS):
+        put(bank, "p", text, created=days_ago(i))
+    got = bank.query_with_relevance(RecallQuery("p", query, now=NOW))
+    assert got and got[0].memory.id == target.id, [r.memory.processed_content for r in got[:3]]
+
+
+def test_a_question_naming_a_place_asks_about_that_place(bank: MemoryBank) -> None:
+    """A memory that names a place says its kind too, but a question that names one asks about it:
+    "Croatia" finds the fact about Croatia, not every European country's (which crowded the block)."""
+    croatia = put(bank, "p", "Ana spent two weeks in Croatia")
+    put(bank, "p", "Ana's sister lives in Norway")
+    put(bank, "p", "Ana has a conference in Vienna next week")
+    got = bank.query_with_relevance(RecallQuery("p", "what did Ana see in Croatia?", min_score=0.0, now=NOW))
+    assert got[0].memory.id == croatia.id
+    assert not [r for r in got[1:] if r.evidence and "Croatia" in r.evidence.terms]
+    assert [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", "Croatia", now=NOW))] == [croatia.id]
+    # The kind still finds the places: "which country" is a question about countries.
+    assert len(bank.query_with_relevance(RecallQuery("p", "which country", now=NOW))) == 2
+
+
+def test_a_name_that_is_also_a_first_name_is_not_read_as_a_place(bank: MemoryBank) -> None:
+    """Places are bridged only by names that are not also a first name: "Orlando fixed the test"
+    is about a person, and "which city" does not find it."""
+    for name in ("Orlando", "Brooklyn", "Jordan", "Austin", "Sydney", "Georgia"):
+        assert not terms(name) & terms("city country state location"), name
+    put(bank, "p", "Orlando fixed the flaky login test")
+    assert not bank.query_with_relevance(RecallQuery("p", "which city", now=NOW))
 
 
 # --- order = what is shown ---------------------------------------------------------------------

@@ -14,16 +14,18 @@ floats, and hence the ranking, are identical. The formula itself lives in :mod:`
 The package: :mod:`.index` (:class:`ProfileIndex`, the in-memory index of one profile),
 :mod:`.cold` (:func:`cold_query`, the cold path from the persisted FTS5 features),
 :mod:`.service` (:class:`RecallIndex`, the cache of indexes, their background builds and the
-choice between the two paths) and :mod:`.classes` (what both paths share). The SQL they read
-with is the store's (:class:`memlocal.store.recall_reads.RecallReads`).
+choice between the two paths) and :mod:`.classes` (what both paths share, and
+:class:`RecallTuning`, their speed knobs). Each ranking takes one
+:class:`memlocal.scoring.RankQuery`. The SQL they read with, and the connection, are the
+store's (:class:`memlocal.store.recall_reads.RecallReads`).
 """
 
 from __future__ import annotations
 
-from .classes import default_budget, gated_classes, split_features
+from .classes import WARM_IDLE_S, RecallTuning, default_budget, gated_classes, split_features
 from .cold import ColdAnswer, ColdHit, ColdRow, cold_query
 from .index import BitSet, Hit, ProfileIndex, bit_docs
-from .service import WARM_IDLE_S, RecallIndex, RecallTuning, with_bump
+from .service import RecallIndex, with_bump
 
 __all__ = [
     "WARM_IDLE_S",

@@ -1,10 +1,12 @@
-"""What both ranking paths (the in-memory index, the cold path) share: the split of a query's
-features into selective and common ones, the bounded best-``limit`` heap, and the loop over the
-classes of candidates (one per set of common features held) that the evidence gate may keep."""
+"""What both ranking paths (the in-memory index, the cold path) share: their speed knobs
+(:class:`RecallTuning`), the split of a query's features into selective and common ones, the
+bounded best-``limit`` heap, and the loop over the classes of candidates (one per set of common
+features held) that the evidence gate may keep."""
 
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from typing import Any, Callable, Final, Iterable, Iterator, Sequence, TypeVar
 
 # Slack for float rounding in the pruning bound: a memory is skipped only when its bound is below
@@ -16,6 +18,36 @@ EPS: Final = 1e-9
 MAX_COMMON: Final = 6
 
 F = TypeVar("F")
+
+# How long no query must have run before the index's warm-up (``RecallIndex.warm``) starts
+# (``RecallTuning.warm_idle_s``'s default).
+WARM_IDLE_S: Final = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class RecallTuning:
+    """The recall index's speed knobs, in one value. None changes an answer, only which path
+    finds it and how fast: the defaults are what a bank runs with, and tests set small ones to
+    reach every path with a few memories (``cold_queries=0, background=False``: an index built at
+    the first query, in the foreground)."""
+
+    # Postings read one by one per query (``None``: :func:`default_budget` of the profile's size).
+    essential_budget: int | None = None
+    # A profile's first queries answered by the cold path before its index is built.
+    cold_queries: int = 2
+    # The cold path gives up on a class to read whole with more rows (the index is built instead).
+    cold_max_rows: int | None = None
+    # The index is built on a background thread (``False``: by the query that needs it).
+    background: bool = True
+    # A class up to this size is scored member by member (``None``: ``_DIRECT``, the cold
+    # path's ``COLD_DIRECT``; 0 walks every class).
+    direct: int | None = None
+    # Docs a tier's head keeps (``None``: ``_HEAD_SIZE``).
+    head_size: int | None = None
+    # Docs out of place in the orders before they are filed (``None``: ``_MOVED_MAX``).
+    moved_max: int | None = None
+    # How long no query must have run before the warm-up (``RecallIndex.warm``) starts.
+    warm_idle_s: float = WARM_IDLE_S
 
 
 def offer(best: list[float], s: float, limit: int) -> bool:

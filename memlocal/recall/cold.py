@@ -14,6 +14,7 @@ from ..store.recall_reads import RecallReads
 from ..scoring import (
     PREFERENCE_TIER,
     PreparedQuery,
+    RankQuery,
     Weights,
     confidence_mul,
     gate_select,
@@ -29,7 +30,7 @@ from ..scoring import (
     weights_for,
     with_similarity,
 )
-from .classes import EPS, MAX_COMMON, offer, gated_classes, split_features
+from .classes import EPS, MAX_COMMON, RecallTuning, offer, gated_classes, split_features
 
 # A class of memories (one set of common features held) up to this size is read in the order
 # SQLite gives it (``RecallReads.by_hint``); a larger, dense one is walked in the two indexed orders.
@@ -107,10 +108,10 @@ class _ColdScan:
     statistics, the query prepared against them, the memories seen, the rows scored so far and
     the similarity that counted. Runs inside the caller's read transaction."""
 
-    def __init__(self, reads: RecallReads, profile: str, *, now_us: int, limit: int, tier: str | None,
-                 spec: bool, similarity: Mapping[str, float] | None, exclude_ids: Iterable[str], direct: int,
+    def __init__(self, reads: RecallReads, profile: str, rq: RankQuery, *, spec: bool, direct: int,
                  max_rows: int | None) -> None:
-        self.reads, self.profile, self.now_us, self.limit, self.tier, self.spec = reads, profile, now_us, limit, tier, spec
+        self.reads, self.profile, self.now_us, self.limit, self.tier, self.spec = (
+            reads, profile, rq.now_us(), rq.limit, rq.tier, spec)
         self.direct, self.max_rows = direct, max_rows
         self.n, accesses = reads.totals(profile)
         self.maturity = maturity(accesses)
@@ -128,8 +129,8 @@ class _ColdScan:
         self.stale_features = stale_features + [r[6] for r in waiting]
         self.stale_tokens = [frozenset(f.split()) for f in self.stale_features]
         self.dfs: dict[str, int] = {}
-        self.sim = {} if spec else (similarity or {})
-        self.seen: set[str] = set(exclude_ids)
+        self.sim = {} if spec else (rq.similarity or {})
+        self.seen: set[str] = set(rq.exclude_ids)
         self.excluded = set(self.seen)
         self.rows: list[ColdRow] = []
         self.counted: dict[str, float] = {}
@@ -383,30 +384,16 @@ class _ColdScan:
         return self.strong(r.hit)
 
 
-def cold_query(
-    reads: RecallReads,
-    profile: str,
-    query: str,
-    *,
-    now_us: int,
-    limit: int,
-    min_score: float,
-    ratio: float,
-    exclude_ids: Iterable[str] = (),
-    tier: str | None = None,
-    similarity: Mapping[str, float] | None = None,
-    essential_budget: int | None = None,
-    max_rows: int | None = None,
-    spec: bool = False,
-    direct: int = COLD_DIRECT,
-) -> ColdAnswer | None:
-    """An evidence-gated query answered from the persisted features, without building an index
-    (``spec``: the spec mode's top-k instead, see the end).
+def cold_query(reads: RecallReads, profile: str, rq: RankQuery, tuning: RecallTuning = RecallTuning()) -> ColdAnswer | None:
+    """``rq`` over ``profile`` answered from the persisted features, without building an index:
+    in evidence mode the gated top ``rq.limit`` (the spec mode's top-k when ``rq.ranking`` is
+    :data:`~memlocal.scoring.SPEC`, see the end). ``tuning``: the speed knobs it reads
+    (``essential_budget``, ``cold_max_rows``, ``direct``); none changes the answer.
 
     The rows are :func:`gate_select` over every active memory of ``profile`` that shares a term
-    or a cluster with ``query`` (or is in the ``similarity`` top-k), in ``tier`` and not
-    excluded, each scored with :func:`score_parts` (and :func:`with_similarity`): the full
-    scan's answer, float for float.
+    or a cluster with ``rq.text`` (or is in the ``rq.similarity`` top-k), in ``rq.tier`` and not
+    excluded, each scored at ``rq.now`` with :func:`score_parts` (and :func:`with_similarity`):
+    the full scan's answer, float for float.
 
     Statistics are the profile's true ones: N and the accesses from ``profile_revs`` (kept by
     triggers), each term's document frequency from the FTS5 table ``memory_features`` (plus rows
@@ -414,23 +401,25 @@ def cold_query(
     feature (a short posting list) are read and scored. Those holding only *common* ones fall
     into classes, one per subset of the common features held, each with one topic; they are
     taken best topic first, as the in-memory index does, and a class is sized with an FTS5
-    count: a small one (up to ``direct`` memories) is read whole; a large one is walked in the
+    count: a small one (up to ``tuning.direct`` memories, :data:`COLD_DIRECT` by default) is read whole; a large one is walked in the
     two orders the store indexes (memories by anchor, newest first, and by access count), which
     stops once no member not read yet could reach the class's ``limit``-th score. So a query
-    reads a bounded number of rows however common its words. ``max_rows``: when a class to read
-    whole holds more, ``None`` (the caller builds the index instead; a test knob). Runs inside
+    reads a bounded number of rows however common its words. ``tuning.cold_max_rows``: when a class
+    to read whole holds more, ``None`` (the caller builds the index instead; a test knob). Runs inside
     the caller's read transaction.
 
-    ``spec``: the spec's literal top ``limit`` by score (no gate, ``similarity`` ignored): the
-    memories holding a selective feature are read and scored, then one walk over both orders
+    Spec mode: the spec's literal top ``rq.limit`` by score (no gate, ``rq.similarity`` ignored):
+    the memories holding a selective feature are read and scored, then one walk over both orders
     scores the others (their topic is at most that of all the common features).
     """
-    scan = _ColdScan(reads, profile, now_us=now_us, limit=limit, tier=tier, spec=spec, similarity=similarity,
-                     exclude_ids=exclude_ids, direct=direct, max_rows=max_rows)
-    pq = scan.prepare(query)
+    spec = not rq.ranking.gated
+    limit, min_score, ratio, tier = rq.limit, rq.min_score, rq.ranking.ratio, rq.tier
+    scan = _ColdScan(reads, profile, rq, spec=spec,
+                     direct=COLD_DIRECT if tuning.direct is None else tuning.direct, max_rows=tuning.cold_max_rows)
+    pq = scan.prepare(rq.text)
     if pq.empty and not spec:
         return ColdAnswer([], 0.0, {}, pq, scan.w, scan.maturity)
-    scan.plan(essential_budget)
+    scan.plan(tuning.essential_budget)
     scan.read_candidates()
     pending = scan.classes()
     rows = scan.rows

@@ -24,6 +24,7 @@ from ..scoring import (
     PREFERENCE_TIER,
     US_PER_DAY,
     PreparedQuery,
+    RankQuery,
     Weights,
     confidence_mul,
     gate_select,
@@ -708,18 +709,10 @@ class ProfileIndex:
             hits = [h for h in hits if h.score >= floor]
         return heapq.nsmallest(limit, hits, key=self._tie)
 
-    def top_k(
-        self,
-        pq: PreparedQuery,
-        *,
-        now_us: int,
-        limit: int,
-        min_score: float,
-        exclude_ids: Iterable[str] = (),
-        tier: str | None = None,
-        essential_budget: int | None = None,
-    ) -> list[Hit]:
-        """The spec's exact top ``limit`` (no gate) as hits, best first.
+    def top_k(self, pq: PreparedQuery, rq: RankQuery, essential_budget: int | None = None) -> list[Hit]:
+        """The spec's exact top ``rq.limit`` (no gate, whatever ``rq.ranking``) of ``rq.tier``,
+        ``rq.exclude_ids`` left out, scored at ``rq.now``, as hits, best first; ``pq``: ``rq.text``
+        prepared against this index (:meth:`prepare`).
 
         Docs holding a query feature are grouped by the features they hold (one topic per
         group: posting by posting for the selective features, by set operations for the docs
@@ -728,9 +721,10 @@ class ProfileIndex:
         first, finds the best of those holding no query feature (topic 0). ``essential_budget`` caps
         how many postings are read one by one; it changes only the speed, never the answer.
         """
+        now_us, limit, min_score, tier = rq.now_us(), rq.limit, rq.min_score, rq.tier
         w = weights_for(maturity(self.total_accesses))
         core = None if tier is None else int(tier == "core")
-        skip = {self.doc[i] for i in exclude_ids if i in self.doc}
+        skip = {self.doc[i] for i in rq.exclude_ids if i in self.doc}
         tier_of = self.core
         if tier == PREFERENCE_TIER:
             if len(self.preferences) <= self.direct:  # a profile's preferences are usually few: each is scored
@@ -942,23 +936,14 @@ class ProfileIndex:
             hits.append(Hit(d, s, rec, top, m))
         return hits, counted
 
-    def top_k_gated(
-        self,
-        pq: PreparedQuery,
-        *,
-        now_us: int,
-        limit: int,
-        min_score: float,
-        ratio: float,
-        exclude_ids: Iterable[str] = (),
-        tier: str | None = None,
-        essential_budget: int | None = None,
-        similarity: Mapping[str, float] | None = None,
-    ) -> tuple[list[Hit], float, dict[int, float]]:
-        """The evidence-gated top ``limit`` (see :class:`Ranking`), the best topic, and the
+    def top_k_gated(self, pq: PreparedQuery, rq: RankQuery,
+                    essential_budget: int | None = None) -> tuple[list[Hit], float, dict[int, float]]:
+        """The evidence-gated top ``rq.limit`` (see :class:`Ranking`; the ratio ``rq.ranking``'s)
+        of ``rq.tier``, ``rq.exclude_ids`` left out, scored at ``rq.now``; the best topic; and the
         similarity that counted for each kept doc (the semantic signal), exactly as
-        :func:`gate_select` over every memory holding a query feature, plus the ``similarity``
-        top-k (:func:`memlocal.scoring.with_similarity`), would give them.
+        :func:`gate_select` over every memory holding a query feature, plus the ``rq.similarity``
+        top-k (:func:`memlocal.scoring.with_similarity`), would give them. ``pq``: ``rq.text``
+        prepared against this index (:meth:`prepare`).
 
         The topic of a memory depends only on which of the query's features it holds, so the
         candidates fall into *classes*, one per set of features held, each with one topic
@@ -972,10 +957,12 @@ class ProfileIndex:
         """
         if pq.empty:
             return [], 0.0, {}
+        now_us, limit, min_score, tier = rq.now_us(), rq.limit, rq.min_score, rq.tier
+        ratio, similarity = rq.ranking.ratio, rq.similarity
         w = weights_for(maturity(self.total_accesses))
         core = None if tier is None else int(tier == "core")
         doc, anchor, use, cm, core_of = self.doc, self.anchor, self.use, self.cm, self.core
-        skip = {doc[i] for i in exclude_ids if i in doc}
+        skip = {doc[i] for i in rq.exclude_ids if i in doc}
         term_bits = (1 << len(pq.terms)) - 1
 
         def ident(item: tuple[int, int]) -> tuple[int, str]:

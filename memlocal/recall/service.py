@@ -5,7 +5,6 @@ and the choice, per query, between the index and the cold path."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -30,41 +29,11 @@ from ..scoring import (
 from ..store import Store
 from ..store.recall_reads import RecallReads
 from ..text import query_dates
-from .cold import COLD_DIRECT, ColdAnswer, cold_query
+from .classes import WARM_IDLE_S, RecallTuning
+from .cold import ColdAnswer, cold_query
 from .index import ProfileIndex
 
 log = logging.getLogger("memlocal")
-
-# How long no query must have run before the index's warm-up (``RecallIndex.warm``) starts
-# (``RecallTuning.warm_idle_s``'s default).
-WARM_IDLE_S: Final = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class RecallTuning:
-    """The recall index's speed knobs, in one value. None changes an answer, only which path
-    finds it and how fast: the defaults are what a bank runs with, and tests set small ones to
-    reach every path with a few memories (``cold_queries=0, background=False``: an index built at
-    the first query, in the foreground)."""
-
-    # Postings read one by one per query (``None``: :func:`default_budget` of the profile's size).
-    essential_budget: int | None = None
-    # A profile's first queries answered by the cold path before its index is built.
-    cold_queries: int = 2
-    # The cold path gives up on a class to read whole with more rows (the index is built instead).
-    cold_max_rows: int | None = None
-    # The index is built on a background thread (``False``: by the query that needs it).
-    background: bool = True
-    # A class up to this size is scored member by member (``None``: ``_DIRECT``, the cold
-    # path's ``COLD_DIRECT``; 0 walks every class).
-    direct: int | None = None
-    # Docs a tier's head keeps (``None``: ``_HEAD_SIZE``).
-    head_size: int | None = None
-    # Docs out of place in the orders before they are filed (``None``: ``_MOVED_MAX``).
-    moved_max: int | None = None
-    # How long no query must have run before the warm-up (``RecallIndex.warm``) starts.
-    warm_idle_s: float = WARM_IDLE_S
-
 
 class RecallIndex:
     """Per-bank cache of :class:`ProfileIndex` objects, one per recently used profile.
@@ -358,7 +327,7 @@ class RecallIndex:
         if self._inflight and not self.ready(profile):
             self._wait_written(profile)  # bumps applied to an index since dropped: the rows must hold them
 
-    def _rows(self, conn: sqlite3.Connection, profile: str, ids: Sequence[str],
+    def _rows(self, reads: RecallReads, profile: str, ids: Sequence[str],
               idx: ProfileIndex | None = None) -> dict[str, Memory]:
         """The memories of ``profile`` among ``ids``, by id: those ``idx`` (refreshed in this
         snapshot) keeps, the others read (and kept); inside :meth:`reading`, each read once."""
@@ -366,32 +335,31 @@ class RecallIndex:
             kept = idx.rows
             out = {mid: m for mid in ids if (m := kept.get(mid)) is not None}
             if len(out) < len(ids):
-                found = self._rows(conn, profile, [mid for mid in ids if mid not in out])
+                found = self._rows(reads, profile, [mid for mid in ids if mid not in out])
                 out.update(found)
                 idx.remember(found.values())
             return out
         reading = self._own_reading()
         if reading is None or reading[1] != profile:
-            return self.store.get_many(profile, ids, conn=conn)
+            return reads.memories(profile, ids)
         seen = reading[2]
         missing = [i for i in ids if i not in seen]
         if missing:
-            found = self.store.get_many(profile, missing, conn=conn)
+            found = reads.memories(profile, missing)
             for mid in missing:
                 seen[mid] = found.get(mid)  # None: not there (remembered too)
         return {mid: m for mid in ids if (m := seen[mid]) is not None}
 
     def _query(self, profile: str, rq: RankQuery) -> list[ScoredMemory]:
         ranking = rq.ranking
-        # The gate's first RERANK_DEPTH are re-ordered by the second pass, its first ``keep`` kept.
-        limit, keep = (max(rq.limit, RERANK_DEPTH), rq.limit) if ranking.gated else (rq.limit, None)
-        now_us = to_us(rq.now or utcnow())
-        assert now_us is not None
+        # The gate's first RERANK_DEPTH are re-ordered by the second pass, its first ``keep`` kept;
+        # every step scores at one clock.
+        keep = rq.limit if ranking.gated else None
+        wide = replace(rq, limit=max(rq.limit, RERANK_DEPTH) if ranking.gated else rq.limit, now=rq.now or utcnow())
         if self._own_reading() is None:
             self._prepare(profile)
         tuning = self.tuning
-        with self._lock, self.store.snapshot() as conn:
-            reads = RecallReads(conn)
+        with self._lock, RecallReads.snapshot(self.store) as reads:
             if profile not in self._indexes:
                 served = self._cold.get(profile, 0)
                 self._cold[profile] = served + 1
@@ -402,14 +370,9 @@ class RecallIndex:
                         self._failed.discard(profile)
                         self._refresh(reads, profile)
             if profile not in self._indexes:
-                cold = cold_query(reads, profile, rq.text, now_us=now_us, limit=limit, min_score=rq.min_score,
-                                  ratio=ranking.ratio, exclude_ids=rq.exclude_ids, tier=rq.tier,
-                                  similarity=rq.similarity if ranking.gated else None,
-                                  essential_budget=tuning.essential_budget, max_rows=tuning.cold_max_rows,
-                                  spec=not ranking.gated,
-                                  direct=COLD_DIRECT if tuning.direct is None else tuning.direct)
+                cold = cold_query(reads, profile, wide, tuning)
                 if cold is not None:
-                    found = self._cold_results(conn, profile, cold, ranking)
+                    found = self._cold_results(reads, profile, cold, ranking)
                     return found if keep is None else rerank(found, rq.text, keep)
             idx = self._refresh(reads, profile)
             pq = idx.prepare(rq.text)
@@ -418,18 +381,14 @@ class RecallIndex:
             best = 0.0
             counted: dict[int, float] = {}
             if ranking.gated:
-                top, best, counted = idx.top_k_gated(
-                    pq, now_us=now_us, limit=limit, min_score=rq.min_score, ratio=ranking.ratio,
-                    exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=tuning.essential_budget,
-                    similarity=rq.similarity)
+                top, best, counted = idx.top_k_gated(pq, wide, tuning.essential_budget)
             else:
-                top = idx.top_k(pq, now_us=now_us, limit=limit, min_score=rq.min_score,
-                                exclude_ids=rq.exclude_ids, tier=rq.tier, essential_budget=tuning.essential_budget)
+                top = idx.top_k(pq, wide, tuning.essential_budget)
             windows = query_dates(rq.text) if keep is not None else ()
             if keep is not None:
                 top = idx.rerank(top, pq, counted, windows)[:keep]
             ids = [idx.ids[h.doc] or "" for h in top]
-            memories = self._rows(conn, profile, ids, idx)
+            memories = self._rows(reads, profile, ids, idx)
             # A memory whose bump this index holds and this snapshot may not (it is queued): it
             # is shown as the ranking saw it (``with_bump``).
             queued = self._queued(profile, ids) if self._inflight else {}
@@ -450,9 +409,9 @@ class RecallIndex:
                                                                    h.score), evidence))
             return out
 
-    def _cold_results(self, conn: sqlite3.Connection, profile: str, cold: ColdAnswer,
+    def _cold_results(self, reads: RecallReads, profile: str, cold: ColdAnswer,
                       ranking: Ranking) -> list[ScoredMemory]:
-        found = self._rows(conn, profile, [r.hit.id for r in cold.kept])
+        found = self._rows(reads, profile, [r.hit.id for r in cold.kept])
         out = []
         for h, s, rec, t in cold.kept:
             if h.id in found:

@@ -63,6 +63,13 @@ _MATCH_COLUMNS = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)  # a memory's row, 
 SELECT_WITH_DELTA = "SELECT " + ", ".join(MEMORY_COLUMNS) + ", access_delta FROM memories"
 
 
+def select_by_ids(n: int) -> str:
+    """The statement reading ``n`` memories of one profile by id (parameters: the ids, then the
+    profile; rows for :func:`row_to_memory`)."""
+    # "+profile": look rows up by primary key, not by scanning the profile index
+    return f"{_SELECT} WHERE id IN ({', '.join('?' * n)}) AND +profile = ?"
+
+
 def row_to_memory(row: Sequence[Any]) -> Memory:
     (mid, profile, raw, processed, summary, category, source, confidence, created_us,
      last_us, access_count, staleness, is_active, version, extra) = row[:15]
@@ -503,19 +510,11 @@ class Store(Database):
         rows = self.read(f"{_SELECT} WHERE id = ?", (memory_id,))
         return row_to_memory(rows[0]) if rows else None
 
-    def get_many(
-        self, profile: str, ids: Sequence[str], *, conn: sqlite3.Connection | None = None
-    ) -> dict[str, Memory]:
+    def get_many(self, profile: str, ids: Sequence[str]) -> dict[str, Memory]:
         """The memories of ``profile`` among ``ids`` (absent ones are left out), by id."""
         if not ids:
             return {}
-        # "+profile": look rows up by primary key, not by scanning the profile index
-        sql = f"{_SELECT} WHERE id IN ({', '.join('?' for _ in ids)}) AND +profile = ?"
-        if conn is not None:
-            rows = conn.execute(sql, (*ids, profile)).fetchall()
-        else:
-            rows = self.read(sql, (*ids, profile))
-        return {r[0]: row_to_memory(r) for r in rows}
+        return {r[0]: row_to_memory(r) for r in self.read(select_by_ids(len(ids)), (*ids, profile))}
 
     def exists(self, memory_id: str) -> bool:
         return bool(self.read("SELECT 1 FROM memories WHERE id = ?", (memory_id,)))

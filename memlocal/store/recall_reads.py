@@ -18,7 +18,10 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Final, Iterable, Iterator, Sequence
 
+from ..model import Memory
 from ..scoring import HALF_LIFE_DAYS, USAGE_FLOOR, US_PER_DAY
+from .database import Database
+from .memories import row_to_memory, select_by_ids
 from .schemas.recall import WAITING_SQL
 
 # The columns of a row, in order. The text is read only for a row without stored features
@@ -91,6 +94,14 @@ class RecallReads:
 
     @classmethod
     @contextmanager
+    def snapshot(cls, db: Database) -> Iterator["RecallReads"]:
+        """The reads of ``db``'s read transaction on this thread (:meth:`Database.snapshot`: the
+        one open, or a new one): the connection stays with the store."""
+        with db.snapshot() as conn:
+            yield cls(conn)
+
+    @classmethod
+    @contextmanager
     def read_only(cls, path: Path, busy_timeout_s: float) -> Iterator["RecallReads"]:
         """A snapshot on a connection of its own, read-only, usable from another thread (the
         recall index's background build)."""
@@ -102,6 +113,13 @@ class RecallReads:
             conn.execute("COMMIT")
         finally:
             conn.close()
+
+    def memories(self, profile: str, ids: Sequence[str]) -> dict[str, Memory]:
+        """The memories of ``profile`` among ``ids`` (absent ones are left out), by id: what
+        :meth:`Store.get_many` reads, in this snapshot."""
+        if not ids:
+            return {}
+        return {r[0]: row_to_memory(r) for r in self._conn.execute(select_by_ids(len(ids)), (*ids, profile))}
 
     # -- the profile's counters (profile_revs, kept by triggers) --
 
