@@ -6,6 +6,7 @@ SeaweedFS."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -196,6 +197,7 @@ finally:
 """
 
 
+@functools.cache  # ~1 s of CPU to compress; each server's test puts the same bytes
 def _bomb(profile: str, unpacked: int) -> bytes:
     """A gzip snapshot of ``profile`` whose one entry's body is ``unpacked`` bytes of text, about
     1.2 MB compressed for 250 MB (so that a second core's helper process reads it)."""
