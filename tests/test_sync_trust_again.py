@@ -220,6 +220,7 @@ def _bomb(profile: str, unpacked: int) -> bytes:
     return b"".join(out)
 
 
+@pytest.mark.slow  # 250 MB unpacked, a memlocal process and its helper
 def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tmp_path: Any) -> None:
     a = hosts("a", sync__snapshot_min_objects=3)
     real = {a.bank.save(P, text).memory.id for text in (
