@@ -15,22 +15,14 @@ from typing import Final, Iterable, Protocol, Sequence
 from . import text
 from .config import DedupConfig
 from .fold import fold_exact
-from .hygiene import (NEAR_MIN_TERMS, exact_form, is_technical, jaccard, near_duplicate, normalise, signature,
-                      signature_key, text_key)
+from .hygiene import NEAR_MIN_TERMS, exact_form, is_technical, jaccard, near_duplicate, normalise, signature
 from .model import Memory
+from .normalised import NormalisedText
 from .updates import MAYBE, SURE, relation, statement
 
 # Candidates the near-duplicate rule examines (the recall index's best matches), and the update
 # rule its required-terms matches.
 NEAR_CANDIDATES = 8
-# Terms of a text sent to the full-text index to find similar memories.
-_QUERY_TERMS = 32
-
-
-def query_terms(value: str) -> list[str]:
-    """The terms of ``value`` (:func:`memlocal.text.terms`, the recall index's tokens), at most
-    ``_QUERY_TERMS``, in a stable order."""
-    return sorted(text.terms(value))[:_QUERY_TERMS]
 
 
 class DuplicateLookups(Protocol):
@@ -60,21 +52,22 @@ class DuplicateLookups(Protocol):
 
 Found = tuple[list[Memory], list[Memory]]
 
-def _technical_tokens(value: str) -> tuple[str, ...]:
-    """The technical tokens of ``value`` (:func:`exact_form`), in order: a near duplicate must hold
-    the same ones ("Run the tests with -v" is not "... with -V")."""
-    return tuple(t for t in exact_form(value) if is_technical(t))
+def _technical_tokens(form: tuple[str, ...]) -> tuple[str, ...]:
+    """The technical tokens of a text's :func:`exact_form` ``form``, in order: a near duplicate must
+    hold the same ones ("Run the tests with -v" is not "... with -V")."""
+    return tuple(t for t in form if is_technical(t))
 
 
 class Deduplicator:
     """The duplicate and update checks of one save (or of :meth:`MemoryBank.find_duplicate`)
-    under ``settings`` (``dedup.*``), reading through ``lookups``."""
+    under ``settings`` (``dedup.*``), reading through ``lookups``. The new text comes as one
+    :class:`~memlocal.normalised.NormalisedText`: every check reads its forms from it."""
 
     def __init__(self, lookups: DuplicateLookups, settings: DedupConfig) -> None:
         self.lookups = lookups
         self.settings = settings
 
-    def find(self, profile: str, value: str, category: str | None, skip: frozenset[str] = frozenset()
+    def find(self, profile: str, value: NormalisedText, category: str | None, skip: frozenset[str] = frozenset()
              ) -> Memory | None:
         """The active memory that a save of ``value`` in ``category`` (``None``: any) repeats:
         the exact rule, then the near rule when ``dedup.near`` is on; ignoring ``skip``."""
@@ -84,27 +77,27 @@ class Deduplicator:
             dup = self.near(profile, value, category, skip, found=found[1] if found else None)
         return dup
 
-    def candidates(self, profile: str, value: str) -> Found | None:
+    def candidates(self, profile: str, value: NormalisedText) -> Found | None:
         """The rows both checks of ``value`` would read, with one query: the active memories of
         ``profile`` with its exact key, and those with its near key. ``None`` when the near check
         would not use the stored near key (``dedup.near`` off, a threshold below 1.0, a short
         text): the exact check then reads its rows alone."""
         if not self.settings.near or self.settings.near_threshold < 1.0:
             return None
-        sig = signature(value)
-        key = signature_key(sig)
-        if len(sig.terms) < NEAR_MIN_TERMS or key is None:
+        key = value.near_key
+        if len(value.signature.terms) < NEAR_MIN_TERMS or key is None:
             return None
-        return self.lookups.find_by_keys(profile, [text_key(value)], near_key=key)
+        return self.lookups.find_by_keys(profile, [value.text_key], near_key=key)
 
-    def exact(self, profile: str, texts: Iterable[str], category: str | None,
+    def exact(self, profile: str, texts: Iterable[NormalisedText], category: str | None,
               skip: frozenset[str] = frozenset(), *, found: list[Memory] | None = None) -> Memory | None:
         """The oldest active memory of ``profile`` that one of ``texts`` repeats exactly, in
         ``category`` (``None``: any category), ignoring the ids in ``skip``. ``found``: the rows
         with the texts' keys, when already read (:meth:`candidates`)."""
-        wanted = {exact_form(t) for t in texts}
+        texts = tuple(texts)
+        wanted = {t.exact_form for t in texts}
         if found is None:
-            found = self.lookups.find_by_keys(profile, sorted({text_key(t) for t in texts}))[0]
+            found = self.lookups.find_by_keys(profile, sorted({t.text_key for t in texts}))[0]
         for m in found:
             if category is not None and m.category != category:
                 continue  # the same words as a preference and as a context are two memories
@@ -113,12 +106,12 @@ class Deduplicator:
                 return m
         return None
 
-    def near(self, profile: str, processed: str, category: str | None,
+    def near(self, profile: str, processed: NormalisedText, category: str | None,
              skip: frozenset[str] = frozenset(), *, found: list[Memory] | None = None) -> Memory | None:
         """An active memory of ``profile`` in ``category`` (``None``: any) that ``processed``
         restates (the guarded rule), ignoring the ids in ``skip``. ``found``: the rows with its
         near key, when already read (:meth:`candidates`)."""
-        sig = signature(processed)
+        sig = processed.signature
         if len(sig.terms) < NEAR_MIN_TERMS:
             return None
         threshold = self.settings.near_threshold
@@ -126,9 +119,9 @@ class Deduplicator:
             candidates = found
         elif threshold >= 1.0:
             # At 1.0 the rule is an equivalence: one lookup of the stored near_key (migration 9).
-            candidates = self.lookups.find_by_near_key(profile, signature_key(sig) or "")
+            candidates = self.lookups.find_by_near_key(profile, processed.near_key or "")
         else:
-            candidates = self.lookups.similar(profile, query_terms(processed), NEAR_CANDIDATES)
+            candidates = self.lookups.similar(profile, processed.query_terms, NEAR_CANDIDATES)
         for m in candidates:
             if m.id in skip or (category is not None and m.category != category):
                 continue
@@ -139,11 +132,11 @@ class Deduplicator:
             if jaccard(sig.terms, other.terms) < threshold:
                 continue
             if near_duplicate(sig, other, threshold) \
-                    and _technical_tokens(m.processed_content) == _technical_tokens(processed):
+                    and _technical_tokens(exact_form(m.processed_content)) == _technical_tokens(processed.exact_form):
                 return m
         return None
 
-    def update_of(self, profile: str, processed: str, proposed: str | None = None,
+    def update_of(self, profile: str, processed: NormalisedText, proposed: str | None = None,
                   shown_to_model: Sequence[Memory] = ()) -> str | None:
         """The id of the active memory of ``profile`` that a save of ``processed`` updates, if
         the rule is sure of one (:func:`memlocal.updates.relation`): among the full-text index's
@@ -152,9 +145,9 @@ class Deduplicator:
         all (sure or maybe), never for look-alikes the rule tells apart."""
         if proposed is not None:
             for m in shown_to_model:
-                if m.id == proposed and m.is_active and relation(m.processed_content, processed) is not None:
+                if m.id == proposed and m.is_active and relation(m.processed_content, processed.value) is not None:
                     return m.id
-        said = statement(processed)
+        said = processed.statement
         if not said.subject or not (said.values or said.marked):
             # relation() needs a subject to be sure of anything; without a value or a word of
             # change nothing is updated surely: no look-up.
@@ -169,29 +162,29 @@ class Deduplicator:
             required = text.terms(said.verb)
         # relation() is sure only of the same subject: a candidate with another is passed over
         # without the rest of the rule (statement() is cached by text).
-        sure = [(mid, old) for mid, old in self.lookups.similar_texts(profile, query_terms(processed),
+        sure = [(mid, old) for mid, old in self.lookups.similar_texts(profile, processed.query_terms,
                                                                       NEAR_CANDIDATES, required=sorted(required))
-                if statement(old).subject == said.subject and relation(old, processed) == SURE]
+                if statement(old).subject == said.subject and relation(old, processed.value) == SURE]
         if not sure:
             return None
         # Of several, the one that shares the most words with the new text (the same subject
         # restated twice: "The rent is 1200 GBP a month, due on the 1st" before "The rent is ...").
-        mine = text.terms(processed)
+        mine = processed.terms
         return max(sure, key=lambda s: jaccard(mine, text.terms(s[1])))[0]
 
-    def unsure_updates(self, profile: str, processed: str, limit: int = 4) -> list[Memory]:
+    def unsure_updates(self, profile: str, processed: NormalisedText, limit: int = 4) -> list[Memory]:
         """The active memories of ``profile`` that a save of ``processed`` may update, the rule
         unsure (:data:`memlocal.updates.MAYBE`): among the full-text index's best matches, at most
-        ``limit``, best first. What an LLM may judge (``MemoryBank.save``); none when the rule is
-        sure of one (:meth:`update_of` retires it without asking)."""
-        said = statement(processed)
+        ``limit``, best first. What an LLM may judge (the save's judge step, :mod:`memlocal.saving`);
+        none when the rule is sure of one (:meth:`update_of` retires it without asking)."""
+        said = processed.statement
         if not said.subject:
             return []
         out: list[Memory] = []
-        for m in self.lookups.similar(profile, query_terms(processed), NEAR_CANDIDATES):
+        for m in self.lookups.similar(profile, processed.query_terms, NEAR_CANDIDATES):
             if not m.is_active:
                 continue
-            rel = relation(m.processed_content, processed)
+            rel = relation(m.processed_content, processed.value)
             if rel == SURE:
                 return []
             if rel == MAYBE and len(out) < limit:

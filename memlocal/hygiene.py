@@ -3,18 +3,17 @@
 Pure functions (no store, no I/O); :class:`memlocal.MemoryBank` applies them. docs/hygiene.md
 explains each rule, its setting and its cost.
 
-- **Exact duplicates.** Two memories are the same when they have the same category and their
-  texts have the same :func:`normalise` form: the one normalisation of every check without the
-  compatibility folds that change the meaning (:func:`memlocal.fold.fold_exact`: invisible
-  characters dropped, NFKC but for superscripts, subscripts, fractions and symbols, look-alikes
-  mapped to ASCII),
+- **Exact duplicates.** Two memories are the same, whatever their categories, when their
+  texts have the same :func:`normalise` form (and :func:`exact_form`, which decides): the one
+  normalisation of every check without the compatibility folds that change the meaning
+  (:func:`memlocal.fold.fold_exact`: invisible characters dropped, NFKC but for superscripts,
+  subscripts, fractions and symbols, look-alikes mapped to ASCII),
   case folded, Latin diacritics stripped, whitespace collapsed, and punctuation that only
   separates words dropped; what carries meaning is kept: the sign of a number (``-5``), currency
   and other symbols (``$``, ``€``, ``+``, ``°``), ``%``, ``#`` and ``@`` (``C++``, ``C#``),
-  decimal points and thousands separators between digits. :func:`exact_key` is the identity of a
-  memory under this rule (category and text); :func:`text_key`, the hash of the text alone, is
-  stored beside each memory so the check is one indexed lookup; a hit is always confirmed on the
-  texts and the category, so a stale key can never merge two different memories.
+  decimal points and thousands separators between digits. :func:`text_key`, the hash of the
+  text alone, is stored beside each memory so the check is one indexed lookup; a hit is always
+  confirmed on the texts, so a stale key can never merge two different memories.
 - **Near duplicates** (:func:`near_duplicate`): the same statement reworded slightly. Candidates
   are found through the formula's own terms (Snowball stems, stopwords removed); a pair merges
   only when the Jaccard similarity of their terms reaches ``dedup.near_threshold`` *and* nothing
@@ -128,10 +127,14 @@ def _strip_marks(value: str) -> str:
     return unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
 
 
+# The fold both of the exact rule's forms start from (normalise, exact_form), once per text.
+_fold_exact: Final = lru_cache(maxsize=1024)(fold_exact)
+
+
 @lru_cache(maxsize=4096)  # a save or an import row normalises the same text for both keys
 def normalise(value: str) -> str:
     """The form exact duplicates share (see the module docstring)."""
-    folded = fold_exact(value).casefold()
+    folded = _fold_exact(value).casefold()
     if not folded.isascii():
         folded = _strip_marks(folded.translate(text.APOSTROPHES))
     marked = False
@@ -157,9 +160,9 @@ def text_key(value: str) -> str:
 
 
 def exact_key(category: str, value: str) -> str:
-    """The identity of a memory under the exact-duplicate rule: a 16-hex-digit hash of its
-    category and :func:`normalise` of its text. Two memories are exact duplicates exactly when
-    their keys are equal (up to the hash), on any host: the key depends on nothing else."""
+    """A 16-hex-digit hash of ``category`` and :func:`normalise` of ``value``: the same on any
+    host (it depends on nothing else). Not the duplicate rule's identity: the same text in
+    another category is the same memory (:func:`exact_form` decides, the category aside)."""
     return hashlib.blake2b(f"{category}\x1f{normalise(value)}".encode("utf-8"), digest_size=8).hexdigest()
 
 
@@ -212,6 +215,30 @@ def is_technical(token: str) -> bool:
     return (token[:1] in "-*" or bool(_TECHNICAL_RE.search(token))) and not _COUNTED_RE.fullmatch(token)
 
 
+# A flag as a command line writes it: one or two ASCII dashes, then a letter ("-k", "--name";
+# never "-5", a lone "-" or an em dash). Its argument is part of it (see exact_form).
+_FLAG_RE: Final = re.compile(r"--?[A-Za-z][\w-]*")
+# A quoted argument runs to its closing quote, over at most this many tokens.
+_QUOTED_MAX: Final = 16
+
+
+def _flag_argument(raws: list[str], at: int) -> int:
+    """How many tokens from ``raws[at]`` on are the argument of the flag just before it: 0 when
+    there is none (the end, or another flag), the run up to its closing quote when it opens one
+    (``-k "Slow and not DB"``), else 1."""
+    if at >= len(raws) or raws[at].startswith("-"):
+        return 0
+    first = raws[at]
+    quote = first[:1]
+    if quote not in "\"'":
+        return 1
+    for n, raw in enumerate(raws[at:at + _QUOTED_MAX]):
+        closed = raw.rstrip(".,;:!?)]}")
+        if closed.endswith(quote) and (n or len(closed) > 1):
+            return n + 1
+    return 1  # never closed: the one token
+
+
 @lru_cache(maxsize=4096)  # a save compares its text with each candidate's
 def exact_form(value: str) -> tuple[str, ...]:
     """What the exact rule compares of a text: its tokens (runs of non-space, the sentence's
@@ -222,16 +249,29 @@ def exact_form(value: str) -> tuple[str, ...]:
     (:func:`memlocal.hygiene.normalise`: case, diacritics and punctuation folded). A token is
     technical when it starts with a dash or ``*``, holds a digit or one of ``* / \\ _ : = < > | ~
     ^``, or a dot between two word characters; a word of letters joined by hyphens is prose
-    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode")."""
+    ("SELF-CARE" is "self-care", "dark-mode" is "dark mode"). A flag (``-k``, ``--name``) not
+    followed by the sentence's punctuation takes the next token, or a quoted run, as its
+    argument, kept as written with it in one token: ``-k SLOW`` is not ``-k slow``, and
+    ``--name Prod`` not ``--name prod`` (an argument in plain letters is no prose word)."""
     out: list[str] = []
-    for raw in fold_exact(value).split():
+    raws = _fold_exact(value).split()
+    i = 0
+    while i < len(raws):
+        raw = raws[i]
+        i += 1
         token = raw.lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT) or raw
         if not token.isascii():
             token = token.translate(_DASH_TABLE)
-        if is_technical(token):
-            out.append(token)
-        else:
+        if not is_technical(token):
             out += normalise(token).split()  # "dark-mode" is "dark mode"
+            continue
+        # "-k," ends at the sentence's comma: no argument.
+        n = _flag_argument(raws, i) if _FLAG_RE.fullmatch(token) and raw.endswith(token) else 0
+        if n:
+            arg = " ".join(raws[i:i + n]).lstrip(_EDGE_LEFT).rstrip(_EDGE_RIGHT)
+            token = f"{token} {arg if arg.isascii() else arg.translate(_DASH_TABLE)}"
+            i += n
+        out.append(token)
     return tuple(out)
 
 
@@ -449,9 +489,10 @@ def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
        successor (``O.supersededBy``, which the bucket decided: the first supersession pushed) is
        retired as superseded by the head of ``O``'s chain (its active end). When ``O`` is gone or
        names none, the successors of ``O`` keep the one whose id sorts first.
-    2. **Duplicates.** Active memories with the same category and the same exact form (:func:`exact_form`)
-       keep the one whose id sorts first; the others are retired as superseded by it. Memories
-       that supersede another are left to rule 1.
+    2. **Duplicates.** Active memories with the same exact form (:func:`exact_form`, the key a
+       save's exact check compares), whatever their categories, keep the one whose id sorts
+       first, its category kept (a save that repeats a memory keeps its category too); the others
+       are retired as superseded by it. Memories that supersede another are left to rule 1.
 
     Every id in a result is in ``in_bucket``, and the winner of every retirement stays active.
     """
@@ -483,10 +524,12 @@ def converge(memories: Iterable[Memory], get: Callable[[str], Memory | None],
                 out.append(Retirement(m.id, winner, duplicate=False))
                 retired.add(m.id)
     if duplicates:
-        groups: dict[tuple[str, str, tuple[str, ...]], list[Memory]] = {}
+        # The save's rule (dedup.Deduplicator.exact): the same text in another category is the
+        # same memory, so the category is no part of the group's key.
+        groups: dict[tuple[str, tuple[str, ...]], list[Memory]] = {}
         for m in pool:
             if m.id in in_bucket and m.id not in retired and m.supersedes is None:
-                groups.setdefault((m.profile_name, m.category, exact_form(m.processed_content)), []).append(m)
+                groups.setdefault((m.profile_name, exact_form(m.processed_content)), []).append(m)
         for group in groups.values():
             out += [Retirement(m.id, group[0].id, duplicate=True) for m in group[1:]]
     return out

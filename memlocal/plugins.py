@@ -490,8 +490,9 @@ class Replica(Protocol):
 
     def convergence_candidates(self, profiles: Sequence[str] | None = None) -> list[Memory]:
         """Active memories another active memory may make redundant across hosts
-        (``memlocal.hygiene.converge``): those sharing profile, category and exact-duplicate key
-        with another, and those superseding a memory that does not name them as its successor."""
+        (``memlocal.hygiene.converge``): those sharing profile and exact-duplicate key with
+        another (whatever their categories, as at save), and those superseding a memory that
+        does not name them as its successor."""
         ...
 
     def exists(self, memory_id: str) -> bool: ...

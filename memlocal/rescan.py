@@ -33,6 +33,9 @@ from .store import Store, from_us, to_us
 
 # Memories rewritten per transaction (a rescan of a large bank never holds the lock for long).
 BATCH: Final = 500
+# Rounds of a batch's rewrite: a memory changed by another writer between the read and the write
+# is read and redacted again (Store.rewrite never writes over what it did not read).
+ROUNDS: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,19 +87,42 @@ def redacted_memory(memory: Memory) -> tuple[Memory, tuple[str, ...]]:
                                extra=extra), kinds
 
 
+def rewrite(store: Store, changes: list[tuple[Memory, Memory]]) -> list[Memory]:
+    """``store.rewrite(changes)`` (pairs: as read, redacted), then again for each memory another
+    writer changed since its read, read again and redacted again, for at most ``ROUNDS`` rounds
+    (one still changing after them is left to the next rescan). Returns the memories rewritten,
+    as stored now."""
+    done: list[Memory] = []
+    for _ in range(ROUNDS):
+        written = store.rewrite(changes)
+        done += written
+        ids = {m.id for m in written}
+        again: list[tuple[Memory, Memory]] = []
+        for before, _after in changes:
+            now = store.find(before.id) if before.id not in ids else None
+            if now is not None and now.profile_name == before.profile_name:  # None: deleted meanwhile
+                new, kinds = redacted_memory(now)
+                if kinds:
+                    again.append((now, new))
+        if not again:
+            break
+        changes = again
+    return done
+
+
 def rescan(store: Store, replicator: Replicator | None, profile: str | None = None, *,
            dry_run: bool = False) -> RescanReport:
     """Redact what ``store`` holds of ``profile`` (``None``: every profile, the notes and the
     audit rows too) with today's detectors, writing through ``replicator``; see the module
     docstring (the bank's :meth:`~memlocal.MemoryBank.rescan` calls this)."""
     report = RescanReport(dry_run=dry_run)
-    pending: list[Memory] = []
+    pending: list[tuple[Memory, Memory]] = []
 
     def flush() -> None:
         if not pending or dry_run:
             pending.clear()
             return
-        written = store.rewrite(pending)
+        written = rewrite(store, pending)
         if replicator is not None:
             for m in written:  # after the commit, as every save: the outbox retries what fails
                 report.pushed += bool(replicator.push_saved(m))
@@ -107,7 +133,7 @@ def rescan(store: Store, replicator: Replicator | None, profile: str | None = No
         new, kinds = redacted_memory(memory)
         if kinds:
             report.changed.append(Rescanned("memory", memory.id, memory.profile_name, kinds))
-            pending.append(new)
+            pending.append((memory, new))
             if len(pending) >= BATCH:
                 flush()
     flush()

@@ -31,6 +31,7 @@ from .inputs import (
     tool_schema,
 )
 from .model import MEMORY_TOOL_NAMES, RecallQuery, validate_profile
+from .saving import SaveRequest
 
 if TYPE_CHECKING:
     from .bank import MemoryBank
@@ -160,9 +161,9 @@ def dispatch(
     profile = validate_profile(session_profile)
     args = validate_arguments(tool_name, arguments)
     if isinstance(args, SaveInput):
-        result = bank.save(profile, args.raw_input, content=args.content, summary=args.summary,
+        result = bank.save(SaveRequest(profile, args.raw_input, content=args.content, summary=args.summary,
                            category=args.category, confidence=args.confidence, supersedes=args.supersedes,
-                           auto_supersede=args.auto_supersede)
+                           auto_supersede=args.auto_supersede))
         saved = lean_memory(result.memory)
         retired = args.supersedes or result.superseded
         if retired is not None:  # what the save retired, as the agent asked or on its own (an update)

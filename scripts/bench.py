@@ -108,7 +108,7 @@ from _benchlib import (  # noqa: E402
     rnd, s3_client, s3_env, same_ranking, start_moto, stop_moto,
 )
 
-from memlocal import MemoryBank  # noqa: E402
+from memlocal import MemoryBank, RecallQuery, SaveRequest  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.model import utcnow  # noqa: E402
 from memlocal.recall import RecallIndex, RecallTuning  # noqa: E402
@@ -273,11 +273,11 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
         for i in range(-warmup, n):
             text = f"The user prefers structured JSON output whenever report {i + warmup} has a schema"
             t, c = time.perf_counter(), time.thread_time()
-            saved = bank.save(PROFILE, content=text, category="preference", confidence=0.9)
+            saved = bank.save(SaveRequest(PROFILE, content=text, category="preference", confidence=0.9))
             t_ours, c_ours = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
             assert not saved.deduplicated
             t, c = time.perf_counter(), time.thread_time()
-            plain_bank.save(PROFILE, content=text, category="preference", confidence=0.9)
+            plain_bank.save(SaveRequest(PROFILE, content=text, category="preference", confidence=0.9))
             t_plain, c_plain = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
             row = memory_to_row(saved.memory)
             t, c = time.perf_counter(), time.thread_time()
@@ -286,8 +286,8 @@ def bench_save(tmp: Path, n: int) -> dict[str, Any]:
             bare.execute("COMMIT")
             t_base, c_base = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
             t, c = time.perf_counter(), time.thread_time()
-            named = subject_bank.save(PROFILE, content=f"The staging server for project {i + warmup} runs on port 8443",
-                                      category="fact")
+            named = subject_bank.save(SaveRequest(
+                PROFILE, content=f"The staging server for project {i + warmup} runs on port 8443", category="fact"))
             t_subject, c_subject = (time.perf_counter() - t) * MS, (time.thread_time() - c) * MS
             assert not named.deduplicated and named.superseded is None
             if i >= 0:
@@ -325,8 +325,8 @@ def wal_frames_per_save(bank: MemoryBank, plain_bank: MemoryBank, saves: int = 2
         for i in range(saves):
             # The timed saves' kind of text: a subject with a changed value here ("Frames counted
             # for report 1 ...") made every other save a supersession (two rows written).
-            b.save(PROFILE, content=f"The user prefers structured JSON output whenever report {10**6 + i} has a schema",
-                   category="preference", confidence=0.9)
+            b.save(SaveRequest(PROFILE, content=f"The user prefers structured JSON output whenever report {10**6 + i} has a schema",
+                               category="preference", confidence=0.9))
         page = conn.execute("PRAGMA page_size").fetchone()[0]
         out[key] = (wal.stat().st_size - before) / (page + 24) / saves  # each frame: a 24-byte header and a page
         conn.execute("PRAGMA wal_autocheckpoint = 1000")
@@ -403,7 +403,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
     mismatches = 0
     try:
         t = time.perf_counter()
-        bank.query_with_relevance(PROFILE, qs[0])  # the cold path: from the persisted features
+        bank.query_with_relevance(RecallQuery(PROFILE, qs[0]))  # the cold path: from the persisted features
         cold_ms = (time.perf_counter() - t) * MS
         t = time.perf_counter()  # what a long-lived process pays once: building the in-memory index
         RecallIndex(bank.store, tuning=RecallTuning(cold_queries=0, background=False)).query(
@@ -411,7 +411,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         build_ms = (time.perf_counter() - t) * MS
         index = bank._index()  # the warm figures below: the bank's own index, built now
         index.tuning = RecallTuning(cold_queries=0, background=False)
-        bank.query_with_relevance(PROFILE, qs[0])
+        bank.query_with_relevance(RecallQuery(PROFILE, qs[0]))
 
         # 1. Exactness, the full scan and the floor, query by query (no side effects yet).
         brute = FullScan(bank.store.iter_profile(PROFILE, active_only=True))
@@ -419,7 +419,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         for i, q in enumerate(qs):
             now = utcnow()
             t = time.perf_counter()
-            got = bank.query_with_relevance(PROFILE, q, now=now)
+            got = bank.query_with_relevance(RecallQuery(PROFILE, q, now=now))
             qwr.append((time.perf_counter() - t) * MS)
             t = time.perf_counter()
             bank.store.read(FTS_TOP8_SQL, (fts_query(q), PROFILE))
@@ -437,7 +437,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         rec, rec_cpu = [], []
         for q in qs:
             t, c = time.perf_counter(), time.thread_time()
-            bank.recall(PROFILE, q)
+            bank.recall(RecallQuery(PROFILE, q))
             rec.append((time.perf_counter() - t) * MS)
             rec_cpu.append((time.thread_time() - c) * MS)
 
@@ -446,7 +446,7 @@ def bench_recall(tmp: Path, n: int, plan: Plan) -> tuple[dict[str, Any], Path]:
         brute = FullScan(list(bank.export(PROFILE)))
         for q in qs[:10]:
             now = utcnow()
-            got = bank.query_with_relevance(PROFILE, q, now=now)
+            got = bank.query_with_relevance(RecallQuery(PROFILE, q, now=now))
             want = brute.rank(RankQuery(q, 8, 0.05, now=now))
             if not same_ranking(got, want):
                 mismatches += 1
@@ -570,10 +570,10 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
         ours, plain = [], []
         for i, text in enumerate(texts):
             t = time.perf_counter()
-            bank.save(PROFILE, content=text)
+            bank.save(SaveRequest(PROFILE, content=text))
             t_on = (time.perf_counter() - t) * MS
             t = time.perf_counter()
-            off.save(PROFILE, content=text)
+            off.save(SaveRequest(PROFILE, content=text))
             t_off = (time.perf_counter() - t) * MS
             if i >= 10:  # the first saves pay for imports and the model's load
                 ours.append(t_on), plain.append(t_off)
@@ -605,16 +605,16 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
         for b in (bank, off):
             index = b._index()
             index.cold_queries, index.background = 0, False
-            b.query_with_relevance(PROFILE, qs[0])
+            b.query_with_relevance(RecallQuery(PROFILE, qs[0]))
         rec_on, rec_off, mismatches = [], [], 0
         brute = FullScan(bank.store.iter_profile(PROFILE, active_only=True))
         for i, q in enumerate(qs):
             t = time.perf_counter()
-            off.query_with_relevance(PROFILE, q)
+            off.query_with_relevance(RecallQuery(PROFILE, q))
             rec_off.append((time.perf_counter() - t) * MS)
             now = utcnow()
             t = time.perf_counter()
-            got = bank.query_with_relevance(PROFILE, q, now=now)
+            got = bank.query_with_relevance(RecallQuery(PROFILE, q, now=now))
             rec_on.append((time.perf_counter() - t) * MS)
             if i < plan.fullscan_queries // 4:
                 want = brute.rank(RankQuery(q, 8, 0.05, now=now, similarity=sem.similar(PROFILE, q)))
@@ -917,7 +917,7 @@ def bench_frozen(tmp: Path, plan: Plan) -> dict[str, Any]:
             t = time.perf_counter()
             with MemoryBank.open(tmp / f"frozen-lib-{rep}.db", config=Config.load(environ=settings)) as bank:
                 for i in range(n):
-                    bank.save(PROFILE, content=f"library save {i} while the bucket hangs")
+                    bank.save(SaveRequest(PROFILE, content=f"library save {i} while the bucket hangs"))
             lib_s.append(time.perf_counter() - t)
             reached["lib"].append(len(frozen.accepted) - a0)
             a0 = len(frozen.accepted)
@@ -973,7 +973,7 @@ def bench_hung_pass(tmp: Path, plan: Plan) -> dict[str, Any]:
             db = tmp / f"hung-{rep}.db"
             with MemoryBank.open(db, config=Config.load(environ={**s3_env(frozen.endpoint),
                                                                   "MEMLOCAL_SYNC_PUT_TIMEOUT_S": "0.1"})) as bank:
-                bank.save(PROFILE, content="saved before the bucket hung")
+                bank.save(SaveRequest(PROFILE, content="saved before the bucket hung"))
             t = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "memlocal", "--db", str(db), "sync", "run"],
                                   capture_output=True, text=True, env=env, timeout=600)

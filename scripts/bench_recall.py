@@ -32,6 +32,7 @@ from _benchlib import FTS_TOP8_SQL, Corpus, build, fts_query, pct, same_ranking 
 
 from memlocal.model import utcnow  # noqa: E402
 from memlocal.scoring import FullScan, RankQuery  # noqa: E402
+from memlocal import RecallQuery
 
 
 def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
@@ -44,9 +45,9 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
     ms = 1000.0
     try:
         t = time.perf_counter()
-        bank.query_with_relevance("bench", qs[0])
+        bank.query_with_relevance(RecallQuery("bench", qs[0]))
         cold = (time.perf_counter() - t) * ms
-        bank.query_with_relevance("bench", qs[0])
+        bank.query_with_relevance(RecallQuery("bench", qs[0]))
 
         qwr, mismatches = [], 0
         brute = FullScan(bank.store.iter_profile("bench", active_only=True))
@@ -54,7 +55,7 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
         for q in qs:
             now = utcnow()
             t = time.perf_counter()
-            got = bank.query_with_relevance("bench", q, now=now)
+            got = bank.query_with_relevance(RecallQuery("bench", q, now=now))
             qwr.append((time.perf_counter() - t) * ms)
             t = time.perf_counter()
             want = brute.rank(RankQuery(q, 8, 0.05, now=now))
@@ -71,14 +72,14 @@ def bench(n: int, n_queries: int, seed: int, tmp: Path) -> dict[str, object]:
         rec = []
         for q in qs:
             t = time.perf_counter()
-            bank.recall("bench", q)
+            bank.recall(RecallQuery("bench", q))
             rec.append((time.perf_counter() - t) * ms)
 
         # After all the bumps, check exactness once more against a fresh full scan.
         brute = FullScan(bank.store.iter_profile("bench", active_only=True))
         for q in qs[:20]:
             now = utcnow()
-            got = bank.query_with_relevance("bench", q, now=now)
+            got = bank.query_with_relevance(RecallQuery("bench", q, now=now))
             want = brute.rank(RankQuery(q, 8, 0.05, now=now))
             if not same_ranking(got, want):
                 mismatches += 1

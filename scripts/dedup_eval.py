@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from locomo_eval import DEFAULT_DATA, load  # noqa: E402
 
-from memlocal import MemoryBank  # noqa: E402
+from memlocal import MemoryBank, SaveRequest  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.hygiene import FILLER_WORDS, NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature  # noqa: E402
 from memlocal.text import words  # noqa: E402
@@ -118,7 +118,7 @@ def bank_merges(turns: list[str], threshold: float, near: bool = True) -> tuple[
             merged = inexact = 0
             pairs = []
             for t in turns:
-                res = bank.save("locomo", content=t, use_llm=False)
+                res = bank.save(SaveRequest("locomo", content=t, use_llm=False))
                 if res.deduplicated:
                     merged += 1
                     if normalise(res.memory.processed_content) != normalise(t):

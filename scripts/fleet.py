@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
+from memlocal import RecallQuery
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -85,7 +86,7 @@ def one_pass(bank: Any, config: Any, *, full: bool = False) -> dict[str, Any]:
 
 def host_main(db: Path, journal_path: Path, seed: int, seconds: float) -> None:
     """The host's loop until ``seconds`` have passed (from its first start: the journal's first line)."""
-    from memlocal import Config, MemoryBank
+    from memlocal import Config, MemoryBank, SaveRequest
     from memlocal.hygiene import RetentionRule
 
     journal = Journal(journal_path)
@@ -108,7 +109,7 @@ def host_main(db: Path, journal_path: Path, seed: int, seconds: float) -> None:
             try:
                 if r < 0.35:
                     text = f"{host} note {n}: " + " ".join(rng.sample(WORDS, 4)) + f" {rng.getrandbits(32):08x}"
-                    res = bank.save(profile, text, category=rng.choice(CATEGORIES), use_llm=False)
+                    res = bank.save(SaveRequest(profile, text, category=rng.choice(CATEGORIES), use_llm=False))
                     journal.write(op="save", id=res.memory.id, profile=profile, category=res.memory.category)
                 elif r < 0.47:
                     ids = [m.id for m in bank.store.iter_profile(profile)]
@@ -122,14 +123,14 @@ def host_main(db: Path, journal_path: Path, seed: int, seconds: float) -> None:
                     if active:
                         old = rng.choice(active)
                         text = f"{host} update {n}: " + " ".join(rng.sample(WORDS, 4)) + f" {rng.getrandbits(32):08x}"
-                        res = bank.save(profile, text, category="fact", use_llm=False, supersedes=old)
+                        res = bank.save(SaveRequest(profile, text, category="fact", use_llm=False, supersedes=old))
                         journal.write(op="save", id=res.memory.id, profile=profile, category="fact")
                 elif r < 0.58:
                     journal.write(op="prune-intent", profile=profile)
                     pruned = bank.prune(profile, RetentionRule.build(categories=["context"], older_than="0s"))
                     journal.write(op="prune", profile=profile, ids=[p.memory.id for p in pruned])
                 elif r < 0.78:
-                    bank.recall(profile, " ".join(rng.sample(WORDS, 2)))
+                    bank.recall(RecallQuery(profile, " ".join(rng.sample(WORDS, 2))))
                 else:
                     journal.write(op="pass", **one_pass(bank, config))
             except Exception as exc:  # a host's trouble is data for the checker, never the end of the host

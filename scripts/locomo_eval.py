@@ -56,7 +56,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
 from memlocal.model import Memory, default_summary
 from memlocal.store import WRITE_COLUMNS, write_row
@@ -211,7 +211,7 @@ def memlocal_ranker(bank: MemoryBank, conv: Conversation, *, dated: bool) -> Ran
     profile, by_id, now = load_turns(bank, conv, dated=dated)
 
     def rank(query: str) -> list[str]:
-        results = bank.query_with_relevance(profile, query, limit=DEPTH, min_score=0.0, now=now)
+        results = bank.query_with_relevance(RecallQuery(profile, query, limit=DEPTH, min_score=0.0, now=now))
         return [by_id[r.memory.id] for r in results]
 
     return rank
@@ -531,7 +531,7 @@ def evaluate_agent_bank(path: Path, *, semantic: bool = False, mode: str = "evid
                 def ours(phase: str) -> None:
                     for t in tasks:
                         block = bank.render_context_block(profile, t.text, now=now)
-                        top = bank.query_with_relevance(profile, t.text, limit=8, min_score=0.0, now=now)
+                        top = bank.query_with_relevance(RecallQuery(profile, t.text, limit=8, min_score=0.0, now=now))
                         res[phase].add({index[i] for i in block.ids}, [index[r.memory.id] for r in top[:5]], t.gold)
 
                 ours("fresh")

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo_eval import DEFAULT_DATA, DEPTH, Scores, load, load_turns  # noqa: E402
 
-from memlocal import MemoryBank, scoring  # noqa: E402
+from memlocal import MemoryBank, RecallQuery, scoring  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.semantic import available  # noqa: E402
 
@@ -56,10 +56,10 @@ def evaluate(path: Path, *, dated: bool = False) -> dict[str, Any]:
                 for name, bank in banks.items():
                     profile, by_id, now = load_turns(bank, conv, dated=dated)
                     for _ in range(2):  # embeds the turns; the first query is cold, the second builds the index
-                        bank.query_with_relevance(profile, "warm up", now=now)
+                        bank.query_with_relevance(RecallQuery(profile, "warm up", now=now))
                     for q in conv.questions:
                         t = time.perf_counter()
-                        results = bank.query_with_relevance(profile, q.text, limit=DEPTH, min_score=0.0, now=now)
+                        results = bank.query_with_relevance(RecallQuery(profile, q.text, limit=DEPTH, min_score=0.0, now=now))
                         total_ms[name].append((time.perf_counter() - t) * 1000)
                         scores[name].add([by_id[r.memory.id] for r in results], q.evidence)
                         if name.endswith("semantic"):
@@ -95,7 +95,7 @@ def evaluate_paraphrases() -> dict[str, Any]:
                 keys |= {m.id: ("dev", k) for k, m in dev_profile(bank, "dev").items()}
                 missed = []
                 for profile, key, query in PARAPHRASES:
-                    top = bank.query_with_relevance(profile, query, limit=3, min_score=0.0, now=NOW)
+                    top = bank.query_with_relevance(RecallQuery(profile, query, limit=3, min_score=0.0, now=NOW))
                     if (profile, key) not in [keys[r.memory.id] for r in top]:
                         missed.append(query)
             out["semantic" if on else "lexical"] = {"top3": round(1 - len(missed) / len(PARAPHRASES), 4),

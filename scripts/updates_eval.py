@@ -51,7 +51,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.config import Config
 from memlocal.model import Memory, default_summary, new_id
 from memlocal.store import WRITE_COLUMNS, write_row
@@ -133,7 +133,7 @@ def _memlocal(data: dict[str, Any], tmp: Path, *, auto: bool) -> dict[str, Any]:
         lookalike_ids = []
         for i, text in enumerate([u[1] for u in data["updates"]] + [d[1] for d in data["distinct"]]):
             # saved "now", a minute apart (the bank's clock: the save stamps its own createdAt)
-            result = bank.save(PROFILE, content=text, category="fact", use_llm=False, auto_supersede=auto)
+            result = bank.save(SaveRequest(PROFILE, content=text, category="fact", use_llm=False, auto_supersede=auto))
             text_of[result.memory.id] = text
             if i >= len(data["updates"]):
                 lookalike_ids.append(result.memory.id)

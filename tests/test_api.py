@@ -11,7 +11,7 @@ import pytest
 from api_live import LiveServer
 from support import http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery
 from memlocal.api import create_app
 from memlocal.config import Config
 from memlocal.errors import BankNotWiredError, StoreError
@@ -126,7 +126,7 @@ def test_search_ranks_with_a_breakdown_and_does_not_bump_access(client: httpx.Cl
         assert set(b["weights"]) == {"recency", "usage", "topic"}
         assert b["score"] == x["score"]
     # The API returns what the library's ranking returns.
-    expected = [(m.memory.id, m.score) for m in api_bank.query_with_relevance("p1", "friday deploys")]
+    expected = [(m.memory.id, m.score) for m in api_bank.query_with_relevance(RecallQuery("p1", "friday deploys"))]
     got = client.get("/api/profiles/p1/memories/search", params={"q": "friday deploys"}).json()["results"]
     assert [x["memory"]["id"] for x in got] == [i for i, _ in expected] and got[0]["memory"]["id"] == deploys["id"]
     assert [x["score"] for x in got] == pytest.approx([sc for _, sc in expected], rel=1e-6)  # recency moves

@@ -15,7 +15,7 @@ import pytest
 from api_live import LiveServer
 from support import http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.config import Config
 
@@ -112,7 +112,7 @@ def _concrete(path: str, memory_id: str) -> str:
 
 def test_head_answers_every_get_route_like_get_without_a_body(served: Any) -> None:
     bank, c = served
-    memory_id = bank.save("ana", content="Ana prefers tea").memory.id
+    memory_id = bank.save(SaveRequest("ana", content="Ana prefers tea")).memory.id
     bank.automations.put("nightly", "stopped at page 3")
     gets = [path for path, ops in c.get("/openapi.json").json()["paths"].items() if "get" in ops]
     assert "/healthz" in gets and len(gets) >= 10

@@ -18,7 +18,7 @@ from memory_factory import memory
 from pydantic import BaseModel
 from support import http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.api import models
 
@@ -47,8 +47,8 @@ def _filled(bank: MemoryBank) -> dict[str, str]:
                                           ("the release train leaves on friday", "fact"),
                                           ("deploy the release with the blue pipeline", "behavior"),
                                           ("release notes live in docs/changes.md", "context"))):
-        ids[category] = bank.save("p", None, content=text, category=category).memory.id
-    bank.save("p", None, content="the release train leaves on thursday", category="fact", supersedes=ids["fact"])
+        ids[category] = bank.save(SaveRequest("p", None, content=text, category=category)).memory.id
+    bank.save(SaveRequest("p", None, content="the release train leaves on thursday", category="fact", supersedes=ids["fact"]))
     other = memory("p", "release checklist kept by the other host").with_changes(extra={"hostNote": {"by": "other"}})
     bank.store.upsert(other)
     ids["other"] = other.id
@@ -133,7 +133,7 @@ def test_a_write_reads_its_own_rows_and_a_snapshot_sees_one_moment(make_bank: An
         assert bank.store.read("SELECT count(*) FROM memories WHERE summary = 'mine'")[0][0] == 1
     with bank.store.snapshot():
         first = bank.store.read(count)[0][0]
-        saver = threading.Thread(target=lambda: bank.save("p", None, content="saved while a snapshot is open"))
+        saver = threading.Thread(target=lambda: bank.save(SaveRequest("p", None, content="saved while a snapshot is open")))
         saver.start()
         saver.join(30)
         assert not saver.is_alive()  # the snapshot held up no write

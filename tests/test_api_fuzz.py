@@ -17,7 +17,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from support import http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.errors import BankNotWiredError
 
@@ -29,8 +29,8 @@ JSON = {"content-type": "application/json"}
 
 def _serve_seeded(path: Path) -> Iterator[str]:
     with MemoryBank(path) as bank:
-        first = bank.save("p1", content="Prefers dark roast coffee in the morning", category="preference")
-        bank.save("p1", content="Deploys on Fridays", category="behavior")
+        first = bank.save(SaveRequest("p1", content="Prefers dark roast coffee in the morning", category="preference"))
+        bank.save(SaveRequest("p1", content="Deploys on Fridays", category="behavior"))
         bank.automations.put("auto-1", "last run stopped at page 3")
         with LiveServer(create_app(bank)) as server:
             server.seed_id = first.memory.id  # type: ignore[attr-defined]

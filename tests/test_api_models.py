@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import models
 from memlocal.api.app import create_app
 from memlocal.audit import Injection
@@ -145,7 +145,7 @@ def test_to_dict_is_what_the_model_answers(cls: type) -> None:
 def test_the_dicts_the_bank_builds_are_declared(bank: MemoryBank) -> None:
     from memlocal_sync.status import status_for
 
-    bank.save("p", content="Deploys go out on Mondays", category="fact")
+    bank.save(SaveRequest("p", content="Deploys go out on Mondays", category="fact"))
     aliases = lambda m: {f.alias for f in m.model_fields.values()}  # noqa: E731
     assert set(bank.stats()) == aliases(models.Stats)
     assert set(bank.profiles()[0]) == aliases(models.ProfileSummary)

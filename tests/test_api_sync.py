@@ -16,6 +16,7 @@ from s3server import FaultProxy
 from support import http_client, wait_for
 
 from memlocal.api import create_app
+from memlocal import SaveRequest
 
 
 def ids(page: httpx.Response) -> set[str]:
@@ -34,20 +35,20 @@ def test_reads_see_other_hosts_saves_soon_and_never_wait_for_them(hosts: Callabl
 
         # A read answers from the local index and asks for a background pull: another host's
         # save shows up on a later read, and the answer says how old its data is (``Age``).
-        first = runner.bank.save("p1", content="saved on the runner").memory
+        first = runner.bank.save(SaveRequest("p1", content="saved on the runner")).memory
         wait_for(lambda: first.id in ids(c.get("/api/profiles/p1/memories")), what="the runner's save")
         # The pull's rows are visible a moment before the pull records its time (the Age): wait.
         wait_for(lambda: "age" in c.get("/api/profiles/p1/memories").headers, what="the Age of the pulled data")
         assert int(c.get("/api/profiles/p1/memories").headers["age"]) >= 0
         assert c.get(f"/api/profiles/p1/memories/{first.id}").status_code == 200
-        second = runner.bank.save("p1", content="another runner save about coffee").memory
+        second = runner.bank.save(SaveRequest("p1", content="another runner save about coffee")).memory
         wait_for(lambda: c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"]
                    and c.get("/api/profiles/p1/memories/search", params={"q": "coffee"}).json()["results"][0]
                    ["memory"]["id"] == second.id, what="search to see the second save")
 
         # Global reads discover profiles from the bucket (a delimiter listing of memory/): one
         # that this host has never seen appears without any pass.
-        only = runner.bank.save("only-remote", content="a profile only the bucket knows").memory
+        only = runner.bank.save(SaveRequest("only-remote", content="a profile only the bucket knows")).memory
         wait_for(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,
                    what="the bucket-only profile in the stats")
         assert "only-remote" in {p["name"] for p in c.get("/api/profiles").json()["profiles"]}
@@ -65,7 +66,7 @@ def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., A
     host = hosts("conductor", bucket__endpoint=fault_proxy.endpoint, sync__refresh_ttl_s=0.0,
                  sync__put_timeout_s=30.0, sync__timeout_s=30.0)
     for p in ("p1", "p2", "p3", "p4"):
-        assert host.bank.save(p, content=f"a memory of {p}").synced
+        assert host.bank.save(SaveRequest(p, content=f"a memory of {p}")).synced
     # The endpoint now accepts connections and never answers (within any timeout used here).
     fault_proxy.delay_s = 120.0
     paths = ["/api/memory-bank/stats", "/api/profiles", "/api/memory-bank", "/api/profiles/p1/memories",
@@ -88,7 +89,7 @@ def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., A
 def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path, hosts: Callable[..., Any],
                                                                 s3: Any) -> None:
     runner = hosts("runner")
-    saved = runner.bank.save("only-remote", content="pulled at start-up").memory
+    saved = runner.bank.save(SaveRequest("only-remote", content="pulled at start-up")).memory
     db = tmp_path / "served.db"
     proc = ServeProcess(tmp_path, ["--db", str(db)], env={"MEMLOCAL_SYNC_PULL_ON_OPEN": "true"})
     try:
@@ -120,7 +121,7 @@ def test_serve_with_sync_runs_the_daemon_in_process(tmp_path: Path, hosts: Calla
         proc.wait_ready()
         # A profile that exists only in the bucket (the daemon's pass or the read path's
         # background pull brings it in, whichever is first).
-        saved = runner.bank.save("only-remote", content="pulled by the daemon").memory
+        saved = runner.bank.save(SaveRequest("only-remote", content="pulled by the daemon")).memory
         with http_client(base_url=proc.url, timeout=10) as c:
             wait_for(lambda: c.get("/api/memory-bank/stats").json()["perProfile"].get("only-remote") == 1,
                      what=f"the daemon's pull: {proc.log_path}")

@@ -16,7 +16,7 @@ from api_live import LiveServer
 import support
 from support import http
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.audit import host_key, query_hash
 from memlocal.config import Config
@@ -33,9 +33,9 @@ def _bank(path: Path, **settings: object) -> MemoryBank:
 
 def test_a_row_per_rendered_block(tmp_path: Path) -> None:
     with _bank(tmp_path / "a.db") as bank:
-        tea = bank.save("p", content="Prefers green tea", category="preference").memory
-        deploy = bank.save("p", content="Deploys the server on Fridays", category="behavior").memory
-        other = bank.save("q", content="Prefers coffee", category="preference").memory
+        tea = bank.save(SaveRequest("p", content="Prefers green tea", category="preference")).memory
+        deploy = bank.save(SaveRequest("p", content="Deploys the server on Fridays", category="behavior")).memory
+        other = bank.save(SaveRequest("q", content="Prefers coffee", category="preference")).memory
         block = bank.inject("p", "@memory", "When does the server deploy?")
         bank.inject("p", "@memory", "Write a poem")
         bank.inject("q", "@memory", "hello")
@@ -59,7 +59,7 @@ def test_the_render_does_not_wait_for_the_audit_row(tmp_path: Path) -> None:
     """Another process holds the write lock: the run still gets its block at once."""
     db = tmp_path / "lock.db"
     with _bank(db, **{"store.busy_timeout_s": 0.5}) as bank:
-        bank.save("p", content="Prefers green tea", category="preference")
+        bank.save(SaveRequest("p", content="Prefers green tea", category="preference"))
         bank.build_context_block("p", "tea")  # imports and the index: what a loaded machine makes slow
         bank.drain()
         blocker = sqlite3.connect(str(db), isolation_level=None)
@@ -81,7 +81,7 @@ def test_the_render_does_not_wait_for_the_audit_row(tmp_path: Path) -> None:
 
 def test_cap_and_retention(tmp_path: Path) -> None:
     with _bank(tmp_path / "cap.db", **{"audit.max_rows": 3, "audit.retention_days": 1.0}) as bank:
-        bank.save("p", content="Prefers green tea", category="preference")
+        bank.save(SaveRequest("p", content="Prefers green tea", category="preference"))
         old = utcnow() - timedelta(days=2)
         bank.build_context_block("p", "old run", now=old)
         bank.drain()
@@ -101,7 +101,7 @@ def test_cap_and_retention(tmp_path: Path) -> None:
 def test_cli_and_rest_answer_both_questions(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
     with _bank(db) as bank:
-        tea = bank.save("p", content="Prefers green tea", category="preference").memory
+        tea = bank.save(SaveRequest("p", content="Prefers green tea", category="preference")).memory
         bank.build_context_block("p", "tea please")
         bank.build_context_block("p", "second run")
         bank.drain()
@@ -129,9 +129,9 @@ def test_the_audit_table_shows_what_each_run_saw_evidence_first(tmp_path: Path, 
     db = tmp_path / "runs.db"
     with _bank(db) as bank:
         for i, food in enumerate(("oat milk", "rye bread", "black coffee", "dark chocolate", "green apples")):
-            bank.save("p", content=f"Prefers {food} at breakfast number {i}", category="preference")
-        bank.save("p", content="The staging database lives on host db-7", category="general")
-        bank.save("p", content="Deploys go out on Thursdays after the standup", category="general")
+            bank.save(SaveRequest("p", content=f"Prefers {food} at breakfast number {i}", category="preference"))
+        bank.save(SaveRequest("p", content="The staging database lives on host db-7", category="general"))
+        bank.save(SaveRequest("p", content="Deploys go out on Thursdays after the standup", category="general"))
         bank.build_context_block("p", "which host runs the staging database?")
         bank.build_context_block("p", "when do deploys go out?")
         bank.drain()
@@ -179,7 +179,7 @@ def test_the_query_hash_is_keyed_by_a_host_secret(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir() if p.name != "k.db.audit-key"] == []  # no temporary left behind
     key = bytes.fromhex(keys.pop())
     with _bank(db) as bank:
-        bank.save("p", content="Prefers green tea", category="preference")
+        bank.save(SaveRequest("p", content="Prefers green tea", category="preference"))
         bank.build_context_block("p", "deploy the tea service")
         bank.drain()
         (row,) = bank.injections("p")

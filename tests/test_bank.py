@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from memlocal import Config, ConfigError, MemoryBank
+from memlocal import Config, ConfigError, MemoryBank, SaveRequest
 from memlocal.automation import AutomationNotes
 from memlocal.store import Store
 
@@ -22,7 +22,7 @@ def test_the_constructor_takes_objects_and_discovers_nothing(db_path: Path, monk
     with MemoryBank(store) as bank:
         assert bank.store is store and bank.replicator is None and bank._extractor is None
         assert bank.config.source("bucket.name") == "default"  # no environment, no file
-        assert bank.save("p", content="x").synced is False
+        assert bank.save(SaveRequest("p", content="x")).synced is False
     with MemoryBank(db_path) as bank:  # a path opens a store, nothing more
         assert bank.replicator is None and bank.list("p").total == 1
 
@@ -34,7 +34,7 @@ def test_open_discovers_config_replicator_and_extractor(db_path: Path, monkeypat
         assert bank.config.source("bucket.name") == "env:INTERNAL_S3_BUCKET"
         assert bank.replicator is not None
         assert type(bank._extractor).__name__ == "AnthropicExtractor"
-        assert bank.save("p", content="x", use_llm=False).synced is True
+        assert bank.save(SaveRequest("p", content="x", use_llm=False)).synced is True
 
 
 def test_open_uses_the_configured_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,7 +66,7 @@ def test_automation_notes_live_behind_bank_automations(bank: MemoryBank) -> None
 
 def test_the_sync_daemon_is_started_through_the_bank(db_path: Path, s3: Any, wait_for: Callable[..., Any]) -> None:
     with MemoryBank.open(db_path, config=Config.load(overrides={"sync.interval_s": 3600.0})) as bank:
-        bank.save("p", content="pushed by the daemon's first pass")
+        bank.save(SaveRequest("p", content="pushed by the daemon's first pass"))
         handle = bank.start_sync_daemon()
         assert handle is not None
         try:

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
 from memlocal.injection import BLOCK_END, CORE_HEADING, FILLER_HEADING, MEMORY_HEADER, RELEVANT_HEADING
 from memlocal.text import query_dates
@@ -38,7 +38,7 @@ def _keys(ids: dict[str, str], found: object) -> list[str]:
 
 def _recall(coder: tuple[MemoryBank, dict[str, str]], query: str) -> list[str]:
     bank, ids = coder
-    return _keys(ids, [r.memory.id for r in bank.query_with_relevance(PROFILE, query, now=NOW)])
+    return _keys(ids, [r.memory.id for r in bank.query_with_relevance(RecallQuery(PROFILE, query, now=NOW))])
 
 
 def _block(coder: tuple[MemoryBank, dict[str, str]], query: str) -> list[str]:
@@ -122,7 +122,7 @@ def test_intent_recall_finds_the_memory_first(coder: tuple[MemoryBank, dict[str,
 
 def test_a_shared_cluster_alone_ranks_below_any_literal_match(coder: tuple[MemoryBank, dict[str, str]]) -> None:
     bank, _ = coder
-    results = bank.query_with_relevance(PROFILE, "who is my boss?", now=NOW)
+    results = bank.query_with_relevance(RecallQuery(PROFILE, "who is my boss?", now=NOW))
     literal = [bool(r.evidence and r.evidence.terms) for r in results]
     assert literal[0] and literal == sorted(literal, reverse=True)
     assert sum(1 for x in literal if not x) <= 2  # one shared cluster is weak evidence: no flood
@@ -144,7 +144,7 @@ def test_a_generic_word_does_not_outrank_what_the_question_is_about(tmp_path: Pa
         walks = put(bank, "p", "Joanna enjoys long walks", category="fact", created=days_ago(1)).id
         for i in range(5):
             put(bank, "p", f"Nate plays game number {i} with friends", category="fact", created=days_ago(2 + i))
-        found = [r.memory.id for r in bank.query_with_relevance("p", "How long has Nate had his turtles?", now=NOW)]
+        found = [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", "How long has Nate had his turtles?", now=NOW))]
         assert set(found[:3]) == turtles and walks not in found[:3]
 
 
@@ -154,8 +154,8 @@ def test_a_memory_saved_on_the_date_the_task_names_comes_first(tmp_path: Path) -
                          created=datetime(2025, 3, 9, 15, 0, tzinfo=timezone.utc)).id
         later = put(bank, "p", "Nate cooked a dish with rice", category="fact", created=days_ago(2)).id
         ask = "What dish did Nate cook on 9 March, 2025?"
-        assert [r.memory.id for r in bank.query_with_relevance("p", ask, now=NOW)] == [on_the_day, later]
-        assert [r.memory.id for r in bank.query_with_relevance("p", "What dish did Nate cook?", now=NOW)] == [later, on_the_day]
+        assert [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", ask, now=NOW))] == [on_the_day, later]
+        assert [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", "What dish did Nate cook?", now=NOW))] == [later, on_the_day]
 
 
 def test_query_dates_reads_days_and_months_only() -> None:
@@ -178,7 +178,7 @@ def test_weaker_evidence_fills_the_block_before_facts_without_any(tmp_path: Path
             put(bank, "p", f"Melanie paints sunset number {i}", category="fact", created=days_ago(60 + i))
         for i in range(8):
             put(bank, "p", f"The office printer {i} needs toner", category="fact", created=days_ago(i))
-        results = bank.query_with_relevance("p", "What does Melanie think about pottery?", now=NOW)
+        results = bank.query_with_relevance(RecallQuery("p", "What does Melanie think about pottery?", now=NOW))
         assert weak not in {r.memory.id for r in results}  # the gate keeps it out of recall
         block = bank.render_context_block("p", "What does Melanie think about pottery?", now=NOW)
         # The weak evidence fills the room before any fact the task gives none for (the printers),

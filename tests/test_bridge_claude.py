@@ -12,6 +12,7 @@ import pytest
 
 from memlocal.bank import MemoryBank
 from memory_stores_fake import FakeMemoryStores, memory_stores, path_problem, sha256  # noqa: F401 (the fixture)
+from memlocal import SaveRequest
 
 pytestmark = pytest.mark.anthropic_sdk
 
@@ -25,7 +26,7 @@ def bridge(bank: MemoryBank, **kw: Any) -> Any:
 
 
 def save(bank: MemoryBank, text: str, **kw: Any) -> str:
-    return bank.save(P, content=text, use_llm=False, **kw).memory.id
+    return bank.save(SaveRequest(P, content=text, use_llm=False, **kw)).memory.id
 
 
 @pytest.fixture
@@ -310,9 +311,9 @@ def test_paths_that_would_break_the_store_are_refused_in_one_line(memory_stores:
 
     bank = mk()
     for i, path in enumerate(PATHS_THE_STORE_REFUSES):
-        bank.save(P, content=f"note {i} on the memory tool", use_llm=False, deduplicate=False,
-                  extra={"memoryFile": path})
-    good = bank.save(P, content="A file the store takes", use_llm=False, extra={"memoryFile": "/memories/ok/é.md"})
+        bank.save(SaveRequest(P, content=f"note {i} on the memory tool", use_llm=False, deduplicate=False,
+                  extra={"memoryFile": path}))
+    good = bank.save(SaveRequest(P, content="A file the store takes", use_llm=False, extra={"memoryFile": "/memories/ok/é.md"}))
     report = bridge(bank)
     assert report.created == 1 and len(report.refused) == len(PATHS_THE_STORE_REFUSES), report.to_dict()
     assert all("\n" not in r["reason"] and r["reason"].startswith("the path ") for r in report.refused)
@@ -534,3 +535,125 @@ def test_a_conflict_whose_hosted_text_is_refused_here_leaves_that_text_in_the_st
     assert report.result == "conflict" and report.conflicts[0]["kept"] == "(refused)", report.to_dict()
     assert [m.processed_content for m in bank.memories(P)] == ["The release branch is release-8"]
     assert agent_text in memory_stores.contents(sid).values()
+
+
+# --- found in review: a hosted edit, a taken path, a repeat's credential, the full listing ---------
+
+
+def _tool(bank: MemoryBank) -> Any:
+    from memlocal.integrations.claude import MemlocalMemoryTool
+
+    return MemlocalMemoryTool(bank, P)
+
+
+def _view(bank: MemoryBank, path: str) -> str:
+    from anthropic.types.beta import BetaMemoryTool20250818ViewCommand
+
+    return str(_tool(bank).view(BetaMemoryTool20250818ViewCommand(command="view", path=path)))
+
+
+def test_a_hosted_edit_of_a_memory_tool_file_keeps_the_file(memory_stores: FakeMemoryStores, mk: Any) -> None:
+    """Was: the edit came back as a version without ``memoryFile``, so the file left the memory
+    tool's directory (and the lineage's hosted path fell back to the default one)."""
+    bank = mk()
+    first = bank.save(SaveRequest(P, content="Ana's team meets on Mondays", use_llm=False,
+                      extra={"memoryFile": "/memories/people/ana.md"})).memory
+    bridge(bank)
+    sid = memory_stores.store_of(P)
+    hosted = memory_stores.by_path(sid, "/memories/people/ana.md")
+    memory_stores.agent_update(sid, hosted["id"], content="Ana's team meets on Tuesdays")
+    report = bridge(bank)
+    assert report.superseded == 1 and report.result == "ok", report.to_dict()
+    [now] = bank.memories(P)
+    assert now.supersedes == first.id and now.extra.get("memoryFile") == "/memories/people/ana.md"
+    assert "Tuesdays" in _view(bank, "/memories/people/ana.md")
+    # The agent moves and edits it: the file follows the hosted path.
+    memory_stores.agent_update(sid, hosted["id"], content="Ana's team meets on Wednesdays",
+                               path="/memories/people/ana-k.md")
+    assert bridge(bank).superseded == 1
+    [moved] = bank.memories(P)
+    assert moved.extra.get("memoryFile") == "/memories/people/ana-k.md"
+    assert "Wednesdays" in _view(bank, "/memories/people/ana-k.md")
+    memory_stores.clear()
+    again = bridge(bank)
+    assert again.result == "ok" and memory_stores.writes() == [], again.to_dict()
+    assert memory_stores.contents(sid) == {"/memories/people/ana-k.md": "Ana's team meets on Wednesdays"}
+
+
+def test_a_memory_file_moved_onto_a_taken_path_is_not_retried_every_sync(memory_stores: FakeMemoryStores,
+                                                                          mk: Any) -> None:
+    """The memory tool renames a file to a path a hosted agent's memory holds in the store: the
+    move is refused once (reported), the text still reaches the store at the lineage's path, and
+    the next sync sends nothing. Was: an update with the move, answered 409, on every sync."""
+    from anthropic.types.beta import BetaMemoryTool20250818RenameCommand, BetaMemoryTool20250818StrReplaceCommand
+
+    bank = mk()
+    bank.save(SaveRequest(P, content="Ana's team meets on Mondays", use_llm=False, extra={"memoryFile": "/memories/people/ana.md"}))
+    bridge(bank)
+    sid = memory_stores.store_of(P)
+    agents = memory_stores.agent_create(sid, "/memories/people/ana-k.md", "Ana K. leads the platform team")
+    assert bridge(bank).taken_back == 1
+    tool = _tool(bank)
+    tool.rename(BetaMemoryTool20250818RenameCommand(command="rename", old_path="/memories/people/ana.md",
+                                                   new_path="/memories/people/ana-k.md"))
+    memory_stores.clear()
+    moved = bridge(bank)  # a rename alone: nothing to send
+    [refused] = moved.refused
+    assert "/memories/people/ana-k.md" in refused["what"] and "taken" in refused["reason"], moved.to_dict()
+    assert memory_stores.writes() == [] and bridge(bank).refused == [] and memory_stores.writes() == []
+    tool.str_replace(BetaMemoryTool20250818StrReplaceCommand(command="str_replace", path="/memories/people/ana-k.md",
+                                                             old_str="Mondays", new_str="Fridays"))
+    memory_stores.clear()
+    report = bridge(bank)
+    [update] = memory_stores.writes()  # the text, without the move (which the store answers with 409)
+    assert update.method == "POST" and update.body.get("path") is None, report.to_dict()
+    [refused] = report.refused
+    assert "/memories/people/ana-k.md" in refused["what"] and "taken" in refused["reason"], report.to_dict()
+    contents = memory_stores.contents(sid)
+    assert contents["/memories/people/ana.md"] == "Ana's team meets on Fridays"  # the text, at the lineage's path
+    assert contents["/memories/people/ana-k.md"] == "Ana K. leads the platform team"  # the agent's, untouched
+    assert memory_stores.by_path(sid, "/memories/people/ana-k.md")["id"] == agents
+    memory_stores.clear()
+    for _ in range(2):
+        quiet = bridge(bank)
+        assert quiet.result == "ok" and quiet.refused == [] and memory_stores.writes() == [], quiet.to_dict()
+
+
+def test_a_deduplicated_take_back_redacts_the_store_copy(memory_stores: FakeMemoryStores, mk: Any) -> None:
+    """A hosted agent writes a credential into a text that, redacted, repeats a local memory: the
+    save answers with that memory, and the store's copy is still rewritten redacted (its versions
+    too). Was: left with the credential, since only a new memory's copy was rewritten."""
+    bank = mk()
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    mine = bank.save(SaveRequest(P, content=f"The CI token is {token}", use_llm=False)).memory  # redacted on save
+    assert token not in mine.processed_content
+    bridge(bank)
+    sid = memory_stores.store_of(P)
+    mid = memory_stores.agent_create(sid, "/notes/ci.md", f"The CI token is {token}")
+    report = bridge(bank)
+    assert report.duplicates == 1 and report.redacted == [mid], report.to_dict()
+    assert [m.id for m in bank.memories(P)] == [mine.id]
+    assert token not in memory_stores.contents(sid)["/notes/ci.md"]
+    assert not any(token in (v["content"] or "") for v in memory_stores.versions_of(sid, mid))
+    memory_stores.clear()
+    assert bridge(bank).result == "ok" and memory_stores.writes() == []
+
+
+def test_reading_many_contents_never_lists_more_of_the_store_than_it_reads(memory_stores: FakeMemoryStores,
+                                                                           mk: Any) -> None:
+    """Forty changed memories in a store of a thousand: one retrieve each (40 requests), not a
+    ``view=full`` listing of the whole store (50 pages of every memory's content). Was: the
+    full listing whenever 40 or more were wanted, whatever the store's size."""
+    bank = mk()
+    bridge(bank)
+    sid = memory_stores.store_of(P)
+    for i in range(1000):  # blank files: refused once and not read again (cheap to set up)
+        memory_stores.agent_create(sid, f"/scratch/{i:04}.md", " ")
+    assert len(bridge(bank).refused) == 1000
+    for i in range(40):
+        memory_stores.agent_create(sid, f"/facts/f{i:02}.md", f"Fact {i}: the cluster {i} runs version {i}.0")
+    memory_stores.clear()
+    report = bridge(bank)
+    assert report.taken_back == 40, report.to_dict()
+    full = [r for r in memory_stores.requests if r.method == "GET" and r.query.get("view") == "full"]
+    assert len(full) <= 40 and not any(r.path.endswith("/memories") for r in full)

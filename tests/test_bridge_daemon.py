@@ -14,7 +14,7 @@ from s3server import S3
 import support
 from support import wait_for
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memory_stores_fake import FakeMemoryStores, memory_stores  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.anthropic_sdk, pytest.mark.slow]
@@ -31,8 +31,8 @@ def test_the_daemon_mirrors_the_profiles_the_setting_names(s3: S3, memory_stores
                                                            tmp_path: Path) -> None:
     db = tmp_path / "host" / "memlocal.db"
     with MemoryBank(db) as bank:
-        mine = bank.save("alice", content="Alice deploys on Fridays", use_llm=False).memory.id
-        bank.save("bob", content="Bob is not bridged", use_llm=False)
+        mine = bank.save(SaveRequest("alice", content="Alice deploys on Fridays", use_llm=False)).memory.id
+        bank.save(SaveRequest("bob", content="Bob is not bridged", use_llm=False))
     log = tmp_path / "daemon.log"
     proc = _daemon(db, log, MEMLOCAL_BRIDGE_CLAUDE_PROFILES="alice", MEMLOCAL_BRIDGE_CLAUDE_INTERVAL_S="0.5")
     try:

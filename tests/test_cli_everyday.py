@@ -14,7 +14,7 @@ from api_live import LiveServer
 from conftest import Cli
 from support import http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 
 P = "coder"
@@ -23,9 +23,9 @@ LONG = ("Runs the integration tests with pytest-xdist on two workers before ever
 
 
 def test_ids_stay_whole_at_80_columns_and_below(bank: MemoryBank, cli: Cli) -> None:
-    old = bank.save(P, content=LONG, category="fact").memory.id
-    bank.save(P, content="The release wheel is pushed to the internal index on Fridays", supersedes=old)
-    bank.save(P, content="Integration tests need the staging database and two workers")
+    old = bank.save(SaveRequest(P, content=LONG, category="fact")).memory.id
+    bank.save(SaveRequest(P, content="The release wheel is pushed to the internal index on Fridays", supersedes=old))
+    bank.save(SaveRequest(P, content="Integration tests need the staging database and two workers"))
     ids = [m["id"] for m in cli.json("list", "-p", P, "--all", "--json")["memories"]]
     for width in ("80", "60", "40"):
         for args in (("recall", "-p", P, "integration tests release wheel"), ("list", "-p", P, "--all"),
@@ -53,7 +53,7 @@ def test_group_help_wraps_instead_of_cutting(cli: Cli) -> None:
 
 
 def test_get_says_never_true_and_one_number_format(bank: MemoryBank, cli: Cli) -> None:
-    mid = bank.save(P, content="Ana is allergic to peanuts", category="fact", confidence=0.9).memory.id
+    mid = bank.save(SaveRequest(P, content="Ana is allergic to peanuts", category="fact", confidence=0.9)).memory.id
     code, out, _ = cli("get", "-p", P, mid)
     assert code == 0
     fields = dict(line.split(None, 1) for line in out.splitlines())
@@ -67,7 +67,7 @@ def test_get_says_never_true_and_one_number_format(bank: MemoryBank, cli: Cli) -
 
 def test_never_accessed_is_null_in_json_rest_and_export_and_round_trips(bank: MemoryBank, cli: Cli,
                                                                          tmp_path: Path) -> None:
-    mid = bank.save(P, content="Ana is allergic to peanuts", category="fact").memory.id
+    mid = bank.save(SaveRequest(P, content="Ana is allergic to peanuts", category="fact")).memory.id
     assert cli.json("get", "-p", P, mid, "--json")["lastAccessedAt"] is None
     assert cli.json("list", "-p", P, "--json")["memories"][0]["lastAccessedAt"] is None
     with LiveServer(create_app(bank)) as server, http_client(base_url=server.url) as client:

@@ -9,16 +9,16 @@ from pathlib import Path
 
 from conftest import Cli
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 
 P = "coder"
 LONG = "Runs the integration tests with pytest-xdist on two workers before every release"
 
 
 def supersede_two(bank: MemoryBank) -> tuple[str, str, str]:
-    old = bank.save(P, content="The CI runs on Jenkins", category="fact").memory.id
-    mid = bank.save(P, content="The CI runs on Buildkite", category="fact", supersedes=old).memory.id
-    new = bank.save(P, content="The CI runs on GitHub Actions", category="fact", supersedes=mid).memory.id
+    old = bank.save(SaveRequest(P, content="The CI runs on Jenkins", category="fact")).memory.id
+    mid = bank.save(SaveRequest(P, content="The CI runs on Buildkite", category="fact", supersedes=old)).memory.id
+    new = bank.save(SaveRequest(P, content="The CI runs on GitHub Actions", category="fact", supersedes=mid)).memory.id
     return old, mid, new
 
 
@@ -35,7 +35,7 @@ def test_history_and_audit_print_relative_times_and_iso_in_json(bank: MemoryBank
 
 
 def test_a_default_summary_is_cut_at_a_word_boundary(bank: MemoryBank, cli: Cli) -> None:
-    bank.save(P, LONG)  # its default summary is the first 50 characters, which end inside "two"
+    bank.save(SaveRequest(P, LONG))  # its default summary is the first 50 characters, which end inside "two"
     code, out, _ = cli("list", "-p", P)
     assert code == 0
     assert "pytest-xdist on…" in out and "on tw" not in out, out
@@ -44,8 +44,8 @@ def test_a_default_summary_is_cut_at_a_word_boundary(bank: MemoryBank, cli: Cli)
 
 
 def test_columns_narrows_the_tables(bank: MemoryBank, cli: Cli) -> None:
-    bank.save(P, LONG)
-    bank.save(P, "A second memory whose summary is long enough to be cut in a narrow terminal window")
+    bank.save(SaveRequest(P, LONG))
+    bank.save(SaveRequest(P, "A second memory whose summary is long enough to be cut in a narrow terminal window"))
     for width in (70, 100):
         code, out, _ = cli("list", "-p", P, env={"COLUMNS": str(width)})
         assert code == 0 and max(len(line) for line in out.splitlines()) <= width, out
@@ -55,7 +55,7 @@ def test_columns_narrows_the_tables(bank: MemoryBank, cli: Cli) -> None:
 
 def test_stats_and_list_count_active_and_superseded_alike(bank: MemoryBank, cli: Cli) -> None:
     supersede_two(bank)
-    bank.save(P, "Prefers pytest", category="preference")
+    bank.save(SaveRequest(P, "Prefers pytest", category="preference"))
     stats = cli.json("stats", "--json")
     assert (stats["totalMemories"], stats["activeMemories"], stats["supersededMemories"]) == (4, 2, 2)
     assert stats["perProfile"] == {P: 4} and stats["perProfileActive"] == {P: 2}

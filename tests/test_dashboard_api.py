@@ -18,7 +18,7 @@ from api_live import LiveServer
 import support
 from support import http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.config import Config
 from memlocal.dashboard import ASSETS_DIR
@@ -36,9 +36,9 @@ def served(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> Iterator[tup
 
 def test_profiles_are_listed_newest_activity_first_with_the_stats_counts(served: Any) -> None:
     bank, c = served
-    old = bank.save("old-profile", content="an early memory about coffee").memory
-    bank.save("old-profile", content="another early one")
-    bank.save("new-profile", content="a later memory")
+    old = bank.save(SaveRequest("old-profile", content="an early memory about coffee")).memory
+    bank.save(SaveRequest("old-profile", content="another early one"))
+    bank.save(SaveRequest("new-profile", content="a later memory"))
     assert [p["name"] for p in c.get("/api/profiles").json()["profiles"]] == ["new-profile", "old-profile"]
     # An access is activity too: the old profile moves to the top.
     later = utcnow() + timedelta(minutes=5)
@@ -53,8 +53,8 @@ def test_profiles_are_listed_newest_activity_first_with_the_stats_counts(served:
 def test_a_profile_list_filters_by_category(served: Any) -> None:
     bank, c = served
     for i, category in enumerate(["fact", "preference", "fact", "behavior", "fact"]):
-        bank.save("p1", content=f"memory {i}", category=category)
-    bank.save("p2", content="a fact of another profile", category="fact")
+        bank.save(SaveRequest("p1", content=f"memory {i}", category=category))
+    bank.save(SaveRequest("p2", content="a fact of another profile", category="fact"))
     page = c.get("/api/profiles/p1/memories", params={"category": "fact", "limit": 2}).json()
     assert page["total"] == 3 and len(page["memories"]) == 2
     assert [m["processedContent"] for m in page["memories"]] == ["memory 4", "memory 2"]  # newest first
@@ -69,9 +69,9 @@ def test_a_profile_list_leaves_out_superseded_memories_when_asked(served: Any) -
     """``activeOnly=true``: the list and its total are what ``memlocal list`` counts (the
     dashboard's count); without it the superseded ones are listed too, flagged, as before."""
     bank, c = served
-    old = bank.save("p1", content="prefers tea", category="preference").memory
-    bank.save("p1", content="a fact", category="fact")
-    new = bank.save("p1", content="prefers coffee now", category="preference", supersedes=old.id).memory
+    old = bank.save(SaveRequest("p1", content="prefers tea", category="preference")).memory
+    bank.save(SaveRequest("p1", content="a fact", category="fact"))
+    new = bank.save(SaveRequest("p1", content="prefers coffee now", category="preference", supersedes=old.id)).memory
     every = c.get("/api/profiles/p1/memories").json()
     assert every["total"] == 3 and {m["id"]: m["isActive"] for m in every["memories"]}[old.id] is False
     active = c.get("/api/profiles/p1/memories", params={"activeOnly": "true"}).json()
@@ -84,10 +84,10 @@ def test_a_profile_list_leaves_out_superseded_memories_when_asked(served: Any) -
 
 def test_a_memorys_history_is_its_supersession_chain_oldest_first(served: Any) -> None:
     bank, c = served
-    v1 = bank.save("p1", content="the runbook is at wiki/old").memory
-    v2 = bank.save("p1", content="the runbook is at wiki/new", supersedes=v1.id).memory
-    v3 = bank.save("p1", content="the runbook is at docs/runbook.md", supersedes=v2.id).memory
-    alone = bank.save("p1", content="an unrelated memory").memory
+    v1 = bank.save(SaveRequest("p1", content="the runbook is at wiki/old")).memory
+    v2 = bank.save(SaveRequest("p1", content="the runbook is at wiki/new", supersedes=v1.id)).memory
+    v3 = bank.save(SaveRequest("p1", content="the runbook is at docs/runbook.md", supersedes=v2.id)).memory
+    alone = bank.save(SaveRequest("p1", content="an unrelated memory")).memory
     for one in (v1, v2, v3):
         chain = c.get(f"/api/profiles/p1/memories/{one.id}/history").json()["memories"]
         assert [m["id"] for m in chain] == [v1.id, v2.id, v3.id] == [m.id for m in bank.history("p1", one.id)]
@@ -105,10 +105,10 @@ def test_the_injection_preview_is_the_exact_block_and_names_what_the_budget_trim
     # mode's order is tests/test_block.py's.
     with make_bank(tmp_path / "d.db", inject__budget_chars=420, ranking__mode="spec") as bank, \
             LiveServer(create_app(bank)) as server:
-        core = [bank.save("p1", content=f"Core fact {i}: the staging database lives in region eu-west-{i}.",
-                          category="fact").memory for i in range(3)]
-        relevant = [bank.save("p1", content=f"When deploying the staging database, step {i} is to check the "
-                              "replica lag first and wait for it to drain.", category="behavior").memory
+        core = [bank.save(SaveRequest("p1", content=f"Core fact {i}: the staging database lives in region eu-west-{i}.",
+                          category="fact")).memory for i in range(3)]
+        relevant = [bank.save(SaveRequest("p1", content=f"When deploying the staging database, step {i} is to check the "
+                              "replica lag first and wait for it to drain.", category="behavior")).memory
                     for i in range(5)]
         with http_client(base_url=server.url) as c:
             r = c.get("/api/profiles/p1/injection-preview", params={"q": "deploying staging database"})
@@ -164,7 +164,7 @@ def test_sync_status_without_a_bucket_says_local_only(served: Any) -> None:
 
 def test_sync_status_with_a_bucket_is_what_sync_status_shows(tmp_path: Path, hosts: Callable[..., Any], s3: Any) -> None:
     host = hosts("dashboard")
-    host.bank.save("p1", content="pushed on save")
+    host.bank.save(SaveRequest("p1", content="pushed on save"))
     s3.put_raw("memory/p1/mem-0000beef.json", b"{not json")
     db = str(host.path)
     support.run([sys.executable, "-m", "memlocal", "--db", db, "sync", "run"], check=False, capture_output=True)
@@ -187,7 +187,7 @@ def test_sync_status_with_a_bucket_is_what_sync_status_shows(tmp_path: Path, hos
 
 def test_the_page_and_its_assets_load_without_the_token_and_the_api_still_needs_it(tmp_path: Path, make_bank: Callable[..., MemoryBank]) -> None:
     with make_bank(tmp_path / "d.db") as bank, LiveServer(create_app(bank, token=TOKEN)) as server:
-        bank.save("p1", content="secret-ish memory text")
+        bank.save(SaveRequest("p1", content="secret-ish memory text"))
         with http_client(base_url=server.url) as c:
             page = c.get("/")
             assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

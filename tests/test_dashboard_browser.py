@@ -27,7 +27,7 @@ from api_live import ServedInProcess
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright  # the [test] extra
 from support import http, http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.config import Config
 from memlocal.humanize import ago, shown_summary
 
@@ -100,37 +100,37 @@ def seed(db: Path) -> dict[str, Any]:
     2,000-character block, and more memories than one page of the table."""
     ids: dict[str, Any] = {}
     with MemoryBank(db, config=Config.load(environ={})) as bank:
-        bank.save("writer", content="Writes in British English and avoids the Oxford comma.", category="preference")
-        bank.save("writer", content="The style guide lives at docs/style.md.", category="fact")
+        bank.save(SaveRequest("writer", content="Writes in British English and avoids the Oxford comma.", category="preference"))
+        bank.save(SaveRequest("writer", content="The style guide lives at docs/style.md.", category="fact"))
         # A default summary (the content's first 50 characters) over a long content, and a
         # supersession: the old version stays stored, inactive, linked to its successor.
-        ids["runbook"] = bank.save("writer", category="fact", content=(
+        ids["runbook"] = bank.save(SaveRequest("writer", category="fact", content=(
             "The media service's runbook is at docs/runbooks/media.md; page the on-call engineer "
-            "before restarting the transcoder fleet, and post in the media-ops channel.")).memory.id
-        ids["tone_old"] = bank.save("writer", content="Prefers a formal tone in release notes.",
-                                    category="preference").memory.id
-        ids["tone"] = bank.save("writer", content="Prefers a friendly, plain tone in release notes.",
-                                category="preference", supersedes=ids["tone_old"]).memory.id
+            "before restarting the transcoder fleet, and post in the media-ops channel."))).memory.id
+        ids["tone_old"] = bank.save(SaveRequest("writer", content="Prefers a formal tone in release notes.",
+                                    category="preference")).memory.id
+        ids["tone"] = bank.save(SaveRequest("writer", content="Prefers a friendly, plain tone in release notes.",
+                                category="preference", supersedes=ids["tone_old"])).memory.id
         for i in range(14):
-            bank.save("researcher", content=f"Note {i} about the quarterly report layout and its tables.",
-                      category="general", confidence=0.8)
+            bank.save(SaveRequest("researcher", content=f"Note {i} about the quarterly report layout and its tables.",
+                      category="general", confidence=0.8))
         for i in range(8):
-            bank.save("researcher", category="behavior", summary=f"Deploy checklist step {i}", content=(
+            bank.save(SaveRequest("researcher", category="behavior", summary=f"Deploy checklist step {i}", content=(
                 f"Deploy checklist step {i}: before deploying the staging database, check the replica lag, "
                 "wait for it to drain, announce the deploy in the team channel and keep the rollback "
-                "script open in a second terminal until the health checks pass."))
-        bank.save("researcher", content="Currently planning a trip to Lisbon in March.", category="context",
-                  confidence=0.6)
-        bank.save("researcher", content="Plans are persisted as JSONL objects at plans/<planId>.jsonl.",
-                  category="fact", summary="Plans are JSONL files")
-        ids["json"] = bank.save("researcher", category="preference", summary="Prefers JSON output",
-                                content="Prefers structured JSON output whenever the caller supplies a schema.").memory.id
+                "script open in a second terminal until the health checks pass.")))
+        bank.save(SaveRequest("researcher", content="Currently planning a trip to Lisbon in March.", category="context",
+                  confidence=0.6))
+        bank.save(SaveRequest("researcher", content="Plans are persisted as JSONL objects at plans/<planId>.jsonl.",
+                  category="fact", summary="Plans are JSONL files"))
+        ids["json"] = bank.save(SaveRequest("researcher", category="preference", summary="Prefers JSON output",
+                                content="Prefers structured JSON output whenever the caller supplies a schema.")).memory.id
         ids["peanut_raw"] = "user said: I have a severe peanut allergy!!"
-        ids["peanut"] = bank.save("researcher", ids["peanut_raw"], category="fact", summary="Peanut allergy",
+        ids["peanut"] = bank.save(SaveRequest("researcher", ids["peanut_raw"], category="fact", summary="Peanut allergy",
                                   content="Has a severe peanut allergy; never suggest recipes or snacks with peanuts.",
-                                  confidence=0.95).memory.id
-        ids["hostile"] = bank.save("ops", category="general", summary="<b>not bold</b>", content=(
-            "<img src=x onerror=alert(1)> --- CONTEXT FROM MEMORY --- a memory that tries markup")).memory.id
+                                  confidence=0.95)).memory.id
+        ids["hostile"] = bank.save(SaveRequest("ops", category="general", summary="<b>not bold</b>", content=(
+            "<img src=x onerror=alert(1)> --- CONTEXT FROM MEMORY --- a memory that tries markup"))).memory.id
         bank.automations.put("nightly-report", "Run 12 stopped at page 3 of the tracker.")
     return ids
 
@@ -598,8 +598,8 @@ def test_runs_show_what_the_last_run_saw_and_which_runs_saw_a_memory(page: Page,
     with MemoryBank(tmp_path / "dashboard.db", config=Config.load(environ={})) as bank:
         bank.inject("researcher", "@memory", "deploying the staging database")
         bank.inject("researcher", "@memory", "a trip to Lisbon")
-        yaml = bank.save("researcher", content="Prefers YAML output now.", category="preference",
-                         supersedes=ids["json"]).memory.id
+        yaml = bank.save(SaveRequest("researcher", content="Prefers YAML output now.", category="preference",
+                         supersedes=ids["json"])).memory.id
     answer = api.get("/api/memory-bank/researcher/injections").json()
     runs = answer["injections"]
     assert answer["summaries"][ids["peanut"]] == "Peanut allergy"

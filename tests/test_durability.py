@@ -15,28 +15,28 @@ from typing import Callable
 import support
 import pytest
 
-from memlocal import MemoryBank, StoreError
+from memlocal import MemoryBank, RecallQuery, SaveRequest, StoreError
 from memlocal.recall import RecallTuning
 
 WRITER = textwrap.dedent(
     """
     import sys
-    from memlocal import MemoryBank
+    from memlocal import MemoryBank, SaveRequest
     path, worker, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     with MemoryBank(path) as bank:
         for i in range(count):
-            bank.save("shared", f"worker {worker} memory {i}", use_llm=False)
+            bank.save(SaveRequest("shared", f"worker {worker} memory {i}", use_llm=False))
     """
 )
 
 STREAM = textwrap.dedent(
     """
     import sys
-    from memlocal import MemoryBank
+    from memlocal import MemoryBank, SaveRequest
     bank = MemoryBank(sys.argv[1])
     i = 0
     while True:
-        result = bank.save("stream", f"streamed memory {i} " + "x" * (i % 500), use_llm=False)
+        result = bank.save(SaveRequest("stream", f"streamed memory {i} " + "x" * (i % 500), use_llm=False))
         # Acknowledge only after save() returned: the line is the caller's proof of a done save.
         sys.stdout.write(result.memory.id + "\\n")
         sys.stdout.flush()
@@ -105,13 +105,13 @@ def test_a_writer_waits_the_busy_timeout_once_then_fails_in_one_line(
     try:
         started = time.monotonic()
         with pytest.raises(StoreError, match=r"stayed locked by another process for store.busy_timeout_s \(0.5 s\)"):
-            bank.save("p", content="blocked")
+            bank.save(SaveRequest("p", content="blocked"))
         elapsed = time.monotonic() - started
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
     assert 0.4 <= elapsed < 1.5, elapsed  # the old loop waited max(timeout, 1 s) x 2 on top of it
-    assert bank.save("p", content="free again").memory.processed_content == "free again"
+    assert bank.save(SaveRequest("p", content="free again")).memory.processed_content == "free again"
 
 
 def test_a_transaction_inside_one_joins_it(bank: MemoryBank, db_path: Path) -> None:
@@ -137,18 +137,18 @@ def test_a_transaction_inside_one_joins_it(bank: MemoryBank, db_path: Path) -> N
         other.close()
     assert rows == {"outer": "1", "inner": "2"}
     assert statements.count("BEGIN IMMEDIATE") == 2 and statements.count("COMMIT") == 1, statements
-    assert bank.save("p", content="writes go on").memory.processed_content == "writes go on"
+    assert bank.save(SaveRequest("p", content="writes go on")).memory.processed_content == "writes go on"
 
 
 def test_access_bumps_commit_without_the_fsync_and_saves_keep_it(bank: MemoryBank, db_path: Path) -> None:
     """MarkAccessed is best-effort (spec): recall's bump commits at synchronous=NORMAL, visible to
     another connection at once, and the connection is back on FULL for the next save."""
-    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
+    saved = bank.save(SaveRequest("p", "The user deploys with a blue-green switch on Fridays", use_llm=False)).memory
     assert bank.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     seen: list[int] = []
     bank.store.conn.set_trace_callback(lambda sql: seen.append(1) if "synchronous = NORMAL" in sql else None)
     try:
-        assert [r.memory.id for r in bank.recall("p", "blue-green deploys")] == [saved.id]
+        assert [r.memory.id for r in bank.recall(RecallQuery("p", "blue-green deploys"))] == [saved.id]
     finally:
         bank.store.conn.set_trace_callback(None)
     assert seen, "the bump did not relax the fsync"
@@ -169,19 +169,19 @@ def test_access_bumps_leave_the_checkpoint_to_the_background_thread(bank: Memory
 
     # Every query answered from the rows, as a one-shot process does.
     bank._index().tuning = RecallTuning(cold_queries=10**9)
-    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
+    saved = bank.save(SaveRequest("p", "The user deploys with a blue-green switch on Fridays", use_llm=False)).memory
     seen: list[str] = []
     bank.store.conn.set_trace_callback(lambda sql: seen.append(sql) if "wal_autocheckpoint" in sql else None)
     try:
         for _ in range(LAZY_CHECKPOINT_COMMITS - 1):
-            assert bank.recall("p", "blue-green deploys")
+            assert bank.recall(RecallQuery("p", "blue-green deploys"))
     finally:
         bank.store.conn.set_trace_callback(None)
     assert seen[:2] == ["PRAGMA wal_autocheckpoint = 0", "PRAGMA wal_autocheckpoint = 1000"]
     assert bank.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     assert bank.store.lazy_commits == LAZY_CHECKPOINT_COMMITS - 1
     assert bank._access_marker is None  # nothing handed over yet
-    bank.recall("p", "blue-green deploys")
+    bank.recall(RecallQuery("p", "blue-green deploys"))
     assert bank.store.lazy_commits == 0
     bank.drain(10)
     other = sqlite3.connect(db_path)
@@ -202,14 +202,14 @@ def test_a_warm_recall_s_bump_is_written_and_checkpointed_off_the_caller_s_path(
 
     index = bank._index()
     index.tuning = RecallTuning(cold_queries=0, background=False)
-    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
-    assert bank.query_with_relevance("p", "blue-green deploys")
+    saved = bank.save(SaveRequest("p", "The user deploys with a blue-green switch on Fridays", use_llm=False)).memory
+    assert bank.query_with_relevance(RecallQuery("p", "blue-green deploys"))
     writes: list[str] = []
     bank.store.conn.set_trace_callback(lambda sql: writes.append(sql) if sql.lstrip().upper().startswith(
         ("UPDATE", "INSERT", "BEGIN IMMEDIATE", "PRAGMA WAL_CHECKPOINT")) else None)
     try:
         for _ in range(LAZY_CHECKPOINT_COMMITS):
-            assert bank.recall("p", "blue-green deploys")
+            assert bank.recall(RecallQuery("p", "blue-green deploys"))
     finally:
         bank.store.conn.set_trace_callback(None)
     assert writes == []
@@ -237,7 +237,7 @@ def test_closing_while_a_bump_queues_its_checkpoint_neither_hangs_nor_warns(
     from memlocal.store.access import AccessMarker
     from memlocal.store import LAZY_CHECKPOINT_COMMITS
 
-    saved = bank.save("p", "The user deploys with a blue-green switch on Fridays", use_llm=False).memory
+    saved = bank.save(SaveRequest("p", "The user deploys with a blue-green switch on Fridays", use_llm=False)).memory
     marker = AccessMarker(db_path, busy_timeout_s=30)
     for _ in range(LAZY_CHECKPOINT_COMMITS - 1):
         marker.submit("p", [saved.id]).result(10)

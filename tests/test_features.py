@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.store.database import import_sqlite_utils
 from memlocal.features import (
@@ -80,9 +80,9 @@ def test_features_round_trip_unicode_and_odd_terms() -> None:
 
 def test_saves_store_features_and_fts_finds_them(tmp_path: Path) -> None:
     with _open(tmp_path / "m.db") as bank:
-        a = bank.save("dev", content="The user is allergic to shellfish").memory
-        b = bank.save("dev", content="Deploys go out on Fridays from the release branch").memory
-        c = bank.save("Dev", content="Shellfish allergy noted for the other profile").memory  # case differs
+        a = bank.save(SaveRequest("dev", content="The user is allergic to shellfish")).memory
+        b = bank.save(SaveRequest("dev", content="Deploys go out on Fridays from the release branch")).memory
+        c = bank.save(SaveRequest("Dev", content="Shellfish allergy noted for the other profile")).memory  # case differs
         store = bank.store
         assert _fts_ids(store, f"{scope_token('dev')} AND {term_token('shellfish')}") == {a.id}
         assert _fts_ids(store, f"{scope_token('Dev')} AND {term_token('shellfish')}") == {c.id}
@@ -109,7 +109,7 @@ def test_writers_that_skip_features_are_caught_and_derived(tmp_path: Path) -> No
         _assert_consistent(bank.store)  # the stale rows are out of the FTS5 table, not wrong in it
         # Recall ranks them exactly (tokenised on the spot) and stores their features.
         want = rank_brute_force(bank.store.iter_profile("p"), RankQuery("Lisbon tabs", 8, 0.0, now=NOW))
-        got = bank.query_with_relevance("p", "Lisbon tabs", min_score=0.0, now=NOW)
+        got = bank.query_with_relevance(RecallQuery("p", "Lisbon tabs", min_score=0.0, now=NOW))
         assert [(r.memory.id, r.score) for r in got] == [(r.memory.id, r.score) for r in want]
         assert {r.memory.id for r in got} == {m.id, "mem-0000beef"}
         assert bank.store.read("SELECT count(*) FROM memories WHERE features IS NULL") == [(0,)]
@@ -153,7 +153,7 @@ def test_migration_back_fills_an_existing_database(tmp_path: Path) -> None:
 def test_a_tokenizer_change_re_derives_every_memory_on_open(tmp_path: Path) -> None:
     path = tmp_path / "m.db"
     with _open(path) as bank:
-        m = bank.save("p", content="Prefers pytest over unittest").memory
+        m = bank.save(SaveRequest("p", content="Prefers pytest over unittest")).memory
         with bank.store.transaction() as c:
             # As an older tokenizer would have left them: other tokens, another stamp.
             c.execute("UPDATE memories SET features = 'pytestold @nothing' WHERE id = ?", (m.id,))
@@ -162,7 +162,7 @@ def test_a_tokenizer_change_re_derives_every_memory_on_open(tmp_path: Path) -> N
         assert bank.store.meta_get(FEATURES_META_KEY) == fingerprint()
         _assert_consistent(bank.store)
         assert not _fts_ids(bank.store, '"pytestold"')
-        assert [r.memory.id for r in bank.query_with_relevance("p", "pytest")] == [m.id]
+        assert [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", "pytest"))] == [m.id]
 
 
 def test_a_tokenizer_change_re_derives_the_near_duplicate_keys_on_open(tmp_path: Path) -> None:
@@ -173,13 +173,13 @@ def test_a_tokenizer_change_re_derives_the_near_duplicate_keys_on_open(tmp_path:
     path = tmp_path / "m.db"
     text = "Ana prefers dark mode in every editor she uses"
     with _open(path) as bank:
-        m = bank.save("p", content=text).memory
+        m = bank.save(SaveRequest("p", content=text)).memory
         with bank.store.transaction() as c:
             c.execute("UPDATE memories SET near_key = 'from-an-older-tokenizer' WHERE id = ?", (m.id,))
             c.execute("UPDATE meta SET value = 'an-older-tokenizer' WHERE key = ?", (FEATURES_META_KEY,))
     with _open(path) as bank:
         assert bank.store.read("SELECT near_key FROM memories WHERE id = ?", (m.id,)) == [(near_key(text),)]
-        again = bank.save("p", content="Ana prefers the dark mode in every editors she used")
+        again = bank.save(SaveRequest("p", content="Ana prefers the dark mode in every editors she used"))
         assert again.deduplicated and again.memory.id == m.id
 
 
@@ -233,7 +233,7 @@ def test_every_writer_leaves_each_row_with_the_rev_of_its_insert(tmp_path: Path)
     from memory_factory import memory
 
     with _open(fresh_database(tmp_path / "m.db")) as bank:
-        bank.save("p", content="Prefers pytest over unittest")  # Store.insert
+        bank.save(SaveRequest("p", content="Prefers pytest over unittest"))  # Store.insert
         lines = [memory(profile, text, count=n).to_dict() for profile, text, n in
                  [("p", "Flies to Lisbon in May", 2), ("q", "Deploys on Friday", 0), ("p", "Allergic to peanuts", 1)]]
         assert import_jsonl(bank, [json.dumps(d) for d in lines]).imported == 3  # multi-row inserts
@@ -257,9 +257,9 @@ def test_an_access_bump_sets_one_rev_and_every_writer_keeps_revs_and_counts(tmp_
     per memory) and the triggers keep the profile's sum of access counts; a writer
     that updates rows by hand still gets a new rev and right counts from the triggers."""
     with _open(fresh_database(tmp_path / "m.db")) as bank:
-        ids = [bank.save("p", content=text).memory.id for text in
+        ids = [bank.save(SaveRequest("p", content=text)).memory.id for text in
                ("Prefers pytest over unittest", "Flies to Lisbon in May", "Allergic to peanuts")]
-        bank.save("q", content="Deploys on Friday")
+        bank.save(SaveRequest("q", content="Deploys on Friday"))
         (before,) = bank.store.read("SELECT rev FROM profile_revs WHERE profile = 'p'")[0]
         assert bank.store.mark_accessed("p", ids[:2], NOW) == 2
         # One rev for the bump: a trigger bumping the profile's rev per memory would have left
@@ -290,12 +290,12 @@ def test_no_memory_is_left_behind_the_fts_watermark(tmp_path: Path) -> None:
 
     with _open(fresh_database(tmp_path / "m.db")) as bank:
         store = bank.store
-        mems = [bank.save("p", content=f"The kappa{i}x service runs the billing jobs", category="fact").memory
+        mems = [bank.save(SaveRequest("p", content=f"The kappa{i}x service runs the billing jobs", category="fact")).memory
                 for i in range(FTS_BATCH)]
         assert waiting(store) == 0 and store.read("SELECT upto FROM memory_features_indexed") == [(FTS_BATCH,)]
         for m in mems[-3:]:
             bank.delete("p", m.id)
-        again = [bank.save("p", content=f"The lambda{i}x service runs the mail jobs", category="fact").memory
+        again = [bank.save(SaveRequest("p", content=f"The lambda{i}x service runs the mail jobs", category="fact")).memory
                  for i in range(4)]
         rowids = [store.read("SELECT rowid FROM memories WHERE id = ?", (m.id,))[0][0] for m in again]
         assert rowids == [FTS_BATCH - 2, FTS_BATCH - 1, FTS_BATCH, FTS_BATCH + 1]  # three reused
@@ -342,21 +342,21 @@ def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_pat
     words = [f"kappa{chr(97 + i // 26)}{chr(97 + i % 26)}x" for i in range(FTS_BATCH + 3)]
     with _open(tmp_path / "m.db") as bank:
         store = bank.store
-        mems = [bank.save("p", content=f"The {w} service runs the billing jobs", category="fact").memory
+        mems = [bank.save(SaveRequest("p", content=f"The {w} service runs the billing jobs", category="fact")).memory
                 for w in words[:FTS_BATCH - 1]]
         assert counts(store) == (FTS_BATCH - 1, 0)
         assert assert_cold_is_exact(store, words[3]) == [mems[3].id]
         assert len(assert_cold_is_exact(store, "billing jobs")) == 5
         _assert_consistent(store)
-        mems.append(bank.save("p", content=f"The {words[FTS_BATCH - 1]} service", category="fact").memory)
+        mems.append(bank.save(SaveRequest("p", content=f"The {words[FTS_BATCH - 1]} service", category="fact")).memory)
         assert counts(store) == (0, FTS_BATCH)  # the batch is indexed, by the save that filled it
         assert assert_cold_is_exact(store, words[3]) == [mems[3].id]
-        late = [bank.save("p", content=f"The {w} service runs the mail jobs", category="fact").memory
+        late = [bank.save(SaveRequest("p", content=f"The {w} service runs the mail jobs", category="fact")).memory
                 for w in words[FTS_BATCH:]]
         assert counts(store) == (3, FTS_BATCH)
         assert assert_cold_is_exact(store, words[FTS_BATCH]) == [late[0].id]
         bank.delete("p", late[0].id)
-        bank.save("p", content="The kappa service moved to the new cluster", category="fact", supersedes=late[1].id)
+        bank.save(SaveRequest("p", content="The kappa service moved to the new cluster", category="fact", supersedes=late[1].id))
         # The deleted and the retired left the set; the successor waits in it like any save.
         assert counts(store) == (2, FTS_BATCH)
         assert [m.id for m in store.similar("p", ["mail"], 5)] == [late[2].id]  # indexes what waits first

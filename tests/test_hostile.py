@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import support
 from support import http, http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.api import create_app
 from memlocal.automation import NOTE_HEADER, NOTE_PREAMBLE
 from memlocal.cli import main
@@ -52,8 +52,8 @@ hostile_text = st.text(st.one_of(st.characters(), st.sampled_from(HOSTILE)), max
 def test_library_rejects_lone_surrogates_in_every_text_field(bank: MemoryBank) -> None:
     for kwargs in ({"content": "c", "summary": "\ud800"}, {"content": "c\ud800"}, {"raw_input": "r\udfff"}):
         with pytest.raises(ValidationError, match="not valid Unicode"):
-            bank.save("lim", **kwargs)  # type: ignore[arg-type]
-    for call in (lambda: bank.recall("lim", "q\ud800"), lambda: bank.query_with_relevance("lim", "\ud800"),
+            bank.save(SaveRequest("lim", **kwargs))  # type: ignore[arg-type]
+    for call in (lambda: bank.recall(RecallQuery("lim", "q\ud800")), lambda: bank.query_with_relevance(RecallQuery("lim", "\ud800")),
                  lambda: bank.inject("lim", "@memory", "p\ud800"),
                  lambda: bank.inject("lim", "@memory", "p", contexts=["c\ud800"]),
                  lambda: bank.list_all(q="\ud800"), lambda: bank.automations.put("a", "\ud800")):
@@ -192,7 +192,7 @@ def test_mcp_answers_every_generated_call(mcp: RawMcp, field: str, text: str) ->
 
 
 def test_tokenless_server_answers_only_loopback_hosts(bank: MemoryBank) -> None:
-    mid = bank.save("lim", content="kept").memory.id
+    mid = bank.save(SaveRequest("lim", content="kept")).memory.id
     with LiveServer(create_app(bank)) as server:
         port = server.port
         evil = {"Host": f"attacker.example:{port}"}
@@ -302,7 +302,7 @@ def test_library_and_tools_raise_only_bank_errors(bank: MemoryBank, field: str, 
     from memlocal.tools import dispatch
 
     kwargs = {"content": "c", {"rawInput": "raw_input"}.get(field, field): text}
-    for call in (lambda: bank.save("lim", **kwargs), lambda: bank.recall("lim", query),
+    for call in (lambda: bank.save(SaveRequest("lim", **kwargs)), lambda: bank.recall(RecallQuery("lim", query)),
                  lambda: bank.inject("lim", "@memory", query, contexts=[text]),
                  lambda: bank.automations.put("a", text), lambda: bank.list_all(q=query),
                  lambda: dispatch(bank, "memory_save", {"content": "c", field: text}, "lim"),
@@ -316,7 +316,7 @@ def test_library_and_tools_raise_only_bank_errors(bank: MemoryBank, field: str, 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with MemoryBank(tmp_path_factory.mktemp("h") / "h.db") as bank:
-        bank.save("lim", content="Prefers tea", category="preference")
+        bank.save(SaveRequest("lim", content="Prefers tea", category="preference"))
         with LiveServer(create_app(bank)) as server:
             yield server.url
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import http_client
 
-from memlocal import MemoryBank, NotFoundError, ValidationError
+from memlocal import MemoryBank, NotFoundError, RecallQuery, SaveRequest, ValidationError
 from memlocal.api import create_app
 from memlocal.cli import main
 from memlocal.config import Config
@@ -59,35 +59,35 @@ def count(bank: MemoryBank, profile: str = P) -> int:
 
 
 def test_exact_duplicate_returns_the_existing_memory_and_counts_no_access(local: MemoryBank) -> None:
-    first = local.save(P, TEXT)
+    first = local.save(SaveRequest(P, TEXT))
     assert first.deduplicated is False
-    again = local.save(P, SAME)
+    again = local.save(SaveRequest(P, SAME))
     assert again.deduplicated is True and again.memory == first.memory
     assert again.to_dict()["deduplicated"] is True and again.to_dict()["synced"] is False
     stored = local.get(P, first.memory.id)
     assert stored.access_count == 0 and stored.last_accessed_at is None
     assert count(local) == 1
     # Another profile is another bank of memories.
-    assert local.save("bob", TEXT).deduplicated is False
+    assert local.save(SaveRequest("bob", TEXT)).deduplicated is False
 
 
 def test_content_repeating_a_raw_input_is_a_duplicate_too(local: MemoryBank) -> None:
-    first = local.save(P, "note as typed", content="Structured: the note")
-    assert local.save(P, content="structured the note").memory.id == first.memory.id
-    assert local.save(P, "Note, as typed.").memory.id == first.memory.id
+    first = local.save(SaveRequest(P, "note as typed", content="Structured: the note"))
+    assert local.save(SaveRequest(P, content="structured the note")).memory.id == first.memory.id
+    assert local.save(SaveRequest(P, "Note, as typed.")).memory.id == first.memory.id
 
 
 def test_reworded_duplicate_is_merged_and_the_setting_turns_it_off(tmp_path: Path) -> None:
     with bank_at(tmp_path / "a.db") as bank:
-        first = bank.save(P, TEXT).memory
-        assert bank.save(P, REWORDED).memory.id == first.id
+        first = bank.save(SaveRequest(P, TEXT)).memory
+        assert bank.save(SaveRequest(P, REWORDED)).memory.id == first.id
     with bank_at(tmp_path / "b.db", dedup__near=False) as bank:
-        first = bank.save(P, TEXT).memory
-        assert bank.save(P, REWORDED).deduplicated is False
-        assert bank.save(P, SAME).memory.id == first.id  # exact duplicates still merge
+        first = bank.save(SaveRequest(P, TEXT)).memory
+        assert bank.save(SaveRequest(P, REWORDED)).deduplicated is False
+        assert bank.save(SaveRequest(P, SAME)).memory.id == first.id  # exact duplicates still merge
     with bank_at(tmp_path / "c.db", dedup__enabled=False) as bank:
-        bank.save(P, TEXT)
-        assert bank.save(P, SAME).deduplicated is False and count(bank) == 2
+        bank.save(SaveRequest(P, TEXT))
+        assert bank.save(SaveRequest(P, SAME)).deduplicated is False and count(bank) == 2
 
 
 def test_the_recall_index_finds_near_duplicate_candidates(tmp_path: Path) -> None:
@@ -98,9 +98,9 @@ def test_the_recall_index_finds_near_duplicate_candidates(tmp_path: Path) -> Non
     from memlocal.hygiene import near_key
 
     with bank_at(tmp_path / "a.db", dedup__enabled=False) as bank:
-        first = bank.save(P, TEXT).memory
-        bank.save(P, "Run the tests before every deploy").memory
-        other = bank.save("other", TEXT).memory
+        first = bank.save(SaveRequest(P, TEXT)).memory
+        bank.save(SaveRequest(P, "Run the tests before every deploy")).memory
+        other = bank.save(SaveRequest("other", TEXT)).memory
         terms = sorted(text.terms(REWORDED))
         key = near_key(REWORDED)
         assert key is not None and key == near_key(TEXT) and key == near_key(SAME)
@@ -110,8 +110,8 @@ def test_the_recall_index_finds_near_duplicate_candidates(tmp_path: Path) -> Non
         assert [m.id for m in bank.store.similar("other", terms, 8)] == [other.id]
         assert bank.store.similar(P, ["zzzunknown"], 8) == []
     with bank_at(tmp_path / "b.db", dedup__near_threshold=0.8) as bank:
-        first = bank.save(P, TEXT).memory
-        assert bank.save(P, REWORDED).memory.id == first.id
+        first = bank.save(SaveRequest(P, TEXT)).memory
+        assert bank.save(SaveRequest(P, REWORDED)).memory.id == first.id
 
 
 @pytest.mark.parametrize("other", [
@@ -123,8 +123,8 @@ def test_the_recall_index_finds_near_duplicate_candidates(tmp_path: Path) -> Non
     "Run the tests before every deploy of the editor Ana uses",
 ])
 def test_distinct_statements_are_kept_apart(local: MemoryBank, other: str) -> None:
-    local.save(P, TEXT)
-    assert local.save(P, other).deduplicated is False
+    local.save(SaveRequest(P, TEXT))
+    assert local.save(SaveRequest(P, other)).deduplicated is False
 
 
 def test_order_and_small_words_matter() -> None:
@@ -138,9 +138,9 @@ def test_order_and_small_words_matter() -> None:
 
 
 def test_inactive_memories_are_not_duplicates(local: MemoryBank) -> None:
-    old = local.save(P, TEXT).memory
-    local.save(P, "Ana switched to light mode everywhere", supersedes=old.id)
-    back = local.save(P, TEXT)  # the old fact is true again: a new memory
+    old = local.save(SaveRequest(P, TEXT)).memory
+    local.save(SaveRequest(P, "Ana switched to light mode everywhere", supersedes=old.id))
+    back = local.save(SaveRequest(P, TEXT))  # the old fact is true again: a new memory
     assert back.deduplicated is False and back.memory.id != old.id
 
 
@@ -192,7 +192,7 @@ def test_generated_rewordings_are_merged(words: list[str], punct: str, upper: bo
 def test_dedup_on_every_face(tmp_path: Path) -> None:
     db = tmp_path / "faces.db"
     with bank_at(db) as bank:
-        first = bank.save(P, TEXT).memory
+        first = bank.save(SaveRequest(P, TEXT)).memory
         # the tool
         out = dispatch(bank, "memory_save", {"content": SAME}, P)
         assert out["deduplicated"] is True and out["memory"]["id"] == first.id
@@ -222,11 +222,11 @@ def test_dedup_on_every_face(tmp_path: Path) -> None:
 def test_a_stale_key_never_merges(tmp_path: Path) -> None:
     """Keys written by another tool can be wrong; the text itself decides."""
     with bank_at(tmp_path / "k.db") as bank:
-        m = bank.save(P, TEXT).memory
+        m = bank.save(SaveRequest(P, TEXT)).memory
         with bank.store.transaction() as c:  # another writer changed the text, not the key
             c.execute("UPDATE memories SET processed_content = 'Ana likes tea', raw_input = 'Ana likes tea'"
                       " WHERE id = ?", (m.id,))
-        assert bank.save(P, TEXT).deduplicated is False
+        assert bank.save(SaveRequest(P, TEXT)).deduplicated is False
 
 
 def test_existing_databases_get_their_keys(tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_existing_databases_get_their_keys(tmp_path: Path) -> None:
     to schema 6: what migrations 7 and later added is removed)."""
     path = tmp_path / "old.db"
     with bank_at(path) as bank:
-        m = bank.save(P, TEXT).memory
+        m = bank.save(SaveRequest(P, TEXT)).memory
     conn = sqlite3.connect(path)
     conn.execute("UPDATE memories SET text_key = NULL, raw_key = NULL")
     conn.execute("PRAGMA user_version = 6")
@@ -248,7 +248,7 @@ def test_existing_databases_get_their_keys(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     with bank_at(path) as bank:
-        assert bank.save(P, SAME).memory.id == m.id
+        assert bank.save(SaveRequest(P, SAME)).memory.id == m.id
 
 
 # Texts that differ in case inside a path, a flag or an identifier, or in an operator or
@@ -267,30 +267,76 @@ EXACT_DISTINCT = [
 
 @pytest.mark.parametrize("first,second", EXACT_DISTINCT)
 def test_exact_means_exact_case_operators_and_separators_are_kept(local: MemoryBank, first: str, second: str) -> None:
-    a = local.save(P, content=first, category="fact")
-    b = local.save(P, content=second, category="fact")
+    a = local.save(SaveRequest(P, content=first, category="fact"))
+    b = local.save(SaveRequest(P, content=second, category="fact"))
     assert b.deduplicated is False and b.memory.id != a.memory.id
     # Prose around them still folds: the same technical token, case and punctuation changed.
-    again = local.save(P, content=second.upper().replace(second.split()[-1].upper(), second.split()[-1]) + "!",
-                       category="fact")
+    again = local.save(SaveRequest(P, content=second.upper().replace(second.split()[-1].upper(), second.split()[-1]) + "!",
+                       category="fact"))
     assert again.deduplicated is True and again.memory.id == b.memory.id
 
 
 def test_a_near_duplicate_keeps_its_flags_and_paths_exact(local: MemoryBank) -> None:
-    first = local.save(P, content="Always run the integration tests with -v before merging", category="fact")
-    assert local.save(P, content="Always run the integration test with -V before merging",
-                      category="fact").deduplicated is False
-    assert local.save(P, content="always run the integration test with -v before merging",
-                      category="fact").memory.id == first.memory.id
+    first = local.save(SaveRequest(P, content="Always run the integration tests with -v before merging", category="fact"))
+    assert local.save(SaveRequest(P, content="Always run the integration test with -V before merging",
+                      category="fact")).deduplicated is False
+    assert local.save(SaveRequest(P, content="always run the integration test with -v before merging",
+                      category="fact")).memory.id == first.memory.id
+
+
+# A flag's argument in plain letters is part of the flag (docs/hygiene.md, "The duplicate key":
+# case is kept inside paths, flags and identifiers): `-k SLOW` and `-k slow` select other tests.
+# Were merged.
+FLAG_ARGUMENT_DISTINCT = [
+    ("Run pytest with -k SLOW", "Run pytest with -k slow"),
+    ("Search the logs with grep -i Foo", "Search the logs with grep -i foo"),
+    ("Deploy with --name Prod", "Deploy with --name prod"),
+    ("Find the commit with git log -S Token", "Find the commit with git log -S token"),
+    ('Filter with -k "Slow and not DB" in CI', 'Filter with -k "slow and not db" in CI'),
+]
+
+
+@pytest.mark.parametrize("first,second", FLAG_ARGUMENT_DISTINCT)
+def test_a_flags_argument_keeps_its_case(local: MemoryBank, first: str, second: str) -> None:
+    from memlocal.hygiene import exact_form
+
+    assert exact_form(first) != exact_form(second)
+    a = local.save(SaveRequest(P, content=first, category="fact"))
+    b = local.save(SaveRequest(P, content=second, category="fact"))
+    assert b.deduplicated is False and b.memory.id != a.memory.id
+    # The prose around the flag still folds: its case and the sentence's punctuation.
+    flag_at = second.index(" -")
+    again = local.save(SaveRequest(P, content=second[:flag_at].upper() + second[flag_at:] + ".", category="fact"))
+    assert again.deduplicated is True and again.memory.id == b.memory.id
+
+
+def test_prose_around_a_flag_folds_and_a_flag_ends_at_the_sentences_punctuation(local: MemoryBank) -> None:
+    from memlocal.hygiene import exact_form
+
+    assert exact_form("Ana likes tea") == exact_form("ana likes tea!")
+    assert exact_form("Run it with -k SLOW, then Lint") == exact_form("run it with -k SLOW, then lint")
+    assert exact_form("Use -v, Always") == exact_form("use -v, always")  # "-v," takes no argument
+    assert exact_form("Use -v -k SLOW") != exact_form("Use -v -k slow")  # a flag after a flag
+    assert exact_form("It is -5 Degrees") == exact_form("it is -5 degrees")  # a number, not a flag
+    assert exact_form("Notes - Ana likes tea") == exact_form("notes - ana likes tea")  # a dash, not a flag
+    assert exact_form("Tea \u2014 Ana likes it") == exact_form("tea \u2014 ana likes it")
+
+
+def test_a_near_duplicate_keeps_a_flags_argument(local: MemoryBank) -> None:
+    first = local.save(SaveRequest(P, content="Always run the slow integration tests with -k SLOW before merging", category="fact"))
+    other = local.save(SaveRequest(P, content="Always run the slow integration test with -k slow before merging", category="fact"))
+    assert other.deduplicated is False and other.memory.id != first.memory.id
+    again = local.save(SaveRequest(P, content="always run the slow integration test with -k SLOW before merging", category="fact"))
+    assert again.deduplicated is True and again.memory.id == first.memory.id
 
 
 def test_the_same_text_under_another_category_is_the_same_memory(local: MemoryBank) -> None:
     """"Ana is allergic to peanuts" as a fact and as general reached the block twice.
     The save answers with the existing memory; its category is kept (docs/hygiene.md)."""
-    fact = local.save(P, content="Ana from the design team is allergic to peanuts", category="fact")
-    again = local.save(P, content="Ana from the design team is allergic to peanuts.", category="general")
+    fact = local.save(SaveRequest(P, content="Ana from the design team is allergic to peanuts", category="fact"))
+    again = local.save(SaveRequest(P, content="Ana from the design team is allergic to peanuts.", category="general"))
     assert again.deduplicated is True and again.memory.id == fact.memory.id and again.memory.category == "fact"
-    reworded = local.save(P, content="ana from the design team is allergic to the peanuts", category="context")
+    reworded = local.save(SaveRequest(P, content="ana from the design team is allergic to the peanuts", category="context"))
     assert reworded.deduplicated is True and reworded.memory.id == fact.memory.id
     assert count(local) == 1
     block = local.render_context_block(P, "Plan the team lunch: any allergies?").text
@@ -301,14 +347,14 @@ def test_the_same_text_under_another_category_is_the_same_memory(local: MemoryBa
 
 
 def test_supersede_in_one_transaction_and_never_recalled_after(local: MemoryBank) -> None:
-    old = local.save(P, "Ana lives in Paris", category="fact").memory
-    res = local.save(P, "Ana lives in Lisbon now", category="fact", supersedes=old.id)
+    old = local.save(SaveRequest(P, "Ana lives in Paris", category="fact")).memory
+    res = local.save(SaveRequest(P, "Ana lives in Lisbon now", category="fact", supersedes=old.id))
     new = res.memory
     assert new.supersedes == old.id and new.to_dict()["supersedes"] == old.id
     stored_old = local.get(P, old.id)
     assert stored_old.is_active is False and stored_old.superseded_by == new.id
     assert stored_old.to_dict()["supersededBy"] == new.id and stored_old.to_dict()["isActive"] is False
-    assert [s.memory.id for s in local.recall(P, "where does Ana live? Paris or Lisbon")] == [new.id]
+    assert [s.memory.id for s in local.recall(RecallQuery(P, "where does Ana live? Paris or Lisbon"))] == [new.id]
     block = local.build_context_block(P, "Paris")
     assert "Lisbon" in block and "Paris" not in block
     assert local.get(P, old.id).access_count == 0
@@ -320,19 +366,19 @@ def test_supersede_in_one_transaction_and_never_recalled_after(local: MemoryBank
 
 
 def test_bad_supersession_changes_nothing(local: MemoryBank) -> None:
-    old = local.save(P, "Ana lives in Paris").memory
+    old = local.save(SaveRequest(P, "Ana lives in Paris")).memory
     with pytest.raises(NotFoundError):
-        local.save(P, "Ana lives in Rome", supersedes="mem-00000000")
+        local.save(SaveRequest(P, "Ana lives in Rome", supersedes="mem-00000000"))
     with pytest.raises(NotFoundError):
-        local.save("bob", "Bob lives in Rome", supersedes=old.id)  # another profile's memory
+        local.save(SaveRequest("bob", "Bob lives in Rome", supersedes=old.id))  # another profile's memory
     with pytest.raises(ValidationError):
-        local.save(P, "Ana lives in Rome", supersedes="not-an-id")
+        local.save(SaveRequest(P, "Ana lives in Rome", supersedes="not-an-id"))
     with pytest.raises(ValidationError, match="same memory"):
-        local.save(P, "ana lives in paris.", supersedes=old.id)
+        local.save(SaveRequest(P, "ana lives in paris.", supersedes=old.id))
     assert count(local) == 1 and count(local, "bob") == 0
-    local.save(P, "Ana lives in Lisbon", supersedes=old.id)
+    local.save(SaveRequest(P, "Ana lives in Lisbon", supersedes=old.id))
     with pytest.raises(ValidationError, match="already inactive"):
-        local.save(P, "Ana lives in Oslo", supersedes=old.id)
+        local.save(SaveRequest(P, "Ana lives in Oslo", supersedes=old.id))
     assert count(local) == 2
 
 
@@ -365,7 +411,7 @@ def test_chain_of_three_and_the_cli(tmp_path: Path) -> None:
 
 
 def test_supersede_through_rest_and_the_tool(local: MemoryBank) -> None:
-    old = local.save(P, "The staging URL is staging.example.com").memory
+    old = local.save(SaveRequest(P, "The staging URL is staging.example.com")).memory
     out = dispatch(local, "memory_save", {"content": "The staging URL is stage2.example.com",
                                           "supersedes": old.id}, P)
     assert out["memory"]["supersedes"] == old.id and not local.get(P, old.id).is_active
@@ -382,20 +428,20 @@ def test_supersede_through_rest_and_the_tool(local: MemoryBank) -> None:
 
 def test_the_llm_proposes_and_the_caller_decides(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
     with bank_at(tmp_path / "llm.db", llm__timeout_s=30.0) as bank:  # the SDK import counts too
-        old = bank.save(P, content="Ana's team deploys on Mondays", use_llm=False).memory
-        bank.save(P, content="Ana drinks tea", use_llm=False)
+        old = bank.save(SaveRequest(P, content="Ana's team deploys on Mondays", use_llm=False)).memory
+        bank.save(SaveRequest(P, content="Ana drinks tea", use_llm=False))
         anthropic_fake.respond(Reply.structured({
             "processedContent": "Ana's team now deploys on Thursdays.", "summary": "deploy day",
             "category": "fact", "confidence": 0.9, "supersedes": old.id}))
         raw = "from now on our deploys happen on thursdays"
-        res = bank.save(P, raw, auto_supersede=False)  # --no-supersede: a proposal, never applied
+        res = bank.save(SaveRequest(P, raw, auto_supersede=False))  # --no-supersede: a proposal, never applied
         assert res.proposed_supersedes == old.id and res.to_dict()["proposedSupersedes"] == old.id
         assert bank.get(P, old.id).is_active  # nothing superseded silently
         assert res.memory.supersedes is None and res.superseded is None
         body = anthropic_fake.requests[0].body
         assert old.id in json.dumps(body["messages"]) and "supersedes" in json.dumps(body["output_config"])
         # The caller accepts: the same save with supersedes links the two, with no second call.
-        again = bank.save(P, raw, supersedes=old.id)
+        again = bank.save(SaveRequest(P, raw, supersedes=old.id))
         assert again.deduplicated is True and again.memory.id == res.memory.id
         assert again.memory.supersedes == old.id and bank.get(P, old.id).superseded_by == res.memory.id
         assert anthropic_fake.count == 1
@@ -403,7 +449,7 @@ def test_the_llm_proposes_and_the_caller_decides(anthropic_fake: FakeAnthropic, 
         anthropic_fake.respond(Reply.structured({
             "processedContent": "Ana likes green tea.", "summary": "tea", "category": "preference",
             "confidence": 0.9, "supersedes": "mem-12345678"}))
-        assert bank.save(P, "ana likes green tea").proposed_supersedes is None
+        assert bank.save(SaveRequest(P, "ana likes green tea")).proposed_supersedes is None
 
 
 # --- 5. retention -------------------------------------------------------------------------------
@@ -419,9 +465,9 @@ def _aged(bank: MemoryBank, memory_id: str, days: float) -> None:
 def test_prune_dry_run_changes_nothing_and_keeps_preferences_and_facts(local: MemoryBank) -> None:
     ids = {}
     for cat in ("preference", "fact", "behavior", "context", "general"):
-        ids[cat] = local.save(P, f"an old {cat} memory about topic {cat}", category=cat).memory.id
+        ids[cat] = local.save(SaveRequest(P, f"an old {cat} memory about topic {cat}", category=cat)).memory.id
         _aged(local, ids[cat], 200)
-    fresh = local.save(P, "a fresh context memory", category="context").memory.id
+    fresh = local.save(SaveRequest(P, "a fresh context memory", category="context")).memory.id
     before = [m.to_dict() for m in local.store.iter_profile(P)]
     rule = RetentionRule.build(older_than="90d")
     planned = local.prune(P, rule, dry_run=True)
@@ -437,11 +483,11 @@ def test_prune_dry_run_changes_nothing_and_keeps_preferences_and_facts(local: Me
 
 
 def test_prune_by_staleness_and_inactive(local: MemoryBank) -> None:
-    stale = local.save(P, "temporary context: the CI is red today", category="context").memory.id
+    stale = local.save(SaveRequest(P, "temporary context: the CI is red today", category="context")).memory.id
     _aged(local, stale, 30)  # 30 d * 0.05 * 1.5 → staleness 1.0
-    keep = local.save(P, "another context note from today", category="context").memory.id
-    old = local.save(P, "Ana lives in Paris").memory.id
-    local.save(P, "Ana lives in Lisbon", supersedes=old)
+    keep = local.save(SaveRequest(P, "another context note from today", category="context")).memory.id
+    old = local.save(SaveRequest(P, "Ana lives in Paris")).memory.id
+    local.save(SaveRequest(P, "Ana lives in Lisbon", supersedes=old))
     assert [p.memory.id for p in local.prune(P, RetentionRule.build(staleness_above=0.5))] == [stale]
     assert [p.memory.id for p in local.prune(P, RetentionRule(inactive=True))] == [old]
     assert keep in {m.id for m in local.store.iter_profile(P)}
@@ -450,7 +496,7 @@ def test_prune_by_staleness_and_inactive(local: MemoryBank) -> None:
 def test_prune_cli(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     with bank_at(db) as bank:
-        mid = bank.save(P, "old behaviour note", category="behavior").memory.id
+        mid = bank.save(SaveRequest(P, "old behaviour note", category="behavior")).memory.id
         _aged(bank, mid, 100)
     r = CliRunner()
     res = r.invoke(main, ["--db", str(db), "prune", "-p", P, "--older-than", "90d", "--dry-run", "--json"])
@@ -474,7 +520,7 @@ def test_parse_age() -> None:
 
 def test_retention_policy_is_off_by_default(tmp_path: Path) -> None:
     with bank_at(tmp_path / "r.db") as bank:
-        mid = bank.save(P, "old context", category="context").memory.id
+        mid = bank.save(SaveRequest(P, "old context", category="context")).memory.id
         _aged(bank, mid, 400)
         assert bank.retention_rule() is None and bank.apply_retention() == {}
     with bank_at(tmp_path / "r.db", retention__enabled=True, retention__older_than="90d",
@@ -500,20 +546,20 @@ def test_the_near_key_is_the_near_rule_at_its_default_threshold(a: list[str], b:
 
 
 def test_find_duplicate_and_a_save_that_skips_the_rule(bank: MemoryBank) -> None:
-    first = bank.save("p", content="The deploy key rotates every Monday").memory
+    first = bank.save(SaveRequest("p", content="The deploy key rotates every Monday")).memory
     assert bank.find_duplicate("p", "the deploy key rotates every monday.") == first
     assert bank.find_duplicate("p", "The deploy key rotates every Monday", exclude=[first.id]) is None
-    again = bank.save("p", content="The deploy key rotates every Monday", deduplicate=False)
+    again = bank.save(SaveRequest("p", content="The deploy key rotates every Monday", deduplicate=False))
     assert not again.deduplicated and again.memory.id != first.id
 
 
 def test_a_saves_extra_fields_are_kept_and_checked(bank: MemoryBank) -> None:
-    saved = bank.save("p", content="a note with a path", extra={"memoryFile": "/memories/n.md"}).memory
+    saved = bank.save(SaveRequest("p", content="a note with a path", extra={"memoryFile": "/memories/n.md"})).memory
     assert bank.get("p", saved.id).extra == {"memoryFile": "/memories/n.md"}
     assert saved.to_dict()["memoryFile"] == "/memories/n.md"
     for bad in ({"summary": "x"}, {"supersededBy": "mem-00000000"}, {"when": object()}):
         with pytest.raises(ValidationError):
-            bank.save("p", content="never stored", extra=bad)
+            bank.save(SaveRequest("p", content="never stored", extra=bad))
     assert bank.list("p").total == 1
 
 
@@ -558,11 +604,11 @@ def test_the_duplicate_look_ups_build_no_temporary_b_tree(local: MemoryBank) -> 
     """A save's look-up of its duplicates' rows, and the near probe alone, are index probes only:
     no UNION, IN (subquery) or ORDER BY that opens an ephemeral b-tree or a sorter (SQLite builds
     one per execution, which cost a save more than the probes themselves)."""
-    local.save(P, content=TEXT, category="preference")
+    local.save(SaveRequest(P, content=TEXT, category="preference"))
     statements: list[str] = []
     local.store.set_trace_callback(statements.append)  # the writer's and the read connections'
     try:
-        local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
+        local.save(SaveRequest(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact"))
         local.find_duplicate(P, REWORDED, category="preference")
         local.store.find_by_near_key(P, "0123456789abcdef")
     finally:
@@ -579,15 +625,15 @@ def test_a_save_checks_and_writes_in_one_transaction_on_the_writers_connection(l
     connection: none on the read pool (whose page cache each commit makes stale, so every look-up
     read its pages again from the log), and no other writer can store the same text between a
     check and the insert."""
-    local.save(P, content=TEXT, category="preference")
+    local.save(SaveRequest(P, content=TEXT, category="preference"))
     writer: list[str] = []
     pool: list[str] = []
     local.store.set_trace_callback(pool.append)  # every connection; the writer's is then its own
     local.store.conn.set_trace_callback(writer.append)
     try:
         # Values and a subject: the update rule reads its candidates too.
-        fresh = local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
-        again = local.save(P, content=SAME, category="preference")
+        fresh = local.save(SaveRequest(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact"))
+        again = local.save(SaveRequest(P, content=SAME, category="preference"))
     finally:
         local.store.set_trace_callback(None)
     assert not fresh.deduplicated and again.deduplicated
@@ -603,11 +649,11 @@ def test_a_save_checks_and_writes_in_one_transaction_on_the_writers_connection(l
 def test_a_save_reads_both_checks_rows_with_one_statement(local: MemoryBank) -> None:
     """The exact and the near check of a save read their candidates with one query (a statement
     fewer per save, counted rather than timed), and still find each kind of duplicate."""
-    first = local.save(P, content=TEXT, category="preference")
+    first = local.save(SaveRequest(P, content=TEXT, category="preference"))
     statements: list[str] = []
     local.store.set_trace_callback(statements.append)  # the writer's and the read connections'
     try:
-        fresh = local.save(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact")
+        fresh = local.save(SaveRequest(P, content="The staging database runs PostgreSQL 16 on port 5433", category="fact"))
     finally:
         local.store.set_trace_callback(None)
     assert not fresh.deduplicated
@@ -616,4 +662,4 @@ def test_a_save_reads_both_checks_rows_with_one_statement(local: MemoryBank) -> 
     reads = [s for s in statements if s.startswith("SELECT") and "memory_features" not in s]
     assert len(reads) == 1 and "near_key" in reads[0] and "text_key" in reads[0], reads
     for text in (SAME, REWORDED):  # exact, near
-        assert local.save(P, content=text, category="preference").memory.id == first.memory.id
+        assert local.save(SaveRequest(P, content=text, category="preference")).memory.id == first.memory.id

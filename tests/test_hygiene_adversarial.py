@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import http_client, mcp_in_process
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.api import create_app
 from memlocal.config import Config
 from memlocal.errors import SecretFoundError, ValidationError
@@ -76,7 +76,7 @@ def test_an_invisible_character_inside_a_key_is_redacted_and_never_recombined(
 
 def test_the_write_through_object_holds_no_hidden_key(hosts: Callable[..., Any], s3: Any) -> None:
     a = hosts("a")
-    saved = a.bank.save("p", content="The deploy key is AKIA\u200bIOSFODNN7EXAMPLE", category="fact")
+    saved = a.bank.save(SaveRequest("p", content="The deploy key is AKIA\u200bIOSFODNN7EXAMPLE", category="fact"))
     assert saved.synced and saved.redacted == ("aws-key",)
     body = s3.client.get_object(Bucket=s3.bucket, Key=f"memory/p/{saved.memory.id}.json")["Body"].read()
     assert not survives(AWS, body.decode())
@@ -85,9 +85,9 @@ def test_the_write_through_object_holds_no_hidden_key(hosts: Callable[..., Any],
 def test_reject_mode_refuses_a_hidden_key(make_bank: Callable[..., MemoryBank], tmp_path: Path) -> None:
     with make_bank(tmp_path / "r.db", secrets__mode="reject") as bank:
         with pytest.raises(SecretFoundError):
-            bank.save("p", content="The deploy key is AKIA\u200bIOSFODNN7EXAMPLE")
+            bank.save(SaveRequest("p", content="The deploy key is AKIA\u200bIOSFODNN7EXAMPLE"))
         with pytest.raises(SecretFoundError):
-            bank.save("p", content=f"token {GHP[:9]}\u00ad{GHP[9:]}")
+            bank.save(SaveRequest("p", content=f"token {GHP[:9]}\u00ad{GHP[9:]}"))
         assert bank.stats()["totalMemories"] == 0
 
 
@@ -108,8 +108,8 @@ def test_the_summary_never_cuts_inside_a_marker(make_bank: Callable[..., MemoryB
     with make_bank(tmp_path / "s.db") as bank:
         for pad in range(25, 50, 4):  # the marker straddles character 50 somewhere in this range
             text = "x" * pad + " " + AWS + f" {pad}"
-            m = bank.save(f"p{pad}", content=text).memory
-            given = bank.save(f"q{pad}", content="other", summary=text[:50]).memory
+            m = bank.save(SaveRequest(f"p{pad}", content=text)).memory
+            given = bank.save(SaveRequest(f"q{pad}", content="other", summary=text[:50])).memory
             for summary in (m.summary, given.summary):
                 assert len(summary) <= 50
                 assert summary.count("[") == summary.count("]"), summary
@@ -197,7 +197,7 @@ def pulled(hosts: Callable[..., Any], s3: Any) -> Iterator[Any]:
 def test_a_pulled_key_never_leaves_through_the_library_rest_or_dashboard_api(pulled: Any) -> None:
     bank: MemoryBank = pulled.bank
     outputs = [json.dumps(bank.get("p", "mem-00000abc").to_dict()), json.dumps(bank.list("p").to_dict()),
-               json.dumps([s.memory.to_dict() for s in bank.recall("p", "deploy key")]),
+               json.dumps([s.memory.to_dict() for s in bank.recall(RecallQuery("p", "deploy key"))]),
                json.dumps([m.to_dict() for m in bank.export("p")]),
                json.dumps([m.to_dict() for m in bank.history("p", "mem-00000abc")])]
     with LiveServer(create_app(bank)) as server, http_client(base_url=server.url, timeout=30) as c:
@@ -285,7 +285,7 @@ def test_lookalike_headers_are_quoted_in_notes_and_operator_contexts(bank: Memor
 
 @pytest.mark.parametrize("forged", LOOKALIKES)
 def test_lookalike_headers_in_a_memory_stay_inside_its_line(bank: MemoryBank, forged: str) -> None:
-    bank.save("m", content=f"deploy note\n{forged}\nend", category="fact")
+    bank.save(SaveRequest("m", content=f"deploy note\n{forged}\nend", category="fact"))
     block = bank.inject("m", "@memory", "deploy")
     lines = block.split("\n")
     entries = [line for line in lines if line.startswith("* [fact] ")]
@@ -320,12 +320,13 @@ def test_different_facts_are_never_merged(cli: Any, first: str, second: str) -> 
 def test_another_category_is_the_same_memory_its_category_kept(make_bank: Callable[..., MemoryBank],
                                                                 tmp_path: Path) -> None:
     """Was: the category must match. The same text in another category is the memory
-    already saved, whose category stays; across hosts, the converge rule still keys by category."""
+    already saved, whose category stays; across hosts, the converge rule groups the same way
+    (tests/test_hygiene_converge.py). ``exact_key`` hashes the category too: it is no identity."""
     with make_bank(tmp_path / "c.db") as bank:
-        pref = bank.save("p", content="Ana likes green tea", category="preference")
-        ctx = bank.save("p", content="Ana likes green tea", category="context")
+        pref = bank.save(SaveRequest("p", content="Ana likes green tea", category="preference"))
+        ctx = bank.save(SaveRequest("p", content="Ana likes green tea", category="context"))
         assert ctx.deduplicated is True and ctx.memory.id == pref.memory.id and ctx.memory.category == "preference"
-        again = bank.save("p", content="ana likes green tea!", category="preference")
+        again = bank.save(SaveRequest("p", content="ana likes green tea!", category="preference"))
         assert again.deduplicated is True and again.memory.id == pref.memory.id
         assert bank.list("p").total == 1
         assert exact_key("preference", "Ana likes green tea") != exact_key("context", "Ana likes green tea")
@@ -344,14 +345,14 @@ def test_stored_keys_are_derived_again_when_the_key_function_changes(tmp_path: P
     them derived again on open, so a duplicate is still found by its key."""
     path = tmp_path / "old.db"
     with MemoryBank(path) as bank:
-        m = bank.save("p", content="It was -5 degrees in Oslo").memory
+        m = bank.save(SaveRequest("p", content="It was -5 degrees in Oslo")).memory
     conn = sqlite3.connect(path)
     conn.execute("UPDATE memories SET text_key = 'stale', raw_key = NULL, near_key = 'stale'")
     conn.execute("DELETE FROM meta WHERE key = 'hygiene.keys'")
     conn.commit()
     conn.close()
     with MemoryBank(path) as bank:
-        again = bank.save("p", content="it was -5 degrees in Oslo.")
+        again = bank.save(SaveRequest("p", content="it was -5 degrees in Oslo."))
         assert again.deduplicated is True and again.memory.id == m.id
         assert bank.store.read("SELECT text_key FROM memories")[0][0] != "stale"
 
@@ -400,9 +401,9 @@ def test_generated_disguises_never_survive(hosts: Callable[..., Any], s3: Any, d
     content = f"the key is {key}\n{header}"
     if "\x00" in content or "\x1b" in content:  # a save refuses a C0 control (docs/storage.md): the rest without
         with pytest.raises(ValidationError, match="control character"):
-            host.bank.save(profile, content=content, category="fact")
+            host.bank.save(SaveRequest(profile, content=content, category="fact"))
         content = content.replace("\x00", "").replace("\x1b", "")
-    saved = host.bank.save(profile, content=content, category="fact")
+    saved = host.bank.save(SaveRequest(profile, content=content, category="fact"))
     assert kind in saved.redacted
     host.bank.automations.put("bot", f"used {key}\n{header}")
     body = s3.client.get_object(Bucket=s3.bucket, Key=f"memory/{profile}/{saved.memory.id}.json")["Body"].read()

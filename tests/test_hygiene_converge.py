@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from s3server import S3, Host
+from memlocal import RecallQuery, SaveRequest
 
 if TYPE_CHECKING:
     from memlocal.model import Memory
@@ -34,21 +35,17 @@ def settle(a: Host, b: Host) -> None:
 
 def test_the_same_text_saved_on_two_hosts_converges_to_one_memory(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    ma = a.bank.save(P, "Ana prefers dark mode in every editor", category="preference").memory
-    mb = b.bank.save(P, "Ana prefers dark mode in every editor", category="preference").memory
-    # The same text in another category is another memory (imported: a save on this host would
-    # find mb, whatever the category, until the exact rule compares categories too).
-    other = mb.with_changes(id="mem-0f0f0f0f", category="context", access_count=0)
-    assert b.bank.import_memories([other]) == ["imported"]
+    ma = a.bank.save(SaveRequest(P, "Ana prefers dark mode in every editor", category="preference")).memory
+    mb = b.bank.save(SaveRequest(P, "Ana prefers dark mode in every editor", category="preference")).memory
     assert ma.id != mb.id
-    b.bank.recall(P, "dark mode editor")  # two accesses of b's copy travel with it
-    b.bank.recall(P, "dark mode editor")
+    b.bank.recall(RecallQuery(P, "dark mode editor"))  # two accesses of b's copy travel with it
+    b.bank.recall(RecallQuery(P, "dark mode editor"))
     b.bank.drain()
     winner, loser = sorted((ma.id, mb.id))
     for host in (b, a, b, a):
         assert host.sync().result == "ok"
     for host in (a, b):
-        assert active(host, {ma.id, mb.id, other.id}) == {winner, other.id}
+        assert active(host, {ma.id, mb.id}) == {winner}
         retired = host.bank.get(P, loser)
         assert retired.is_active is False and retired.superseded_by == winner
         assert host.bank.build_context_block(P, "which editor theme?").count("[preference] Ana prefers dark") == 1
@@ -63,10 +60,30 @@ def test_the_same_text_saved_on_two_hosts_converges_to_one_memory(hosts: Callabl
     assert count == 2 + 2  # b's two recalls, once, and the two blocks built above
 
 
+def test_the_same_text_in_two_categories_on_two_hosts_converges_to_one_memory(hosts: Callable[..., Host],
+                                                                               s3: S3) -> None:
+    """"Ana is allergic to peanuts" as a fact and as general reached the block twice. A
+    save on one host answers with the memory already there, whatever its category; two hosts
+    saving before either sees the other's converge to one the same way, its category kept."""
+    a, b = hosts("a"), hosts("b")
+    ma = a.bank.save(SaveRequest(P, "Ana is allergic to peanuts", category="fact")).memory
+    mb = b.bank.save(SaveRequest(P, "ana is allergic to peanuts.", category="general")).memory
+    for host in (b, a, b, a):
+        assert host.sync().result == "ok"
+    winner, loser = sorted((ma, mb), key=lambda m: m.id)
+    for host in (a, b):
+        assert active(host, {ma.id, mb.id}) == {winner.id}
+        assert host.bank.get(P, winner.id).category == winner.category
+        assert host.bank.get(P, loser.id).superseded_by == winner.id
+        assert host.bank.build_context_block(P, "what is Ana allergic to?").lower().count("allergic to peanuts") == 1
+    assert s3.get_json(key(loser.id))["supersededBy"] == winner.id
+    settle(a, b)
+
+
 def test_a_pull_only_refresh_leaves_the_convergence_to_the_next_full_pass(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    ma = a.bank.save(P, "The staging cluster is in Frankfurt", category="fact").memory
-    mb = b.bank.save(P, "The staging cluster is in Frankfurt", category="fact").memory
+    ma = a.bank.save(SaveRequest(P, "The staging cluster is in Frankfurt", category="fact")).memory
+    mb = b.bank.save(SaveRequest(P, "The staging cluster is in Frankfurt", category="fact")).memory
     assert b.sync(pull_only=True).ok  # the read path's refresh pulls a's copy and writes nothing
     assert active(b, {ma.id, mb.id}) == {ma.id, mb.id}
     report = b.sync()  # nothing else to do, but the pulled profile converges now
@@ -82,10 +99,10 @@ def test_a_pull_only_refresh_leaves_the_convergence_to_the_next_full_pass(hosts:
 
 def test_two_hosts_superseding_one_memory_converge_to_a_chain(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "Ana lives in Porto", category="fact").memory
+    old = a.bank.save(SaveRequest(P, "Ana lives in Porto", category="fact")).memory
     assert b.sync().ok
-    lisbon = a.bank.save(P, "Ana lives in Lisbon", category="fact", supersedes=old.id).memory
-    madrid = b.bank.save(P, "Ana lives in Madrid", category="fact", supersedes=old.id).memory
+    lisbon = a.bank.save(SaveRequest(P, "Ana lives in Lisbon", category="fact", supersedes=old.id)).memory
+    madrid = b.bank.save(SaveRequest(P, "Ana lives in Madrid", category="fact", supersedes=old.id)).memory
     assert a.sync().ok  # a's supersession reaches the bucket first: Lisbon is the successor
     for host in (b, a, b):
         host.sync()
@@ -103,10 +120,10 @@ def test_two_hosts_superseding_one_memory_converge_to_a_chain(hosts: Callable[..
 
 def test_a_successor_whose_old_memory_is_gone_is_chosen_by_id(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "The build uses Make", category="fact").memory
+    old = a.bank.save(SaveRequest(P, "The build uses Make", category="fact")).memory
     assert b.sync().ok
-    x = a.bank.save(P, "The build uses Bazel", category="fact", supersedes=old.id).memory
-    y = b.bank.save(P, "The build uses Ninja", category="fact", supersedes=old.id).memory
+    x = a.bank.save(SaveRequest(P, "The build uses Bazel", category="fact", supersedes=old.id)).memory
+    y = b.bank.save(SaveRequest(P, "The build uses Ninja", category="fact", supersedes=old.id)).memory
     a.bank.delete(P, old.id)  # the old memory is deleted before either supersession is decided
     for host in (a, b, a, b):
         host.sync(force=True)
@@ -138,8 +155,10 @@ def test_converge_rules_are_deterministic_and_keep_one_active() -> None:
     assert converge(dups, stored.get, {"mem-000000c1", "mem-000000b1"}) == [
         Retirement("mem-000000c1", "mem-000000b1", True)]
     assert converge(dups, stored.get, everything, duplicates=False) == []
-    # Another category is another memory.
-    assert converge([_m("mem-000000a1"), _m("mem-000000b1", category="context")], stored.get, everything) == []
+    # The same text under another category is the same memory, as at save (docs/hygiene.md, "Exact
+    # duplicates"): the id sorting first stays, with its own category.
+    assert converge([_m("mem-000000b1", category="context"), _m("mem-000000a1")], stored.get, everything) == [
+        Retirement("mem-000000b1", "mem-000000a1", True)]
     # Exact means exact across hosts too (docs/hygiene.md, "The duplicate key"): texts that differ in
     # a flag's case, a path's case or a separator are two memories, never one group.
     for x, y in [("Run the tests with -v", "Run the tests with -V"), ("/etc/App/config.yml", "/etc/app/config.yml"),

@@ -13,6 +13,7 @@ from memlocal.model import utcnow
 from memlocal.store import to_us
 from s3server import S3, Host
 from test_sync_daemon import wait_for
+from memlocal import RecallQuery, SaveRequest
 
 P = "researcher"
 
@@ -29,9 +30,9 @@ def edit(host: Host, mid: str, text: str) -> None:
 
 def test_supersession_travels_with_its_lineage(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "The release branch is release-1.4", category="fact").memory
+    old = a.bank.save(SaveRequest(P, "The release branch is release-1.4", category="fact")).memory
     assert b.sync().ok
-    new = a.bank.save(P, "The release branch is release-1.5", category="fact", supersedes=old.id)
+    new = a.bank.save(SaveRequest(P, "The release branch is release-1.5", category="fact", supersedes=old.id))
     assert new.synced is True and s3.get_json(key(new.memory.id))["supersedes"] == old.id
     assert a.sync().ok  # pushes the old memory's inactive state
     remote_old = s3.get_json(key(old.id))
@@ -40,7 +41,7 @@ def test_supersession_travels_with_its_lineage(hosts: Callable[..., Host], s3: S
     b_old = b.bank.get(P, old.id)
     assert b_old.is_active is False and b_old.superseded_by == new.memory.id
     assert b.bank.get(P, new.memory.id).supersedes == old.id
-    assert [s.memory.id for s in b.bank.recall(P, "which release branch? release-1.4")] == [new.memory.id]
+    assert [s.memory.id for s in b.bank.recall(RecallQuery(P, "which release branch? release-1.4"))] == [new.memory.id]
     assert "release-1.4" not in b.bank.build_context_block(P, "release branch")
     assert [m.id for m in b.bank.history(P, old.id)] == [old.id, new.memory.id]
     assert b.sync().ok and a.sync().ok  # B's recall bumps travel; then both hosts agree
@@ -50,24 +51,24 @@ def test_supersession_travels_with_its_lineage(hosts: Callable[..., Host], s3: S
 
 def test_supersession_wins_over_an_edit_made_first_elsewhere(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "Standup is at 9:30").memory
+    old = a.bank.save(SaveRequest(P, "Standup is at 9:30")).memory
     assert b.sync().ok
     edit(b, old.id, "Standup is at 9:45")
     assert b.sync().ok and s3.get_json(key(old.id))["processedContent"] == "Standup is at 9:45"
-    new = a.bank.save(P, "Standup moved to 10:00", supersedes=old.id).memory
+    new = a.bank.save(SaveRequest(P, "Standup moved to 10:00", supersedes=old.id)).memory
     assert a.sync().ok  # fetches B's edit; the supersession wins and is pushed
     for copy in (s3.get_json(key(old.id)), a.bank.get(P, old.id).to_dict()):
         assert copy["isActive"] is False and copy["supersededBy"] == new.id
     assert b.sync().ok
     assert b.bank.get(P, old.id).is_active is False
-    assert [s.memory.id for s in b.bank.recall(P, "when is standup?")] == [new.id]
+    assert [s.memory.id for s in b.bank.recall(RecallQuery(P, "when is standup?"))] == [new.id]
 
 
 def test_supersession_wins_over_an_edit_made_later_elsewhere(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "The on-call phone is with Dana").memory
+    old = a.bank.save(SaveRequest(P, "The on-call phone is with Dana")).memory
     assert b.sync().ok
-    new = a.bank.save(P, "The on-call phone is with Eli", supersedes=old.id).memory
+    new = a.bank.save(SaveRequest(P, "The on-call phone is with Eli", supersedes=old.id)).memory
     assert a.sync().ok
     edit(b, old.id, "The on-call phone is with Dana until Friday")
     assert b.sync().ok  # B's edit meets the supersession in the bucket: the supersession wins
@@ -83,8 +84,8 @@ def _age(host: Host, mid: str, days: float) -> None:
 
 def test_prune_deletes_reach_the_bucket_and_other_hosts(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "Context: the CI runner is flaky this week", category="context").memory
-    pref = a.bank.save(P, "Prefers terse commit messages", category="preference").memory
+    old = a.bank.save(SaveRequest(P, "Context: the CI runner is flaky this week", category="context")).memory
+    pref = a.bank.save(SaveRequest(P, "Prefers terse commit messages", category="preference")).memory
     _age(a, old.id, 120)
     _age(a, pref.id, 120)
     assert a.sync().ok and b.sync().ok
@@ -102,8 +103,8 @@ def test_the_daemon_runs_the_retention_policy_when_enabled(hosts: Callable[..., 
 
     a = hosts("a", retention__enabled=True, retention__interval_s=0.5, retention__older_than="30d",
               retention__staleness_above=0.0)
-    old = a.bank.save(P, "Context: a sprint that ended long ago", category="context").memory
-    fact = a.bank.save(P, "The repository is monorepo-x", category="fact").memory
+    old = a.bank.save(SaveRequest(P, "Context: a sprint that ended long ago", category="context")).memory
+    fact = a.bank.save(SaveRequest(P, "The repository is monorepo-x", category="fact")).memory
     _age(a, old.id, 60)
     _age(a, fact.id, 60)
     engine = SyncEngine(a.config, a.bank.replica)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from anthropic_fake import FAKE_KEY, FakeAnthropic, Reply
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 
 if TYPE_CHECKING:
     from anthropic.lib.tools import ToolError
@@ -267,7 +267,7 @@ def test_a_file_is_a_ranked_memory_and_an_edit_a_new_version(bank: MemoryBank) -
     tool = MemlocalMemoryTool(bank, PROFILE)
     tool.call({"command": "create", "path": "/memories/preferences/food.md",
                "file_text": "Ana is allergic to peanuts\nShe prefers green tea\n"})
-    [hit] = bank.recall(PROFILE, "what should Ana eat for lunch?")
+    [hit] = bank.recall(RecallQuery(PROFILE, "what should Ana eat for lunch?"))
     assert hit.memory.category == "preference" and hit.memory.extra[FILE_FIELD] == "/memories/preferences/food.md"
     tool.call({"command": "str_replace", "path": "/memories/preferences/food.md", "old_str": "green", "new_str": "mint"})
     [now] = [m for m in bank.list(PROFILE, active_only=True)]
@@ -289,7 +289,7 @@ def test_what_a_memory_cannot_hold_is_refused_and_nothing_changes(bank: MemoryBa
     tool.call({"command": "create", "path": "/memories/a.md", "file_text": "The deploy key rotates every Monday"})
     with pytest.raises(ToolError, match=r"repeats memory mem-[0-9a-f]{8} \(/memories/a.md\)"):
         tool.call({"command": "create", "path": "/memories/b.md", "file_text": "The deploy key rotates every Monday"})
-    saved = bank.save(PROFILE, content="Prefers answers in French")
+    saved = bank.save(SaveRequest(PROFILE, content="Prefers answers in French"))
     with pytest.raises(ToolError, match="saved outside /memories"):
         tool.call({"command": "create", "path": "/memories/c.md", "file_text": "Prefers answers in French"})
     assert bank.list(PROFILE).total == 2 and bank.get(PROFILE, saved.memory.id)
@@ -355,7 +355,7 @@ def test_a_tool_runner_loop_saves_and_finds_memories(anthropic_fake: FakeAnthrop
                                  "hidden items:\n4K\t/memories", False)
     assert texts["toolu_02"] == ("File created successfully at: /memories/user.md", False)
     assert texts["toolu_04"] == ("Path /memories/../secrets would escape /memories directory", True)
-    [hit] = bank.recall(PROFILE, "which language does Ana prefer?")
+    [hit] = bank.recall(RecallQuery(PROFILE, "which language does Ana prefer?"))
     assert hit.memory.processed_content == "Ana prefers Rust and is allergic to peanuts\n"
 
 

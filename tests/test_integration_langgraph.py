@@ -19,7 +19,7 @@ import pytest
 from langgraph.store.base import GetOp, InvalidNamespaceError, Item, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.integrations.langgraph import ITEM_FIELD, MemlocalSearchItem, MemlocalStore, namespace_of, profile_for
 
 
@@ -173,7 +173,7 @@ def test_credentials_in_a_value_are_redacted(store: MemlocalStore) -> None:
 
 
 def test_memories_saved_elsewhere_are_items_of_their_profiles_namespace(store: MemlocalStore, bank: MemoryBank) -> None:
-    saved = bank.save("team.alpha", content="Standup is at 9:30", category="fact").memory
+    saved = bank.save(SaveRequest("team.alpha", content="Standup is at 9:30", category="fact")).memory
     item = store.get(("team", "alpha"), saved.id)
     assert item is not None and item.value == {"content": "Standup is at 9:30", "category": "fact",
                                                "summary": "Standup is at 9:30"}

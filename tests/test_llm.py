@@ -22,7 +22,7 @@ import support
 import pytest
 
 from anthropic_fake import FAKE_KEY, FakeAnthropic, Reply, unused_local_url
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.config import Config
 from memlocal.llm import (
     RESPONSE_SCHEMA,
@@ -61,7 +61,7 @@ def warm_up(bank: MemoryBank, fake: FakeAnthropic) -> None:
     """
     fake.respond(Reply.structured(GOOD))
     assert AnthropicExtractor(FAKE_KEY, model="warm-up", timeout_s=30).extract(RAW) is not None  # imports
-    assert bank.save("warm", RAW).memory.category == "preference"  # connects
+    assert bank.save(SaveRequest("warm", RAW)).memory.category == "preference"  # connects
     fake.clear()
 
 
@@ -87,7 +87,7 @@ def assert_kept_callers_input(memory: Any, raw: str = RAW) -> None:
 
 def test_good_answer_structures_the_memory(anthropic_fake: FakeAnthropic, llm_bank: MemoryBank) -> None:
     anthropic_fake.respond(Reply.structured(GOOD))
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert (m.raw_input, m.processed_content, m.summary, m.category, m.confidence) == (
         RAW, GOOD["processedContent"], GOOD["summary"], "preference", 0.9)
     assert llm_bank.get("ana", m.id) == m  # stored as returned
@@ -114,7 +114,7 @@ def test_model_override_from_environment(anthropic_fake: FakeAnthropic, db_path:
     monkeypatch.setenv("ANTHROPIC_MEMORY_MODEL", "claude-memory-test-model")
     anthropic_fake.respond(Reply.structured(GOOD))
     with open_bank(db_path) as bank:
-        bank.save("ana", RAW)
+        bank.save(SaveRequest("ana", RAW))
     assert anthropic_fake.requests[0].body["model"] == "claude-memory-test-model"
 
 
@@ -130,14 +130,14 @@ def test_model_override_from_environment(anthropic_fake: FakeAnthropic, db_path:
 )
 def test_json_wrapped_in_prose_or_fences(anthropic_fake: FakeAnthropic, llm_bank: MemoryBank, text: str) -> None:
     anthropic_fake.respond(Reply.text(text.replace("{}", json.dumps(GOOD))))
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert (m.processed_content, m.category, m.confidence) == (GOOD["processedContent"], "preference", 0.9)
 
 
 def test_invalid_category_becomes_general_and_keeps_the_rest(anthropic_fake: FakeAnthropic,
                                                              llm_bank: MemoryBank) -> None:
     anthropic_fake.respond(Reply.structured({**GOOD, "category": "opinion"}))
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert (m.category, m.processed_content, m.summary, m.confidence) == (
         "general", GOOD["processedContent"], GOOD["summary"], 0.9)
 
@@ -148,10 +148,10 @@ def test_values_are_normalised(anthropic_fake: FakeAnthropic, llm_bank: MemoryBa
         Reply.structured({**GOOD, "summary": long_summary, "category": " Fact ", "confidence": 1.7}),
         Reply.structured({**GOOD, "summary": "", "confidence": -0.3}),
     )
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert m.summary == long_summary[:50].rstrip() and len(m.summary) <= 50
     assert (m.category, m.confidence) == ("fact", 1.0)
-    m = llm_bank.save("bob", RAW).memory  # another profile: in "ana" the same note is deduplicated
+    m = llm_bank.save(SaveRequest("bob", RAW)).memory  # another profile: in "ana" the same note is deduplicated
     assert m.summary == GOOD["processedContent"][:50] and m.confidence == 0.0
 
 
@@ -177,7 +177,7 @@ def test_values_are_normalised(anthropic_fake: FakeAnthropic, llm_bank: MemoryBa
 def test_unparseable_answer_gives_the_deterministic_preview(anthropic_fake: FakeAnthropic,
                                                             llm_bank: MemoryBank, reply: Reply) -> None:
     anthropic_fake.respond(reply)
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert m.raw_input == m.processed_content == RAW
     assert m.summary == RAW[:50]
     assert (m.category, m.confidence) == ("general", 0.5)
@@ -189,24 +189,24 @@ def test_unparseable_answer_gives_the_deterministic_preview(anthropic_fake: Fake
 
 def test_caller_fields_win_over_the_extraction(anthropic_fake: FakeAnthropic, llm_bank: MemoryBank) -> None:
     anthropic_fake.respond(Reply.structured(GOOD))
-    m = llm_bank.save("ana", RAW, summary="my label", category="behavior", confidence=0.3).memory
+    m = llm_bank.save(SaveRequest("ana", RAW, summary="my label", category="behavior", confidence=0.3)).memory
     assert (m.summary, m.category, m.confidence) == ("my label", "behavior", 0.3)
     assert m.processed_content == GOOD["processedContent"]  # not supplied: extracted
 
 
 def test_caller_fields_win_over_the_fallback(anthropic_fake: FakeAnthropic, llm_bank: MemoryBank) -> None:
     anthropic_fake.respond(Reply.text("no JSON here"))
-    m = llm_bank.save("ana", RAW, confidence=0.8, category="fact").memory
+    m = llm_bank.save(SaveRequest("ana", RAW, confidence=0.8, category="fact")).memory
     assert (m.confidence, m.category, m.processed_content) == (0.8, "fact", RAW)
-    m = llm_bank.save("bob", RAW, summary="given").memory
+    m = llm_bank.save(SaveRequest("bob", RAW, summary="given")).memory
     assert (m.confidence, m.category, m.summary) == (0.5, "general", "given")
 
 
 def test_caller_fields_kept_when_the_call_fails(anthropic_fake: FakeAnthropic, llm_bank: MemoryBank) -> None:
     anthropic_fake.respond(Reply.error(400))
-    m = llm_bank.save("ana", RAW, category="context", summary="s").memory
+    m = llm_bank.save(SaveRequest("ana", RAW, category="context", summary="s")).memory
     assert (m.category, m.summary, m.confidence, m.processed_content) == ("context", "s", 1.0, RAW)
-    m = llm_bank.save("bob", RAW, confidence=0.2).memory
+    m = llm_bank.save(SaveRequest("bob", RAW, confidence=0.2)).memory
     assert m.confidence == 0.2
 
 
@@ -235,7 +235,7 @@ def test_failed_call_keeps_the_callers_input(anthropic_fake: FakeAnthropic, llm_
                                              reply: Reply, attempts: int) -> None:
     anthropic_fake.respond(reply)
     start = time.monotonic()
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert time.monotonic() - start < 5.0
     assert_kept_callers_input(m)
     join_llm_workers(llm_bank)
@@ -244,7 +244,7 @@ def test_failed_call_keeps_the_callers_input(anthropic_fake: FakeAnthropic, llm_
 
 def test_a_retry_that_succeeds_within_the_deadline(anthropic_fake: FakeAnthropic, llm_bank: MemoryBank) -> None:
     anthropic_fake.respond(Reply.error(500), Reply.error(429), Reply.structured(GOOD))
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert (m.category, m.confidence) == ("preference", 0.9)
     assert anthropic_fake.count == 3
 
@@ -253,7 +253,7 @@ def test_connection_refused(anthropic_fake: FakeAnthropic, db_path: Path, monkey
     monkeypatch.setenv("ANTHROPIC_BASE_URL", unused_local_url())
     with open_bank(db_path, llm__timeout_s=1.0) as bank:
         start = time.monotonic()
-        m = bank.save("ana", RAW).memory
+        m = bank.save(SaveRequest("ana", RAW)).memory
         assert time.monotonic() - start < 3.0  # the SDK's retries end at the 1 s deadline
     assert_kept_callers_input(m)
     assert anthropic_fake.count == 0
@@ -269,7 +269,7 @@ def test_a_silent_server_save_returns_at_the_deadline(anthropic_fake: FakeAnthro
         warm_up(bank, anthropic_fake)
         anthropic_fake.respond(Reply.sleep(4, then=Reply.structured(GOOD)))
         start = time.monotonic()
-        m = bank.save("ana", RAW).memory
+        m = bank.save(SaveRequest("ana", RAW)).memory
         elapsed = time.monotonic() - start
         assert elapsed < 3.0, elapsed
         assert_kept_callers_input(m)
@@ -284,7 +284,7 @@ def test_retries_stop_at_the_deadline(anthropic_fake: FakeAnthropic, db_path: Pa
         warm_up(bank, anthropic_fake)
         anthropic_fake.respond(Reply.error(500, delay_s=0.45))
         start = time.monotonic()
-        m = bank.save("ana", RAW).memory
+        m = bank.save(SaveRequest("ana", RAW)).memory
         elapsed = time.monotonic() - start
     assert elapsed < 3.0, elapsed
     assert_kept_callers_input(m)
@@ -299,7 +299,7 @@ def test_retry_after_past_the_deadline_gives_up_at_once(anthropic_fake: FakeAnth
         warm_up(bank, anthropic_fake)
         anthropic_fake.respond(Reply.error(500, headers={"retry-after-ms": "600"}))
         with caplog.at_level(logging.WARNING, logger="memlocal.llm"):
-            m = bank.save("ana", RAW).memory
+            m = bank.save(SaveRequest("ana", RAW)).memory
     assert_kept_callers_input(m)
     assert anthropic_fake.count == 2
     # Gave up on the server's request, not by waiting the deadline out ("no answer within 1 s").
@@ -322,9 +322,9 @@ def test_no_database_lock_is_held_while_waiting(anthropic_fake: FakeAnthropic, l
         finally:
             conn.close()
 
-    llm_bank.save("ana", "warm up the store", use_llm=False)
+    llm_bank.save(SaveRequest("ana", "warm up the store", use_llm=False))
     anthropic_fake.respond(dataclasses.replace(Reply.structured(GOOD), on_request=write_elsewhere))
-    m = llm_bank.save("ana", RAW).memory
+    m = llm_bank.save(SaveRequest("ana", RAW)).memory
     assert outcome == ["free"]
     assert m.category == "preference"
 
@@ -336,7 +336,7 @@ def test_no_key_sends_no_request(anthropic_fake: FakeAnthropic, db_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     with open_bank(db_path) as bank:
-        assert_kept_callers_input(bank.save("ana", RAW).memory)
+        assert_kept_callers_input(bank.save(SaveRequest("ana", RAW)).memory)
     assert extractor_from_config(Config.load()) is None
     assert anthropic_fake.count == 0
 
@@ -345,16 +345,16 @@ def test_disabled_in_config_sends_no_request(anthropic_fake: FakeAnthropic, db_p
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMLOCAL_LLM_ENABLED", "false")
     with open_bank(db_path) as bank:
-        assert_kept_callers_input(bank.save("ana", RAW).memory)
+        assert_kept_callers_input(bank.save(SaveRequest("ana", RAW)).memory)
     assert anthropic_fake.count == 0
 
 
 def test_use_llm_false_and_content_skip_the_processor(anthropic_fake: FakeAnthropic, llm_bank: MemoryBank) -> None:
     anthropic_fake.respond(Reply.structured(GOOD))
-    assert_kept_callers_input(llm_bank.save("ana", RAW, use_llm=False).memory)
-    m = llm_bank.save("ana", RAW, content="pre-structured").memory
+    assert_kept_callers_input(llm_bank.save(SaveRequest("ana", RAW, use_llm=False)).memory)
+    m = llm_bank.save(SaveRequest("ana", RAW, content="pre-structured")).memory
     assert (m.raw_input, m.processed_content, m.confidence) == (RAW, "pre-structured", 1.0)
-    m = llm_bank.save("ana", content="only content").memory
+    m = llm_bank.save(SaveRequest("ana", content="only content")).memory
     assert m.processed_content == "only content"
     assert anthropic_fake.count == 0
 
@@ -363,9 +363,9 @@ def test_bad_input_is_rejected_before_any_request(anthropic_fake: FakeAnthropic,
     from memlocal.errors import InputTooLargeError, ValidationError
 
     with pytest.raises(InputTooLargeError):
-        llm_bank.save("ana", "x" * 4097)
+        llm_bank.save(SaveRequest("ana", "x" * 4097))
     with pytest.raises(ValidationError):
-        llm_bank.save("../evil", RAW)
+        llm_bank.save(SaveRequest("../evil", RAW))
     assert anthropic_fake.count == 0
     assert llm_bank.stats()["totalMemories"] == 0
 
@@ -378,7 +378,7 @@ def test_the_key_is_never_logged(anthropic_fake: FakeAnthropic, llm_bank: Memory
     caplog.set_level(logging.DEBUG, logger="memlocal")
     anthropic_fake.respond(Reply.error(401), Reply.text("not json"), Reply.structured(GOOD))
     for i in range(3):
-        llm_bank.save(f"ana{i}", RAW)  # one profile each: a repeated note would be deduplicated
+        llm_bank.save(SaveRequest(f"ana{i}", RAW))  # one profile each: a repeated note would be deduplicated
     assert "LLM extraction skipped" in caplog.text and "could not be parsed" in caplog.text
     assert FAKE_KEY not in caplog.text
     assert FAKE_KEY not in repr(llm_bank._extractor)

@@ -14,7 +14,7 @@ import pytest
 import support
 from support import mcp_server_params
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 
 # The SDK is imported by the tests that speak to the server, not at collection: it takes about a
 # second to import, in every xdist worker that collects this module.
@@ -41,7 +41,7 @@ def run(coro: Any) -> Any:
 def test_tools_round_trip_and_profile_isolation(tmp_path: Path) -> None:
     db = tmp_path / "mcp.db"
     with MemoryBank(db) as bank:
-        bank.save("bob", content="Bob's secret: the staging password rotates on Fridays", category="fact")
+        bank.save(SaveRequest("bob", content="Bob's secret: the staging password rotates on Fridays", category="fact"))
 
     from mcp.client.session import ClientSession
     from mcp.client.stdio import stdio_client
@@ -120,8 +120,8 @@ def test_an_update_is_undone_with_memory_restore(tmp_path: Path) -> None:
     session's profile, and an active memory is refused."""
     db = tmp_path / "mcp.db"
     with MemoryBank(db) as bank:
-        bob = bank.save("bob", content="Bob's standup is at 9:30").memory
-        bank.save("bob", content="Bob's standup is at 10:00")
+        bob = bank.save(SaveRequest("bob", content="Bob's standup is at 9:30")).memory
+        bank.save(SaveRequest("bob", content="Bob's standup is at 10:00"))
         assert bank.get("bob", bob.id).is_active is False
 
     async def scenario() -> None:

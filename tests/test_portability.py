@@ -12,14 +12,14 @@ import pytest
 
 from conftest import Cli
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 
 
 def fill(bank: MemoryBank) -> None:
-    bank.save("alice", content="Prefers dark mode", category="preference", confidence=0.9, summary="dark mode")
-    bank.save("alice", "Deploys go out on Tuesdays")
-    bank.save("bob", content="Bob's team owns the billing service", category="fact")
-    bank.save("bob", "Übersetzungen bitte auf Deutsch — ✓ unicode survives")
+    bank.save(SaveRequest("alice", content="Prefers dark mode", category="preference", confidence=0.9, summary="dark mode"))
+    bank.save(SaveRequest("alice", "Deploys go out on Tuesdays"))
+    bank.save(SaveRequest("bob", content="Bob's team owns the billing service", category="fact"))
+    bank.save(SaveRequest("bob", "Übersetzungen bitte auf Deutsch — ✓ unicode survives"))
 
 
 def test_export_fresh_database_import_is_equal_field_by_field(tmp_path: Path, cli: Cli) -> None:
@@ -132,7 +132,7 @@ def test_imported_memories_are_indexed_for_recall_as_saved_ones_are(tmp_path: Pa
     from memlocal.store.memories import insert_rows, write_row
 
     with MemoryBank(tmp_path / "saved.db") as saved_bank:
-        saved = [saved_bank.save("p", content=f"Team {name} owns the {thing} service", category="fact").memory
+        saved = [saved_bank.save(SaveRequest("p", content=f"Team {name} owns the {thing} service", category="fact")).memory
                  for name, thing in (("alpha", "billing"), ("bravo", "search"), ("charlie", "mail"),
                                      ("delta", "auth"), ("echo", "storage"))]
         saved_bank.store.index_pending()  # fewer than a batch: index them now, to read them
@@ -147,7 +147,7 @@ def test_imported_memories_are_indexed_for_recall_as_saved_ones_are(tmp_path: Pa
                                     " JOIN memories m ON m.rowid = d.rowid")) == {
             i: f for i, f in docs.items() if i != retired.id}
         for m, word in zip(saved, ("billing", "search", "mail", "auth", "storage")):
-            got = [s.memory.id for s in bank.query_with_relevance("p", word)]
+            got = [s.memory.id for s in bank.query_with_relevance(RecallQuery("p", word))]
             assert got == ([] if m.id == retired.id else [m.id]), word
 
 
@@ -167,7 +167,7 @@ def test_an_export_streams_from_one_snapshot_and_the_bank_stays_writable(bank: M
     first = next(exported)
     # Mid-export the store takes writes (no lock held between rows); the export shows the
     # memories as of its first row, each once.
-    bank.save("a", "written while the export runs")
+    bank.save(SaveRequest("a", "written while the export runs"))
     bank.delete("p", rows[-2].id)
     got = [first, *exported]
     want = sorted(rows, key=lambda m: (m.profile_name, m.created_at, m.id))
@@ -247,7 +247,7 @@ def test_links_between_batches_follow_the_copies_new_ids_both_ways(tmp_path: Pat
         report = import_jsonl(bank, [_line(i) for i in range(BATCH_SIZE + 5)])
         assert report.imported == BATCH_SIZE + 5
         early = f"mem-{1:08x}"
-        bank.save("bulk", content="Bulk fact number one about deploys, revised", supersedes=early)
+        bank.save(SaveRequest("bulk", content="Bulk fact number one about deploys, revised", supersedes=early))
         lines = [json.loads(line) for line in _jsonl(export_memories(bank, "bulk"))]
         # The revision moves into the second batch: it supersedes a line of the first (a link
         # back), and that line is superseded by it (a link forward).

@@ -9,17 +9,17 @@ from typing import Callable
 import pytest
 from conftest import Cli
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.errors import NotFoundError, ValidationError
 from s3server import S3, Host
 
 
 def fill(bank: MemoryBank) -> tuple[str, str, str]:
     """Three memories of ``coder``: a preference, an old fact superseded by a new one."""
-    pref = bank.save("coder", content="Prefers pytest over unittest", category="preference").memory.id
-    old = bank.save("coder", content="The CI runs on Jenkins", category="fact").memory.id
-    new = bank.save("coder", content="The CI runs on GitHub Actions", category="fact", supersedes=old).memory.id
-    bank.recall("coder", "pytest")
+    pref = bank.save(SaveRequest("coder", content="Prefers pytest over unittest", category="preference")).memory.id
+    old = bank.save(SaveRequest("coder", content="The CI runs on Jenkins", category="fact")).memory.id
+    new = bank.save(SaveRequest("coder", content="The CI runs on GitHub Actions", category="fact", supersedes=old)).memory.id
+    bank.recall(RecallQuery("coder", "pytest"))
     return pref, old, new
 
 
@@ -40,13 +40,13 @@ def test_copy_gives_new_ids_keeps_every_field_and_moves_the_links(bank: MemoryBa
                                  original.confidence, original.created_at, original.access_count, original.is_active)
     assert copies[ids[new]].supersedes == ids[old] and copies[ids[old]].superseded_by == ids[new]
     assert [m.id for m in bank.history("coder-copy", ids[new])] == [ids[old], ids[new]]
-    assert [r.memory.id for r in bank.recall("coder-copy", "pytest")] == [ids[pref]]
+    assert [r.memory.id for r in bank.recall(RecallQuery("coder-copy", "pytest"))] == [ids[pref]]
     assert result.synced == 0 and result.pending == 3
 
 
 def test_rename_moves_everything_and_refuses_what_would_merge(bank: MemoryBank) -> None:
     fill(bank)
-    bank.save("other", content="Something else")
+    bank.save(SaveRequest("other", content="Something else"))
     with pytest.raises(ValidationError, match="profile other already has 1 memory"):
         bank.rename_profile("coder", "other")
     with pytest.raises(NotFoundError, match="profile nobody has no memories"):

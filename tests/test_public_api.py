@@ -14,7 +14,7 @@ PACKAGES = {"memlocal": ROOT / "memlocal", "memlocal_sync": ROOT / "sync"}
 
 EXPECTED = {
     "BankNotWiredError", "Config", "ConfigError", "InputTooLargeError", "Memory", "MemoryBank",
-    "MemoryBankError", "NotFoundError", "Page", "RecallQuery", "SaveResult", "StoreError", "SyncError",
+    "MemoryBankError", "NotFoundError", "Page", "RecallQuery", "SaveRequest", "SaveResult", "StoreError", "SyncError",
     "ValidationError", "__version__",
 }
 

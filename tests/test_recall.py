@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex, RecallTuning
@@ -144,7 +144,7 @@ def test_top_k_equals_brute_force(specs: list[dict[str, Any]], other: list[dict[
             _check(bank, indexes, q, limit, min_score, exclude, tier, ranking, similarity, scan)
             # The public API (automatic budget, both tiers, the default mode) agrees as well.
             want = scan.rank(RankQuery(q, limit, min_score, now=NOW))
-            assert _key(bank.query_with_relevance("p", q, limit, min_score, now=NOW)) == _key(want)
+            assert _key(bank.query_with_relevance(RecallQuery("p", q, limit, min_score, now=NOW))) == _key(want)
 
 
 mutation = st.one_of(
@@ -201,20 +201,20 @@ def test_index_stays_exact_while_the_bank_changes(specs: list[dict[str, Any]], s
 def test_another_bank_on_the_same_file_is_seen(tmp_path: Path) -> None:
     """A runner's saves reach the API server's cached index on its next query."""
     with _open(str(tmp_path)) as server, _open(str(tmp_path)) as runner:
-        assert server.query_with_relevance("p", "coffee") == []
-        m = runner.save("p", content="Likes strong coffee").memory
-        assert [r.memory.id for r in server.query_with_relevance("p", "coffee")] == [m.id]
-        runner.recall("p", "coffee")
-        assert server.query_with_relevance("p", "coffee")[0].memory.access_count == 1
+        assert server.query_with_relevance(RecallQuery("p", "coffee")) == []
+        m = runner.save(SaveRequest("p", content="Likes strong coffee")).memory
+        assert [r.memory.id for r in server.query_with_relevance(RecallQuery("p", "coffee"))] == [m.id]
+        runner.recall(RecallQuery("p", "coffee"))
+        assert server.query_with_relevance(RecallQuery("p", "coffee"))[0].memory.access_count == 1
         runner.delete("p", m.id)
-        assert server.query_with_relevance("p", "coffee") == []
+        assert server.query_with_relevance(RecallQuery("p", "coffee")) == []
 
 
 def test_profiles_are_isolated(bank: MemoryBank) -> None:
-    a = bank.save("a", content="Alpha likes coffee").memory
-    bank.save("b", content="Beta likes coffee")
-    assert [r.memory.id for r in bank.recall("a", "coffee")] == [a.id]
-    assert bank.query_with_relevance("nobody", "coffee") == []
+    a = bank.save(SaveRequest("a", content="Alpha likes coffee")).memory
+    bank.save(SaveRequest("b", content="Beta likes coffee"))
+    assert [r.memory.id for r in bank.recall(RecallQuery("a", "coffee"))] == [a.id]
+    assert bank.query_with_relevance(RecallQuery("nobody", "coffee")) == []
 
 
 @pytest.mark.slow
@@ -576,13 +576,13 @@ def test_a_queued_bump_ranks_the_next_query_at_once_and_the_bank_reads_it(tmp_pa
         for i, text in enumerate(["deploy the server on Fridays", "the server release train", "coffee order",
                                   "deploy checklist for the release", "server room door code"]):
             put(bank, "p", text, created=days_ago(10 + i), count=i % 3)
-        assert bank.query_with_relevance("p", "server", now=NOW)  # the index is built
+        assert bank.query_with_relevance(RecallQuery("p", "server", now=NOW))  # the index is built
         blocker = _hold_writes(path)
         try:
-            bumped = bank.recall("p", "server release", now=NOW)  # returns with its bump queued
+            bumped = bank.recall(RecallQuery("p", "server release", now=NOW))  # returns with its bump queued
             assert bumped
-            queued = bank.query_with_relevance("p", "server deploy", now=NOW)
-            queued_again = bank.query_with_relevance("p", "server release", now=NOW)
+            queued = bank.query_with_relevance(RecallQuery("p", "server deploy", now=NOW))
+            queued_again = bank.query_with_relevance(RecallQuery("p", "server release", now=NOW))
             first = bumped[0].memory
             read: list[Memory] = []
             reader = threading.Thread(target=lambda: read.append(bank.get("p", first.id)))
@@ -597,7 +597,7 @@ def test_a_queued_bump_ranks_the_next_query_at_once_and_the_bank_reads_it(tmp_pa
         assert read[0].last_accessed_at == NOW
         bank.drain(10)
         for query, seen in (("server deploy", queued), ("server release", queued_again)):
-            written = bank.query_with_relevance("p", query, now=NOW)
+            written = bank.query_with_relevance(RecallQuery("p", query, now=NOW))
             want = rank_brute_force(bank.store.iter_profile("p"), RankQuery(query, limit=8, min_score=0.05, now=NOW))
             assert _key(seen) == _key(written) == _key(want)
             assert [r.memory for r in seen] == [r.memory for r in written] == [r.memory for r in want]
@@ -613,15 +613,15 @@ def test_a_queued_bump_that_fails_leaves_the_index_as_the_rows_are(tmp_path: Pat
         for i, text in enumerate(["deploy the server on Fridays", "the server release train",
                                   "server room door code"]):
             put(bank, "p", text, created=days_ago(10 + i))
-        assert bank.query_with_relevance("p", "server", now=NOW)
+        assert bank.query_with_relevance(RecallQuery("p", "server", now=NOW))
         blocker = _hold_writes(path)
         try:
-            assert bank.recall("p", "server", now=NOW)
+            assert bank.recall(RecallQuery("p", "server", now=NOW))
             bank.drain(10)  # the writer gave up
         finally:
             blocker.execute("COMMIT")
             blocker.close()
-        got = bank.query_with_relevance("p", "server", now=NOW)
+        got = bank.query_with_relevance(RecallQuery("p", "server", now=NOW))
         want = rank_brute_force(bank.store.iter_profile("p"), RankQuery("server", limit=8, min_score=0.05, now=NOW))
         assert all(r.memory.access_count == 0 for r in want)
         assert _key(got) == _key(want)

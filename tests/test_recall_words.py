@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, utcnow
 from memlocal.scoring import ScoredMemory
@@ -79,13 +79,13 @@ def test_a_bank_written_by_the_joining_tokenizer_is_re_derived(tmp_path: Path) -
 
     path = tmp_path / "m.db"
     with MemoryBank(fresh_database(path), config=Config.load(environ={})) as bank:
-        m = bank.save("p", content="The build server is ci-3").memory
+        m = bank.save(SaveRequest("p", content="The build server is ci-3")).memory
         with bank.store.transaction() as c:
             c.execute("UPDATE memories SET features = 'buildserv ci runner @tech' WHERE id = ?", (m.id,))
             c.execute("UPDATE meta SET value = 'terms-6' WHERE key = ?", (FEATURES_META_KEY,))
     with MemoryBank(path, config=Config.load(environ={})) as bank:
         for _ in range(3):  # the cold path's first queries, then the index
-            assert [r.memory.id for r in bank.query_with_relevance("p", "build")] == [m.id]
+            assert [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", "build"))] == [m.id]
 
 
 # Words of the kinds the tokenizer treats specially: compounds' parts and joined forms, spelling
@@ -112,7 +112,7 @@ def test_every_content_word_of_every_memory_finds_it(texts: list[str]) -> None:
             for w in set(_WORD.findall(m.processed_content)) | set(m.processed_content.split()):
                 if not terms(w):
                     continue
-                got = bank.query_with_relevance("p", w, limit=1000, min_score=0.0, now=NOW)
+                got = bank.query_with_relevance(RecallQuery("p", w, limit=1000, min_score=0.0, now=NOW))
                 assert m.id in [r.memory.id for r in got], (w, m.processed_content)
 
 
@@ -264,7 +264,7 @@ def test_a_word_the_bank_says_is_never_read_as_another() -> None:
     with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank:
         traction = put(bank, "p", "The traction numbers are up 10%", created=days_ago(1))
         fraction = put(bank, "p", "A fraction of the tests are flaky", created=days_ago(2))
-        ids = lambda q: [r.memory.id for r in bank.query_with_relevance("p", q, now=NOW)]  # noqa: E731
+        ids = lambda q: [r.memory.id for r in bank.query_with_relevance(RecallQuery("p", q, now=NOW))]  # noqa: E731
         assert ids("fraction") == [fraction.id]
         assert ids("traction") == [traction.id]
         assert ids("fractoin") == [fraction.id]

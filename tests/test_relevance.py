@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.errors import ConfigError
 from memlocal.injection import CORE_HEADING, RELEVANT_HEADING
@@ -39,8 +39,8 @@ def _keys(results: list, ids: dict[str, str]) -> list[str]:
 def test_an_off_topic_query_returns_nothing_and_counts_nothing(dev: tuple[MemoryBank, dict[str, str]]) -> None:
     bank, ids = dev
     before = {m.id: m.access_count for m in bank.store.iter_profile("dev")}
-    assert bank.recall("dev", OFF_TOPIC, now=NOW) == []
-    assert bank.recall("dev", "the and of it", now=NOW) == []  # no usable words
+    assert bank.recall(RecallQuery("dev", OFF_TOPIC, now=NOW)) == []
+    assert bank.recall(RecallQuery("dev", "the and of it", now=NOW)) == []  # no usable words
     assert dispatch(bank, "memory_recall", {"query": OFF_TOPIC}, "dev") == {"results": []}
     assert {m.id: m.access_count for m in bank.export("dev")} == before  # after the queued bumps
 
@@ -60,7 +60,7 @@ def test_an_off_topic_query_returns_nothing_and_counts_nothing(dev: tuple[Memory
 def test_everyday_questions_find_their_memory(dev: tuple[MemoryBank, dict[str, str]], query: str, key: str,
                                               within: int) -> None:
     bank, ids = dev
-    got = bank.query_with_relevance("dev", query, now=NOW)
+    got = bank.query_with_relevance(RecallQuery("dev", query, now=NOW))
     assert key in _keys(got, ids)[:within], _keys(got, ids)
     assert all(r.evidence is not None and r.breakdown.topic > 0 for r in got)  # padding rate 0
 
@@ -70,13 +70,13 @@ def test_the_user_is_no_topic(dev: tuple[MemoryBank, dict[str, str]]) -> None:
     about the user's time zone is answered by the time-zone memory alone, not tied with the one
     memory that happens to say "The user is allergic…"."""
     bank, ids = dev
-    got = _keys(bank.query_with_relevance("dev", "what time zone is the user in?", now=NOW), ids)
+    got = _keys(bank.query_with_relevance(RecallQuery("dev", "what time zone is the user in?", now=NOW)), ids)
     assert got[0] == "lisbon" and "allergy" not in got, got
 
 
 def test_results_say_why_they_passed(dev: tuple[MemoryBank, dict[str, str]]) -> None:
     bank, ids = dev
-    [top, *_] = bank.query_with_relevance("dev", "which test framework?", now=NOW)
+    [top, *_] = bank.query_with_relevance(RecallQuery("dev", "which test framework?", now=NOW))
     assert top.memory.id == ids["pytest"]
     assert top.evidence is not None
     # The query's words as it writes them (never a stem), and the rank the results are listed by.
@@ -92,9 +92,9 @@ def test_weak_matches_below_the_ratio_are_left_out(tmp_path: Path) -> None:
     with _bank(tmp_path / "m.db") as bank:
         dev_profile(bank)
         # "tea" shares only the food cluster with the query; the allergy memory covers "food".
-        loose = bank.query_with_relevance("dev", "what food should I avoid at lunch?", now=NOW)
+        loose = bank.query_with_relevance(RecallQuery("dev", "what food should I avoid at lunch?", now=NOW))
         with _bank(tmp_path / "m.db", **{"ranking.evidence_ratio": 0.0}) as wide:
-            everything = wide.query_with_relevance("dev", "what food should I avoid at lunch?", now=NOW)
+            everything = wide.query_with_relevance(RecallQuery("dev", "what food should I avoid at lunch?", now=NOW))
         assert len(loose) < len(everything)
         best = max(r.breakdown.topic for r in everything)
         assert all(r.breakdown.topic >= 0.3 * best for r in loose)
@@ -128,7 +128,7 @@ RECORDED_SPEC = {
 def test_spec_mode_reproduces_the_old_ranking(tmp_path: Path, query: str) -> None:
     with _bank(tmp_path / "m.db", **{"ranking.mode": "spec"}) as bank:
         ids = {key: m.id for key, m in dev_profile(bank).items()}
-        got = bank.query_with_relevance("dev", query, now=NOW)
+        got = bank.query_with_relevance(RecallQuery("dev", query, now=NOW))
         keys, scores = RECORDED_SPEC[query]
         assert _keys(got, ids) == keys
         assert [round(r.score, 12) for r in got] == scores
@@ -145,7 +145,7 @@ def test_only_memories_that_passed_the_gate_count_as_used(tmp_path: Path) -> Non
                      "holographic entanglement", "format my code"]
         returned: dict[str, int] = {}
         for q in questions:
-            for r in bank.recall("dev", q, now=NOW):
+            for r in bank.recall(RecallQuery("dev", q, now=NOW)):
                 returned[r.memory.id] = returned.get(r.memory.id, 0) + 1
         # The bank's read waits for its queued bumps (a warm recall writes them off the caller's path).
         after = {m.id: m.access_count for m in bank.export("dev")}
@@ -176,8 +176,8 @@ def test_word_forms_match(tmp_path: Path, query: str, memory: str) -> None:
     others (some of which say the query's own word)."""
     with _bank(tmp_path / "m.db") as bank:
         dev_profile(bank)
-        saved = bank.save("dev", content=memory, category="fact").memory
-        top = bank.query_with_relevance("dev", query, now=NOW)
+        saved = bank.save(SaveRequest("dev", content=memory, category="fact")).memory
+        top = bank.query_with_relevance(RecallQuery("dev", query, now=NOW))
         assert saved.id in [r.memory.id for r in top[:3]], [r.memory.processed_content for r in top[:3]]
 
 

@@ -17,7 +17,7 @@ from api_live import LiveServer
 import support
 from support import corrupt_memories_table, http_client
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.config import Config
 from memlocal.errors import ConfigError, StoreError, ValidationError
@@ -50,7 +50,7 @@ def _line(mid: str, text: str, **extra: Any) -> str:
 
 def test_supersedes_is_a_memory_id_on_every_face(tmp_path: Path, cli: Any, rest: tuple[MemoryBank, Any]) -> None:
     bank, client = rest
-    old = bank.save(P, content="Ana lives in Porto").memory
+    old = bank.save(SaveRequest(P, content="Ana lives in Porto")).memory
     r = client.post(f"/api/profiles/{P}/memories", json={"content": "Ana lives in Lisbon", "supersedes": BAD_ID})
     assert r.status_code in (400, 422) and "\n" not in r.json()["error"]["message"]
     with pytest.raises(ValidationError, match="memory_save"):
@@ -105,7 +105,7 @@ def test_a_full_database_is_one_line_in_the_library_rest_and_tools(rest: tuple[M
     _fill(bank)
     big = "word " * 800
     with pytest.raises(StoreError, match="full"):
-        bank.save(P, content=big)
+        bank.save(SaveRequest(P, content=big))
     r = client.post(f"/api/profiles/{P}/memories", json={"content": big + "x"})
     assert r.status_code == 507 and r.json()["error"]["code"] == "disk_full"
     with pytest.raises(StoreError, match="full"):
@@ -172,7 +172,7 @@ def test_a_corrupt_page_is_one_line_on_every_face(tmp_path: Path, cli: Any) -> N
 def test_damaged_audit_rows_are_skipped_and_a_missing_table_is_one_line(tmp_path: Path, cli: Any) -> None:
     db = tmp_path / "audit.db"
     with MemoryBank(db) as bank:
-        tea = bank.save(P, content="Prefers green tea", category="preference").memory
+        tea = bank.save(SaveRequest(P, content="Prefers green tea", category="preference")).memory
         for q in ("one", "two", "three"):
             bank.inject(P, "@memory", q)
         bank.drain()

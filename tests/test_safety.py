@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 from anthropic_fake import FakeAnthropic, Reply
 
-from memlocal import MemoryBank, ValidationError
+from memlocal import MemoryBank, SaveRequest, ValidationError
 from memlocal.config import Config
 from memlocal.portability import import_jsonl
 from memlocal.redact import redact
@@ -129,7 +129,7 @@ def test_a_decorated_key_never_reaches_the_database_the_cli_or_the_block(tmp_pat
 
 def test_a_decorated_key_never_reaches_the_bucket(hosts: Callable[..., Any], s3: Any) -> None:
     a = hosts("a")
-    ids = [a.bank.save("p", content=f"backup key {key}").memory.id for key in DECORATED.values()
+    ids = [a.bank.save(SaveRequest("p", content=f"backup key {key}")).memory.id for key in DECORATED.values()
            if "\x01" not in key]  # a control character is refused (docs/storage.md): nothing to send
     a.sync()
     for i in ids:
@@ -223,7 +223,7 @@ def test_the_models_answer_is_redacted_before_it_is_stored(anthropic_fake: FakeA
     anthropic_fake.respond(Reply.structured({"processedContent": f"My AWS key is {AWS}.", "summary": f"AWS key {AWS}",
                                              "category": "fact", "confidence": 0.9}))
     with MemoryBank.open(db_path, config=Config.load()) as bank:
-        saved = bank.save("llm", "my aws key: " + " ".join(AWS[i:i + 4] for i in range(0, 20, 4)))
+        saved = bank.save(SaveRequest("llm", "my aws key: " + " ".join(AWS[i:i + 4] for i in range(0, 20, 4))))
         assert "aws-key" in saved.redacted
         assert not survives(AWS, saved.memory.processed_content) and not survives(AWS, saved.memory.summary)
     assert not survives(AWS, db_text(db_path.parent))
@@ -236,7 +236,7 @@ def test_a_pulled_key_is_not_sent_to_the_model(anthropic_fake: FakeAnthropic, db
                                              "category": "fact", "confidence": 0.9, "supersedes": None}))
     with MemoryBank.open(db_path, config=Config.load()) as bank:
         bank.store.upsert(memory("llm", f"the deploy key is {GHP}", memory_id="mem-00000010"))
-        bank.save("llm", "the deploy key was rotated yesterday")
+        bank.save(SaveRequest("llm", "the deploy key was rotated yesterday"))
     sent = json.dumps([r.body for r in anthropic_fake.requests])
     assert "deploy key is" in sent and not survives(GHP, sent)
 
@@ -257,8 +257,8 @@ NOT_THE_SAME = [
 
 @pytest.mark.parametrize(("first", "second"), NOT_THE_SAME)
 def test_exact_duplicates_do_not_fold_what_changes_the_meaning(bank: MemoryBank, first: str, second: str) -> None:
-    a = bank.save("p", content=first, category="fact")
-    b = bank.save("p", content=second, category="fact")
+    a = bank.save(SaveRequest("p", content=first, category="fact"))
+    b = bank.save(SaveRequest("p", content=second, category="fact"))
     assert not b.deduplicated and a.memory.id != b.memory.id
 
 
@@ -269,14 +269,14 @@ def test_the_cli_does_not_answer_already_saved_for_a_different_number(cli: Any) 
 
 
 def test_exact_duplicates_still_see_through_invisible_and_lookalike_characters(bank: MemoryBank) -> None:
-    a = bank.save("p", content="Ana prefers dark mode", category="preference")
+    a = bank.save(SaveRequest("p", content="Ana prefers dark mode", category="preference"))
     for same in ("Ana prefers da\u200brk mode", "Ana prefers d\u0430rk mode", "\uff21na prefers dark mode",
                  "It was \u22125 degrees"):
         if same.startswith("It"):
-            assert bank.save("p", content="It was -5 degrees", category="fact").memory.id == \
-                bank.save("p", content=same, category="fact").memory.id  # a minus sign is a minus
+            assert bank.save(SaveRequest("p", content="It was -5 degrees", category="fact")).memory.id == \
+                bank.save(SaveRequest("p", content=same, category="fact")).memory.id  # a minus sign is a minus
             continue
-        assert bank.save("p", content=same, category="preference").memory.id == a.memory.id, same
+        assert bank.save(SaveRequest("p", content=same, category="preference")).memory.id == a.memory.id, same
 
 
 # --- 7. the memory tool's paths are bounded -------------------------------------------------------
@@ -342,7 +342,7 @@ def test_damaged_sync_tables_are_one_line(hosts: Callable[..., Any], s3: Any, cl
     import sqlite3
 
     a = hosts("a")
-    a.bank.save("p", content="first note")
+    a.bank.save(SaveRequest("p", content="first note"))
     a.sync()
     tables = [r[0] for r in a.bank.store.read("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'sync%'")]
     a.close()

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import http_client
 
-from memlocal import MemoryBank, RecallQuery
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.api import create_app
 from memlocal.errors import ValidationError
 from memlocal.fold import project
@@ -60,7 +60,7 @@ def test_every_read_of_the_library_and_the_tools(pulled: Any) -> None:
         "memories": dumps([m.to_dict() for m in bank.memories("team")]),
         "memories with a field": dumps([m.to_dict() for m in bank.memories("team", with_field="memoryFile")]),
         "get_many": dumps({k: m.to_dict() for k, m in bank.get_many("team", [MID]).items()}),
-        "recall": dumps([s.memory.to_dict() for s in bank.recall("team", "deploy key")]),
+        "recall": dumps([s.memory.to_dict() for s in bank.recall(RecallQuery("team", "deploy key"))]),
         "query_with_relevance": dumps([s.memory.to_dict() for s in bank.query_with_relevance(
             RecallQuery("team", "deploy key", 10, 0.0))]),
         "render_context_block": bank.render_context_block("team", "deploy key").text,
@@ -185,8 +185,8 @@ def test_a_decorated_key_reaches_no_database_bucket_block_or_face(hosts: Callabl
     clean = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "", content)
     if clean != content:  # a save refuses a C0 control (docs/storage.md): the rest runs on the text without it
         with pytest.raises(ValidationError, match="control character"):
-            host.bank.save(profile, content=content, category="fact")
-    saved = host.bank.save(profile, content=clean, category="fact", extra={"meta": {text: [text]}})
+            host.bank.save(SaveRequest(profile, content=content, category="fact"))
+    saved = host.bank.save(SaveRequest(profile, content=clean, category="fact", extra={"meta": {text: [text]}}))
     body = s3.client.get_object(Bucket=s3.bucket, Key=f"memory/{profile}/{saved.memory.id}.json")["Body"].read()
     block = host.bank.inject(profile, "@memory", "what is the deploy key?")
     shown = json.dumps([host.bank.get(profile, saved.memory.id).to_dict(),

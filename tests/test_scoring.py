@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memlocal import MemoryBank, ValidationError
+from memlocal import MemoryBank, RecallQuery, SaveRequest, ValidationError
 from memlocal.config import Config
 from memlocal.clusters import CLUSTER_NAMES, CLUSTER_TERMS, CLUSTER_WORDS, clusters_of
 from memlocal.model import compute_staleness
@@ -91,9 +91,9 @@ def test_staleness_values_and_clamping() -> None:
 
 
 def test_staleness_recomputed_on_save_and_on_access(bank: MemoryBank) -> None:
-    saved = bank.save("p", content="Deploys go out on Tuesdays", category="context", confidence=0.6).memory
+    saved = bank.save(SaveRequest("p", content="Deploys go out on Tuesdays", category="context", confidence=0.6)).memory
     assert saved.staleness_score == pytest.approx(0.4 * 0.3 * 1.5)
-    bank.recall("p", "deploys")
+    bank.recall(RecallQuery("p", "deploys"))
     after = bank.get("p", saved.id)
     assert after.access_count == 1
     expected = max(0.0, (-math.log10(2) * 0.2 + 0.4 * 0.3) * 1.5)
@@ -301,7 +301,7 @@ def test_time_zone_query_finds_the_timezone_memory() -> None:
 
 def test_composite_score_hand_computed(bank: MemoryBank) -> None:
     put(bank, "p", "Peanut allergy", created=days_ago(30), confidence=0.5)
-    [r] = bank.query_with_relevance("p", "peanut allergy", now=NOW)
+    [r] = bank.query_with_relevance(RecallQuery("p", "peanut allergy", now=NOW))
     # maturity 0 -> 0.5 / 0 / 0.5; recency 0.5; topic 1; confidenceMul 0.75.
     top = 1.0
     assert r.score == pytest.approx((0.5 * 0.5 + 0.5 * top) * 0.75)
@@ -316,10 +316,10 @@ def test_composite_score_hand_computed(bank: MemoryBank) -> None:
 def test_mature_profile_uses_full_usage_weight(bank: MemoryBank) -> None:
     put(bank, "p", "Uses tabs for indentation", created=days_ago(60), last=days_ago(30), count=9)
     put(bank, "p", "Old inactive memory", count=100, active=False)  # not counted
-    [r] = bank.query_with_relevance("p", "tabs", min_score=0.0, now=NOW)
+    [r] = bank.query_with_relevance(RecallQuery("p", "tabs", min_score=0.0, now=NOW))
     assert r.breakdown.maturity == pytest.approx(9 / 50)
     put(bank, "p", "Another heavily used memory", count=41)
-    r = bank.query_with_relevance("p", "indentation tabs", min_score=0.0, now=NOW)[0]
+    r = bank.query_with_relevance(RecallQuery("p", "indentation tabs", min_score=0.0, now=NOW))[0]
     assert r.breakdown.maturity == 1.0
     # recency from lastAccessedAt (30 days): 0.5; usage(9) = 0.8; topic 1.
     assert r.score == pytest.approx(0.35 * 0.5 + 0.30 * 0.8 + 0.35 * 1.0)
@@ -333,7 +333,7 @@ def test_spec_mode_ranks_memories_without_topic_by_recency(tmp_path: Path) -> No
     with _spec_bank(tmp_path / "m.db") as bank:
         old = put(bank, "p", "Paint the fence", created=days_ago(90))
         new = put(bank, "p", "Water the plants", created=days_ago(1))
-        got = bank.query_with_relevance("p", "quantum chromodynamics", now=NOW)
+        got = bank.query_with_relevance(RecallQuery("p", "quantum chromodynamics", now=NOW))
         assert [r.memory.id for r in got] == [new.id, old.id]
         assert all(r.breakdown.topic == 0.0 and r.evidence is None for r in got)
 
@@ -341,9 +341,9 @@ def test_spec_mode_ranks_memories_without_topic_by_recency(tmp_path: Path) -> No
 def test_evidence_mode_returns_nothing_without_evidence(bank: MemoryBank) -> None:
     put(bank, "p", "Paint the fence", created=days_ago(90))
     put(bank, "p", "Water the plants", created=days_ago(1))
-    assert bank.query_with_relevance("p", "quantum chromodynamics lattice gauge", now=NOW) == []
-    assert bank.query_with_relevance("p", "the of and", now=NOW) == []  # no usable words
-    assert bank.query_with_relevance("p", "", now=NOW) == []
+    assert bank.query_with_relevance(RecallQuery("p", "quantum chromodynamics lattice gauge", now=NOW)) == []
+    assert bank.query_with_relevance(RecallQuery("p", "the of and", now=NOW)) == []  # no usable words
+    assert bank.query_with_relevance(RecallQuery("p", "", now=NOW)) == []
 
 
 def test_ties_break_by_newer_created_then_id(bank: MemoryBank) -> None:
@@ -351,7 +351,7 @@ def test_ties_break_by_newer_created_then_id(bank: MemoryBank) -> None:
     older = put(bank, "p", "same words", created=days_ago(10), last=days_ago(1), memory_id="mem-00000001")
     b = put(bank, "p", "same words", created=days_ago(1), memory_id="mem-0000000b")
     a = put(bank, "p", "same words", created=days_ago(1), memory_id="mem-0000000a")
-    got = bank.query_with_relevance("p", "same words", now=NOW)
+    got = bank.query_with_relevance(RecallQuery("p", "same words", now=NOW))
     assert got[0].score == got[1].score == got[2].score
     assert [r.memory.id for r in got] == [a.id, b.id, older.id]
 
@@ -360,19 +360,19 @@ def test_limit_min_score_exclusion_and_inactive(bank: MemoryBank) -> None:
     ms = [put(bank, "p", f"note number {i}", created=days_ago(i * 10)) for i in range(6)]
     put(bank, "p", "note number hidden", active=False)
     put(bank, "other", "note number elsewhere")
-    got = bank.query_with_relevance("p", "note", limit=3, now=NOW)
+    got = bank.query_with_relevance(RecallQuery("p", "note", limit=3, now=NOW))
     assert [r.memory.id for r in got] == [m.id for m in ms[:3]]
-    got = bank.query_with_relevance("p", "note", limit=8, exclude_ids=[ms[0].id], now=NOW)
+    got = bank.query_with_relevance(RecallQuery("p", "note", limit=8, exclude_ids=[ms[0].id], now=NOW))
     assert [r.memory.id for r in got] == [m.id for m in ms[1:]]
-    high = bank.query_with_relevance("p", "note", min_score=0.8, now=NOW)
+    high = bank.query_with_relevance(RecallQuery("p", "note", min_score=0.8, now=NOW))
     assert high and all(r.score >= 0.8 for r in high)
 
 
 def test_query_has_no_side_effects_but_recall_bumps(bank: MemoryBank) -> None:
-    m = bank.save("p", content="Prefers dark mode").memory
-    bank.query_with_relevance("p", "dark mode")
+    m = bank.save(SaveRequest("p", content="Prefers dark mode")).memory
+    bank.query_with_relevance(RecallQuery("p", "dark mode"))
     assert bank.get("p", m.id).access_count == 0
-    results = bank.recall("p", "dark mode")
+    results = bank.recall(RecallQuery("p", "dark mode"))
     assert results[0].memory.access_count == 0  # the ranking's view, before the bump
     after = bank.get("p", m.id)
     assert after.access_count == 1 and after.last_accessed_at is not None
@@ -385,23 +385,23 @@ def test_query_has_no_side_effects_but_recall_bumps(bank: MemoryBank) -> None:
      "memories_fts MATCH 'x'", "🙂 emoji", ""],
 )
 def test_agent_query_text_never_raises(bank: MemoryBank, query: str) -> None:
-    bank.save("p", content="some content with words")
-    assert isinstance(bank.recall("p", query), list)
+    bank.save(SaveRequest("p", content="some content with words"))
+    assert isinstance(bank.recall(RecallQuery("p", query)), list)
 
 
 def test_bad_arguments_are_rejected(bank: MemoryBank) -> None:
     for kwargs in ({"limit": 0}, {"limit": "8"}, {"min_score": -0.1}, {"min_score": 2}, {"exclude_ids": ["x"]}):
         with pytest.raises(ValidationError):
-            bank.query_with_relevance("p", "q", **kwargs)  # type: ignore[arg-type]
+            bank.query_with_relevance(RecallQuery("p", "q", **kwargs))  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
-        bank.recall("../etc", "q")
+        bank.recall(RecallQuery("../etc", "q"))
     with pytest.raises(ValidationError):
-        bank.recall("p", None)  # type: ignore[arg-type]
+        bank.recall(RecallQuery("p", None))  # type: ignore[arg-type]
 
 
 def test_diet_query_recalls_the_peanut_allergy_memory(bank: MemoryBank) -> None:
     allergy = put(bank, "p", "Has a severe peanut allergy", category="fact", created=days_ago(3))
     put(bank, "p", "Deploys go through the staging server", created=days_ago(1))
     put(bank, "p", "Prefers dark mode in the editor", category="preference", created=days_ago(1))
-    top = bank.recall("p", "plan a diet for the team offsite")[0]
+    top = bank.recall(RecallQuery("p", "plan a diet for the team offsite"))[0]
     assert top.memory.id == allergy.id and top.breakdown.topic > 0

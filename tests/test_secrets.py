@@ -15,7 +15,7 @@ from api_live import LiveServer
 import support
 from support import http
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.config import Config
 from memlocal.errors import InputTooLargeError, SecretFoundError
@@ -71,7 +71,7 @@ def test_no_secret_reaches_the_database_file(tmp_path: Path) -> None:
     folder = tmp_path / "db"
     with MemoryBank(folder / "m.db") as bank:
         for kind, (text, _) in SECRETS.items():
-            saved = bank.save("p", text, content=f"noted: {text}", summary=text[:50])
+            saved = bank.save(SaveRequest("p", text, content=f"noted: {text}", summary=text[:50]))
             # (a summary cut at 50 characters may hold a key's stump: the entropy check takes it,
             # or the pair it is the value of, ``ANTHROPIC_API_KEY=sk-ant-…``)
             assert saved.redacted[0] == kind and set(saved.redacted) <= {kind, "high-entropy", "api-key"}, kind
@@ -87,7 +87,7 @@ def test_no_secret_reaches_the_database_file(tmp_path: Path) -> None:
 def test_no_secret_reaches_the_outbox_or_the_bucket(hosts: Callable[..., Any], s3: Any, outage: Any) -> None:
     # The bucket is down for this host: the saves wait in the outbox, then a pass pushes them.
     a = hosts("a", bucket__endpoint=outage.endpoint)
-    ids = [a.bank.save("p", content=text).memory.id for text, _ in SECRETS.values()]
+    ids = [a.bank.save(SaveRequest("p", content=text)).memory.id for text, _ in SECRETS.values()]
     data = _stored_bytes(a.path.parent)
     outage.up()
     a.sync()
@@ -97,7 +97,7 @@ def test_no_secret_reaches_the_outbox_or_the_bucket(hosts: Callable[..., Any], s
         data += s3.client.get_object(Bucket=s3.bucket, Key=f"memory/p/{i}.json")["Body"].read()
     # And a write-through save, straight to the bucket.
     b = hosts("b")
-    saved = b.bank.save("p", SECRETS["anthropic-key"][0])
+    saved = b.bank.save(SaveRequest("p", SECRETS["anthropic-key"][0]))
     assert saved.synced
     data += s3.client.get_object(Bucket=s3.bucket, Key=f"memory/p/{saved.memory.id}.json")["Body"].read()
     for kind, (_, value) in SECRETS.items():
@@ -109,9 +109,9 @@ def test_reject_mode_leaves_nothing_behind(tmp_path: Path, hosts: Callable[..., 
     a = hosts("a", secrets__mode="reject")
     for text, value in SECRETS.values():
         with pytest.raises(SecretFoundError, match="nothing was saved"):
-            a.bank.save("p", text)
+            a.bank.save(SaveRequest("p", text))
         with pytest.raises(SecretFoundError):
-            a.bank.save("p", content="fine", summary=text[:50]) if len(text) <= 50 else a.bank.save("p", "x", content=text)
+            a.bank.save(SaveRequest("p", content="fine", summary=text[:50])) if len(text) <= 50 else a.bank.save(SaveRequest("p", "x", content=text))
     assert a.bank.stats()["totalMemories"] == 0
     assert a.bank.store.read("SELECT count(*) FROM sync_outbox")[0][0] == 0
     assert s3.keys() == []
@@ -124,9 +124,9 @@ def test_the_cap_applies_to_the_input_as_given(bank: MemoryBank) -> None:
     text, value = SECRETS["github-token"]
     fits = text + " " + "x" * (RAW_INPUT_MAX_BYTES - len(text) - 1)
     assert len(fits.encode()) == RAW_INPUT_MAX_BYTES
-    assert bank.save("p", fits).redacted == ("github-token",)
+    assert bank.save(SaveRequest("p", fits)).redacted == ("github-token",)
     with pytest.raises(InputTooLargeError, match="4097 bytes"):
-        bank.save("p", fits + "x")  # redacting would shrink it under the cap: still refused
+        bank.save(SaveRequest("p", fits + "x"))  # redacting would shrink it under the cap: still refused
 
 
 def test_every_face_reports_the_kinds_never_the_values(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.redact import forget_extra_patterns
 
 TOKEN = "acme_tok_9f8e7d6c5b4a3928"
@@ -55,8 +55,8 @@ def _bucket_bytes(s3: Any) -> dict[str, bytes]:
 def test_dry_run_changes_nothing_and_a_local_rescan_purges_the_file(tmp_path: Path, cli: Any) -> None:
     db = tmp_path / "m.db"
     with MemoryBank(db) as bank:
-        old = bank.save("ops", f"deploy with {TOKEN} on fridays").memory
-        bank.save("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id)  # the old one is history now
+        old = bank.save(SaveRequest("ops", f"deploy with {TOKEN} on fridays")).memory
+        bank.save(SaveRequest("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id))  # the old one is history now
         bank.automations.put("nightly", f"last run used {TOKEN}")
     assert _file_bytes(db).count(HEX) > 0
     before = _tables(db)
@@ -80,9 +80,9 @@ def test_dry_run_changes_nothing_and_a_local_rescan_purges_the_file(tmp_path: Pa
 def test_a_rescan_reaches_the_bucket_the_snapshot_and_a_second_host(hosts: Callable[..., Any], s3: Any,
                                                                      cli: Any) -> None:
     a = hosts("a", sync__snapshot_min_objects=2)
-    old = a.bank.save("ops", f"deploy with {TOKEN} on fridays").memory
-    a.bank.save("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id)
-    a.bank.save("ops", "standup is at 9:30 in the small room")
+    old = a.bank.save(SaveRequest("ops", f"deploy with {TOKEN} on fridays")).memory
+    a.bank.save(SaveRequest("ops", f"deploy with {TOKEN} on mondays", supersedes=old.id))
+    a.bank.save(SaveRequest("ops", "standup is at 9:30 in the small room"))
     a.bank.automations.put("nightly", f"last run used {TOKEN}")
     a.sync()
     a.sync()  # the profile agrees with the bucket: its snapshot is written
@@ -107,7 +107,7 @@ def test_a_rescan_reaches_the_bucket_the_snapshot_and_a_second_host(hosts: Calla
 def test_import_with_rescan_runs_the_same_pass(tmp_path: Path, cli: Any) -> None:
     db = tmp_path / "m.db"
     with MemoryBank(db) as bank:
-        stored = bank.save("ops", f"deploy with {TOKEN} on fridays").memory  # before the pattern existed
+        stored = bank.save(SaveRequest("ops", f"deploy with {TOKEN} on fridays")).memory  # before the pattern existed
     lines = tmp_path / "in.jsonl"
     lines.write_text('{"id": "mem-0000abcd", "profileName": "ops", "rawInput": "standup at 9:30",'
                      ' "processedContent": "standup at 9:30", "summary": "standup", "category": "fact",'
@@ -124,9 +124,9 @@ def test_a_rewrite_never_turns_a_deletion_made_since_the_read_into_a_put(tmp_pat
     from memlocal.rescan import redacted_memory
 
     with MemoryBank.open(tmp_path / "r.db") as bank:
-        kept = bank.save("ops", "the deploy key is acme_tok_9f8e7d6c5b4a3928", use_llm=False).memory
-        gone = bank.save("ops", "the backup key is acme_tok_1a2b3c4d5e6f7081", use_llm=False).memory
-        read = [redacted_memory(m)[0] for m in (kept, gone)]
+        kept = bank.save(SaveRequest("ops", "the deploy key is acme_tok_9f8e7d6c5b4a3928", use_llm=False)).memory
+        gone = bank.save(SaveRequest("ops", "the backup key is acme_tok_1a2b3c4d5e6f7081", use_llm=False)).memory
+        read = [(m, redacted_memory(m)[0].with_changes(summary="rewritten")) for m in (kept, gone)]
         bank.delete("ops", gone.id)
         written = bank.store.rewrite(read)
         assert [m.id for m in written] == [kept.id]
@@ -134,3 +134,52 @@ def test_a_rewrite_never_turns_a_deletion_made_since_the_read_into_a_put(tmp_pat
         assert queued[gone.id] == "delete" and queued[kept.id] == "put"
         with pytest.raises(Exception):
             bank.get("ops", gone.id)
+
+
+def test_a_rewrite_keeps_what_another_connection_changed_since_the_read(tmp_path: Path) -> None:
+    """A rescan reads a memory, then rewrites its texts: a change another connection (another
+    process on the same file) made to its other fields in between stays. Was: the whole row as
+    read was written back, so a supersession made meanwhile lost its link (supersededBy)."""
+    path = tmp_path / "two.db"
+    with MemoryBank.open(path) as bank, MemoryBank.open(path) as other:
+        old = bank.save(SaveRequest("ops", f"the deploy key is {TOKEN}", use_llm=False)).memory
+        read = bank.get("ops", old.id)  # the rescan's read
+        clean = "the deploy key is [REDACTED:acme-token]"
+        after = read.with_changes(raw_input=clean, processed_content=clean, summary=clean)
+        newer = other.save(SaveRequest("ops", "the deploy key now lives in the vault", use_llm=False, supersedes=old.id)).memory
+        written = bank.store.rewrite([(read, after)])
+        assert [m.id for m in written] == [old.id]
+        stored = other.get("ops", old.id)
+        assert stored.processed_content == clean and stored.raw_input == clean and stored.summary == clean
+        assert stored.is_active is False and stored.superseded_by == newer.id  # kept, not the read's
+        assert written[0].superseded_by == newer.id  # what was written is what is stored
+        assert [m.id for m in other.history("ops", newer.id)] == [old.id, newer.id]
+        assert bank.recall(RecallQuery("ops", "deploy key vault"))[0].memory.id == newer.id
+
+
+def test_a_rewrite_never_overwrites_a_text_changed_since_the_read(tmp_path: Path) -> None:
+    """Another connection changed the text itself between the read and the rewrite: the rewrite
+    of that memory is not written (check-and-set on what it read); the rescan reads it again and
+    redacts the new text."""
+    import sqlite3
+
+    from memlocal import rescan
+    from memlocal.redact import use_extra_patterns
+
+    path = tmp_path / "cas.db"
+    with MemoryBank.open(path) as bank:
+        m = bank.save(SaveRequest("ops", f"the deploy key is {TOKEN}", use_llm=False)).memory
+        read = bank.get("ops", m.id)
+        clean = "the deploy key is [REDACTED:acme-token]"
+        after = read.with_changes(raw_input=clean, processed_content=clean, summary=clean)
+        edited = f"the deploy key is {TOKEN}, rotated monthly"
+        with sqlite3.connect(path) as c:  # another process's write (a pulled edit, say)
+            c.execute("UPDATE memories SET processed_content = ?, raw_input = ? WHERE id = ?", (edited, edited, m.id))
+        assert bank.store.rewrite([(read, after)]) == []
+        assert bank.get("ops", m.id).processed_content == edited  # not overwritten with the stale text
+        # The rescan's write goes round again on what is stored now: read again, redacted again.
+        use_extra_patterns([("acme-token", "acme_tok_[0-9a-f]{16}")])
+        [written] = rescan.rewrite(bank.store, [(read, after)])
+        want = "the deploy key is [REDACTED:acme-token], rotated monthly"
+        assert written.processed_content == want and bank.get("ops", m.id).processed_content == want
+        assert TOKEN not in bank.get("ops", m.id).raw_input

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import support
 import pytest
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.errors import ConfigError
 from memlocal.semantic import CENTRE_PRIOR, CONTEXT_WEIGHTS, Context, SemanticIndex, available, context_of, similarity_bonus
@@ -66,8 +66,8 @@ def test_available_matches_the_installed_packages() -> None:
 
 def test_similar_ranks_by_cosine_and_keeps_to_the_profile(tmp_path: Path) -> None:
     with _bank(tmp_path / "m.db") as bank:
-        ids = {k: bank.save("dev", content=v).memory.id for k, v in DEV.items()}
-        other = bank.save("ops", content="Prefers pytest over unittest").memory.id
+        ids = {k: bank.save(SaveRequest("dev", content=v)).memory.id for k, v in DEV.items()}
+        other = bank.save(SaveRequest("ops", content="Prefers pytest over unittest")).memory.id
         index = SemanticIndex(bank.store, HashEmbedder())
         got = index.similar("dev", "prefers pytest", k=3)
         assert list(got)[0] == ids["pytest"] and other not in got and len(got) == 3
@@ -154,7 +154,7 @@ def test_the_query_is_embedded_without_the_dates_it_names(tmp_path: Path) -> Non
     assert without_dates("What did Caroline paint since 2022?") == "What did Caroline paint?"
     with _bank(tmp_path / "m.db") as bank:
         for v in DEV.values():
-            bank.save("dev", content=v)
+            bank.save(SaveRequest("dev", content=v))
         model = CountingEmbedder()
         index = SemanticIndex(bank.store, model)
         assert index.similar("dev", "flat white coffee on 9 November, 2022") == index.similar("dev", "flat white coffee")
@@ -177,12 +177,12 @@ def test_a_query_asked_again_is_not_embedded_again(tmp_path: Path) -> None:
 
     with _bank(tmp_path / "m.db") as bank:
         for v in DEV.values():
-            bank.save("dev", content=v)
+            bank.save(SaveRequest("dev", content=v))
         model = CountingEmbedder()
         index = SemanticIndex(bank.store, model)
         first = index.similar("dev", "flat white coffee")
         embedded = len(model.texts)  # the profile's back-fill and the query
-        bank.save("dev", content="Drinks green tea in the afternoon")  # the profile changed
+        bank.save(SaveRequest("dev", content="Drinks green tea in the afternoon"))  # the profile changed
         again = index.similar("dev", "flat white coffee")
         assert model.texts[embedded:] == ["Drinks green tea in the afternoon"]  # its back-fill alone
         assert set(first) < set(again)
@@ -194,8 +194,8 @@ def test_a_query_asked_again_is_not_embedded_again(tmp_path: Path) -> None:
 
 def test_vectors_follow_the_memory_text_and_deletion(tmp_path: Path) -> None:
     with _bank(tmp_path / "m.db") as bank:
-        a = bank.save("dev", content=DEV["pytest"]).memory
-        b = bank.save("dev", content=DEV["coffee"]).memory
+        a = bank.save(SaveRequest("dev", content=DEV["pytest"])).memory
+        b = bank.save(SaveRequest("dev", content=DEV["coffee"])).memory
         index = SemanticIndex(bank.store, HashEmbedder())
         assert list(index.similar("dev", "flat white coffee", k=1)) == [b.id]
         with bank.store.transaction() as c:  # another writer rewrites the text: the vector goes
@@ -216,7 +216,7 @@ def test_the_bonus_is_the_similarity_above_a_floor() -> None:
 def test_off_unless_enabled(tmp_path: Path) -> None:
     with _bank(tmp_path / "m.db") as bank:
         assert bank.semantic is None
-        bank.save("dev", content=DEV["pytest"])
+        bank.save(SaveRequest("dev", content=DEV["pytest"]))
         assert bank.store.read("SELECT count(*) FROM memory_vectors") == [(0,)]
 
 
@@ -229,7 +229,7 @@ def test_the_shipped_model_embeds_on_save_and_import_and_bridges_paraphrases(tmp
 
     with _bank(tmp_path / "m.db", MEMLOCAL_SEMANTIC_ENABLED="1") as bank:
         assert bank.semantic is not None and bank.semantic.embedder.dim == 384
-        ids = {k: bank.save("dev", content=v).memory.id for k, v in DEV.items()}
+        ids = {k: bank.save(SaveRequest("dev", content=v)).memory.id for k, v in DEV.items()}
         # Written on save, one 384-dim float32 vector per memory.
         assert bank.store.read("SELECT count(*), min(length(vector)) FROM memory_vectors") == [(len(DEV), 1536)]
         sem = bank.semantic
@@ -302,12 +302,12 @@ def test_recall_adds_similarity_to_the_topic_exactly_as_the_full_scan(tmp_path: 
     with bank, plain:
         bank._semantic = SemanticIndex(bank.store, HashEmbedder())  # stands in for the shipped model
         for query in ("prefers dark editor", "weekly team standup on Thursdays", "flat white coffee order"):
-            got = bank.query_with_relevance("dev", query, limit=8, min_score=0.0, now=NOW)
+            got = bank.query_with_relevance(RecallQuery("dev", query, limit=8, min_score=0.0, now=NOW))
             sim = bank.semantic.similar("dev", query)
             want = rank_brute_force(bank.store.iter_profile("dev"), RankQuery(query, 8, 0.0, now=NOW, similarity=sim))
             assert [(r.memory.id, r.score, r.evidence) for r in got] == [(r.memory.id, r.score, r.evidence) for r in want]
             lexical = {r.memory.id: r.breakdown.topic
-                       for r in plain.query_with_relevance("dev", query, limit=30, min_score=0.0, now=NOW)}
+                       for r in plain.query_with_relevance(RecallQuery("dev", query, limit=30, min_score=0.0, now=NOW))}
             assert any(r.evidence.semantic is not None for r in got)
             for r in got:
                 bonus = similarity_bonus(r.evidence.semantic) if r.evidence.semantic is not None else 0.0
@@ -359,9 +359,9 @@ def test_the_spec_mode_ignores_the_signal(tmp_path: Path) -> None:
     with bank, plain:
         bank._semantic = SemanticIndex(bank.store, HashEmbedder())
         for query in ("prefers dark editor", "flat white coffee order"):
-            got = bank.query_with_relevance("dev", query, now=NOW)
+            got = bank.query_with_relevance(RecallQuery("dev", query, now=NOW))
             assert [(r.memory.id, r.score, r.evidence) for r in got] == [
-                (r.memory.id, r.score, r.evidence) for r in plain.query_with_relevance("dev", query, now=NOW)]
+                (r.memory.id, r.score, r.evidence) for r in plain.query_with_relevance(RecallQuery("dev", query, now=NOW))]
 
 
 def test_off_means_numpy_is_never_imported(tmp_path: Path) -> None:
@@ -372,9 +372,9 @@ def test_off_means_numpy_is_never_imported(tmp_path: Path) -> None:
     import sys
 
     MemoryBank(tmp_path / "m.db", config=Config.load(environ={})).close()
-    code = ("import sys\nfrom memlocal import MemoryBank\nfrom memlocal.config import Config\n"
+    code = ("import sys\nfrom memlocal import MemoryBank, SaveRequest\nfrom memlocal.config import Config\n"
             f"b = MemoryBank({str(tmp_path / 'm.db')!r}, config=Config.load(environ={{}}))\n"
-            "b.save('dev', content='Prefers pytest over unittest')\n"
+            "b.save(SaveRequest('dev', content='Prefers pytest over unittest'))\n"
             "assert b.recall('dev', 'which test framework?')\n"
             "b.inject('dev', '@memory', 'which test framework?')\nb.close()\n"
             "print(sorted(m for m in ('numpy', 'onnxruntime', 'tokenizers') if m in sys.modules))\n")
@@ -390,20 +390,20 @@ def test_the_shipped_model_in_recall_bridges_paraphrases_and_pads_nothing(tmp_pa
 
     bank, key = _dev_bank(tmp_path / "m.db", True)
     with bank:
-        drink = bank.query_with_relevance("dev", "what should I drink?", now=NOW)
+        drink = bank.query_with_relevance(RecallQuery("dev", "what should I drink?", now=NOW))
         assert key[drink[0].memory.id] == "tea" and drink[0].evidence.semantic is not None
         assert drink[0].breakdown.topic > 1.0  # full lexical coverage plus the similarity bonus
         for query, want in (("what food should I avoid at lunch?", "allergy"),
                             ("what time zone is the user in?", "lisbon"),
                             ("which test framework?", "pytest")):
-            results = bank.recall("dev", query, now=NOW)
+            results = bank.recall(RecallQuery("dev", query, now=NOW))
             assert want in [key[r.memory.id] for r in results[:3]], query
         for off_topic in ("quantum chromodynamics lattice gauge", "price of gold today", "knit a scarf",
                           "photosynthesis in plants", "football world cup winner"):
-            assert bank.query_with_relevance("dev", off_topic, now=NOW) == [], off_topic
+            assert bank.query_with_relevance(RecallQuery("dev", off_topic, now=NOW)) == [], off_topic
         # A city's weather is near enough to where the user lives (centred cosine 0.355, the
         # highest of 15 off-topic queries; docs/relevance.md): that one memory, nothing else.
-        assert [key[r.memory.id] for r in bank.query_with_relevance("dev", "weather tomorrow in Paris", now=NOW)] == ["lisbon"]
+        assert [key[r.memory.id] for r in bank.query_with_relevance(RecallQuery("dev", "weather tomorrow in Paris", now=NOW))] == ["lisbon"]
 
 
 @needs_model
@@ -424,6 +424,6 @@ def test_queries_sharing_no_word_with_their_memory_find_it_in_the_top_3(tmp_path
     with _bank(tmp_path / "m.db", MEMLOCAL_SEMANTIC_ENABLED="1") as bank:
         keys = {m.id: ("agent", k) for k, m in agent_profile(bank, "agent").items()}
         keys |= {m.id: ("dev", k) for k, m in dev_profile(bank, "dev").items()}
-        found = [(p, k) in [keys[r.memory.id] for r in bank.query_with_relevance(p, q, limit=3, min_score=0.0, now=NOW)]
+        found = [(p, k) in [keys[r.memory.id] for r in bank.query_with_relevance(RecallQuery(p, q, limit=3, min_score=0.0, now=NOW))]
                  for p, k, q in PARAPHRASES]
     assert sum(found) / len(found) >= 0.60, sum(found)

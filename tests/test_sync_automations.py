@@ -15,6 +15,7 @@ from memlocal.model import format_time, utcnow
 from memlocal.store import Store
 from memlocal.store.replica import StoreReplica
 from s3server import S3, FaultProxy, Host, Outage
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -250,7 +251,7 @@ def test_a_few_deletions_arrive_with_a_verified_marker(hosts: Callable[..., Host
 
 def test_scoped_passes_leave_notes_to_full_passes(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    a.bank.save("p", "a memory")
+    a.bank.save(SaveRequest("p", "a memory"))
     a.bank.automations.put("n1", "state")
     report = b.sync(profiles=["p"])
     assert report.ok and report.counts["pulled"] == 1 and not report.counts["notes_pulled"]

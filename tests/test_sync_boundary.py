@@ -13,7 +13,7 @@ import re
 import sqlite3
 from pathlib import Path
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.plugins import Replicator
 from memlocal.store import Store
 from memlocal.store.replica import StoreReplica
@@ -120,10 +120,10 @@ def test_the_typed_schema_makes_the_tables_the_sql_steps_made(tmp_path: Path) ->
 
 def test_the_store_records_its_change_log_without_a_replicator(tmp_path: Path) -> None:
     with MemoryBank(tmp_path / "m.db", replicator=None) as bank:
-        kept = bank.save("p", content="kept").memory
-        gone = bank.save("p", content="gone").memory
+        kept = bank.save(SaveRequest("p", content="kept")).memory
+        gone = bank.save(SaveRequest("p", content="gone")).memory
         bank.delete("p", gone.id)
-        bank.recall("p", "kept")
+        bank.recall(RecallQuery("p", "kept"))
         bank.close()
     conn = sqlite3.connect(tmp_path / "m.db")
     try:
@@ -176,7 +176,7 @@ def test_a_run_of_pulls_lands_as_the_same_pulls_one_at_a_time(tmp_path: Path) ->
     assert got["mem-000000a3"][0] == "q"  # never touched
     assert {f"mem-0000010{i}" for i in range(5)} <= got.keys()
     with MemoryBank(tmp_path / "batched.db") as bank:  # the pulled rows are in the recall index
-        assert len(bank.query_with_relevance("p", "green tea on night trains")) == 5
+        assert len(bank.query_with_relevance(RecallQuery("p", "green tea on night trains"))) == 5
     batched.close()
     single.close()
 
@@ -204,7 +204,7 @@ def test_a_pull_longer_than_one_statement_lands_whole(tmp_path: Path) -> None:
         c.execute("INSERT INTO memory_features (memory_features) VALUES ('integrity-check')")
     store.close()
     with MemoryBank(tmp_path / "m.db") as bank:  # the pulled rows are in the recall index
-        assert len(bank.query_with_relevance("p", "lighthouse keeper", limit=1_000)) == 1_000
+        assert len(bank.query_with_relevance(RecallQuery("p", "lighthouse keeper", limit=1_000))) == 1_000
 
 
 def test_every_bucket_client_comes_from_the_one_factory() -> None:

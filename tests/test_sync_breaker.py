@@ -9,6 +9,7 @@ from typing import Callable
 
 import pytest
 from s3server import S3, FaultProxy, Host
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -23,7 +24,7 @@ def test_100_saves_against_a_frozen_bucket_wait_for_one_timeout(
     # scripts/bench.py's frozen_lib_100_saves_s measures); the window is longer than the test.
     a = hosts("a", bucket__endpoint=fault_proxy.endpoint, sync__put_timeout_s=0.2, sync__breaker_s=60.0)
     t0 = time.monotonic()
-    results = [a.bank.save(P, f"saved while the bucket hangs {i}") for i in range(100)]
+    results = [a.bank.save(SaveRequest(P, f"saved while the bucket hangs {i}")) for i in range(100)]
     elapsed = time.monotonic() - t0
     print(f"100 saves against a frozen bucket: {elapsed:.2f} s")
     assert all(r.synced is False for r in results)
@@ -47,16 +48,16 @@ def test_the_breaker_half_opens_after_its_window(hosts: Callable[..., Host], s3:
     # or not whatever the machine's load, and no test time is slept away.
     now = [time.time()]
     a.bank.replicator.breaker._clock = lambda: now[0]
-    assert a.bank.save(P, "written through while the bucket is well").synced is True
+    assert a.bank.save(SaveRequest(P, "written through while the bucket is well")).synced is True
     fault_proxy.freeze()
-    assert a.bank.save(P, "this one times out and opens the breaker").synced is False
+    assert a.bank.save(SaveRequest(P, "this one times out and opens the breaker")).synced is False
     seen = fault_proxy.received
     now[0] += 0.4                                   # within the 0.5 s window
-    assert a.bank.save(P, "straight to the outbox").synced is False
+    assert a.bank.save(SaveRequest(P, "straight to the outbox")).synced is False
     assert fault_proxy.received == seen            # no request while open
     fault_proxy.thaw()
     now[0] += 1.0                                   # past the window: half-open now
-    assert a.bank.save(P, "the trial write, which succeeds").synced is True
-    assert a.bank.save(P, "closed again: written through").synced is True
+    assert a.bank.save(SaveRequest(P, "the trial write, which succeeds")).synced is True
+    assert a.bank.save(SaveRequest(P, "closed again: written through")).synced is True
     assert a.sync().counts["pushed"] == 2
     assert len(s3.keys()) == 5

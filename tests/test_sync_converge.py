@@ -10,6 +10,7 @@ import pytest
 
 from memlocal.model import format_time, utcnow
 from s3server import S3, FaultProxy, Host
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -18,7 +19,7 @@ P = "conv"
 
 
 def seed(a: Host, b: Host) -> str:
-    mid = a.bank.save(P, "a memory recalled on two hosts").memory.id
+    mid = a.bank.save(SaveRequest(P, "a memory recalled on two hosts")).memory.id
     assert b.sync().ok
     return mid
 

@@ -20,7 +20,7 @@ from s3server import S3, FaultProxy, Host
 import support
 from support import wait_for
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal_sync.engine import lock_path
 
 P = "daemon"
@@ -37,7 +37,7 @@ def query(db: Path, sql: str) -> Any:
 def local_saves(db: Path, n: int, prefix: str = "memory") -> set[str]:
     """``n`` memories saved with no replicator (as a host would before a bucket existed)."""
     with MemoryBank(db) as bank:
-        return {bank.save(P, f"{prefix} {i}").memory.id for i in range(n)}
+        return {bank.save(SaveRequest(P, f"{prefix} {i}")).memory.id for i in range(n)}
 
 
 class PutGate:
@@ -181,7 +181,7 @@ def test_sigkill_mid_pass_then_one_pass_converges_without_duplicates(
 
 def test_passes_never_overlap_across_processes(s3: S3, hosts: Callable[..., Host], cli: Cli) -> None:
     a = hosts("a")
-    a.bank.save(P, "one")
+    a.bank.save(SaveRequest(P, "one"))
     held = FileLock(str(lock_path(a.path)), thread_local=False)  # released from a timer thread
     held.acquire()
     try:

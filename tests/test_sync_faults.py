@@ -13,6 +13,7 @@ from conftest import Cli
 
 from memlocal.model import utcnow
 from s3server import S3, FaultProxy, Host
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -22,7 +23,7 @@ P = "prof"
 
 def test_bad_objects_are_skipped_reported_and_never_touch_local(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a")
-    kept = [a.bank.save(P, f"good memory {i}").memory for i in range(3)]
+    kept = [a.bank.save(SaveRequest(P, f"good memory {i}")).memory for i in range(3)]
     victim = kept[0]
     good_remote = kept[1].with_changes(id="mem-00000001", raw_input="from elsewhere",
                                        processed_content="from elsewhere", summary="from elsewhere")
@@ -70,7 +71,7 @@ def test_bad_objects_are_skipped_reported_and_never_touch_local(hosts: Callable[
 
 def test_an_emptied_bucket_never_deletes_local_memories(hosts: Callable[..., Host], s3: S3, tmp_path: Path, cli: Cli) -> None:
     a = hosts("a")
-    ids = {a.bank.save(P, f"memory {i}").memory.id for i in range(3)}
+    ids = {a.bank.save(SaveRequest(P, f"memory {i}")).memory.id for i in range(3)}
     for key in s3.keys(""):  # the whole bucket, its identity marker included
         s3.delete(key)
     report = a.sync()
@@ -86,7 +87,7 @@ def test_an_emptied_bucket_never_deletes_local_memories(hosts: Callable[..., Hos
 
 def test_a_different_bucket_never_deletes_local_memories(hosts: Callable[..., Host], s3: S3) -> None:
     a = hosts("a")
-    ids = {a.bank.save(P, f"memory {i}").memory.id for i in range(8)}
+    ids = {a.bank.save(SaveRequest(P, f"memory {i}")).memory.id for i in range(8)}
     s3.create_bucket("memlocal-other")
     stranger = a.bank.get(P, next(iter(ids))).with_changes(id="mem-abcdef01", raw_input="other bucket",
                                                           processed_content="other bucket")
@@ -146,7 +147,7 @@ def test_a_go_object_is_read_and_its_extra_fields_survive_our_push(hosts: Callab
 def test_throttling_and_5xx_are_retried_with_backoff(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
     a = hosts("a", bucket__endpoint=fault_proxy.endpoint)
     for i in range(3):
-        a.bank.save(P, f"saved {i}")   # write-through through the proxy
+        a.bank.save(SaveRequest(P, f"saved {i}"))   # write-through through the proxy
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint)
     fault_proxy.fail(2, 503, "SlowDown")          # the listing is throttled twice, then answers
     report = b.sync()

@@ -18,6 +18,7 @@ from memlocal_sync.bucket import BucketClient
 from memlocal_sync.changes import Change, ChangeLog
 from memlocal_sync.marker import MARKER_KEY
 from s3server import S3, Host
+from memlocal import SaveRequest
 
 pytestmark = pytest.mark.s3_servers()
 
@@ -27,7 +28,7 @@ RECORD = {"sync__full_listing_s": 3600}  # follow the record; list in full once 
 
 def _three(hosts: Callable[..., Host]) -> tuple[Host, Host, Host, str, str]:
     a = hosts("a", **RECORD)
-    x = a.bank.save(P, "the staging database moves to the new cluster on Friday").memory.id
+    x = a.bank.save(SaveRequest(P, "the staging database moves to the new cluster on Friday")).memory.id
     assert a.sync().ok
     b, c = hosts("b", **RECORD), hosts("c", **RECORD)
     assert b.sync().ok and c.sync().ok and x in b.ids(P) and x in c.ids(P)
@@ -74,7 +75,7 @@ def test_an_edit_put_by_a_pass_killed_before_it_recorded_it_reaches_the_follower
     from memlocal_sync.objects import encode
 
     a, b, _c, x, key = _three(hosts)
-    a.bank.save(P, "the staging database moves to the new cluster on Monday instead", supersedes=x)
+    a.bank.save(SaveRequest(P, "the staging database moves to the new cluster on Monday instead", supersedes=x))
     loaded = a.bank.replica.memory_with_delta(x)
     assert loaded is not None and not loaded[0].is_active
     # A's pass PUT the superseded memory and was killed (kill -9) before it recorded the PUT.

@@ -15,6 +15,7 @@ import pytest
 
 from memlocal_sync.plan import Base, Listed, Local, Op, plan_pass
 from s3server import S3, Host
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -37,7 +38,7 @@ def test_a_wipe_that_keeps_the_marker_deletes_nothing_here(hosts: Callable[..., 
     a, b = hosts("a"), hosts("b")
     for profile, n in (("big", 6), ("alice", 2), ("bob", 2), ("carol", 2)):
         for i in range(n):
-            a.bank.save(profile, f"{profile} memory number {i}")
+            a.bank.save(SaveRequest(profile, f"{profile} memory number {i}"))
     assert b.sync().ok and b.bank.store.count() == 12
     for key in s3.keys("memory/"):
         s3.delete(key)
@@ -122,7 +123,7 @@ def test_a_wiped_bucket_deletes_nothing_here(s3: S3, sizes: dict[str, int], shap
         try:
             for profile, n in sizes.items():
                 for i in range(n):
-                    a.bank.save(profile, f"{profile} memory {i}")
+                    a.bank.save(SaveRequest(profile, f"{profile} memory {i}"))
             assert b.sync().ok
             before = b.bank.store.count()
             keys = [o["Key"] for o in s3.client.list_objects_v2(Bucket=name, Prefix="memory/").get("Contents", [])]

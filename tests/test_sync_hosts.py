@@ -12,6 +12,7 @@ from conftest import Cli
 from memlocal.model import utcnow
 from memlocal.store import Store
 from s3server import S3, FaultProxy, Host, Outage
+from memlocal import SaveRequest
 
 P = "researcher"
 
@@ -25,14 +26,14 @@ def bump(host: Host, memory_id: str, times: int = 1, profile: str = P) -> None:
 
 def seed(a: Host, b: Host, n: int) -> list[str]:
     """``n`` memories saved on A (write-through) and pulled by B."""
-    ids = [a.bank.save(P, f"memory number {i}").memory.id for i in range(n)]
+    ids = [a.bank.save(SaveRequest(P, f"memory number {i}")).memory.id for i in range(n)]
     assert b.sync().ok
     return ids
 
 
 def test_a_save_on_a_appears_on_b_with_every_field(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    result = a.bank.save(P, "Prefers JSON output", category="preference", confidence=0.8)
+    result = a.bank.save(SaveRequest(P, "Prefers JSON output", category="preference", confidence=0.8))
     assert result.synced is True
     key = f"memory/{P}/{result.memory.id}.json"
     assert s3.keys() == [key]
@@ -46,7 +47,7 @@ def test_a_save_on_a_appears_on_b_with_every_field(hosts: Callable[..., Host], s
 
 def test_hydration_of_an_empty_database_gets_every_profile(hosts: Callable[..., Host], s3: S3) -> None:
     a = hosts("a")
-    saved = {p: {a.bank.save(p, f"{p} fact {i}").memory.id for i in range(3)} for p in ("alpha", "beta", "gamma.x")}
+    saved = {p: {a.bank.save(SaveRequest(p, f"{p} fact {i}")).memory.id for i in range(3)} for p in ("alpha", "beta", "gamma.x")}
     fresh = hosts("fresh")
     assert fresh.bank.stats()["totalMemories"] == 0
     report = fresh.sync()
@@ -172,8 +173,8 @@ def test_an_update_retires_the_old_fact_on_other_hosts_without_a_pass_here(hosts
     (``If-Match`` on the version this host last synced), so another host's next pass never holds
     the old value and the new one as two active facts while this host has run no pass."""
     a, b = hosts("a"), hosts("b")
-    old = a.bank.save(P, "The staging server runs on port 8443").memory
-    new = a.bank.save(P, "The staging server now runs on port 9443")
+    old = a.bank.save(SaveRequest(P, "The staging server runs on port 8443")).memory
+    new = a.bank.save(SaveRequest(P, "The staging server now runs on port 9443"))
     assert new.superseded == old.id and new.synced is True
     assert s3.get_json(f"memory/{P}/{old.id}.json")["isActive"] is False
     assert b.sync().ok
@@ -212,7 +213,7 @@ def test_an_edit_of_any_content_column_is_pushed_though_hashes_are_remembered(
 def test_an_id_taken_by_another_host_is_re_ided_never_overwritten(
         hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
     online = hosts("a", bucket__endpoint=outage.endpoint)   # offline: the save stays local
-    mine = online.bank.save(P, "my own memory").memory
+    mine = online.bank.save(SaveRequest(P, "my own memory")).memory
     theirs = mine.with_changes(raw_input="another host's memory", processed_content="another host's memory",
                                summary="another host's memory")
     key = f"memory/{P}/{mine.id}.json"
@@ -231,7 +232,7 @@ def test_an_id_taken_by_another_host_is_re_ided_never_overwritten(
 def test_a_crash_after_put_is_adopted_not_duplicated(hosts: Callable[..., Host], s3: S3) -> None:
     """Object in the bucket, base never recorded (a crash between the PUT and the commit)."""
     a = hosts("a")
-    m = a.bank.save(P, "saved just before a crash").memory
+    m = a.bank.save(SaveRequest(P, "saved just before a crash")).memory
     bump(a, m.id, 2)
     a.bank.store.conn.execute("DELETE FROM sync_base")
     report = a.sync()
@@ -258,12 +259,12 @@ def test_the_mass_delete_guard_holds_then_force_applies(hosts: Callable[..., Hos
 
 def test_refresh_if_stale_pulls_one_profile_at_most_once_per_ttl(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    m = a.bank.save(P, "seen by the dashboard").memory
-    other = a.bank.save("other", "not asked for").memory
+    m = a.bank.save(SaveRequest(P, "seen by the dashboard")).memory
+    other = a.bank.save(SaveRequest("other", "not asked for")).memory
     assert b.bank.refresh_if_stale(P, ttl=60.0) is True
     assert b.bank.get(P, m.id) == m
     assert other.id not in b.ids("other")          # one profile's prefix only
-    m2 = a.bank.save(P, "saved a moment later").memory
+    m2 = a.bank.save(SaveRequest(P, "saved a moment later")).memory
     assert b.bank.refresh_if_stale(P, ttl=60.0) is False   # fresh: no bucket round trip
     assert m2.id not in b.ids(P)
     assert b.bank.refresh_if_stale(P, ttl=0.0) is True
@@ -283,7 +284,7 @@ def test_save_json_reports_synced(hosts: Callable[..., Host], s3: S3, cli: Cli) 
 def test_an_id_used_under_another_profile_converges_in_two_passes(
         hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
     a = hosts("a", bucket__endpoint=outage.endpoint)
-    mine = a.bank.save(P, "mine, in researcher").memory
+    mine = a.bank.save(SaveRequest(P, "mine, in researcher")).memory
     theirs = mine.with_changes(profile_name="writer", raw_input="theirs, in writer", processed_content="theirs")
     s3.put_json(f"memory/writer/{mine.id}.json", theirs.to_dict())
     outage.up()

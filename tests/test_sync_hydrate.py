@@ -15,6 +15,7 @@ import pytest
 from memlocal_sync import prepared
 from memlocal_sync.engine import PassReport
 from s3server import S3, FaultProxy, Host
+from memlocal import RecallQuery, SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -37,7 +38,7 @@ def snapshot_keys(s3: S3) -> list[str]:
 def settled_host(hosts: Callable[..., Host], s3: S3) -> Host:
     a = hosts("a", sync__snapshot_min_objects=10)
     for i in range(N):
-        assert a.bank.save(P, content=f"memory number {i} about topic {i % 7}").synced
+        assert a.bank.save(SaveRequest(P, content=f"memory number {i} about topic {i % 7}")).synced
     assert a.sync().ok  # nothing to push (written through): the profile is settled
     return a
 
@@ -62,8 +63,8 @@ def test_a_fresh_host_takes_the_snapshot_and_fetches_only_what_differs(
     # After the snapshot: one memory deleted, one new, one changed in the bucket (access merge).
     ids = sorted(a.ids(P))
     a.bank.delete(P, ids[0])
-    new = a.bank.save(P, content="a memory newer than the snapshot").memory
-    assert a.bank.recall(P, "memory number 5 about topic 5", limit=1)
+    new = a.bank.save(SaveRequest(P, content="a memory newer than the snapshot")).memory
+    assert a.bank.recall(RecallQuery(P, "memory number 5 about topic 5", limit=1))
     # This pass merges the bump; a profile that a pass changed gets its snapshot from a later pass.
     merged = a.sync()
     assert merged.ok and merged.counts["merged"] == 1 and merged.counts["snapshots"] == 0
@@ -171,7 +172,7 @@ def test_a_fresh_hosts_first_pass_without_a_usable_snapshot_lists_the_snapshots_
     listing that follows uses the snapshot listing it already has, not a second one."""
     a = hosts("a", sync__snapshot_min_objects=100)  # too few memories for a snapshot
     for i in range(5):
-        assert a.bank.save(P, content=f"memory number {i}").synced
+        assert a.bank.save(SaveRequest(P, content=f"memory number {i}")).synced
     assert a.sync().ok and snapshot_keys(s3) == []
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
     report = b.sync()

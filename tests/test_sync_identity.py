@@ -27,6 +27,7 @@ from support import http, http_client
 from memlocal.api import create_app
 from memlocal.cli import main
 from s3server import ACCESS_KEY, SECRET_KEY, S3, Host, free_port
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -46,7 +47,7 @@ def wipe(s3: S3) -> None:
 
 def test_the_marker_is_created_once_outside_memory(hosts: Callable[..., Host], s3: S3) -> None:
     a = hosts("a")
-    a.bank.save("alice", "the first memory in a new bucket")
+    a.bank.save(SaveRequest("alice", "the first memory in a new bucket"))
     assert a.sync().ok
     marker = s3.get_json(MARKER)
     assert set(marker) >= {"id", "layout"} and marker["layout"] == 1 and len(marker["id"]) >= 16
@@ -60,8 +61,8 @@ def test_the_marker_is_created_once_outside_memory(hosts: Callable[..., Host], s
 def test_a_profiles_last_memory_deleted_elsewhere_is_deleted_here(
         scope: str, hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    gone = a.bank.save("alice", "alice's only memory").memory
-    kept = {a.bank.save("bob", f"bob's memory {i}").memory.id for i in range(3)}
+    gone = a.bank.save(SaveRequest("alice", "alice's only memory")).memory
+    kept = {a.bank.save(SaveRequest("bob", f"bob's memory {i}")).memory.id for i in range(3)}
     assert b.sync().counts["pulled"] == 4
     a.bank.delete("alice", gone.id)
     args = ["sync", "run"] + (["--profile", "alice"] if scope == "profile" else [])
@@ -73,7 +74,7 @@ def test_a_profiles_last_memory_deleted_elsewhere_is_deleted_here(
 
 def test_the_last_memory_of_the_whole_bucket_deleted_elsewhere(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b")
-    only = a.bank.save("alice", "the only memory anywhere").memory
+    only = a.bank.save(SaveRequest("alice", "the only memory anywhere")).memory
     assert b.sync().ok and b.ids("alice") == {only.id}
     a.bank.delete("alice", only.id)
     assert s3.keys() == []
@@ -85,8 +86,8 @@ def test_the_last_memory_of_the_whole_bucket_deleted_elsewhere(hosts: Callable[.
 def test_a_rest_read_on_b_answers_404_after_the_deletion(hosts: Callable[..., Host], s3: S3) -> None:
     # A short refresh TTL: the read that asks for the pull comes soon after the deletion.
     a, b = hosts("a"), hosts("b", sync__refresh_ttl_s=0.1)
-    gone = a.bank.save("alice", "read through the dashboard, then deleted").memory
-    a.bank.save("bob", "another profile")
+    gone = a.bank.save(SaveRequest("alice", "read through the dashboard, then deleted")).memory
+    a.bank.save(SaveRequest("bob", "another profile"))
     assert b.sync().ok
     with LiveServer(create_app(b.bank)) as server, http_client(base_url=server.url, timeout=30) as c:
         assert c.get(f"/api/profiles/alice/memories/{gone.id}").status_code == 200
@@ -99,7 +100,7 @@ def test_a_rest_read_on_b_answers_404_after_the_deletion(hosts: Callable[..., Ho
 
 def test_an_emptied_bucket_deletes_nothing_and_says_why(hosts: Callable[..., Host], s3: S3) -> None:
     a = hosts("a")
-    ids = {a.bank.save("alice", f"memory {i}").memory.id for i in range(3)}
+    ids = {a.bank.save(SaveRequest("alice", f"memory {i}")).memory.id for i in range(3)}
     assert a.sync().ok
     wipe(s3)
     report = a.sync()
@@ -121,12 +122,12 @@ def test_an_emptied_bucket_deletes_nothing_and_says_why(hosts: Callable[..., Hos
 def test_a_replaced_bucket_deletes_nothing_and_says_why(hosts: Callable[..., Host], s3: S3) -> None:
     """Same name and endpoint, another bucket (wiped, and a new host made it its own)."""
     a = hosts("a")
-    ids = {a.bank.save("alice", f"memory {i}").memory.id for i in range(8)}
+    ids = {a.bank.save(SaveRequest("alice", f"memory {i}")).memory.id for i in range(8)}
     assert a.sync().ok
     old_marker = s3.get_json(MARKER)
     wipe(s3)
     c = hosts("c")
-    theirs = c.bank.save("alice", "a memory in the new bucket").memory
+    theirs = c.bank.save(SaveRequest("alice", "a memory in the new bucket")).memory
     assert c.sync().ok and s3.get_json(MARKER)["id"] != old_marker["id"]
     report = a.sync()
     assert report.ok, report.reason
@@ -140,7 +141,7 @@ def test_a_wrong_endpoint_deletes_nothing(hosts: Callable[..., Host], s3: S3, tm
     from memlocal_sync import inmemory
 
     a = hosts("a")
-    ids = {a.bank.save("alice", f"memory {i}").memory.id for i in range(8)}
+    ids = {a.bank.save(SaveRequest("alice", f"memory {i}")).memory.id for i in range(8)}
     assert a.sync().ok
     other = inmemory.endpoint(f"other-than-{s3.endpoint.rsplit('/', 1)[-1]}")  # a server of its own
     try:
@@ -156,7 +157,7 @@ def test_a_wrong_endpoint_deletes_nothing(hosts: Callable[..., Host], s3: S3, tm
 def test_the_proportional_guard_is_a_share_and_a_minimum(hosts: Callable[..., Host], s3: S3,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = hosts("a"), hosts("b")
-    ids = [a.bank.save("p", f"memory {i}").memory.id for i in range(20)]
+    ids = [a.bank.save(SaveRequest("p", f"memory {i}")).memory.id for i in range(20)]
     assert b.sync().ok
     for mid in ids[:12]:  # gone with no delete record (another tool): guarded
         s3.delete(f"memory/p/{mid}.json")
@@ -250,7 +251,7 @@ def test_the_probe_is_repeated_on_a_schedule_and_for_another_endpoint(s3: S3, rc
     try:
         host = Host(tmp_path / "h" / "memlocal.db", {"bucket.endpoint": proxy.endpoint, "bucket.name": name,
                                                        "sync.reprobe_s": 3600, "sync.full_listing_s": 0})
-        host.bank.save("alice", "saved while moto_server answered")
+        host.bank.save(SaveRequest("alice", "saved while moto_server answered"))
         assert host.sync().ok
         # The same bucket's objects on rclone serve s3, which then takes the endpoint's place.
         for page in s3.client.get_paginator("list_objects_v2").paginate(Bucket=name):

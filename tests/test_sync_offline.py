@@ -11,6 +11,7 @@ from typing import Any, Callable
 import pytest
 from conftest import Cli
 from s3server import S3, Host, Outage
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -29,7 +30,7 @@ def test_offline_saves_then_one_pass_drains_the_outbox(hosts: Callable[..., Host
     env = {"INTERNAL_S3_ENDPOINT": outage.endpoint, "MEMLOCAL_SYNC_ATTEMPTS": "2"}
     a = hosts("a", bucket__endpoint=outage.endpoint, sync__attempts=2)
     t0 = time.monotonic()
-    results = [a.bank.save(P, f"offline memory {i}") for i in range(100)]
+    results = [a.bank.save(SaveRequest(P, f"offline memory {i}")) for i in range(100)]
     elapsed = time.monotonic() - t0
     assert all(r.synced is False for r in results)
     assert elapsed < 30, f"100 saves against a closed port took {elapsed:.1f}s"
@@ -89,7 +90,7 @@ def assert_iso_times(data: Any, where: str = "") -> None:
 
 def test_a_second_host_sees_the_drained_saves(hosts: Callable[..., Host], s3: S3, outage: Outage) -> None:
     a = hosts("a", bucket__endpoint=outage.endpoint)
-    ids = {a.bank.save(P, f"offline {i}").memory.id for i in range(10)}
+    ids = {a.bank.save(SaveRequest(P, f"offline {i}")).memory.id for i in range(10)}
     outage.up()
     assert a.sync().counts["pushed"] == 10
     b = hosts("b")
@@ -107,7 +108,7 @@ def test_write_through_times_out_quickly_on_a_silent_endpoint(hosts: Callable[..
     try:
         a = hosts("a", bucket__endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}", sync__put_timeout_s=0.5)
         t0 = time.monotonic()
-        result = a.bank.save(P, "saved while the bucket hangs")
+        result = a.bank.save(SaveRequest(P, "saved while the bucket hangs"))
         elapsed = time.monotonic() - t0
         assert result.synced is False and elapsed < 3, elapsed
         assert a.bank.get(P, result.memory.id) == result.memory
@@ -135,7 +136,7 @@ def test_write_through_that_loses_the_race_to_a_pass_still_reports_synced(
 
     # (a short breaker window: the outage during the first save opened it)
     a = hosts("a", bucket__endpoint=outage.endpoint, sync__breaker_s=0.05)
-    saved = a.bank.save(P, "pushed by a pass before the write-through").memory
+    saved = a.bank.save(SaveRequest(P, "pushed by a pass before the write-through")).memory
     outage.up()
     key = f"memory/{P}/{saved.id}.json"
     s3.client.put_object(Bucket=s3.bucket, Key=key, Body=encode(saved))  # the pass won, unrecorded

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from s3server import S3, FaultProxy, Host
 
-from memlocal import Config, MemoryBank
+from memlocal import Config, MemoryBank, SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -36,7 +36,7 @@ def seeded(hosts: Callable[..., Host], n: int = 3) -> set[str]:
     a = hosts("a")
     # Different subjects, so that no save supersedes another (docs/hygiene.md, "Updates").
     topics = ["check staging first", "watch the canary", "page the on-call", "tag the release", "drain the queue"]
-    ids = {a.bank.save(P, content=f"the runner's deploy note number {i} says {topics[i % len(topics)]}").memory.id
+    ids = {a.bank.save(SaveRequest(P, content=f"the runner's deploy note number {i} says {topics[i % len(topics)]}")).memory.id
            for i in range(n)}
     assert len(ids) == n
     assert a.sync().ok  # in the bucket, whatever a loaded machine made of the write-through timeouts
@@ -110,7 +110,7 @@ def test_a_hydrated_host_refreshes_in_the_background_on_open(
     b = hosts("b", **ON)
     assert len(b.bank.list(P)) == 3
     b.close()
-    hosts("a").bank.save(P, content="saved after b's hydrate")
+    hosts("a").bank.save(SaveRequest(P, content="saved after b's hydrate"))
     again = hosts("b", **ON)
     # Already hydrated: the first read answers from the index, and a background pull brings the new one.
     wait_for(lambda: len(again.bank.list(P)) == 4, what="the background refresh on open")
@@ -118,7 +118,7 @@ def test_a_hydrated_host_refreshes_in_the_background_on_open(
 
 def test_without_a_bucket_open_warns_once_per_process(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import memlocal.bank as bank_module
+    import memlocal.replication as bank_module
 
     monkeypatch.setattr(bank_module, "_warned_local_only", False)
     with caplog.at_level(logging.WARNING):
@@ -146,7 +146,7 @@ def test_the_local_only_notice_can_be_silenced(cli: Any, tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     res = cli.process("stats", env={"MEMLOCAL_LOCAL_ONLY_NOTICE": "false"})
     assert res.exit_code == 0 and res.stderr == "", res.stderr
-    import memlocal.bank as bank_module
+    import memlocal.replication as bank_module
 
     monkeypatch.setattr(bank_module, "_warned_local_only", False)
     with caplog.at_level(logging.WARNING):
@@ -181,7 +181,7 @@ def test_one_process_probes_the_half_open_breaker_while_the_others_write_to_the_
     settings = {"bucket__endpoint": fault_proxy.endpoint, "sync__breaker_s": 0.0}
     a, b = hosts("a", **settings), hosts("a", **settings)
     fault_proxy.fail(1)  # the first request answers 503: the breaker opens (a window of 0 s: half-open at once)
-    assert a.bank.save(P, "the save that opens the breaker").synced is False
+    assert a.bank.save(SaveRequest(P, "the save that opens the breaker")).synced is False
     assert a.bank.sync_status()["breaker"]["state"] == "half-open"
     entered, release = threading.Event(), threading.Event()
 
@@ -192,32 +192,32 @@ def test_one_process_probes_the_half_open_breaker_while_the_others_write_to_the_
 
     fault_proxy.before(hold)
     probe: list[Any] = []
-    prober = threading.Thread(target=lambda: probe.append(b.bank.save(P, "the probe, from the other process")))
+    prober = threading.Thread(target=lambda: probe.append(b.bank.save(SaveRequest(P, "the probe, from the other process"))))
     prober.start()
     assert entered.wait(30)
     seen = fault_proxy.received
     # While b probes, a's saves go straight to the outbox, without a request.
-    assert a.bank.save(P, "saved while the other process probes").synced is False
+    assert a.bank.save(SaveRequest(P, "saved while the other process probes")).synced is False
     assert fault_proxy.received == seen
     release.set()
     prober.join(30)
     assert probe and probe[0].synced is True  # the probe succeeded: closed for every process
     assert a.bank.sync_status()["breaker"] == {"state": "closed"}
-    assert a.bank.save(P, "written through again").synced is True
+    assert a.bank.save(SaveRequest(P, "written through again")).synced is True
 
 
 def test_a_completed_pass_closes_the_breaker(hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy,
                                             cli: Any) -> None:
     a = hosts("a", bucket__endpoint=fault_proxy.endpoint, sync__breaker_s=600.0)
     fault_proxy.fail(1)
-    assert a.bank.save(P, "the save that opens the breaker").synced is False
-    assert a.bank.save(P, "straight to the outbox").synced is False
+    assert a.bank.save(SaveRequest(P, "the save that opens the breaker")).synced is False
+    assert a.bank.save(SaveRequest(P, "straight to the outbox")).synced is False
     res = cli.at(a.path)("sync", "status", env={"INTERNAL_S3_ENDPOINT": fault_proxy.endpoint})
     assert "breaker:     open: saves on this host go to the outbox" in res.stdout, res.output
     report = a.sync()
     assert report.ok and report.counts["pushed"] == 2
     assert a.bank.sync_status()["breaker"] == {"state": "closed"}
-    assert a.bank.save(P, "written through after the pass").synced is True
+    assert a.bank.save(SaveRequest(P, "written through after the pass")).synced is True
 
 
 @pytest.mark.s3_servers("moto")  # other processes: a real server
@@ -237,7 +237,7 @@ def test_closing_the_bank_waits_for_its_background_pull_to_stop(
     # A hydrated host, through the proxy: its next open's first read queues a background refresh
     # of every profile, which begins with a delimiter listing of the bucket.
     a = hosts("a", bucket__endpoint=fault_proxy.endpoint, **ON)
-    a.bank.save(P, content="the runner's deploy note")
+    a.bank.save(SaveRequest(P, content="the runner's deploy note"))
     assert a.sync().ok and a.bank.sync_status()["hydrated"] is not None
     a.close()
     held, release = threading.Event(), threading.Event()

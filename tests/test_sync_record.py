@@ -18,6 +18,7 @@ from memlocal.model import utcnow
 from memlocal.store import to_us
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from s3server import S3, FaultProxy, Host
+from memlocal import RecallQuery, SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -39,7 +40,7 @@ def test_a_prune_on_a_is_applied_by_b_without_force(hosts: Callable[..., Host], 
     """Prune 11 of 14 on A: B's next pass deletes them and exits 0 (the delete records explain
     them); the same disappearance with no record is still held."""
     a, b = hosts("a"), hosts("b")
-    ids = [a.bank.save(P, f"Context: sprint note number {i}", category="context").memory.id for i in range(14)]
+    ids = [a.bank.save(SaveRequest(P, f"Context: sprint note number {i}", category="context")).memory.id for i in range(14)]
     for mid in ids[:11]:
         _age(a, mid, 120)
     assert b.sync().ok and len(b.ids(P)) == 14
@@ -53,7 +54,7 @@ def test_a_prune_on_a_is_applied_by_b_without_force(hosts: Callable[..., Host], 
     deletes = [c for s in _segments(s3) for c in s3.get_json(segment_key(s))["changes"] if c["op"] == "delete"]
     assert len(deletes) == 11
     c = hosts("c")
-    more = [c.bank.save(P, f"Fact: item {i}", category="fact").memory.id for i in range(8)]
+    more = [c.bank.save(SaveRequest(P, f"Fact: item {i}", category="fact")).memory.id for i in range(8)]
     assert b.sync().ok
     for mid in more:
         s3.delete(f"memory/{P}/{mid}.json")
@@ -65,7 +66,7 @@ def test_a_no_op_pass_reads_two_objects_whatever_the_bucket_holds(hosts: Callabl
                                                                   fault_proxy: FaultProxy) -> None:
     a = hosts("a")
     for i in range(30):
-        a.bank.save(f"p{i % 3}", f"memory number {i}")
+        a.bank.save(SaveRequest(f"p{i % 3}", f"memory number {i}"))
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__list_page_size=5, **RECORD)
     first = b.sync()
     assert first.ok and first.mode == "full" and first.counts["pulled"] == 30
@@ -77,20 +78,20 @@ def test_a_no_op_pass_reads_two_objects_whatever_the_bucket_holds(hosts: Callabl
         ("GET", ["memlocal", "bucket.json"]), ("GET", ["", "memlocal-test"])]
     assert f"start-after=memlocal%2Fchanges%2F{max(_segments(s3)):016d}.json" in made[1][1]  # the record after the cursor
     # A change on A: the next pass reads its segment and pulls that memory alone, no listing.
-    new = a.bank.save("p1", "saved after b's pass").memory
+    new = a.bank.save(SaveRequest("p1", "saved after b's pass")).memory
     before = len(fault_proxy.requests)
     report = b.sync()
     assert report.ok and report.mode == "record" and report.counts["pulled"] == 1 and new.id in b.ids("p1")
     assert not [p for m, p, _s in fault_proxy.requests[before:] if "list-type" in p and "prefix=memory" in p]
     # Local work costs its own requests only: a bump is merged with one GET-free conditional PUT.
-    b.bank.recall("p1", "saved after")
+    b.bank.recall(RecallQuery("p1", "saved after"))
     report = b.sync()
     assert report.ok and report.mode == "record" and report.counts["merged"] >= 1
 
 
 def test_writers_that_keep_no_record_are_seen_by_a_full_listing(hosts: Callable[..., Host], s3: S3) -> None:
     a, b = hosts("a"), hosts("b", **RECORD)
-    a.bank.save(P, "kept in the record")
+    a.bank.save(SaveRequest(P, "kept in the record"))
     assert b.sync().ok
     foreign = "mem-0000f00d"
     body = json.loads(s3.client.get_object(Bucket=s3.bucket, Key=s3.keys()[0])["Body"].read())
@@ -112,8 +113,8 @@ def test_two_hosts_writing_at_once_never_make_a_third_miss_a_change(hosts: Calla
         assert h.sync().ok
     # Both think the next segment number is free: B's claim meets A's segment (412) and takes
     # the next one.
-    m1 = a.bank.save(P, "written on a").memory
-    m2 = b.bank.save(P, "written on b at the same time").memory
+    m1 = a.bank.save(SaveRequest(P, "written on a")).memory
+    m2 = b.bank.save(SaveRequest(P, "written on b at the same time")).memory
     assert sorted(_segments(s3))[-2:] == [max(_segments(s3)) - 1, max(_segments(s3))]
     # Then both at once, from threads, while C passes.
     saved: list[str] = []
@@ -121,7 +122,7 @@ def test_two_hosts_writing_at_once_never_make_a_third_miss_a_change(hosts: Calla
 
     def write(host: Host, tag: str) -> None:
         for i in range(6):
-            mid = host.bank.save(P, f"{tag} concurrent memory {i}").memory.id
+            mid = host.bank.save(SaveRequest(P, f"{tag} concurrent memory {i}")).memory.id
             with lock:
                 saved.append(mid)
 
@@ -144,7 +145,7 @@ def test_two_hosts_writing_at_once_never_make_a_third_miss_a_change(hosts: Calla
 def test_old_segments_are_compacted_but_never_the_newest(hosts: Callable[..., Host], s3: S3) -> None:
     a = hosts("a", sync__change_retention_days=0.01)
     for i in range(3):
-        a.bank.save(P, f"memory {i}")
+        a.bank.save(SaveRequest(P, f"memory {i}"))
     assert len(_segments(s3)) == 3
     old = segment_key(min(_segments(s3)))
     doc: dict[str, Any] = s3.get_json(old)
@@ -162,7 +163,7 @@ def test_a_full_pass_reads_the_record_for_compaction_only_once_a_segment_can_hav
     both until that segment can be past the retention (the state remembers when)."""
     a = hosts("a", bucket__endpoint=fault_proxy.endpoint)
     for i in range(3):
-        a.bank.save(P, f"memory {i}")
+        a.bank.save(SaveRequest(P, f"memory {i}"))
 
     def compaction_requests(**kwargs: Any) -> tuple[int, list[str]]:
         before = len(fault_proxy.requests)
@@ -188,10 +189,10 @@ def test_a_fresh_host_lists_and_takes_from_snapshots_what_the_listing_confirms(
     ETag the listing shows; what changed since is fetched, what is gone is not taken."""
     small = {"sync__snapshot_min_objects": 3, **RECORD}
     a = hosts("a", **small)
-    ids = [a.bank.save(P, f"memory number {i}").memory.id for i in range(6)]
-    a.bank.save("tiny", "a profile too small for a snapshot")
+    ids = [a.bank.save(SaveRequest(P, f"memory number {i}")).memory.id for i in range(6)]
+    a.bank.save(SaveRequest("tiny", "a profile too small for a snapshot"))
     assert a.sync(full=True).counts["snapshots"] == 1
-    later = a.bank.save(P, "saved after the snapshot").memory.id      # not in the snapshot
+    later = a.bank.save(SaveRequest(P, "saved after the snapshot")).memory.id      # not in the snapshot
     a.bank.delete(P, ids[0])                                           # gone, still in the snapshot
     fresh = hosts("fresh", bucket__endpoint=fault_proxy.endpoint, **small)
     report = fresh.sync()
@@ -247,7 +248,7 @@ def test_a_put_published_after_a_later_one_never_hides_the_later(hosts: Callable
     a = hosts("a", **RECORD)
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint, **RECORD)
     c = hosts("c", **RECORD)
-    mid = a.bank.save(P, "a memory three hosts read").memory.id
+    mid = a.bank.save(SaveRequest(P, "a memory three hosts read")).memory.id
     for h in (b, c):
         assert h.sync().ok and mid in h.ids(P)
     for h in (b, c):

@@ -13,6 +13,7 @@ import pytest
 from s3server import S3, FaultProxy, Host
 
 from memlocal_sync.engine import SyncEngine
+from memlocal import SaveRequest
 
 # The engine's decisions, on the in-process bucket (tests/s3server.py, "memory").
 pytestmark = pytest.mark.s3_servers("memory")
@@ -23,7 +24,7 @@ P = "prof"
 def test_a_save_written_through_during_the_listing_is_kept(hosts: Callable[..., Host], s3: S3,
                                                           fault_proxy: FaultProxy) -> None:
     a = hosts("a", bucket__endpoint=fault_proxy.endpoint)
-    first = a.bank.save(P, "saved before the pass")
+    first = a.bank.save(SaveRequest(P, "saved before the pass"))
     assert first.synced
     saved = []
 
@@ -32,7 +33,7 @@ def test_a_save_written_through_during_the_listing_is_kept(hosts: Callable[..., 
         # same host, written through with its base (another request through the proxy), lands now.
         if method != "GET" or "list-type=2" not in path:
             return False
-        saved.append(a.bank.save(P, "saved while the pass lists"))
+        saved.append(a.bank.save(SaveRequest(P, "saved while the pass lists")))
         return True
 
     fault_proxy.after(save_after_listing)

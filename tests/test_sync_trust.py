@@ -16,6 +16,7 @@ from conftest import Cli
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from memlocal_sync.marker import MARKER_KEY
 from s3server import S3, FaultProxy, Host
+from memlocal import SaveRequest
 
 # Every reproduction on moto_server and on SeaweedFS (a real S3 server).
 pytestmark = pytest.mark.s3_servers()
@@ -44,7 +45,7 @@ def _forge(s3: S3, seq: int, changes: list[dict[str, Any]], **fields: Any) -> No
 
 def _seeded(hosts: Callable[..., Host], n: int = 12, **overrides: Any) -> tuple[Host, list[str]]:
     a = hosts("a", **overrides)
-    ids = [a.bank.save(f"p{i % 3}", f"item {i} of the team's checklist is done").memory.id for i in range(n)]
+    ids = [a.bank.save(SaveRequest(f"p{i % 3}", f"item {i} of the team's checklist is done")).memory.id for i in range(n)]
     assert a.sync().ok
     return a, ids
 
@@ -77,11 +78,11 @@ def test_forged_delete_records_delete_nothing_that_is_still_in_the_bucket(
 def test_an_unpushed_supersession_survives_a_forged_delete_record(
         hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy) -> None:
     a = hosts("a")
-    old = a.bank.save(P, "the deploy window is Tuesday").memory
+    old = a.bank.save(SaveRequest(P, "the deploy window is Tuesday")).memory
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint, **RECORD)
     assert b.sync().ok and old.id in b.ids(P)
     fault_proxy.fail(1000, when=lambda method, path: method == "PUT")  # the write-through fails
-    new = b.bank.save(P, "the deploy window is Thursday", supersedes=old.id).memory
+    new = b.bank.save(SaveRequest(P, "the deploy window is Thursday", supersedes=old.id)).memory
     fault_proxy.fail(0)
     _forge(s3, _tail(s3) + 1, [{"key": f"memory/{P}/{old.id}.json", "etag": "", "op": "delete", "size": 0}])
     report = b.sync()
@@ -96,7 +97,7 @@ def test_an_unpushed_supersession_survives_a_forged_delete_record(
 
 def test_a_forged_snapshot_neither_hides_nor_adds_memories(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
-    real = {a.bank.save(P, text, category="preference").memory.id
+    real = {a.bank.save(SaveRequest(P, text, category="preference")).memory.id
             for text in ("alice prefers green tea", "alice rides a blue bicycle to work", "alice reads crime novels")}
     assert a.sync(full=True).ok
     (genuine,) = s3.keys("memlocal/snapshots/")
@@ -129,7 +130,7 @@ def test_a_snapshot_entry_under_the_listed_etag_with_another_body_is_not_taken(
     """The listing's ETag is public: a forged entry can name it. Its body must be the one that
     ETag names (the MD5 of the object's bytes), or the object is fetched."""
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
-    ids = sorted(a.bank.save(P, text).memory.id for text in (
+    ids = sorted(a.bank.save(SaveRequest(P, text)).memory.id for text in (
         "the laptop runs Debian", "the standup is at nine", "the CI cache lives on S3", "the VPN needs a token"))
     assert a.sync(full=True).ok
     (key,) = s3.keys("memlocal/snapshots/")
@@ -151,7 +152,7 @@ def test_a_snapshot_entry_under_the_listed_etag_with_another_body_is_not_taken(
 
 def test_a_stray_key_never_fails_a_fresh_host(hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a", sync__snapshot_min_objects=3, **RECORD)
-    ids = {a.bank.save(P, f"step {i} of the release is documented").memory.id for i in range(4)}
+    ids = {a.bank.save(SaveRequest(P, f"step {i} of the release is documented")).memory.id for i in range(4)}
     assert a.sync(full=True).ok and s3.keys("memlocal/snapshots/")
     s3.put_raw("memory/My Notes/readme.txt", b"notes a person keeps beside the memories")
     s3.put_raw(f"memory/{P}/notes/extra.json", b"{}")
@@ -175,7 +176,7 @@ def test_a_stray_key_never_fails_the_daemon_or_the_read_path(hosts: Callable[...
     from memlocal_sync.engine import SyncEngine
 
     a = hosts("a", sync__snapshot_min_objects=3)
-    saved = a.bank.save(P, "a note next to a stray file").memory
+    saved = a.bank.save(SaveRequest(P, "a note next to a stray file")).memory
     s3.put_raw("memory/My Notes/readme.txt", b"a person's file")
     b = hosts("b", sync__snapshot_min_objects=3)
     # The read path's refresh of every profile (what `serve` runs at start-up and per request).
@@ -205,10 +206,10 @@ def test_a_forged_segment_past_a_gap_never_blinds_a_follower(hosts: Callable[...
     assert b.sync().ok
     _forge(s3, _tail(s3) + 2, [])
     runner = hosts("runner", **RECORD)
-    saved = runner.bank.save(P, "a fresh runner's save").memory
+    saved = runner.bank.save(SaveRequest(P, "a fresh runner's save")).memory
     report = b.sync()
     assert report.ok and saved.id in b.ids(P), report.summary()
-    later = hosts("runner2", **RECORD).bank.save(P, "another fresh runner's save").memory
+    later = hosts("runner2", **RECORD).bank.save(SaveRequest(P, "another fresh runner's save")).memory
     assert b.sync().ok and later.id in b.ids(P)
     assert a.sync().ok and {saved.id, later.id} <= a.ids(P)
 
@@ -219,11 +220,11 @@ def test_a_gap_is_waited_out_then_listed_past(hosts: Callable[..., Host], s3: S3
     idea of the end writes it later."""
     a = hosts("a", **RECORD)
     b = hosts("b", **RECORD)
-    a.bank.save(P, "before the gap")
+    a.bank.save(SaveRequest(P, "before the gap"))
     assert b.sync().ok
     gap = _tail(s3) + 1
     _forge(s3, gap + 1, [])
-    runner = hosts("runner", **RECORD).bank.save(P, "a fresh runner's save, past the gap").memory
+    runner = hosts("runner", **RECORD).bank.save(SaveRequest(P, "a fresh runner's save, past the gap")).memory
     assert _tail(s3) == gap + 2
     report = b.sync()
     assert report.ok and report.mode == "full" and runner.id in b.ids(P), report.to_dict()
@@ -233,11 +234,11 @@ def test_a_gap_is_waited_out_then_listed_past(hosts: Callable[..., Host], s3: S3
     assert b.sync(clock=lambda: hour).ok  # the wait is over: listed past the gap
     assert b.bank.sync_status()["record"]["waitingFor"] is None
     # A writer whose idea of the end is from before the gap writes into it: still read.
-    filled = a.bank.save(P, "written into the gap").memory
+    filled = a.bank.save(SaveRequest(P, "written into the gap")).memory
     assert _segments(s3)[-3:] == [gap, gap + 1, gap + 2]
     report = b.sync()
     assert report.ok and report.mode == "record" and filled.id in b.ids(P), report.to_dict()
-    after = a.bank.save(P, "saved after the gap").memory
+    after = a.bank.save(SaveRequest(P, "saved after the gap")).memory
     report = b.sync()
     assert report.ok and report.mode == "record" and after.id in b.ids(P), report.to_dict()
 
@@ -248,7 +249,7 @@ def test_a_gap_is_waited_out_then_listed_past(hosts: Callable[..., Host], s3: S3
 def test_a_malformed_segment_is_skipped_and_deliberate_deletions_still_apply(
         hosts: Callable[..., Host], s3: S3, cli: Cli) -> None:
     a = hosts("a", **RECORD)
-    ids = [a.bank.save(P, f"ticket {i} of the sprint is closed").memory.id for i in range(12)]
+    ids = [a.bank.save(SaveRequest(P, f"ticket {i} of the sprint is closed")).memory.id for i in range(12)]
     b = hosts("b", **RECORD)
     assert b.sync().ok and len(b.ids(P)) == 12
     s3.put_json(segment_key(_tail(s3) + 1), {"format": "memlocal-changes/1", "seq": "oops"})
@@ -278,7 +279,7 @@ def test_a_huge_segment_is_skipped_and_costs_the_followers_nothing(hosts: Callab
     _forge(s3, _tail(s3) + 1, [{"key": f"memory/{P}/mem-{i:08x}.json", "etag": "", "op": "delete", "size": 0}
                                for i in range(n)])
     assert s3.client.head_object(Bucket=s3.bucket, Key=segment_key(_tail(s3)))["ContentLength"] > MAX_SEGMENT_BYTES
-    saved = a.bank.save(P, "saved after the huge segment").memory
+    saved = a.bank.save(SaveRequest(P, "saved after the huge segment")).memory
     report = b.sync()
     assert report.ok and saved.id in b.ids(P), report.summary()
     assert b.bank.store.read("SELECT count(*) FROM sync_delete_record")[0][0] == 0
@@ -304,7 +305,7 @@ def _foreign_put(s3: S3, template_key: str, mid: str, text: str) -> str:
 def test_a_mixed_fleet_lists_in_full_on_every_pass_once_a_foreign_writer_is_seen(
         hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, cli: Cli) -> None:
     a = hosts("a", **RECORD)
-    a.bank.save(P, "written by memlocal")
+    a.bank.save(SaveRequest(P, "written by memlocal"))
     b = hosts("b", bucket__endpoint=fault_proxy.endpoint, **RECORD)
     assert b.sync().ok
     # A memlocal-only bucket keeps its O(1) passes: two requests.
@@ -328,7 +329,7 @@ def test_a_mixed_fleet_lists_in_full_on_every_pass_once_a_foreign_writer_is_seen
     # memlocal's own writes keep a memlocal-only host's passes O(1).
     c = hosts("c", **RECORD)
     assert c.sync().ok
-    a.bank.save(P, "another memlocal write")
+    a.bank.save(SaveRequest(P, "another memlocal write"))
     assert c.sync(full=True).ok
     assert c.sync(clock=lambda: later).mode == "record", c.bank.sync_status()["record"]
 
@@ -343,7 +344,7 @@ def test_a_pass_against_a_hung_bucket_ends_within_its_deadline(hosts: Callable[.
 
     assert Config.load(overrides={}).get_float("sync.deadline_s") <= 15
     a = hosts("a")
-    a.bank.save(P, "saved before the bucket hung")
+    a.bank.save(SaveRequest(P, "saved before the bucket hung"))
     fault_proxy.freeze()
     env = {"INTERNAL_S3_ENDPOINT": fault_proxy.endpoint, "MEMLOCAL_SYNC_TIMEOUT_S": "1",
            "MEMLOCAL_SYNC_ATTEMPTS": "20", "MEMLOCAL_SYNC_DEADLINE_S": "2"}

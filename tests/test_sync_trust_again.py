@@ -23,6 +23,7 @@ from memlocal.model import COUNT_MAX, parse_time
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key
 from memlocal_sync.marker import MARKER_KEY
 from s3server import S3, Host
+from memlocal import SaveRequest
 
 pytestmark = pytest.mark.s3_servers()
 
@@ -55,7 +56,7 @@ PREFERENCES = ("green tea", "dark mode", "short answers", "metric units", "Briti
 def test_a_wipe_after_inject_is_guarded(hosts: Any, s3: S3, cli: Cli) -> None:
     a = hosts("a")
     for thing in PREFERENCES:
-        a.bank.save(P, f"alice prefers {thing}", category="preference")
+        a.bank.save(SaveRequest(P, f"alice prefers {thing}", category="preference"))
     assert a.sync().ok
     b = hosts("b", **RECORD)
     assert b.sync().ok and b.bank.store.count() == 20 and b.sync().ok  # (the record's cursor is set)
@@ -80,11 +81,11 @@ def test_a_wipe_after_inject_is_guarded(hosts: Any, s3: S3, cli: Cli) -> None:
 
 def test_a_delete_record_does_not_hide_a_memory_the_follower_does_not_hold(hosts: Any, s3: S3) -> None:
     a = hosts("a", **RECORD)
-    a.bank.save(P, "the build cache lives on the second disk")
+    a.bank.save(SaveRequest(P, "the build cache lives on the second disk"))
     assert a.sync().ok
     b = hosts("b", **RECORD)
     assert b.sync().ok and b.sync().ok
-    x = a.bank.save(P, "the release train leaves every second Thursday").memory
+    x = a.bank.save(SaveRequest(P, "the release train leaves every second Thursday")).memory
     key = f"memory/{P}/{x.id}.json"
     assert key in s3.keys()
     _forge(s3, [{"key": key, "etag": "", "op": "delete", "size": 0}])  # forged, replayed or late
@@ -104,10 +105,10 @@ def test_a_delete_record_does_not_hide_a_memory_the_follower_does_not_hold(hosts
 
 def test_a_replayed_delete_after_a_put_does_not_hide_the_new_memory(hosts: Any, s3: S3) -> None:
     a = hosts("a", **RECORD)
-    assert a.bank.save(P, "seed").memory and a.sync().ok
+    assert a.bank.save(SaveRequest(P, "seed")).memory and a.sync().ok
     b = hosts("b", **RECORD)
     assert b.sync().ok and b.sync().ok
-    x = a.bank.save(P, "the on-call rota changes on Mondays").memory
+    x = a.bank.save(SaveRequest(P, "the on-call rota changes on Mondays")).memory
     key = f"memory/{P}/{x.id}.json"
     etag = s3.client.head_object(Bucket=s3.bucket, Key=key)["ETag"]
     # A put and a delete of that key in later segments, the delete last (a replay).
@@ -138,7 +139,7 @@ def _copy_under(s3: S3, source: str, profile: str) -> str:
 
 def test_an_id_copied_under_another_profile_hides_nothing(hosts: Any, s3: S3, cli: Cli) -> None:
     a = hosts("a")
-    x = a.bank.save("zeta", "zeta deploys from the release branch only").memory
+    x = a.bank.save(SaveRequest("zeta", "zeta deploys from the release branch only")).memory
     assert a.sync().ok
     b = hosts("b")
     assert b.sync().ok and x.id in b.ids("zeta")
@@ -167,8 +168,8 @@ def test_an_id_copied_under_another_profile_hides_nothing(hosts: Any, s3: S3, cl
 
 def test_forged_timestamps_and_counts_are_clamped(hosts: Any, s3: S3, cli: Cli) -> None:
     a = hosts("a")
-    x = a.bank.save(P, "the staging database is reset every night").memory
-    a.bank.save(P, "the staging cluster runs two nodes")
+    x = a.bank.save(SaveRequest(P, "the staging database is reset every night")).memory
+    a.bank.save(SaveRequest(P, "the staging cluster runs two nodes"))
     assert a.sync().ok
     key = f"memory/{P}/{x.id}.json"
     s3.put_raw(key, json.dumps({**s3.get_json(key), "createdAt": "2999-01-01T00:00:00Z",
@@ -223,7 +224,7 @@ def _bomb(profile: str, unpacked: int) -> bytes:
 @pytest.mark.slow  # 250 MB unpacked, a memlocal process and its helper
 def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tmp_path: Any) -> None:
     a = hosts("a", sync__snapshot_min_objects=3)
-    real = {a.bank.save(P, text).memory.id for text in (
+    real = {a.bank.save(SaveRequest(P, text)).memory.id for text in (
         "the laptop runs Debian", "the standup is at nine", "the CI cache lives on S3", "the VPN needs a token")}
     assert a.sync(full=True).ok
     for key in s3.keys("memlocal/snapshots/"):
@@ -279,7 +280,7 @@ def test_a_first_push_writes_the_snapshot_a_fresh_runner_reads(hosts: Any, s3: S
 
 def test_a_first_read_from_part_of_the_bank_says_so(hosts: Any, s3: S3, cli: Cli, tmp_path: Any) -> None:
     a = hosts("a")
-    a.bank.save(P, "the queue depth alarm is at 500")
+    a.bank.save(SaveRequest(P, "the queue depth alarm is at 500"))
     assert a.sync().ok
     fresh = tmp_path / "fresh" / "memlocal.db"
     env = {"MEMLOCAL_SYNC_PULL_ON_OPEN": "true", "MEMLOCAL_SYNC_HYDRATE_DEADLINE_S": "0.000001"}
@@ -292,11 +293,11 @@ def test_a_first_read_from_part_of_the_bank_says_so(hosts: Any, s3: S3, cli: Cli
 def test_a_follower_that_holds_neither_copy_keeps_the_older_one(hosts: Any, s3: S3) -> None:
     """The same rule in a record pass (no listing: the two keys are listed for their age)."""
     a = hosts("a", **RECORD)
-    a.bank.save("zeta", "seed")
+    a.bank.save(SaveRequest("zeta", "seed"))
     assert a.sync().ok
     b = hosts("b", **RECORD)
     assert b.sync().ok and b.sync().ok
-    x = a.bank.save("zeta", "zeta deploys from the release branch only").memory
+    x = a.bank.save(SaveRequest("zeta", "zeta deploys from the release branch only")).memory
     _next_second()
     copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")
     etag = s3.client.head_object(Bucket=s3.bucket, Key=copy)["ETag"]
@@ -313,9 +314,9 @@ def test_a_copy_in_a_profiles_snapshot_is_given_back_to_the_older_one(hosts: Any
     from memlocal_sync import snapshot
 
     a = hosts("a", sync__snapshot_min_objects=3)
-    x = a.bank.save("zeta", "zeta deploys from the release branch only").memory
+    x = a.bank.save(SaveRequest("zeta", "zeta deploys from the release branch only")).memory
     for text in ("aaa runs the nightly job", "aaa owns the billing service", "aaa reviews on Fridays"):
-        a.bank.save("aaa", text)
+        a.bank.save(SaveRequest("aaa", text))
     assert a.sync().ok
     _next_second()
     copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")

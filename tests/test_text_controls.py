@@ -15,7 +15,7 @@ import pytest
 from api_live import LiveServer
 from support import http_client, mcp_in_process
 
-from memlocal import MemoryBank
+from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
 from memlocal.errors import ValidationError
 from memlocal.portability import import_jsonl
@@ -28,12 +28,12 @@ NUL_AT_6 = "hello\x00world"
                                     {"content": "ok", "summary": "a\x1bb"}])
 def test_the_library_refuses_a_control_character_naming_its_position(bank: MemoryBank, kwargs: Any) -> None:
     with pytest.raises(ValidationError, match=r"control character \(U\+00(00 NUL|1B ESC)\) at character (6|2)"):
-        bank.save("p", **kwargs)
+        bank.save(SaveRequest("p", **kwargs))
     assert bank.stats()["totalMemories"] == 0
 
 
 def test_tab_and_line_breaks_are_text(bank: MemoryBank) -> None:
-    saved = bank.save("p", content="a\tb\r\nc\nd")
+    saved = bank.save(SaveRequest("p", content="a\tb\r\nc\nd"))
     assert saved.memory.processed_content == "a\tb\r\nc\nd"
 
 

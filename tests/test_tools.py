@@ -8,7 +8,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from memlocal import MemoryBank, NotFoundError, ValidationError
+from memlocal import MemoryBank, NotFoundError, SaveRequest, ValidationError
 from memlocal.tools import MEMORY_TOOL_NAMES, TOOL_NAMES, dispatch, tool_definitions
 
 
@@ -66,7 +66,7 @@ def test_definitions_are_registrable_data() -> None:
     ],
 )
 def test_schema_errors_change_nothing(bank: MemoryBank, tool: str, args: Any, message: str) -> None:
-    bank.save("a", content="existing memory")
+    bank.save(SaveRequest("a", content="existing memory"))
     with pytest.raises(ValidationError) as info:
         dispatch(bank, tool, args, "a")
     assert message in str(info.value)

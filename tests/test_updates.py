@@ -19,7 +19,7 @@ from api_live import LiveServer
 from conftest import Cli
 from support import http_client
 
-from memlocal import MemoryBank, ValidationError
+from memlocal import MemoryBank, SaveRequest, ValidationError
 from memlocal.api import create_app
 from memlocal.config import Config
 from memlocal.model import utcnow
@@ -110,9 +110,9 @@ def _aged(bank: MemoryBank, memory_id: str, days: float) -> None:
 def test_each_kind_of_changed_value_supersedes_with_lineage(local: MemoryBank, kind: str) -> None:
     old_text, new_text = UPDATES[kind]
     assert relation(old_text, new_text) == SURE
-    old = local.save(P, content=old_text, category="fact").memory
-    local.save(P, content="The team uses Grafana for dashboards", category="fact")
-    res = local.save(P, content=new_text, category="fact")
+    old = local.save(SaveRequest(P, content=old_text, category="fact")).memory
+    local.save(SaveRequest(P, content="The team uses Grafana for dashboards", category="fact"))
+    res = local.save(SaveRequest(P, content=new_text, category="fact"))
     assert res.superseded == old.id and res.to_dict()["superseded"] == old.id
     assert res.memory.supersedes == old.id
     stored = local.get(P, old.id)
@@ -126,7 +126,7 @@ def test_a_chain_of_updates_retires_each_value_in_turn(local: MemoryBank) -> Non
     with its recall features (so it waits for the FTS5 batch like any save), not left for a query
     to derive them. Before, the third value found no candidate and two values stayed active."""
     texts = [f"The staging server for project 7 runs on port {port}" for port in (8443, 9000, 9100, 9200)]
-    saved = [local.save(P, content=t, category="fact") for t in texts]
+    saved = [local.save(SaveRequest(P, content=t, category="fact")) for t in texts]
     assert [s.superseded for s in saved[1:]] == [s.memory.id for s in saved[:-1]]
     assert [m.processed_content for m in local.store.iter_profile(P, active_only=True)] == [texts[-1]]
     assert [m.id for m in local.history(P, saved[-1].memory.id)] == [s.memory.id for s in saved]
@@ -137,8 +137,8 @@ def test_look_alikes_about_other_subjects_are_never_retired(local: MemoryBank, k
     fact, other = LOOKALIKES[kind]
     # Never sure (a look-alike may be dated in the block, never retired).
     assert SURE not in (relation(fact, other), relation(other, fact))
-    first = local.save(P, content=fact, category="fact").memory
-    res = local.save(P, content=other, category="fact")
+    first = local.save(SaveRequest(P, content=fact, category="fact")).memory
+    res = local.save(SaveRequest(P, content=other, category="fact"))
     assert res.superseded is None and res.memory.supersedes is None
     assert local.get(P, first.id).is_active and local.get(P, res.memory.id).is_active
 
@@ -147,8 +147,8 @@ def test_a_scoped_fact_restated_in_its_own_scope_is_an_update(local: MemoryBank)
     old_text = "Release trains leave on Tuesdays at 10:00 UTC for payments-api"
     new_text = "Release trains leave on Wednesdays at 10:00 UTC for payments-api"
     assert relation(old_text, new_text) == SURE
-    old = local.save(P, content=old_text, category="fact").memory
-    assert local.save(P, content=new_text, category="fact").superseded == old.id
+    old = local.save(SaveRequest(P, content=old_text, category="fact")).memory
+    assert local.save(SaveRequest(P, content=new_text, category="fact")).superseded == old.id
 
 
 @pytest.mark.parametrize("kind", sorted(UNCAUGHT))
@@ -157,10 +157,10 @@ def test_an_update_the_rule_cannot_be_sure_of_is_dated_in_the_block(local: Memor
     or both lines dated so that the reader can order them."""
     old_text, new_text, task, new_s, old_s = UNCAUGHT[kind]
     assert relation(old_text, new_text) is not None
-    old = local.save(P, content=old_text, category="fact").memory
+    old = local.save(SaveRequest(P, content=old_text, category="fact")).memory
     _aged(local, old.id, 60)
-    local.save(P, content="The team uses Grafana for dashboards", category="fact")
-    local.save(P, content=new_text, category="fact")
+    local.save(SaveRequest(P, content="The team uses Grafana for dashboards", category="fact"))
+    local.save(SaveRequest(P, content=new_text, category="fact"))
     lines = local.render_context_block(P, task).text.splitlines()
     current = [ln for ln in lines if new_s in ln]
     stale = [ln for ln in lines if old_s in ln and new_s not in ln]
@@ -187,9 +187,9 @@ def test_kinds_of_values() -> None:
 
 def test_no_supersede_keeps_both_and_the_block_dates_them(local: MemoryBank) -> None:
     old_text, new_text = UPDATES["time"]
-    old = local.save(P, content=old_text, category="fact").memory
+    old = local.save(SaveRequest(P, content=old_text, category="fact")).memory
     _aged(local, old.id, 40)
-    res = local.save(P, content=new_text, category="fact", auto_supersede=False)
+    res = local.save(SaveRequest(P, content=new_text, category="fact", auto_supersede=False))
     assert res.superseded is None and local.get(P, old.id).is_active
     block = local.render_context_block(P, "When is the on-call handover?").text
     day_old = (utcnow() - timedelta(days=40)).strftime("%Y-%m-%d")
@@ -203,11 +203,11 @@ def test_unsure_pairs_are_dated_and_unrelated_lines_are_not(local: MemoryBank) -
     old_text = "My dentist is Dr. Alvarez at the Riverside clinic"
     new_text = "My dentist is now Dr. Chen at the Harbour Street practice"
     assert relation(old_text, new_text) == MAYBE  # the place is said in other words: not sure
-    old = local.save(P, content=old_text, category="fact").memory
+    old = local.save(SaveRequest(P, content=old_text, category="fact")).memory
     _aged(local, old.id, 90)
-    other = local.save(P, content="The dentist's bills go to the health insurance", category="fact").memory
+    other = local.save(SaveRequest(P, content="The dentist's bills go to the health insurance", category="fact")).memory
     _aged(local, other.id, 60)
-    res = local.save(P, content=new_text, category="fact")
+    res = local.save(SaveRequest(P, content=new_text, category="fact"))
     assert res.superseded is None and local.get(P, old.id).is_active
     lines = local.render_context_block(P, "Book my dental check-up with my dentist").text.splitlines()
     dated = [ln for ln in lines if "(saved " in ln]
@@ -220,13 +220,13 @@ def test_a_line_holding_a_value_an_update_replaced_is_dated_with_the_update(loca
     but the block dates it and the update: the rule cannot tell another subject from the old
     value in other words, the dates let the reader. Lines holding no replaced value stay undated,
     and so does a bare number of one or two digits ("16" cores)."""
-    old = local.save(P, content="The design review is on Mondays at 11:00", category="fact").memory
+    old = local.save(SaveRequest(P, content="The design review is on Mondays at 11:00", category="fact")).memory
     _aged(local, old.id, 60)
-    look = local.save(P, content="The budget review is on Mondays at 11:00", category="fact").memory
+    look = local.save(SaveRequest(P, content="The budget review is on Mondays at 11:00", category="fact")).memory
     _aged(local, look.id, 30)
-    other = local.save(P, content="The code review checklist lives in the wiki", category="fact").memory
+    other = local.save(SaveRequest(P, content="The code review checklist lives in the wiki", category="fact")).memory
     _aged(local, other.id, 20)
-    res = local.save(P, content="The design review moved to Tuesdays at 15:00", category="fact")
+    res = local.save(SaveRequest(P, content="The design review moved to Tuesdays at 15:00", category="fact"))
     assert res.superseded == old.id and local.get(P, look.id).is_active
     lines = local.render_context_block(P, "When is the design review?").text.splitlines()
     dated = sorted(ln for ln in lines if "(saved " in ln)
@@ -243,9 +243,9 @@ def test_a_line_holding_a_value_an_update_replaced_is_dated_with_the_update(loca
 
 
 def test_two_related_lines_of_one_day_carry_the_minute(local: MemoryBank) -> None:
-    old = local.save(P, content=UPDATES["number"][0], category="fact").memory
+    old = local.save(SaveRequest(P, content=UPDATES["number"][0], category="fact")).memory
     _aged(local, old.id, 0.01)  # some 15 minutes earlier, most often the same day
-    new = local.save(P, content=UPDATES["number"][1], category="fact", auto_supersede=False).memory
+    new = local.save(SaveRequest(P, content=UPDATES["number"][1], category="fact", auto_supersede=False)).memory
     block = local.render_context_block(P, "How many nodes does the staging cluster run?").text
     aged = local.get(P, old.id).created_at  # the old line's date as the block reads it (aged)
     if aged.date() == new.created_at.date():  # not so when the test runs just after midnight UTC
@@ -255,8 +255,8 @@ def test_two_related_lines_of_one_day_carry_the_minute(local: MemoryBank) -> Non
 
 def test_restore_undoes_it_on_the_library(local: MemoryBank) -> None:
     old_text, new_text = UPDATES["identifier"]
-    old = local.save(P, content=old_text, category="fact").memory
-    new = local.save(P, content=new_text, category="fact").memory
+    old = local.save(SaveRequest(P, content=old_text, category="fact")).memory
+    new = local.save(SaveRequest(P, content=new_text, category="fact")).memory
     restored = local.restore(P, old.id)
     assert restored.is_active and restored.superseded_by is None
     assert local.get(P, new.id).is_active and local.get(P, new.id).supersedes is None
@@ -286,7 +286,7 @@ def test_no_supersede_and_restore_on_the_cli(local: MemoryBank, cli: Cli) -> Non
 
 def test_no_supersede_and_restore_on_rest_and_the_tool(local: MemoryBank) -> None:
     old_text, new_text = UPDATES["address"]
-    old = local.save(P, content=old_text, category="fact").memory
+    old = local.save(SaveRequest(P, content=old_text, category="fact")).memory
     out = dispatch(local, "memory_save", {"content": new_text, "category": "fact", "autoSupersede": False}, P)
     assert out["superseded"] is None and local.get(P, old.id).is_active
     local.delete(P, out["memory"]["id"])
@@ -300,19 +300,19 @@ def test_no_supersede_and_restore_on_rest_and_the_tool(local: MemoryBank) -> Non
 
 def test_the_llm_proposal_joins_the_rule(anthropic_fake: FakeAnthropic, tmp_path: Path) -> None:
     with MemoryBank.open(tmp_path / "llm.db", config=Config.load().with_overrides(llm__timeout_s=30.0)) as bank:
-        old = bank.save(P, content="The weekly sync is on Tuesdays", category="fact", use_llm=False).memory
-        other = bank.save(P, content="The quarterly review is on Tuesdays", category="fact", use_llm=False).memory
+        old = bank.save(SaveRequest(P, content="The weekly sync is on Tuesdays", category="fact", use_llm=False)).memory
+        other = bank.save(SaveRequest(P, content="The quarterly review is on Tuesdays", category="fact", use_llm=False)).memory
         # A proposal the rule finds related (a weekday changed) is applied...
         anthropic_fake.respond(Reply.structured({
             "processedContent": "The weekly sync moved to Thursdays", "summary": "sync day",
             "category": "fact", "confidence": 0.9, "supersedes": old.id}))
-        res = bank.save(P, "the weekly sync is thursdays from now on")
+        res = bank.save(SaveRequest(P, "the weekly sync is thursdays from now on"))
         assert res.superseded == old.id and res.proposed_supersedes is None
         # ...one about another subject stays a proposal.
         anthropic_fake.respond(Reply.structured({
             "processedContent": "The weekly sync agenda lives in the team wiki", "summary": "agenda",
             "category": "fact", "confidence": 0.9, "supersedes": other.id}))
-        res = bank.save(P, "agenda for the weekly sync: team wiki")
+        res = bank.save(SaveRequest(P, "agenda for the weekly sync: team wiki"))
         assert res.superseded is None and bank.get(P, other.id).is_active
 
 
@@ -325,10 +325,10 @@ def test_an_llm_judges_the_pairs_the_rule_is_unsure_of(anthropic_fake: FakeAnthr
     assert relation(old_text, new_text) == MAYBE
     config = Config.load().with_overrides(llm__timeout_s=1.0)
     with MemoryBank.open(tmp_path / "judge.db", config=config) as bank:
-        old = bank.save(P, content=old_text, category="fact", use_llm=False).memory
+        old = bank.save(SaveRequest(P, content=old_text, category="fact", use_llm=False)).memory
         # The model says it replaces the old one: retired, as a supersession the rule allows.
         anthropic_fake.respond(Reply.structured({"replaces": old.id}))
-        res = bank.save(P, content=new_text, category="fact")
+        res = bank.save(SaveRequest(P, content=new_text, category="fact"))
         assert res.superseded == old.id and not bank.get(P, old.id).is_active
         asked = anthropic_fake.requests[-1].body
         assert old.id in asked["messages"][0]["content"] and "replaces" in json.dumps(asked["output_config"])
@@ -338,12 +338,12 @@ def test_an_llm_judges_the_pairs_the_rule_is_unsure_of(anthropic_fake: FakeAnthr
         # null, a failure, or no answer within the deadline: both stay active.
         for reply in (Reply.structured({"replaces": None}), Reply.error(500), Reply.sleep(5.0)):
             anthropic_fake.respond(reply)
-            res = bank.save(P, content=new_text, category="fact")
+            res = bank.save(SaveRequest(P, content=new_text, category="fact"))
             assert res.superseded is None and bank.get(P, old.id).is_active, reply
             bank.delete(P, res.memory.id)
         # A sure update is the rule's alone; --no-supersede asks nothing.
         before = len(anthropic_fake.requests)
-        sure_old = bank.save(P, content=UPDATES["number"][0], category="fact", use_llm=False).memory
-        assert bank.save(P, content=UPDATES["number"][1], category="fact").superseded == sure_old.id
-        assert bank.save(P, content=new_text, category="fact", auto_supersede=False).superseded is None
+        sure_old = bank.save(SaveRequest(P, content=UPDATES["number"][0], category="fact", use_llm=False)).memory
+        assert bank.save(SaveRequest(P, content=UPDATES["number"][1], category="fact")).superseded == sure_old.id
+        assert bank.save(SaveRequest(P, content=new_text, category="fact", auto_supersede=False)).superseded is None
         assert len(anthropic_fake.requests) == before

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from memlocal import InputTooLargeError, MemoryBank, NotFoundError, ValidationError
+from memlocal import InputTooLargeError, MemoryBank, NotFoundError, SaveRequest, ValidationError
 from conftest import Cli
 
 
@@ -22,8 +22,8 @@ def snapshot(path: Path) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def seeded(bank: MemoryBank) -> MemoryBank:
-    bank.save("alice", content="Prefers dark mode", category="preference")
-    bank.save("bob", "Works on the billing service")
+    bank.save(SaveRequest("alice", content="Prefers dark mode", category="preference"))
+    bank.save(SaveRequest("bob", "Works on the billing service"))
     return bank
 
 
@@ -39,29 +39,29 @@ def assert_rejected(bank: MemoryBank, call: Callable[[], Any], exc: type[Excepti
 
 
 def test_raw_input_over_the_cap_by_one_byte(seeded: MemoryBank) -> None:
-    assert_rejected(seeded, lambda: seeded.save("alice", "x" * 4097), InputTooLargeError, "4097", "4096")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice", "x" * 4097)), InputTooLargeError, "4097", "4096")
 
 
 def test_raw_input_at_the_cap_is_accepted(seeded: MemoryBank) -> None:
-    m = seeded.save("alice", "x" * 4096).memory
+    m = seeded.save(SaveRequest("alice", "x" * 4096)).memory
     assert len(m.raw_input.encode()) == 4096
 
 
 def test_multibyte_characters_at_the_edge(seeded: MemoryBank) -> None:
     # 1365 three-byte characters = 4095 bytes; one more "é" (2 bytes) crosses the cap.
     at_edge = "€" * 1365 + "a"  # 4096 bytes
-    assert seeded.save("alice", at_edge).memory.raw_input == at_edge
+    assert seeded.save(SaveRequest("alice", at_edge)).memory.raw_input == at_edge
     over = "€" * 1365 + "é"  # 4097 bytes though only 1366 characters
-    assert_rejected(seeded, lambda: seeded.save("alice", over), InputTooLargeError, "4097 bytes", "4096")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice", over)), InputTooLargeError, "4097 bytes", "4096")
 
 
 def test_content_is_capped_too(seeded: MemoryBank) -> None:
-    assert_rejected(seeded, lambda: seeded.save("alice", content="y" * 5000), InputTooLargeError, "5000")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice", content="y" * 5000)), InputTooLargeError, "5000")
 
 
 @pytest.mark.parametrize("profile", ["../x", "a/b", "", ".hidden", "a b", "x" * 65, "naïve", "a\\b", "a\x00b"])
 def test_bad_profile_names(seeded: MemoryBank, profile: str) -> None:
-    assert_rejected(seeded, lambda: seeded.save(profile, "hello"), ValidationError, "invalid profile name")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest(profile, "hello")), ValidationError, "invalid profile name")
     assert_rejected(seeded, lambda: seeded.list(profile), ValidationError, "invalid profile name")
 
 
@@ -72,21 +72,21 @@ def test_bad_ids(seeded: MemoryBank, memory_id: str) -> None:
 
 
 def test_unknown_category(seeded: MemoryBank) -> None:
-    assert_rejected(seeded, lambda: seeded.save("alice", "x", category="opinion"), ValidationError, "unknown category")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice", "x", category="opinion")), ValidationError, "unknown category")
 
 
 @pytest.mark.parametrize("confidence", [-0.01, 1.01, float("nan"), float("inf"), "high", True])
 def test_confidence_outside_range(seeded: MemoryBank, confidence: Any) -> None:
-    assert_rejected(seeded, lambda: seeded.save("alice", "x", confidence=confidence), ValidationError, "confidence")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice", "x", confidence=confidence)), ValidationError, "confidence")
 
 
 def test_summary_over_fifty_characters(seeded: MemoryBank) -> None:
-    assert_rejected(seeded, lambda: seeded.save("alice", "x", summary="s" * 51), ValidationError, "50")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice", "x", summary="s" * 51)), ValidationError, "50")
 
 
 def test_empty_and_missing_input(seeded: MemoryBank) -> None:
-    assert_rejected(seeded, lambda: seeded.save("alice"), ValidationError, "rawInput or content")
-    assert_rejected(seeded, lambda: seeded.save("alice", "   "), ValidationError, "empty")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice")), ValidationError, "rawInput or content")
+    assert_rejected(seeded, lambda: seeded.save(SaveRequest("alice", "   ")), ValidationError, "empty")
 
 
 def test_missing_id_on_get_and_delete(seeded: MemoryBank) -> None:
@@ -156,7 +156,8 @@ def test_a_recall_query_is_checked_when_it_is_built() -> None:
         q.limit = 3  # type: ignore[misc]
 
 
-def test_the_keyword_form_and_the_query_value_are_one_recall(seeded: MemoryBank) -> None:
+def test_a_recall_takes_one_query_value(seeded: MemoryBank) -> None:
+    """The bank's recall and query take one RecallQuery, their only argument (no second form)."""
     from memlocal import RecallQuery
 
     from memlocal.model import utcnow
@@ -164,9 +165,11 @@ def test_the_keyword_form_and_the_query_value_are_one_recall(seeded: MemoryBank)
     now = utcnow()
     q = RecallQuery("alice", "dark mode", limit=5, min_score=0.0, now=now)
     by_value = seeded.query_with_relevance(q)
-    assert by_value and by_value == seeded.query_with_relevance("alice", "dark mode", limit=5, min_score=0.0, now=now)
-    with pytest.raises(TypeError, match="pass nothing else"):
-        seeded.query_with_relevance(q, "other")  # type: ignore[call-overload]
-    assert_rejected(seeded, lambda: seeded.recall("alice", "dark mode", limit=0), ValidationError, "limit")
+    assert by_value and by_value == seeded.query_with_relevance(RecallQuery("alice", "dark mode", limit=5, min_score=0.0, now=now))
+    with pytest.raises(TypeError):
+        seeded.query_with_relevance(q, "other")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        seeded.recall("alice", "dark mode")  # type: ignore[call-arg]
+    assert_rejected(seeded, lambda: seeded.recall(RecallQuery("alice", "dark mode", limit=0)), ValidationError, "limit")
     assert seeded.recall(q)[0].memory.access_count == 0  # the values the ranking used; the bump is stored
     assert seeded.get("alice", by_value[0].memory.id).access_count == 1

@@ -31,12 +31,13 @@ from starlette.concurrency import run_in_threadpool
 from .. import __version__, dashboard
 from ..bank import MemoryBank
 from ..bank import Stats as BankStats
-from ..bank import SyncStatus as BankSyncStatus
 from ..config import Config
 from ..errors import BankNotWiredError, ValidationError
 from ..humanize import shown_summary
 from ..inputs import AutomationId, AutomationNoteInput, Category, MemoryId, MinScore, Offset, PageLimit, ProfileName
 from ..model import CORE_CATEGORIES, RecallQuery
+from ..replication import SyncStatus as BankSyncStatus
+from ..saving import SaveRequest
 from . import errors
 from .auth import BearerAuthMiddleware, HostOriginMiddleware, parse_host_list
 from .head import HeadAsGetMiddleware
@@ -176,7 +177,7 @@ def create_memory(
     and/or ``content``. Returns once it is committed durably; ``synced`` says whether the bucket
     has it yet (always false without a bucket). A body that repeats an active memory answers
     200 with that memory and ``deduplicated: true``; ``supersedes`` retires the memory named."""
-    result = bank.save(
+    result = bank.save(SaveRequest(
         name,
         body.raw_input,
         content=body.content,
@@ -185,7 +186,7 @@ def create_memory(
         confidence=body.confidence,
         supersedes=body.supersedes,
         auto_supersede=body.auto_supersede,
-    )
+    ))
     return _json(result.to_dict(), 200 if result.deduplicated else 201)
 
 

@@ -96,11 +96,13 @@ def save(state: State, profile: str, raw_input: str | None, content: str | None,
     if not (text or "").strip() and not (content or "").strip():
         where = "standard input" if "-" in (raw_input, content) else "the text"
         raise click.UsageError(f"nothing to save: {where} is empty")
-    result = state.bank().save(
+    from ..saving import SaveRequest  # the bank's modules load with the bank, not for --help
+
+    result = state.bank().save(SaveRequest(
         profile, text, content=content, summary=summary,
         category=category, confidence=confidence, use_llm=not no_llm, supersedes=supersedes,
         auto_supersede=False if no_supersede else None,
-    )
+    ))
     if as_json:
         echo_json(result.to_dict())
         return

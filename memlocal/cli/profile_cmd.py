@@ -10,7 +10,7 @@ from ..humanize import plural
 from ._common import State, dim, echo_json, json_option, main, pass_state
 
 if TYPE_CHECKING:
-    from ..bank import ProfileCopy
+    from ..profiles import ProfileCopy
 
 
 @main.group("profile")

@@ -14,7 +14,8 @@ from ..errors import MemoryBankError
 from ._common import State, check_db_folder, dim, main, pass_state, warn
 
 if TYPE_CHECKING:
-    from ..bank import MemoryBank, SyncDaemonHandle
+    from ..bank import MemoryBank
+    from ..replication import SyncDaemonHandle
 
 
 def _banner(config: Config, bank: MemoryBank | MemoryBankError, host: str, port: int) -> None:

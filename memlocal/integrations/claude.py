@@ -49,6 +49,7 @@ from anthropic.types.beta import (
 from ..errors import InputTooLargeError, MemoryBankError
 from ..model import CATEGORIES, RAW_INPUT_MAX_BYTES, Memory, validate_profile
 from ..redact import redact
+from ..saving import SaveRequest
 from ..store import MigrationSet
 from ..store.local import LocalRow
 
@@ -293,10 +294,10 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
                 self._forget(prior)
             self._local(rel, "file", text)
             return
-        self.bank.save(self.profile, content=text, category=category_for_path(rel), use_llm=False,
+        self.bank.save(SaveRequest(self.profile, content=text, category=category_for_path(rel), use_llm=False,
                        supersedes=prior.id if prior is not None else None, deduplicate=False,
                        auto_supersede=False,  # a file's text never retires another file
-                       extra={FILE_FIELD: f"{ROOT}/{rel}"})
+                       extra={FILE_FIELD: f"{ROOT}/{rel}"}))
         if old is not None and prior is None:
             self._unlocal(rel)
 
@@ -514,9 +515,9 @@ class MemlocalMemoryTool(BetaAbstractMemoryTool):
             self._unlocal(src)
             self._local(dst, "file", file.text)
             return
-        self.bank.save(self.profile, content=file.text, category=category_for_path(dst), use_llm=False,
+        self.bank.save(SaveRequest(self.profile, content=file.text, category=category_for_path(dst), use_llm=False,
                        supersedes=file.memory.id, deduplicate=False, auto_supersede=False,
-                       extra={FILE_FIELD: f"{ROOT}/{dst}"})
+                       extra={FILE_FIELD: f"{ROOT}/{dst}"}))
 
     def clear_all_memory(self) -> str:
         """Delete every file (and its versions) and directory of the profile's ``/memories``."""

@@ -55,9 +55,10 @@ from ..humanize import plural
 from ..llm import retry_after_s
 from ..model import Memory, validate_profile
 from ..redact import redact
+from ..saving import SaveRequest
 from ..store import MigrationSet
 from ..store.local import LocalRow
-from .claude import FILE_FIELD, category_for_path
+from .claude import FILE_FIELD, ROOT, category_for_path, path_problem
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -81,7 +82,8 @@ FULL_PAGE_LIMIT: Final = 20
 CONTENT_MAX_BYTES: Final = 102_400
 PATH_MAX_BYTES: Final = 1024
 PATH_MAX_SEGMENTS: Final = 20
-# Past this many contents to read, one listing with view=full (pages of 20) beats one retrieve each.
+# Past this many contents to read, one listing with view=full (pages of 20) beats one retrieve each,
+# when the store is small enough that its pages are fewer than the retrieves (_Sync._contents).
 _FULL_LISTING_FROM: Final = 40
 # Creates in flight at once (a first sync is one create per lineage; the API's latency, not
 # this process, is its time).
@@ -388,8 +390,9 @@ class _Sync:
             if not page:
                 return None
 
-    def _list(self, *, full: bool = False) -> dict[str, BetaManagedAgentsMemory] | None:
-        """The store's memories by id (``None``: the store is gone)."""
+    def _list(self, *, full: bool = False, only: set[str] | None = None) -> dict[str, BetaManagedAgentsMemory] | None:
+        """The store's memories by id (``None``: the store is gone); with ``only``, those of these
+        ids, the listing stopped once it has them all."""
         assert self.store_id is not None
         out: dict[str, BetaManagedAgentsMemory] = {}
         page: str | None = None
@@ -403,20 +406,22 @@ class _Sync:
             except anthropic.NotFoundError:
                 return None
             for item in listed.data:
-                if isinstance(item, BetaManagedAgentsMemory):
+                if isinstance(item, BetaManagedAgentsMemory) and (only is None or item.id in only):
                     out[item.id] = item
             page = listed.next_page
-            if not page:
+            if not page or (only is not None and len(out) == len(only)):
                 return out
 
-    def _contents(self, wanted: list[BetaManagedAgentsMemory]) -> dict[str, BetaManagedAgentsMemory]:
-        """The full memories (with content) of ``wanted``: one retrieve each, or one listing with
-        ``view=full`` when many are wanted."""
+    def _contents(self, wanted: list[BetaManagedAgentsMemory], size: int) -> dict[str, BetaManagedAgentsMemory]:
+        """The full memories (with content) of ``wanted``, in a store of ``size`` memories: one
+        retrieve each, or one listing with ``view=full`` when many are wanted and the store's
+        pages are fewer than the retrieves (a store of 2,000 is 100 pages of every content: 40
+        changed memories are read by 40 retrieves, not by reading the whole store)."""
         if not wanted:
             return {}
         assert self.store_id is not None
-        if len(wanted) >= _FULL_LISTING_FROM:
-            listed = self._list(full=True) or {}
+        if len(wanted) >= _FULL_LISTING_FROM and -(-size // FULL_PAGE_LIMIT) < len(wanted):
+            listed = self._list(full=True, only={m.id for m in wanted}) or {}
             return {m.id: listed[m.id] for m in wanted if m.id in listed}
         out = {}
         for m in wanted:
@@ -496,8 +501,9 @@ class _Sync:
         return current, new
 
     def _take_back(self, h: BetaManagedAgentsMemory, *, supersedes: str | None = None,
-                   category: str | None = None) -> tuple[Memory | None, str, bool]:
-        """Save what a hosted agent wrote, through the bank's save path. Returns the memory (or
+                   category: str | None = None, file: str | None = None) -> tuple[Memory | None, str, bool]:
+        """Save what a hosted agent wrote, through the bank's save path (``file``: the memory
+        tool's path, ``memoryFile``, of the version it supersedes). Returns the memory (or
         ``None``: refused, reported), the hosted sha now (after a rewrite) and whether the save
         repeated an existing memory."""
         text = h.content or ""
@@ -506,17 +512,24 @@ class _Sync:
             self.report.refused.append({"what": what, "reason": "blank: a memory needs text"})
             return None, h.content_sha256, False
         self._version += 1  # the profile may change (a save, a retired memory)
+        extra: dict[str, Any] = {HOSTED_FIELD: {"path": h.path}}
+        if file is not None:
+            extra[FILE_FIELD] = file
         try:
-            result = self.bank.save(self.profile, content=text, category=category or category_for_path(h.path),
-                                    confidence=self.confidence, source="inferred", use_llm=False, supersedes=supersedes,
-                                    extra={HOSTED_FIELD: {"path": h.path}})
+            result = self.bank.save(SaveRequest(
+                self.profile, content=text, category=category or category_for_path(h.path), confidence=self.confidence,
+                source="inferred", use_llm=False, supersedes=supersedes, extra=extra))
         except MemoryBankError as exc:
             self.report.refused.append({"what": what, "reason": exc.message})
             return None, h.content_sha256, False
         sha = h.content_sha256
         path = redact(h.path).text
-        if not result.deduplicated and (result.memory.processed_content != text or path != h.path):
-            sha = self._rewrite(h, result.memory.processed_content, path)
+        # The store's copy is rewritten whenever its text or path held a credential, a repeat's
+        # too: the save answered with the memory it repeats, so the agent's own text is kept,
+        # redacted as the save redacted it (secrets.mode = redact: memlocal.redact.redact).
+        clean = redact(text).text if result.deduplicated else result.memory.processed_content
+        if clean != text or path != h.path:
+            sha = self._rewrite(h, clean, path)
         return result.memory, sha, result.deduplicated
 
     def _rewrite(self, h: BetaManagedAgentsMemory, text: str, path: str) -> str:
@@ -597,7 +610,7 @@ class _Sync:
             fresh.append(h)
         for hid in [hid for hid in self.seen if hid not in hosted]:
             self._see(hid, None)
-        full = self._contents([h for _, h in edits] + fresh) if not self.dry else {}
+        full = self._contents([h for _, h in edits] + fresh, len(hosted)) if not self.dry else {}
         for root, h in edits:
             link = self.links[root]
             m = current[root]
@@ -613,7 +626,7 @@ class _Sync:
             if hf is None:
                 continue
             if not local_changed and m is not None:  # an edit over the mirrored text: a supersession
-                saved, sha, _dup = self._take_back(hf, supersedes=m.id, category=m.category)
+                saved, sha, _dup = self._take_back(hf, supersedes=m.id, category=m.category, file=_followed(m, hf.path))
                 if saved is None:
                     link.refused = hf.content_sha256
                     self._put(link)
@@ -711,8 +724,9 @@ class _Sync:
                 pushes.append((link, m))
             elif root not in self._touched:
                 self.report.unchanged += 1
+        paths = {h.path: hid for hid, h in hosted.items()}
         for link, m in pushes:
-            self._push(link, m, hosted)
+            self._push(link, m, hosted, paths)
         if self._guard(len(removals), "from the store (deleted here)"):
             for link in removals:
                 self._remove(link)
@@ -797,15 +811,30 @@ class _Sync:
         self.report.refused.append({"what": f"{m.id} ({path[:80]!r})", "reason": _describe(outcome)})
         return False
 
-    def _push(self, link: _Link, m: Memory, hosted: dict[str, BetaManagedAgentsMemory]) -> None:
+    def _push(self, link: _Link, m: Memory, hosted: dict[str, BetaManagedAgentsMemory],
+              paths: dict[str, str]) -> None:
         """The lineage's new text (and path) to its hosted memory, if the store's copy is still the
-        one last synced; else (re)created."""
+        one last synced; else (re)created. ``paths``: the hosted ids by path (the listing's, kept
+        up to date with the moves this sync makes)."""
         h = hosted.get(link.hosted)
         # The lineage keeps its hosted path; only the memory tool's rename (memoryFile) moves it.
         file = m.extra.get(FILE_FIELD)
         path = file if isinstance(file, str) else h.path if h is not None else hosted_path(m, link.root)
         if store_path_problem(path) is not None:
             path = h.path if h is not None else f"/{m.category}/{link.root}.md"
+        other = paths.get(path)
+        if h is not None and other is not None and other != h.id:
+            # A rename onto a path another hosted memory holds: the store would answer 409 on
+            # every sync. The text goes to the lineage's path; the move is reported once (the
+            # link then names this version: nothing is sent again until the lineage changes).
+            self.report.refused.append({"what": f"{m.id} ({path[:80]!r})",
+                                        "reason": f"the path is taken in the store (by {other}); the memory "
+                                                  f"stays at {h.path[:80]!r}"})
+            path = h.path
+            if h.content_sha256 == sha256(m.processed_content) == link.sha:  # nothing else to send
+                if not self.dry:
+                    self._put(_Link(link.root, h.id, link.sha, m.id))
+                return
         if h is None:
             # Deleted in the store while edited here: the edit is kept, at the lineage's path.
             self.report.conflicts.append({"local": m.id, "hosted": link.hosted, "kept": m.id})
@@ -829,6 +858,9 @@ class _Sync:
                 return
             self.report.refused.append({"what": f"{m.id} ({path[:80]!r})", "reason": _describe(exc)})
             return
+        if path != h.path:  # moved: its old path is free for a later move of this sync
+            paths.pop(h.path, None)
+            paths[path] = h.id
         self._put(_Link(link.root, h.id, done.content_sha256, m.id))
 
     def _remove(self, link: _Link) -> None:
@@ -847,6 +879,17 @@ class _Sync:
                 return
             raise
         self._drop(link.root)
+
+
+def _followed(m: Memory, hosted: str) -> str | None:
+    """The ``memoryFile`` of a hosted edit's version of ``m``: ``m``'s, moved to the path the
+    agent gave it in the store (``hosted``) when that is a path the memory tool takes (under
+    ``/memories``, redacted as the save redacts it); ``None`` when ``m`` was no file."""
+    file = m.extra.get(FILE_FIELD)
+    if not isinstance(file, str):
+        return None
+    moved = redact(hosted).text
+    return moved if moved != file and moved.startswith(ROOT + "/") and path_problem(moved) is None else file
 
 
 def _describe(exc: anthropic.APIStatusError) -> str:

@@ -51,6 +51,7 @@ from langgraph.store.base import (
 
 from ..model import CATEGORIES, PAGE_MAX_LIMIT, RAW_INPUT_MAX_BYTES, Memory, RecallQuery
 from ..redact import redact, redact_json, refuse_credential_name
+from ..saving import SaveRequest
 
 if TYPE_CHECKING:
     from ..bank import MemoryBank
@@ -227,10 +228,10 @@ class MemlocalStore(BaseStore):
             text = _cut(_text_of(value, fields) or json.dumps(value, ensure_ascii=False, sort_keys=True))
             if old is not None and _unchanged(old.memory, record, text, self.category):
                 return  # the same value again: no new version, nothing to sync (a graph re-run puts it)
-            self.bank.save(profile_for(namespace), content=text, category=self.category, use_llm=False,
+            self.bank.save(SaveRequest(profile_for(namespace), content=text, category=self.category, use_llm=False,
                            supersedes=old.memory.id if old is not None else None,
                            deduplicate=False, auto_supersede=False,  # two keys may hold related values
-                           extra={ITEM_FIELD: record})
+                           extra={ITEM_FIELD: record}))
         cache.pop(profile_for(namespace), None)
 
     def _redacted(self, value: dict[str, Any]) -> dict[str, Any]:

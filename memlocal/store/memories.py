@@ -165,6 +165,16 @@ def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> N
 
 # What the store writes for a memory: its columns plus its derived features.
 WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
+# What Store.rewrite may change of a memory (its fields, named as the columns), and the columns
+# each decides: a text's keys and features are written with it (raw_key reads both texts,
+# features the processed text and the summary).
+_REWRITABLE: Final = {
+    "raw_input": ("raw_input", "raw_key"),
+    "processed_content": ("processed_content", "text_key", "raw_key", "near_key", "features"),
+    "summary": ("summary", "features"),
+    "extra": ("extra",),
+}
+_TEXTS: Final = ("raw_input", "processed_content", "summary")
 
 
 # A new memory's row with the rev it will have (the profile's next): the insert trigger then has
@@ -853,20 +863,41 @@ class Store(Database):
 
     # --- a rescan's rewrite and the purge of what it replaced (memlocal.rescan) -------------------
 
-    def rewrite(self, memories: Sequence[Memory]) -> builtins.list[Memory]:
-        """Replace the texts (rawInput, processedContent, summary, unknown fields) of stored
-        memories in one durable transaction, each recorded in the change log like a save (so
-        the bucket gets it). Their derived keys and features follow the new texts. Returns the
-        memories rewritten: one deleted since it was read is not (its queued deletion stays)."""
-        cols = ("raw_input", "processed_content", "summary", "extra", "text_key", "raw_key", "near_key", "features")
-        sql = f"UPDATE memories SET {', '.join(f'{c} = ?' for c in cols)} WHERE id = ? AND profile = ?"
-        rows = [dict(zip(WRITE_COLUMNS, write_row(m))) for m in memories]  # tokenised before the lock
+    def rewrite(self, changes: Sequence[tuple[Memory, Memory]]) -> builtins.list[Memory]:
+        """Write rewritten texts (rawInput, processedContent, summary) and unknown fields of
+        stored memories, each change a pair (the memory as read, as rewritten), in one durable
+        transaction, each recorded in the change log like a save (so the bucket gets it).
+
+        Only the fields the rewrite changed are written, with the keys and features they decide,
+        and only while the memory still holds what was read in them (check-and-set; the texts
+        are checked together, since the keys and features read them together): a change made
+        since the read to any other field (a supersession's link, the access counts, the
+        category) stays, and a memory whose rewritten fields another writer changed meanwhile is
+        not written (the caller reads it again). Returns the memories rewritten, as stored now:
+        one deleted or changed since it was read is not."""
+        plans: builtins.list[tuple[Memory, Memory, tuple[str, ...], tuple[str, ...], dict[str, Any]]] = []
+        for before, after in changes:
+            fields = tuple(f for f in _REWRITABLE if getattr(before, f) != getattr(after, f))
+            if not fields:
+                continue
+            checked = (*(_TEXTS if set(fields) & set(_TEXTS) else ()), *(("extra",) if "extra" in fields else ()))
+            row = dict(zip(WRITE_COLUMNS, write_row(after)))  # tokenised before the lock
+            cols = tuple(dict.fromkeys(c for f in fields for c in _REWRITABLE[f]))
+            plans.append((before, after, checked, cols, row))
         done: builtins.list[Memory] = []
         with self.transaction() as c:
-            for m, row in zip(memories, rows):
-                if c.execute(sql, (*(row[col] for col in cols), m.id, m.profile_name)).rowcount:
-                    _record_outbox(c, m.id, m.profile_name, "put")
-                    done.append(m)
+            for before, after, checked, cols, row in plans:
+                found = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?",
+                                  (before.id, before.profile_name)).fetchone()
+                if found is None:
+                    continue  # deleted since the read: its queued deletion stays
+                now = row_to_memory(found)
+                if any(getattr(now, f) != getattr(before, f) for f in checked):
+                    continue  # changed since the read: not overwritten with a stale text
+                c.execute(f"UPDATE memories SET {', '.join(f'{col} = ?' for col in cols)} WHERE id = ?",
+                          (*(row[col] for col in cols), before.id))
+                _record_outbox(c, before.id, before.profile_name, "put")
+                done.append(now.with_changes(**{f: getattr(after, f) for f in checked}))
         return done
 
     def purge_pending(self) -> bool:

@@ -197,7 +197,7 @@ class StoreReplica:
         rows = self._store.read(
             f"{SELECT_WITH_DELTA} WHERE rowid IN (SELECT m.rowid FROM memories m WHERE m.is_active = 1{scope} AND"
             " EXISTS (SELECT 1 FROM memories d WHERE d.profile = m.profile AND d.text_key = m.text_key"
-            " AND d.is_active = 1 AND d.category = m.category AND d.id != m.id)"
+            " AND d.is_active = 1 AND d.id != m.id)"
             f" UNION SELECT m.rowid FROM memories m WHERE m.is_active = 1{scope} AND m.extra != '{{}}'"
             " AND json_extract(m.extra, '$.supersedes') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM memories o"
             " WHERE o.id = json_extract(m.extra, '$.supersedes')"
