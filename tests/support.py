@@ -13,10 +13,10 @@ import socket
 import ssl
 import subprocess
 import time
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence, TypeVar
 
 if TYPE_CHECKING:
     import httpx
@@ -304,6 +304,34 @@ def mcp_server_params(db: Path, profile: str) -> Any:
     return StdioServerParameters(command=sys.executable,
                                  args=["-m", "memlocal", "--db", str(db), "mcp", "--profile", profile],
                                  env=dict(os.environ))
+
+
+@asynccontextmanager
+async def mcp_in_process(db: Path, profile: str) -> AsyncIterator[Any]:
+    """An initialised client session (the mcp SDK's ``ClientSession``) with the server ``memlocal
+    --db DB mcp --profile PROFILE`` runs (``build_server`` on the bank it opens), in this process:
+    the same JSON-RPC messages, as the SDK's objects over its memory streams instead of lines on
+    a process's stdio. For tests of what the tools answer: such a process costs 1-2.5 s of CPU to
+    start. What the process adds (its stdin guard, start-up, exit) is tested on real processes
+    (tests/test_mcp.py; test_hostile.py's raw lines, lone surrogates among them)."""
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.shared.memory import create_client_server_memory_streams
+
+    from memlocal import MemoryBank
+    from memlocal.mcp_server import build_server
+
+    bank = MemoryBank.open(db)  # as `memlocal --db DB` opens it: the configuration from the environment
+    try:
+        server = build_server(bank, profile)
+        async with create_client_server_memory_streams() as (client, served), anyio.create_task_group() as tg:
+            tg.start_soon(lambda: server.run(served[0], served[1], server.create_initialization_options()))
+            async with ClientSession(client[0], client[1]) as session:
+                await session.initialize()
+                yield session
+            tg.cancel_scope.cancel()
+    finally:
+        bank.close()
 
 
 def corrupt_memories_table(db: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
+import pytest
 from api_live import LiveServer, ServeProcess
 from s3server import FaultProxy
 from support import http_client, wait_for
@@ -84,6 +85,7 @@ def test_reads_answer_at_once_with_the_bucket_black_holed(hosts: Callable[..., A
     assert sorted(took)[len(took) // 2] < 1.0, took
 
 
+@pytest.mark.slow  # a serve process and its workers
 def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path, hosts: Callable[..., Any],
                                                                 s3: Any) -> None:
     runner = hosts("runner")
@@ -110,6 +112,7 @@ def test_serve_pulls_every_profile_at_start_up_without_with_sync(tmp_path: Path,
     assert code == 0, proc.log
 
 
+@pytest.mark.slow  # a serve process with the sync daemon
 def test_serve_with_sync_runs_the_daemon_in_process(tmp_path: Path, hosts: Callable[..., Any], s3: Any) -> None:
     runner = hosts("runner")
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "served.db")], env={"MEMLOCAL_SYNC_INTERVAL_S": "0.5"},

@@ -39,6 +39,7 @@ def _valid(text: str) -> bool:
     return True
 
 
+@pytest.mark.slow  # a long property: started first
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(contexts=st.lists(TEXT.filter(_valid), max_size=3), notes=st.lists(TEXT.filter(_valid), max_size=2),
        core=st.lists(st.tuples(st.sampled_from(["preference", "fact"]), TEXT), max_size=4),

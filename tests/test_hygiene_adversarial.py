@@ -18,7 +18,7 @@ import pytest
 from api_live import LiveServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import http_client, mcp_server_params
+from support import http_client, mcp_in_process
 
 from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.api import create_app
@@ -222,20 +222,15 @@ def test_a_pulled_key_never_leaves_through_the_cli(pulled: Any, cli: Any) -> Non
 
 
 def test_a_pulled_key_never_leaves_through_mcp(pulled: Any) -> None:
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import stdio_client
-
     pulled.close()
     texts: list[str] = []
 
     async def scenario() -> None:
-        async with stdio_client(mcp_server_params(pulled.path, "p")) as (r, w):
-            async with ClientSession(r, w) as s:
-                await s.initialize()
-                for name, args in (("memory_recall", {"query": "deploy key"}), ("memory_list", {})):
-                    result = await s.call_tool(name, args)
-                    assert not result.is_error
-                    texts.append(result.content[0].text + json.dumps(result.structured_content))  # type: ignore[union-attr]
+        async with mcp_in_process(pulled.path, "p") as s:  # the tools' answers; the process is test_mcp's
+            for name, args in (("memory_recall", {"query": "deploy key"}), ("memory_list", {})):
+                result = await s.call_tool(name, args)
+                assert not result.is_error
+                texts.append(result.content[0].text + json.dumps(result.structured_content))  # type: ignore[union-attr]
 
     anyio.run(scenario)
     assert len(texts) == 2

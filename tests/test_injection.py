@@ -205,6 +205,7 @@ memory_spec = st.fixed_dictionaries({
 })
 
 
+@pytest.mark.slow  # a long property (up to 30 saves an example): started first
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(memory_spec, max_size=30), budget=st.integers(0, 2500),
        query=st.lists(words, max_size=3).map(" ".join), mode=st.sampled_from(["evidence", "spec"]))

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 from api_live import LiveServer
 import support
-from support import http_client, mcp_server_params
+from support import http_client, mcp_in_process
 
 from memlocal import BankNotWiredError, MemoryBank
 from memlocal.api import create_app
@@ -92,16 +92,10 @@ def test_rest_bodies_and_parameters_are_the_models(openapi: dict[str, Any]) -> N
 
 
 def test_mcp_tool_schemas_are_the_models(tmp_path: Path) -> None:
-    # Imported here, not at collection: the MCP SDK takes about a second to import, in every
-    # xdist worker that collects this module.
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import stdio_client
-
-    params = mcp_server_params(tmp_path / "m.db", "a")
-
+    # The server in this process (what it lists; the process is tests/test_mcp.py's); the MCP SDK
+    # is imported by mcp_in_process, not at collection (about a second, in every xdist worker).
     async def listed() -> dict[str, Any]:
-        async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
-            await session.initialize()
+        async with mcp_in_process(tmp_path / "m.db", "a") as session:
             return {t.name: (t.description, t.input_schema) for t in (await session.list_tools()).tools}
 
     tools = anyio.run(listed)

@@ -1,4 +1,6 @@
-"""`memlocal mcp` as an agent client runs it: a subprocess driven by the mcp SDK's stdio client."""
+"""`memlocal mcp` as an agent client runs it: a subprocess driven by the mcp SDK's stdio client
+(a tool's semantics alone, ``memory_restore``'s, on the same server in this process:
+``support.mcp_in_process``)."""
 
 from __future__ import annotations
 
@@ -122,27 +124,22 @@ def test_an_update_is_undone_with_memory_restore(tmp_path: Path) -> None:
         bank.save(SaveRequest("bob", content="Bob's standup is at 10:00"))
         assert bank.get("bob", bob.id).is_active is False
 
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import stdio_client
-
     async def scenario() -> None:
-        async with stdio_client(mcp_server_params(db, "alice")) as (r, w):
-            async with ClientSession(r, w) as s:
-                await s.initialize()
-                err, first = await call(s, "memory_save", {"content": "The primary database host is db1"})
-                err, second = await call(s, "memory_save", {"content": "The primary database host is db2"})
-                old = first["memory"]["id"]
-                assert not err and second["memory"]["supersedes"] == old, second
-                result = await s.call_tool("memory_restore", {"id": old})
-                assert not result.is_error, result
-                assert [c.text for c in result.content] == [f"restored {old}"]  # type: ignore[union-attr]
-                assert result.structured_content["memory"]["id"] == old  # type: ignore[index]
-                err, listed = await call(s, "memory_list", {})
-                assert listed["total"] == 2
-                err, msg = await call(s, "memory_restore", {"id": old})
-                assert err and "active" in msg, msg
-                err, msg = await call(s, "memory_restore", {"id": bob.id})  # another profile's
-                assert err and f"no memory {bob.id} in profile alice" in msg, msg
+        async with support.mcp_in_process(db, "alice") as s:  # the tool's semantics; the process is tested above
+            err, first = await call(s, "memory_save", {"content": "The primary database host is db1"})
+            err, second = await call(s, "memory_save", {"content": "The primary database host is db2"})
+            old = first["memory"]["id"]
+            assert not err and second["memory"]["supersedes"] == old, second
+            result = await s.call_tool("memory_restore", {"id": old})
+            assert not result.is_error, result
+            assert [c.text for c in result.content] == [f"restored {old}"]  # type: ignore[union-attr]
+            assert result.structured_content["memory"]["id"] == old  # type: ignore[index]
+            err, listed = await call(s, "memory_list", {})
+            assert listed["total"] == 2
+            err, msg = await call(s, "memory_restore", {"id": old})
+            assert err and "active" in msg, msg
+            err, msg = await call(s, "memory_restore", {"id": bob.id})  # another profile's
+            assert err and f"no memory {bob.id} in profile alice" in msg, msg
 
     run(scenario)
     with MemoryBank(db) as bank:

@@ -27,6 +27,7 @@ def _block(section: str, lang: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow  # nineteen memlocal processes
 def test_the_cli_tour_runs_as_written_on_a_fresh_database(tmp_path: Path) -> None:
     tour = _block("A tour of the CLI", "sh")
     assert "mem-" not in tour, "the tour names no id a fresh database cannot have"

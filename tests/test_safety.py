@@ -367,6 +367,7 @@ def _full_disk(args: tuple[str, ...], db: Path, limit: int) -> subprocess.Comple
                        capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # seven memlocal processes
 def test_sync_and_save_on_a_full_disk_are_one_line(tmp_path: Path, s3: Any, cli: Any) -> None:
     """The sync's tables cannot be created (a database made before the bucket was set, now on a
     full disk), and a synced database whose next writes do not fit: ``sync status``, ``sync run``

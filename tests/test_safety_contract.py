@@ -155,6 +155,7 @@ def decorated(draw: st.DrawFn) -> tuple[str, str]:
     return key, "".join(out)
 
 
+@pytest.mark.slow  # a long property: started first
 @settings(max_examples=400, deadline=None)
 @given(decorated())
 def test_redaction_cuts_out_any_decorated_key(case: tuple[str, str]) -> None:
@@ -168,6 +169,7 @@ def test_redaction_cuts_out_any_decorated_key(case: tuple[str, str]) -> None:
 _HOSTS: dict[int, Any] = {}
 
 
+@pytest.mark.slow  # 40 saves through a bucket, each database read whole
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(case=decorated())

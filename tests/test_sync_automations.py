@@ -360,6 +360,7 @@ def note_like(draw: Any) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow  # a long property: started first
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=note_like() | _json, raw=st.binary(max_size=48))
 def test_the_note_decoder_returns_a_note_or_a_skip_reason(value: Any, raw: bytes) -> None:

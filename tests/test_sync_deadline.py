@@ -20,7 +20,7 @@ def bucket(s3: S3, fault_proxy: FaultProxy, **kw: float) -> Bucket:
     return Bucket(settings, timeout_s=kw.get("timeout_s", 30.0), attempts=20, deadline_s=kw.get("deadline_s", 1.0))
 
 
-@pytest.mark.s3_servers()
+@pytest.mark.s3_servers("moto")  # the proxy is frozen: no server answers, whichever is behind it
 def test_an_attempt_waits_only_what_is_left_of_the_pass_deadline(s3: S3, fault_proxy: FaultProxy) -> None:
     b = bucket(s3, fault_proxy)  # 30 s a request, 20 attempts: only the deadline can end it soon
     try:

@@ -338,6 +338,7 @@ def test_a_mixed_fleet_lists_in_full_on_every_pass_once_a_foreign_writer_is_seen
 # --- 8. a hung bucket ------------------------------------------------------------------------------------
 
 
+@pytest.mark.s3_servers("moto")  # the pass meets a frozen proxy: no server answers, whichever is behind it
 def test_a_pass_against_a_hung_bucket_ends_within_its_deadline(hosts: Callable[..., Host], s3: S3,
                                                               fault_proxy: FaultProxy, cli: Cli) -> None:
     from memlocal import Config

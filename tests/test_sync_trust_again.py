@@ -6,10 +6,12 @@ SeaweedFS."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import time
 import zlib
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -120,6 +122,14 @@ def test_a_replayed_delete_after_a_put_does_not_hide_the_new_memory(hosts: Any, 
 # --- 3. one id under two profiles ----------------------------------------------------------------------
 
 
+def _next_second() -> None:
+    """Wait into the next whole second of the clock the servers stamp LastModified with (this
+    machine's: both run here), so that an object written now is younger than every object
+    written before, on a server that keeps seconds only: ~0.5 s on average where a 1.1 s sleep
+    was the same guarantee."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
+
+
 def _copy_under(s3: S3, source: str, profile: str) -> str:
     body = s3.get_json(source)
     mid = body["id"]
@@ -134,8 +144,7 @@ def test_an_id_copied_under_another_profile_hides_nothing(hosts: Any, s3: S3, cl
     assert a.sync().ok
     b = hosts("b")
     assert b.sync().ok and x.id in b.ids("zeta")
-    import time
-    time.sleep(1.1)  # the copy is the younger object (LastModified has seconds on some servers)
+    _next_second()  # the copy is the younger object (LastModified has seconds on some servers)
     copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")
     fresh = hosts("fresh")
     report = fresh.sync()
@@ -198,6 +207,7 @@ finally:
 """
 
 
+@functools.cache  # ~1 s of CPU to compress; each server's test puts the same bytes
 def _bomb(profile: str, unpacked: int) -> bytes:
     """A gzip snapshot of ``profile`` whose one entry's body is ``unpacked`` bytes of text, about
     1.2 MB compressed for 250 MB (so that a second core's helper process reads it)."""
@@ -212,6 +222,7 @@ def _bomb(profile: str, unpacked: int) -> bytes:
     return b"".join(out)
 
 
+@pytest.mark.slow  # 250 MB unpacked, a memlocal process and its helper
 def test_a_decompression_bomb_as_a_snapshot_costs_its_cap(hosts: Any, s3: S3, tmp_path: Any) -> None:
     a = hosts("a", sync__snapshot_min_objects=3)
     real = {a.bank.save(SaveRequest(P, text)).memory.id for text in (
@@ -288,8 +299,7 @@ def test_a_follower_that_holds_neither_copy_keeps_the_older_one(hosts: Any, s3: 
     b = hosts("b", **RECORD)
     assert b.sync().ok and b.sync().ok
     x = a.bank.save(SaveRequest("zeta", "zeta deploys from the release branch only")).memory
-    import time
-    time.sleep(1.1)
+    _next_second()
     copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")
     etag = s3.client.head_object(Bucket=s3.bucket, Key=copy)["ETag"]
     _forge(s3, [{"key": copy, "etag": etag, "op": "put", "size": 100}])
@@ -309,8 +319,7 @@ def test_a_copy_in_a_profiles_snapshot_is_given_back_to_the_older_one(hosts: Any
     for text in ("aaa runs the nightly job", "aaa owns the billing service", "aaa reviews on Fridays"):
         a.bank.save(SaveRequest("aaa", text))
     assert a.sync().ok
-    import time
-    time.sleep(1.1)
+    _next_second()
     copy = _copy_under(s3, f"memory/zeta/{x.id}.json", "aaa")
     entries = []
     for key in s3.keys("memory/aaa/"):

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 from api_live import LiveServer
-from support import http_client, mcp_server_params
+from support import http_client, mcp_in_process
 
 from memlocal import MemoryBank, SaveRequest
 from memlocal.api import create_app
@@ -56,17 +56,12 @@ def test_the_tools_and_rest_refuse_it(bank: MemoryBank) -> None:
 
 
 def test_mcp_answers_it_as_a_tool_error(db_path: Path) -> None:
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import stdio_client
-
     MemoryBank(db_path).close()
 
     async def scenario() -> tuple[bool, str]:
-        async with stdio_client(mcp_server_params(db_path, "p")) as (r, w):
-            async with ClientSession(r, w) as s:
-                await s.initialize()
-                result = await s.call_tool("memory_save", {"content": NUL_AT_6})
-                return bool(result.is_error), result.content[0].text  # type: ignore[union-attr]
+        async with mcp_in_process(db_path, "p") as s:  # the tool's answer; the process is test_mcp's
+            result = await s.call_tool("memory_save", {"content": NUL_AT_6})
+            return bool(result.is_error), result.content[0].text  # type: ignore[union-attr]
 
     is_error, text = anyio.run(scenario)
     assert is_error and "control character (U+0000 NUL) at character 6" in text, text
