@@ -75,11 +75,15 @@ def rest_reads_answer_200(host: Host, *ids: str) -> None:
 
 def test_unusual_objects_are_read_made_valid_and_not_rewritten(hosts: Callable[..., Host], s3: S3) -> None:
     long_summary = "A summary written by a Go host's LLM path, well over fifty characters long"
+    # Two distinct texts: the same text in two categories is one memory, and the hosts would
+    # converge them (a rewrite this test is not about).
     etags = {
         "mem-0000000a": s3.put_json(key("mem-0000000a"), obj(
             "mem-0000000a", summary=long_summary, category="Preference", confidence=1.7,
             tags=["ui", "editor"], embedding={"model": "none", "dims": 0})),
-        "mem-0000000b": s3.put_json(key("mem-0000000b"), obj("mem-0000000b", category=" FACT ", confidence=-0.25)),
+        "mem-0000000b": s3.put_json(key("mem-0000000b"), obj("mem-0000000b", category=" FACT ", confidence=-0.25,
+                                                            rawInput="The staging cluster runs in Frankfurt",
+                                                            processedContent="Staging runs in Frankfurt")),
     }
     a = hosts("a")
     report = a.sync()
