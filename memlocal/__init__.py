@@ -6,7 +6,7 @@ The library API is :class:`MemoryBank`; see README.md for a tour.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .bank import MemoryBank
+    from .bank.facade import MemoryBank
     from .config import Config
     from .errors import (
         BankNotWiredError,
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         ValidationError,
     )
     from .model import Memory, RecallQuery
-    from .saving import SaveRequest, SaveResult
+    from .bank.saving import SaveRequest, SaveResult
     from .store import Page
 
 __version__ = "0.1.0"
@@ -46,7 +46,7 @@ __all__ = [
 # Where each public name lives. They are imported on first use (PEP 562), so that a command that
 # needs none of them (``memlocal --help``) does not load SQLite's helpers and their numpy.
 _HOMES = {
-    "MemoryBank": "bank", "SaveRequest": "saving", "SaveResult": "saving", "Config": "config", "Memory": "model",
+    "MemoryBank": "bank.facade", "SaveRequest": "bank.saving", "SaveResult": "bank.saving", "Config": "config", "Memory": "model",
     "RecallQuery": "model", "Page": "store",
     **{name: "errors" for name in ("BankNotWiredError", "ConfigError", "InputTooLargeError", "MemoryBankError",
                                    "NotFoundError", "StoreError", "SyncError", "ValidationError")},

@@ -1,5 +1,5 @@
 """``python -m memlocal`` runs the CLI."""
 
-from .cli import main
+from .faces.cli import main
 
 main()

@@ -2,7 +2,7 @@
 
 Each boundary (CLI, REST, MCP, tools) translates these once: ``code`` is the error's stable name
 (REST and MCP answer it), ``str(err)`` is always a single human-readable line, and the HTTP status
-of each class is the REST layer's business (``memlocal.api.errors.HTTP_STATUS``).
+of each class is the REST layer's business (``memlocal.faces.api.errors.HTTP_STATUS``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 - Whatever level anyone sets later, every line passes a filter on the handler that masks
   credentials (``Authorization`` headers, SigV4 ``Credential=``/``Signature=``, security tokens,
   ``aws_secret_access_key`` values, ``Bearer`` tokens), then the projection every memory text
-  passes (:func:`memlocal.redact.redact`, registered here by that module through
+  passes (:func:`memlocal.services.redact.redact`, registered here by that module through
   :func:`use_projection`: this layer cannot import it), so none can reach a log.
 - The server's access log (uvicorn's ``uvicorn.access``) writes each path with its query's
   values left out (``/search?q=…&limit=…``): :class:`AccessLogFilter`.
@@ -39,12 +39,12 @@ _PATTERNS: Final = (
 )
 
 
-# The bank's own redaction (memlocal.redact), once that module is loaded: it registers itself.
+# The bank's own redaction (memlocal.services.redact), once that module is loaded: it registers itself.
 _PROJECTION: list[Callable[[str], str]] = []
 
 
 def use_projection(redactor: Callable[[str], str]) -> None:
-    """Make every log line pass ``redactor`` too (``memlocal.redact`` calls this on import)."""
+    """Make every log line pass ``redactor`` too (``memlocal.services.redact`` calls this on import)."""
     _PROJECTION[:] = [redactor]
 
 

@@ -151,7 +151,7 @@ def check_text(text: object, what: str) -> str:
     a ``str`` that is valid Unicode, i.e. encodable as UTF-8 (no lone surrogates, which Python
     lets through from ``\\udXXX`` JSON escapes and from undecodable command-line bytes, and
     which SQLite, JSON output and the bucket cannot take). Control, bidi and zero-width
-    characters are kept as given; the block renderer neutralises them (``memlocal.injection``).
+    characters are kept as given; the block renderer neutralises them (``memlocal.services.injection``).
     """
     if not isinstance(text, str):
         raise ValidationError(f"{what} must be a string")
@@ -223,7 +223,7 @@ def _capped_summary(summary: object) -> str:
     return summary
 
 
-# What memlocal.redact puts in place of a credential: a preview never cuts one in half.
+# What memlocal.services.redact puts in place of a credential: a preview never cuts one in half.
 _MARKER_RE: Final = re.compile(r"\[REDACTED:[a-z-]+\]")
 
 

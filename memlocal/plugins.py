@@ -13,7 +13,7 @@ entry point group          what it registers                     called with, re
 ``memlocal.daemons``       a :class:`DaemonFactory`              ``(config, replica, retention)`` -> a
                                                                  :class:`Daemon` or ``None``
 ``memlocal.commands``      a ``click.Command`` (a group)         added to ``memlocal``; its commands use
-                                                                 :mod:`memlocal.cli.plugin`
+                                                                 :mod:`memlocal.faces.cli.plugin`
 =========================  ====================================  ==========================================
 
 A plugin receives the store only as a :class:`Replica`, the replication port (``MemoryBank.replica``):
@@ -339,7 +339,7 @@ class Replica(Protocol):
 
     def convergence_candidates(self, profiles: Sequence[str] | None = None) -> list[Memory]:
         """Active memories another active memory may make redundant across hosts
-        (``memlocal.hygiene.converge``): those sharing profile and exact-duplicate key with
+        (``memlocal.hygiene.rules.converge``): those sharing profile and exact-duplicate key with
         another (whatever their categories, as at save), and those superseding a memory that
         does not name them as its successor."""
         ...
@@ -473,7 +473,7 @@ class Replicator(Protocol):
 
 
 class NoteReplicator(Protocol):
-    """Write-through of notes (what :class:`memlocal.automation.AutomationNotes` needs of a :class:`Replicator`)."""
+    """Write-through of notes (what :class:`memlocal.services.automation.AutomationNotes` needs of a :class:`Replicator`)."""
 
     def push_note(self, automation_id: str, note: "AutomationNote | None") -> bool:
         """Write ``note`` (``None``: its removal) to the bucket; ``True`` once the bucket has it."""

@@ -2,7 +2,7 @@
 
 - a synthetic profile generator (Zipf-distributed pseudo-words with the real cluster words mixed
   in, ages over a year, Zipf access counts) and query generator;
-- the FTS5 floor query (the reference full scan is memlocal's own :class:`memlocal.scoring.FullScan`);
+- the FTS5 floor query (the reference full scan is memlocal's own :class:`memlocal.relevance.scoring.FullScan`);
 - timing helpers (percentiles, a stopwatch in milliseconds);
 - a moto_server started on a free loopback port, and a fast way to fill a store.
 
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from memlocal import MemoryBank
-from memlocal.clusters import CLUSTER_WORDS
+from memlocal.relevance.clusters import CLUSTER_WORDS
 from memlocal.config import Config
 from memlocal.model import Memory, new_id, staleness_of, utcnow
-from memlocal.scoring import ScoredMemory
+from memlocal.relevance.scoring import ScoredMemory
 from memlocal.store import WRITE_COLUMNS, Store, to_us, write_row
 
 CATEGORIES = ("preference", "fact", "behavior", "context", "general")
@@ -183,7 +183,7 @@ def same_ranking(got: Sequence[ScoredMemory], want: Sequence[ScoredMemory]) -> b
 
 def fts_query(query: str) -> str:
     """The query's words OR-ed as FTS5 phrases (quotes escaped), the way a bare FTS search would."""
-    from memlocal.text import words
+    from memlocal.relevance.text import words
 
     terms = [w.replace('"', '""') for w in words(query)]
     return " OR ".join(f'"{t}"' for t in terms) if terms else '""'

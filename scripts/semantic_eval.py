@@ -34,9 +34,10 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo_eval import DEFAULT_DATA, DEPTH, Scores, load, load_turns  # noqa: E402
 
-from memlocal import MemoryBank, RecallQuery, scoring  # noqa: E402
+from memlocal import MemoryBank, RecallQuery
+from memlocal.relevance import scoring  # noqa: E402
 from memlocal.config import Config  # noqa: E402
-from memlocal.semantic import available  # noqa: E402
+from memlocal.recall.semantic import available  # noqa: E402
 
 
 def evaluate(path: Path, *, dated: bool = False) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from memlocal import MemoryBank, SaveRequest
 from memlocal.config import Config
 from memlocal.model import Memory, default_summary, new_id
 from memlocal.store import WRITE_COLUMNS, write_row
-from memlocal.text import words
+from memlocal.relevance.text import words
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "updates" / "dev.json"
 NOW = datetime.now(timezone.utc).replace(microsecond=0)  # the saves stamp the real clock

@@ -18,7 +18,7 @@ import support
 from support import free_port, http, wait_for
 
 from memlocal import MemoryBank
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
 from memlocal.errors import MemoryBankError
 

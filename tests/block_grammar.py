@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from memlocal.injection import (BLOCK_END, CORE_HEADING, FILLER_HEADING, MEMORY_HEADER, NOTE_HEADER,
+from memlocal.services.injection import (BLOCK_END, CORE_HEADING, FILLER_HEADING, MEMORY_HEADER, NOTE_HEADER,
                                 NOTE_PREAMBLE, OPERATOR_HEADER, OPERATOR_PREAMBLE, RELEVANT_HEADING)
 from memlocal.model import CATEGORIES
 

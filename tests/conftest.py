@@ -407,7 +407,7 @@ class Cli:
         """In process, through click's runner (fast: no interpreter start-up)."""
         from click.testing import CliRunner
 
-        from memlocal.cli import main
+        from memlocal.faces.cli import main
 
         r = CliRunner().invoke(main, self._argv(args, db), input=input, env=dict(env or {}))
         if r.exception is not None and not isinstance(r.exception, SystemExit):

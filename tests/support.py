@@ -319,7 +319,7 @@ async def mcp_in_process(db: Path, profile: str) -> AsyncIterator[Any]:
     from mcp.shared.memory import create_client_server_memory_streams
 
     from memlocal import MemoryBank
-    from memlocal.mcp_server import build_server
+    from memlocal.faces.mcp_server import build_server
 
     bank = MemoryBank.open(db)  # as `memlocal --db DB` opens it: the configuration from the environment
     try:

@@ -12,7 +12,7 @@ from api_live import LiveServer
 from support import http_client
 
 from memlocal import MemoryBank, RecallQuery
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
 from memlocal.errors import BankNotWiredError, StoreError
 from memlocal.model import JSON_FIELDS
@@ -377,13 +377,13 @@ def test_concurrent_requests_are_safe(client: httpx.Client) -> None:
 
 
 def test_every_library_error_has_its_http_status_in_the_api_layer() -> None:
-    """The status of each error class lives in the REST layer (memlocal.api.errors.HTTP_STATUS), not
+    """The status of each error class lives in the REST layer (memlocal.faces.api.errors.HTTP_STATUS), not
     on the classes: every class memlocal.errors declares is listed, and a subclass elsewhere (the
     sync's bucket errors) answers its nearest listed base's."""
     import inspect
 
     from memlocal import errors
-    from memlocal.api.errors import HTTP_STATUS, http_status
+    from memlocal.faces.api.errors import HTTP_STATUS, http_status
     from memlocal_sync.bucket import BucketUnavailable
 
     declared = {cls for _, cls in inspect.getmembers(errors, inspect.isclass)

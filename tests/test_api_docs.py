@@ -16,7 +16,7 @@ from api_live import LiveServer
 from support import http_client
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
 
 TOKEN = "docs-" + "5" * 24

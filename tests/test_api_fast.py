@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from support import http_client
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
-from memlocal.api import models
+from memlocal.faces.api import create_app
+from memlocal.faces.api import models
 
 
 def _same_as_model(model: type[BaseModel], body: Any) -> None:

@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (
 from support import http_client
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.errors import BankNotWiredError
 
 EXAMPLES_PER_OPERATION = 25

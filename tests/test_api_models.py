@@ -17,13 +17,13 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import models
-from memlocal.api.app import create_app
-from memlocal.audit import Injection
-from memlocal.automation import AutomationNote
-from memlocal.bank import SaveResult
+from memlocal.faces.api import models
+from memlocal.faces.api.app import create_app
+from memlocal.services.audit import Injection
+from memlocal.services.automation import AutomationNote
+from memlocal.bank.facade import SaveResult
 from memlocal.model import LINK_FIELDS, Memory
-from memlocal.scoring import Breakdown, Evidence, ScoredMemory, Weights
+from memlocal.relevance.scoring import Breakdown, Evidence, ScoredMemory, Weights
 from memlocal.store import Page
 
 # Each library value the API answers, and the response model that declares it.
@@ -153,7 +153,7 @@ def test_the_dicts_the_bank_builds_are_declared(bank: MemoryBank) -> None:
     with_bucket = {"localOnly": False, "message": None, **status_for(None, bank.replica)}
     assert set(local) | set(with_bucket) == aliases(models.SyncStatus)
     # ... and typed: every key the bank and the replicator build is their TypedDict's
-    from memlocal.bank import SyncStatus
+    from memlocal.bank.facade import SyncStatus
     from memlocal.plugins import ReplicatorStatus
 
     assert set(with_bucket) == set(SyncStatus.__annotations__)

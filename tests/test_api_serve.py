@@ -14,7 +14,7 @@ import pytest
 from api_live import ServedInProcess, ServeProcess, free_port
 from support import http, http_client, wait_for
 
-from memlocal.api.auth import check_bind
+from memlocal.faces.api.auth import check_bind
 from memlocal.errors import ConfigError
 
 TOKEN = "tok-" + "9" * 20

@@ -15,7 +15,7 @@ from api_live import LiveServer, ServeProcess
 from s3server import FaultProxy
 from support import http_client, wait_for
 
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal import SaveRequest
 
 

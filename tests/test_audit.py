@@ -17,8 +17,8 @@ import support
 from support import http
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
-from memlocal.audit import host_key, query_hash
+from memlocal.faces.api import create_app
+from memlocal.services.audit import host_key, query_hash
 from memlocal.config import Config
 from memlocal.model import utcnow
 
@@ -156,7 +156,7 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, bad: list[str]) -> None:
 
 
 def _key_of(db: str) -> str:
-    from memlocal.audit import host_key
+    from memlocal.services.audit import host_key
 
     return host_key(Path(db)).hex()
 

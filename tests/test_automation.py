@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from memlocal import InputTooLargeError, MemoryBank, ValidationError
-from memlocal.automation import NOTE_HEADER, NOTE_MAX_BYTES, NOTE_PREAMBLE, note_block
-from memlocal.injection import BLOCK_END, MEMORY_HEADER
+from memlocal.services.automation import NOTE_HEADER, NOTE_MAX_BYTES, NOTE_PREAMBLE, note_block
+from memlocal.services.injection import BLOCK_END, MEMORY_HEADER
 from memory_factory import put
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from memlocal import Config, ConfigError, MemoryBank, SaveRequest
-from memlocal.automation import AutomationNotes
+from memlocal.services.automation import AutomationNotes
 from memlocal.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,9 +85,9 @@ def test_without_a_bucket_there_is_no_daemon(db_path: Path) -> None:
 
 def test_faces_do_not_wire_the_bank() -> None:
     """serve finds no daemon itself; portability and REST reach no store or replicator."""
-    serve = (ROOT / "memlocal/cli/serve.py").read_text()
+    serve = (ROOT / "memlocal/faces/cli/serve.py").read_text()
     assert "entry_points" not in serve and "daemons" not in serve
-    for face in ("memlocal/portability.py", "memlocal/api/app.py"):
+    for face in ("memlocal/bank/portability.py", "memlocal/faces/api/app.py"):
         text = (ROOT / face).read_text()
         assert "bank.store" not in text and "bank.replicator" not in text and "refresh_if_stale" not in text, face
 

@@ -12,8 +12,8 @@ import pytest
 
 from memlocal import MemoryBank, RecallQuery
 from memlocal.config import Config
-from memlocal.injection import BLOCK_END, CORE_HEADING, FILLER_HEADING, MEMORY_HEADER, RELEVANT_HEADING
-from memlocal.text import query_dates
+from memlocal.services.injection import BLOCK_END, CORE_HEADING, FILLER_HEADING, MEMORY_HEADER, RELEVANT_HEADING
+from memlocal.relevance.text import query_dates
 from dev_profile import agent_profile
 from memory_factory import NOW, days_ago, put
 
@@ -254,6 +254,6 @@ def test_a_fact_that_shares_only_a_topic_cluster_is_not_core_knowledge(tmp_path:
 
 
 def test_a_memory_cannot_pose_as_the_filler_heading() -> None:
-    from memlocal.injection import poses_as_structure
+    from memlocal.services.injection import poses_as_structure
 
     assert poses_as_structure(FILLER_HEADING) and poses_as_structure("  other SAVED facts (weak links here)")

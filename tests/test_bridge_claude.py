@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from memlocal.bank import MemoryBank
+from memlocal.bank.facade import MemoryBank
 from memory_stores_fake import FakeMemoryStores, memory_stores, path_problem, sha256  # noqa: F401 (the fixture)
 from memlocal import SaveRequest
 

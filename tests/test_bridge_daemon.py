@@ -56,8 +56,8 @@ def test_the_daemon_mirrors_the_profiles_the_setting_names(s3: S3, memory_stores
 
 
 def test_no_profiles_no_bridge(tmp_path: Path) -> None:
-    from memlocal.cli.plugin import daemon_jobs
-    from memlocal.cli._common import State
+    from memlocal.faces.cli.plugin import daemon_jobs
+    from memlocal.faces.cli._common import State
 
     state = State(str(tmp_path / "x.db"), None)
     try:

@@ -15,7 +15,7 @@ from conftest import Cli
 from support import http_client
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 
 P = "coder"
 LONG = ("Runs the integration tests with pytest-xdist on two workers before every release, "

@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memlocal.cli import main
+from memlocal.faces.cli import main
 from memlocal.humanize import ellipsize, plural, round_floats, shown_summary
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -195,7 +195,7 @@ def test_top_level_help_does_not_cut_descriptions() -> None:
 def test_help_loads_no_storage_web_or_bucket_stack() -> None:
     """`memlocal --help` stays fast by not importing what only commands need (time it with
     `python -X importtime -m memlocal --help`; docs/cli.md has the figures)."""
-    probe = ("import sys\nfrom memlocal.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    probe = ("import sys\nfrom memlocal.faces.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
              "heavy = sorted(m for m in ('sqlite_utils', 'numpy', 'boto3', 'fastapi', 'anthropic', 'mcp', 'uvicorn')"
              " if m in sys.modules)\nprint('HEAVY', heavy)")
     out = support.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

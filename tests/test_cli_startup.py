@@ -16,13 +16,13 @@ import click
 from s3server import S3, FaultProxy
 
 import support
-from memlocal.cli import main
-from memlocal.cli._common import COMMAND_MODULES
+from memlocal.faces.cli import main
+from memlocal.faces.cli._common import COMMAND_MODULES
 
 # Modules a save never needs once the breaker is open (and ``requests``: detect-secrets imports
 # it for an online check memlocal never runs, so only a stand-in is registered).
 HEAVY = ("boto3", "botocore", "pydantic", "numpy", "pandas", "requests", "urllib3", "fastapi", "mcp", "anthropic",
-         "memlocal.api", "memlocal.inputs", "memlocal.cli.serve", "memlocal.cli.mcp_cmd", "memlocal.cli.audit_cmd",
+         "memlocal.faces.api", "memlocal.faces.inputs", "memlocal.faces.cli.serve", "memlocal.faces.cli.mcp_cmd", "memlocal.faces.cli.audit_cmd",
          "memlocal_sync.engine")
 
 _LOADED = """
@@ -42,7 +42,7 @@ def _child(body: str, *args: str, env: dict[str, str] | None = None) -> subproce
 
 
 def test_importing_the_cli_loads_no_heavy_module() -> None:
-    out = _child("import memlocal.cli\nprint(loaded(), 'sqlite_utils' in sys.modules, 'memlocal.bank' in sys.modules)")
+    out = _child("import memlocal.faces.cli\nprint(loaded(), 'sqlite_utils' in sys.modules, 'memlocal.bank.facade' in sys.modules)")
     assert out.stdout.strip() == "[] False False", out.stdout + out.stderr
 
 
@@ -51,7 +51,7 @@ def test_each_command_lives_in_the_module_the_lazy_group_names() -> None:
     for name, module in COMMAND_MODULES.items():
         cmd = main.get_command(ctx, name)
         assert cmd is not None, name
-        assert cmd.callback is None or cmd.callback.__module__ == f"memlocal.cli.{module}", (name, module)
+        assert cmd.callback is None or cmd.callback.__module__ == f"memlocal.faces.cli.{module}", (name, module)
     # and nothing registers itself on ``main`` without being listed (it would not be found)
     assert set(main.commands) <= set(COMMAND_MODULES), set(main.commands) - set(COMMAND_MODULES)
 
@@ -65,7 +65,7 @@ def test_a_save_against_a_frozen_bucket_loads_neither_boto3_nor_pydantic(
            "MEMLOCAL_SYNC_BREAKER_S": "600"}
     res = cli("save", "-p", "runner", "--json", "the save that waits out the timeout", env=env)
     assert res.exit_code == 0 and json.loads(res.stdout)["synced"] is False, res.output
-    body = ("from memlocal.cli import main\ntry:\n    main(sys.argv[1:], prog_name='memlocal')\n"
+    body = ("from memlocal.faces.cli import main\ntry:\n    main(sys.argv[1:], prog_name='memlocal')\n"
             "except SystemExit:\n    pass\nprint('LOADED', loaded())")
     out = _child(body, "--db", str(cli.db), "save", "-p", "runner", "--category", "fact", "--json",
                  "a later save of another process", env=env)

@@ -19,9 +19,9 @@ import support
 from support import http_client
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
-from memlocal.dashboard import ASSETS_DIR
+from memlocal.faces.dashboard import ASSETS_DIR
 from memlocal.model import utcnow
 
 TOKEN = "dash-" + "7" * 24

@@ -9,10 +9,11 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memlocal import hygiene, text
+from memlocal.hygiene import rules as hygiene
+from memlocal.relevance import text
 from memlocal.errors import fold_whitespace
-from memlocal.features import features_of
-from memlocal.fold import fold
+from memlocal.relevance.features import features_of
+from memlocal.relevance.fold import fold
 from memlocal.model import Memory, default_summary
 from memlocal.store import write_row
 

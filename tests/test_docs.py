@@ -12,8 +12,8 @@ from typing import Any
 import click
 import pytest
 
-from memlocal.api import create_app
-from memlocal.cli import main
+from memlocal.faces.api import create_app
+from memlocal.faces.cli import main
 from memlocal.config import SETTINGS, Config, example_toml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def test_docs_cite_nothing_outside_the_repository(page: str) -> None:
 
 
 def test_code_cites_docs_not_files_outside_the_repository() -> None:
-    offenders = [str(p.relative_to(ROOT)) for folder in ("memlocal", "sync", "tests", "scripts")
+    offenders = [str(p.relative_to(ROOT)) for folder in ("memlocal", "memlocal_sync", "tests", "scripts")
                  for p in (ROOT / folder).rglob("*.py") if "DESIGN" in p.read_text(encoding="utf-8")
                  and p.name != "test_docs.py"]
     assert not offenders, f"cite docs/spec.md (or the page that states the rule) instead of DESIGN.md in: {offenders}"
@@ -133,14 +133,14 @@ def test_code_comments_say_why_not_which_tracker_item() -> None:
     """A comment that cites "issue 13, item 9" points at a tracker the repository does not carry:
     say the reason, or cite the docs page that states the rule."""
     citation = re.compile(r"\bissues? #?\d+|\bitems? \d+[a-z]?\b", re.I)
-    offenders = [f"{p.relative_to(ROOT)}:{n}" for folder in ("memlocal", "sync", "tests", "scripts")
+    offenders = [f"{p.relative_to(ROOT)}:{n}" for folder in ("memlocal", "memlocal_sync", "tests", "scripts")
                  for p in (ROOT / folder).rglob("*.py") if p.name != "test_docs.py"
                  for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if citation.search(line)]
     assert not offenders, f"tracker citations in: {offenders}"
 
 
 def _module_map_rows() -> dict[str, str]:
-    """docs/architecture.md's module map: each row's path (``memlocal/store/``, ``sync/plan.py``)
+    """docs/architecture.md's module map: each row's path (``memlocal/store/``, ``memlocal_sync/plan.py``)
     and its whole line."""
     text = (DOCS / "architecture.md").read_text(encoding="utf-8")
     table = text.split("## Module map", 1)[1].split("\n## ", 1)[0]
@@ -153,7 +153,7 @@ def test_every_module_is_in_the_architecture_map() -> None:
     (`database.py` in the `memlocal/store/` row, `schemas/` for a subpackage's ``__init__.py``);
     and every row names a module that exists."""
     rows = _module_map_rows()
-    paths = [p.relative_to(ROOT).as_posix() for folder in ("memlocal", "sync")
+    paths = [p.relative_to(ROOT).as_posix() for folder in ("memlocal", "memlocal_sync")
              for p in sorted((ROOT / folder).rglob("*.py")) if p.name != "__main__.py" and "__pycache__" not in p.parts]
     missing = []
     for path in paths:
@@ -200,9 +200,8 @@ def _layers_contract() -> list[list[str]]:
 
 
 def _module_of_row(path: str) -> str:
-    """``memlocal/store/`` -> ``memlocal.store``, ``sync/plan.py`` -> ``memlocal_sync.plan``."""
-    dotted = path.removesuffix("/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-    return "memlocal_sync" + dotted[len("sync"):] if dotted.split(".")[0] == "sync" else dotted
+    """``memlocal/store/`` -> ``memlocal.store``, ``memlocal_sync/plan.py`` -> ``memlocal_sync.plan``."""
+    return path.removesuffix("/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
 def test_the_architecture_layers_are_the_layers_contract() -> None:
@@ -279,7 +278,7 @@ def test_the_architecture_picture_names_every_module_of_the_map() -> None:
     rows = re.findall(r"^\| [a-z]+ \| `([^`]+)` \|", text.split("## Module map", 1)[1].split("\n## ", 1)[0], re.M)
     picture = text.split("## The picture of the house", 1)[1].split("```", 2)[1]
     words = set(re.findall(r"[A-Za-z_]+", picture))
-    top_level = [p for p in rows if re.fullmatch(r"(memlocal|sync)/[a-z_]+(\.py|/)", p)]
+    top_level = [p for p in rows if re.fullmatch(r"(memlocal|memlocal_sync)/[a-z_]+(\.py|/)", p)]
     missing = [f"docs/architecture.md: show `{p}` in the picture of the house" for p in top_level
                if p.rstrip("/").split("/")[-1].removesuffix(".py") not in words | {"__init__"}]
     assert top_level and not missing, "\n".join(missing)

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.store.database import import_sqlite_utils
-from memlocal.features import (
+from memlocal.relevance.features import (
     FEATURES_META_KEY, cluster_token, encode_term, features_of, fingerprint, parse, scope_token, term_token,
 )
-from memlocal.scoring import RankQuery, memory_terms, rank_brute_force
-from memlocal.clusters import clusters_of
+from memlocal.relevance.scoring import RankQuery, memory_terms, rank_brute_force
+from memlocal.relevance.clusters import clusters_of
 from memlocal.store import MIGRATIONS, Store
 from memlocal.store.schemas.recall import INDEX_PENDING_SQL
 from memory_factory import NOW, put
@@ -168,7 +168,7 @@ def test_a_tokenizer_change_re_derives_every_memory_on_open(tmp_path: Path) -> N
 def test_a_tokenizer_change_re_derives_the_near_duplicate_keys_on_open(tmp_path: Path) -> None:
     """The near-duplicate key (migration 9) is made of the same terms as the features: a stale
     one would let a reworded duplicate saved after an upgrade slip past the check."""
-    from memlocal.hygiene import near_key
+    from memlocal.hygiene.rules import near_key
 
     path = tmp_path / "m.db"
     text = "Ana prefers dark mode in every editor she uses"
@@ -184,7 +184,7 @@ def test_a_tokenizer_change_re_derives_the_near_duplicate_keys_on_open(tmp_path:
 
 
 def test_the_fingerprint_is_the_same_in_every_process() -> None:
-    code = "from memlocal.features import fingerprint; print(fingerprint())"
+    code = "from memlocal.relevance.features import fingerprint; print(fingerprint())"
     runs = {support.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
             for _ in range(2)}
     assert runs == {fingerprint()}
@@ -229,7 +229,7 @@ def test_every_writer_leaves_each_row_with_the_rev_of_its_insert(tmp_path: Path)
     """The store inserts the rev a row will have, so the insert trigger need not write the row
     again; a writer that does not (the sqlite3 shell, the sync's pulled rows) gets it from the
     trigger. Either way each row holds its profile's rev after its insert, and the counters agree."""
-    from memlocal.portability import import_jsonl
+    from memlocal.bank.portability import import_jsonl
     from memory_factory import memory
 
     with _open(fresh_database(tmp_path / "m.db")) as bank:
@@ -325,7 +325,7 @@ def test_new_memories_wait_for_their_fts_batch_and_every_query_sees_them(tmp_pat
     process's first) ranks waiting memories as the full scan does, the LLM's similar memories see
     them, and a deleted or retired one leaves the set."""
     from memlocal.recall import RecallIndex, RecallTuning
-    from memlocal.scoring import FullScan
+    from memlocal.relevance.scoring import FullScan
     from memlocal.store.schemas.recall import FTS_BATCH
 
     def counts(store: Store) -> tuple[int, int]:

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from memlocal import MemoryBank, SaveRequest
 from memlocal.errors import ValidationError
-from memlocal.injection import (NOTE_HEADER, NOTE_PREAMBLE, OPERATOR_HEADER, _block_text, assemble, context_block,
+from memlocal.services.injection import (NOTE_HEADER, NOTE_PREAMBLE, OPERATOR_HEADER, _block_text, assemble, context_block,
                                 entry_line, one_line, operator_block, shown_lines, skeleton)
 from memlocal.model import CATEGORIES, check_text
-from memlocal.redact import redact
+from memlocal.services.redact import redact
 
 # Every code point but the surrogates (no valid text holds one: the faces refuse them).
 ANY_CHAR = st.characters(exclude_categories=("Cs",))
@@ -91,7 +91,7 @@ PLAIN_LINE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), min_
 @given(texts=st.lists(st.lists(st.one_of(PLAIN_LINE, st.just("")), min_size=1, max_size=5).filter(
     lambda ls: ls[0] and ls[-1]), min_size=1, max_size=3))
 def test_plain_texts_come_back_line_for_line(texts: list[list[str]]) -> None:
-    from memlocal.injection import poses_as_structure
+    from memlocal.services.injection import poses_as_structure
 
     if any(poses_as_structure(line) for t in texts for line in t) or any(
             redact("\n".join(t)).kinds for t in texts):

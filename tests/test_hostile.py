@@ -23,11 +23,11 @@ import support
 from support import http, http_client
 
 from memlocal import MemoryBank, RecallQuery, SaveRequest
-from memlocal.api import create_app
-from memlocal.automation import NOTE_HEADER, NOTE_PREAMBLE
-from memlocal.cli import main
+from memlocal.faces.api import create_app
+from memlocal.services.automation import NOTE_HEADER, NOTE_PREAMBLE
+from memlocal.faces.cli import main
 from memlocal.errors import MemoryBankError, ValidationError
-from memlocal.injection import (
+from memlocal.services.injection import (
     BLOCK_END,
     CORE_HEADING,
     MEMORY_HEADER,
@@ -36,7 +36,7 @@ from memlocal.injection import (
     RELEVANT_HEADING,
     skeleton,
 )
-from memlocal.portability import import_jsonl
+from memlocal.bank.portability import import_jsonl
 
 P = "/api/profiles/lim/memories"
 
@@ -283,7 +283,7 @@ def test_no_note_or_context_line_poses_as_a_block(bank: MemoryBank, forged: str)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.lists(hostile_text, max_size=4).map("\n".join))
 def test_generated_notes_never_forge_a_line(bank: MemoryBank, text: str) -> None:
-    from memlocal.injection import context_block
+    from memlocal.services.injection import context_block
 
     block = context_block(OPERATOR_HEADER, OPERATOR_PREAMBLE, (text,))
     if block:
@@ -299,7 +299,7 @@ SAVE_FIELDS = ("rawInput", "content", "summary")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(SAVE_FIELDS), text=hostile_text, query=hostile_text)
 def test_library_and_tools_raise_only_bank_errors(bank: MemoryBank, field: str, text: str, query: str) -> None:
-    from memlocal.tools import dispatch
+    from memlocal.faces.tools import dispatch
 
     kwargs = {"content": "c", {"rawInput": "raw_input"}.get(field, field): text}
     for call in (lambda: bank.save(SaveRequest("lim", **kwargs)), lambda: bank.recall(RecallQuery("lim", query)),

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from support import http_client
 
 from memlocal import MemoryBank, NotFoundError, RecallQuery, SaveRequest, ValidationError
-from memlocal.api import create_app
-from memlocal.cli import main
+from memlocal.faces.api import create_app
+from memlocal.faces.cli import main
 from memlocal.config import Config
-from memlocal.hygiene import (
+from memlocal.hygiene.rules import (
     DEFAULT_NEAR_THRESHOLD,
     RetentionRule,
     near_duplicate,
@@ -33,7 +33,7 @@ from memlocal.hygiene import (
     signature,
 )
 from memlocal.model import utcnow
-from memlocal.tools import dispatch
+from memlocal.faces.tools import dispatch
 
 P = "ana"
 TEXT = "Ana prefers dark mode in every editor she uses."
@@ -94,8 +94,8 @@ def test_the_recall_index_finds_near_duplicate_candidates(tmp_path: Path) -> Non
     """The near check reads the stored near_key at the default threshold and the recall index
     (``memory_features``) below it, as the LLM's similar memories do: a candidate IS found (a
     silent "no candidates" would turn near-dedup off), by profile, by either lookup."""
-    from memlocal import text
-    from memlocal.hygiene import near_key
+    from memlocal.relevance import text
+    from memlocal.hygiene.rules import near_key
 
     with bank_at(tmp_path / "a.db", dedup__enabled=False) as bank:
         first = bank.save(SaveRequest(P, TEXT)).memory
@@ -298,7 +298,7 @@ FLAG_ARGUMENT_DISTINCT = [
 
 @pytest.mark.parametrize("first,second", FLAG_ARGUMENT_DISTINCT)
 def test_a_flags_argument_keeps_its_case(local: MemoryBank, first: str, second: str) -> None:
-    from memlocal.hygiene import exact_form
+    from memlocal.hygiene.rules import exact_form
 
     assert exact_form(first) != exact_form(second)
     a = local.save(SaveRequest(P, content=first, category="fact"))
@@ -311,7 +311,7 @@ def test_a_flags_argument_keeps_its_case(local: MemoryBank, first: str, second: 
 
 
 def test_prose_around_a_flag_folds_and_a_flag_ends_at_the_sentences_punctuation(local: MemoryBank) -> None:
-    from memlocal.hygiene import exact_form
+    from memlocal.hygiene.rules import exact_form
 
     assert exact_form("Ana likes tea") == exact_form("ana likes tea!")
     assert exact_form("Run it with -k SLOW, then Lint") == exact_form("run it with -k SLOW, then lint")
@@ -537,7 +537,7 @@ _NEAR_WORDS = ("the", "a", "just", "not", "she", "he", "before", "after", "with"
 def test_the_near_key_is_the_near_rule_at_its_default_threshold(a: list[str], b: list[str]) -> None:
     """The stored key may stand in for the rule at 1.0 only if it is the same relation: equal
     keys exactly when the guarded rule calls the two texts near-duplicates."""
-    from memlocal.hygiene import near_duplicate, near_key, signature
+    from memlocal.hygiene.rules import near_duplicate, near_key, signature
 
     x, y = " ".join(a), " ".join(b)
     rule = near_duplicate(signature(x), signature(y), 1.0)
@@ -657,7 +657,7 @@ def test_a_save_reads_both_checks_rows_with_one_statement(local: MemoryBank) -> 
     finally:
         local.store.set_trace_callback(None)
     assert not fresh.deduplicated
-    # One read for both duplicate checks; the update rule's candidates (memlocal.updates: the text
+    # One read for both duplicate checks; the update rule's candidates (memlocal.hygiene.updates: the text
     # names values) are the recall index's matches, read apart.
     reads = [s for s in statements if s.startswith("SELECT") and "memory_features" not in s]
     assert len(reads) == 1 and "near_key" in reads[0] and "text_key" in reads[0], reads

@@ -3,7 +3,7 @@ and headers, the paths around redaction (notes, operator contexts, imported fiel
 pulled from the bucket on every face), and exact duplicates that are exact in what matters.
 
 What "survives" means here: a credential or header survives in an output when it is there once
-the output is seen the way every check sees it (``memlocal.fold.fold``: invisible characters
+the output is seen the way every check sees it (``memlocal.relevance.fold.fold``: invisible characters
 removed, look-alikes mapped to ASCII), since that is how a reader (or a model) sees it too."""
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from hypothesis import strategies as st
 from support import http_client, mcp_in_process
 
 from memlocal import MemoryBank, RecallQuery, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
 from memlocal.errors import SecretFoundError, ValidationError
-from memlocal.fold import fold, is_dash, skeleton
-from memlocal.hygiene import exact_key, normalise
-from memlocal.injection import (
+from memlocal.relevance.fold import fold, is_dash, skeleton
+from memlocal.hygiene.rules import exact_key, normalise
+from memlocal.services.injection import (
     BLOCK_END, CORE_HEADING, MEMORY_HEADER, NOTE_HEADER, NOTE_PREAMBLE, OPERATOR_HEADER, OPERATOR_PREAMBLE, QUOTE,
     RELEVANT_HEADING, context_block,
 )
-from memlocal.portability import import_jsonl
-from memlocal.redact import redact
-from memlocal.tools import dispatch
+from memlocal.bank.portability import import_jsonl
+from memlocal.services.redact import redact
+from memlocal.faces.tools import dispatch
 
 _B62 = "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3vW5xY7zA9bC1dE3fG5hJ7kL9mN1pQ3rS5xY7zA9bC1dE3fG5"
 AWS = "AKIA" + "IOSFODNN7EXAMPLE"

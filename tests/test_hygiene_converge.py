@@ -133,7 +133,7 @@ def test_a_successor_whose_old_memory_is_gone_is_chosen_by_id(hosts: Callable[..
         assert active(host, {x.id, y.id}) == {winner}
 
 
-# --- the pure rules (memlocal.hygiene.converge) ---------------------------------------------------
+# --- the pure rules (memlocal.hygiene.rules.converge) ---------------------------------------------------
 
 
 def _m(mid: str, text: str = "x", *, category: str = "fact", active: bool = True, **extra: str) -> "Memory":
@@ -145,7 +145,7 @@ def _m(mid: str, text: str = "x", *, category: str = "fact", active: bool = True
 
 
 def test_converge_rules_are_deterministic_and_keep_one_active() -> None:
-    from memlocal.hygiene import Retirement, chain_head, converge
+    from memlocal.hygiene.rules import Retirement, chain_head, converge
 
     dups = [_m("mem-000000c1", "Ana likes tea"), _m("mem-000000a1", "ana likes tea!"), _m("mem-000000b1", "Ana likes tea")]
     stored = {m.id: m for m in dups}

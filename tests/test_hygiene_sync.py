@@ -8,7 +8,7 @@ import threading
 from datetime import timedelta
 from typing import Callable
 
-from memlocal.hygiene import RetentionRule
+from memlocal.hygiene.rules import RetentionRule
 from memlocal.model import utcnow
 from memlocal.store import to_us
 from s3server import S3, Host

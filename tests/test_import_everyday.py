@@ -15,7 +15,7 @@ import support
 from conftest import Cli
 
 from memlocal import MemoryBank
-from memlocal.portability import NOT_JSONL_AFTER, import_jsonl
+from memlocal.bank.portability import NOT_JSONL_AFTER, import_jsonl
 
 
 def _line(i: int) -> str:

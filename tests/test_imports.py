@@ -20,6 +20,6 @@ def _third_party_importers(package: str) -> set[str]:
 def test_the_framework_sdks_stay_at_their_edges() -> None:
     """anthropic only in the LLM processor, the Claude memory tool and the memory stores bridge;
     LangGraph only in its store."""
-    assert _third_party_importers("anthropic") == {"memlocal.llm", "memlocal.integrations.claude",
+    assert _third_party_importers("anthropic") == {"memlocal.services.llm", "memlocal.integrations.claude",
                                                    "memlocal.integrations.claude_stores"}
     assert _third_party_importers("langgraph") == {"memlocal.integrations.langgraph"}

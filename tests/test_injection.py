@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from conftest import settings_config
 
 from memlocal import MemoryBank, ValidationError
-from memlocal.injection import (
+from memlocal.services.injection import (
     PREFERENCE_SHARE,
     block_size,
     entry_line,
@@ -31,7 +31,7 @@ from memlocal.injection import (
     one_line,
     render_memory_block,
 )
-from memlocal.scoring import SPEC, RankQuery, Ranking
+from memlocal.relevance.scoring import SPEC, RankQuery, Ranking
 from memory_factory import NOW, days_ago, put
 from support import fresh_database
 

@@ -1,4 +1,4 @@
-"""One declaration of each input (memlocal/inputs.py): the tool JSON Schemas, the MCP tool schemas,
+"""One declaration of each input (memlocal/faces/inputs.py): the tool JSON Schemas, the MCP tool schemas,
 the REST bodies and parameters and the CLI's choices all come from the same models, and every face
 rejects a broken rule with the library's own message."""
 
@@ -17,12 +17,12 @@ import support
 from support import http_client, mcp_in_process
 
 from memlocal import BankNotWiredError, MemoryBank
-from memlocal.api import create_app
-from memlocal.cli import main
-from memlocal.cli._common import InputChoice
-from memlocal import inputs
+from memlocal.faces.api import create_app
+from memlocal.faces.cli import main
+from memlocal.faces.cli._common import InputChoice
+from memlocal.faces import inputs
 from memlocal.errors import InputTooLargeError, ValidationError
-from memlocal.inputs import (
+from memlocal.faces.inputs import (
     AutomationNoteInput,
     DeleteInput,
     ListInput,
@@ -33,7 +33,7 @@ from memlocal.inputs import (
     tool_schema,
 )
 from memlocal.model import CATEGORIES, ID_PATTERN, PROFILE_PATTERN, validate_category, validate_confidence
-from memlocal.tools import TOOL_INPUTS, tool_definitions, validate_arguments
+from memlocal.faces.tools import TOOL_INPUTS, tool_definitions, validate_arguments
 
 MODELS = {"memory_save": SaveInput, "memory_recall": RecallInput, "memory_list": ListInput,
           "memory_delete": DeleteInput, "memory_restore": RestoreInput}
@@ -117,11 +117,11 @@ def test_cli_choices_come_from_the_models() -> None:
 
 
 def test_start_up_does_not_load_pydantic() -> None:
-    code = ("import sys\nfrom memlocal.cli import main\ntry:\n    main(['save', '--help'], prog_name='memlocal')\n"
+    code = ("import sys\nfrom memlocal.faces.cli import main\ntry:\n    main(['save', '--help'], prog_name='memlocal')\n"
             "except SystemExit:\n    pass\nprint('pydantic' in sys.modules)")
     out = support.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert "--category [preference|fact|behavior|context|general]" in out  # the choices, loaded for help
-    code = "import sys\nfrom memlocal.cli import main\nprint('pydantic' in sys.modules)"
+    code = "import sys\nfrom memlocal.faces.cli import main\nprint('pydantic' in sys.modules)"
     assert support.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60).stdout.strip() == "False"
 

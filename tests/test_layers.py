@@ -35,10 +35,10 @@ def violations(tmp_path_factory: pytest.TempPathFactory) -> str:
     the store (one run: each costs seconds)."""
     tmp = tmp_path_factory.mktemp("violations")
     shutil.copytree(ROOT / "memlocal", tmp / "memlocal", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "sync", tmp / "memlocal_sync", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "memlocal_sync", tmp / "memlocal_sync", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
     store = tmp / "memlocal" / "store" / "memories.py"
-    store.write_text(store.read_text() + "\nfrom ..cli import _common  # a layer violation\n")
+    store.write_text(store.read_text() + "\nfrom ..faces.cli import _common  # a layer violation\n")
     state = tmp / "memlocal_sync" / "state.py"
     state.write_text(state.read_text() + "\nfrom memlocal.store.memories import write_row  # past the port\n")
     # Indirectly: the port module, which the sync may import, loads a store module.
@@ -52,7 +52,7 @@ def violations(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_a_library_module_importing_a_face_breaks_a_contract(violations: str) -> None:
     assert "faces are not imported by the library BROKEN" in violations
     assert "the layers of the module map BROKEN" in violations
-    assert "memlocal.store.memories -> memlocal.cli._common" in violations
+    assert "memlocal.store.memories -> memlocal.faces.cli._common" in violations
 
 
 def test_a_sync_module_importing_a_store_internal_breaks_the_port_contract(violations: str) -> None:

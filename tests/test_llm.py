@@ -24,7 +24,7 @@ import pytest
 from anthropic_fake import FAKE_KEY, FakeAnthropic, Reply, unused_local_url
 from memlocal import MemoryBank, SaveRequest
 from memlocal.config import Config
-from memlocal.llm import (
+from memlocal.services.llm import (
     RESPONSE_SCHEMA,
     AnthropicExtractor,
     extractor_from_config,
@@ -298,7 +298,7 @@ def test_retry_after_past_the_deadline_gives_up_at_once(anthropic_fake: FakeAnth
     with open_bank(db_path, llm__timeout_s=1.0) as bank:
         warm_up(bank, anthropic_fake)
         anthropic_fake.respond(Reply.error(500, headers={"retry-after-ms": "600"}))
-        with caplog.at_level(logging.WARNING, logger="memlocal.llm"):
+        with caplog.at_level(logging.WARNING, logger="memlocal.services.llm"):
             m = bank.save(SaveRequest("ana", RAW)).memory
     assert_kept_callers_input(m)
     assert anthropic_fake.count == 2
@@ -468,6 +468,6 @@ def test_cli_save_with_a_failing_api_still_saves(anthropic_fake: FakeAnthropic, 
 
 
 def test_importing_memlocal_does_not_import_the_sdk() -> None:
-    code = "import sys, memlocal, memlocal.llm, memlocal.cli; print('anthropic' in sys.modules)"
+    code = "import sys, memlocal, memlocal.services.llm, memlocal.faces.cli; print('anthropic' in sys.modules)"
     done = support.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

@@ -16,7 +16,7 @@ from s3server import ACCESS_KEY, SECRET_KEY, S3
 _SCRIPT = """
 import logging, sys
 from memlocal.logs import configure_logging
-from memlocal.cli import main
+from memlocal.faces.cli import main
 configure_logging(verbose=True)
 if sys.argv[1] == "force":
     logging.getLogger("botocore").setLevel(logging.DEBUG)

@@ -122,7 +122,7 @@ def test_a_file_indexed_memory_by_memory_takes_the_batched_fts_index(tmp_path: P
     """The steps that cut a save's pages upgrade a file of the release before them: its memories,
     indexed one by one, stay indexed and found, nothing waits; a new save then waits for its
     batch, a memory of before can still be deleted, and the walk's orders are the partial ones."""
-    from memlocal.features import scope_token, term_token
+    from memlocal.relevance.features import scope_token, term_token
     from memlocal.store.database import Database
     from memlocal.store.memories import insert_rows, write_row
     from memory_factory import memory
@@ -170,7 +170,7 @@ def test_a_file_with_memories_waiting_in_the_old_table_takes_the_watermark(tmp_p
     watermark) upgrade a file whose memories wait in ``memory_features_pending``: they are
     indexed, the watermark starts at the newest row, the table becomes a view of the rows above
     it, and the counters and revs go on from where they were."""
-    from memlocal.features import scope_token
+    from memlocal.relevance.features import scope_token
     from memlocal.store.database import Database
     from memlocal.store.memories import insert_rows, write_row
     from memory_factory import memory
@@ -239,14 +239,14 @@ def test_a_library_owner_reaches_only_its_own_tables(tmp_path: Path) -> None:
 
 
 def test_the_audit_and_the_semantic_index_use_only_their_handle() -> None:
-    """No statement of ``memlocal.audit`` or ``memlocal.semantic`` runs on the store's connection
+    """No statement of ``memlocal.services.audit`` or ``memlocal.recall.semantic`` runs on the store's connection
     or its ``read``: each goes through ``own_tables`` (the test above says what that reaches)."""
     import re
 
-    import memlocal.audit
-    import memlocal.semantic
+    import memlocal.services.audit
+    import memlocal.recall.semantic
 
-    for module in (memlocal.audit, memlocal.semantic):
+    for module in (memlocal.services.audit, memlocal.recall.semantic):
         source = Path(str(module.__file__)).read_text()
         assert re.findall(r"store\.(?:read|transaction|snapshot|conn|iter_rows)\b", source) == [], module.__name__
         assert "own_tables(" in source

@@ -1,9 +1,9 @@
 """The wheel, as a user installs it: built from a copy of the sources, installed into a fresh
-virtual environment, and run from a folder where the repository's ``sync/`` is not on the path.
+virtual environment, and run from a folder where the repository is not on the path.
 
-The sync package's repository folder is ``sync/`` but it installs as ``memlocal_sync`` (a
-top-level ``sync`` would clash with PyPI's package of that name): this test proves the wheel holds
-every module under that name, that the entry points find it, and that nothing imports ``sync``.
+The sync package is ``memlocal_sync`` (folder and import name alike; a top-level ``sync`` would
+clash with PyPI's package of that name): this test proves the wheel holds every module under that
+name, that the entry points find it, and that nothing imports ``sync``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from s3server import S3
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "memlocal", "sync")
+SOURCES = ("pyproject.toml", "README.md", "memlocal", "memlocal_sync")
 
 
 def _modern_setuptools() -> bool:
@@ -59,10 +59,10 @@ def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     # Every source module is in the wheel, the sync package under its installed name only.
     expected = {f"memlocal/{p.relative_to(REPO / 'memlocal').as_posix()}" for p in (REPO / "memlocal").rglob("*.py")}
-    expected |= {f"memlocal_sync/{p.relative_to(REPO / 'sync').as_posix()}" for p in (REPO / "sync").rglob("*.py")}
+    expected |= {f"memlocal_sync/{p.relative_to(REPO / 'memlocal_sync').as_posix()}" for p in (REPO / "memlocal_sync").rglob("*.py")}
     assert expected - names == set()
     assert not any(n.startswith("sync/") for n in names)
-    assert "memlocal/dashboard/static/index.html" in names
+    assert "memlocal/faces/dashboard/static/index.html" in names
 
     # A fresh environment: memlocal only from the wheel, its dependencies from the environment
     # running this test (listed in a .pth file, so that folder's own .pth files, the editable
@@ -78,7 +78,7 @@ def test_wheel_installs_memlocal_sync_and_runs(tmp_path: Path, s3: S3) -> None:
     support.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
                     str(wheel)], check=True, capture_output=True, timeout=120)
 
-    work = tmp_path / "work"  # not the repository: its sync/ folder must not be importable
+    work = tmp_path / "work"  # not the repository: only the wheel's memlocal may be importable
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     db = str(work / "m.db")

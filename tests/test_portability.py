@@ -179,7 +179,7 @@ def test_an_export_streams_from_one_snapshot_and_the_bank_stays_writable(bank: M
 
 def test_a_line_that_is_not_json_is_rejected_with_the_reason_json_gives(tmp_path: Path) -> None:
     """The import's one shared decoder says what ``json.loads`` says, the byte-order mark included."""
-    from memlocal.portability import import_jsonl
+    from memlocal.bank.portability import import_jsonl
 
     good = {"id": "mem-0000abcd", "profileName": "p", "rawInput": "x", "processedContent": "x", "summary": "x",
             "category": "fact", "source": "explicit", "confidence": 1.0, "createdAt": "2026-01-01T00:00:00Z"}
@@ -204,7 +204,7 @@ def test_a_batch_that_cannot_be_written_stops_the_import_after_the_batches_befor
     the store's one line."""
     from memlocal.config import Config
     from memlocal.errors import StoreError
-    from memlocal.portability import BATCH_SIZE, import_jsonl
+    from memlocal.bank.portability import BATCH_SIZE, import_jsonl
 
     db = tmp_path / "bulk.db"
     blocker = sqlite3.connect(str(db), isolation_level=None, timeout=30)
@@ -241,7 +241,7 @@ def test_links_between_batches_follow_the_copies_new_ids_both_ways(tmp_path: Pat
     from a later batch to an earlier one follows the earlier copy's new id (known when the later
     batch is written: the batches are written in order, one at a time, on the writer thread), and
     a link to a later line is moved once every line is in; a second import creates nothing."""
-    from memlocal.portability import BATCH_SIZE, export_memories, import_jsonl
+    from memlocal.bank.portability import BATCH_SIZE, export_memories, import_jsonl
 
     with MemoryBank(tmp_path / "links.db") as bank:
         report = import_jsonl(bank, [_line(i) for i in range(BATCH_SIZE + 5)])
@@ -267,7 +267,7 @@ def test_links_between_batches_follow_the_copies_new_ids_both_ways(tmp_path: Pat
 def _jsonl(memories: Any) -> list[str]:
     import io
 
-    from memlocal.portability import write_jsonl
+    from memlocal.bank.portability import write_jsonl
 
     buf = io.StringIO()
     write_jsonl(memories, buf)

@@ -10,7 +10,7 @@ from pathlib import Path
 import memlocal
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"memlocal": ROOT / "memlocal", "memlocal_sync": ROOT / "sync"}
+PACKAGES = {"memlocal": ROOT / "memlocal", "memlocal_sync": ROOT / "memlocal_sync"}
 
 EXPECTED = {
     "BankNotWiredError", "Config", "ConfigError", "InputTooLargeError", "Memory", "MemoryBank",

@@ -20,7 +20,7 @@ from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, Memory
 from memlocal.recall import RecallIndex, RecallTuning
-from memlocal.scoring import PREFERENCE_TIER, SPEC, FullScan, Ranking, RankQuery, ScoredMemory, rank_brute_force
+from memlocal.relevance.scoring import PREFERENCE_TIER, SPEC, FullScan, Ranking, RankQuery, ScoredMemory, rank_brute_force
 from conftest import settings_config
 from memory_factory import NOW, days_ago, memory, put
 from support import fresh_database
@@ -362,7 +362,7 @@ def test_the_block_equals_one_built_from_the_full_scan(tmp_path: Path) -> None:
     marked what they showed as used (an hour later, the heads reused with dirty memories)."""
     import random
 
-    from memlocal.injection import build_evidence_block, evidence_limit
+    from memlocal.services.injection import build_evidence_block, evidence_limit
 
     rng = random.Random(7)
     queries = ["deploy the release", "coffee with the boss", "zebra", "the", "peanut diet for kids", "unknown"]

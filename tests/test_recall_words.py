@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.model import CATEGORIES, utcnow
-from memlocal.scoring import ScoredMemory
-from memlocal.text import terms
+from memlocal.relevance.scoring import ScoredMemory
+from memlocal.relevance.text import terms
 from conftest import Cli
 from memory_factory import NOW, days_ago, memory, put
 from support import fresh_database
@@ -75,7 +75,7 @@ def test_a_bank_written_by_the_joining_tokenizer_is_re_derived(tmp_path: Path) -
     """A database whose stored features joined the compound ("buildserv runner", no "build")
     is re-derived on open (the features' fingerprint changed), so the word finds the memory on
     the cold path and in the index alike."""
-    from memlocal.features import FEATURES_META_KEY
+    from memlocal.relevance.features import FEATURES_META_KEY
 
     path = tmp_path / "m.db"
     with MemoryBank(fresh_database(path), config=Config.load(environ={})) as bank:
@@ -142,8 +142,8 @@ def test_evidence_lists_the_words_of_the_query_never_stems(cli: Cli, tmp_path: P
     from api_live import LiveServer
     from support import http_client
 
-    from memlocal.api import create_app
-    from memlocal.tools import dispatch
+    from memlocal.faces.api import create_app
+    from memlocal.faces.tools import dispatch
 
     with MemoryBank(cli.db) as bank:
         out = dispatch(bank, "memory_recall", {"query": "flaky tests"}, "beta")
@@ -180,7 +180,7 @@ NEIGHBOURS = ["Ana works on the billing team", "Ana prefers tea over coffee", "A
 def test_a_question_naming_a_kind_finds_the_fact_naming_an_instance(bank: MemoryBank, query: str,
                                                                      fact: str) -> None:
     """"which country is Ana from?" finds "Ana grew up in Portugal" first, among other facts about
-    Ana: the place, sport, film, game or relative yields the kind it is (memlocal.vocab.BROADER)."""
+    Ana: the place, sport, film, game or relative yields the kind it is (memlocal.relevance.vocab.BROADER)."""
     target = put(bank, "p", fact, created=days_ago(5))
     for i, text in enumerate(NEIGHBOURS):
         put(bank, "p", text, created=days_ago(i))
@@ -269,7 +269,7 @@ def test_results_are_listed_in_the_order_of_the_key_they_show(specs: list[dict[s
     cluster alone, then rank, then score) is never better than the one before it: the index, the
     cold path and the full scan alike (they return the same, tests/test_recall.py)."""
     from memlocal.recall import RecallIndex, RecallTuning
-    from memlocal.scoring import FullScan, Ranking, RankQuery
+    from memlocal.relevance.scoring import FullScan, Ranking, RankQuery
 
     with tempfile.TemporaryDirectory() as tmp, _open(tmp) as bank:
         mems = [put(bank, "p", " ".join(s["words"]), category=s["category"], confidence=s["confidence"],
@@ -333,7 +333,7 @@ def test_misspelt_queries_are_answered_exactly_by_every_path(query: str) -> None
     """The corrected query is the same on the index, the cold path and the full scan: each path
     looks the neighbours up in its own document frequencies, which agree."""
     from memlocal.recall import RecallIndex, RecallTuning
-    from memlocal.scoring import FullScan, Ranking, RankQuery
+    from memlocal.relevance.scoring import FullScan, Ranking, RankQuery
 
     texts = ["Nate won the regional tournament", "The chess tournament is in May", "Ana received the package",
              "The package was lost in transit", "Regional offices close at 5pm", "Nate plays chess"]

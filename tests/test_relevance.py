@@ -12,8 +12,8 @@ import pytest
 from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.errors import ConfigError
-from memlocal.injection import CORE_HEADING, RELEVANT_HEADING
-from memlocal.tools import dispatch
+from memlocal.services.injection import CORE_HEADING, RELEVANT_HEADING
+from memlocal.faces.tools import dispatch
 from dev_profile import dev_profile
 from memory_factory import NOW
 
@@ -172,7 +172,7 @@ def test_bad_ranking_settings_are_one_clear_error(tmp_path: Path, key: str, valu
 ])
 def test_word_forms_match(tmp_path: Path, query: str, memory: str) -> None:
     """Inflections and derivations match (Snowball stems; comparatives and superlatives joined by
-    memlocal.text._degree and vocab's degree forms): the memory is in the top 3 among the profile's
+    memlocal.relevance.text._degree and vocab's degree forms): the memory is in the top 3 among the profile's
     others (some of which say the query's own word)."""
     with _bank(tmp_path / "m.db") as bank:
         dev_profile(bank)
@@ -183,7 +183,7 @@ def test_word_forms_match(tmp_path: Path, query: str, memory: str) -> None:
 
 def test_word_forms_keep_words_apart() -> None:
     """The degree rules never join words a reader tells apart."""
-    from memlocal.text import terms
+    from memlocal.relevance.text import terms
 
     for a, b in (("interest", "inter"), ("honest", "hone"), ("summer", "sum"), ("letter", "let"),
                  ("priest", "pry"), ("forest", "fore")):

@@ -18,11 +18,11 @@ import support
 from support import corrupt_memories_table, http_client
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
 from memlocal.errors import ConfigError, StoreError, ValidationError
-from memlocal.portability import import_jsonl
-from memlocal.tools import dispatch
+from memlocal.bank.portability import import_jsonl
+from memlocal.faces.tools import dispatch
 
 P = "s2"
 BAD_ID = "../../etc/passwd"
@@ -120,7 +120,7 @@ def test_cli_save_on_a_full_disk_is_one_line(tmp_path: Path, cli: Any) -> None:
     # commit does not fit.
     limit = 36000
     script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (%d, %d)); "
-              "from memlocal.cli import main; sys.argv = ['memlocal'] + sys.argv[1:]; main()" % (limit, limit))
+              "from memlocal.faces.cli import main; sys.argv = ['memlocal'] + sys.argv[1:]; main()" % (limit, limit))
     p = support.run([sys.executable, "-c", script, "--db", str(db), "save", "-p", P, "--content",
                         "more text " * 300], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1

@@ -1,7 +1,7 @@
 """Attacks on the bank's safety, each reproduced on the faces it reaches: characters the fold kept inside a key,
 secrets in keys of values, the integrations' reads, the LLM path, look-alike structure lines,
 exact duplicates, the memory tool's paths. What "survives" means: the key is in the output once
-it is read as the detectors read it (:func:`memlocal.fold.project`: every character no key is
+it is read as the detectors read it (:func:`memlocal.relevance.fold.project`: every character no key is
 made of dropped), so a key decorated by any such character counts as there."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from anthropic_fake import FakeAnthropic, Reply
 
 from memlocal import MemoryBank, SaveRequest, ValidationError
 from memlocal.config import Config
-from memlocal.portability import import_jsonl
-from memlocal.redact import redact
+from memlocal.bank.portability import import_jsonl
+from memlocal.services.redact import redact
 
 _B62 = "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3vW5xY7zA9bC1dE3fG5hJ7kL9mN1pQ3rS5xY7zA9bC1dE3fG5"
 AWS = "AKIA" + "IOSFODNN7EXAMPLE"
@@ -362,7 +362,7 @@ def _full_disk(args: tuple[str, ...], db: Path, limit: int) -> subprocess.Comple
     import support
 
     script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (%d, %d)); "
-              "from memlocal.cli import main; sys.argv = ['memlocal'] + sys.argv[1:]; main()" % (limit, limit))
+              "from memlocal.faces.cli import main; sys.argv = ['memlocal'] + sys.argv[1:]; main()" % (limit, limit))
     return support.run([sys.executable, "-c", script, "--db", str(db), *args],  # type: ignore[no-any-return]
                        capture_output=True, text=True, timeout=60)
 

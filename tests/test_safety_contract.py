@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from support import http_client
 
 from memlocal import MemoryBank, RecallQuery, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.errors import ValidationError
-from memlocal.fold import project
-from memlocal.tools import dispatch
+from memlocal.relevance.fold import project
+from memlocal.faces.tools import dispatch
 from test_safety import AWS, GHP, _B62, db_text, survives
 
 MID = "mem-00000c0d"
@@ -159,7 +159,7 @@ def decorated(draw: st.DrawFn) -> tuple[str, str]:
 @settings(max_examples=400, deadline=None)
 @given(decorated())
 def test_redaction_cuts_out_any_decorated_key(case: tuple[str, str]) -> None:
-    from memlocal.redact import redact
+    from memlocal.services.redact import redact
 
     key, text = case
     out = redact(f"note: {text} end")

@@ -1,5 +1,5 @@
 """The save path's update check (``MemoryBank.save``, docs/hygiene.md "Updates"): what it reads
-and the pre-checks it makes before :func:`memlocal.updates.relation`, which must never change a
+and the pre-checks it makes before :func:`memlocal.hygiene.updates.relation`, which must never change a
 decision the rule alone would make.
 """
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from memlocal import MemoryBank, SaveRequest
 from memlocal.config import Config
-from memlocal.updates import SURE, relation, statement
+from memlocal.hygiene.updates import SURE, relation, statement
 
 # Sentences built from these: subjects with and without a possessor or a pronoun, verbs (change
 # verbs and markers among them), values of every kind, content words.
@@ -67,13 +67,14 @@ def test_a_text_without_a_subject_updates_nothing(tmp_path: Path) -> None:
 
 
 def test_a_save_normalises_its_text_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One save reads its text through one :class:`~memlocal.normalised.NormalisedText`: the
+    """One save reads its text through one :class:`~memlocal.hygiene.normalised.NormalisedText`: the
     exact, near and update checks and the store's keys of the row all take their forms from it,
     so the text is folded once and split into words once (it was folded for the key and again for
     the exact form, and each check derived its own forms from the string)."""
     from functools import lru_cache
 
-    from memlocal import fold, hygiene, normalised, text, updates
+    from memlocal.relevance import fold, text
+    from memlocal.hygiene import rules as hygiene, normalised, updates
 
     body = "The staging cluster now runs 9 nodes in the Frankfurt region"
     with MemoryBank(tmp_path / "n.db", config=Config.defaults()) as bank:

@@ -9,9 +9,9 @@ import pytest
 
 from memlocal import MemoryBank, RecallQuery, SaveRequest, ValidationError
 from memlocal.config import Config
-from memlocal.clusters import CLUSTER_NAMES, CLUSTER_TERMS, CLUSTER_WORDS, clusters_of
+from memlocal.relevance.clusters import CLUSTER_NAMES, CLUSTER_TERMS, CLUSTER_WORDS, clusters_of
 from memlocal.model import compute_staleness
-from memlocal.scoring import (
+from memlocal.relevance.scoring import (
     confidence_mul,
     maturity,
     prepare_query,
@@ -21,7 +21,7 @@ from memlocal.scoring import (
     weights_for,
 )
 from memlocal.store import to_us
-from memlocal.text import STOPWORDS, stem, terms, words
+from memlocal.relevance.text import STOPWORDS, stem, terms, words
 from memory_factory import NOW, days_ago, put
 
 US_PER_DAY = 86_400_000_000
@@ -140,7 +140,7 @@ def test_topic_hand_computed() -> None:
 def test_diet_recalls_peanut_allergy_through_food() -> None:
     assert {"food"} <= clusters_of(terms("diet")) & clusters_of(terms("peanut allergy"))
     texts = ["I have a peanut allergy", "The quarterly report is due"]
-    # "allergy" yields its broader word "diet" (memlocal.vocab), so the query is fully covered.
+    # "allergy" yields its broader word "diet" (memlocal.relevance.vocab), so the query is fully covered.
     assert _topic("diet", texts, 0) == pytest.approx(1.0)
     # A cluster-only bridge: "restaurant" and "peanut" share food and nothing else:
     # c / (idf + c) with c = idf/4, that is 1/5.
@@ -192,7 +192,7 @@ def test_stemming_matches_word_forms() -> None:
 )
 def test_an_irregular_past_finds_the_verb(query: str, memory: str) -> None:
     """Porter2 leaves "won" apart from "win": a fact told in the past answers the question asked
-    with the base form (memlocal.vocab.VARIANTS), and the other way round."""
+    with the base form (memlocal.relevance.vocab.VARIANTS), and the other way round."""
     verb = {"win", "write", "meet", "buy", "swim"} & terms(query)
     assert verb and verb <= terms(memory)
     assert _topic(query, [memory, "unrelated words here"], 0) == pytest.approx(1.0)

@@ -16,13 +16,13 @@ import support
 from support import http
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
 from memlocal.errors import InputTooLargeError, SecretFoundError
 from memlocal.model import RAW_INPUT_MAX_BYTES
-from memlocal.portability import import_jsonl
-from memlocal.redact import redact
-from memlocal.tools import dispatch
+from memlocal.bank.portability import import_jsonl
+from memlocal.services.redact import redact
+from memlocal.faces.tools import dispatch
 
 # Shape-valid fake credentials, assembled here so that this file holds none verbatim. Each maps
 # a kind to (text as a user would paste it, the secret value that must never be stored).

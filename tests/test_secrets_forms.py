@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from memlocal.redact import redact
+from memlocal.services.redact import redact
 
 # Each: (text as pasted, the value that must go, the kind named). Assembled so that this file
 # holds no real credential.

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from memlocal import MemoryBank, RecallQuery, SaveRequest
-from memlocal.redact import forget_extra_patterns
+from memlocal.services.redact import forget_extra_patterns
 
 TOKEN = "acme_tok_9f8e7d6c5b4a3928"
 HEX = b"9f8e7d6c5b4a3928"  # the token's distinctive part, also as the full-text index's term
@@ -121,7 +121,7 @@ def test_import_with_rescan_runs_the_same_pass(tmp_path: Path, cli: Any) -> None
 def test_a_rewrite_never_turns_a_deletion_made_since_the_read_into_a_put(tmp_path: Path) -> None:
     """A rescan reads a batch, then rewrites it: a memory deleted in between stays deleted, and
     its queued deletion is not replaced by a put (which would have pushed it back)."""
-    from memlocal.rescan import redacted_memory
+    from memlocal.bank.rescan import redacted_memory
 
     with MemoryBank.open(tmp_path / "r.db") as bank:
         kept = bank.save(SaveRequest("ops", "the deploy key is acme_tok_9f8e7d6c5b4a3928", use_llm=False)).memory
@@ -163,8 +163,8 @@ def test_a_rewrite_never_overwrites_a_text_changed_since_the_read(tmp_path: Path
     redacts the new text."""
     import sqlite3
 
-    from memlocal import rescan
-    from memlocal.redact import use_extra_patterns
+    from memlocal.bank import rescan
+    from memlocal.services.redact import use_extra_patterns
 
     path = tmp_path / "cas.db"
     with MemoryBank.open(path) as bank:

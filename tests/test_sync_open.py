@@ -118,7 +118,7 @@ def test_a_hydrated_host_refreshes_in_the_background_on_open(
 
 def test_without_a_bucket_open_warns_once_per_process(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import memlocal.replication as bank_module
+    import memlocal.bank.replication as bank_module
 
     monkeypatch.setattr(bank_module, "_warned_local_only", False)
     with caplog.at_level(logging.WARNING):
@@ -146,7 +146,7 @@ def test_the_local_only_notice_can_be_silenced(cli: Any, tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     res = cli.process("stats", env={"MEMLOCAL_LOCAL_ONLY_NOTICE": "false"})
     assert res.exit_code == 0 and res.stderr == "", res.stderr
-    import memlocal.replication as bank_module
+    import memlocal.bank.replication as bank_module
 
     monkeypatch.setattr(bank_module, "_warned_local_only", False)
     with caplog.at_level(logging.WARNING):

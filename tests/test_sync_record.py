@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 from conftest import Cli
 
-from memlocal.hygiene import RetentionRule
+from memlocal.hygiene.rules import RetentionRule
 from memlocal.model import utcnow
 from memlocal.store import to_us
 from memlocal_sync.changes import CHANGES_PREFIX, parse_segment_key, segment_key

@@ -16,8 +16,8 @@ from api_live import LiveServer
 from click.testing import CliRunner
 from support import http_client
 
-from memlocal.api import create_app
-from memlocal.cli import main
+from memlocal.faces.api import create_app
+from memlocal.faces.cli import main
 from memlocal.model import utcnow
 from s3server import S3, Host
 

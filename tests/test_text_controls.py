@@ -16,10 +16,10 @@ from api_live import LiveServer
 from support import http_client, mcp_in_process
 
 from memlocal import MemoryBank, SaveRequest
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.errors import ValidationError
-from memlocal.portability import import_jsonl
-from memlocal.tools import dispatch
+from memlocal.bank.portability import import_jsonl
+from memlocal.faces.tools import dispatch
 
 NUL_AT_6 = "hello\x00world"
 

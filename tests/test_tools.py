@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from memlocal import MemoryBank, NotFoundError, SaveRequest, ValidationError
-from memlocal.tools import MEMORY_TOOL_NAMES, TOOL_NAMES, dispatch, tool_definitions
+from memlocal.faces.tools import MEMORY_TOOL_NAMES, TOOL_NAMES, dispatch, tool_definitions
 
 
 def test_definitions_are_registrable_data() -> None:

@@ -26,7 +26,7 @@ def test_mypy_strict_is_clean() -> None:
 def test_both_packages_declare_their_types() -> None:
     """PEP 561: a checker uses an installed package's inline types only if it ships py.typed."""
     assert (ROOT / "memlocal" / "py.typed").is_file()
-    assert (ROOT / "sync" / "py.typed").is_file()
+    assert (ROOT / "memlocal_sync" / "py.typed").is_file()
 
 
 def _follow_imports(module: str, overrides: list[dict[str, object]]) -> str:
@@ -56,7 +56,7 @@ def test_mypy_analyses_every_module_memlocal_imports() -> None:
     one of them: its names would be Any, and mypy would check nothing about their use."""
     overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
     assert any(o.get("follow_imports") == "skip" for o in overrides)
-    imports = {**absolute_imports(ROOT / "memlocal", "memlocal"), **absolute_imports(ROOT / "sync", "memlocal_sync")}
+    imports = {**absolute_imports(ROOT / "memlocal", "memlocal"), **absolute_imports(ROOT / "memlocal_sync", "memlocal_sync")}
     hidden = [f"{module}: {name}" for module, names in imports.items() for name in sorted(names)
               if _follow_imports(name, overrides) == "skip"]
     assert hidden == []

@@ -1,4 +1,4 @@
-"""Updates without an LLM (memlocal/updates.py, docs/hygiene.md "Updates"): a save that restates
+"""Updates without an LLM (memlocal/hygiene/updates.py, docs/hygiene.md "Updates"): a save that restates
 an active memory's subject with a changed value supersedes it when the rule is sure; look-alikes
 about other subjects are never retired; where the rule is not sure, the block dates both lines;
 ``--no-supersede`` and the undo on every face where saves are.
@@ -20,11 +20,11 @@ from conftest import Cli
 from support import http_client
 
 from memlocal import MemoryBank, SaveRequest, ValidationError
-from memlocal.api import create_app
+from memlocal.faces.api import create_app
 from memlocal.config import Config
 from memlocal.model import utcnow
-from memlocal.tools import dispatch
-from memlocal.updates import MAYBE, SURE, relation, replaced_values, value_kind
+from memlocal.faces.tools import dispatch
+from memlocal.hygiene.updates import MAYBE, SURE, relation, replaced_values, value_kind
 
 P = "team"
 

@@ -22,7 +22,7 @@ nothing: a text over 4096 bytes of UTF-8, a text that repeats another memory of 
 (the bank's duplicate rule), invalid Unicode. Credentials in a text are redacted before it is
 stored (docs/hygiene.md). See docs/integrations.md.
 
-The anthropic SDK is imported here (and in ``memlocal.llm``) only.
+The anthropic SDK is imported here (and in ``memlocal.services.llm``) only.
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ from anthropic.types.beta import (
 
 from ..errors import InputTooLargeError, MemoryBankError
 from ..model import CATEGORIES, RAW_INPUT_MAX_BYTES, Memory, validate_profile
-from ..redact import redact
-from ..saving import SaveRequest
+from ..services.redact import redact
+from ..bank.saving import SaveRequest
 from ..store import MigrationSet
 from ..store.local import LocalRow
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from ..bank import MemoryBank
+    from ..bank.facade import MemoryBank
 
 __all__ = ["FILE_FIELD", "ROOT", "SCHEMA", "MemlocalAsyncMemoryTool", "MemlocalMemoryTool", "category_for_path"]
 

@@ -28,7 +28,7 @@ none), and takes back what a hosted agent wrote there, through the anthropic SDK
   ``claude_store_links``, written as the sync goes; an interrupted sync resumes without duplicates
   (a create whose answer was lost is found again at its path, a take-back by the duplicate rule).
 
-The anthropic SDK is imported here, in :mod:`memlocal.integrations.claude` and in :mod:`memlocal.llm`
+The anthropic SDK is imported here, in :mod:`memlocal.integrations.claude` and in :mod:`memlocal.services.llm`
 only. See docs/integrations.md, "Claude's hosted memory stores".
 """
 
@@ -52,10 +52,10 @@ from anthropic.types.beta.memory_stores import BetaManagedAgentsMemory
 
 from ..errors import MemoryBankError, NotFoundError, SyncError, ValidationError
 from ..humanize import plural
-from ..llm import retry_after_s
+from ..services.llm import retry_after_s
 from ..model import Memory, validate_profile
-from ..redact import redact
-from ..saving import SaveRequest
+from ..services.redact import redact
+from ..bank.saving import SaveRequest
 from ..store import MigrationSet
 from ..store.local import LocalRow
 from .claude import FILE_FIELD, ROOT, category_for_path, path_problem
@@ -63,7 +63,7 @@ from .claude import FILE_FIELD, ROOT, category_for_path, path_problem
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from ..bank import MemoryBank
+    from ..bank.facade import MemoryBank
 
 __all__ = ["HOSTED_FIELD", "PROFILE_KEY", "SCHEMA", "STORE_CAP", "BridgeReport", "hosted_path", "store_path_problem",
            "sync_profile", "sync_profiles"]
@@ -287,7 +287,7 @@ class _Api:
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's requested wait (:func:`memlocal.llm.retry_after_s`); an HTTP date is left to
+    """The server's requested wait (:func:`memlocal.services.llm.retry_after_s`); an HTTP date is left to
     the back-off."""
     wait = retry_after_s(headers)
     return None if wait is None or math.isinf(wait) else max(0.0, wait)
@@ -526,7 +526,7 @@ class _Sync:
         path = redact(h.path).text
         # The store's copy is rewritten whenever its text or path held a credential, a repeat's
         # too: the save answered with the memory it repeats, so the agent's own text is kept,
-        # redacted as the save redacted it (secrets.mode = redact: memlocal.redact.redact).
+        # redacted as the save redacted it (secrets.mode = redact: memlocal.services.redact.redact).
         clean = redact(text).text if result.deduplicated else result.memory.processed_content
         if clean != text or path != h.path:
             sha = self._rewrite(h, clean, path)

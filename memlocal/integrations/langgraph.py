@@ -50,11 +50,11 @@ from langgraph.store.base import (
 )
 
 from ..model import CATEGORIES, PAGE_MAX_LIMIT, RAW_INPUT_MAX_BYTES, Memory, RecallQuery
-from ..redact import redact, redact_json, refuse_credential_name
-from ..saving import SaveRequest
+from ..services.redact import redact, redact_json, refuse_credential_name
+from ..bank.saving import SaveRequest
 
 if TYPE_CHECKING:
-    from ..bank import MemoryBank
+    from ..bank.facade import MemoryBank
 
 __all__ = ["ITEM_FIELD", "MemlocalSearchItem", "MemlocalStore", "namespace_of", "profile_for"]
 

@@ -6,9 +6,9 @@ topic depends only on which of the query's features it holds, so candidates are 
 (one set of features held) at a time, best topic first, with set operations on the long posting
 lists and a threshold-algorithm walk inside a large class that stops once an upper bound on the
 members not visited falls below the k-th best score; the index is built beside the queries, on
-a background thread, while the persisted features answer them. It scores with :func:`memlocal.scoring.score_parts`,
-the function the reference full scan (:func:`memlocal.scoring.rank_brute_force`) uses, so the
-floats, and hence the ranking, are identical. The formula itself lives in :mod:`memlocal.scoring`
+a background thread, while the persisted features answer them. It scores with :func:`memlocal.relevance.scoring.score_parts`,
+the function the reference full scan (:func:`memlocal.relevance.scoring.rank_brute_force`) uses, so the
+floats, and hence the ranking, are identical. The formula itself lives in :mod:`memlocal.relevance.scoring`
 (pure); this package adds what needs the store: reading rows and keeping the index fresh.
 
 The package: :mod:`.index` (:class:`ProfileIndex`, the in-memory index of one profile),
@@ -16,7 +16,7 @@ The package: :mod:`.index` (:class:`ProfileIndex`, the in-memory index of one pr
 :mod:`.service` (:class:`RecallIndex`, the cache of indexes, their background builds and the
 choice between the two paths) and :mod:`.classes` (what both paths share, and
 :class:`RecallTuning`, their speed knobs). Each ranking takes one
-:class:`memlocal.scoring.RankQuery`. The SQL they read with, and the connection, are the
+:class:`memlocal.relevance.scoring.RankQuery`. The SQL they read with, and the connection, are the
 store's (:class:`memlocal.store.recall_reads.RecallReads`).
 """
 

@@ -8,10 +8,10 @@ import heapq
 from dataclasses import dataclass
 from typing import Any, Callable, Final, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from ..features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
+from ..relevance.features import CLUSTER_PREFIX, cluster_token, encode_term, features_of, scope_token, term_token
 from ..model import CORE_CATEGORIES
 from ..store.recall_reads import RecallReads
-from ..scoring import (
+from ..relevance.scoring import (
     PREFERENCE_TIER,
     PreparedQuery,
     RankQuery,
@@ -53,7 +53,7 @@ class ColdHit:
         self.created_us = created_us
         self.use = use
         self.cm = cm
-        self.features = features  # the stored features string (memlocal.features)
+        self.features = features  # the stored features string (memlocal.relevance.features)
 
 
 class ColdRow(NamedTuple):
@@ -147,7 +147,7 @@ class _ColdScan:
 
     def held_any(self, terms: Sequence[str]) -> bool:
         """Whether some memory holds one of ``terms``: one FTS5 count per ``_ANY_CHUNK`` of them
-        (a misspelt query word's neighbours, :func:`memlocal.scoring.prepare_query`), not one each."""
+        (a misspelt query word's neighbours, :func:`memlocal.relevance.scoring.prepare_query`), not one each."""
         for i in range(0, len(terms), _ANY_CHUNK):
             if self.reads.count(f"{self.scope}({' OR '.join(map(term_token, terms[i:i + _ANY_CHUNK]))})") > 0:
                 return True
@@ -387,7 +387,7 @@ class _ColdScan:
 def cold_query(reads: RecallReads, profile: str, rq: RankQuery, tuning: RecallTuning = RecallTuning()) -> ColdAnswer | None:
     """``rq`` over ``profile`` answered from the persisted features, without building an index:
     in evidence mode the gated top ``rq.limit`` (the spec mode's top-k when ``rq.ranking`` is
-    :data:`~memlocal.scoring.SPEC`, see the end). ``tuning``: the speed knobs it reads
+    :data:`~memlocal.relevance.scoring.SPEC`, see the end). ``tuning``: the speed knobs it reads
     (``essential_budget``, ``cold_max_rows``, ``direct``); none changes the answer.
 
     The rows are :func:`gate_select` over every active memory of ``profile`` that shares a term

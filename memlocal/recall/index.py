@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Any, Callable, Collection, Container, Final, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from ..features import CLUSTER_PREFIX, encode_term, features_of
+from ..relevance.features import CLUSTER_PREFIX, encode_term, features_of
 from ..model import CORE_CATEGORIES, Memory
 from ..store.recall_reads import RecallReads
-from ..scoring import (
+from ..relevance.scoring import (
     HALF_LIFE_DAYS,
     PREFERENCE_TIER,
     US_PER_DAY,
@@ -942,12 +942,12 @@ class ProfileIndex:
         of ``rq.tier``, ``rq.exclude_ids`` left out, scored at ``rq.now``; the best topic; and the
         similarity that counted for each kept doc (the semantic signal), exactly as
         :func:`gate_select` over every memory holding a query feature, plus the ``rq.similarity``
-        top-k (:func:`memlocal.scoring.with_similarity`), would give them. ``pq``: ``rq.text``
+        top-k (:func:`memlocal.relevance.scoring.with_similarity`), would give them. ``pq``: ``rq.text``
         prepared against this index (:meth:`prepare`).
 
         The topic of a memory depends only on which of the query's features it holds, so the
         candidates fall into *classes*, one per set of features held, each with one topic
-        (:func:`memlocal.scoring.topic` of that set). Docs holding a selective feature (short
+        (:func:`memlocal.relevance.scoring.topic` of that set). Docs holding a selective feature (short
         posting lists) are classed posting by posting; the docs holding only common ones are
         classed by set operations on the common lists (one class per subset), never one by one.
         The gate orders by topic first, so classes are taken best topic first, and a class's own
@@ -1045,8 +1045,8 @@ class ProfileIndex:
     def rerank(self, hits: list[Hit], pq: PreparedQuery, counted: Mapping[int, float],
                windows: Sequence[tuple[int, int]]) -> list[Hit]:
         """``hits`` (the gate's, from :meth:`top_k_gated`) in the second pass's order
-        (:func:`memlocal.scoring.rerank_order`), from the index's own fields: the same order
-        :func:`memlocal.scoring.rerank` gives the memories once read."""
+        (:func:`memlocal.relevance.scoring.rerank_order`), from the index's own fields: the same order
+        :func:`memlocal.relevance.scoring.rerank` gives the memories once read."""
         term_bits = (1 << len(pq.terms)) - 1
         core, words, created, ids = self.core, self.words, self.created, self.ids
 

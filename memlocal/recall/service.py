@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Callable, Final, Iterable, Iterator, Sequence
 
-from ..features import parse as parse_features
+from ..relevance.features import parse as parse_features
 from ..model import Memory, compute_staleness, from_us, to_us, utcnow
-from ..scoring import (
+from ..relevance.scoring import (
     RERANK_DEPTH,
     Breakdown,
     RankQuery,
@@ -28,7 +28,7 @@ from ..scoring import (
 )
 from ..store import Store
 from ..store.recall_reads import RecallReads
-from ..text import query_dates
+from ..relevance.text import query_dates
 from .classes import WARM_IDLE_S, RecallTuning
 from .cold import ColdAnswer, cold_query
 from .index import ProfileIndex
@@ -286,13 +286,13 @@ class RecallIndex:
 
     def query(self, profile: str, rq: RankQuery) -> list[ScoredMemory]:
         """The exact top ``rq.limit`` of ``profile`` for ``rq.text`` under ``rq.ranking`` (no side
-        effects): what :func:`memlocal.scoring.rank_brute_force` returns for the same ``rq``.
+        effects): what :func:`memlocal.relevance.scoring.rank_brute_force` returns for the same ``rq``.
 
         ``rq.similarity``: the semantic signal's embedding top-k (id -> cosine), added to the topic
-        in evidence mode (:func:`memlocal.scoring.with_similarity`); ignored in spec mode. In
+        in evidence mode (:func:`memlocal.relevance.scoring.with_similarity`); ignored in spec mode. In
         evidence mode the gate's first ``max(limit, RERANK_DEPTH)`` are re-ordered by the bounded
-        second pass (:func:`memlocal.scoring.rerank`), as the full scan does; from the index, on
-        its own arrays (:func:`memlocal.scoring.rerank_order`), so only the ``limit`` kept are read.
+        second pass (:func:`memlocal.relevance.scoring.rerank`), as the full scan does; from the index, on
+        its own arrays (:func:`memlocal.relevance.scoring.rerank_order`), so only the ``limit`` kept are read.
         """
         try:
             return self._query(profile, rq)

@@ -72,7 +72,7 @@ class AccessMarker:
 
     def submit_write(self, write: Callable[[Store], int], what: str) -> Future[int]:
         """Queue a best-effort write on the queue's connection (an injection audit row,
-        ``memlocal.audit.record``), after the bumps queued before it; resolves to what ``write``
+        ``memlocal.services.audit.record``), after the bumps queued before it; resolves to what ``write``
         returns (0 on failure, which is logged with ``what``)."""
         return self._queue(self._run_write, what, write, what, write=True)
 

@@ -1,20 +1,20 @@
 """What the store derives from a memory's text, for every row at once: the recall features
-(:mod:`memlocal.features`) and the duplicate keys (:func:`memlocal.hygiene.text_key`,
-:func:`memlocal.hygiene.near_key`). Run by migrations and by the store when the tokenizer or the
+(:mod:`memlocal.relevance.features`) and the duplicate keys (:func:`memlocal.hygiene.rules.text_key`,
+:func:`memlocal.hygiene.rules.near_key`). Run by migrations and by the store when the tokenizer or the
 key functions changed, inside the caller's write transaction."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from ..hygiene import near_key, text_key
+from ..hygiene.rules import near_key, text_key
 from .database import set_meta
 
 
 def derive_features(conn: sqlite3.Connection, profile: str | None = None) -> int:
     """Derive the features of every memory (of ``profile``) that has none yet; inside the
     caller's write transaction. Returns how many rows were derived."""
-    from ..features import features_of
+    from ..relevance.features import features_of
 
     sql = "SELECT rowid, processed_content, summary FROM memories WHERE features IS NULL"
     rows = conn.execute(sql + (" AND profile = ?" if profile is not None else ""),
@@ -27,7 +27,7 @@ def derive_features(conn: sqlite3.Connection, profile: str | None = None) -> int
 
 
 def derive_near_keys(conn: sqlite3.Connection) -> None:
-    """Set every memory's :func:`memlocal.hygiene.near_key` (migration 9, and again whenever the
+    """Set every memory's :func:`memlocal.hygiene.rules.near_key` (migration 9, and again whenever the
     tokenizer changes); inside the caller's write transaction."""
     rows = conn.execute("SELECT id, processed_content FROM memories").fetchall()
     conn.executemany("UPDATE memories SET near_key = ? WHERE id = ?", [(near_key(p), i) for i, p in rows])
@@ -35,9 +35,9 @@ def derive_near_keys(conn: sqlite3.Connection) -> None:
 
 def derive_text_keys(conn: sqlite3.Connection) -> None:
     """Set every memory's exact and near duplicate keys (``text_key``, ``raw_key``, ``near_key``)
-    and stamp them with :func:`memlocal.hygiene.keys_fingerprint` (whenever the key functions
+    and stamp them with :func:`memlocal.hygiene.rules.keys_fingerprint` (whenever the key functions
     change); inside the caller's write transaction."""
-    from ..hygiene import KEYS_META_KEY, keys_fingerprint
+    from ..hygiene.rules import KEYS_META_KEY, keys_fingerprint
 
     rows = conn.execute("SELECT id, raw_input, processed_content FROM memories").fetchall()
     conn.executemany("UPDATE memories SET text_key = ?, raw_key = ?, near_key = ? WHERE id = ?",
@@ -46,6 +46,6 @@ def derive_text_keys(conn: sqlite3.Connection) -> None:
 
 
 def _stamp_features(conn: sqlite3.Connection) -> None:
-    from ..features import FEATURES_META_KEY, fingerprint
+    from ..relevance.features import FEATURES_META_KEY, fingerprint
 
     set_meta(conn, FEATURES_META_KEY, fingerprint())

@@ -22,8 +22,8 @@ from itertools import chain
 from typing import Any, Final, Iterable, Iterator, Sequence
 
 from ..errors import NotFoundError, StoreError
-from ..features import features_of
-from ..hygiene import near_key, text_key
+from ..relevance.features import features_of
+from ..hygiene.rules import near_key, text_key
 from ..plugins import NoteState
 from ..model import Memory, from_us, to_us, utcnow  # noqa: F401 (re-exported: the store's time format)
 from .database import Database
@@ -168,7 +168,7 @@ def _record_note_outbox(c: sqlite3.Connection, automation_id: str, op: str) -> N
     )
 
 
-# --- the persisted features (the recall index's tokens; memlocal.features) ---------------------
+# --- the persisted features (the recall index's tokens; memlocal.relevance.features) ---------------------
 
 # What the store writes for a memory: its columns plus its derived features.
 WRITE_COLUMNS = MEMORY_COLUMNS + ("features",)
@@ -285,12 +285,12 @@ class Store(Database):
     def _check_derived(self) -> None:
         """Derive again what the store keeps of each memory's text when the code that made it
         differs from this process's: the recall features (stamped in ``meta`` with
-        :func:`memlocal.features.fingerprint`) and the duplicate keys (``text_key``, ``raw_key``,
-        ``near_key``, stamped with :func:`memlocal.hygiene.keys_fingerprint`). Once, on open, in
+        :func:`memlocal.relevance.features.fingerprint`) and the duplicate keys (``text_key``, ``raw_key``,
+        ``near_key``, stamped with :func:`memlocal.hygiene.rules.keys_fingerprint`). Once, on open, in
         one transaction; a duplicate is then always found by its key, a memory by its features.
         The near key is made of the tokenizer's terms, so a new tokenizer derives the keys too."""
-        from ..features import FEATURES_META_KEY, fingerprint
-        from ..hygiene import KEYS_META_KEY, keys_fingerprint
+        from ..relevance.features import FEATURES_META_KEY, fingerprint
+        from ..hygiene.rules import KEYS_META_KEY, keys_fingerprint
 
         wanted = {FEATURES_META_KEY: fingerprint(), KEYS_META_KEY: keys_fingerprint()}
 
@@ -359,7 +359,7 @@ class Store(Database):
         across batches; links (``supersedes``/``supersededBy``) to ids already in it are moved.
         ``rows``: each memory's :func:`write_row`, when the caller derived them already.
         """
-        from ..hygiene import copy_of, relinked
+        from ..hygiene.rules import copy_of, relinked
         from ..model import new_id
 
         copied = {} if copied is None else copied
@@ -433,7 +433,7 @@ class Store(Database):
         """Move the links of the memories ``ids`` that point at an old id of ``copied`` to its new
         id (an import's forward references, once every line is in), durably and through the
         change log; how many memories changed."""
-        from ..hygiene import relinked
+        from ..hygiene.rules import relinked
 
         changed = 0
         with self.transaction() as c:
@@ -457,7 +457,7 @@ class Store(Database):
         some (a copy never merges into, nor overwrites, a profile).
         """
         from ..errors import ValidationError
-        from ..hygiene import copy_of
+        from ..hygiene.rules import copy_of
         from ..model import new_id
 
         with self.transaction() as c:
@@ -639,13 +639,13 @@ class Store(Database):
             )
         return len(updates)
 
-    # --- hygiene: duplicates and supersession (memlocal.hygiene) -------------------------------
+    # --- hygiene: duplicates and supersession (memlocal.hygiene.rules) -------------------------------
 
     def find_by_keys(self, profile: str, keys: Sequence[str], *, near_key: str | None = None
                      ) -> tuple[builtins.list[Memory], builtins.list[Memory]]:
         """Active memories of ``profile`` whose processedContent or rawInput has one of these
-        :func:`memlocal.hygiene.text_key` values, oldest first (callers confirm on the text); and,
-        read by the same query, those with this :func:`memlocal.hygiene.near_key` (``[]``
+        :func:`memlocal.hygiene.rules.text_key` values, oldest first (callers confirm on the text); and,
+        read by the same query, those with this :func:`memlocal.hygiene.rules.near_key` (``[]``
         without one): a save's two duplicate checks in one statement."""
         if not keys:
             return [], (self.find_by_near_key(profile, near_key) if near_key is not None else [])
@@ -668,7 +668,7 @@ class Store(Database):
         return exact, [row_to_memory(r) for r in ordered if near_key is not None and r[_NEAR_KEY] == near_key]
 
     def find_by_near_key(self, profile: str, key: str) -> builtins.list[Memory]:
-        """Active memories of ``profile`` with this :func:`memlocal.hygiene.near_key`, oldest
+        """Active memories of ``profile`` with this :func:`memlocal.hygiene.rules.near_key`, oldest
         first (callers confirm with the rule itself)."""
         # Ordered here: given an ORDER BY, the planner preferred memories_profile_created and read
         # the whole profile on every save (and a sort needs a temporary b-tree).
@@ -677,7 +677,7 @@ class Store(Database):
 
     def similar(self, profile: str, terms: Sequence[str], limit: int) -> builtins.list[Memory]:
         """Up to ``limit`` active memories of ``profile`` that share the most (rarest) of
-        ``terms`` (the formula's stems, :func:`memlocal.text.terms`), best first: bm25 over the
+        ``terms`` (the formula's stems, :func:`memlocal.relevance.text.terms`), best first: bm25 over the
         recall index ``memory_features`` (migration 4), scoped by the profile's token. The
         memories still waiting for the FTS5 batch are indexed first (a durable write)."""
         if not terms or limit <= 0:
@@ -704,7 +704,7 @@ class Store(Database):
                  required: Sequence[str] = ()) -> builtins.list[tuple[Any, ...]]:
         """``cols`` of the indexed active memories of ``profile`` matching ``terms`` (bm25 order)
         or holding all of ``required`` (newest first), at most ``limit``."""
-        from ..features import scope_token, term_token
+        from ..relevance.features import scope_token, term_token
 
         if required:
             match = " AND ".join([scope_token(profile), *(term_token(t) for t in dict.fromkeys(required))])
@@ -752,7 +752,7 @@ class Store(Database):
         Both memories are recorded in the outbox (the change log) in the same transaction.
         """
         from ..errors import ValidationError
-        from ..hygiene import SUPERSEDED_BY, SUPERSEDES
+        from ..hygiene.rules import SUPERSEDED_BY, SUPERSEDES
 
         with self.transaction() as c:
             row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (old_id, profile)).fetchone()
@@ -793,7 +793,7 @@ class Store(Database):
         stored; ``NotFoundError`` if ``old_id`` is not in ``profile``, ``ValidationError`` if
         it is active. Both are recorded in the outbox (the change log)."""
         from ..errors import ValidationError
-        from ..hygiene import SUPERSEDED_BY, SUPERSEDES
+        from ..hygiene.rules import SUPERSEDED_BY, SUPERSEDES
 
         with self.transaction() as c:
             row = c.execute(f"{_SELECT} WHERE id = ? AND profile = ?", (old_id, profile)).fetchone()
@@ -841,7 +841,7 @@ class Store(Database):
         count: int = self.read("SELECT count(*) FROM memories")[0][0]
         return count
 
-    # --- automation notes (memlocal.automation) and their change log ---------------------------
+    # --- automation notes (memlocal.services.automation) and their change log ---------------------------
     #
     # A note is ``(text, updated_us)``. Writes record their change in ``automation_outbox`` in
     # the same transaction; the sync reads that log and applies what the bucket holds through the
@@ -860,7 +860,7 @@ class Store(Database):
                          " ORDER BY updated_us DESC, automation_id")
         return [(a, n, u) for a, n, u in rows]
 
-    # --- a rescan's rewrite and the purge of what it replaced (memlocal.rescan) -------------------
+    # --- a rescan's rewrite and the purge of what it replaced (memlocal.bank.rescan) -------------------
 
     def rewrite(self, changes: Sequence[tuple[Memory, Memory]]) -> builtins.list[Memory]:
         """Write rewritten texts (rawInput, processedContent, summary) and unknown fields of

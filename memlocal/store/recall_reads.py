@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final, Iterable, Iterator, Sequence
 
 from ..model import Memory
-from ..scoring import HALF_LIFE_DAYS, USAGE_FLOOR, US_PER_DAY
+from ..relevance.scoring import HALF_LIFE_DAYS, USAGE_FLOOR, US_PER_DAY
 from .database import Database
 from .memories import row_to_memory, select_by_ids
 from .schemas.recall import WAITING_SQL

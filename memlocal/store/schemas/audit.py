@@ -1,4 +1,4 @@
-"""The injection audit trail's schema (owned by ``memlocal.audit``): ``injections`` and
+"""The injection audit trail's schema (owned by ``memlocal.services.audit``): ``injections`` and
 ``injection_memories``.
 """
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def _migration_6(db: sqlite_utils.Database) -> None:
-    """The injection audit trail (owned by ``memlocal.audit``; see docs/hygiene.md).
+    """The injection audit trail (owned by ``memlocal.services.audit``; see docs/hygiene.md).
 
     One ``injections`` row per rendered memory block: when, which profile, the block's size and
     a hash of the query (never its text); ``injection_memories`` holds which memories were in it
@@ -37,5 +37,5 @@ def _migration_6(db: sqlite_utils.Database) -> None:
 
 
 # Each step is named by its number in the single chain that came before named sets.
-# ``memlocal.audit`` runs its statements on them through ``Database.own_tables(AUDIT)``.
+# ``memlocal.services.audit`` runs its statements on them through ``Database.own_tables(AUDIT)``.
 AUDIT = MigrationSet("audit", {1: _migration_6}, legacy={1: 6}, tables=("injections", "injection_memories"))

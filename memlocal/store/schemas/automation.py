@@ -1,4 +1,4 @@
-"""The automation notes' change log (owned by ``memlocal.automation``): ``automation_outbox``.
+"""The automation notes' change log (owned by ``memlocal.services.automation``): ``automation_outbox``.
 (``automation_notes`` itself came with the first step of the ``memories`` set.)
 """
 

@@ -1,5 +1,5 @@
 """The lineage of copies (owned by profile copy, rename and import, ``MemoryBank.copy_profile``):
-an index of each copy's ``copiedFrom`` extra field (``memlocal.hygiene.COPIED_FROM``).
+an index of each copy's ``copiedFrom`` extra field (``memlocal.hygiene.rules.COPIED_FROM``).
 """
 
 from __future__ import annotations

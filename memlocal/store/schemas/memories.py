@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...hygiene import text_key
+from ...hygiene.rules import text_key
 from ..derive import derive_near_keys
 from ..migrations import MigrationSet
 
@@ -63,7 +63,7 @@ def _migration_3(db: sqlite_utils.Database) -> None:
 
 
 def _migration_7(db: sqlite_utils.Database) -> None:
-    """Exact-duplicate keys (``memlocal.hygiene``, docs/hygiene.md): ``text_key`` is the hash of
+    """Exact-duplicate keys (``memlocal.hygiene.rules``, docs/hygiene.md): ``text_key`` is the hash of
     the normalised processedContent, ``raw_key`` that of the rawInput when it differs (else NULL),
     each indexed per profile so a save finds an active duplicate with one lookup."""
     c = db.conn
@@ -79,7 +79,7 @@ def _migration_7(db: sqlite_utils.Database) -> None:
 
 
 def _migration_9(db: sqlite_utils.Database) -> None:
-    """Near-duplicate keys (``memlocal.hygiene.near_key``): at the default threshold a save
+    """Near-duplicate keys (``memlocal.hygiene.rules.near_key``): at the default threshold a save
     finds its near-duplicates with one index lookup instead of a full-text query whose cost
     grew with the profile."""
     c = db.conn

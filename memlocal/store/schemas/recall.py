@@ -68,7 +68,7 @@ def _migration_4(db: sqlite_utils.Database) -> None:
     """The persisted recall index (owned by ``memlocal.recall``; see docs/storage.md).
 
     - ``memories.features``: the formula's own tokens of the memory (its stemmed terms and its
-      clusters, :mod:`memlocal.features`), written by the store in the same transaction as the
+      clusters, :mod:`memlocal.relevance.features`), written by the store in the same transaction as the
       memory; ``NULL`` means "not derived yet" (a row written by raw SQL, or whose text changed
       under a writer that does not derive them), found through a partial index and derived
       lazily by the next recall of that profile.
@@ -82,7 +82,7 @@ def _migration_4(db: sqlite_utils.Database) -> None:
     Every existing memory's features are derived here (back-fill), stamped with
     ``features.fingerprint()`` in ``meta``.
     """
-    from ...features import FTS_TOKENIZE
+    from ...relevance.features import FTS_TOKENIZE
 
     c = db.conn
     for name in ("memories_ai", "memories_ad", "memories_au"):

@@ -1,4 +1,4 @@
-"""The purge of replaced secrets (owned by ``memlocal.rescan``, docs/hygiene.md, "Rescan"): a
+"""The purge of replaced secrets (owned by ``memlocal.bank.rescan``, docs/hygiene.md, "Rescan"): a
 trigger that notes, in ``meta``, that a memory's text gained a redaction marker (a rescan here,
 or another host's rescan pulled), so the store purges the old bytes from the file after it."""
 

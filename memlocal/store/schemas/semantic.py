@@ -1,4 +1,4 @@
-"""The optional semantic signal's schema (owned by ``memlocal.semantic``): ``memory_vectors``.
+"""The optional semantic signal's schema (owned by ``memlocal.recall.semantic``): ``memory_vectors``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def _migration_5(db: sqlite_utils.Database) -> None:
-    """Vectors of the optional semantic signal (owned by ``memlocal.semantic``; docs/relevance.md).
+    """Vectors of the optional semantic signal (owned by ``memlocal.recall.semantic``; docs/relevance.md).
 
     ``memory_vectors``: one unit vector per memory (float32 bytes) and the model that made it.
     Written on save when ``semantic.enabled``, back-filled lazily otherwise; a trigger drops a
@@ -28,7 +28,7 @@ def _migration_5(db: sqlite_utils.Database) -> None:
 
 
 # Each step is named by its number in the single chain that came before named sets.
-# ``memlocal.semantic`` runs its statements on them through ``Database.own_tables(SEMANTIC)``:
+# ``memlocal.recall.semantic`` runs its statements on them through ``Database.own_tables(SEMANTIC)``:
 # it writes its vectors and reads the memories (their text, their profile's revision) beside them.
 SEMANTIC = MigrationSet("semantic", {1: _migration_5}, legacy={1: 5}, tables=("memory_vectors",),
                         reads=("memories", "profile_revs"))

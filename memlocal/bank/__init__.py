@@ -1,0 +1,1 @@
+"""The facade: ``MemoryBank`` and the jobs it wires (save, import/export, rescan, ...)."""

@@ -1,0 +1,1 @@
+"""The faces over the bank: CLI, REST API and dashboard, MCP server, agent tools and their inputs."""

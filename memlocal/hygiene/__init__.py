@@ -1,0 +1,1 @@
+"""Hygiene: duplicate keys and rules, updates, write-time deduplication (pure rules)."""

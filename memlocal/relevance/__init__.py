@@ -1,0 +1,1 @@
+"""Relevance: the tokenizer, normalisation, clusters, vocabulary, features and the score (pure)."""
