@@ -12,7 +12,8 @@ from memlocal.logs import redact_credentials
 from s3server import ACCESS_KEY, SECRET_KEY, S3
 
 # One save and one pass in a fresh process, logging as `memlocal sync daemon -v` does; with
-# ``force`` the worst case: botocore's own DEBUG lines (signed headers) switched on afterwards.
+# ``force`` the worst case: botocore's own DEBUG lines (signed headers) switched on afterwards,
+# and a signed botocore request made.
 _SCRIPT = """
 import logging, sys
 from memlocal.logs import configure_logging
@@ -26,6 +27,14 @@ for args in (["save", "-p", "logs", "a memory to push"], ["sync", "run"]):
         main(args, standalone_mode=False)
     except SystemExit:
         pass
+if sys.argv[1] == "force":
+    # The objects and their listing pages go through obstore (no Python log); the bucket's
+    # remaining botocore call, a signed HEAD, makes sure the worst case is really logged.
+    from memlocal.config import Config
+    from memlocal_sync.bucket import Bucket, BucketSettings
+    settings = BucketSettings.from_config(Config.load())
+    assert settings is not None
+    Bucket(settings, timeout_s=5.0, attempts=1).check()
 """
 
 
