@@ -594,11 +594,11 @@ class RecordReader:
                 # its pass ends, a killed one at its next pass), so the one named last need not
                 # be the newest. Only the bucket says which is current: verified below.
                 claimed.append(key)
-                report.counts["verified"] += 1
             elif c.op == "put":
                 listing[key] = Listed(key, c.etag, c.size)
             else:
                 listing.pop(key, None)
+        report.counts["verified"] += len(claimed)  # one GET each: the cost model counts them
         present = self._still_there(claimed)
         for key in claimed:
             if key in present:
@@ -612,6 +612,7 @@ class RecordReader:
             if (parsed := parse_key(key)) is not None and parsed[1] not in base:
                 keys_of.setdefault(parsed[1], []).append(key)
         for key in (k for keys in keys_of.values() if len(keys) > 1 for k in keys):
+            report.counts["verified"] += 1
             shown = [o for o in self.bucket.list(key, max_pages=1).objects if o.key == key]
             if shown:
                 listing[key] = shown[0]

@@ -79,7 +79,9 @@ def one_pass(bank: Any, config: Any, *, full: bool = False) -> dict[str, Any]:
         requests = sum(engine.bucket.requests.values()) if hasattr(engine.bucket, "requests") else -1
     finally:
         engine.close()
-    quiet = report.ok and not any(v for k, v in report.counts.items() if k not in ("skipped",)) and not report.planned
+    # A pass that only verified (a GET or LIST per record the bucket must confirm) changed nothing.
+    quiet = report.ok and not any(v for k, v in report.counts.items() if k not in ("skipped", "verified")) \
+        and not report.planned
     return {"requests": requests, "mode": report.mode, "segments": report.segments, "result": report.result,
             "quiet": quiet, "summary": report.summary(), "reason": report.reason,
             "counts": {k: v for k, v in report.counts.items() if v}, "planned": dict(report.planned)}
@@ -282,9 +284,11 @@ def run_fleet(endpoint: str, bucket: str, key: str, secret: str, work: Path, *, 
     final = settle_rounds[-1]
     busy = [p["requests"] for p in passes if not p["quiet"]]
     # docs/sync.md's cost model: a pass that follows the record and finds nothing to do makes 2
-    # requests (the marker, the next segment's 404) plus one GET per new segment it reads.
+    # requests (the marker, the next segment's 404) plus one GET per new segment it reads and one
+    # request per record it verifies (counts["verified"]).
     quiet = [p for p in passes if p["quiet"] and p["mode"] == "record"] + [r for r in final if r["quiet"]]
-    beyond_model = [p["summary"] for p in quiet if p["requests"] != 2 + p["segments"]]
+    beyond_model = [p["summary"] for p in quiet
+                    if p["requests"] != 2 + p["segments"] + p["counts"].get("verified", 0)]
     return {
         "hosts": hosts, "seconds": seconds, "churn_s": round(churn_s, 1), "kills": len(killed),
         "identical": identical, "lost": lost, "resurrected": resurrected,
