@@ -17,7 +17,7 @@ import support
 from memlocal.humanize import shown_summary
 from memlocal.model import default_summary
 
-APP_JS = Path(__file__).resolve().parents[1] / "memlocal" / "dashboard" / "static" / "app.js"
+APP_JS = Path(__file__).resolve().parents[1] / "memlocal" / "faces" / "dashboard" / "static" / "app.js"
 
 CONTENTS = [
     "Note 0 about the quarterly report layout and its tables.",

@@ -219,7 +219,7 @@ def test_prose_with_aws_inside_a_word_does_not_load_the_detectors() -> None:
     assert "[\\'\\\"]([0-9a-zA-Z/+]{40})[\\'\\\"]" in AWSKeyDetector.denylist[1].pattern
     assert AWSKeyDetector.denylist[0].pattern == "(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}"
     code = textwrap.dedent("""
-        from memlocal import redact
+        from memlocal.services import redact
         assert redact.redact("New laws for paws: the jaws of outlaws draws crowds").kinds == ()
         print(redact._detectors.cache_info().currsize)
         key = 'aws_secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"'

@@ -21,7 +21,7 @@ from memlocal.store.replica import StoreReplica
 from memlocal_sync.bucket import Bucket, BucketClient, BucketSettings
 from memlocal_sync.state import SyncState
 
-SYNC = Path(__file__).resolve().parent.parent / "sync"
+SYNC = Path(__file__).resolve().parent.parent / "memlocal_sync"
 
 
 def _imports(module: str) -> set[str]:

@@ -16,7 +16,7 @@ from s3server import ACCESS_KEY, SECRET_KEY, S3, FaultProxy
 
 from memlocal_sync.bucket import Bucket, BucketSettings, BucketUnavailable, PreconditionFailed
 
-SYNC = Path(__file__).resolve().parents[1] / "sync"
+SYNC = Path(__file__).resolve().parents[1] / "memlocal_sync"
 # Modules that would mean a hand-written HTTP client or signer.
 PROTOCOL_MODULES = {"socket", "ssl", "http", "http.client", "hmac", "urllib3", "h11", "httpx", "requests"}
 

@@ -57,7 +57,7 @@ MODEL_DIM: Final = 384
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 # sha256 of sentence-transformers/all-MiniLM-L6-v2's tokenizer.json (as shipped here).
 TOKENIZER_SHA256: Final = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-TOKENIZER_PATH: Final = Path(__file__).resolve().parent / "data" / "minilm" / "tokenizer.json"
+TOKENIZER_PATH: Final = Path(__file__).resolve().parent.parent / "data" / "minilm" / "tokenizer.json"
 MAX_TOKENS: Final = 256  # sentence-transformers' max_seq_length for this model
 # Texts per run when many are embedded at once. A run reads the whole model's weights whatever
 # its length: alone, a text of 8 tokens took 7.3 ms of CPU, 16 at a time 3.0 ms each (24 tokens:
