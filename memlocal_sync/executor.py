@@ -127,24 +127,30 @@ class Executor:
                     except Empty:
                         return finished
 
-            submit_more()
-            while in_flight:
-                for fut in next_finished():
-                    in_flight -= 1
-                    result = fut.result()  # (``_run_chunk`` raises nothing: its outcome is in the result)
-                    done += result.done
-                    buffer.extend(result.effects)
-                    counts = report.counts
-                    for name, n in result.counts.items():
-                        counts[name] += n
-                    report.errors.extend(result.errors)
-                    if result.failure is not None and failure is None:
-                        failure = result.failure
-                if progress:
-                    progress(done, total)
-                if len(buffer) >= BATCH_SIZE or time.monotonic() - last_flush >= BATCH_SECONDS:
-                    flush()
+            try:
                 submit_more()
+                while in_flight:
+                    for fut in next_finished():
+                        in_flight -= 1
+                        result = fut.result()  # (``_run_chunk`` raises nothing: its outcome is in the result)
+                        done += result.done
+                        buffer.extend(result.effects)
+                        counts = report.counts
+                        for name, n in result.counts.items():
+                            counts[name] += n
+                        report.errors.extend(result.errors)
+                        if result.failure is not None and failure is None:
+                            failure = result.failure
+                    if progress:
+                        progress(done, total)
+                    if len(buffer) >= BATCH_SIZE or time.monotonic() - last_flush >= BATCH_SECONDS:
+                        flush()
+                    submit_more()
+            except BaseException:
+                # (a progress callback's KeyboardInterrupt, say) the pool waits for its workers: they
+                # stop at their next action, not after every chunk handed out.
+                stop.set()
+                raise
         flush()
         if failure is not None:
             raise failure
