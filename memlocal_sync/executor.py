@@ -75,7 +75,7 @@ class Executor:
 
         A worker takes a chunk of actions (``_chunk_size``) and runs them one after the other
         (``_run_chunk``): one task, one result and one wake-up of this thread per chunk, where one
-        per action cost a first push of 10k a tenth of its CPU (docs/benchmarks.md, issue 48)."""
+        per action cost a first push of 10k a tenth of its CPU (docs/benchmarks.md, "Fifth build, session 4")."""
         seen = seen or {}
         actions = plan.actions
         total = len(actions)
