@@ -248,9 +248,11 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
         try:
             while part := os.read(fd, _PIPE_BYTES):
                 pending += part
-                for frame in take_frames(pending):
+                whole = take_frames(pending)
+                for frame in whole:
                     frames.put(frame)
-                progress[0] = time.monotonic()
+                if whole:  # (progress is a chunk, not a byte)
+                    progress[0] = time.monotonic()
         except (OSError, ValueError):  # the pipe closed under it: the helper was stopped
             pass
         finally:
