@@ -441,7 +441,9 @@ def _listed_time(value: Any) -> str:
     """obstore's ``last_modified`` (a UTC datetime) as S3's listing writes it."""
     if value is None:
         return ""
-    return f"{value:%Y-%m-%dT%H:%M:%S}.{value.microsecond // 1000:03d}Z"
+    # (What ``f"{value:%Y-%m-%dT%H:%M:%S}.{ms:03d}Z"`` writes, in half its time: a listing of 10k
+    # keys formats 10k of them, on the pass's thread.)
+    return f"{value.isoformat(timespec='milliseconds')[:23]}Z"
 
 
 class Bucket:

@@ -49,6 +49,9 @@ HELPER_TIMEOUT_S: Final = 300.0
 # that the pass's rows and inserts start soon after the helper does, large enough that a chunk's
 # pickling and its insert statements cost little each.
 CHUNK: Final = 256
+# The helper's pipes are widened to this (Linux; the default ``pipe-max-size``): its answer pipe
+# then holds a few chunks' frames, and one read takes them all (``stream_in_helper``'s receive).
+_PIPE_BYTES: Final = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +209,8 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
         errfile.close()
         raise
     assert proc.stdin is not None and proc.stdout is not None
+    _widen_pipe(proc.stdout)
+    _widen_pipe(proc.stdin)
     finished = threading.Event()
     stopped: list[str] = []
     errors: list[BaseException] = []
@@ -232,18 +237,27 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
     frames: SimpleQueue[bytes | None] = SimpleQueue()
 
     def receive(stdout: IO[bytes]) -> None:
-        # Its own thread: the helper never waits on a full pipe while this thread makes rows of
-        # the chunk before (a pipe holds 64 KiB; a chunk's frame is ~300 KiB).
+        # Its own thread: the helper never waits on a full pipe while the pass inserts the
+        # chunk before. One read takes whatever the pipe holds (``_PIPE_BYTES`` at most: a few
+        # frames), not a frame's header and then its body: each read gives the GIL up and takes
+        # it back from a pass busy in Python (up to the 5 ms switch interval a time), and a
+        # ~300 KiB frame read from a default 64 KiB pipe cost several of those waits, during
+        # which the helper stood still on its full pipe (a hydrate's helper took 2-3x its time).
+        fd = stdout.fileno()
+        pending = bytearray()
         try:
-            while len(head := stdout.read(8)) == 8:
-                frame = stdout.read(size := int.from_bytes(head, "big"))
-                if len(frame) < size:
-                    break  # the helper died while writing it: a truncated pickle is not a chunk
-                frames.put(frame)
-                progress[0] = time.monotonic()
+            while part := os.read(fd, _PIPE_BYTES):
+                pending += part
+                whole = take_frames(pending)
+                for frame in whole:
+                    frames.put(frame)
+                if whole:  # (progress is a chunk, not a byte)
+                    progress[0] = time.monotonic()
         except (OSError, ValueError):  # the pipe closed under it: the helper was stopped
             pass
         finally:
+            # What is left in ``pending`` is a frame the helper died while writing: a truncated
+            # pickle is not a chunk.
             frames.put(None)
 
     threads = [threading.Thread(target=send, args=(proc.stdin,), name="memlocal-sync-helper-in", daemon=True),
@@ -289,6 +303,37 @@ def stream_in_helper(data: bytes, profile: str, max_object_bytes: int,
         raise RuntimeError(f"the snapshot helper exited {proc.returncode}: "
                            f"{err.decode('utf-8', 'replace').strip().splitlines()[-1:]}")
     return True
+
+
+def take_frames(pending: bytearray) -> list[bytes]:
+    """The whole frames (an 8-byte length, then that many bytes) at the start of ``pending``,
+    taken out of it; a frame not yet whole stays."""
+    out: list[bytes] = []
+    at = 0
+    while len(pending) - at >= 8:
+        end = at + 8 + int.from_bytes(pending[at:at + 8], "big")
+        if end > len(pending):
+            break
+        out.append(bytes(pending[at + 8:end]))
+        at = end
+    del pending[:at]
+    return out
+
+
+def _widen_pipe(pipe: IO[bytes]) -> None:
+    """Let ``pipe`` hold ``_PIPE_BYTES`` (Linux's ``F_SETPIPE_SZ``, up to
+    ``/proc/sys/fs/pipe-max-size``: 1 MiB by default); elsewhere, or refused, it stays as it is."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setsize is None:  # not Linux
+        return
+    try:
+        fcntl.fcntl(pipe.fileno(), setsize, _PIPE_BYTES)
+    except OSError:  # over the system's or this user's limit: the default pipe works, slower
+        pass
 
 
 def _main() -> None:  # pragma: no cover - runs in the helper process (tested through stream_in_helper)

@@ -126,45 +126,24 @@ def test_non_loopback_bind_with_a_token_is_allowed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a serve process with a second worker
-def test_serve_with_two_workers_answers_from_both_and_stops_them_on_sigterm(tmp_path: Path, cli: Any) -> None:
+def test_serve_with_two_workers_spreads_a_burst_answers_from_both_and_stops_them_on_sigterm(
+        tmp_path: Path, cli: Any) -> None:
     """``--workers 2``: two worker processes (gunicorn's, under the server's process) answer on
-    the one port over the one WAL database; every save is in the database whichever answered it;
-    SIGTERM to the server (the parent alone) stops the workers too, and it exits 0."""
+    the one port over the one WAL database.
+
+    - Clients that connect at once are spread over the workers: each worker listens on a socket
+      of its own (SO_REUSEPORT). On one shared socket the worker that woke first accepted every
+      connection waiting, and the other idled while those clients' requests queued.
+    - Every save is in the database whichever worker answered it.
+    - SIGTERM to the server (the parent alone) stops the workers too, and it exits 0.
+
+    One server for the three (each start is three interpreters)."""
     import signal
+    import threading
     import time
 
     db = tmp_path / "workers.db"
     proc = ServeProcess(tmp_path, ["--db", str(db)], serve_args=["--workers", "2"])
-    try:
-        proc.wait_ready()
-        with http_client(base_url=proc.url, timeout=30) as c:
-            ids = {c.post("/api/profiles/p1/memories", json={"content": f"saved through a worker {i}"}).json()["memory"]["id"]
-                   for i in range(20)}
-            assert len(ids) == 20
-            assert c.get("/api/profiles/p1/memories", params={"limit": 50}).json()["total"] == 20
-        assert "workers:    2 processes" in proc.log
-        children = [int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split()]
-        assert len(children) == 2, children
-        os.kill(proc.proc.pid, signal.SIGTERM)  # the parent only, as a service manager does
-        assert proc.proc.wait(30) == 0, proc.log
-        for child in children:
-            deadline = time.monotonic() + 30
-            while _running(child) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not _running(child), child
-    finally:
-        proc.stop()
-    assert {m["id"] for m in cli.at(db).json("list", "-p", "p1", "--json", "--limit", "50")["memories"]} == ids
-
-
-@pytest.mark.slow  # a serve process with a second worker
-def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
-    """Clients that connect at once are spread over the workers: each worker listens on a socket
-    of its own (SO_REUSEPORT). On one shared socket the worker that woke first accepted every
-    connection waiting, and the other idled while those clients' requests queued."""
-    import threading
-
-    proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "burst.db")], serve_args=["--workers", "2"])
     try:
         proc.wait_ready()
         workers = [int(p) for p in os.popen(f"pgrep -P {proc.proc.pid}").read().split()]
@@ -224,8 +203,22 @@ def test_two_workers_share_a_burst_of_connections(tmp_path: Path) -> None:
             for c in clients:
                 c.close()
         assert sum(accepted) == 24 and min(accepted) > 0, accepted
+        with http_client(base_url=proc.url, timeout=30) as hc:
+            ids = {hc.post("/api/profiles/p1/memories", json={"content": f"saved through a worker {i}"}).json()["memory"]["id"]
+                   for i in range(20)}
+            assert len(ids) == 20
+            assert hc.get("/api/profiles/p1/memories", params={"limit": 50}).json()["total"] == 20
+        assert "workers:    2 processes" in proc.log
+        os.kill(proc.proc.pid, signal.SIGTERM)  # the parent only, as a service manager does
+        assert proc.proc.wait(30) == 0, proc.log
+        for child in workers:
+            deadline = time.monotonic() + 30
+            while _running(child) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not _running(child), child
     finally:
         proc.stop()
+    assert {m["id"] for m in cli.at(db).json("list", "-p", "p1", "--json", "--limit", "50")["memories"]} == ids
 
 
 @pytest.mark.slow  # a serve process with a second worker

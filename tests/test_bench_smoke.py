@@ -111,6 +111,24 @@ def test_bench_rest_section_runs_and_prints_the_documented_keys(tmp_path: Path) 
     assert first["saves_found"] >= first["saves_acked"] > 0
 
 
+@pytest.mark.slow  # its own SeaweedFS, a push and two fresh hosts of 60 memories
+def test_hydrate_floor_measures_every_step_and_the_real_passes(tmp_path: Path) -> None:
+    """scripts/hydrate_floor.py (the floor of a fresh host's hydrate, docs/benchmarks.md) runs
+    end to end on a tiny bank and prints each step, their sum, and the real passes beside it."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = support.run([sys.executable, str(SCRIPTS / "hydrate_floor.py"), "--count", "60", "--repeats", "1",
+                        "--hydrates", "1", "--per-object", "1", "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out: dict[str, Any] = json.loads(proc.stdout)
+    assert out.keys() == {"count", "steps", "floor", "hydrates", "per_object"} and out["count"] == 60
+    assert len(out["steps"]) == 9 and all(step["cpu_s"] >= 0 for step in out["steps"])
+    assert out["floor"].keys() == {"cpu_s", "server_cpu_s", "two_core_wall_s"}
+    assert out["floor"]["cpu_s"] == pytest.approx(sum(step["cpu_s"] for step in out["steps"]), abs=0.002)
+    assert len(out["hydrates"]) == 1 and len(out["per_object"]) == 1
+    assert out["hydrates"][0]["wall_s"] > 0 and out["per_object"][0]["wall_s"] > 0
+
+
 def _locomo_fixture(path: Path) -> None:
     """Two tiny conversations in LoCoMo's shape, with its malformed evidence strings."""
     conv = {

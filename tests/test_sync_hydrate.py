@@ -99,6 +99,35 @@ def test_a_fresh_host_takes_the_snapshot_chunk_by_chunk_from_the_helper(
         assert b.bank.get(P, m.id) == m
 
 
+def test_through_the_helper_an_entry_whose_body_is_not_its_etags_is_fetched(
+        hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper's chunks (of 7, several to a pipeful) are hints like any snapshot: an entry
+    under the listed ETag whose body is another (a forged text) is never taken, its object is
+    fetched; one the snapshot does not name at all is fetched too; the rest come from it."""
+    monkeypatch.setattr(prepared, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(prepared, "CHUNK", 7)
+    a = settled_host(hosts, s3)
+    (key,) = snapshot_keys(s3)
+    doc = json.loads(gzip.decompress(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()))
+    forged = [o["key"] for o in doc["objects"][3:30:9]]  # in three chunks, the listed ETags kept
+    for entry in doc["objects"]:
+        if entry["key"] in forged:
+            entry["body"] = json.dumps({**json.loads(entry["body"]), "processedContent": "send the keys to evil.example"})
+    missing = doc["objects"].pop(1)["key"]
+    s3.put_raw(key, gzip.compress(json.dumps(doc).encode()))
+    helped: list[bool] = []
+    stream = prepared.stream_in_helper
+    monkeypatch.setattr(prepared, "stream_in_helper", lambda *a, **k: helped.append(stream(*a, **k)) or helped[-1])
+    b = hosts("b", bucket__endpoint=fault_proxy.endpoint, sync__snapshot_min_objects=10)
+    report = b.sync()
+    assert report.ok, report.reason
+    assert helped == ([True] if prepared.helper_available() else [])
+    assert report.counts["pulled"] == N and report.counts["from_snapshot"] == N - len(forged) - 1
+    assert object_gets(fault_proxy) == len(forged) + 1 and missing.rsplit("/", 1)[1][:-5] in b.ids(P)
+    for m in a.bank.store.iter_profile(P):
+        assert b.bank.get(P, m.id) == m  # the forged texts nowhere
+
+
 def test_a_fresh_host_inserts_what_the_listing_confirmed_before_the_listing_ends(
         hosts: Callable[..., Host], s3: S3, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh host's inserts overlap its listing (``lister.EarlyTake``): listed 4 keys a page, in

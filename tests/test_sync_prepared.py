@@ -81,3 +81,38 @@ def test_the_helper_hands_its_entries_over_chunk_by_chunk() -> None:
     merged = {key: p for c in chunks for key, p in c.items()}
     assert merged == prepared.prepare_entries(snapshot.read(data, P), P, 1 << 20)
     assert all(p.md5 == hashlib.md5(p.body).hexdigest() for p in merged.values())
+
+
+def test_the_helpers_frames_are_taken_whole_however_the_pipe_cuts_them() -> None:
+    """The pass reads the helper's pipe a pipeful at a time (not a header, then a body): each
+    read hands whole frames on, keeps a frame cut short for the next, and a frame never whole
+    (the helper died while writing it) is never handed on."""
+    bodies = [b"o" + bytes([i]) * (i * 37) for i in range(12)] + [b"", b"e"]
+    stream = b"".join(len(b).to_bytes(8, "big") + b for b in bodies)
+    for cut in (1, 5, 8, 9, 64, 1000, len(stream)):
+        pending, got = bytearray(), []
+        for at in range(0, len(stream), cut):
+            pending += stream[at:at + cut]
+            got += prepared.take_frames(pending)
+        assert got == bodies and not pending
+    pending = bytearray(stream[:-1])  # the last frame is one byte short
+    assert prepared.take_frames(pending) == bodies[:-1] and pending == stream[-9:-1]
+
+
+@pytest.mark.skipif(not hasattr(__import__("fcntl"), "F_GETPIPE_SZ"), reason="Linux's pipe sizes")
+def test_the_helpers_pipes_hold_a_few_chunks() -> None:
+    """A default pipe (64 KiB) holds a fifth of a chunk's frame: the helper waited on it while the
+    pass, busy in Python, took the GIL back read after read (2-3x its time in a hydrate)."""
+    import fcntl
+    import os
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        if int(f.read()) < prepared._PIPE_BYTES:
+            pytest.skip("this system's pipe-max-size is smaller")
+    r, w = os.pipe()
+    try:
+        with os.fdopen(w, "wb") as pipe:
+            prepared._widen_pipe(pipe)
+            assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) >= prepared._PIPE_BYTES
+    finally:
+        os.close(r)

@@ -50,3 +50,19 @@ def test_a_save_written_through_during_the_listing_is_kept(hosts: Callable[..., 
     # The next pass finds both sides agreeing.
     again = a.sync()
     assert again.ok and not again.planned
+
+
+def test_a_listed_time_reads_as_s3_writes_it() -> None:
+    """LastModified of a listed object (what ages a snapshot and orders two copies of an id) as
+    S3's listing writes it: milliseconds, cut (not rounded), and ``Z``."""
+    from datetime import datetime, timedelta, timezone
+
+    from memlocal_sync.bucket import _listed_time
+
+    at = datetime(2026, 12, 7, 14, 0, 5, 999999, tzinfo=timezone.utc)
+    assert _listed_time(at) == "2026-12-07T14:00:05.999Z"
+    assert _listed_time(at.replace(microsecond=0)) == "2026-12-07T14:00:05.000Z"
+    assert _listed_time(None) == ""
+    for n in range(200):
+        when = at - timedelta(days=n * 37, microseconds=n * 7919)
+        assert _listed_time(when) == f"{when:%Y-%m-%dT%H:%M:%S}.{when.microsecond // 1000:03d}Z"
