@@ -265,6 +265,12 @@ class ReplicaTransaction(Protocol):
         """``apply_remote`` of the items whose id is absent here, in a few statements."""
         ...
 
+    def apply_pushed(self, writes: Sequence[tuple[Memory, int, bool]]) -> set[str]:
+        """``apply_remote(memory, content="local", sent_delta=…, set_staleness=…)`` of each
+        ``(memory, sent_delta, set_staleness)`` (distinct ids: this host's own writes), in a few
+        statements; the ids done (not those of another profile here)."""
+        ...
+
     def delete_from_remote(self, memory_id: str, profile: str) -> None: ...
 
     def clear_outbox(self, item_id: str, op: str | None = None, *, only_if_absent: bool = False,

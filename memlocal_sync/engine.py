@@ -46,7 +46,7 @@ from .changes import RecordReader
 from .clients import open_bucket
 from .executor import Executor
 from .feeds import SnapshotFeeds
-from .kinds import MEMORY, NOTE, NoteRecord, SyncedKind
+from .kinds import MEMORY, NOTE, NoteRecord, SyncedKind, records_seen
 from .lister import EarlyTake, Lister
 from .objects import NOTE_PREFIX, profile_prefix
 from .plan import NOTES_SCOPE, Action, Op, Plan, held_summary, plan_notes, plan_pass
@@ -101,6 +101,7 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
         objects.set_max_clock_skew(config.sync.max_clock_skew_s)  # (the bodies this process reads)
         # Bodies taken from snapshots for this pass's fetches, by key (read by the workers).
         self._from_snapshot: dict[str, bytes] = {}
+        self._written: dict[str, tuple[str, bytes]] | None = None  # (``_write_pushed_snapshots``)
         self.max_delete_share = config.get_float("sync.max_delete_share")
         self.allow_unconditional = config.get_bool("sync.allow_unconditional")
         self.bucket: BucketClient = bucket or open_bucket(
@@ -376,7 +377,10 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
         self._check_cancelled()
         with self._gone_lock:
             self._gone = []
-        self._execute(MEMORY, plan, report, pull_only=pull_only, progress=progress)
+        self._written = {} if not pull_only and self._pushed_snapshot_profiles(plan) else None
+        # The memories the plan read whole, hashed: a create of one unchanged since keeps its hash.
+        self._execute(MEMORY, plan, report, pull_only=pull_only, progress=progress,
+                      seen=records_seen(local_rows, local) if side is None and not pull_only else None)
         if note_plan is not None:
             self._execute(NOTE, note_plan, report, pull_only=pull_only, progress=None, seen=notes_seen)
         self._check_cancelled()
@@ -399,6 +403,7 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
         if not pull_only and not report.errors and not guards:
             self._write_pushed_snapshots(plan, report, marker_id=identity.id or None,
                                          seq=view.tail if identity.conditional else None)
+        self._written = None
         self._collect_skips(plan, report, prefixes)
         if note_plan is not None:
             self._collect_skips(note_plan, report, [NOTE_PREFIX])

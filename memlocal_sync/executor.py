@@ -15,7 +15,8 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
 from queue import Empty, SimpleQueue
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -40,6 +41,8 @@ BATCH_SIZE = 500
 BATCH_SECONDS = 0.5
 # Local memories read per query for the creates of a pass (``SyncEngine._with_locals``).
 PRELOAD = 500
+# The most actions a worker takes at once (``_chunk_size``).
+CHUNK_MAX = 32
 
 
 class Executor:
@@ -60,13 +63,19 @@ class Executor:
     _gone: list[_Gone]
     _gone_lock: threading.Lock
     _remote_ids: set[str]  # the ids the pass's listing shows (``reid`` draws none of them)
+    # The memory objects this pass wrote, for the snapshot written at its end (``SnapshotFeeds``).
+    _written: dict[str, tuple[str, bytes]] | None
 
     def _execute(self, kind: SyncedKind[Any, Any], plan: Plan, report: PassReport, *, pull_only: bool,
                  progress: Progress | None, seen: Mapping[str, Any] | None = None) -> None:
         """Run ``plan``'s actions of ``kind`` on the worker pool and commit their effects in
         batches (``seen``: the local records the plan was made with, by id). Bucket trouble
         stops the rest and is raised once the actions in flight are done; any other failure is
-        reported for that action alone."""
+        reported for that action alone.
+
+        A worker takes a chunk of actions (``_chunk_size``) and runs them one after the other
+        (``_run_chunk``): one task, one result and one wake-up of this thread per chunk, where one
+        per action cost a first push of 10k a tenth of its CPU (docs/benchmarks.md, "Fifth build, session 4")."""
         seen = seen or {}
         actions = plan.actions
         total = len(actions)
@@ -78,7 +87,9 @@ class Executor:
         last_flush = time.monotonic()
         done = 0
         failure: BucketUnavailable | None = None
-        cancelled = False
+        # Set on bucket trouble: no new chunk is handed out, and the workers stop at their next action.
+        stop = threading.Event()
+        size = _chunk_size(total, self.workers)
 
         def flush() -> None:
             nonlocal last_flush
@@ -88,26 +99,24 @@ class Executor:
             last_flush = time.monotonic()
 
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="memlocal-sync") as pool:
-            pending: set[Future[tuple[list[Effect], Counter[str]]]] = set()
-            queue = self._with_locals(kind, actions)
-            futures: dict[Future[Any], Action] = {}
-            # Finished futures arrive here: O(1) per completion, where ``wait()`` on the pending
+            chunks = _chunks(self._with_locals(kind, actions, seen), size)
+            in_flight = 0
+            # Finished chunks arrive here: O(1) per completion, where ``wait()`` on a pending
             # set re-arms a waiter on every pending future each time one finishes.
-            completed: SimpleQueue[Future[Any]] = SimpleQueue()
+            completed: SimpleQueue[Future[_ChunkResult]] = SimpleQueue()
 
             def submit_more() -> None:
-                # Keep the queue bounded so a cancelled pass stops quickly.
-                while not cancelled and not self._cancelled.is_set() and len(pending) < self.workers * 4:
-                    item = next(queue, None)
-                    if item is None:
+                nonlocal in_flight
+                # Two chunks a worker at most: the queue stays short, so a cancelled pass stops quickly.
+                while in_flight < self.workers * 2 and not stop.is_set() and not self._cancelled.is_set():
+                    chunk = next(chunks, None)
+                    if chunk is None:
                         return
-                    action, loaded = item
-                    fut = pool.submit(self._run_action, kind, action, pull_only, loaded, seen.get(action.id))
-                    futures[fut] = action
-                    pending.add(fut)
+                    fut = pool.submit(self._run_chunk, kind, chunk, pull_only, seen, stop)
+                    in_flight += 1
                     fut.add_done_callback(completed.put)
 
-            def next_finished() -> list[Future[Any]]:
+            def next_finished() -> list[Future[_ChunkResult]]:
                 try:
                     finished = [completed.get(timeout=BATCH_SECONDS)]
                 except Empty:
@@ -118,31 +127,61 @@ class Executor:
                     except Empty:
                         return finished
 
-            submit_more()
-            while pending:
-                for fut in next_finished():
-                    pending.discard(fut)
-                    action = futures.pop(fut)
-                    done += 1
-                    try:
-                        effects, counts = fut.result()
-                        buffer.extend(effects)
-                        report.counts.update(counts)
-                    except BucketUnavailable as exc:
-                        if failure is None:
-                            failure = exc
-                        cancelled = True
-                    except Exception as exc:  # one item's trouble must not stop the others
-                        log.exception("sync %s of %s%s failed", action.op.value, kind.what, action.id)
-                        report.errors.append(f"{action.op.value} {kind.what}{action.id}: {exc}")
-                if progress:
-                    progress(done, total)
-                if len(buffer) >= BATCH_SIZE or time.monotonic() - last_flush >= BATCH_SECONDS:
-                    flush()
+            try:
                 submit_more()
+                while in_flight:
+                    for fut in next_finished():
+                        in_flight -= 1
+                        result = fut.result()  # (``_run_chunk`` raises nothing: its outcome is in the result)
+                        done += result.done
+                        buffer.extend(result.effects)
+                        counts = report.counts
+                        for name, n in result.counts.items():
+                            counts[name] += n
+                        report.errors.extend(result.errors)
+                        if result.failure is not None and failure is None:
+                            failure = result.failure
+                    if progress:
+                        progress(done, total)
+                    if len(buffer) >= BATCH_SIZE or time.monotonic() - last_flush >= BATCH_SECONDS:
+                        flush()
+                    submit_more()
+            except BaseException:
+                # (a progress callback's KeyboardInterrupt, say) the pool waits for its workers: they
+                # stop at their next action, not after every chunk handed out.
+                stop.set()
+                raise
         flush()
         if failure is not None:
             raise failure
+
+    def _run_chunk(self, kind: SyncedKind[Any, Any], chunk: list[tuple[Action, Any]], pull_only: bool,
+                   seen: Mapping[str, Any], stop: threading.Event) -> _ChunkResult:
+        """Run a chunk of actions on a worker thread, one after the other; never raises. Each
+        action's effects and counts join the chunk's only when the action completes (a failed
+        one's are dropped, as if it had not run: the next pass finds its object and adopts it).
+        Bucket trouble stops the chunk and every other one (``stop``)."""
+        result = _ChunkResult()
+        for action, loaded in chunk:
+            if stop.is_set() or self._cancelled.is_set():
+                break
+            counts: Counter[str] = Counter()
+            try:
+                effects = self._run_action(kind, action, pull_only, counts, loaded, seen.get(action.id))
+            except BucketUnavailable as exc:
+                result.failure = exc
+                stop.set()
+                break
+            except Exception as exc:  # one item's trouble must not stop the others
+                log.exception("sync %s of %s%s failed", action.op.value, kind.what, action.id)
+                result.errors.append(f"{action.op.value} {kind.what}{action.id}: {exc}")
+            else:
+                result.effects += effects
+                total = result.counts
+                for name, n in counts.items():  # (not Counter.update: its Mapping check is an ABC's)
+                    total[name] += n
+            result.done += 1
+        return result
 
     def _apply_contained(self, effects: list[Effect], report: PassReport) -> None:
         """Commit a batch of effects; if the batch fails, commit them one by one, so that one
@@ -171,21 +210,23 @@ class Executor:
 
     # --- one action of any kind (runs on a worker thread) ------------------------------------------
 
-    def _with_locals(self, kind: SyncedKind[Any, Any], actions: Sequence[Action]) -> Iterator[tuple[Action, Any]]:
+    def _with_locals(self, kind: SyncedKind[Any, Any], actions: Sequence[Action],
+                     seen: Mapping[str, Any]) -> Iterator[tuple[Action, Any]]:
         """The actions, each CREATE with its local record, read ``PRELOAD`` ids at a time as the
-        queue reaches them (``SyncedKind.load_many``; a kind that reads none: ``None``)."""
+        queue reaches them (``SyncedKind.load_many``, given the records the plan saw; a kind that
+        reads none: ``None``)."""
         for start in range(0, len(actions), PRELOAD):
             chunk = actions[start:start + PRELOAD]
             ids = [a.id for a in chunk if a.op is Op.CREATE]
-            loaded = kind.load_many(self.state, ids) if ids else {}
+            loaded = kind.load_many(self.state, ids, seen) if ids else {}
             for action in chunk:
                 yield action, loaded.get(action.id)
 
-    def _run_action(self, kind: SyncedKind[Any, Any], action: Action, pull_only: bool, loaded: Any = None,
-                    seen: Any = None) -> tuple[list[Effect], Counter[str]]:
-        """One planned action: its requests, and the effects to commit (``loaded``: the local
-        record of a CREATE, read ahead; ``seen``: the record the plan saw)."""
-        counts: Counter[str] = Counter()
+    def _run_action(self, kind: SyncedKind[Any, Any], action: Action, pull_only: bool, counts: Counter[str],
+                    loaded: Any = None, seen: Any = None) -> list[Effect]:
+        """One planned action: its requests, and the effects to commit (its counts added to
+        ``counts``; ``loaded``: the local record of a CREATE, read ahead; ``seen``: the record the
+        plan saw)."""
         op = action.op
         if op is Op.CREATE:
             effects = self._create(kind, action.id, counts, loaded)
@@ -209,7 +250,7 @@ class Executor:
             effects = self.reid(action.id, counts)
         else:  # pragma: no cover
             raise AssertionError(op)
-        return effects, counts
+        return effects
 
     def _create(self, kind: SyncedKind[Any, Any], item_id: str, counts: Counter[str], loaded: Any = None) -> list[Effect]:
         """PUT a local record the bucket does not have (``If-None-Match: *``). ``loaded``: the
@@ -227,6 +268,8 @@ class Executor:
             # Someone holds that key: our own earlier PUT, or another host's.
             return self._fetch(kind, item_id, profile, "", counts)
         counts[kind.counters.created] += 1
+        if self._written is not None and kind is MEMORY:
+            self._written[key] = (etag, body)
         return [*kind.written(sent, etag, created=True), Changed(key, etag, "put", len(body)),
                 *kind.after_create(self, sent, etag, counts)]
 
@@ -247,6 +290,8 @@ class Executor:
         except ObjectMissing:
             return self._found_gone(kind, item_id, profile, record)
         counts[kind.counters.pushed] += 1
+        if self._written is not None and kind is MEMORY:
+            self._written[key] = (new_etag, data)
         return [*kind.written(record, new_etag, created=False), Changed(key, new_etag, "put", len(data))]
 
     def _fetch(self, kind: SyncedKind[Any, Any], item_id: str, profile: str, listed_etag: str, counts: Counter[str], *,
@@ -341,6 +386,33 @@ class Executor:
         log.warning("memory id %s is taken in the bucket by another memory: ours is now %s", memory_id, candidate)
         return self._create(MEMORY, candidate, counts)
 
+
+
+@dataclass(slots=True)
+class _ChunkResult:
+    """What a worker's chunk of actions did (``Executor._run_chunk``)."""
+
+    effects: list[Effect] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    done: int = 0  # actions run (failed ones included), for the progress
+    failure: BucketUnavailable | None = None  # the bucket trouble that stopped the chunk
+
+
+def _chunk_size(total: int, workers: int) -> int:
+    """Actions a worker takes at once: enough for a first push's thousands to cost a few hundred
+    hand-offs, few enough that a small pass still spreads over every worker (eight chunks a
+    worker at least)."""
+    return max(1, min(CHUNK_MAX, total // (workers * 8)))
+
+
+def _chunks(items: Iterator[tuple[Action, Any]], size: int) -> Iterator[list[tuple[Action, Any]]]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    while True:
+        chunk = list(islice(items, size))
+        if not chunk:
+            return
+        yield chunk
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,9 @@ class SnapshotFeeds:
     deadline_s: float
     _cancelled: threading.Event
     _from_snapshot: dict[str, bytes]  # bodies taken for this pass's fetches, by key
+    # The memory objects this pass wrote, ``{key: (etag, body)}``, kept for the snapshot written
+    # at its end (``_write_pushed_snapshots``; ``None``: no snapshot is written after this pass).
+    _written: dict[str, tuple[str, bytes]] | None
     _snapshot_modified: dict[str, str]  # snapshot key -> LastModified (listed)
     # The thread preparing this pass's snapshots (``_start_feeds``) and the event that stops it.
     _feeding: tuple[threading.Thread, threading.Event] | None
@@ -308,27 +311,43 @@ class SnapshotFeeds:
                 except BucketUnavailable as exc:  # a snapshot is an optimisation: never fail a pass
                     log.info("snapshot of %s not written: %s", profile, exc)
 
+    def _pushed_snapshot_profiles(self, plan: Plan) -> list[str]:
+        """The profiles whose snapshot ``_write_pushed_snapshots`` writes after ``plan``: those
+        with ``sync.push_snapshot_min`` creates in it (none when snapshots are off)."""
+        if self.snapshot_min <= 0 or self.push_snapshot_min <= 0:
+            return []
+        created = Counter(a.profile for a in plan.actions if a.op is Op.CREATE)
+        return [p for p, n in sorted(created.items()) if n >= max(self.push_snapshot_min, self.snapshot_min)]
+
     def _write_pushed_snapshots(self, plan: Plan, report: PassReport, *, marker_id: str | None,
                                 seq: int | None) -> None:
         """After a push of many memories (``sync.push_snapshot_min`` creates of one profile in
         this pass: a first push, an import), write the profile's snapshot now, from what this
-        host synced (each memory whose base is its current content, without unmerged bumps),
-        rather than leave it to a later full pass that finds the profile settled: a fresh host
-        right after a first push then reads the whole bank in one GET instead of fetching what
-        its hydrate deadline allows. A hint like any snapshot: the fresh host lists, and takes an
-        entry only where the listing shows its ETag and its body is the one that ETag names."""
-        if self.snapshot_min <= 0 or self.push_snapshot_min <= 0:
-            return
-        created = Counter(a.profile for a in plan.actions if a.op is Op.CREATE)
-        for profile, n in sorted(created.items()):
-            if n < max(self.push_snapshot_min, self.snapshot_min):
-                continue
+        host synced, rather than leave it to a later full pass that finds the profile settled: a
+        fresh host right after a first push then reads the whole bank in one GET instead of
+        fetching what its hydrate deadline allows. An object this pass wrote goes in as it was
+        written (``_written``: the body and the ETag the bucket answered for it) while its base
+        is that write; any other memory when its base is its current content, without unmerged
+        bumps. A hint like any snapshot: the fresh host lists, and takes an entry only where the
+        listing shows its ETag and its body is the one that ETag names."""
+        written, self._written = self._written or {}, None
+        for profile in self._pushed_snapshot_profiles(plan):
             self._check_cancelled()
             base = self.state.base_entries([profile])
             entries: list[tuple[str, str, bytes]] = []
-            for memory, delta in self.store.memories_with_deltas([profile]):
-                b = base.get(memory.id)
-                if b is not None and delta == 0 and b.profile == profile and content_hash(memory) == b.content_hash:
+            others: list[str] = []
+            for b in base.values():
+                if b.profile != profile:
+                    continue
+                key = object_key(profile, b.id)
+                own = written.get(key)
+                if own is not None and own[0] == b.etag:
+                    entries.append((key, b.etag, own[1]))
+                else:
+                    others.append(b.id)
+            for memory, delta in (self.store.memories_with_deltas([profile], ids=others) if others else []):
+                b = base[memory.id]
+                if delta == 0 and content_hash(memory) == b.content_hash:
                     entries.append((object_key(profile, memory.id), b.etag, encode(memory)))
             if len(entries) < self.snapshot_min:
                 continue

@@ -22,7 +22,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Protocol, Sequence, TypeVar
+from typing import Any, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from memlocal.model import COUNT_MAX, Memory, compute_staleness, to_us
 from memlocal.plugins import AutomationNote, NoteState
@@ -33,8 +33,8 @@ from .objects import (
 )
 from .plan import Action, Local, after_fetch, note_winner
 from .state import (
-    Changed, DeletedRemote, DeleteLocal, Effect, Forget, NoteDeletedRemote, NoteDeleteLocal, NoteForget, NoteSynced,
-    Synced, SyncState, as_note,
+    Changed, DeletedRemote, DeleteLocal, Effect, Forget, LocalRows, NoteDeletedRemote, NoteDeleteLocal, NoteForget,
+    NoteSynced, Synced, SyncState, as_note,
 )
 
 log = logging.getLogger("memlocal_sync.engine")  # the pass's own lines, as before the kinds had a module
@@ -91,8 +91,10 @@ class SyncedKind(Protocol, Generic[R, V]):
         """The local record as stored now (``None``: gone here)."""
         ...
 
-    def load_many(self, state: SyncState, ids: Sequence[str]) -> dict[str, R]:
-        """Several at once, for a pass's creates (``{}``: each is loaded by its worker)."""
+    def load_many(self, state: SyncState, ids: Sequence[str], seen: Mapping[str, R] | None = None) -> dict[str, R]:
+        """Several at once, for a pass's creates (``{}``: each is loaded by its worker; ``seen``:
+        the records the plan was made with, by id, whose derived values a record read equal to
+        one may keep)."""
         ...
 
     def encode(self, record: R) -> bytes:
@@ -142,10 +144,14 @@ class SyncedKind(Protocol, Generic[R, V]):
 
 @dataclass(frozen=True, slots=True)
 class MemoryRecord:
-    """A memory as the pipeline handles it: the row and its unmerged local access bumps."""
+    """A memory as the pipeline handles it: the row and its unmerged local access bumps (and,
+    when known already, the content hash and signature of its content: neither depends on the
+    access fields)."""
 
     memory: Memory
     delta: int
+    content_hash: str | None = None
+    signature: str | None = None
 
 
 class MemoryKind:
@@ -167,10 +173,18 @@ class MemoryKind:
         loaded = state.load_local(item_id)
         return None if loaded is None else MemoryRecord(*loaded)
 
-    def load_many(self, state: SyncState, ids: Sequence[str]) -> dict[str, MemoryRecord]:
+    def load_many(self, state: SyncState, ids: Sequence[str],
+                  seen: Mapping[str, MemoryRecord] | None = None) -> dict[str, MemoryRecord]:
         # A first push is thousands of creates: one read per memory on the workers (each taking
-        # the store's lock) was a fifth of its CPU.
-        return {m.id: MemoryRecord(m, d) for m, d in state.store.memories_with_deltas(None, ids=list(ids))}
+        # the store's lock) was a fifth of its CPU. A memory still as the plan read it keeps the
+        # content hash and signature computed then (hashing it again was a tenth of a push's CPU).
+        seen = seen or {}
+        out: dict[str, MemoryRecord] = {}
+        for m, d in state.store.memories_with_deltas(None, ids=list(ids)):
+            before = seen.get(m.id)
+            out[m.id] = (MemoryRecord(m, d, before.content_hash, before.signature)
+                         if before is not None and before.memory == m else MemoryRecord(m, d))
+        return out
 
     def encode(self, record: MemoryRecord) -> bytes:
         return encode(record.memory)
@@ -182,13 +196,17 @@ class MemoryKind:
         # A create never carries unmerged local bumps: the bucket's count must not depend on
         # whether this PUT's base got recorded (see the adopt path). The delta merges after.
         m = record.memory
-        return MemoryRecord(m.with_changes(access_count=max(0, m.access_count - record.delta)), record.delta)
+        if record.delta == 0 and m.access_count >= 0:  # (nothing to take out: no copy of the memory)
+            return record
+        return MemoryRecord(m.with_changes(access_count=max(0, m.access_count - record.delta)), record.delta,
+                            record.content_hash, record.signature)
 
     def written(self, record: MemoryRecord, etag: str, *, created: bool) -> list[Effect]:
         m = record.memory
+        digest = record.content_hash if record.content_hash is not None else content_hash(m)
         if created:
-            return [Synced(m, etag, content_hash(m), 0, "local", set_staleness=False)]
-        return [Synced(m, etag, content_hash(m), record.delta, "local")]
+            return [Synced(m, etag, digest, 0, "local", set_staleness=False, signature=record.signature)]
+        return [Synced(m, etag, digest, record.delta, "local", signature=record.signature)]
 
     def after_create(self, pipeline: Pipeline, record: MemoryRecord, etag: str, counts: Counter[str]) -> list[Effect]:
         """Merge the unmerged access bumps into what was just created (at ``etag``), and push it."""
@@ -264,6 +282,14 @@ class MemoryKind:
         return effects
 
 
+def records_seen(rows: LocalRows, local: Mapping[str, Local]) -> dict[str, MemoryRecord]:
+    """The memories the plan read whole (``rows.pending``), with the content hash and signature
+    computed for them, as ``seen`` records for the pass's ``MemoryKind.load_many``."""
+    signatures = rows.signatures
+    return {m.id: MemoryRecord(m, delta, entry.content_hash, signatures.get(m.id))
+            for m, delta in rows.pending if (entry := local.get(m.id)) is not None}
+
+
 def merged(remote: Memory, content: Memory, delta: int, *, local_last: datetime | None = None) -> Memory:
     """``content``'s content with the remote's access count plus ``delta`` and the latest
     lastAccessedAt of the remote, ``content`` and ``local_last`` (data, not an arbiter: a max is
@@ -310,7 +336,8 @@ class NoteKind:
         current = state.store.note_get(item_id)
         return None if current is None else NoteRecord(item_id, current)
 
-    def load_many(self, state: SyncState, ids: Sequence[str]) -> dict[str, NoteRecord]:
+    def load_many(self, state: SyncState, ids: Sequence[str],
+                  seen: Mapping[str, NoteRecord] | None = None) -> dict[str, NoteRecord]:
         return {}  # few, and small: each is read by its worker
 
     def encode(self, record: NoteRecord) -> bytes:

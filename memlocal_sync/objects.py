@@ -76,7 +76,11 @@ def encode(memory: Memory) -> bytes:
     body = memory.to_dict(wire=True)
     if isinstance(body.get("accessCount"), int) and body["accessCount"] > COUNT_MAX:
         body["accessCount"] = COUNT_MAX
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _BODY_ENCODER.encode(body).encode("utf-8")
+
+
+# One encoder for every body (``json.dumps`` with these options makes a new one per call).
+_BODY_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _reject_constant(name: str) -> object:

@@ -297,6 +297,12 @@ class SyncState:
         if not effects:
             return
         now_us = to_us(utcnow())
+        # The journal's entries (``Changed``) are written last, in their order, in one statement:
+        # nothing else reads or writes the journal, so they commute with every other effect, and
+        # a push's Synced effects (each followed by its Changed) then make long runs.
+        journal = [eff for eff in effects if type(eff) is Changed]
+        if journal:
+            effects = [eff for eff in effects if type(eff) is not Changed]
         with self.store.transaction() as c:
             t = c.tables
             i = 0
@@ -314,7 +320,14 @@ class SyncState:
                         run.append(nxt)
                         seen.add(nxt.memory.id)
                     i += len(run)
-                    self._apply_synced(c, run, now_us)
+                    # Ids are independent rows: this host's own writes (the local content kept)
+                    # and the pulls go their own ways.
+                    own = [e for e in run if e.content == "local"]
+                    if own:
+                        self._apply_pushed(c, own, now_us)
+                        run = [e for e in run if e.content != "local"] if len(own) < len(run) else []
+                    if run:
+                        self._apply_synced(c, run, now_us)
                     continue
                 i += 1
                 if isinstance(eff, DeletedRemote):
@@ -343,10 +356,22 @@ class SyncState:
                 elif isinstance(eff, NoteForget):
                     tables.drop_note_bases(t, [eff.id])
                     c.clear_outbox(eff.id, "delete", only_if_absent=True, kind="note")
-                elif isinstance(eff, Changed):
-                    tables.journal_add(t, eff.key, eff.etag, eff.op, eff.size)
                 else:  # pragma: no cover - a new effect type without a branch is a bug
                     raise TypeError(f"unknown effect {eff!r}")
+            if journal:
+                tables.journal_add(t, [(e.key, e.etag, e.op, e.size) for e in journal])
+
+    def _apply_pushed(self, c: ReplicaTransaction, run: list[Synced], now_us: int) -> None:
+        """Fold ``run`` (Synced effects of distinct ids whose local content stays: this host's
+        own writes) into the store in a few statements (``apply_pushed``), and record their bases."""
+        store = self.store
+        done = c.apply_pushed([(e.memory, e.sent_delta, e.set_staleness) for e in run])
+        recorded = [e for e in run if e.memory.id in done]
+        tables.put_bases(
+            c.tables, [SyncBase(e.memory.id, e.memory.profile_name, e.etag, e.base_hash,
+                      (e.signature or store.signature(e.memory)) if e.hash_is_memorys else None) for e in recorded],
+            now_us)
+        tables.unskip(c.tables, [object_key(e.memory.profile_name, e.memory.id) for e in recorded])
 
     def _apply_synced(self, c: ReplicaTransaction, run: list[Synced], now_us: int) -> None:
         """Fold ``run`` (Synced effects of distinct ids) into the store and record their bases."""

@@ -274,8 +274,9 @@ def unskip(t: PluginTables, keys: Sequence[str]) -> None:
     t.executemany("DELETE FROM sync_skipped WHERE key = ?", [(k,) for k in keys])
 
 
-def journal_add(t: PluginTables, key: str, etag: str, op: str, size: int) -> None:
-    t.execute("INSERT INTO sync_journal (key, etag, op, size) VALUES (?, ?, ?, ?)", (key, etag, op, size))
+def journal_add(t: PluginTables, entries: Sequence[tuple[str, str, str, int]]) -> None:
+    """Journal each ``(key, etag, op, size)``, in order."""
+    t.executemany("INSERT INTO sync_journal (key, etag, op, size) VALUES (?, ?, ?, ?)", entries)
 
 
 def journal_done(t: PluginTables, upto: int) -> None:

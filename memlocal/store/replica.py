@@ -290,6 +290,49 @@ class ReplicaTransaction:
             self._conn.execute(f"DELETE FROM sync_outbox WHERE op = 'put' AND id IN ({', '.join('?' * len(part))})", part)
         return set(taken)
 
+    def apply_pushed(self, writes: Sequence[tuple[Memory, int, bool]]) -> set[str]:
+        """``apply_remote(memory, content="local", sent_delta=…, set_staleness=…)`` for each of
+        ``writes`` (``(memory, sent_delta, set_staleness)``, distinct ids): this host's own
+        writes, whose content the local row keeps, in a few statements (a first push confirms
+        thousands). A row is written only where a value changes: an access bump that landed
+        while its PUT was in flight, a later lastAccessedAt, the staleness; an UPDATE of an
+        unchanged row would fire the rev and count triggers for nothing. The puts are cleared from
+        the outbox. Returns the ids done: all but those held here under another profile."""
+        by_id = {m.id: (m, sent, staleness) for m, sent, staleness in writes}
+        here: dict[str, tuple[Any, ...]] = {}
+        for part in id_batches(list(by_id)):
+            marks = ", ".join("?" * len(part))
+            for r in self._conn.execute("SELECT id, access_count, access_delta, last_accessed_us, profile, staleness"
+                                        f" FROM memories WHERE id IN ({marks})", part):
+                here[r[0]] = r[1:]
+        done: list[str] = []
+        counts: list[tuple[Any, ...]] = []
+        stale: list[tuple[Any, ...]] = []
+        for mid, (m, sent, set_staleness) in by_id.items():
+            row = here.get(mid)
+            if row is not None:
+                count, delta, last_us, profile, staleness = row
+                if profile != m.profile_name:
+                    continue  # never touch a memory of another profile
+                remaining = max(0, int(delta) - sent)
+                remote_last = to_us(m.last_accessed_at)
+                last = max(last_us or 0, remote_last or 0) or None
+                values = (m.access_count + remaining, remaining, last)
+                if set_staleness and (*values, m.staleness_score) != (count, delta, last_us, staleness):
+                    stale.append((*values, m.staleness_score, mid))
+                elif not set_staleness and values != (count, delta, last_us):
+                    counts.append((*values, mid))
+            done.append(mid)
+        if counts:
+            self._conn.executemany("UPDATE memories SET access_count = ?, access_delta = ?, last_accessed_us = ?"
+                                   " WHERE id = ?", counts)
+        if stale:
+            self._conn.executemany("UPDATE memories SET access_count = ?, access_delta = ?, last_accessed_us = ?,"
+                                   " staleness = ? WHERE id = ?", stale)
+        for part in id_batches(done):
+            self._conn.execute(f"DELETE FROM sync_outbox WHERE op = 'put' AND id IN ({', '.join('?' * len(part))})", part)
+        return set(done)
+
     def delete_from_remote(self, memory_id: str, profile: str) -> None:
         """Another host deleted the memory: delete it here, with any queued change of it."""
         self._conn.execute("DELETE FROM memories WHERE id = ? AND profile = ?", (memory_id, profile))
