@@ -95,7 +95,8 @@ def test_serve_starts_when_the_store_cannot_be_opened_and_answers_503(tmp_path: 
 
 def test_token_from_the_environment_guards_every_request(tmp_path: Path) -> None:
     """The environment's token, served as ``serve`` wires it (in process: the process adds nothing
-    here; test_non_loopback_bind_with_a_token_is_allowed_and_its_access_log_holds_no_token has a token in a real process)."""
+    here; test_non_loopback_bind_with_a_token_is_allowed_and_its_access_log_holds_no_token has a
+    token in a real process)."""
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with ServedInProcess(tmp_path / "t.db", env={"MEMLOCAL_API_TOKEN": TOKEN}) as served:
         with http_client(base_url=served.url) as c:
