@@ -42,14 +42,14 @@ from memlocal.plugins import Replica
 from . import changes, converge, marker, objects, prepared
 from .breaker import HostBreaker
 from .bucket import BucketClient, BucketSettings, BucketUnavailable
-from .changes import RecordReader
+from .changes import RecordReader, RecordView
 from .clients import open_bucket
 from .executor import Executor
 from .feeds import SnapshotFeeds
 from .kinds import MEMORY, NOTE, NoteRecord, SyncedKind, records_seen
 from .lister import EarlyTake, Lister
 from .objects import NOTE_PREFIX, profile_prefix
-from .plan import NOTES_SCOPE, Action, Op, Plan, held_summary, plan_notes, plan_pass
+from .plan import NOTES_SCOPE, Action, Guard, Op, Plan, held_summary, plan_notes, plan_pass
 from .report import PassOptions, PassReport
 from .state import META_LAST_ERROR, META_LAST_PASS, Effect, SkipObject, SyncState, Unskip
 
@@ -400,10 +400,20 @@ class SyncEngine(RecordReader, Lister, SnapshotFeeds, Executor):
         if not pull_only and not report.errors and report.mode in ("full", "scoped"):
             self._write_snapshots(listing, base, snapshots, report, busy, marker_id=identity.id or None,
                                   seq=view.tail if identity.conditional else None)
+        uploading = None
         if not pull_only and not report.errors and not guards:
-            self._write_pushed_snapshots(plan, report, marker_id=identity.id or None,
-                                         seq=view.tail if identity.conditional else None)
+            uploading = self._write_pushed_snapshots(plan, marker_id=identity.id or None,
+                                                     seq=view.tail if identity.conditional else None)
         self._written = None
+        try:
+            self._close_pass(report, plan, note_plan, guards, prefixes, identity, view, pull_only=pull_only)
+        finally:
+            if uploading is not None:  # the push-end snapshot, written meanwhile
+                report.counts["snapshots"] += uploading.result()
+
+    def _close_pass(self, report: PassReport, plan: Plan, note_plan: Plan | None, guards: list[Guard],
+                    prefixes: list[str], identity: marker.Identity, view: RecordView, *, pull_only: bool) -> None:
+        """The pass's report of skips and guards, then its change record published."""
         self._collect_skips(plan, report, prefixes)
         if note_plan is not None:
             self._collect_skips(note_plan, report, [NOTE_PREFIX])

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -319,8 +320,7 @@ class SnapshotFeeds:
         created = Counter(a.profile for a in plan.actions if a.op is Op.CREATE)
         return [p for p, n in sorted(created.items()) if n >= max(self.push_snapshot_min, self.snapshot_min)]
 
-    def _write_pushed_snapshots(self, plan: Plan, report: PassReport, *, marker_id: str | None,
-                                seq: int | None) -> None:
+    def _write_pushed_snapshots(self, plan: Plan, *, marker_id: str | None, seq: int | None) -> Future[int] | None:
         """After a push of many memories (``sync.push_snapshot_min`` creates of one profile in
         this pass: a first push, an import), write the profile's snapshot now, from what this
         host synced, rather than leave it to a later full pass that finds the profile settled: a
@@ -329,8 +329,12 @@ class SnapshotFeeds:
         written (``_written``: the body and the ETag the bucket answered for it) while its base
         is that write; any other memory when its base is its current content, without unmerged
         bumps. A hint like any snapshot: the fresh host lists, and takes an entry only where the
-        listing shows its ETag and its body is the one that ETag names."""
+        listing shows its ETag and its body is the one that ETag names.
+
+        Returns the upload under way (how many snapshots it wrote), or ``None``: the engine
+        waits for it once the change record is published (``_upload_pushed_snapshots``)."""
         written, self._written = self._written or {}, None
+        jobs: list[tuple[str, list[tuple[str, str, bytes]]]] = []
         for profile in self._pushed_snapshot_profiles(plan):
             self._check_cancelled()
             base = self.state.base_entries([profile])
@@ -349,14 +353,33 @@ class SnapshotFeeds:
                 b = base[memory.id]
                 if delta == 0 and content_hash(memory) == b.content_hash:
                     entries.append((object_key(profile, memory.id), b.etag, encode(memory)))
-            if len(entries) < self.snapshot_min:
-                continue
+            if len(entries) >= self.snapshot_min:
+                jobs.append((profile, entries))
+        if not jobs:
+            return None
+        # Built (JSON, gzip: the GIL is let go while it deflates) and uploaded on a thread of its
+        # own while the pass publishes its change record, rather than before: the two wait on the
+        # bucket at once. Only the entries cross: the thread reads nothing of the store.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlocal-sync-snapshot")
+        try:
+            return pool.submit(self._upload_pushed_snapshots, jobs, marker_id, seq)
+        finally:
+            pool.shutdown(wait=False)
+
+    def _upload_pushed_snapshots(self, jobs: list[tuple[str, list[tuple[str, str, bytes]]]],
+                                 marker_id: str | None, seq: int | None) -> int:
+        """Build and write each ``(profile, entries)`` snapshot, and delete the profile's older
+        ones; how many were written. Bucket trouble skips a snapshot (an optimisation: it never
+        fails a pass)."""
+        written = 0
+        for profile, entries in jobs:
             key, body = snapshot.build(profile, entries, marker=marker_id, seq=seq, created_at=format_time(utcnow()))
             try:
                 older = [k for k in self._list_snapshots([profile]).get(profile, []) if k != key]
                 self.bucket.put(key, body)
                 for old in older:
                     self.bucket.delete(old)
-                report.counts["snapshots"] += 1
-            except BucketUnavailable as exc:  # a snapshot is an optimisation: never fail a pass
+                written += 1
+            except BucketUnavailable as exc:
                 log.info("snapshot of %s not written after the push: %s", profile, exc)
+        return written

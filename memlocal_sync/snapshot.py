@@ -85,6 +85,12 @@ def digest(entries: Iterable[tuple[str, str]]) -> str:
     return h.hexdigest()[:16]
 
 
+# gzip's level for a snapshot: 3 deflates 10k memories (7 MB of JSON) in a third of level 6's CPU
+# (0.05 against 0.15 s) for 13% more bytes (0.95 against 0.84 MB), which a fresh host inflates as
+# fast; a push writes one at its end.
+SNAPSHOT_GZIP_LEVEL: Final = 3
+
+
 def build(profile: str, entries: Iterable[tuple[str, str, bytes]], *, marker: str | None = None,
           seq: int | None = None, created_at: str | None = None) -> tuple[str, bytes]:
     """``(key, body)`` of the snapshot of ``profile`` holding ``(key, etag, object body)``.
@@ -100,7 +106,7 @@ def build(profile: str, entries: Iterable[tuple[str, str, bytes]], *, marker: st
     }
     if marker is not None and seq is not None:
         payload.update(marker=marker, seq=seq, createdAt=created_at)
-    data = gzip.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    data = gzip.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(), compresslevel=SNAPSHOT_GZIP_LEVEL, mtime=0)
     return snapshot_key(profile, digest((k, e) for k, e, _ in items)), data
 
 

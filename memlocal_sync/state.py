@@ -364,18 +364,11 @@ class SyncState:
     def _apply_pushed(self, c: ReplicaTransaction, run: list[Synced], now_us: int) -> None:
         """Fold ``run`` (Synced effects of distinct ids whose local content stays: this host's
         own writes) into the store in a few statements (``apply_pushed``), and record their bases."""
-        store = self.store
         done = c.apply_pushed([(e.memory, e.sent_delta, e.set_staleness) for e in run])
-        recorded = [e for e in run if e.memory.id in done]
-        tables.put_bases(
-            c.tables, [SyncBase(e.memory.id, e.memory.profile_name, e.etag, e.base_hash,
-                      (e.signature or store.signature(e.memory)) if e.hash_is_memorys else None) for e in recorded],
-            now_us)
-        tables.unskip(c.tables, [object_key(e.memory.profile_name, e.memory.id) for e in recorded])
+        self._record_bases(c, [e for e in run if e.memory.id in done], now_us)
 
     def _apply_synced(self, c: ReplicaTransaction, run: list[Synced], now_us: int) -> None:
         """Fold ``run`` (Synced effects of distinct ids) into the store and record their bases."""
-        store = self.store
         pulled = [e for e in run if e.content == "remote"]
         inserted = c.insert_remote_absent([e.memory for e in pulled]) if len(pulled) > 1 else set()
         recorded: list[Synced] = []
@@ -385,6 +378,11 @@ class SyncState:
                     set_staleness=eff.set_staleness):
                 continue  # the id belongs to a memory of another profile here
             recorded.append(eff)
+        self._record_bases(c, recorded, now_us)
+
+    def _record_bases(self, c: ReplicaTransaction, recorded: list[Synced], now_us: int) -> None:
+        """The bases of ``recorded`` (each effect's object, as synced), and their keys no longer skipped."""
+        store = self.store
         tables.put_bases(
             c.tables, [SyncBase(e.memory.id, e.memory.profile_name, e.etag, e.base_hash,
                       (e.signature or store.signature(e.memory)) if e.hash_is_memorys else None) for e in recorded],
