@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Iterator
 import pytest
 import schemathesis
+import schemathesis.generation.hypothesis.builder as _builder
 from api_live import LiveServer
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -178,6 +179,31 @@ def test_the_battery_changed_nothing_it_should_not(tmp_path: Path) -> None:
 # --- schemathesis -----------------------------------------------------------------------------------
 
 
+# Schemathesis computes each operation's coverage cases (its boundary and type-confusion
+# examples, run as Hypothesis's explicit examples) while collecting: ~1.5 s of CPU in every xdist
+# worker, though one of them runs these tests. They are computed when the test is set up instead,
+# by the same function with the same arguments, on the same test object: Hypothesis reads a test's
+# explicit examples when it runs (``_coverage_cases_when_run`` below), so every case still runs.
+_ADD_COVERAGE = _builder.add_coverage
+
+
+def _add_coverage_later(test: Any, *args: Any, **kwargs: Any) -> Any:
+    test._memlocal_add_coverage = lambda: _ADD_COVERAGE(test, *args, **kwargs)
+    return test
+
+
+_builder.add_coverage = _add_coverage_later
+
+
+@pytest.fixture(autouse=True)
+def _coverage_cases_when_run(request: pytest.FixtureRequest) -> None:
+    """Attach the deferred coverage cases of this schemathesis test (no-op for the others)."""
+    attach = getattr(request.node.obj, "_memlocal_add_coverage", None)
+    if attach is not None:
+        del request.node.obj._memlocal_add_coverage
+        assert attach() is request.node.obj  # the examples were added to the test that runs
+
+
 # The app's own schema (it does not depend on the bank), loaded at collection time; the cases
 # are sent over real HTTP to the live server. (schemathesis' lazy ``from_fixture`` loader does
 # not work with pytest 9.2, hence ``from_dict``.)
@@ -198,3 +224,4 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(case: Any, live: str)
         checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance],
         timeout=30,
     )
+

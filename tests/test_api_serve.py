@@ -30,6 +30,9 @@ def _running(pid: int) -> bool:
 
 
 def test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm(tmp_path: Path, cli: Any) -> None:
+    """Also the banner serve prints (the database, the bucket, the URLs): one serve process for
+    both, this test and test_cli_output's former ``test_serve_prints_the_database_the_bucket_and_the_urls``
+    (a serve process with its workers is ~1.3 s of CPU), every assertion of both kept."""
     db = tmp_path / "served.db"
     proc = ServeProcess(tmp_path, ["--db", str(db)])
     try:
@@ -42,6 +45,10 @@ def test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm(tmp_path: Path, 
             assert c.get("/openapi.json").json()["info"]["title"] == "memlocal"
     finally:
         assert proc.stop() == 0, proc.log
+    log = proc.log
+    assert f"database:   {db}" in log
+    assert "bucket:     none: local only" in log
+    assert f"dashboard:  {proc.url}/" in log and f"API docs:   {proc.url}/docs" in log
     # The save went to the database named by --db, durably.
     assert "served over HTTP" in cli.at(db)("list", "--profile", "p1", "--json").stdout
 
@@ -88,7 +95,8 @@ def test_serve_starts_when_the_store_cannot_be_opened_and_answers_503(tmp_path: 
 
 def test_token_from_the_environment_guards_every_request(tmp_path: Path) -> None:
     """The environment's token, served as ``serve`` wires it (in process: the process adds nothing
-    here; test_non_loopback_bind_with_a_token_is_allowed has a token in a real process)."""
+    here; test_non_loopback_bind_with_a_token_is_allowed_and_its_access_log_holds_no_token has a
+    token in a real process)."""
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with ServedInProcess(tmp_path / "t.db", env={"MEMLOCAL_API_TOKEN": TOKEN}) as served:
         with http_client(base_url=served.url) as c:
@@ -111,18 +119,38 @@ def test_non_loopback_bind_without_a_token_is_refused_at_start_up(tmp_path: Path
             check_bind(host, "")
 
 
-def test_non_loopback_bind_with_a_token_is_allowed(tmp_path: Path) -> None:
+_B62 = "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3vW5xY7zA9bC1"
+GHP = "ghp_" + _B62[:36]
+
+
+def test_non_loopback_bind_with_a_token_is_allowed_and_its_access_log_holds_no_token(tmp_path: Path) -> None:
+    """A token lets serve listen beyond loopback; and the server's access log writes paths without
+    their query values (no token, no credential). One serve process for both: this test and
+    test_secrets_logs' former ``test_the_access_log_of_memlocal_serve_holds_no_token`` (which
+    also ran one worker with a token), every assertion of both kept."""
     # One worker: uvicorn in the one process, without gunicorn's arbiter (the other tests here
     # run serve.workers' default, two or more workers on a machine of two cores or more).
     proc = ServeProcess(tmp_path, ["--db", str(tmp_path / "t.db")], env={"MEMLOCAL_API_TOKEN": TOKEN},
                         host="0.0.0.0", serve_args=["--workers", "1"])
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
         proc.wait_ready()
         assert http.get(proc.url + "/healthz").status_code == 401
-        assert http.get(proc.url + "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert http.get(proc.url + "/healthz", headers=auth).status_code == 200
         assert not os.popen(f"pgrep -P {proc.proc.pid}").read().split()  # no worker process
+        for path in (f"/api/profiles/ops/memories/search?q=deploy%20{GHP}",
+                     f"/api/profiles/ops/injection-preview?q=use+{GHP}&limit=3",
+                     f"/api/profiles/ops/memories?password=Tr0ub4dor%263-horse",
+                     f"/healthz?token={GHP}"):
+            http.get(proc.url + path, headers=auth, timeout=10)
+        http.get(proc.url + f"/api/profiles/ops/memories/search?q={GHP}", timeout=10)  # no token: 401
+        log = proc.log
     finally:
         assert proc.stop() == 0, proc.log
+    log += proc.log
+    assert "GET /api/profiles/ops/memories/search" in log  # the access log is there
+    for secret in (GHP, GHP[4:20], TOKEN, "Tr0ub4dor", "deploy%20"):
+        assert secret not in log, secret
 
 
 @pytest.mark.slow  # a serve process with a second worker

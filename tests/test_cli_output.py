@@ -1,6 +1,7 @@
 """How the CLI reads: --json everywhere data is printed, empty states, plurals,
 cut text with an ellipsis, relative times in tables and ISO in JSON, rounded floats, colour only
-on a terminal and never with NO_COLOR, the serve banner, help that is not cut, a fast start."""
+on a terminal and never with NO_COLOR, help that is not cut, a fast start (the serve banner:
+test_api_serve.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 import click
 import support
 import pytest
-from api_live import ServeProcess
 from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
@@ -202,17 +202,7 @@ def test_help_loads_no_storage_web_or_bucket_stack() -> None:
     assert "HEAVY []" in out.stdout, out.stdout[-300:] + out.stderr[-2000:]
 
 
-@pytest.mark.slow
-def test_serve_prints_the_database_the_bucket_and_the_urls(tmp_path: Path) -> None:
-    db = tmp_path / "served.db"
-    proc = ServeProcess(tmp_path, ["--db", str(db)])
-    try:
-        proc.wait_ready()
-    finally:
-        assert proc.stop() == 0, proc.log
-    log = proc.log
-    assert f"database:   {db}" in log
-    assert "bucket:     none: local only" in log
-    assert f"dashboard:  {proc.url}/" in log and f"API docs:   {proc.url}/docs" in log
+# The serve banner (the database, the bucket, the URLs) is checked in tests/test_api_serve.py,
+# test_serve_answers_on_loopback_and_stops_cleanly_on_sigterm: one serve process for both.
 
 
