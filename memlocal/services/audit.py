@@ -94,26 +94,6 @@ def query_hash(query: str, key: bytes) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Injection:
-    """One rendered block: when, for which profile, what it carried."""
-
-    id: int
-    at: datetime
-    profile: str
-    query_hash: str
-    chars: int
-    core: tuple[str, ...]
-    relevant: tuple[str, ...]
-
-    def tier_of(self, memory_id: str) -> str | None:
-        return "core" if memory_id in self.core else "relevant" if memory_id in self.relevant else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "at": format_time(self.at), "profile": self.profile, "queryHash": self.query_hash,
-                "chars": self.chars, "core": list(self.core), "relevant": list(self.relevant)}
-
-
-@dataclass(frozen=True, slots=True)
 class InjectionRecord:
     """What the background writer stores for a rendered block (see :func:`record`)."""
 
@@ -123,6 +103,20 @@ class InjectionRecord:
     chars: int
     core: tuple[str, ...]
     relevant: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Injection(InjectionRecord):
+    """One rendered block as stored: its record, with the row's id."""
+
+    id: int
+
+    def tier_of(self, memory_id: str) -> str | None:
+        return "core" if memory_id in self.core else "relevant" if memory_id in self.relevant else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": format_time(self.at), "profile": self.profile, "queryHash": self.query_hash,
+                "chars": self.chars, "core": list(self.core), "relevant": list(self.relevant)}
 
 
 def record(store: Store, rec: InjectionRecord, *, max_rows: int, retention_days: float) -> int:
@@ -173,8 +167,8 @@ def _load(t: TableHandle, rows: Sequence[tuple[Any, ...]]) -> list[Injection]:
         except (OverflowError, ValueError):
             log.warning("audit row %r has an impossible time: skipped", i)
             continue
-        out.append(Injection(i, when, p, h if isinstance(h, str) else "", n,
-                             tuple(members[i]["core"]), tuple(members[i]["relevant"])))
+        out.append(Injection(when, p, h if isinstance(h, str) else "", n,
+                             tuple(members[i]["core"]), tuple(members[i]["relevant"]), id=i))
     return out
 
 
