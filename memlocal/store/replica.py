@@ -207,6 +207,15 @@ class StoreReplica:
         return [row_to_memory(r) for r in rows]
 
 
+def _merged_access(m: Memory, delta: Any, last_us: int | None, sent_delta: int) -> tuple[int, int, int | None]:
+    """A row's ``(access_count, access_delta, last_accessed_us)`` once ``m`` (the bucket's, which
+    carried ``sent_delta`` of the row's unmerged ``delta``) is folded in: the bucket's count plus
+    the delta still unmerged, and the later lastAccessedAt of both."""
+    remaining = max(0, int(delta) - sent_delta)
+    last = max(last_us or 0, to_us(m.last_accessed_at) or 0) or None
+    return m.access_count + remaining, remaining, last
+
+
 class ReplicaTransaction:
     """The replication port's unit of work: one durable store transaction (see
     :class:`memlocal.plugins.ReplicaTransaction`)."""
@@ -251,12 +260,8 @@ class ReplicaTransaction:
         elif here[2] != m.profile_name:
             return False  # never touch a memory of another profile
         else:
-            delta, last_us = int(here[0]), here[1]
-            remaining = max(0, delta - sent_delta)
-            remote_last = to_us(m.last_accessed_at)
-            last = max(last_us or 0, remote_last or 0) or None
             sets = ["access_count = ?", "access_delta = ?", "last_accessed_us = ?"]
-            params: list[Any] = [m.access_count + remaining, remaining, last]
+            params: list[Any] = list(_merged_access(m, here[0], here[1], sent_delta))
             if set_staleness:
                 sets.append("staleness = ?")
                 params.append(m.staleness_score)
@@ -314,10 +319,7 @@ class ReplicaTransaction:
                 count, delta, last_us, profile, staleness = row
                 if profile != m.profile_name:
                     continue  # never touch a memory of another profile
-                remaining = max(0, int(delta) - sent)
-                remote_last = to_us(m.last_accessed_at)
-                last = max(last_us or 0, remote_last or 0) or None
-                values = (m.access_count + remaining, remaining, last)
+                values = _merged_access(m, delta, last_us, sent)
                 if set_staleness and (*values, m.staleness_score) != (count, delta, last_us, staleness):
                     stale.append((*values, m.staleness_score, mid))
                 elif not set_staleness and values != (count, delta, last_us):
